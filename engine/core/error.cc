@@ -1,0 +1,18 @@
+#include "engine/core/error.h"
+
+namespace sampan {
+
+const char* error_code_name(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return "invalid argument";
+    case ErrorCode::kNotFound: return "not found";
+    case ErrorCode::kInvalidModel: return "invalid model";
+    case ErrorCode::kUnsupported: return "unsupported";
+    case ErrorCode::kOutOfMemory: return "out of memory";
+    case ErrorCode::kIo: return "i/o error";
+    case ErrorCode::kInternal: return "internal error";
+  }
+  return "error";
+}
+
+}  // namespace sampan

@@ -1,0 +1,109 @@
+// Tensor: a typed, shaped view of device memory.
+//
+// Row-major everywhere: dimension 0 is outermost, strides are in elements. A tensor shares its
+// Storage; views (slice, reshape) share it too and never copy. Storage either owns memory from
+// a device allocator or wraps memory owned by someone else (an mmapped model file), which it
+// keeps alive through a shared handle. Packed kI4 tensors must be contiguous with an even
+// innermost dimension.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/device.h"
+#include "engine/core/dtype.h"
+
+namespace sampan {
+
+using Shape = std::vector<int64_t>;
+
+std::string shape_str(const Shape& shape);  // "[2, 3, 4]"
+int64_t shape_numel(const Shape& shape);
+Shape contiguous_strides(const Shape& shape);
+
+class Storage {
+ public:
+  // Owns `bytes` from the device's allocator.
+  static std::shared_ptr<Storage> allocate(size_t bytes, Device device);
+  // Views external memory; `keepalive` holds whatever owns it (e.g. a mapped file).
+  static std::shared_ptr<Storage> wrap(void* data, size_t bytes, Device device,
+                                       std::shared_ptr<const void> keepalive);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  Storage() = default;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_;
+  Allocator* allocator_ = nullptr;  // null when wrapping external memory
+  std::shared_ptr<const void> keepalive_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
+  // A contiguous tensor over `storage` starting `byte_offset` bytes in.
+  static Tensor from_storage(std::shared_ptr<Storage> storage, size_t byte_offset,
+                             const Shape& shape, DType dtype);
+  // A contiguous f32 / i32 CPU tensor holding a copy of `values`.
+  static Tensor from_f32(const Shape& shape, const std::vector<float>& values);
+  static Tensor from_i32(const Shape& shape, const std::vector<int32_t>& values);
+
+  bool defined() const { return storage_ != nullptr || numel() == 0; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
+  const Shape& shape() const { return shape_; }
+  const Shape& strides() const { return strides_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const;  // negative i counts from the end
+  int64_t stride(int i) const;
+  int64_t numel() const { return shape_numel(shape_); }
+  // Bytes spanned by the elements when contiguous.
+  int64_t nbytes() const { return dtype_storage_bytes(dtype_, numel()); }
+  bool is_contiguous() const;
+  // True when every row (last dimension) is contiguous; rows may be spaced apart.
+  bool rows_contiguous() const { return shape_.empty() || stride(-1) == 1; }
+
+  void* raw() const;
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(raw());
+  }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  size_t byte_offset() const { return byte_offset_; }
+
+  // Views (no copy).
+  Tensor reshape(const Shape& shape) const;            // contiguous tensors only; one dim may be -1
+  Tensor slice(int dim, int64_t begin, int64_t end) const;  // [begin, end) along dim
+  Tensor select(int64_t index) const;                  // drops dimension 0
+
+  // Copies.
+  Tensor contiguous() const;
+  Tensor to_f32() const;  // any float dtype (and i32/i64/i8) to a contiguous f32 CPU tensor
+  Tensor clone() const { return contiguous_copy(); }
+
+  std::string str() const;  // "bf16[32000, 2048]"
+
+ private:
+  Tensor contiguous_copy() const;
+
+  std::shared_ptr<Storage> storage_;
+  size_t byte_offset_ = 0;
+  Shape shape_;
+  Shape strides_;
+  DType dtype_ = DType::kF32;
+};
+
+}  // namespace sampan
