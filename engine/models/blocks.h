@@ -1,0 +1,56 @@
+// Building blocks shared by the decoder-only architectures (Llama, Mistral, Qwen2, ...): each
+// appends the nodes of one sub-layer to a graph. An architecture file composes them; adding an
+// architecture is choosing blocks and tensor names, not writing a new engine.
+#pragma once
+
+#include <string>
+
+#include "engine/core/tensor.h"
+#include "engine/graph/graph.h"
+
+namespace sampan::models {
+
+using graph::Graph;
+using graph::ValueId;
+
+struct Linear {
+  Tensor weight;  // [out_features, in_features] f32|f16|bf16, usually mmapped
+  Tensor bias;    // [out_features] f32, or undefined
+};
+
+struct AttentionWeights {
+  Linear q, k, v, o;
+};
+
+struct AttentionParams {
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  double scale = 0;
+  int64_t sliding_window = 0;  // 0: none
+  double rope_attn_factor = 1.0;
+};
+
+// Inputs every decoder layer reads.
+struct DecoderInputs {
+  ValueId positions = graph::kNoValue;  // [n_tokens] i32
+  ValueId inv_freq = graph::kNoValue;   // [head_dim/2] f32 (RoPE, scaling applied)
+};
+
+// x: [n_tokens, in] -> [n_tokens, out]
+ValueId linear(Graph& g, const std::string& name, ValueId x, const Linear& w);
+
+// x: [n_tokens, dim] -> [n_tokens, dim]; weight: [dim]
+ValueId rms_norm(Graph& g, const std::string& name, ValueId x, const Tensor& weight, double eps);
+
+// Self-attention with RoPE over a KV cache. x: [n_tokens, hidden] -> [n_tokens, hidden].
+// k_cache, v_cache: graph inputs [capacity, n_kv_heads * head_dim].
+ValueId attention(Graph& g, const std::string& name, ValueId x, const AttentionWeights& w,
+                  const AttentionParams& p, const DecoderInputs& in, ValueId k_cache,
+                  ValueId v_cache);
+
+// SwiGLU feed-forward: down(silu(gate(x)) * up(x)). x: [n_tokens, hidden] -> [n_tokens, hidden].
+ValueId swiglu_ffn(Graph& g, const std::string& name, ValueId x, const Linear& gate,
+                   const Linear& up, const Linear& down);
+
+}  // namespace sampan::models

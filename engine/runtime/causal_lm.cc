@@ -1,0 +1,70 @@
+#include "engine/runtime/causal_lm.h"
+
+#include <filesystem>
+
+#include "engine/core/error.h"
+#include "engine/core/log.h"
+
+namespace sampan::runtime {
+
+std::unique_ptr<CausalLm> CausalLm::load(const std::string& dir, const CausalLmOptions& options) {
+  SAMPAN_CHECK(std::filesystem::is_directory(dir), ErrorCode::kNotFound,
+               "{}: model directory does not exist", dir);
+  HfConfig config = load_hf_config(dir);
+  WeightStore store = WeightStore::open(dir);
+  return std::unique_ptr<CausalLm>(new CausalLm(std::move(config), std::move(store), options));
+}
+
+CausalLm::CausalLm(HfConfig config, WeightStore store, const CausalLmOptions& options)
+    : config_(std::move(config)), store_(std::move(store)), pool_(options.threads) {
+  weights_ = models::load_llama_weights(config_, store_);
+  graph_ = models::build_llama_graph(config_, weights_);
+  if (options.optimize) pass_report_ = graph::passes::optimize(graph_);
+  executor_ = std::make_unique<graph::Executor>(graph_, pool_);
+  capacity_ = options.max_context;
+  if (config_.max_position_embeddings > 0) {
+    capacity_ = std::min(capacity_, config_.max_position_embeddings);
+  }
+  SAMPAN_CHECK(capacity_ > 0, ErrorCode::kInvalidArgument, "max context must be positive");
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    k_cache_.push_back(Tensor::empty({capacity_, config_.kv_dim()}, DType::kF32));
+    v_cache_.push_back(Tensor::empty({capacity_, config_.kv_dim()}, DType::kF32));
+  }
+  log::debug("graph after passes ({}):\n{}", pass_report_.str(), graph_.dump());
+}
+
+int64_t CausalLm::kv_cache_bytes() const {
+  int64_t b = 0;
+  for (const Tensor& t : k_cache_) b += t.nbytes();
+  for (const Tensor& t : v_cache_) b += t.nbytes();
+  return b;
+}
+
+Tensor CausalLm::forward(std::span<const int32_t> ids, bool all_logits) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  SAMPAN_CHECK(n > 0, ErrorCode::kInvalidArgument, "no token ids to run");
+  SAMPAN_CHECK(n_past_ + n <= capacity_, ErrorCode::kInvalidArgument,
+               "{} tokens after {} already cached exceed the context of {} tokens", n, n_past_,
+               capacity_);
+  std::map<std::string, Tensor> in;
+  in["ids"] = Tensor::from_i32({n}, std::vector<int32_t>(ids.begin(), ids.end()));
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(n_past_ + i);
+  in["positions"] = Tensor::from_i32({n}, pos);
+  std::vector<int32_t> rows;
+  if (all_logits) {
+    for (int64_t i = 0; i < n; ++i) rows.push_back(static_cast<int32_t>(i));
+  } else {
+    rows.push_back(static_cast<int32_t>(n - 1));
+  }
+  in["logit_rows"] = Tensor::from_i32({static_cast<int64_t>(rows.size())}, rows);
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    in[fmt::format("k_cache.{}", l)] = k_cache_[static_cast<size_t>(l)];
+    in[fmt::format("v_cache.{}", l)] = v_cache_[static_cast<size_t>(l)];
+  }
+  std::vector<Tensor> out = executor_->run(in);
+  n_past_ += n;
+  return out[0].clone();
+}
+
+}  // namespace sampan::runtime

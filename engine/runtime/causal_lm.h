@@ -1,0 +1,64 @@
+// CausalLm: a loaded decoder model ready to run — config, mapped weights, the optimised graph,
+// its executor and a single-sequence KV cache. The batched, paged runtime of the serving stack
+// will own several sequences; this is the one-sequence path used by the CLI and benchmarks.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
+#include "engine/graph/executor.h"
+#include "engine/graph/passes/passes.h"
+#include "engine/loaders/hf_config.h"
+#include "engine/loaders/weight_store.h"
+#include "engine/models/llama.h"
+
+namespace sampan::runtime {
+
+struct CausalLmOptions {
+  int threads = 0;             // 0: one per available core
+  int64_t max_context = 4096;  // KV cache rows; capped by max_position_embeddings
+  bool optimize = true;        // run the fusion passes
+};
+
+class CausalLm {
+ public:
+  // Loads config.json and the safetensors weights of `dir`, checks every tensor, builds and
+  // optimises the graph. Throws Error with a one-line message naming the file and tensor.
+  static std::unique_ptr<CausalLm> load(const std::string& dir, const CausalLmOptions& options);
+
+  // Feeds `ids` at positions n_past() .. n_past()+n-1, appending their K/V to the cache.
+  // Returns logits [n, vocab] (all_logits) or [1, vocab] for the last token; the tensor is a
+  // copy the caller owns.
+  Tensor forward(std::span<const int32_t> ids, bool all_logits);
+
+  void reset() { n_past_ = 0; }
+  int64_t n_past() const { return n_past_; }
+  int64_t capacity() const { return capacity_; }
+
+  const HfConfig& config() const { return config_; }
+  const WeightStore& weights() const { return store_; }
+  const graph::Graph& graph() const { return graph_; }
+  const graph::passes::PassReport& pass_report() const { return pass_report_; }
+  const graph::MemoryPlan& memory_plan() const { return executor_->plan(); }
+  int64_t kv_cache_bytes() const;
+  int threads() const { return pool_.concurrency(); }
+
+ private:
+  CausalLm(HfConfig config, WeightStore store, const CausalLmOptions& options);
+
+  HfConfig config_;
+  WeightStore store_;
+  models::LlamaWeights weights_;
+  graph::Graph graph_;
+  graph::passes::PassReport pass_report_;
+  ThreadPool pool_;
+  std::unique_ptr<graph::Executor> executor_;
+  int64_t capacity_ = 0;
+  std::vector<Tensor> k_cache_, v_cache_;  // per layer [capacity, kv_dim] f32
+  int64_t n_past_ = 0;
+};
+
+}  // namespace sampan::runtime

@@ -1,0 +1,71 @@
+// sampan info --model DIR: what the model is and what it costs to run.
+#include <fmt/format.h>
+
+#include "engine/runtime/causal_lm.h"
+#include "server/commands.h"
+
+namespace sampan::cli {
+namespace {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.2f} {}", b, units[u]);
+}
+
+std::string rope_str(const RopeScaling& r) {
+  std::string s = fmt::format("{} (theta {:g}", rope_type_name(r.type), r.theta);
+  if (r.type != RopeType::kDefault) s += fmt::format(", factor {:g}", r.factor);
+  if (r.type == RopeType::kLlama3) {
+    s += fmt::format(", low/high freq factor {:g}/{:g}, original context {}", r.low_freq_factor,
+                     r.high_freq_factor, r.original_max_position_embeddings);
+  }
+  return s + ")";
+}
+
+}  // namespace
+
+Runner add_info(CLI::App& app) {
+  auto* cmd = app.add_subcommand("info", "Describe a model: architecture, parameters, memory");
+  auto model = std::make_shared<std::string>();
+  cmd->add_option("--model", *model, "model directory (config.json + safetensors)")->required();
+  return [model] {
+    runtime::CausalLmOptions opt;
+    opt.threads = 1;
+    opt.max_context = 1;  // info needs no cache
+    auto lm = runtime::CausalLm::load(*model, opt);
+    const HfConfig& c = lm->config();
+    const WeightStore& w = lm->weights();
+    fmt::print("model:          {}\n", *model);
+    fmt::print("architecture:   {}\n", model_arch_name(c.arch));
+    fmt::print("layers:         {}\n", c.n_layer);
+    fmt::print("hidden size:    {}\n", c.hidden_size);
+    fmt::print("heads:          {} (kv heads {}, head dim {})\n", c.n_head, c.n_head_kv, c.head_dim);
+    fmt::print("ffn size:       {}\n", c.intermediate_size);
+    fmt::print("vocab size:     {}\n", c.vocab_size);
+    fmt::print("context:        {}\n", c.max_position_embeddings);
+    fmt::print("rope:           {}\n", rope_str(c.rope));
+    fmt::print("tied embedding: {}\n", c.tie_word_embeddings ? "yes" : "no");
+    fmt::print("biases:         q {} k {} v {} o {} mlp {}\n", c.bias_q, c.bias_k, c.bias_v,
+               c.bias_o, c.bias_mlp);
+    if (c.sliding_window) fmt::print("sliding window: {}\n", *c.sliding_window);
+    fmt::print("parameters:     {} ({:.3f} B)\n", w.parameter_count(), w.parameter_count() / 1e9);
+    for (const auto& [dtype, bytes] : w.bytes_by_dtype()) {
+      fmt::print("weights {:<7} {}\n", std::string(dtype_name(dtype)) + ":", human_bytes(static_cast<double>(bytes)));
+    }
+    fmt::print("weights total:  {} (memory-mapped)\n", human_bytes(static_cast<double>(w.total_bytes())));
+    const double kv_token = 2.0 * static_cast<double>(c.n_layer * c.kv_dim()) * sizeof(float);
+    fmt::print("kv cache:       {} per token (f32); {} at the full context of {}\n",
+               human_bytes(kv_token), human_bytes(kv_token * static_cast<double>(c.max_position_embeddings)),
+               c.max_position_embeddings);
+    fmt::print("graph:          {} nodes after fusion ({})\n", lm->graph().nodes().size(),
+               lm->pass_report().str());
+    return 0;
+  };
+}
+
+}  // namespace sampan::cli
