@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what building and testing Sampan needs on Debian 12: compilers and CMake, the
+# libraries (Debian packages only), and numpy for the Python references. Idempotent: packages
+# already present are not fetched again. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git python3 python3-pip
+  catch2 libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# numpy for the independent references and end-to-end tests (the only Python dependency CI
+# needs; torch/transformers are used once, offline, to make the committed golden files).
+if ! python3 -c "import numpy" >/dev/null 2>&1; then
+  python3 -m pip install -q numpy 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages numpy
+fi
+echo "setup: ok"
