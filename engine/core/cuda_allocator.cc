@@ -8,6 +8,8 @@
 
 #ifdef SAMPAN_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "kernels/cuda/device_query.cuh"
 #endif
 
 namespace sampan {
@@ -44,14 +46,7 @@ class CudaAllocator final : public Allocator {
 
 bool cuda_compiled() { return true; }
 
-int cuda_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
+int cuda_device_count() { return cuda::device_count(); }
 
 Allocator& cuda_allocator(int index) {
   static std::mutex mu;

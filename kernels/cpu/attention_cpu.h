@@ -25,6 +25,8 @@ void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* 
 // q: [n_tokens, n_heads * head_dim] row stride ldq. pos: [n_tokens]; token t attends to cache
 // rows [lo(t), pos[t]] which must already hold K/V (kv_cache_write first).
 // out: [n_tokens, n_heads * head_dim] row stride ldo. Softmax in f32 with a running maximum.
+// When there are few (token, KV head) pairs for the workers (decode), long key ranges are split
+// over workers and merged, so results can differ in the last bits with the runner's width.
 void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, int64_t ldq,
                const float* k_cache, const float* v_cache, const int32_t* pos, float* out,
                int64_t ldo, TaskRunner& runner);

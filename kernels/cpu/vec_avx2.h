@@ -1,0 +1,105 @@
+// 8-lane f32 vector operations for the AVX2+FMA kernels. vec_avx512.h offers the same names for
+// 16 lanes, so one template (row_kernels.h, attention_impl.h) serves both instruction sets.
+//
+// Include only from translation units compiled with the baseline kernel flags (not *_avx512.cc).
+// Everything here has internal linkage: an inline function compiled under two different target
+// flags must never be merged by the linker, or an AVX2-only CPU could run the AVX-512 copy.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace sampan::cpu {
+namespace {
+
+struct Avx2 {
+  static constexpr int kWidth = 8;
+  using V = __m256;
+
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+
+  static __m256i lane_mask(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  // The first n lanes (0 <= n <= kWidth) from p, the others zero; memory past p + n is not read.
+  static V load_n(const float* p, int n) { return _mm256_maskload_ps(p, lane_mask(n)); }
+  static void store_n(float* p, V v, int n) { _mm256_maskstore_ps(p, lane_mask(n), v); }
+
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }  // a * b + c
+  static V fms(V a, V b, V c) { return _mm256_fmsub_ps(a, b, c); }  // a * b - c
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+
+  static float reduce_add(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static float reduce_max(V v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  // Lane i of the result is the sum of all lanes of a[i] (a: kWidth vectors). Pairs are folded
+  // with unpack + add, 21 instructions for 8 sums instead of 8 separate reductions.
+  static V transpose_sum(const V* a) {
+    __m256 t[4];
+#pragma GCC unroll 8
+    for (int i = 0; i < 4; ++i) {
+      t[i] = _mm256_add_ps(_mm256_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                           _mm256_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    }
+    __m256 u[2];  // u[i]: the partial sums of keys 4i..4i+3, per 128-bit half
+#pragma GCC unroll 8
+    for (int i = 0; i < 2; ++i) {
+      const __m256d lo =
+          _mm256_unpacklo_pd(_mm256_castps_pd(t[2 * i]), _mm256_castps_pd(t[2 * i + 1]));
+      const __m256d hi =
+          _mm256_unpackhi_pd(_mm256_castps_pd(t[2 * i]), _mm256_castps_pd(t[2 * i + 1]));
+      u[i] = _mm256_add_ps(_mm256_castpd_ps(lo), _mm256_castpd_ps(hi));
+    }
+    return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20),
+                         _mm256_permute2f128_ps(u[0], u[1], 0x31));
+  }
+
+  // e^x to about 1 ulp for normal results; 0 below about -103.9, inf above 88.72, NaN kept.
+  // x = n ln2 + r with |r| <= ln2/2 (ln2 split in a short high part, so n * high is exact, plus
+  // a correction); e^r by its degree-7 Taylor polynomial, whose truncation error (< 1e-8
+  // relative) is below f32 rounding; 2^n applied as two factors so that n down to -150 reaches
+  // the subnormals with a single rounding and n = 128 overflows to inf as it should.
+  static V exp(V x) {
+    // max/min return their second operand when one is NaN, so NaN passes through the clamp.
+    x = _mm256_min_ps(_mm256_set1_ps(88.8f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));
+    const V n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    V p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1);
+    const __m256i n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const V s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const V s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+  }
+};
+
+}  // namespace
+}  // namespace sampan::cpu
