@@ -7,7 +7,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/mapped_file.h"
-#include "engine/loaders/safetensors.h"
+#include "engine/loaders/json_util.h"
 
 namespace sampan {
 
@@ -40,22 +40,6 @@ constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
 constexpr int64_t kDefaultSlidingWindow = 4096;
 constexpr int64_t kQwen2DefaultMaxWindowLayers = 28;
 constexpr int kMaxConfigDepth = 32;
-
-const char* json_kind(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
-    case json::value_t::binary: return "binary";
-    case json::value_t::discarded: return "discarded";
-  }
-  return "?";
-}
 
 // Typed access to one JSON object; every error names the file and the dotted key.
 class Keys {

@@ -83,16 +83,4 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Helpers shared by the loaders (weight store, config parser).
-
-// `s` made safe to embed in a one-line error message: control characters and invalid UTF-8
-// bytes become \xNN escapes, and text past `max_chars` is cut with "...".
-std::string printable(std::string_view s, size_t max_chars = 200);
-
-// Parses `text` as JSON, rejecting duplicate keys in any object (the format would otherwise keep
-// one silently) and nesting deeper than `max_depth`. Throws Error(kInvalidModel) as
-// "<source>: <what> is not valid JSON: <reason>" on one line.
-nlohmann::json parse_json_strict(std::string_view text, const std::string& source,
-                                 std::string_view what, int max_depth);
-
 }  // namespace sampan

@@ -6,6 +6,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
+#include "engine/loaders/json_util.h"
 
 namespace sampan {
 

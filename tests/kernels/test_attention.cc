@@ -7,44 +7,11 @@
 #include <random>
 #include <vector>
 
-#include "engine/core/thread_pool.h"
 #include "kernels/cpu/attention_cpu.h"
-#include "kernels/cpu/isa.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace sampan::cpu {
 namespace {
-
-struct IsaRestore {
-  Isa saved = active_isa();
-  ~IsaRestore() { set_isa(saved); }
-};
-
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> out;
-  for (Isa i : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
-    if (isa_supported(i)) out.push_back(i);
-  }
-  return out;
-}
-
-// Serial, but reports 8 workers: the kernel then splits long key ranges (split-K) even for a
-// handful of tokens, deterministically.
-class WideSerialRunner final : public TaskRunner {
- public:
-  void run(int64_t n, const std::function<void(int64_t)>& fn) override {
-    for (int64_t i = n - 1; i >= 0; --i) fn(i);
-  }
-  int concurrency() const override { return 8; }
-};
-
-struct Runners {
-  SerialRunner serial;
-  ThreadPool pool{2};
-  WideSerialRunner wide;
-  std::vector<std::pair<const char*, TaskRunner*>> all() {
-    return {{"serial", &serial}, {"pool2", &pool}, {"wide", &wide}};
-  }
-};
 
 AttentionShape make_shape(int64_t heads, int64_t kv, int64_t hd, int64_t window) {
   AttentionShape s;

@@ -3,41 +3,15 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels/common/half.h"
 #include "kernels/cpu/convert_cpu.h"
-#include "kernels/cpu/isa.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace sampan::cpu {
 namespace {
-
-struct IsaRestore {
-  Isa saved = active_isa();
-  ~IsaRestore() { set_isa(saved); }
-};
-
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> out;
-  for (Isa i : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
-    if (isa_supported(i)) out.push_back(i);
-  }
-  return out;
-}
-
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint32_t to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 // Bit patterns that stress rounding: random words, every class (zeros, subnormals, inf, quiet
 // and signalling NaN with payloads), exact ties and near-ties for both 16-bit formats, the f16

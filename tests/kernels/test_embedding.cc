@@ -2,54 +2,20 @@
 // so the result must equal the scalar converters of kernels/common/half.h bit for bit.
 #include <catch2/catch.hpp>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <vector>
 
-#include "engine/core/thread_pool.h"
 #include "kernels/common/half.h"
 #include "kernels/cpu/embedding_cpu.h"
-#include "kernels/cpu/isa.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace sampan::cpu {
 namespace {
 
-struct IsaRestore {
-  Isa saved = active_isa();
-  ~IsaRestore() { set_isa(saved); }
-};
-
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> out;
-  for (Isa i : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
-    if (isa_supported(i)) out.push_back(i);
-  }
-  return out;
-}
-
-// Serial, but reports 8 workers so that the kernels cut the work as on a wide machine.
-class WideSerialRunner final : public TaskRunner {
- public:
-  void run(int64_t n, const std::function<void(int64_t)>& fn) override {
-    for (int64_t i = n - 1; i >= 0; --i) fn(i);
-  }
-  int concurrency() const override { return 8; }
-};
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 TEST_CASE("embedding gathers and widens rows exactly", "[kernels][embedding]") {
   std::mt19937 rng(3);
   std::normal_distribution<float> dist(0.0f, 0.05f);
-  SerialRunner serial;
-  ThreadPool pool(2);
-  WideSerialRunner wide;
-  const std::vector<std::pair<const char*, TaskRunner*>> runners = {
-      {"serial", &serial}, {"pool2", &pool}, {"wide", &wide}};
+  Runners runners;
   IsaRestore restore;
   const int64_t vocab = 301;
   for (int64_t dim : {1, 7, 64, 769, 5125}) {
@@ -75,7 +41,7 @@ TEST_CASE("embedding gathers and widens rows exactly", "[kernels][embedding]") {
                                                   : static_cast<const void*>(bf16.data());
         for (Isa isa : supported_isas()) {
           REQUIRE(set_isa(isa));
-          for (auto [name, runner] : runners) {
+          for (auto [name, runner] : runners.all()) {
             INFO("dim " << dim << " tokens " << n_tokens << " type " << static_cast<int>(type)
                         << " isa " << isa_name(isa) << " runner " << name);
             // Padding between rows is poisoned and must survive.
@@ -88,7 +54,7 @@ TEST_CASE("embedding gathers and widens rows exactly", "[kernels][embedding]") {
                 const float want = type == DType::kF32   ? f32[k]
                                    : type == DType::kF16 ? f16_to_f32(f16[k])
                                                          : bf16_to_f32(bf16[k]);
-                bad += bits(y[size_t(t * ldy + i)]) != bits(want);
+                bad += to_bits(y[size_t(t * ldy + i)]) != to_bits(want);
               }
               for (int64_t i = dim; i < ldy && t + 1 < n_tokens; ++i) {
                 pad += y[size_t(t * ldy + i)] != 12345.0f;

@@ -6,34 +6,11 @@
 #include <random>
 #include <vector>
 
-#include "engine/core/thread_pool.h"
-#include "kernels/cpu/isa.h"
 #include "kernels/cpu/rms_norm_cpu.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace sampan::cpu {
 namespace {
-
-struct IsaRestore {
-  Isa saved = active_isa();
-  ~IsaRestore() { set_isa(saved); }
-};
-
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> out;
-  for (Isa i : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
-    if (isa_supported(i)) out.push_back(i);
-  }
-  return out;
-}
-
-// Serial, but reports 8 workers so that the kernels cut the work as on a wide machine.
-class WideSerialRunner final : public TaskRunner {
- public:
-  void run(int64_t n, const std::function<void(int64_t)>& fn) override {
-    for (int64_t i = n - 1; i >= 0; --i) fn(i);  // reverse order: no reliance on task order
-  }
-  int concurrency() const override { return 8; }
-};
 
 std::vector<float> random_vec(std::mt19937& rng, int64_t n, float lo, float hi) {
   std::uniform_real_distribution<float> d(lo, hi);
@@ -74,15 +51,6 @@ int64_t count_bad(int64_t rows, int64_t dim, const std::vector<double>& want, co
   }
   return bad;
 }
-
-struct Runners {
-  SerialRunner serial;
-  ThreadPool pool{2};
-  WideSerialRunner wide;
-  std::vector<std::pair<const char*, TaskRunner*>> all() {
-    return {{"serial", &serial}, {"pool2", &pool}, {"wide", &wide}};
-  }
-};
 
 TEST_CASE("rms_norm matches the double reference", "[kernels][rms_norm]") {
   std::mt19937 rng(7);

@@ -5,34 +5,11 @@
 #include <random>
 #include <vector>
 
-#include "engine/core/thread_pool.h"
-#include "kernels/cpu/isa.h"
 #include "kernels/cpu/rope_cpu.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace sampan::cpu {
 namespace {
-
-struct IsaRestore {
-  Isa saved = active_isa();
-  ~IsaRestore() { set_isa(saved); }
-};
-
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> out;
-  for (Isa i : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
-    if (isa_supported(i)) out.push_back(i);
-  }
-  return out;
-}
-
-// Serial, but reports 8 workers so that the kernels cut the work as on a wide machine.
-class WideSerialRunner final : public TaskRunner {
- public:
-  void run(int64_t n, const std::function<void(int64_t)>& fn) override {
-    for (int64_t i = n - 1; i >= 0; --i) fn(i);
-  }
-  int concurrency() const override { return 8; }
-};
 
 // HF's default rotary frequencies, 1 / theta^(2i / d), divided by `linear` (linear scaling).
 std::vector<float> inv_freq_for(int64_t head_dim, double theta, double linear) {
@@ -67,11 +44,7 @@ TEST_CASE("rope matches the double reference", "[kernels][rope]") {
       {1, 256, far, 10000.0, 1.0, 0.9f},
       {3, 1024, {17, 100001}, 10000.0, 1.0, 1.0f},  // head_dim beyond the stack table
   };
-  SerialRunner serial;
-  ThreadPool pool(2);
-  WideSerialRunner wide;
-  const std::vector<std::pair<const char*, TaskRunner*>> runners = {
-      {"serial", &serial}, {"pool2", &pool}, {"wide", &wide}};
+  Runners runners;
   IsaRestore restore;
   for (const Case& c : cases) {
     const int64_t n = static_cast<int64_t>(c.pos.size()), hd = c.head_dim, half = hd / 2;
@@ -125,7 +98,7 @@ TEST_CASE("rope matches the double reference", "[kernels][rope]") {
     };
     for (Isa isa : supported_isas()) {
       REQUIRE(set_isa(isa));
-      for (auto [name, runner] : runners) {
+      for (auto [name, runner] : runners.all()) {
         INFO("heads " << c.n_heads << " head_dim " << hd << " tokens " << n << " isa "
                       << isa_name(isa) << " runner " << name);
         const int64_t ldy = width + 3;

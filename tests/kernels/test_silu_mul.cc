@@ -7,34 +7,11 @@
 #include <random>
 #include <vector>
 
-#include "engine/core/thread_pool.h"
-#include "kernels/cpu/isa.h"
 #include "kernels/cpu/silu_mul_cpu.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace sampan::cpu {
 namespace {
-
-struct IsaRestore {
-  Isa saved = active_isa();
-  ~IsaRestore() { set_isa(saved); }
-};
-
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> out;
-  for (Isa i : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
-    if (isa_supported(i)) out.push_back(i);
-  }
-  return out;
-}
-
-// Serial, but reports 8 workers so that the kernels cut the work as on a wide machine.
-class WideSerialRunner final : public TaskRunner {
- public:
-  void run(int64_t n, const std::function<void(int64_t)>& fn) override {
-    for (int64_t i = n - 1; i >= 0; --i) fn(i);
-  }
-  int concurrency() const override { return 8; }
-};
 
 double silu_ref(double g) { return g / (1.0 + std::exp(-g)); }
 
@@ -95,11 +72,7 @@ enum class Out { kSeparate, kAliasGate, kAliasUp };
 TEST_CASE("silu_mul: shapes, strides, aliasing, runners", "[kernels][silu_mul]") {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> dg(-12.0f, 12.0f), du(-2.0f, 2.0f);
-  SerialRunner serial;
-  ThreadPool pool(2);
-  WideSerialRunner wide;
-  const std::vector<std::pair<const char*, TaskRunner*>> runners = {
-      {"serial", &serial}, {"pool2", &pool}, {"wide", &wide}};
+  Runners runners;
   IsaRestore restore;
   // 20000 and 40000 on one row exercise the column split of decode-sized inputs.
   for (int64_t n : {1, 7, 64, 769, 5125, 20000, 40000}) {
@@ -110,7 +83,7 @@ TEST_CASE("silu_mul: shapes, strides, aliasing, runners", "[kernels][silu_mul]")
       for (float& x : u) x = du(rng);
       for (Isa isa : supported_isas()) {
         REQUIRE(set_isa(isa));
-        for (auto [name, runner] : runners) {
+        for (auto [name, runner] : runners.all()) {
           for (Out target : {Out::kSeparate, Out::kAliasGate, Out::kAliasUp}) {
             INFO("n " << n << " rows " << rows << " isa " << isa_name(isa) << " runner " << name
                       << " out " << static_cast<int>(target));

@@ -1,8 +1,6 @@
 // hf_config: the checked-in config.json samples of real checkpoints (tests/data/configs), the
 // defaults and per-architecture rules (biases, sliding window, rope variants), and every
 // malformed-config case, asserting the one-line message names the file and the key.
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -12,30 +10,16 @@
 
 #include "engine/core/error.h"
 #include "engine/loaders/hf_config.h"
+#include "tests/unit/loader_test_util.h"
 
 using namespace sampan;
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace sampan::test;
 
 namespace {
 
 const std::string kConfigDir = std::string(SAMPAN_SOURCE_DIR) + "/tests/data/configs/";
-
-template <typename Fn>
-std::string expect_error(Fn&& fn, ErrorCode code, const std::vector<std::string>& needles) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    INFO("message: " << msg);
-    CHECK(e.code() == code);
-    CHECK(msg.find('\n') == std::string::npos);
-    for (const auto& n : needles) CHECK(msg.find(n) != std::string::npos);
-    return msg;
-  }
-  FAIL("no sampan::Error thrown");
-  return {};
-}
 
 // A small valid Llama config to mutate in the error cases.
 json tiny_llama() {
@@ -148,9 +132,8 @@ TEST_CASE("hf_config: Qwen2.5 biases q, k, v and ignores a disabled window") {
 }
 
 TEST_CASE("hf_config: load from a directory") {
-  std::string templ = (fs::temp_directory_path() / "sampan_test_cfg_XXXXXX").string();
-  REQUIRE(::mkdtemp(templ.data()) != nullptr);
-  const fs::path dir = templ;
+  const TempDir tmp("cfg");
+  const fs::path dir = tmp.path;
   fs::copy_file(kConfigDir + "qwen2.5-0.5b-instruct.json", dir / "config.json");
   const HfConfig c = load_hf_config(dir.string());
   CHECK(c.source == (dir / "config.json").string());
@@ -158,7 +141,6 @@ TEST_CASE("hf_config: load from a directory") {
   fs::remove(dir / "config.json");
   expect_error([&] { load_hf_config(dir.string()); }, ErrorCode::kNotFound,
                {(dir / "config.json").string()});
-  fs::remove_all(dir);
 }
 
 TEST_CASE("hf_config: defaults and per-architecture rules") {

@@ -1,123 +1,27 @@
 // SafetensorsFile and MappedFile: valid files (every dtype, metadata, padding, zero-copy views
 // that outlive the file object) and every malformed-header case, each asserting the error code
 // and that the one-line message names the file and the tensor.
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/core/error.h"
 #include "engine/core/mapped_file.h"
+#include "engine/loaders/json_util.h"
 #include "engine/loaders/safetensors.h"
+#include "tests/unit/loader_test_util.h"
 
 using namespace sampan;
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace sampan::test;
 
 namespace {
-
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "sampan_test_st_XXXXXX").string();
-    REQUIRE(::mkdtemp(templ.data()) != nullptr);
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-// ---- a tiny safetensors writer, independent of the reader under test ----
-
-struct Spec {
-  std::string name;
-  std::string dtype;  // safetensors spelling
-  Shape shape;
-  std::vector<uint8_t> bytes;
-};
-
-size_t element_size(const std::string& dtype) {
-  if (dtype == "F32" || dtype == "I32") return 4;
-  if (dtype == "F16" || dtype == "BF16") return 2;
-  if (dtype == "I64" || dtype == "F64") return 8;
-  return 1;
-}
-
-// `n` distinct bytes so a mix-up between tensors shows in the values.
-std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + 31 * i);
-  return v;
-}
-
-Spec spec(const std::string& name, const std::string& dtype, const Shape& shape, uint8_t seed) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return {name, dtype, shape, pattern(static_cast<size_t>(n) * element_size(dtype), seed)};
-}
-
-void write_raw(const std::string& path, uint64_t header_len, const std::string& header,
-               const std::vector<uint8_t>& data) {
-  std::ofstream out(path, std::ios::binary);
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(header_len >> (8 * i));
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-  REQUIRE(out.good());
-}
-
-void write_header_and_data(const std::string& path, const std::string& header,
-                           const std::vector<uint8_t>& data) {
-  write_raw(path, header.size(), header, data);
-}
-
-// Lays the tensors out back to back in the given order; pads the header with spaces to a
-// multiple of `pad` bytes (1: no padding).
-void write_safetensors(const std::string& path, const std::vector<Spec>& specs,
-                       const std::optional<json>& metadata = std::nullopt, size_t pad = 8) {
-  json header = json::object();
-  std::vector<uint8_t> data;
-  for (const Spec& s : specs) {
-    const uint64_t begin = data.size();
-    data.insert(data.end(), s.bytes.begin(), s.bytes.end());
-    header[s.name] = {
-        {"dtype", s.dtype}, {"shape", s.shape}, {"data_offsets", {begin, data.size()}}};
-  }
-  if (metadata) header["__metadata__"] = *metadata;
-  std::string text = header.dump();
-  while (text.size() % pad != 0) text += ' ';
-  write_header_and_data(path, text, data);
-}
-
-// Runs `fn`, which must throw sampan::Error with `code`; returns the message after checking it
-// is one line and names every string in `needles`.
-template <typename Fn>
-std::string expect_error(Fn&& fn, ErrorCode code, const std::vector<std::string>& needles) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    INFO("message: " << msg);
-    CHECK(e.code() == code);
-    CHECK(msg.find('\n') == std::string::npos);
-    for (const auto& n : needles) CHECK(msg.find(n) != std::string::npos);
-    return msg;
-  }
-  FAIL("no sampan::Error thrown");
-  return {};
-}
 
 // A header entry written by hand for the malformed cases.
 std::string entry(const std::string& name, const std::string& dtype, const std::string& shape,
@@ -129,7 +33,7 @@ std::string entry(const std::string& name, const std::string& dtype, const std::
 }  // namespace
 
 TEST_CASE("MappedFile maps a file read-only and reports OS errors with the path") {
-  TempDir dir;
+  TempDir dir("st");
   const std::string path = dir.file("blob.bin");
   const auto bytes = pattern(5125, 7);
   {
@@ -159,7 +63,7 @@ TEST_CASE("MappedFile maps a file read-only and reports OS errors with the path"
 }
 
 TEST_CASE("safetensors: every dtype round-trips, zero-copy, in file order") {
-  TempDir dir;
+  TempDir dir("st");
   const std::string path = dir.file("model.safetensors");
   // Laid out so that every non-empty tensor starts aligned to its element size (the writer
   // pads the header to 8 bytes); names in data order are deliberately not alphabetical.
@@ -213,7 +117,7 @@ TEST_CASE("safetensors: every dtype round-trips, zero-copy, in file order") {
 }
 
 TEST_CASE("safetensors: tensors keep the mapping alive after the file object is gone") {
-  TempDir dir;
+  TempDir dir("st");
   const std::string path = dir.file("w.safetensors");
   const Spec s = spec("w", "F32", {5, 7}, 9);
   write_safetensors(path, {s});
@@ -234,7 +138,7 @@ TEST_CASE("safetensors: tensors keep the mapping alive after the file object is 
 }
 
 TEST_CASE("safetensors: empty file and padding variants") {
-  TempDir dir;
+  TempDir dir("st");
   SECTION("no tensors, header '{}' only") {
     const std::string path = dir.file("none.safetensors");
     write_header_and_data(path, "{}", {});
@@ -273,7 +177,7 @@ TEST_CASE("safetensors: empty file and padding variants") {
 }
 
 TEST_CASE("safetensors: file-level errors name the file") {
-  TempDir dir;
+  TempDir dir("st");
   const std::string path = dir.file("bad.safetensors");
 
   SECTION("missing file") {
@@ -357,7 +261,7 @@ TEST_CASE("safetensors: file-level errors name the file") {
 }
 
 TEST_CASE("safetensors: tensor-level errors name the file and the tensor") {
-  TempDir dir;
+  TempDir dir("st");
   const std::string path = dir.file("model.safetensors");
   const std::string up = "model.layers.0.mlp.up_proj.weight";
   auto open_with = [&](const std::string& entries, size_t data_bytes) {

@@ -1,8 +1,6 @@
 // WeightStore: single-file, indexed-sharded and unindexed multi-file model directories, the
 // typed get_as() checks, and every inconsistent-directory case, asserting the one-line message
 // names the directory or file and the tensor.
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -13,92 +11,19 @@
 
 #include "engine/core/error.h"
 #include "engine/loaders/weight_store.h"
+#include "tests/unit/loader_test_util.h"
 
 using namespace sampan;
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace sampan::test;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "sampan_test_ws_XXXXXX").string();
-    REQUIRE(::mkdtemp(templ.data()) != nullptr);
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-// ---- a tiny safetensors writer, independent of the reader under test ----
-
-struct Spec {
-  std::string name;
-  std::string dtype;  // safetensors spelling
-  Shape shape;
-  std::vector<uint8_t> bytes;
-};
-
-size_t element_size(const std::string& dtype) {
-  if (dtype == "F32" || dtype == "I32") return 4;
-  if (dtype == "F16" || dtype == "BF16") return 2;
-  if (dtype == "I64") return 8;
-  return 1;
-}
-
-Spec spec(const std::string& name, const std::string& dtype, const Shape& shape, uint8_t seed) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<uint8_t> bytes(static_cast<size_t>(n) * element_size(dtype));
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(seed + 13 * i);
-  return {name, dtype, shape, bytes};
-}
-
-void write_safetensors(const std::string& path, const std::vector<Spec>& specs) {
-  json header = json::object();
-  std::vector<uint8_t> data;
-  for (const Spec& s : specs) {
-    const uint64_t begin = data.size();
-    data.insert(data.end(), s.bytes.begin(), s.bytes.end());
-    header[s.name] = {
-        {"dtype", s.dtype}, {"shape", s.shape}, {"data_offsets", {begin, data.size()}}};
-  }
-  std::string text = header.dump();
-  while (text.size() % 8 != 0) text += ' ';
-  std::ofstream out(path, std::ios::binary);
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t(text.size()) >> (8 * i));
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-  REQUIRE(out.good());
-}
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   REQUIRE(out.good());
-}
-
-template <typename Fn>
-std::string expect_error(Fn&& fn, ErrorCode code, const std::vector<std::string>& needles) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    INFO("message: " << msg);
-    CHECK(e.code() == code);
-    CHECK(msg.find('\n') == std::string::npos);
-    for (const auto& n : needles) CHECK(msg.find(n) != std::string::npos);
-    return msg;
-  }
-  FAIL("no sampan::Error thrown");
-  return {};
 }
 
 void check_bytes(const Tensor& t, const Spec& s) {
@@ -135,7 +60,7 @@ struct ShardedModel {
 }  // namespace
 
 TEST_CASE("WeightStore: single model.safetensors") {
-  TempDir dir;
+  TempDir dir("ws");
   const std::vector<Spec> specs = {spec("w.a", "F32", {7, 3}, 1), spec("w.b", "BF16", {5}, 2),
                                    spec("w.c", "I8", {33}, 3), spec("w.d", "BF16", {1, 3}, 4)};
   write_safetensors(dir.file("model.safetensors"), specs);
@@ -173,7 +98,7 @@ TEST_CASE("WeightStore: single model.safetensors") {
 }
 
 TEST_CASE("WeightStore: a safetensors file given directly") {
-  TempDir dir;
+  TempDir dir("ws");
   const Spec s = spec("x", "F32", {4}, 1);
   write_safetensors(dir.file("only.safetensors"), {s});
   const WeightStore store = WeightStore::open(dir.file("only.safetensors"));
@@ -181,7 +106,7 @@ TEST_CASE("WeightStore: a safetensors file given directly") {
 }
 
 TEST_CASE("WeightStore: sharded checkpoint with an index") {
-  TempDir dir;
+  TempDir dir("ws");
   const ShardedModel m;
   m.write(dir);
   // A stray shard that the index does not reference is never opened (its tensor names clash).
@@ -210,7 +135,7 @@ TEST_CASE("WeightStore: sharded checkpoint with an index") {
 }
 
 TEST_CASE("WeightStore: several safetensors files without an index") {
-  TempDir dir;
+  TempDir dir("ws");
   const std::vector<Spec> a = {spec("a.0", "F32", {3}, 1), spec("a.1", "I32", {2, 2}, 2)};
   const std::vector<Spec> b = {spec("b.0", "BF16", {5, 1}, 3)};
   write_safetensors(dir.file("part-b.safetensors"), b);
@@ -233,7 +158,7 @@ TEST_CASE("WeightStore: several safetensors files without an index") {
 }
 
 TEST_CASE("WeightStore::get_as checks shape and dtype") {
-  TempDir dir;
+  TempDir dir("ws");
   write_safetensors(dir.file("model.safetensors"),
                     {spec("x", "BF16", {4, 8}, 1), spec("v", "F32", {8}, 2)});
   const WeightStore store = WeightStore::open(dir.str());
@@ -261,7 +186,7 @@ TEST_CASE("WeightStore::get_as checks shape and dtype") {
 }
 
 TEST_CASE("WeightStore: directory errors") {
-  TempDir dir;
+  TempDir dir("ws");
   SECTION("missing directory") {
     expect_error([&] { WeightStore::open(dir.file("absent")); }, ErrorCode::kNotFound,
                  {dir.file("absent"), "does not exist"});
@@ -279,7 +204,7 @@ TEST_CASE("WeightStore: directory errors") {
 }
 
 TEST_CASE("WeightStore: index errors name the index, shard and tensor") {
-  TempDir dir;
+  TempDir dir("ws");
   const ShardedModel m;
   m.write(dir);
   const std::string index_path = dir.file("model.safetensors.index.json");
