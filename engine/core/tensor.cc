@@ -53,6 +53,13 @@ std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, Device device,
   return s;
 }
 
+std::shared_ptr<Storage> Storage::wrap_read_only(const void* data, size_t bytes, Device device,
+                                                 std::shared_ptr<const void> keepalive) {
+  std::shared_ptr<Storage> s = wrap(const_cast<void*>(data), bytes, device, std::move(keepalive));
+  s->read_only_ = true;
+  return s;
+}
+
 Storage::~Storage() {
   if (allocator_) allocator_->deallocate(data_, bytes_);
 }

@@ -31,6 +31,10 @@ class Storage {
   // Views external memory; `keepalive` holds whatever owns it (e.g. a mapped file).
   static std::shared_ptr<Storage> wrap(void* data, size_t bytes, Device device,
                                        std::shared_ptr<const void> keepalive);
+  // Views memory that must never be written (a read-only file mapping). Ops that write into
+  // an input in place check read_only() and refuse with an error instead of faulting.
+  static std::shared_ptr<Storage> wrap_read_only(const void* data, size_t bytes, Device device,
+                                                 std::shared_ptr<const void> keepalive);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -38,6 +42,7 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  bool read_only() const { return read_only_; }
 
  private:
   Storage() = default;
@@ -45,6 +50,7 @@ class Storage {
   size_t bytes_ = 0;
   Device device_;
   Allocator* allocator_ = nullptr;  // null when wrapping external memory
+  bool read_only_ = false;
   std::shared_ptr<const void> keepalive_;
 };
 

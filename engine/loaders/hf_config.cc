@@ -272,6 +272,19 @@ HfConfig parse_hf_config(std::string_view json_text, const std::string& source) 
   c.source = source;
   c.arch = parse_arch(keys, &c.model_type);
 
+  // Pre-quantised checkpoints (GPTQ, AWQ, FP8, ...) carry packed tensors under other names;
+  // refuse them here with the reason rather than later as a missing tensor.
+  if (root.contains("quantization_config")) {
+    const json& q = root["quantization_config"];
+    const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+                                   ? q["quant_method"].get<std::string>()
+                                   : std::string("unknown");
+    fail(ErrorCode::kUnsupported,
+         "{}: key 'quantization_config' (quant_method '{}'): pre-quantised checkpoints are not "
+         "supported yet; load the unquantised model",
+         source, printable(method));
+  }
+
   const std::string act = keys.opt_string("hidden_act").value_or("silu");
   SAMPAN_CHECK(act == "silu", ErrorCode::kUnsupported,
                "{}: key 'hidden_act' is '{}'; only silu is supported", source, printable(act));

@@ -65,6 +65,9 @@ void run_cpu(const KernelContext& ctx) {
   }
   SAMPAN_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), ErrorCode::kInternal,
                "node '{}': KV cache must be contiguous", ctx.node.name);
+  SAMPAN_CHECK(!k_cache.storage()->read_only() && !v_cache.storage()->read_only(),
+               ErrorCode::kInvalidArgument, "node '{}': KV cache is read-only memory",
+               ctx.node.name);
   cpu::kv_cache_write(q.dim(0), s, k.data<float>(), row_stride(k), v.data<float>(), row_stride(v),
                       p, k_cache.data<float>(), v_cache.data<float>());
   const Tensor& out = ctx.outputs[0];

@@ -41,6 +41,26 @@ enum class GemmEpilogue {
 // y: [m, n_out] f32, row stride ldy; n_out = w.n() for kStore, rows[0] for kSiluMul.
 // Small m (decode) streams W once at memory speed; large m (prefill) uses AMX tiles for
 // bf16/f16 weights when the CPU has them (x is rounded to bf16 there), else AVX-512/AVX2 FMA.
+//
+// What a caller may rely on (implementation: gemm_cpu.cc, gemm_avx2.cc, gemm_avx512.cc,
+// gemm_amx.cc; internal contract in gemm_internal.h):
+//  - Any m >= 1, k >= 1, rows[i] >= 1 (m == 0 does nothing); ldx >= k, ldy >= n_out. Only
+//    y[i, 0:n_out] is written; x and y must not overlap. dtype is kF32, kF16 or kBF16.
+//  - Weights are read with unaligned loads (2-byte alignment is enough, as in an mmapped
+//    safetensors file), never past the end of a block, and never repacked persistently: small m
+//    streams them in place; the AMX and large-m FMA paths copy a few rows at a time into
+//    per-thread scratch.
+//  - Work is split over runner.concurrency() workers in contiguous ranges of output columns
+//    (and of rows of x when there are fewer column blocks than workers).
+//  - Accuracy. FMA path (every f32 weight; bf16/f16 with m < gemm_detail::kAmxMinM = 6, or on
+//    CPUs without AMX): weights convert to f32 exactly and products accumulate in f32, so the
+//    error is f32 summation error (~1e-6 relative to sum |x||w|). AMX path (bf16/f16 weights,
+//    m >= 6, CPU with AMX-BF16): x is rounded to bf16 (round to nearest, relative error up to
+//    2^-8 per element) and f16 weights too; error up to ~2^-8 of sum |x||w| (2^-7 for f16
+//    weights). Set SAMPAN_CPU_ISA=avx512 to keep f32 x at any m. kSiluMul's exp is ~2 ulp.
+//  - Scratch memory is kept per thread between calls: on the AMX path the bf16 copy of x
+//    (2*m*k bytes) and, when x is too big for L2 and k > 2048, f32 partial sums (about
+//    4*n*min(m, 320) bytes); on the FMA path O(m + k) floats.
 void gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue epilogue,
           float* y, int64_t ldy, TaskRunner& runner);
 

@@ -441,3 +441,19 @@ TEST_CASE("hf_config: malformed configs name the file and key") {
                  {src, "not valid JSON"});
   }
 }
+
+TEST_CASE("a pre-quantised checkpoint is refused with the method named", "[loaders]") {
+  const std::string text = R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10,
+    "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
+    "num_attention_heads": 2, "max_position_embeddings": 32, "rms_norm_eps": 1e-5,
+    "quantization_config": {"quant_method": "gptq", "bits": 4}})";
+  try {
+    sampan::parse_hf_config(text, "q/config.json");
+    FAIL("expected an error");
+  } catch (const sampan::Error& e) {
+    CHECK(e.code() == sampan::ErrorCode::kUnsupported);
+    CHECK(std::string(e.what()) ==
+          "q/config.json: key 'quantization_config' (quant_method 'gptq'): pre-quantised "
+          "checkpoints are not supported yet; load the unquantised model");
+  }
+}

@@ -1,0 +1,480 @@
+// bf16/f16-weight GEMM on AMX-BF16 tiles (Sapphire Rapids and later). x is rounded to bf16
+// (round to nearest even) and f16 weights are converted to bf16; products accumulate in f32.
+//
+// We compute Cᵀ = W·Xᵀ so the weight is the A operand: a tile is 16 weight rows x 32 k, which is
+// how the row-major weight already lies, so W needs no transpose. X is packed once per call to
+// bf16 in the VNNI layout the B operand wants: for each 16-row m-block and 32-wide k-step, a
+// 1 KiB tile whose row r holds (x[m][2r], x[m][2r+1]) for the 16 m. The 16x16 f32 results are
+// stored, transposed and written to y with the bias / SiLU-mul epilogue.
+// Tiles: tmm0..3 = C for (2 weight groups) x (2 m-blocks), tmm4/5 = A, tmm6/7 = B.
+//
+// Weight rows are taken in "groups" of 16 rows inside one block and processed two groups at a
+// time (a "unit": 32 output columns, or for kSiluMul 16 gate rows with the matching 16 up rows).
+// Each k-chunk of a unit is copied into an aligned, tile-ordered scratch panel (converting f16,
+// zero-filling short groups and the k tail) rather than loaded in place with a k*2-byte stride:
+// weights in a safetensors file are not 64-byte aligned, and a misaligned tile row touches two
+// cache lines (measured 3x slower tile loads). The copy reads each row once per m-chunk and
+// never past the end of a block; while a unit computes, the next unit's rows are prefetched.
+//
+// Blocking: k in chunks of <= kChunkSteps*32 and m in chunks sized so the packed x chunk
+// (<= kXChunkBytes) stays in L2 while the units stream past it; a unit's panel is reused by
+// every m-block pair of the chunk from L2. Partial sums between k-chunks live in a per-thread
+// f32 buffer. Threads take contiguous ranges of units (and of m-block pairs when there are
+// fewer units than threads). Tiles are configured per task and released at its end.
+//
+// GCC 12 reports its own intrinsics' _mm512_undefined_* pass-through operands as
+// maybe-uninitialized (fixed in GCC 13); the warning points into the header, so it is silenced
+// before the header is read.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/gemm_internal.h"
+
+namespace sampan::cpu::gemm_detail {
+namespace {
+
+constexpr int64_t kChunkSteps = 64;        // k-steps (of 32) per k-chunk when x is large
+constexpr int64_t kXChunkBytes = 5 << 18;  // budget for the packed x chunk kept in L2 (1.25 MiB)
+constexpr int64_t kTileElems = 512;        // bf16 elements in one 16x32 tile
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+void configure_tiles() {
+  TileConfig cfg{};
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+inline __mmask16 mask16(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// Packs x rows [16*mb, 16*mb + 16) into VNNI tiles, one per k-step; rows >= m and columns >= k
+// are zero. x: [m, ldx] f32; xp: [n_kb, 16, 16, 2] bf16.
+void pack_x_block(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mb, int64_t n_kb,
+                  uint16_t* xp) {
+  for (int64_t kb = 0; kb < n_kb; ++kb) {
+    const int64_t c = kb * 32;
+    const __mmask16 lo = mask16(k - c), hi = mask16(k - c - 16);
+    __m512i r[16];
+    for (int i = 0; i < 16; ++i) {
+      const int64_t row = mb * 16 + i;
+      if (row < m) {
+        const float* p = x + row * ldx + c;
+        const __m512bh v =
+            _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, p + 16), _mm512_maskz_loadu_ps(lo, p));
+        r[i] = reinterpret_cast<const __m512i&>(v);
+      } else {
+        r[i] = _mm512_setzero_si512();
+      }
+    }
+    transpose16(r);
+    for (int i = 0; i < 16; ++i) _mm512_storeu_si512(xp + kb * kTileElems + i * 32, r[i]);
+  }
+}
+
+// 16 weight rows (or fewer) of one block.
+struct Group {
+  const uint16_t* data = nullptr;  // first row: [rows, k]
+  int64_t rows = 0;                // 1..16
+  int64_t col = 0;                 // output column of the first row
+  const float* bias = nullptr;     // [rows] or null
+};
+
+struct Unit {
+  Group g[2];
+  int n_groups = 0;
+};
+
+std::vector<Unit> make_units(const GemmWeights& w, GemmEpilogue ep) {
+  std::vector<Unit> units;
+  if (ep == GemmEpilogue::kSiluMul) {
+    for (int64_t r = 0; r < w.rows[0]; r += 16) {
+      Unit u;
+      u.n_groups = 2;
+      for (int b = 0; b < 2; ++b) {
+        u.g[b] = {static_cast<const uint16_t*>(w.data[b]) + r * w.k,
+                  std::min<int64_t>(16, w.rows[0] - r), r, w.bias[b] ? w.bias[b] + r : nullptr};
+      }
+      units.push_back(u);
+    }
+    return units;
+  }
+  std::vector<Group> groups;
+  int64_t base = 0;
+  for (int b = 0; b < w.n_blocks; ++b) {
+    for (int64_t r = 0; r < w.rows[b]; r += 16) {
+      groups.push_back({static_cast<const uint16_t*>(w.data[b]) + r * w.k,
+                        std::min<int64_t>(16, w.rows[b] - r), base + r,
+                        w.bias[b] ? w.bias[b] + r : nullptr});
+    }
+    base += w.rows[b];
+  }
+  for (size_t i = 0; i < groups.size(); i += 2) {
+    Unit u;
+    u.g[0] = groups[i];
+    u.n_groups = 1;
+    if (i + 1 < groups.size()) {
+      u.g[1] = groups[i + 1];
+      u.n_groups = 2;
+    }
+    units.push_back(u);
+  }
+  return units;
+}
+
+struct AmxScratch {
+  AlignedBuffer<uint16_t> panel[2];  // per group: [steps, 16, 32] bf16, one A tile per k-step
+  AlignedBuffer<float> acc;          // [units, m-pairs, 4, 16, 16] partial C between k-chunks
+  alignas(64) float c[2][1024];      // finished C tiles, double-buffered for the late epilogue
+};
+
+AmxScratch& amx_scratch() {
+  thread_local AmxScratch s;
+  return s;
+}
+
+inline __mmask32 mask32(int64_t n) {
+  return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
+}
+
+// Copies k-steps [kb0, kb1) of a group into tile order, converting f16 to bf16 and zero-filling
+// rows >= grp.rows and columns >= k, so tile loads are aligned, contiguous 1 KiB reads and no
+// load touches memory past the block. dst: [kb1 - kb0, 16, 32] bf16, 64-byte aligned.
+void pack_a(const Group& grp, bool is_f16, int64_t k, int64_t kb0, int64_t kb1, uint16_t* dst) {
+  // k-step outer, row inner: the 16 rows are read as 16 concurrent streams, which keeps more
+  // DRAM requests in flight than reading one 4 KiB row after another.
+  for (int64_t kb = kb0; kb < kb1; ++kb) {
+    const int64_t c = kb * 32;
+    const __mmask16 lo_mask = mask16(k - c), hi_mask = mask16(k - c - 16);
+    const __mmask32 mask = mask32(k - c);
+    uint16_t* out = dst + (kb - kb0) * kTileElems;
+    for (int r = 0; r < 16; ++r) {
+      __m512i v = _mm512_setzero_si512();
+      if (r < grp.rows) {
+        const uint16_t* src = grp.data + r * k + c;
+        if (is_f16) {
+          const __m512 lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lo_mask, src));
+          const __m512 hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(hi_mask, src + 16));
+          const __m512bh h = _mm512_cvtne2ps_pbh(hi, lo);
+          v = reinterpret_cast<const __m512i&>(h);
+        } else {
+          v = _mm512_maskz_loadu_epi16(mask, src);
+        }
+      }
+      _mm512_store_si512(out + r * 32, v);
+    }
+  }
+}
+
+// Walks up to 32 byte ranges a few cache lines at a time, spread over the steps of a tile loop:
+// the weight rows the next unit will pack (so they come from DRAM into L2 while tiles compute
+// instead of stalling pack_a), and the rows of y the current pair will write (so the epilogue's
+// stores do not each wait for a read-for-ownership miss).
+class LinePrefetcher {
+ public:
+  void clear() { n_ = cur_ = 0; }
+  void add(const void* p, int64_t bytes) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    begin_[n_] = a & ~uintptr_t(63);
+    end_[n_] = a + bytes;
+    ++n_;
+  }
+  void start() {
+    cur_ = 0;
+    at_ = n_ ? begin_[0] : 0;
+  }
+  int64_t lines() const {
+    int64_t n = 0;
+    for (int i = 0; i < n_; ++i) n += (end_[i] - begin_[i] + 63) / 64;
+    return n;
+  }
+  template <int kHint>
+  void next(int64_t n) {
+    for (; n > 0 && cur_ < n_; --n) {
+      _mm_prefetch(reinterpret_cast<const char*>(at_), static_cast<_mm_hint>(kHint));
+      at_ += 64;
+      if (at_ >= end_[cur_] && ++cur_ < n_) at_ = begin_[cur_];
+    }
+  }
+
+ private:
+  uintptr_t begin_[32], end_[32];
+  uintptr_t at_ = 0;
+  int n_ = 0, cur_ = 0;
+};
+
+// Prefetch work per tile step: `w` lines of weights for the next unit, `y` lines of output.
+struct StepPrefetch {
+  LinePrefetcher* w;
+  int64_t w_lines;
+  LinePrefetcher* y;
+  int64_t y_lines;
+};
+
+// C[g][b] += A_g · B_b over k-steps [s0, s1), with G weight groups and NB m-blocks. The C tiles
+// are already loaded or zeroed. a0/a1: packed A of each group; xp0/xp1: the B tile of each
+// m-block for step 0. Loads sit right before their first use so a load can overlap the previous
+// product (tile registers are not renamed).
+template <int G, int NB>
+void tile_loop(const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0, const uint16_t* xp1,
+               int64_t s0, int64_t s1, const StepPrefetch& pf) {
+  for (int64_t s = s0; s < s1; ++s) {
+    _tile_loadd(4, a0 + s * kTileElems, 64);
+    _tile_loadd(6, xp0 + s * kTileElems, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (NB == 2) {
+      _tile_loadd(7, xp1 + s * kTileElems, 64);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (G == 2) {
+      _tile_loadd(5, a1 + s * kTileElems, 64);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (NB == 2) _tile_dpbf16ps(3, 5, 7);
+    }
+    pf.w->next<_MM_HINT_T1>(pf.w_lines);
+    pf.y->next<_MM_HINT_T0>(pf.y_lines);
+  }
+}
+
+void run_tiles(int G, int NB, const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0,
+               const uint16_t* xp1, int64_t s0, int64_t s1, const StepPrefetch& pf) {
+  if (G == 2 && NB == 2) tile_loop<2, 2>(a0, a1, xp0, xp1, s0, s1, pf);
+  if (G == 2 && NB == 1) tile_loop<2, 1>(a0, a1, xp0, xp1, s0, s1, pf);
+  if (G == 1 && NB == 2) tile_loop<1, 2>(a0, a1, xp0, xp1, s0, s1, pf);
+  if (G == 1 && NB == 1) tile_loop<1, 1>(a0, a1, xp0, xp1, s0, s1, pf);
+}
+
+// c: [16 weight rows, 16 m] f32 for tile t = 2*g + b.
+void load_c(const float* c) {
+  _tile_loadd(0, c, 64);
+  _tile_loadd(1, c + 256, 64);
+  _tile_loadd(2, c + 512, 64);
+  _tile_loadd(3, c + 768, 64);
+}
+
+void store_c(float* c) {
+  _tile_stored(0, c, 64);
+  _tile_stored(1, c + 256, 64);
+  _tile_stored(2, c + 512, 64);
+  _tile_stored(3, c + 768, 64);
+}
+
+// Transposed tile (16 weight rows x 16 m) -> t[i] = the 16 outputs of row m0 + i.
+inline void load_transposed(const float* c, __m512i t[16]) {
+  for (int j = 0; j < 16; ++j) t[j] = _mm512_loadu_si512(c + j * 16);
+  transpose16(t);
+}
+
+// Writes the finished C tiles of a unit for m rows [m0, m0 + 16*NB) to y.
+void epilogue(const Unit& u, GemmEpilogue ep, const float* c, int NB, int64_t m0, int64_t m,
+              float* y, int64_t ldy) {
+  for (int b = 0; b < NB; ++b) {
+    const int64_t rows_m = std::min<int64_t>(16, m - (m0 + 16 * b));
+    if (rows_m <= 0) break;
+    if (ep == GemmEpilogue::kSiluMul) {
+      const Group& gg = u.g[0];
+      const Group& gu = u.g[1];
+      const __mmask16 mask = mask16(gg.rows);
+      const __m512 bg = gg.bias ? _mm512_maskz_loadu_ps(mask, gg.bias) : _mm512_setzero_ps();
+      const __m512 bu = gu.bias ? _mm512_maskz_loadu_ps(mask, gu.bias) : _mm512_setzero_ps();
+      __m512i tg[16], tu[16];
+      load_transposed(c + (0 + b) * 256, tg);
+      load_transposed(c + (2 + b) * 256, tu);
+      for (int64_t i = 0; i < rows_m; ++i) {
+        const __m512 g = _mm512_add_ps(_mm512_castsi512_ps(tg[i]), bg);
+        const __m512 up = _mm512_add_ps(_mm512_castsi512_ps(tu[i]), bu);
+        _mm512_mask_storeu_ps(y + (m0 + 16 * b + i) * ldy + gg.col, mask,
+                              _mm512_mul_ps(silu512(g), up));
+      }
+      continue;
+    }
+    for (int g = 0; g < u.n_groups; ++g) {
+      const Group& grp = u.g[g];
+      const __mmask16 mask = mask16(grp.rows);
+      const __m512 bias = grp.bias ? _mm512_maskz_loadu_ps(mask, grp.bias) : _mm512_setzero_ps();
+      __m512i t[16];
+      load_transposed(c + (2 * g + b) * 256, t);
+      for (int64_t i = 0; i < rows_m; ++i) {
+        _mm512_mask_storeu_ps(y + (m0 + 16 * b + i) * ldy + grp.col, mask,
+                              _mm512_add_ps(_mm512_castsi512_ps(t[i]), bias));
+      }
+    }
+  }
+}
+
+struct AmxJob {
+  const Unit* units;
+  bool is_f16;
+  int64_t k, n_kb, n_mb, m;
+  const uint16_t* xp;  // [n_mb, n_kb, 16, 16, 2]
+  GemmEpilogue ep;
+  float* y;
+  int64_t ldy;
+  int64_t chunk_steps;  // k-steps per k-chunk
+  int64_t mc_pairs;     // m-block pairs per m-chunk
+};
+
+// A finished (unit, pair) whose epilogue is still to run.
+struct PendingEpilogue {
+  const Unit* unit = nullptr;
+  int nb = 0;
+  int64_t m0 = 0;
+  float* c = nullptr;  // [4, 16, 16]
+};
+
+// Units [u0, u1) against m-block pairs [p0, p1).
+void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t p1) {
+  AmxScratch& s = amx_scratch();
+  const int64_t n_kc = (job.n_kb + job.chunk_steps - 1) / job.chunk_steps;
+  if (n_kc > 1) {
+    const size_t need = static_cast<size_t>((u1 - u0) * job.mc_pairs * 1024);
+    s.acc.reserve(static_cast<int64_t>(need));
+  }
+  for (auto& panel : s.panel) panel.reserve(job.chunk_steps * kTileElems);
+  LinePrefetcher pf_w, pf_y;
+  PendingEpilogue pending;
+  auto flush = [&] {
+    if (pending.unit)
+      epilogue(*pending.unit, job.ep, pending.c, pending.nb, pending.m0, job.m, job.y, job.ldy);
+    pending.unit = nullptr;
+  };
+  int flip = 0;
+  configure_tiles();
+  for (int64_t pc = p0; pc < p1; pc += job.mc_pairs) {
+    const int64_t pe = std::min(p1, pc + job.mc_pairs);
+    for (int64_t kc = 0; kc < n_kc; ++kc) {
+      const int64_t kb0 = kc * job.n_kb / n_kc, kb1 = (kc + 1) * job.n_kb / n_kc;
+      const int64_t steps = kb1 - kb0;
+      for (int64_t ui = u0; ui < u1; ++ui) {
+        const Unit& u = job.units[ui];
+        for (int g = 0; g < u.n_groups; ++g) {
+          pack_a(u.g[g], job.is_f16, job.k, kb0, kb1, s.panel[g].data());
+        }
+        pf_w.clear();
+        if (ui + 1 < u1) {
+          const Unit& next = job.units[ui + 1];
+          const int64_t bytes = (std::min(job.k, kb1 * 32) - kb0 * 32) * 2;
+          for (int g = 0; g < next.n_groups; ++g) {
+            for (int64_t r = 0; r < next.g[g].rows; ++r) {
+              pf_w.add(next.g[g].data + r * job.k + kb0 * 32, bytes);
+            }
+          }
+        }
+        pf_w.start();
+        const int64_t unit_steps = (pe - pc) * steps;
+        const int64_t w_lines = (pf_w.lines() + unit_steps - 1) / unit_steps;
+        // Output columns of this unit: contiguous for kStore, the gate half for kSiluMul.
+        const int64_t y_col = u.g[0].col;
+        const int64_t y_cols = job.ep == GemmEpilogue::kSiluMul || u.n_groups == 1
+                                   ? u.g[0].rows
+                                   : u.g[1].col + u.g[1].rows - y_col;
+        for (int64_t p = pc; p < pe; ++p) {
+          const int64_t mb = 2 * p;
+          const int NB = mb + 1 < job.n_mb ? 2 : 1;
+          float* acc =
+              n_kc > 1 ? s.acc.data() + ((ui - u0) * job.mc_pairs + (p - pc)) * 1024 : nullptr;
+          if (kc == 0) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+          } else {
+            load_c(acc);
+          }
+          const uint16_t* xp0 = job.xp + (mb * job.n_kb + kb0) * kTileElems;
+          const uint16_t* xp1 = xp0 + job.n_kb * kTileElems;
+          pf_y.clear();
+          if (kc + 1 == n_kc) {
+            for (int64_t i = mb * 16; i < std::min(job.m, mb * 16 + 16 * NB); ++i) {
+              pf_y.add(job.y + i * job.ldy + y_col, y_cols * 4);
+            }
+          }
+          pf_y.start();
+          const StepPrefetch pf{&pf_w, w_lines, &pf_y, (pf_y.lines() + steps - 1) / steps};
+          // The previous pair's epilogue runs after a few steps have been queued, so the vector
+          // work overlaps the tile products instead of waiting in line behind them.
+          const int64_t split = std::min<int64_t>(steps, 4);
+          run_tiles(u.n_groups, NB, s.panel[0].data(), s.panel[1].data(), xp0, xp1, 0, split, pf);
+          flush();
+          run_tiles(u.n_groups, NB, s.panel[0].data(), s.panel[1].data(), xp0, xp1, split, steps,
+                    pf);
+          if (kc + 1 < n_kc) {
+            store_c(acc);
+          } else {
+            float* c = s.c[flip];
+            flip ^= 1;
+            store_c(c);
+            pending = {&u, NB, mb * 16, c};
+          }
+        }
+      }
+    }
+  }
+  flush();
+  _tile_release();
+}
+
+AlignedBuffer<uint16_t>& packed_x() {
+  thread_local AlignedBuffer<uint16_t> xp;
+  return xp;
+}
+
+}  // namespace
+
+void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
+              float* y, int64_t ldy, TaskRunner& runner) {
+  const int64_t k = w.k;
+  const int64_t n_kb = (k + 31) / 32;
+  const int64_t n_mb = (m + 15) / 16;
+  const int64_t threads = std::max(1, runner.concurrency());
+
+  AlignedBuffer<uint16_t>& xp = packed_x();
+  xp.reserve(n_mb * n_kb * kTileElems);
+  const int64_t pack_tasks = std::min(threads, n_mb);
+  runner.run(pack_tasks, [&](int64_t t) {
+    for (int64_t mb = n_mb * t / pack_tasks; mb < n_mb * (t + 1) / pack_tasks; ++mb) {
+      pack_x_block(x, ldx, m, k, mb, n_kb, xp.data() + mb * n_kb * kTileElems);
+    }
+  });
+
+  const std::vector<Unit> units = make_units(w, ep);
+  const int64_t n_units = static_cast<int64_t>(units.size());
+  const int64_t n_pairs = (n_mb + 1) / 2;
+  // k is only split when all of x would not fit the L2 budget: with few rows of x (batched
+  // decode) one k-chunk avoids the partial-sum round trips and packs each unit in one go.
+  const int64_t max_steps = std::max(kChunkSteps, kXChunkBytes / (n_pairs * 2048));
+  const int64_t n_kc = (n_kb + max_steps - 1) / max_steps;
+  const int64_t chunk_steps = (n_kb + n_kc - 1) / n_kc;
+  // Balanced m-chunks of at most the L2 budget (2 KiB of packed x per pair and k-step).
+  const int64_t max_pairs = std::max<int64_t>(1, kXChunkBytes / (chunk_steps * 2048));
+  const int64_t n_mc = (n_pairs + max_pairs - 1) / max_pairs;
+  const int64_t mc_pairs = (n_pairs + n_mc - 1) / n_mc;
+  const AmxJob job{
+      units.data(), w.dtype == DType::kF16, k, n_kb, n_mb, m, xp.data(), ep, y, ldy, chunk_steps,
+      mc_pairs};
+
+  const int64_t n_chunks = std::min(threads, n_units);
+  const int64_t m_chunks = std::min((threads + n_chunks - 1) / n_chunks, n_pairs);
+  runner.run(n_chunks * m_chunks, [&](int64_t t) {
+    const int64_t nc = t % n_chunks, mc = t / n_chunks;
+    const int64_t u0 = n_units * nc / n_chunks, u1 = n_units * (nc + 1) / n_chunks;
+    const int64_t p0 = n_pairs * mc / m_chunks, p1 = n_pairs * (mc + 1) / m_chunks;
+    if (u0 < u1 && p0 < p1) run_amx_task(job, u0, u1, p0, p1);
+  });
+}
+
+}  // namespace sampan::cpu::gemm_detail

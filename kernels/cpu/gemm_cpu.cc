@@ -1,0 +1,355 @@
+// Dispatch for cpu::gemm and the ISA-agnostic drivers of the FMA path (micro-kernels in
+// gemm_avx2.cc / gemm_avx512.cc; the AMX path is all in gemm_amx.cc).
+//
+// Dispatch: bf16/f16 weights with m >= kAmxMinM on a CPU with AMX go to gemm_amx; everything
+// else (every f32 weight) takes the FMA path of the active ISA, with the dot kernels below
+// kPanelMinM rows of x and the panel kernels from there (thresholds in gemm_internal.h).
+//
+// Dot driver (decode): the output columns are split into one contiguous chunk per worker. A
+// chunk is walked in stripes of up to kStripe columns that never straddle a weight block; a
+// stripe in row-blocks of R weight rows (kStore: R consecutive rows; kSiluMul: R/2 gate rows and
+// the same R/2 up rows, so both halves of each output are ready together). Each row-block is
+// multiplied with all m rows of x before moving on, so every weight byte comes from memory once
+// per call: in one kernel call when a kernel table covers m, otherwise in k-chunks of kChunk
+// columns, running every m-group over a chunk while its R rows sit in L1.
+//
+// Panel driver (prefill without AMX, or f32 weights): per panel of NR output columns and
+// k-chunk, the weights are packed k-major to f32 once and every MR-row block of x runs against
+// them; sums collect in a per-thread [m, NR] buffer that the epilogue reads.
+#include "kernels/cpu/gemm_cpu.h"
+
+#include <algorithm>
+#include <cassert>
+#include <vector>
+
+#include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/isa.h"
+
+namespace sampan::cpu {
+namespace {
+
+using gemm_detail::AlignedBuffer;
+using gemm_detail::DotTable;
+using gemm_detail::FmaKernels;
+using gemm_detail::kMaxDotRows;
+using gemm_detail::kMaxLanes;
+using gemm_detail::PanelKernels;
+
+constexpr int64_t kStripe = 64;  // output columns per epilogue pass
+constexpr int64_t kChunk = 512;  // k columns per chunk when x has several m-groups (x 32)
+// Converting a row-block chunk to f32 once pays off when at least this many m-groups reuse it;
+// below that the kernels convert in registers for free (they wait on memory anyway).
+constexpr int64_t kPreconvertGroups = 3;
+
+int dtype_index(DType t) {
+  switch (t) {
+    case DType::kF32: return gemm_detail::kDtF32;
+    case DType::kF16: return gemm_detail::kDtF16;
+    case DType::kBF16: return gemm_detail::kDtBF16;
+    default: break;
+  }
+  return -1;
+}
+
+struct FmaJob {
+  const FmaKernels* kt;
+  int dt;
+  int64_t elem_bytes;
+  int64_t m;
+  const float* x;  // [m - x_row0, ldx]: row i of x is at x + (i - x_row0) * ldx
+  int64_t ldx;
+  int64_t x_row0;
+  const GemmWeights* w;
+  GemmEpilogue ep;
+  float* y;  // [m, ldy]
+  int64_t ldy;
+};
+
+// Per-thread scratch, grown on demand and kept: a decode step calls gemm hundreds of times.
+struct FmaScratch {
+  std::vector<float> acc;      // [m, R, kMaxLanes] partial sums between k-chunks
+  std::vector<float> out;      // [m, R] finished dot products of one row-block
+  std::vector<float> up;       // [m, kStripe] up-projection results of one stripe (kSiluMul)
+  std::vector<float> wf32;     // [R, kChunk] row-block chunk converted to f32
+  AlignedBuffer<float> xpair;  // [m, round_up(k, 32)] x in the bf16 kernels' pair layout
+};
+
+FmaScratch& fma_scratch() {
+  thread_local FmaScratch s;
+  return s;
+}
+
+// Whether the dot kernels of this job read x in pair layout (FmaKernels::bf16_pair_x).
+bool pair_layout(const FmaJob& job) {
+  return job.dt == gemm_detail::kDtBF16 && job.kt->bf16_pair_x != nullptr;
+}
+
+// The kernel shape for mr rows of x: one pass over the weights whenever a table covers mr.
+const DotTable& pick_table(const FmaKernels& kt, int64_t mr) {
+  if (mr <= kt.narrow.max_m) return kt.narrow;
+  if (mr >= kt.wide.min_m && mr <= kt.wide.max_m) return kt.wide;
+  return kt.narrow;
+}
+
+// out[(i - i0) * R + r] = x[i] · rows[r] for i in [i0, i1).
+// rows: R pointers to weight rows of length k.
+void dot_rows(const FmaJob& job, const DotTable& t, const void* const* rows, int64_t i0, int64_t i1,
+              FmaScratch& s) {
+  const FmaKernels& kt = *job.kt;
+  const int64_t k = job.w->k;
+  const int64_t mr = i1 - i0;
+  const int R = t.rows;
+  float* out = s.out.data();
+  if (mr <= t.max_m) {
+    t.dot[job.dt][mr](rows, job.x + (i0 - job.x_row0) * job.ldx, job.ldx, 0, k, s.acc.data(), true,
+                      true, out);
+    return;
+  }
+  const int64_t n_groups = (mr + t.max_m - 1) / t.max_m;
+  // (Not with x in pair layout: f32 weights would not match it, and those bf16 kernels widen
+  // weights with one ALU op per vector anyway.)
+  const bool preconvert =
+      job.dt != gemm_detail::kDtF32 && n_groups >= kPreconvertGroups && !pair_layout(job);
+  const int dt = preconvert ? gemm_detail::kDtF32 : job.dt;
+  for (int64_t c0 = 0; c0 < k; c0 += kChunk) {
+    const int64_t len = std::min(kChunk, k - c0);
+    const void* chunk_rows[kMaxDotRows];
+    for (int r = 0; r < R; ++r) {
+      const char* src = static_cast<const char*>(rows[r]) + c0 * job.elem_bytes;
+      if (preconvert) {
+        float* dst = s.wf32.data() + r * kChunk;
+        kt.to_f32(job.dt, src, dst, len);
+        chunk_rows[r] = dst;
+      } else {
+        chunk_rows[r] = src;
+      }
+    }
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const int64_t gi = g * t.max_m;
+      const int64_t mb = std::min<int64_t>(t.max_m, mr - gi);
+      t.dot[dt][mb](chunk_rows, job.x + (i0 + gi - job.x_row0) * job.ldx + c0, job.ldx, 0, len,
+                    s.acc.data() + gi * R * kMaxLanes, c0 == 0, c0 + len == k, out + gi * R);
+    }
+  }
+}
+
+// Output columns [j0, j0 + width) of rows [i0, i1). For kStore the columns are rows
+// [r0, r0 + width) of block b (output column = col_base + row); for kSiluMul rows [r0, ...)
+// of blocks 0 and 1 and col_base is 0.
+void run_stripe(const FmaJob& job, const DotTable& t, int b, int64_t r0, int64_t col_base,
+                int64_t width, int64_t i0, int64_t i1, FmaScratch& s) {
+  const GemmWeights& w = *job.w;
+  const int R = t.rows;
+  const bool silu = job.ep == GemmEpilogue::kSiluMul;
+  const int per_block = silu ? R / 2 : R;  // output columns per row-block
+  const int64_t row_bytes = w.k * job.elem_bytes;
+  for (int64_t c = 0; c < width; c += per_block) {
+    const int nc = static_cast<int>(std::min<int64_t>(per_block, width - c));
+    const void* rows[kMaxDotRows];
+    for (int j = 0; j < per_block; ++j) {
+      // A short last row-block repeats its last row: that row is in L1 by then.
+      const int64_t row = r0 + c + std::min(j, nc - 1);
+      if (silu) {
+        rows[j] = static_cast<const char*>(w.data[0]) + row * row_bytes;
+        rows[per_block + j] = static_cast<const char*>(w.data[1]) + row * row_bytes;
+      } else {
+        rows[j] = static_cast<const char*>(w.data[b]) + row * row_bytes;
+      }
+    }
+    dot_rows(job, t, rows, i0, i1, s);
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* o = s.out.data() + (i - i0) * R;
+      float* yrow = job.y + i * job.ldy + col_base + r0 + c;
+      if (silu) {
+        float* up = s.up.data() + (i - i0) * kStripe + c;
+        for (int j = 0; j < nc; ++j) {
+          yrow[j] = o[j] + (w.bias[0] ? w.bias[0][r0 + c + j] : 0.0f);
+          up[j] = o[per_block + j] + (w.bias[1] ? w.bias[1][r0 + c + j] : 0.0f);
+        }
+      } else {
+        for (int j = 0; j < nc; ++j) yrow[j] = o[j] + (w.bias[b] ? w.bias[b][r0 + c + j] : 0.0f);
+      }
+    }
+  }
+  if (silu) {
+    for (int64_t i = i0; i < i1; ++i) {
+      float* yrow = job.y + i * job.ldy + r0;
+      job.kt->epilogue(GemmEpilogue::kSiluMul, yrow, nullptr, s.up.data() + (i - i0) * kStripe,
+                       nullptr, yrow, width);
+    }
+  }
+}
+
+// Output columns [c0, c1) for rows [i0, i1).
+void run_fma_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64_t i1) {
+  FmaScratch& s = fma_scratch();
+  const int64_t mr = i1 - i0;
+  const DotTable& t = pick_table(*job.kt, mr);
+  const int R = t.rows;
+  if (static_cast<int64_t>(s.acc.size()) < mr * R * kMaxLanes) s.acc.resize(mr * R * kMaxLanes);
+  if (static_cast<int64_t>(s.out.size()) < mr * R) s.out.resize(mr * R);
+  if (job.ep == GemmEpilogue::kSiluMul && static_cast<int64_t>(s.up.size()) < mr * kStripe) {
+    s.up.resize(mr * kStripe);
+  }
+  if (s.wf32.size() < static_cast<size_t>(kMaxDotRows * kChunk))
+    s.wf32.resize(kMaxDotRows * kChunk);
+
+  // bf16 kernels that take x in pair layout get it here.
+  FmaJob local = job;
+  if (pair_layout(job)) {
+    const int64_t ld = (job.w->k + 31) / 32 * 32;
+    s.xpair.reserve(mr * ld);
+    for (int64_t i = i0; i < i1; ++i) {
+      job.kt->bf16_pair_x(job.x + (i - job.x_row0) * job.ldx, job.w->k,
+                          s.xpair.data() + (i - i0) * ld);
+    }
+    local.x = s.xpair.data();
+    local.ldx = ld;
+    local.x_row0 = i0;
+  }
+
+  const GemmWeights& w = *job.w;
+  const int n_segments = job.ep == GemmEpilogue::kSiluMul ? 1 : w.n_blocks;
+  int64_t base = 0;  // first output column of the current block
+  for (int b = 0; b < n_segments; ++b) {
+    const int64_t rows = w.rows[b];
+    const int64_t lo = std::max(c0, base), hi = std::min(c1, base + rows);
+    for (int64_t c = lo; c < hi; c += kStripe) {
+      run_stripe(local, t, b, c - base, base, std::min(kStripe, hi - c), i0, i1, s);
+    }
+    base += rows;
+  }
+}
+
+// Per-thread scratch of the panel kernels.
+struct PanelScratch {
+  AlignedBuffer<float> panel;  // [kc, NR]
+  AlignedBuffer<float> c;      // [m rows of the task, NR] sums of one column panel
+};
+
+PanelScratch& panel_scratch() {
+  thread_local PanelScratch s;
+  return s;
+}
+
+// Output columns [c0, c1) for rows [i0, i1) with the panel kernels: per panel of NR output
+// columns (kSiluMul: NR/2 gate rows and their NR/2 up rows), per k-chunk, pack once and run
+// every MR-row block of x against it; the epilogue reads the finished sums.
+void run_panel_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64_t i1) {
+  const PanelKernels& pk = job.kt->panel;
+  const GemmWeights& w = *job.w;
+  const bool silu = job.ep == GemmEpilogue::kSiluMul;
+  const int nr = pk.nr;
+  const int per_panel = silu ? nr / 2 : nr;
+  const int64_t mr = i1 - i0;
+  PanelScratch& s = panel_scratch();
+  s.panel.reserve(pk.kc * nr);
+  s.c.reserve(mr * nr);
+  const int64_t row_bytes = w.k * job.elem_bytes;
+  const void* rows[gemm_detail::kMaxPanelNr];
+  const int n_segments = silu ? 1 : w.n_blocks;
+  int64_t base = 0;  // first output column of the current block
+  for (int b = 0; b < n_segments; ++b) {
+    const int64_t lo = std::max(c0, base), hi = std::min(c1, base + w.rows[b]);
+    for (int64_t col = lo; col < hi; col += per_panel) {
+      const int64_t nc = std::min<int64_t>(per_panel, hi - col);
+      const int64_t r0 = col - base;
+      for (int j = 0; j < per_panel; ++j) {
+        const int64_t off = (r0 + j) * row_bytes;
+        if (silu) {
+          rows[j] = j < nc ? static_cast<const char*>(w.data[0]) + off : nullptr;
+          rows[per_panel + j] = j < nc ? static_cast<const char*>(w.data[1]) + off : nullptr;
+        } else {
+          rows[j] = j < nc ? static_cast<const char*>(w.data[b]) + off : nullptr;
+        }
+      }
+      for (int64_t kk = 0; kk < w.k; kk += pk.kc) {
+        const int64_t len = std::min(pk.kc, w.k - kk);
+        pk.pack(job.dt, rows, kk, len, s.panel.data());
+        for (int64_t i = i0; i < i1; i += pk.mr) {
+          pk.kernel(job.x + i * job.ldx + kk, job.ldx, std::min<int64_t>(pk.mr, i1 - i),
+                    s.panel.data(), len, s.c.data() + (i - i0) * nr, nr, kk > 0);
+        }
+      }
+      for (int64_t i = i0; i < i1; ++i) {
+        const float* c = s.c.data() + (i - i0) * nr;
+        float* yrow = job.y + i * job.ldy + base + r0;
+        if (silu) {
+          job.kt->epilogue(GemmEpilogue::kSiluMul, c, w.bias[0] ? w.bias[0] + r0 : nullptr,
+                           c + per_panel, w.bias[1] ? w.bias[1] + r0 : nullptr, yrow, nc);
+        } else {
+          job.kt->epilogue(GemmEpilogue::kStore, c, w.bias[b] ? w.bias[b] + r0 : nullptr, nullptr,
+                           nullptr, yrow, nc);
+        }
+      }
+    }
+    base += w.rows[b];
+  }
+}
+
+void gemm_fma(const FmaKernels& kt, int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+              GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
+  const int dt = dtype_index(w.dtype);
+  const FmaJob job{&kt, dt, dt == gemm_detail::kDtF32 ? 4 : 2, m, x, ldx, 0, &w, ep, y, ldy};
+  const int64_t n_out = ep == GemmEpilogue::kSiluMul ? w.rows[0] : w.n();
+  const bool panel = m >= gemm_detail::kPanelMinM;
+  const int64_t cols = panel ? kt.panel.nr : kt.narrow.rows;  // weight rows per kernel call
+  const int64_t granule = ep == GemmEpilogue::kSiluMul ? cols / 2 : cols;
+  const int64_t units = (n_out + granule - 1) / granule;
+  const int64_t threads = std::max(1, runner.concurrency());
+  // Decode wants one contiguous column chunk per thread; only when there are fewer column
+  // units than threads (tiny n, large m) is m split as well.
+  const int64_t n_chunks = std::min(threads, units);
+  const int64_t m_per_group = panel ? kt.panel.mr : kt.narrow.max_m;
+  const int64_t m_groups = (m + m_per_group - 1) / m_per_group;
+  const int64_t m_chunks = std::min((threads + n_chunks - 1) / n_chunks, m_groups);
+  auto task = [&](int64_t t) {
+    const int64_t nc = t % n_chunks, mc = t / n_chunks;
+    const int64_t c0 = std::min(n_out, units * nc / n_chunks * granule);
+    const int64_t c1 = std::min(n_out, units * (nc + 1) / n_chunks * granule);
+    const int64_t g0 = m_groups * mc / m_chunks, g1 = m_groups * (mc + 1) / m_chunks;
+    const int64_t i0 = g0 * m_per_group, i1 = std::min(m, g1 * m_per_group);
+    if (c0 >= c1 || i0 >= i1) return;
+    if (panel) {
+      run_panel_task(job, c0, c1, i0, i1);
+    } else {
+      run_fma_task(job, c0, c1, i0, i1);
+    }
+  };
+  const int64_t n_tasks = n_chunks * m_chunks;
+  if (n_tasks == 1) {
+    task(0);
+  } else {
+    runner.run(n_tasks, task);
+  }
+}
+
+}  // namespace
+
+void gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue epilogue,
+          float* y, int64_t ldy, TaskRunner& runner) {
+  if (m <= 0) return;
+  const int dt = dtype_index(w.dtype);
+  assert(dt >= 0 && "gemm: weight dtype must be f32, f16 or bf16");
+  assert(w.n_blocks >= 1 && w.n_blocks <= kMaxGemmBlocks && w.k >= 1 && ldx >= w.k);
+  assert(epilogue == GemmEpilogue::kStore || (w.n_blocks == 2 && w.rows[0] == w.rows[1]));
+  if (dt < 0) return;
+  const Isa isa = active_isa();
+  switch (isa) {
+    case Isa::kAmx:
+      if (dt != gemm_detail::kDtF32 && m >= gemm_detail::kAmxMinM) {
+        gemm_detail::gemm_amx(m, x, ldx, w, epilogue, y, ldy, runner);
+        return;
+      }
+      gemm_fma(gemm_detail::fma_kernels_avx512(), m, x, ldx, w, epilogue, y, ldy, runner);
+      return;
+    case Isa::kAvx512:
+      gemm_fma(gemm_detail::fma_kernels_avx512(), m, x, ldx, w, epilogue, y, ldy, runner);
+      return;
+    case Isa::kAvx2:
+      gemm_fma(gemm_detail::fma_kernels_avx2(), m, x, ldx, w, epilogue, y, ldy, runner);
+      return;
+  }
+}
+
+}  // namespace sampan::cpu

@@ -1,0 +1,206 @@
+// Internal contract between the GEMM dispatcher (gemm_cpu.cc, baseline AVX2 flags) and the
+// per-instruction-set files (gemm_avx2.cc, gemm_avx512.cc, gemm_amx.cc). Nothing here is
+// public: callers use kernels/cpu/gemm_cpu.h.
+//
+// The FMA path (f32 weights always; bf16/f16 below the AMX threshold or without AMX) has two
+// kernel families. Dot kernels (small m, memory-bound): a micro-kernel holds R weight rows in
+// registers (converted to f32 on the fly) and multiplies them with up to MB rows of x, keeping
+// R*MB vector accumulators, so every weight byte is loaded once per m-group and every x vector
+// once per R rows. Panel kernels (larger m, compute-bound): weights packed k-major to f32 and
+// an MR x NR register tile of outer products. The drivers (gemm_cpu.cc) are ISA-agnostic and
+// reach the kernels through the FmaKernels table, so no template code is compiled twice under
+// different -m flags (which would let the linker mix instruction sets).
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+#include "kernels/common/dtype.h"
+#include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/task_runner.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace sampan::cpu::gemm_detail {
+
+// A growable scratch array on 64-byte boundaries (contents are not kept when it grows). AMX
+// tile rows and AVX-512 vectors are 64 bytes: misaligned, each touches two cache lines, which
+// measured 3x slower tile loads from L1 and L2.
+template <class T>
+class AlignedBuffer {
+ public:
+  T* data() { return data_.get(); }
+  void reserve(int64_t n) {
+    if (n <= size_) return;
+    const size_t bytes = (static_cast<size_t>(n) * sizeof(T) + 63) / 64 * 64;
+    data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+    size_ = n;
+  }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  int64_t size_ = 0;
+};
+
+// Largest R and MB any table uses; the driver sizes its buffers with them.
+constexpr int kMaxDotRows = 4;
+constexpr int kMaxDotM = 8;
+// Widest vector (floats) any table keeps partial sums in.
+constexpr int kMaxLanes = 16;
+
+// Index of a weight dtype in the kernel tables.
+constexpr int kDtF32 = 0;
+constexpr int kDtF16 = 1;
+constexpr int kDtBF16 = 2;
+
+// For i < MB and r < R: out[i * R + r] = sum over kk in [k0, k1) of x[i * ldx + kk] * w[r][kk].
+// The sum may be split over several calls on consecutive k ranges: `acc` holds the partial sums
+// in vector form between calls ([MB * R * kMaxLanes] floats); `begin` starts from zero instead
+// of reading acc, `end` reduces into out instead of writing acc. Every k range except the last
+// must be a multiple of 32 long so the remainder masking only happens at the end of a row.
+// w: R row pointers, each row [k1] of the table's dtype, 2-byte aligned at least.
+// x: [MB, ldx] f32 (only columns [k0, k1) are read); for bf16 weights in the pair layout when
+// FmaKernels::bf16_pair_x is set (then k0 is a multiple of 32 and columns up to the next one
+// are read).
+using DotFn = void (*)(const void* const* w, const float* x, int64_t ldx, int64_t k0, int64_t k1,
+                       float* acc, bool begin, bool end, float* out);
+
+// y[j] = g[j] + bg[j] (kStore), or silu(g[j] + bg[j]) * (u[j] + bu[j]) (kSiluMul); either bias
+// may be null. y may alias g.
+// g, u, y: [n]; bg, bu: [n] or null.
+using EpilogueFn = void (*)(GemmEpilogue ep, const float* g, const float* bg, const float* u,
+                            const float* bu, float* y, int64_t n);
+
+// src: [n] of the dtype with table index `dt`; dst: [n] f32.
+using ToF32Fn = void (*)(int dt, const void* src, float* dst, int64_t n);
+
+// Micro-kernels of one shape: R weight rows against 1..max_m rows of x.
+struct DotTable {
+  int rows = 0;   // R: weight rows per call (even, so kSiluMul can pair gate and up rows)
+  int min_m = 0;  // dot[dt][mb] is set for min_m <= mb <= max_m
+  int max_m = 0;
+  DotFn dot[3][kMaxDotM + 1] = {};
+};
+
+// The outer-product ("panel") kernels for large m on the FMA path: NR output columns of W are
+// packed k-major into an f32 panel once per k-chunk, then MR rows of x at a time are broadcast
+// against it with an MR x NR register tile, so each weight element loaded feeds MR FMAs and
+// each x element NR/lanes FMAs, with no horizontal sums.
+// rows: NR weight-row pointers (null: a zero column), each [k0 + kc] of dtype `dt`;
+// panel: [kc, NR] f32.
+using PackFn = void (*)(int dt, const void* const* rows, int64_t k0, int64_t kc, float* panel);
+// c[i][0:NR] (+)= sum over kk < kc of x[i][kk] * panel[kk][0:NR] for i < mr <= MR; it starts
+// from zero unless `accumulate`. x: [mr, ldx] f32; panel: [kc, NR]; c: [mr, ldc] f32.
+using PanelFn = void (*)(const float* x, int64_t ldx, int64_t mr, const float* panel, int64_t kc,
+                         float* c, int64_t ldc, bool accumulate);
+
+constexpr int kMaxPanelNr = 64;
+
+struct PanelKernels {
+  int mr = 0;      // MR: rows of x per register tile
+  int nr = 0;      // NR: output columns per panel (even)
+  int64_t kc = 0;  // k per panel chunk (the panel, kc * NR floats, should sit in L1)
+  PackFn pack = nullptr;
+  PanelFn kernel = nullptr;
+};
+
+struct FmaKernels {
+  // R = 4 for up to a few rows of x: the default, also for prefill (fewer x loads per FMA).
+  DotTable narrow;
+  // R = 2 for more rows of x in one pass (decode batches up to 8), so the weights still stream
+  // from memory in a single pass instead of one pass per narrow group.
+  DotTable wide;
+  PanelKernels panel;  // for m >= kPanelMinM
+  // When set, the bf16 dot kernels read x in "pair layout" and the driver converts x with it:
+  // within each block of 32 elements, the 16 even-indexed ones then the 16 odd ones, each row
+  // zero-padded to a multiple of 32 (ldx >= that). A kernel then widens 32 bf16 weights with
+  // one load and two ALU ops (the low and high halves of each 32-bit pair) instead of two
+  // loads and four. x: [k] f32; out: [round_up(k, 32)] f32.
+  void (*bf16_pair_x)(const float* x, int64_t k, float* out) = nullptr;
+  EpilogueFn epilogue = nullptr;
+  ToF32Fn to_f32 = nullptr;
+};
+
+const FmaKernels& fma_kernels_avx2();
+const FmaKernels& fma_kernels_avx512();
+
+// From this many rows of x on, the FMA path uses the panel kernels instead of the dot kernels.
+// Measured (AVX-512, 2048x2048 bf16 streamed from DRAM): the dot kernels win up to m = 8, the
+// two are even around 12..16 and the panel kernels pull ahead from there (3x at m = 512:
+// 122 vs 40 GFLOP/s), packing costing about one extra pass over the weights.
+constexpr int64_t kPanelMinM = 12;
+
+// The whole GEMM on AMX tiles for bf16/f16 weights (same contract as cpu::gemm, m >= 1).
+void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
+              float* y, int64_t ldy, TaskRunner& runner);
+
+// From this many rows of x on, bf16/f16 GEMMs go to AMX when the CPU has it. Measured on TinyLlama
+// shapes with weights streamed from DRAM (bench_gemm): the FMA path holds >= 85% of read
+// bandwidth up to m = 4 and falls to ~60% at m = 6..8, where its FMAs (m per weight element) no
+// longer hide memory latency, while AMX stays at ~70-80% for any m. Below the threshold x also
+// stays f32 instead of being rounded to bf16.
+constexpr int64_t kAmxMinM = 6;
+
+#if defined(__AVX512F__)
+// Helpers for the files compiled with AVX-512 (gemm_avx512.cc, gemm_amx.cc). `static` keeps
+// each translation unit's copy private, so no copy can stand in for another at link time.
+
+// e^v to about 2 ulp: v = n ln2 + r with |r| <= ln2/2, a degree-6 Taylor polynomial for e^r
+// (truncation error < 1.2e-7 relative), then scalef multiplies by 2^n with correct overflow to
+// inf and underflow to 0. The clamp keeps n exact; NaN passes through.
+static inline __m512 exp512(__m512 v) {
+  v = _mm512_max_ps(_mm512_set1_ps(-104.0f), _mm512_min_ps(_mm512_set1_ps(104.0f), v));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), v);  // ln2 high part, exact n*hi
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);      // ln2 low part
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// In-register transpose of a 16x16 matrix of 32-bit elements.
+__attribute__((always_inline)) static inline void transpose16(__m512i r[16]) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {
+    b[4 * g + 0] = _mm512_unpacklo_epi64(a[4 * g], a[4 * g + 2]);
+    b[4 * g + 1] = _mm512_unpackhi_epi64(a[4 * g], a[4 * g + 2]);
+    b[4 * g + 2] = _mm512_unpacklo_epi64(a[4 * g + 1], a[4 * g + 3]);
+    b[4 * g + 3] = _mm512_unpackhi_epi64(a[4 * g + 1], a[4 * g + 3]);
+  }
+  // b[4g + c], 128-bit lane l, holds column 4l + c of rows 4g..4g+3.
+  for (int c = 0; c < 4; ++c) {
+    const __m512i e0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44);
+    const __m512i e1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xee);
+    const __m512i f0 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
+    const __m512i f1 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xee);
+    r[c] = _mm512_shuffle_i32x4(e0, f0, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(e0, f0, 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(e1, f1, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(e1, f1, 0xdd);
+  }
+}
+
+// silu(v) = v / (1 + e^-v); e^-v = inf for very negative v gives the right limit -0.
+static inline __m512 silu512(__m512 v) {
+  const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), v));
+  return _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+#endif  // __AVX512F__
+
+}  // namespace sampan::cpu::gemm_detail

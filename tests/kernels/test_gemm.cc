@@ -1,0 +1,353 @@
+// cpu::gemm against a naive double-precision reference, on every instruction set this CPU has
+// (AVX2, AVX-512, AMX), for f32/f16/bf16 weights, both epilogues, 1..3 weight blocks, biases,
+// padded strides and awkward sizes, with a serial runner and a two-thread pool.
+//
+// Tolerances are relative to S = sum_k |x||w| of each output (the natural scale of a dot
+// product's rounding error):
+//  - FMA path (every f32 weight, and f16/bf16 below the AMX threshold): weights convert to f32
+//    exactly, so only f32 accumulation error remains: about (k/16 + 16) * 2^-24 * S for the lane
+//    sums plus the final reduction, under 1e-5 * S for every k here.
+//  - AMX path: x is rounded to bf16 (8-bit significand, round to nearest: |dx| <= 2^-8 |x|), so
+//    the error is up to 2^-8 * S plus f32 accumulation; we allow twice that, 2^-7 * S (k = 1
+//    cases reach ~0.7 of it). f16 weights are also rounded to bf16 there (another 2^-8
+//    relative), so f16 on AMX gets 2^-6 * S.
+//  - kSiluMul: y = silu(g) * u with g, u each within tol*S_g, tol*S_u; |silu'| <= 1.1 gives
+//    |dy| <= 1.1 |u| tol S_g + |silu(g)| tol S_u (+ second order), plus 1e-6 |y| for the
+//    vectorised exp.
+// Padding between x rows is NaN and the output padding holds a sentinel, so reading x past k or
+// writing y past n shows up; outside sanitizer builds every weight block is also surrounded by
+// NaN, so using any weight past the end of a block poisons the result.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
+#include "kernels/common/half.h"
+#include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/isa.h"
+
+namespace sampan::cpu {
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kGuardWithNan = false;  // exact-size blocks so ASan sees any over-read
+#else
+constexpr bool kGuardWithNan = true;
+#endif
+
+constexpr float kSentinel = -12345.0f;
+
+struct Case {
+  DType dtype = DType::kBF16;
+  int64_t m = 1, k = 1;
+  std::vector<int64_t> rows;  // one entry per block
+  std::vector<bool> bias;     // per block
+  GemmEpilogue ep = GemmEpilogue::kStore;
+  int64_t ldx_pad = 0, ldy_pad = 0;
+};
+
+std::string describe(const Case& c) {
+  std::ostringstream s;
+  s << "dtype="
+    << (c.dtype == DType::kF32   ? "f32"
+        : c.dtype == DType::kF16 ? "f16"
+                                 : "bf16")
+    << " m=" << c.m << " k=" << c.k << " rows=";
+  for (size_t b = 0; b < c.rows.size(); ++b)
+    s << (b ? "," : "") << c.rows[b] << (c.bias[b] ? "+b" : "");
+  s << " ep=" << (c.ep == GemmEpilogue::kStore ? "store" : "silu_mul") << " ldx_pad=" << c.ldx_pad
+    << " ldy_pad=" << c.ldy_pad;
+  return s.str();
+}
+
+// One weight block in its storage type plus its exact f32 value.
+struct Block {
+  std::vector<uint8_t> storage;  // guard + rows*k elements + guard
+  const void* data = nullptr;
+  std::vector<float> value;  // [rows, k]
+  std::vector<float> bias;   // [rows] or empty
+};
+
+Block make_block(DType dt, int64_t rows, int64_t k, bool bias, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t es = dt == DType::kF32 ? 4 : 2;
+  const int64_t guard = kGuardWithNan ? 64 : 0;
+  // One element of offset: 16-bit weights are then only 2-byte aligned, as in a safetensors file.
+  const int64_t lead = kGuardWithNan ? guard : 1;
+  Block b;
+  b.storage.resize((lead + rows * k + guard) * es);
+  const uint16_t nan16 = dt == DType::kF16 ? 0x7e00 : 0x7fc0;
+  const float nan32 = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t i = 0; i < lead + rows * k + guard; ++i) {
+    if (es == 2)
+      std::memcpy(b.storage.data() + i * 2, &nan16, 2);
+    else
+      std::memcpy(b.storage.data() + i * 4, &nan32, 4);
+  }
+  uint8_t* base = b.storage.data() + lead * es;
+  b.data = base;
+  b.value.resize(rows * k);
+  for (int64_t i = 0; i < rows * k; ++i) {
+    const float v = dist(rng);
+    if (dt == DType::kF32) {
+      std::memcpy(base + i * 4, &v, 4);
+      b.value[i] = v;
+    } else {
+      const uint16_t h = dt == DType::kF16 ? f32_to_f16(v) : f32_to_bf16(v);
+      std::memcpy(base + i * 2, &h, 2);
+      b.value[i] = dt == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+  }
+  if (bias) {
+    b.bias.resize(rows);
+    for (auto& v : b.bias) v = dist(rng);
+  }
+  return b;
+}
+
+std::vector<Isa> isas_to_test() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    if (isa_supported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+// Restores the process-wide ISA choice however the test exits.
+struct IsaRestore {
+  Isa saved = active_isa();
+  ~IsaRestore() { set_isa(saved); }
+};
+
+double relative_tolerance(Isa isa, DType dt, int64_t m) {
+  const bool amx = isa == Isa::kAmx && dt != DType::kF32 && m >= gemm_detail::kAmxMinM;
+  if (!amx) return 1e-5;
+  return dt == DType::kF16 ? std::ldexp(1.0, -6) : std::ldexp(1.0, -7);
+}
+
+void check_case(const Case& c, uint32_t seed) {
+  INFO(describe(c));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int n_blocks = static_cast<int>(c.rows.size());
+  std::vector<Block> blocks;
+  GemmWeights w;
+  w.dtype = c.dtype;
+  w.k = c.k;
+  w.n_blocks = n_blocks;
+  for (int b = 0; b < n_blocks; ++b) {
+    blocks.push_back(make_block(c.dtype, c.rows[b], c.k, c.bias[b], rng));
+  }
+  for (int b = 0; b < n_blocks; ++b) {
+    w.data[b] = blocks[b].data;
+    w.rows[b] = c.rows[b];
+    w.bias[b] = c.bias[b] ? blocks[b].bias.data() : nullptr;
+  }
+  const int64_t ldx = c.k + c.ldx_pad;
+  // Exactly up to the end of the last row, so a read past it is out of bounds for ASan.
+  std::vector<float> x((c.m - 1) * ldx + c.k, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.k; ++j) x[i * ldx + j] = dist(rng);
+  }
+
+  // Reference: every row of the concatenated weight, in double, with S = sum |x||w|.
+  const int64_t n_total = w.n();
+  std::vector<double> dot(c.m * n_total), mag(c.m * n_total);
+  int64_t col = 0;
+  for (int b = 0; b < n_blocks; ++b) {
+    for (int64_t r = 0; r < c.rows[b]; ++r, ++col) {
+      const float* wr = blocks[b].value.data() + r * c.k;
+      for (int64_t i = 0; i < c.m; ++i) {
+        double s = c.bias[b] ? blocks[b].bias[r] : 0.0, a = std::fabs(s);
+        for (int64_t j = 0; j < c.k; ++j) {
+          s += static_cast<double>(x[i * ldx + j]) * wr[j];
+          a += std::fabs(static_cast<double>(x[i * ldx + j]) * wr[j]);
+        }
+        dot[i * n_total + col] = s;
+        mag[i * n_total + col] = a;
+      }
+    }
+  }
+  const bool silu = c.ep == GemmEpilogue::kSiluMul;
+  const int64_t n_out = silu ? c.rows[0] : n_total;
+  const int64_t ldy = n_out + c.ldy_pad;
+
+  IsaRestore restore;
+  ThreadPool pool(2);
+  SerialRunner serial;
+  for (Isa isa : isas_to_test()) {
+    REQUIRE(set_isa(isa));
+    const double tol = relative_tolerance(isa, c.dtype, c.m);
+    for (TaskRunner* runner :
+         {static_cast<TaskRunner*>(&serial), static_cast<TaskRunner*>(&pool)}) {
+      INFO("isa=" << isa_name(isa) << " threads=" << runner->concurrency());
+      std::vector<float> y(c.m * ldy, kSentinel);
+      gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
+      double worst = 0.0;  // max error / allowed error
+      int64_t wi = 0, wj = 0;
+      bool padding_ok = true;
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = n_out; j < ldy; ++j) padding_ok &= y[i * ldy + j] == kSentinel;
+        for (int64_t j = 0; j < n_out; ++j) {
+          double want, allowed;
+          if (silu) {
+            const double g = dot[i * n_total + j], u = dot[i * n_total + n_out + j];
+            const double sg = g / (1.0 + std::exp(-g));
+            want = sg * u;
+            const double eg = tol * mag[i * n_total + j], eu = tol * mag[i * n_total + n_out + j];
+            allowed = 1.1 * eg * (std::fabs(u) + eu) + std::fabs(sg) * eu + 1e-6 * std::fabs(want);
+          } else {
+            want = dot[i * n_total + j];
+            allowed = tol * mag[i * n_total + j];
+          }
+          const double got = y[i * ldy + j];
+          const double ratio = std::isfinite(got) ? std::fabs(got - want) / (allowed + 1e-30)
+                                                  : std::numeric_limits<double>::infinity();
+          if (!(ratio <= worst)) {
+            worst = ratio;
+            wi = i;
+            wj = j;
+          }
+        }
+      }
+      INFO("worst at row " << wi << " col " << wj << ": error/allowed = " << worst);
+      CHECK(padding_ok);
+      CHECK(worst <= 1.0);
+    }
+  }
+}
+
+const DType kDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+TEST_CASE("gemm: one block over awkward m, n, k", "[kernels][gemm]") {
+  // Every m in {1,2,3,5,8,17,33,64,130}, n in {1,15,17,64,100,769} and k in
+  // {1,7,31,32,33,100,257,1030} appears at least once, on both sides of the AMX threshold and
+  // of the k-chunk and stripe sizes, plus the m where the FMA path changes kernels.
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {{1, 1, 1},
+                          {2, 15, 7},
+                          {3, 17, 31},
+                          {5, 64, 32},
+                          {8, 100, 33},
+                          {17, 769, 100},
+                          {33, 17, 257},
+                          {64, 100, 1030},
+                          {130, 64, 257},
+                          {1, 769, 1030},
+                          {8, 769, 257},
+                          {17, 15, 1030},
+                          {130, 17, 33},
+                          {64, 1, 100},
+                          {130, 1, 7},
+                          {33, 64, 1},
+                          // m between the single-call dot kernels and the panel kernels
+                          // (several m-groups over k-chunks), and the narrow/wide boundary.
+                          {10, 64, 1030},
+                          {11, 15, 33},
+                          {4, 17, 257},
+                          {6, 100, 31}};
+  uint32_t seed = 1;
+  for (DType dt : kDtypes) {
+    for (const Shape& s : shapes) {
+      Case c;
+      c.dtype = dt;
+      c.m = s.m;
+      c.k = s.k;
+      c.rows = {s.n};
+      c.bias = {seed % 2 == 0};
+      c.ldx_pad = seed % 3 == 0 ? 0 : 3;
+      c.ldy_pad = seed % 4 == 0 ? 0 : 5;
+      check_case(c, seed++);
+    }
+  }
+}
+
+TEST_CASE("gemm: two and three blocks with per-block bias", "[kernels][gemm]") {
+  uint32_t seed = 100;
+  for (DType dt : kDtypes) {
+    for (int64_t m : {1, 3, 17, 64}) {
+      Case c;
+      c.dtype = dt;
+      c.m = m;
+      c.k = m == 17 ? 257 : 100;
+      // q/k/v-like fusion with block sizes that are not multiples of 16 (AMX groups) or 4 (FMA
+      // row-blocks), so groups and row-blocks end inside each block.
+      c.rows = {40, 17, 23};
+      c.bias = {true, false, true};
+      c.ldx_pad = 1;
+      c.ldy_pad = 2;
+      check_case(c, seed++);
+      c.rows = {64, 33};
+      c.bias = {false, true};
+      check_case(c, seed++);
+    }
+  }
+}
+
+TEST_CASE("gemm: SiLU-mul epilogue", "[kernels][gemm]") {
+  uint32_t seed = 200;
+  struct Shape {
+    int64_t m, f, k;
+  };
+  const Shape shapes[] = {{1, 1, 7},     {3, 17, 100}, {8, 100, 33},  {33, 17, 257},
+                          {64, 100, 31}, {5, 769, 32}, {130, 15, 100}};
+  for (DType dt : kDtypes) {
+    for (const Shape& s : shapes) {
+      Case c;
+      c.dtype = dt;
+      c.m = s.m;
+      c.k = s.k;
+      c.rows = {s.f, s.f};
+      c.bias = {seed % 2 == 0, seed % 3 != 0};
+      c.ep = GemmEpilogue::kSiluMul;
+      c.ldx_pad = seed % 2 == 0 ? 0 : 9;
+      c.ldy_pad = 3;
+      check_case(c, seed++);
+    }
+  }
+}
+
+TEST_CASE("gemm: several k-chunks and m-chunks on the blocked paths", "[kernels][gemm]") {
+  // k = 2100 spans more than one AMX k-chunk (2048) and the FMA k-chunk (512); m = 520 needs
+  // more than one AMX m-chunk at that k.
+  uint32_t seed = 300;
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    Case c;
+    c.dtype = dt;
+    c.m = 520;
+    c.k = 2100;
+    c.rows = {17, 16};
+    c.bias = {true, false};
+    c.ldy_pad = 1;
+    check_case(c, seed++);
+    c.m = 40;
+    c.rows = {33, 33};
+    c.bias = {true, true};
+    c.ep = GemmEpilogue::kSiluMul;
+    check_case(c, seed++);
+  }
+}
+
+TEST_CASE("gemm: m == 0 writes nothing", "[kernels][gemm]") {
+  const std::vector<uint16_t> wdata(4 * 8, 0x3f80);  // bf16 1.0
+  GemmWeights w;
+  w.dtype = DType::kBF16;
+  w.k = 8;
+  w.n_blocks = 1;
+  w.data[0] = wdata.data();
+  w.rows[0] = 4;
+  std::vector<float> y(4, kSentinel);
+  SerialRunner serial;
+  gemm(0, nullptr, 8, w, GemmEpilogue::kStore, y.data(), 4, serial);
+  for (float v : y) CHECK(v == kSentinel);
+}
+
+}  // namespace
+}  // namespace sampan::cpu
