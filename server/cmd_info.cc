@@ -62,6 +62,13 @@ Runner add_info(CLI::App& app) {
     fmt::print("kv cache:       {} per token (f32); {} at the full context of {}\n",
                human_bytes(kv_token), human_bytes(kv_token * static_cast<double>(c.max_position_embeddings)),
                c.max_position_embeddings);
+    const graph::MemoryPlan decode = lm->plan_activations(1, 1);
+    const graph::MemoryPlan prefill = lm->plan_activations(512, 1);
+    fmt::print("activations:    {} per decode step, {} for a 512-token prefill "
+               "({} without buffer reuse)\n",
+               human_bytes(static_cast<double>(decode.arena_bytes)),
+               human_bytes(static_cast<double>(prefill.arena_bytes)),
+               human_bytes(static_cast<double>(prefill.naive_bytes)));
     fmt::print("graph:          {} nodes after fusion ({})\n", lm->graph().nodes().size(),
                lm->pass_report().str());
     return 0;

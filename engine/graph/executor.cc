@@ -61,6 +61,10 @@ void Executor::bind_and_infer(const std::map<std::string, Tensor>& inputs) {
     shapes_[static_cast<size_t>(id)] = t.shape();
     dtypes_[static_cast<size_t>(id)] = t.dtype();
   }
+  infer_shapes();
+}
+
+void Executor::infer_shapes() {
   const auto& registry = ops::OpRegistry::instance();
   std::vector<ops::TensorDesc> in;
   for (const Node& n : graph_.nodes()) {
@@ -116,10 +120,29 @@ void Executor::make_plan() {
     if (r >= 0) requests[static_cast<size_t>(r)].last_use = n_steps;
   }
   plan_ = plan_memory(requests);
+}
+
+void Executor::ensure_arena() {
   if (!arena_ || arena_->bytes() < static_cast<size_t>(plan_.arena_bytes)) {
     arena_.reset();  // free the old arena before allocating the larger one
     arena_ = Storage::allocate(static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, 64)), device_);
   }
+}
+
+MemoryPlan Executor::plan_for(const std::map<std::string, Shape>& input_shapes) {
+  for (ValueId id : graph_.inputs()) {
+    const Value& val = graph_.value(id);
+    auto it = input_shapes.find(val.name);
+    SAMPAN_CHECK(it != input_shapes.end(), ErrorCode::kInvalidArgument,
+                 "graph input '{}' has no shape", val.name);
+    shapes_[static_cast<size_t>(id)] = it->second;
+    dtypes_[static_cast<size_t>(id)] = val.dtype;
+  }
+  infer_shapes();
+  make_plan();
+  MemoryPlan result = plan_;
+  planned_input_shapes_.clear();  // the next run() plans for its own shapes
+  return result;
 }
 
 std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
@@ -128,6 +151,7 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
   for (ValueId id : graph_.inputs()) input_shapes.push_back(shapes_[static_cast<size_t>(id)]);
   if (input_shapes != planned_input_shapes_ || !arena_) {
     make_plan();
+    ensure_arena();
     planned_input_shapes_ = std::move(input_shapes);
   }
   const auto& registry = ops::OpRegistry::instance();

@@ -24,12 +24,18 @@ class Executor {
   // they view the executor's arena and stay valid until the next run.
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs);
 
+  // Plans memory for inputs of these shapes without running anything or allocating (for
+  // reporting). Every graph input must be named.
+  MemoryPlan plan_for(const std::map<std::string, Shape>& input_shapes);
+
   const MemoryPlan& plan() const { return plan_; }
   const Graph& graph() const { return graph_; }
 
  private:
   void bind_and_infer(const std::map<std::string, Tensor>& inputs);
+  void infer_shapes();
   void make_plan();
+  void ensure_arena();
 
   const Graph& graph_;
   cpu::TaskRunner& runner_;

@@ -40,6 +40,16 @@ int64_t CausalLm::kv_cache_bytes() const {
   return b;
 }
 
+graph::MemoryPlan CausalLm::plan_activations(int64_t n_tokens, int64_t n_out) {
+  std::map<std::string, Shape> shapes = {
+      {"ids", {n_tokens}}, {"positions", {n_tokens}}, {"logit_rows", {n_out}}};
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    shapes[fmt::format("k_cache.{}", l)] = {capacity_, config_.kv_dim()};
+    shapes[fmt::format("v_cache.{}", l)] = {capacity_, config_.kv_dim()};
+  }
+  return executor_->plan_for(shapes);
+}
+
 Tensor CausalLm::forward(std::span<const int32_t> ids, bool all_logits) {
   const int64_t n = static_cast<int64_t>(ids.size());
   SAMPAN_CHECK(n > 0, ErrorCode::kInvalidArgument, "no token ids to run");

@@ -42,7 +42,8 @@ class CausalLm {
   const WeightStore& weights() const { return store_; }
   const graph::Graph& graph() const { return graph_; }
   const graph::passes::PassReport& pass_report() const { return pass_report_; }
-  const graph::MemoryPlan& memory_plan() const { return executor_->plan(); }
+  // The activation memory plan of a forward over n_tokens tokens with n_out logit rows.
+  graph::MemoryPlan plan_activations(int64_t n_tokens, int64_t n_out);
   int64_t kv_cache_bytes() const;
   int threads() const { return pool_.concurrency(); }
 

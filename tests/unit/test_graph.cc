@@ -193,3 +193,17 @@ TEST_CASE("a backend without a kernel is refused before anything runs", "[graph]
   g.mark_output(g.add("test_schema_only_op", "lonely", {x}));
   CHECK_THROWS_WITH(Executor(g, pool), Catch::Contains("node 'lonely': op 'test_schema_only_op' has no kernel on cpu"));
 }
+
+TEST_CASE("plan_for predicts the plan a run makes", "[graph]") {
+  std::mt19937 rng(3);
+  Net net = build_net(rng, 16, 24);
+  passes::optimize(net.g);
+  ThreadPool pool(1);
+  Executor ex(net.g, pool);
+  const MemoryPlan predicted = ex.plan_for({{"x", {9, 16}}});
+  ex.run({{"x", random_f32({9, 16}, rng)}});
+  CHECK(predicted.arena_bytes == ex.plan().arena_bytes);
+  CHECK(predicted.naive_bytes == ex.plan().naive_bytes);
+  CHECK(predicted.offsets == ex.plan().offsets);
+  CHECK_THROWS_WITH(ex.plan_for({}), Catch::Contains("graph input 'x' has no shape"));
+}
