@@ -53,7 +53,9 @@ Runner add_info(CLI::App& app) {
     fmt::print("biases:         q {} k {} v {} o {} mlp {}\n", c.bias_q, c.bias_k, c.bias_v,
                c.bias_o, c.bias_mlp);
     if (c.sliding_window) fmt::print("sliding window: {}\n", *c.sliding_window);
-    fmt::print("parameters:     {} ({:.3f} B)\n", w.parameter_count(), w.parameter_count() / 1e9);
+    const double params = static_cast<double>(w.parameter_count());
+    fmt::print("parameters:     {} ({})\n", w.parameter_count(),
+               params >= 1e9 ? fmt::format("{:.3f} B", params / 1e9) : fmt::format("{:.3f} M", params / 1e6));
     for (const auto& [dtype, bytes] : w.bytes_by_dtype()) {
       fmt::print("weights {:<7} {}\n", std::string(dtype_name(dtype)) + ":", human_bytes(static_cast<double>(bytes)));
     }
