@@ -5,7 +5,7 @@
 set -euo pipefail
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git python3 python3-pip
-  catch2 libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev)
+  catch2 libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -19,10 +19,15 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# numpy for the independent references and end-to-end tests (the only Python dependency CI
-# needs; torch/transformers are used once, offline, to make the committed golden files).
-if ! python3 -c "import numpy" >/dev/null 2>&1; then
-  python3 -m pip install -q numpy 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages numpy
+# Light reference peers the tests run against: numpy (model references), jinja2 (chat
+# templates), tokenizers (HF tokenizers). torch/transformers are used once, offline, to make the
+# committed golden files and are not needed here.
+need=()
+python3 -c "import numpy" >/dev/null 2>&1 || need+=(numpy)
+python3 -c "import jinja2" >/dev/null 2>&1 || need+=(jinja2)
+python3 -c "import tokenizers" >/dev/null 2>&1 || need+=(tokenizers)
+if ((${#need[@]})); then
+  python3 -m pip install -q "${need[@]}" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "${need[@]}"
 fi
 echo "setup: ok"
