@@ -1,0 +1,366 @@
+#include "engine/runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "engine/core/error.h"
+
+namespace sampan::runtime {
+
+namespace {
+
+// Below this, logits / temperature overflows or amplifies rounding noise into the ranking;
+// treating it as greedy is what such a temperature asks for anyway.
+constexpr float kGreedyTemperature = 1e-5f;
+constexpr int32_t kMaxTopLogprobs = 20;
+// top_p without top_k sorts the ranking lazily in chunks growing from this size, so a peaked
+// distribution costs O(vocab) and a flat one O(vocab log vocab) at worst.
+constexpr size_t kFirstNucleusChunk = 64;
+
+uint64_t splitmix64(uint64_t* x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// The ranking every filter and the reported alternatives use: larger logit first, lower id on
+// ties, so results never depend on the order a selection algorithm visits equal values.
+struct Ranks {
+  const float* v;  // [vocab]
+  bool operator()(int32_t a, int32_t b) const { return v[a] > v[b] || (v[a] == v[b] && a < b); }
+};
+
+}  // namespace
+
+Sampler::Sampler(const SamplingParams& params) : params_(params) {
+  const SamplingParams& p = params;
+  SAMPAN_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.0f, ErrorCode::kInvalidArgument,
+               "sampling: temperature must be finite and >= 0 (got {})", p.temperature);
+  SAMPAN_CHECK(p.top_k >= 0, ErrorCode::kInvalidArgument,
+               "sampling: top_k must be >= 0 (got {})", p.top_k);
+  SAMPAN_CHECK(p.top_p > 0.0f && p.top_p <= 1.0f, ErrorCode::kInvalidArgument,
+               "sampling: top_p must be in (0, 1] (got {})", p.top_p);
+  SAMPAN_CHECK(p.min_p >= 0.0f && p.min_p <= 1.0f, ErrorCode::kInvalidArgument,
+               "sampling: min_p must be in [0, 1] (got {})", p.min_p);
+  SAMPAN_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f,
+               ErrorCode::kInvalidArgument,
+               "sampling: repetition_penalty must be finite and > 0 (got {})",
+               p.repetition_penalty);
+  SAMPAN_CHECK(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f,
+               ErrorCode::kInvalidArgument, "sampling: presence_penalty must be in [-2, 2] (got {})",
+               p.presence_penalty);
+  SAMPAN_CHECK(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f,
+               ErrorCode::kInvalidArgument,
+               "sampling: frequency_penalty must be in [-2, 2] (got {})", p.frequency_penalty);
+  SAMPAN_CHECK(p.top_logprobs >= 0 && p.top_logprobs <= kMaxTopLogprobs,
+               ErrorCode::kInvalidArgument, "sampling: top_logprobs must be in [0, {}] (got {})",
+               kMaxTopLogprobs, p.top_logprobs);
+
+  uint64_t seed = 0;
+  if (p.seed) {
+    seed = *p.seed;
+  } else {
+    std::random_device rd;
+    seed = (static_cast<uint64_t>(rd()) << 32) ^ static_cast<uint64_t>(rd());
+  }
+  for (uint64_t& s : rng_state_) s = splitmix64(&seed);
+}
+
+uint64_t Sampler::next_u64() {
+  uint64_t* s = rng_state_;
+  const uint64_t result = rotl(s[1] * 5, 7) * 9;
+  const uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return result;
+}
+
+void Sampler::check_inputs(std::span<const float> logits, std::span<const int32_t> seen) const {
+  SAMPAN_CHECK(!logits.empty(), ErrorCode::kInvalidArgument, "sampling: logits are empty");
+  SAMPAN_CHECK(logits.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+               ErrorCode::kInvalidArgument, "sampling: vocab of {} does not fit int32 ids",
+               logits.size());
+  bool any_finite = false;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float l = logits[i];
+    if (std::isnan(l) || l == std::numeric_limits<float>::infinity()) {
+      fail(ErrorCode::kInvalidArgument, "sampling: logits[{}] is {}", i, l);
+    }
+    any_finite |= std::isfinite(l);
+  }
+  SAMPAN_CHECK(any_finite, ErrorCode::kInvalidArgument, "sampling: every logit is -inf");
+  const auto vocab = static_cast<int64_t>(logits.size());
+  for (const int32_t id : seen) {
+    SAMPAN_CHECK(id >= 0 && id < vocab, ErrorCode::kInvalidArgument,
+                 "sampling: seen id {} is outside the vocab of {}", id, vocab);
+  }
+}
+
+void Sampler::apply_penalties(std::span<const float> logits, std::span<const int32_t> seen) {
+  work_.assign(logits.begin(), logits.end());
+  const float rep = params_.repetition_penalty;
+  const float presence = params_.presence_penalty;
+  const float frequency = params_.frequency_penalty;
+  if (seen.empty() || (rep == 1.0f && presence == 0.0f && frequency == 0.0f)) return;
+  // Sorting groups repeats so each distinct id is penalised once, with its count at hand.
+  seen_sorted_.assign(seen.begin(), seen.end());
+  std::sort(seen_sorted_.begin(), seen_sorted_.end());
+  for (size_t i = 0; i < seen_sorted_.size();) {
+    const int32_t id = seen_sorted_[i];
+    size_t j = i;
+    while (j < seen_sorted_.size() && seen_sorted_[j] == id) ++j;
+    float& l = work_[static_cast<size_t>(id)];
+    if (rep != 1.0f) l = l > 0.0f ? l / rep : l * rep;
+    l -= presence;
+    l -= frequency * static_cast<float>(j - i);
+    i = j;
+  }
+}
+
+// Scales work_ by the temperature and leaves the kept ids in order_[0, n_kept_) (or sets
+// all_kept_). Greedy keeps the single argmax.
+void Sampler::select_kept() {
+  const size_t vocab = work_.size();
+  const Ranks ranks{work_.data()};
+  if (params_.temperature < kGreedyTemperature) {
+    int32_t best = 0;
+    for (size_t i = 1; i < vocab; ++i) {
+      if (work_[i] > work_[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+    }
+    order_.assign(1, best);
+    n_kept_ = 1;
+    all_kept_ = false;
+    max_scaled_ = work_[static_cast<size_t>(best)];
+    return;
+  }
+  if (params_.temperature != 1.0f) {
+    for (float& l : work_) l /= params_.temperature;
+  }
+  max_scaled_ = *std::max_element(work_.begin(), work_.end());
+  const float max = max_scaled_;
+
+  const bool top_k_on = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < vocab;
+  const bool top_p_on = params_.top_p < 1.0f;
+  const bool min_p_on = params_.min_p > 0.0f;
+  all_kept_ = !top_k_on && !top_p_on && !min_p_on;
+  if (all_kept_) return;
+
+  order_.resize(vocab);
+  std::iota(order_.begin(), order_.end(), 0);
+  size_t n = vocab;
+  size_t sorted = 0;  // order_[0, sorted) is ranked and holds the best `sorted` ids
+  if (top_k_on) {
+    n = static_cast<size_t>(params_.top_k);
+    std::nth_element(order_.begin(), order_.begin() + static_cast<ptrdiff_t>(n), order_.end(),
+                     ranks);
+    std::sort(order_.begin(), order_.begin() + static_cast<ptrdiff_t>(n), ranks);
+    sorted = n;
+  }
+
+  if (top_p_on) {
+    double z = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      z += std::exp(work_[static_cast<size_t>(order_[i])] - max);
+    }
+    const double target = static_cast<double>(params_.top_p) * z;
+    double cum = 0.0;
+    size_t i = 0;
+    for (;;) {
+      if (i == sorted) {
+        const size_t end = std::min(n, sorted + std::max(kFirstNucleusChunk, sorted));
+        const auto first = order_.begin() + static_cast<ptrdiff_t>(sorted);
+        const auto last = order_.begin() + static_cast<ptrdiff_t>(end);
+        if (end < n) {
+          std::nth_element(first, last, order_.begin() + static_cast<ptrdiff_t>(n), ranks);
+        }
+        std::sort(first, last, ranks);
+        sorted = end;
+      }
+      cum += std::exp(work_[static_cast<size_t>(order_[i])] - max);
+      ++i;
+      if (cum >= target || i == n) break;
+    }
+    n = i;
+  }
+
+  if (min_p_on) {
+    const float min_p = params_.min_p;
+    const auto keep = [&](int32_t id) {
+      return std::exp(work_[static_cast<size_t>(id)] - max) >= min_p;
+    };
+    if (sorted >= n) {
+      // Ranked: the kept ids are a prefix, and the first (the max) always passes.
+      size_t i = 1;
+      while (i < n && keep(order_[i])) ++i;
+      n = i;
+    } else {
+      const auto end = std::stable_partition(
+          order_.begin(), order_.begin() + static_cast<ptrdiff_t>(n), keep);
+      n = static_cast<size_t>(end - order_.begin());
+    }
+  }
+  n_kept_ = n;
+}
+
+SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> seen) {
+  check_inputs(logits, seen);
+  const size_t vocab = logits.size();
+
+  // Raw log-softmax: max and log-sum-exp in one extra pass.
+  const float raw_max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (const float l : logits) sum += std::exp(l - raw_max);
+  const double log_z = static_cast<double>(raw_max) + std::log(sum);
+  const auto raw_logprob = [&](int32_t id) {
+    return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(id)]) - log_z);
+  };
+
+  SampleResult result;
+  const size_t n_top = std::min(static_cast<size_t>(params_.top_logprobs), vocab);
+  if (n_top > 0) {
+    // A small ranked buffer: after the first few ids almost nothing enters it, so this is
+    // one O(vocab) pass in practice.
+    const Ranks ranks{logits.data()};
+    std::vector<int32_t> best;
+    best.reserve(n_top + 1);
+    for (size_t i = 0; i < vocab; ++i) {
+      const auto id = static_cast<int32_t>(i);
+      if (best.size() == n_top && !ranks(id, best.back())) continue;
+      best.insert(std::upper_bound(best.begin(), best.end(), id, ranks), id);
+      if (best.size() > n_top) best.pop_back();
+    }
+    result.top.reserve(n_top);
+    for (const int32_t id : best) result.top.push_back({id, raw_logprob(id)});
+  }
+
+  apply_penalties(logits, seen);
+  select_kept();
+
+  int32_t chosen = -1;
+  if (!all_kept_ && n_kept_ == 1) {
+    chosen = order_[0];
+  } else {
+    const size_t n = all_kept_ ? vocab : n_kept_;
+    const auto id_at = [&](size_t i) {
+      return all_kept_ ? static_cast<int32_t>(i) : order_[i];
+    };
+    // Weights overwrite the scaled logits in place; work_ is rebuilt on the next call.
+    double total = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      float& w = work_[static_cast<size_t>(id_at(i))];
+      w = std::exp(w - max_scaled_);
+      total += w;
+    }
+    // 53 random bits: a uniform double in [0, 1).
+    const double u = static_cast<double>(next_u64() >> 11) * 0x1.0p-53 * total;
+    double acc = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const float w = work_[static_cast<size_t>(id_at(i))];
+      if (w <= 0.0f) continue;
+      chosen = id_at(i);  // also the fallback if rounding leaves u just past the last sum
+      acc += w;
+      if (u < acc) break;
+    }
+  }
+  result.id = chosen;
+  result.logprob = raw_logprob(chosen);
+  return result;
+}
+
+std::vector<TokenLogprob> Sampler::distribution(std::span<const float> logits,
+                                                std::span<const int32_t> seen) {
+  check_inputs(logits, seen);
+  apply_penalties(logits, seen);
+  select_kept();
+  std::vector<TokenLogprob> out;
+  if (!all_kept_ && n_kept_ == 1) {
+    out.push_back({order_[0], 0.0f});
+    return out;
+  }
+  if (all_kept_) {
+    out.resize(work_.size());
+    for (size_t i = 0; i < work_.size(); ++i) out[i].id = static_cast<int32_t>(i);
+  } else {
+    out.resize(n_kept_);
+    for (size_t i = 0; i < n_kept_; ++i) out[i].id = order_[i];
+    std::sort(out.begin(), out.end(),
+              [](const TokenLogprob& a, const TokenLogprob& b) { return a.id < b.id; });
+  }
+  double z = 0.0;
+  for (const TokenLogprob& t : out) z += std::exp(work_[static_cast<size_t>(t.id)] - max_scaled_);
+  const double log_z = std::log(z);
+  for (TokenLogprob& t : out) {
+    t.logprob = static_cast<float>(
+        static_cast<double>(work_[static_cast<size_t>(t.id)] - max_scaled_) - log_z);
+  }
+  return out;
+}
+
+// ---- StopMatcher ---------------------------------------------------------------------------
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+  for (size_t i = 0; i < stops_.size(); ++i) {
+    SAMPAN_CHECK(!stops_[i].empty(), ErrorCode::kInvalidArgument,
+                 "stop: stop string {} is empty", i);
+  }
+}
+
+std::string StopMatcher::push(std::string_view delta) {
+  if (stopped_) return {};
+  pending_.append(delta);
+  const std::string_view text = pending_;
+
+  // The stop that completes first; among those, the one that starts first.
+  size_t best_pos = std::string_view::npos;
+  size_t best_end = std::string_view::npos;
+  const std::string* best = nullptr;
+  for (const std::string& stop : stops_) {
+    const size_t pos = text.find(stop);
+    if (pos == std::string_view::npos) continue;
+    const size_t end = pos + stop.size();
+    if (best == nullptr || end < best_end || (end == best_end && pos < best_pos)) {
+      best_pos = pos;
+      best_end = end;
+      best = &stop;
+    }
+  }
+  if (best != nullptr) {
+    stopped_ = true;
+    matched_ = *best;
+    std::string out(text.substr(0, best_pos));
+    pending_.clear();
+    return out;
+  }
+
+  // Hold back the longest tail that could still grow into a stop string.
+  size_t hold = 0;
+  for (const std::string& stop : stops_) {
+    for (size_t k = std::min(stop.size() - 1, text.size()); k > hold; --k) {
+      if (text.substr(text.size() - k) == std::string_view(stop).substr(0, k)) {
+        hold = k;
+        break;
+      }
+    }
+  }
+  std::string out(text.substr(0, text.size() - hold));
+  pending_.erase(0, text.size() - hold);
+  return out;
+}
+
+std::string StopMatcher::flush() {
+  std::string out = std::move(pending_);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace sampan::runtime
