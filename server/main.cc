@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add(sampan::cli::add_info);
   add(sampan::cli::add_logits);
   add(sampan::cli::add_bench);
+  add(sampan::cli::add_tokenize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

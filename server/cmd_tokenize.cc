@@ -1,0 +1,47 @@
+// sampan tokenize (--model DIR | --tokenizer FILE) (--text TEXT | --decode 1,2,3) [--add-special]
+// Prints the token ids on one line separated by single spaces, or with --decode the decoded
+// text; either is followed by one newline and nothing else reaches stdout. The end-to-end
+// tokenizer tests depend on this interface: keep it stable.
+#include <iostream>
+
+#include "engine/core/error.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "server/commands.h"
+
+namespace sampan::cli {
+
+Runner add_tokenize(CLI::App& app) {
+  struct Args {
+    std::string model, tokenizer, text, decode;
+    bool add_special = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("tokenize", "Print the token ids of a text (or decode ids)");
+  auto* model = cmd->add_option("--model", a->model, "model directory holding tokenizer.json");
+  auto* file = cmd->add_option("--tokenizer", a->tokenizer, "tokenizer.json or .gguf file");
+  model->excludes(file);
+  auto* text = cmd->add_option("--text", a->text, "text to encode");
+  auto* decode = cmd->add_option("--decode", a->decode, "comma-separated ids to decode instead");
+  text->excludes(decode);
+  cmd->add_flag("--add-special", a->add_special, "add BOS/EOS ([CLS]/[SEP]) as the tokenizer does");
+  return [a, model, file, text, decode] {
+    SAMPAN_CHECK(*model || *file, ErrorCode::kInvalidArgument, "tokenize: give --model DIR or --tokenizer FILE");
+    SAMPAN_CHECK(*text || *decode, ErrorCode::kInvalidArgument, "tokenize: give --text TEXT or --decode IDS");
+    auto tok = tok::load_tokenizer(*model ? a->model : a->tokenizer);
+    if (*decode) {
+      const std::vector<int32_t> ids = parse_ids(a->decode);
+      std::cout << tok->decode(ids, false) << '\n';
+      return 0;
+    }
+    const std::vector<int32_t> ids = tok->encode(a->text, a->add_special);
+    std::string line;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i) line += ' ';
+      line += std::to_string(ids[i]);
+    }
+    std::cout << line << '\n';
+    return 0;
+  };
+}
+
+}  // namespace sampan::cli
