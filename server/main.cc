@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
   add(sampan::cli::add_logits);
   add(sampan::cli::add_bench);
   add(sampan::cli::add_tokenize);
+  add(sampan::cli::add_render_chat);
+  add(sampan::cli::add_run);
+  add(sampan::cli::add_chat);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

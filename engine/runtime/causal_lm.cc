@@ -40,6 +40,13 @@ int64_t CausalLm::kv_cache_bytes() const {
   return b;
 }
 
+void CausalLm::truncate(int64_t n) {
+  SAMPAN_CHECK(n >= 0 && n <= n_past_, ErrorCode::kInvalidArgument,
+               "cannot keep {} tokens of a cache holding {}", n, n_past_);
+  n_past_ = n;
+  cached_ids_.resize(static_cast<size_t>(n));
+}
+
 graph::MemoryPlan CausalLm::plan_activations(int64_t n_tokens, int64_t n_out) {
   std::map<std::string, Shape> shapes = {
       {"ids", {n_tokens}}, {"positions", {n_tokens}}, {"logit_rows", {n_out}}};
@@ -74,6 +81,7 @@ Tensor CausalLm::forward(std::span<const int32_t> ids, bool all_logits) {
   }
   std::vector<Tensor> out = executor_->run(in);
   n_past_ += n;
+  cached_ids_.insert(cached_ids_.end(), ids.begin(), ids.end());
   return out[0].clone();
 }
 

@@ -34,7 +34,11 @@ class CausalLm {
   // copy the caller owns.
   Tensor forward(std::span<const int32_t> ids, bool all_logits);
 
-  void reset() { n_past_ = 0; }
+  void reset() { truncate(0); }
+  // Forgets cached tokens beyond the first n (their K/V rows are simply overwritten later).
+  void truncate(int64_t n);
+  // The ids whose K/V the cache holds, in order.
+  const std::vector<int32_t>& cached_ids() const { return cached_ids_; }
   int64_t n_past() const { return n_past_; }
   int64_t capacity() const { return capacity_; }
 
@@ -60,6 +64,7 @@ class CausalLm {
   int64_t capacity_ = 0;
   std::vector<Tensor> k_cache_, v_cache_;  // per layer [capacity, kv_dim] f32
   int64_t n_past_ = 0;
+  std::vector<int32_t> cached_ids_;
 };
 
 }  // namespace sampan::runtime

@@ -1,0 +1,69 @@
+#include "server/generation_flags.h"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+namespace sampan::cli {
+
+void GenerationFlags::add_to(CLI::App& cmd) {
+  cmd.add_option("--model", model, "model directory (config.json, safetensors, tokenizer)")->required();
+  cmd.add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--max-context", max_context, "KV cache capacity in tokens")->check(CLI::PositiveNumber);
+  cmd.add_option("--temperature", sampling.temperature, "0 = greedy (default 1)");
+  cmd.add_option("--top-k", sampling.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--top-p", sampling.top_p, "nucleus sampling threshold (1 = off)");
+  cmd.add_option("--min-p", sampling.min_p, "drop tokens below min-p x the top probability");
+  cmd.add_option("--repetition-penalty", sampling.repetition_penalty, "HF-style, 1 = off");
+  cmd.add_option("--presence-penalty", sampling.presence_penalty, "OpenAI-style, 0 = off");
+  cmd.add_option("--frequency-penalty", sampling.frequency_penalty, "OpenAI-style, 0 = off");
+  cmd.add_option("--seed", seed, "random seed (same seed, same output)")->each([this](const std::string&) { has_seed = true; });
+  cmd.add_option("--logprobs", sampling.top_logprobs, "print each token's logprob and this many alternatives to stderr")
+      ->check(CLI::Range(0, 20));
+  cmd.add_option("--max-tokens", max_tokens, "generate at most this many tokens")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--stop", stop, "stop string (repeatable; not printed)");
+  cmd.add_option("--stop-id", stop_ids, "stop token id (repeatable)");
+  cmd.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-sequence tokens");
+  cmd.add_flag("--stats", stats, "print token counts and speeds to stderr at the end");
+}
+
+runtime::GenerationRequest GenerationFlags::request(std::vector<int32_t> prompt) const {
+  runtime::GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling = sampling;
+  if (has_seed) r.sampling.seed = seed;
+  r.max_tokens = max_tokens;
+  r.stop = stop;
+  r.stop_ids = stop_ids;
+  r.ignore_eos = ignore_eos;
+  return r;
+}
+
+void print_event(const runtime::GenerationEvent& ev, const tok::Tokenizer& tokenizer,
+                 int top_logprobs) {
+  if (!ev.text.empty()) {
+    std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
+    std::fflush(stdout);
+  }
+  if (top_logprobs > 0 && ev.token >= 0) {
+    std::string line = fmt::format("[logprob] {} {:?} {:.4f}", ev.token,
+                                   std::string(tokenizer.token_text(ev.token)), ev.sample.logprob);
+    for (const auto& alt : ev.sample.top) {
+      line += fmt::format(" | {} {:?} {:.4f}", alt.id, std::string(tokenizer.token_text(alt.id)), alt.logprob);
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+void print_stats(const runtime::GenerationResult& r) {
+  const double n = static_cast<double>(r.tokens.size());
+  std::fprintf(stderr,
+               "\n[prompt %lld tokens (%lld cached), generated %zu, finish %s, prefill %.1f tok/s, "
+               "decode %.2f tok/s]\n",
+               static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.cached_prompt_tokens),
+               r.tokens.size(), runtime::finish_reason_name(r.finish),
+               (r.prompt_tokens - r.cached_prompt_tokens) / std::max(r.prefill_seconds, 1e-9),
+               n / std::max(r.decode_seconds, 1e-9));
+}
+
+}  // namespace sampan::cli
