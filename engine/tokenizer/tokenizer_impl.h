@@ -45,7 +45,7 @@ struct AddedToken {
 enum class SplitBehavior { kIsolated, kRemoved, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
 struct NormalizerStep {
-  enum class Kind { kPrepend, kReplace, kBert, kLowercase, kStrip, kNfcPassThrough };
+  enum class Kind { kPrepend, kReplace, kBert, kLowercase, kStrip, kUnicodeNorm };
   Kind kind;
   std::string a, b;  // prepend text / replace pattern, content
   bool clean_text = true, chinese_chars = true, strip_accents = false, lowercase = false;

@@ -4,6 +4,7 @@
 #include "engine/core/error.h"
 #include "engine/loaders/json_util.h"
 #include "engine/tokenizer/tokenizer_impl.h"
+#include "engine/tokenizer/unicode_norm.h"
 
 namespace sampan::tok {
 namespace {
@@ -96,9 +97,9 @@ void parse_normalizer(const Ctx& c, const json& n, const std::string& where,
     out.push_back({K::kLowercase, "", ""});
   } else if (t == "Strip") {
     out.push_back({K::kStrip, "", ""});
-  } else if (t == "NFC") {
-    // Precomposed text (what tokenizers of this kind see in practice) is already NFC.
-    out.push_back({K::kNfcPassThrough, "", ""});
+  } else if (unicode::NormForm form; unicode::parse_norm_form(t, form)) {
+    // "NFC", "NFD", "NFKC" or "NFKD"; the step carries the form's name for the pipeline.
+    out.push_back({K::kUnicodeNorm, t, ""});
   } else {
     fail(ErrorCode::kUnsupported, "{}: {}: normalizer type '{}' is not supported", c.source, where, t);
   }

@@ -4,6 +4,7 @@
 #include "engine/core/error.h"
 #include "engine/tokenizer/tokenizer_impl.h"
 #include "engine/tokenizer/unicode.h"
+#include "engine/tokenizer/unicode_norm.h"
 
 namespace sampan::tok {
 
@@ -276,8 +277,12 @@ std::string normalize(const std::vector<NormalizerStep>& steps, std::string_view
         s = s.substr(b, e - b);
         break;
       }
-      case K::kNfcPassThrough:
+      case K::kUnicodeNorm: {
+        unicode::NormForm form = unicode::NormForm::kNfc;
+        unicode::parse_norm_form(n.a.empty() ? "NFC" : n.a, form);
+        s = unicode::normalize(form, std::string_view(s));
         break;
+      }
     }
   }
   return s;
