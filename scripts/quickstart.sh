@@ -13,9 +13,9 @@ if [ ! -f "$demo/config.json" ]; then
   python3 scripts/make_demo_model.py --tokenizer-dir tests/data/tokenizers/llama-spm --out "$demo"
 fi
 ./build/sampan info --model "$demo"
-echo "== sampan run --model $demo --prompt 'The function returns' --max-tokens 40 --seed 1"
-./build/sampan run --model "$demo" --prompt "The function returns" --max-tokens 40 --seed 1 \
-  --temperature 0.8 --top-p 0.95 --stats
+echo "== sampan run --model $demo --prompt 'Return a new list of' --max-tokens 40 --seed 5"
+./build/sampan run --model "$demo" --prompt "Return a new list of" --max-tokens 40 --seed 5 \
+  --temperature 0.7 --top-p 0.9 --min-p 0.05 --stats
 echo "== sampan chat (two turns from stdin)"
 printf 'Hello!\nHow do I open a file?\n' |
-  ./build/sampan chat --model "$demo" --max-tokens 30 --seed 2 --temperature 0.7 --stats
+  ./build/sampan chat --model "$demo" --max-tokens 30 --seed 2 --temperature 0.7 --min-p 0.05 --stats

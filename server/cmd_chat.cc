@@ -38,6 +38,7 @@ Runner add_chat(CLI::App& app) {
     };
     reset();
     std::string line;
+    uint64_t turn = 0;
     for (;;) {
       if (interactive) std::fputs("> ", stderr);
       if (!std::getline(std::cin, line) || line == "/exit") break;
@@ -67,8 +68,13 @@ Runner add_chat(CLI::App& app) {
         messages.erase(messages.end() - 1);
         continue;
       }
+      // With --seed, turn t samples with seed + t: the session is reproducible, yet two turns
+      // that end in the same context do not repeat each other word for word.
+      runtime::GenerationRequest request = a->gen.request(prompt);
+      if (request.sampling.seed) *request.sampling.seed += turn;
+      ++turn;
       const runtime::GenerationResult r = runtime::generate(
-          *lm, *tokenizer, a->gen.request(prompt), [&](const runtime::GenerationEvent& ev) {
+          *lm, *tokenizer, request, [&](const runtime::GenerationEvent& ev) {
             print_event(ev, *tokenizer, a->gen.sampling.top_logprobs);
           });
       std::fputs("\n", stdout);
