@@ -12,6 +12,9 @@ Executor::Executor(const Graph& graph, cpu::TaskRunner& runner, Device device)
   for (const Node& n : graph_.nodes()) {
     SAMPAN_CHECK(registry.supports(n.op, device.type), ErrorCode::kUnsupported,
                  "node '{}': op '{}' has no kernel on {}", n.name, n.op, device.str());
+    const ops::OpSchema& schema = registry.schema(n.op);
+    schemas_.push_back(&schema);
+    kernels_.push_back(schema.view ? nullptr : &registry.kernel(n.op, device.type));
   }
   const size_t nv = graph_.n_values();
   tensors_.resize(nv);
@@ -65,9 +68,9 @@ void Executor::bind_and_infer(const std::map<std::string, Tensor>& inputs) {
 }
 
 void Executor::infer_shapes() {
-  const auto& registry = ops::OpRegistry::instance();
   std::vector<ops::TensorDesc> in;
-  for (const Node& n : graph_.nodes()) {
+  for (size_t ni = 0; ni < graph_.nodes().size(); ++ni) {
+    const Node& n = graph_.nodes()[ni];
     in.clear();
     for (ValueId v : n.inputs) {
       if (v == kNoValue) {
@@ -76,7 +79,7 @@ void Executor::infer_shapes() {
         in.push_back({shapes_[static_cast<size_t>(v)], dtypes_[static_cast<size_t>(v)], true});
       }
     }
-    std::vector<ops::TensorDesc> out = registry.schema(n.op).infer(n, in);
+    std::vector<ops::TensorDesc> out = schemas_[ni]->infer(n, in);
     SAMPAN_CHECK(out.size() == n.outputs.size(), ErrorCode::kInternal,
                  "node '{}': op '{}' inferred {} outputs, node has {}", n.name, n.op, out.size(),
                  n.outputs.size());
@@ -88,7 +91,6 @@ void Executor::infer_shapes() {
 }
 
 void Executor::make_plan() {
-  const auto& registry = ops::OpRegistry::instance();
   const auto& nodes = graph_.nodes();
   const int n_steps = static_cast<int>(nodes.size());
   buffer_of_.assign(graph_.n_values(), -1);
@@ -97,7 +99,7 @@ void Executor::make_plan() {
   std::vector<BufferRequest> requests;
   for (int i = 0; i < n_steps; ++i) {
     const Node& n = nodes[static_cast<size_t>(i)];
-    const bool is_view = registry.schema(n.op).view != nullptr;
+    const bool is_view = kernels_[static_cast<size_t>(i)] == nullptr;
     for (ValueId in : n.inputs) {
       if (in == kNoValue) continue;
       const int r = root[static_cast<size_t>(in)];
@@ -154,15 +156,14 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
     ensure_arena();
     planned_input_shapes_ = std::move(input_shapes);
   }
-  const auto& registry = ops::OpRegistry::instance();
   std::vector<Tensor> in, out;
-  for (const Node& n : graph_.nodes()) {
+  for (size_t ni = 0; ni < graph_.nodes().size(); ++ni) {
+    const Node& n = graph_.nodes()[ni];
     in.clear();
     out.clear();
     for (ValueId v : n.inputs) in.push_back(v == kNoValue ? Tensor() : tensors_[static_cast<size_t>(v)]);
-    const ops::OpSchema& schema = registry.schema(n.op);
-    if (schema.view) {
-      out = schema.view(n, in);
+    if (!kernels_[ni]) {
+      out = schemas_[ni]->view(n, in);
     } else {
       for (ValueId v : n.outputs) {
         const int b = buffer_of_[static_cast<size_t>(v)];
@@ -170,7 +171,7 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
                                            shapes_[static_cast<size_t>(v)],
                                            dtypes_[static_cast<size_t>(v)]));
       }
-      registry.kernel(n.op, device_.type)(ops::KernelContext{n, in, out, runner_});
+      (*kernels_[ni])(ops::KernelContext{n, in, out, runner_});
     }
     for (size_t i = 0; i < n.outputs.size(); ++i) tensors_[static_cast<size_t>(n.outputs[i])] = out[i];
   }

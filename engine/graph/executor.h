@@ -12,6 +12,7 @@
 #include "engine/core/tensor.h"
 #include "engine/graph/graph.h"
 #include "engine/graph/memory_planner.h"
+#include "engine/ops/op_registry.h"
 #include "kernels/cpu/task_runner.h"
 
 namespace sampan::graph {
@@ -44,6 +45,9 @@ class Executor {
   std::vector<Shape> shapes_;     // by ValueId: inferred shapes of this run
   std::vector<DType> dtypes_;
   std::vector<Shape> planned_input_shapes_;
+  // By node index, resolved once at construction so runs do no name lookups.
+  std::vector<const ops::OpSchema*> schemas_;
+  std::vector<const ops::KernelFn*> kernels_;  // null for view ops
   std::vector<int> buffer_of_;    // by ValueId: planned buffer index, or -1 (view/input/const)
   MemoryPlan plan_;
   std::shared_ptr<Storage> arena_;
