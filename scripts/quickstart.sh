@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The README's main job: set up, build, make the demo model, and generate text with it on the CPU.
+# The README's main job: set up, build, make the demo model, generate text with it on the CPU,
+# then serve it: `sampan serve` on HTTP port 8000 (OpenAI-compatible + KServe v2 REST,
+# /metrics) and gRPC port 8001 until Ctrl-C (SAMPAN_QUICKSTART_SERVE=0 skips the server).
 # The demo model (scripts/make_demo_model.py) is a small LlamaForCausalLM with the real Llama 2
 # SentencePiece tokenizer whose weights are fitted in seconds to bigram statistics of English
 # text (Python standard-library docstrings): it writes corpus words in plausible order, it does
@@ -19,3 +21,15 @@ echo "== sampan run --model $demo --prompt 'Return a new list of' --max-tokens 4
 echo "== sampan chat (two turns from stdin)"
 printf 'Hello!\nHow do I open a file?\n' |
   ./build/sampan chat --model "$demo" --max-tokens 30 --seed 2 --temperature 0.7 --min-p 0.05 --stats
+if [ "${SAMPAN_QUICKSTART_SERVE:-1}" != "0" ]; then
+  cat <<EOT
+== sampan serve --model $demo  (Ctrl-C stops it gracefully). Try, from another shell:
+   curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' \\
+     -d '{"prompt": "Return a new list of", "max_tokens": 30, "temperature": 0}'
+   curl -sN localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+     -d '{"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 30, "stream": true}'
+   curl -s localhost:8000/metrics | grep '^sampan:'
+EOT
+  exec ./build/sampan serve --model "$demo" --http-port "${SAMPAN_HTTP_PORT:-8000}" \
+    --grpc-port "${SAMPAN_GRPC_PORT:-8001}"
+fi

@@ -5,7 +5,9 @@
 set -euo pipefail
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git python3 python3-pip
-  catch2 libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev)
+  catch2 libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libboost-dev libssl-dev libyaml-cpp-dev openssl)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -20,12 +22,17 @@ if ((${#missing[@]})); then
 fi
 
 # Light reference peers the tests run against: numpy (model references), jinja2 (chat
-# templates), tokenizers (HF tokenizers). torch/transformers are used once, offline, to make the
+# templates), tokenizers (HF tokenizers), and the real clients of the serving tests: openai,
+# tritonclient[grpc], grpcio(-tools), prometheus_client. torch/transformers are used once, offline, to make the
 # committed golden files and are not needed here.
 need=()
 python3 -c "import numpy" >/dev/null 2>&1 || need+=(numpy)
 python3 -c "import jinja2" >/dev/null 2>&1 || need+=(jinja2)
 python3 -c "import tokenizers" >/dev/null 2>&1 || need+=(tokenizers)
+python3 -c "import openai" >/dev/null 2>&1 || need+=(openai)
+python3 -c "import tritonclient.grpc" >/dev/null 2>&1 || need+=("tritonclient[grpc]")
+python3 -c "import grpc_tools" >/dev/null 2>&1 || need+=(grpcio-tools)
+python3 -c "import prometheus_client" >/dev/null 2>&1 || need+=(prometheus_client)
 if ((${#need[@]})); then
   python3 -m pip install -q "${need[@]}" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages "${need[@]}"

@@ -18,6 +18,7 @@ Runner add_tokenize(CLI::App& app);
 Runner add_render_chat(CLI::App& app);
 Runner add_run(CLI::App& app);
 Runner add_chat(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 // Parses "1,2,3" into ids; throws Error(kInvalidArgument) naming the bad element.
 std::vector<int32_t> parse_ids(const std::string& text);

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add(sampan::cli::add_render_chat);
   add(sampan::cli::add_run);
   add(sampan::cli::add_chat);
+  add(sampan::cli::add_serve);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -11,6 +11,10 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kOutOfMemory: return "out of memory";
     case ErrorCode::kIo: return "i/o error";
     case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kResourceExhausted: return "resource exhausted";
+    case ErrorCode::kUnavailable: return "unavailable";
+    case ErrorCode::kCancelled: return "cancelled";
+    case ErrorCode::kDeadlineExceeded: return "deadline exceeded";
   }
   return "error";
 }

@@ -18,6 +18,10 @@ enum class ErrorCode {
   kOutOfMemory,      // an allocation failed
   kIo,               // the operating system refused a read, map or write
   kInternal,         // a bug in Sampan
+  kResourceExhausted,  // a limit is reached right now (queue full, KV cache full); retry later
+  kUnavailable,        // the service is not (or no longer) accepting work: loading, shutting down
+  kCancelled,          // the caller cancelled or went away
+  kDeadlineExceeded,   // the request's time limit passed
 };
 
 const char* error_code_name(ErrorCode code);

@@ -2,8 +2,11 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <fmt/chrono.h>
 
 #include <atomic>
+#include <chrono>
+#include <string>
 #include <cstdlib>
 
 namespace sampan::log {
@@ -33,7 +36,48 @@ std::atomic<Level>& level_slot() {
   return slot;
 }
 
+std::atomic<bool> g_json{false};
+
+const char* level_name(Level l) {
+  switch (l) {
+    case Level::kTrace: return "trace";
+    case Level::kDebug: return "debug";
+    case Level::kInfo: return "info";
+    case Level::kWarn: return "warn";
+    case Level::kError: return "error";
+    case Level::kOff: return "off";
+  }
+  return "?";
+}
+
+// JSON string escaping for the message (control characters as \u00XX).
+std::string json_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += fmt::format("\\u{:04x}", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+void set_json(bool json) {
+  if (json == g_json.exchange(json)) return;
+  logger().set_pattern(json ? "%v" : "%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+}
 
 void set_level(Level l) { level_slot().store(l); }
 Level level() { return level_slot().load(std::memory_order_relaxed); }
@@ -52,6 +96,14 @@ bool parse_level(std::string_view text, Level* out) {
 }
 
 void write(Level l, std::string_view message) {
+  std::string json_line;
+  if (g_json.load(std::memory_order_relaxed)) {
+    const auto now = std::chrono::system_clock::now();
+    json_line = fmt::format(R"({{"ts":"{:%Y-%m-%dT%H:%M:%S}Z","level":"{}","msg":"{}"}})",
+                            std::chrono::floor<std::chrono::milliseconds>(now), level_name(l),
+                            json_escape(message));
+    message = json_line;
+  }
   switch (l) {
     case Level::kTrace: logger().trace("{}", message); break;
     case Level::kDebug: logger().debug("{}", message); break;

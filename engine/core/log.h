@@ -15,6 +15,8 @@ Level level();
 // Parses "trace|debug|info|warn|error|off"; returns false on anything else.
 bool parse_level(std::string_view text, Level* out);
 void write(Level level, std::string_view message);
+// One JSON object per line ({"ts", "level", "msg"}) instead of text, for log collectors.
+void set_json(bool json);
 
 template <typename... Args>
 void debug(fmt::format_string<Args...> f, Args&&... args) {

@@ -24,7 +24,8 @@ ValueId attention(Graph& g, const std::string& name, ValueId x, const AttentionW
                                     {"attn_factor", p.rope_attn_factor}};
   const ValueId qr = g.add("rope", name + ".q_rope", {q, in.positions, in.inv_freq}, q_rope);
   const ValueId kr = g.add("rope", name + ".k_rope", {k, in.positions, in.inv_freq}, k_rope);
-  const ValueId a = g.add("attention", name + ".attn", {qr, kr, v, k_cache, v_cache, in.positions},
+  const ValueId a = g.add("attention", name + ".attn",
+                          {qr, kr, v, k_cache, v_cache, in.positions, in.seq_ids, in.block_tables},
                           {{"n_heads", p.n_heads},
                            {"n_kv_heads", p.n_kv_heads},
                            {"head_dim", p.head_dim},

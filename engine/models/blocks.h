@@ -34,6 +34,8 @@ struct AttentionParams {
 // Inputs every decoder layer reads.
 struct DecoderInputs {
   ValueId positions = graph::kNoValue;  // [n_tokens] i32
+  ValueId seq_ids = graph::kNoValue;    // [n_tokens] i32, rows of block_tables
+  ValueId block_tables = graph::kNoValue;  // [n_seqs, max_blocks] i32 (paged KV cache)
   ValueId inv_freq = graph::kNoValue;   // [head_dim/2] f32 (RoPE, scaling applied)
 };
 
@@ -43,8 +45,8 @@ ValueId linear(Graph& g, const std::string& name, ValueId x, const Linear& w);
 // x: [n_tokens, dim] -> [n_tokens, dim]; weight: [dim]
 ValueId rms_norm(Graph& g, const std::string& name, ValueId x, const Tensor& weight, double eps);
 
-// Self-attention with RoPE over a KV cache. x: [n_tokens, hidden] -> [n_tokens, hidden].
-// k_cache, v_cache: graph inputs [capacity, n_kv_heads * head_dim].
+// Self-attention with RoPE over a paged KV cache. x: [n_tokens, hidden] -> [n_tokens, hidden].
+// k_cache, v_cache: graph inputs [n_blocks, block_size, n_kv_heads * head_dim].
 ValueId attention(Graph& g, const std::string& name, ValueId x, const AttentionWeights& w,
                   const AttentionParams& p, const DecoderInputs& in, ValueId k_cache,
                   ValueId v_cache);

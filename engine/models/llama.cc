@@ -58,6 +58,9 @@ graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w) {
   const ValueId ids = g.add_input("ids", DType::kI32, {n_tokens});
   DecoderInputs in;
   in.positions = g.add_input("positions", DType::kI32, {n_tokens});
+  in.seq_ids = g.add_input("seq_ids", DType::kI32, {n_tokens});
+  in.block_tables =
+      g.add_input("block_tables", DType::kI32, {Dim::sym("n_seqs"), Dim::sym("max_blocks")});
   const ValueId logit_rows = g.add_input("logit_rows", DType::kI32, {Dim::sym("n_out")});
 
   const RopeFreqs rope = compute_rope_freqs(c);
@@ -75,10 +78,10 @@ graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w) {
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = fmt::format("layers.{}", i);
     const LlamaLayerWeights& l = w.layers[static_cast<size_t>(i)];
-    const ValueId k_cache = g.add_input(fmt::format("k_cache.{}", i), DType::kF32,
-                                        {Dim::sym("kv_capacity"), Dim::fixed(c.kv_dim())});
-    const ValueId v_cache = g.add_input(fmt::format("v_cache.{}", i), DType::kF32,
-                                        {Dim::sym("kv_capacity"), Dim::fixed(c.kv_dim())});
+    const std::vector<Dim> pool = {Dim::sym("n_blocks"), Dim::sym("block_size"),
+                                   Dim::fixed(c.kv_dim())};
+    const ValueId k_cache = g.add_input(fmt::format("k_cache.{}", i), DType::kF32, pool);
+    const ValueId v_cache = g.add_input(fmt::format("v_cache.{}", i), DType::kF32, pool);
     ap.sliding_window = c.layer_is_sliding(i) ? *c.sliding_window : 0;
     const ValueId x = rms_norm(g, p + ".attn_norm", h, l.attn_norm, c.rms_norm_eps);
     const ValueId a = attention(g, p + ".attn", x, l.attn, ap, in, k_cache, v_cache);

@@ -2,6 +2,32 @@
 // architecture file, built in three phases — hyper-parameters (HfConfig), tensors (checked
 // against the shapes the config implies), graph (shared blocks from blocks.h). The three
 // architectures differ only in config: biases, sliding window, rope scaling, tied embeddings.
+//
+// Input contract of the built graph (what a runtime feeds on every forward). One forward runs a
+// batch of T tokens drawn from any number of sequences (continuous batching: prefill chunks of
+// some sequences and single decode tokens of others, in any order):
+//   "ids"          [T] i32  token ids.
+//   "positions"    [T] i32  position of each token in its sequence (RoPE, causal mask, and where
+//                           its K/V row is written).
+//   "seq_ids"      [T] i32  the row of block_tables each token belongs to (0 .. n_seqs-1).
+//   "block_tables" [n_seqs, max_blocks] i32  physical KV block ids per sequence: position p of
+//                           sequence s lives in block block_tables[s][p / block_size], row
+//                           p % block_size. Entries no token of this batch needs (beyond the
+//                           highest position, or wholly below a sliding window) may be -1.
+//   "logit_rows"   [n_out] i32  rows of the batch (0 .. T-1) whose logits are returned.
+//   "k_cache.<l>", "v_cache.<l>"  [n_blocks, block_size, n_head_kv * head_dim] f32 per layer:
+//                           the KV pools, bound by reference and written in place.
+// Output 0: logits [n_out, vocab] f32, row i for token logit_rows[i].
+// Each layer first writes the K/V of every token of the batch, then lets each token attend to
+// positions max(0, p - window + 1) .. p of its own sequence. So a token sees the K/V of earlier
+// tokens of the same batch, and earlier positions of its sequence not in the batch must already
+// hold K/V from earlier forwards (or from a shared prefix block). Two tokens of one batch must
+// never map to the same (block, row); blocks shared between sequences (prefix cache) may be read
+// by many but written by none. Out-of-range seq ids, positions past max_blocks * block_size, or a
+// needed table entry outside [0, n_blocks) throw Error(kInvalidArgument) before anything is
+// written. The n_tokens, n_out, n_seqs, max_blocks, n_blocks and block_size dimensions are
+// symbols bound per run (the executor re-plans activation memory when input shapes change from
+// the previous run; only n_tokens and n_out size activations).
 #pragma once
 
 #include <memory>
@@ -33,12 +59,7 @@ struct LlamaWeights {
 // biases (1-D, small) are converted to f32; matrices stay as mapped from the file.
 LlamaWeights load_llama_weights(const HfConfig& config, const WeightStore& store);
 
-// Graph inputs of the built graph (names are part of the contract with the runtime):
-//   "ids"        [n_tokens] i32
-//   "positions"  [n_tokens] i32 absolute positions (also where K/V rows are written)
-//   "logit_rows" [n_out] i32 rows of the token batch whose logits are computed
-//   "k_cache.<l>", "v_cache.<l>"  [kv_capacity, n_head_kv * head_dim] f32, one pair per layer
-// Output: logits [n_out, vocab] f32.
+// The graph of the input contract above.
 graph::Graph build_llama_graph(const HfConfig& config, const LlamaWeights& weights);
 
 }  // namespace sampan::models

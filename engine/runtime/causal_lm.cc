@@ -27,8 +27,8 @@ CausalLm::CausalLm(HfConfig config, WeightStore store, const CausalLmOptions& op
   }
   SAMPAN_CHECK(capacity_ > 0, ErrorCode::kInvalidArgument, "max context must be positive");
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    k_cache_.push_back(Tensor::empty({capacity_, config_.kv_dim()}, DType::kF32));
-    v_cache_.push_back(Tensor::empty({capacity_, config_.kv_dim()}, DType::kF32));
+    k_cache_.push_back(Tensor::empty({1, capacity_, config_.kv_dim()}, DType::kF32));
+    v_cache_.push_back(Tensor::empty({1, capacity_, config_.kv_dim()}, DType::kF32));
   }
   log::debug("graph after passes ({}):\n{}", pass_report_.str(), graph_.dump());
 }
@@ -48,11 +48,14 @@ void CausalLm::truncate(int64_t n) {
 }
 
 graph::MemoryPlan CausalLm::plan_activations(int64_t n_tokens, int64_t n_out) {
-  std::map<std::string, Shape> shapes = {
-      {"ids", {n_tokens}}, {"positions", {n_tokens}}, {"logit_rows", {n_out}}};
+  std::map<std::string, Shape> shapes = {{"ids", {n_tokens}},
+                                         {"positions", {n_tokens}},
+                                         {"seq_ids", {n_tokens}},
+                                         {"block_tables", {1, 1}},
+                                         {"logit_rows", {n_out}}};
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    shapes[fmt::format("k_cache.{}", l)] = {capacity_, config_.kv_dim()};
-    shapes[fmt::format("v_cache.{}", l)] = {capacity_, config_.kv_dim()};
+    shapes[fmt::format("k_cache.{}", l)] = {1, capacity_, config_.kv_dim()};
+    shapes[fmt::format("v_cache.{}", l)] = {1, capacity_, config_.kv_dim()};
   }
   return executor_->plan_for(shapes);
 }
@@ -68,6 +71,9 @@ Tensor CausalLm::forward(std::span<const int32_t> ids, bool all_logits) {
   std::vector<int32_t> pos(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(n_past_ + i);
   in["positions"] = Tensor::from_i32({n}, pos);
+  // One sequence whose cache is one block of `capacity_` rows.
+  in["seq_ids"] = Tensor::from_i32({n}, std::vector<int32_t>(static_cast<size_t>(n), 0));
+  in["block_tables"] = Tensor::from_i32({1, 1}, {0});
   std::vector<int32_t> rows;
   if (all_logits) {
     for (int64_t i = 0; i < n; ++i) rows.push_back(static_cast<int32_t>(i));

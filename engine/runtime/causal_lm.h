@@ -1,6 +1,7 @@
 // CausalLm: a loaded decoder model ready to run — config, mapped weights, the optimised graph,
 // its executor and a single-sequence KV cache. The batched, paged runtime of the serving stack
-// will own several sequences; this is the one-sequence path used by the CLI and benchmarks.
+// (runtime::Engine) feeds the same graph with many sequences and real block tables; this is the
+// one-sequence path used by the CLI and benchmarks.
 #pragma once
 
 #include <memory>
@@ -62,7 +63,9 @@ class CausalLm {
   ThreadPool pool_;
   std::unique_ptr<graph::Executor> executor_;
   int64_t capacity_ = 0;
-  std::vector<Tensor> k_cache_, v_cache_;  // per layer [capacity, kv_dim] f32
+  // Per layer [1, capacity, kv_dim] f32: the paged graph's pool with a single block that holds
+  // the whole sequence (block_tables [[0]]).
+  std::vector<Tensor> k_cache_, v_cache_;
   int64_t n_past_ = 0;
   std::vector<int32_t> cached_ids_;
 };

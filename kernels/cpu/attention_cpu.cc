@@ -1,6 +1,9 @@
 #include "kernels/cpu/attention_cpu.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -18,14 +21,13 @@ void attention_range_avx2(const AttentionRange& a) { attention_range_dispatch<Av
 
 namespace {
 
-// A decode step has only n_kv_heads (token, KV head) tasks, often fewer than the workers want;
-// then each task's key range is split (split-K, merged afterwards). Below this many keys per
-// piece the merge and the hand-off cost more than the parallelism brings.
+// A decode step of few sequences has few (token, KV head) ranges, often fewer than the workers
+// want; then long ranges are split (split-K, merged afterwards). Below this many keys per piece
+// the merge and the hand-off cost more than the parallelism brings.
 constexpr int64_t kMinSplitKeys = 256;
-
-int64_t first_key(int32_t pos, int64_t window) {
-  return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-}
+// Pieces of work per worker that the split aims for: enough that the dynamic hand-out evens out
+// ranges of different lengths (sequences of a batch differ), few enough to keep merges rare.
+constexpr int64_t kPiecesPerWorker = 4;
 
 // Per-thread scratch, grown once: attention runs every layer of every step and must not allocate.
 float* thread_scratch(int64_t n) {
@@ -33,6 +35,24 @@ float* thread_scratch(int64_t n) {
   if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
   return buf.data();
 }
+
+// One task: key positions [first, last] of token t's sequence against KV head kvh. part < 0: the
+// token's whole range, normalised straight into out; else the slot of a partial result.
+struct Piece {
+  int32_t t = 0;
+  int32_t kvh = 0;
+  int64_t first = 0;
+  int64_t last = 0;
+  int64_t part = -1;
+};
+
+// A (token, KV head) whose range was split into n pieces, in slots part .. part + n - 1.
+struct Merge {
+  int32_t t = 0;
+  int32_t kvh = 0;
+  int64_t part = 0;
+  int64_t n = 0;
+};
 
 // Folds the n_split partial results of one (token, KV head) into out: [group, head_dim].
 // part holds, per split, [group * head_dim] unnormalised sums then [group] maxima, [group] sums.
@@ -51,7 +71,7 @@ void merge_splits(const float* part, int64_t n_split, int64_t group, int64_t hd,
     for (int64_t s = 0; s < n_split; ++s) {
       const float* ps = part + s * stride;
       const float ms = ps[group * hd + g];
-      if (ms == -INFINITY) continue;  // an empty piece
+      if (ms == -INFINITY) continue;  // a piece whose scores were all -inf
       const float f = std::exp(ms - m);
       l += f * ps[group * hd + group + g];
       const float* a = ps + g * hd;
@@ -65,18 +85,22 @@ void merge_splits(const float* part, int64_t n_split, int64_t group, int64_t hd,
 }  // namespace
 
 void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* k, int64_t ldk,
-                    const float* v, int64_t ldv, const int32_t* pos, float* k_cache,
-                    float* v_cache) {
+                    const float* v, int64_t ldv, const int32_t* pos, const int32_t* seq_ids,
+                    const PagedKvCache& cache) {
   const int64_t width = shape.n_kv_heads * shape.head_dim;
+  const int64_t bs = cache.block_size;
   const size_t bytes = static_cast<size_t>(width) * sizeof(float);
   for (int64_t t = 0; t < n_tokens; ++t) {
-    std::memcpy(k_cache + pos[t] * width, k + t * ldk, bytes);
-    std::memcpy(v_cache + pos[t] * width, v + t * ldv, bytes);
+    const int64_t p = pos[t];
+    const int64_t block = cache.block_tables[seq_ids[t] * cache.max_blocks + p / bs];
+    const int64_t row = block * bs + p % bs;
+    std::memcpy(cache.k + row * width, k + t * ldk, bytes);
+    std::memcpy(cache.v + row * width, v + t * ldv, bytes);
   }
 }
 
 void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, int64_t ldq,
-               const float* k_cache, const float* v_cache, const int32_t* pos, float* out,
+               const PagedKvCache& cache, const int32_t* pos, const int32_t* seq_ids, float* out,
                int64_t ldo, TaskRunner& runner) {
   if (n_tokens <= 0 || shape.n_kv_heads <= 0 || shape.head_dim <= 0) return;
   const int64_t n_kv = shape.n_kv_heads, hd = shape.head_dim;
@@ -85,82 +109,94 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   const auto kernel =
       active_isa() == Isa::kAvx2 ? detail::attention_range_avx2 : detail::attention_range_avx512;
   const int64_t scratch_floats = detail::attention_scratch_floats(group, hd);
+  const int64_t part_stride = group * hd + 2 * group;
 
-  auto range_of = [&](int64_t t, int64_t kvh) {
+  // Cut the work so that every worker gets about kPiecesPerWorker pieces of similar size, but
+  // only ever by splitting long ranges: a batch with many ranges (prefill, a large decode batch)
+  // is not split at all, a decode of one long sequence is split into pieces of at least
+  // kMinSplitKeys keys. Each range is split on its own length, so a batch mixing long and short
+  // sequences splits only the long ones.
+  const int64_t workers = runner.concurrency();
+  int64_t piece_len = INT64_MAX;
+  if (workers > 1) {
+    int64_t total = 0;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      total += pos[t] - attention_first_key(pos[t], window) + 1;
+    }
+    total *= n_kv;
+    piece_len = util::ceil_div(total, kPiecesPerWorker * workers);
+    if (piece_len < kMinSplitKeys) piece_len = kMinSplitKeys;
+  }
+  thread_local std::vector<Piece> pieces;
+  thread_local std::vector<Merge> merges;
+  pieces.clear();
+  merges.clear();
+  int64_t n_parts = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t first = attention_first_key(pos[t], window), last = pos[t];
+    const int64_t len = last - first + 1;
+    const int64_t n_split = len > piece_len ? util::ceil_div(len, piece_len) : 1;
+    for (int64_t kvh = 0; kvh < n_kv; ++kvh) {
+      const auto t32 = static_cast<int32_t>(t), h32 = static_cast<int32_t>(kvh);
+      if (n_split <= 1) {
+        pieces.push_back({t32, h32, first, last, -1});
+        continue;
+      }
+      // Equal chunks; none is empty since piece_len >= chunk.
+      const int64_t chunk = util::ceil_div(len, n_split);
+      merges.push_back({t32, h32, n_parts, n_split});
+      for (int64_t i = 0; i < n_split; ++i) {
+        const int64_t f = first + i * chunk;
+        const int64_t l = f + chunk - 1 < last ? f + chunk - 1 : last;
+        pieces.push_back({t32, h32, f, l, n_parts + i});
+      }
+      n_parts += n_split;
+    }
+  }
+  // Longest first, so that the parallel section ends evenly (later prefill tokens and longer
+  // sequences see more keys).
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
+    return a.last - a.first > b.last - b.first;
+  });
+  thread_local std::vector<float> parts;
+  if (static_cast<int64_t>(parts.size()) < n_parts * part_stride) {
+    parts.resize(static_cast<size_t>(n_parts * part_stride));
+  }
+  float* part_base = parts.data();
+  const Piece* piece_list = pieces.data();
+
+  runner.run(static_cast<int64_t>(pieces.size()), [&](int64_t task) {
+    const Piece& pc = piece_list[task];
     detail::AttentionRange a;
-    a.q = q + t * ldq + kvh * group * hd;
-    a.k = k_cache + kvh * hd;
-    a.v = v_cache + kvh * hd;
+    a.q = q + pc.t * ldq + pc.kvh * group * hd;
+    a.k = cache.k + pc.kvh * hd;
+    a.v = cache.v + pc.kvh * hd;
     a.ld_kv = n_kv * hd;
+    a.blocks = cache.block_tables + seq_ids[pc.t] * cache.max_blocks;
+    a.block_size = cache.block_size;
     a.group = group;
     a.head_dim = hd;
     a.scale = shape.scale;
-    a.first = first_key(pos[t], window);
-    a.last = pos[t];
-    return a;
-  };
-
-  const int64_t base_tasks = n_tokens * n_kv;
-  const int64_t wanted_tasks = 4 * static_cast<int64_t>(runner.concurrency());
-  int64_t n_split = 1;
-  if (base_tasks < wanted_tasks) {
-    int64_t longest = 0;
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      const int64_t len = pos[t] - first_key(pos[t], window) + 1;
-      longest = len > longest ? len : longest;
-    }
-    n_split = util::ceil_div(wanted_tasks, base_tasks);
-    if (n_split > longest / kMinSplitKeys) n_split = longest / kMinSplitKeys;
-    if (n_split < 1) n_split = 1;
-  }
-
-  if (n_split == 1) {
-    // Later tokens see more keys: hand them out first so that the parallel section ends evenly.
-    runner.run(base_tasks, [&](int64_t task) {
-      const int64_t t = n_tokens - 1 - task / n_kv, kvh = task % n_kv;
-      detail::AttentionRange a = range_of(t, kvh);
-      a.scratch = thread_scratch(scratch_floats);
-      a.out = out + t * ldo + kvh * group * hd;
-      kernel(a);
-    });
-    return;
-  }
-
-  const int64_t part_stride = group * hd + 2 * group;
-  thread_local std::vector<float> parts;
-  const int64_t part_floats = base_tasks * n_split * part_stride;
-  if (static_cast<int64_t>(parts.size()) < part_floats) {
-    parts.resize(static_cast<size_t>(part_floats));
-  }
-  float* part_base = parts.data();
-  runner.run(base_tasks * n_split, [&](int64_t task) {
-    const int64_t s = task % n_split, tk = task / n_split;
-    const int64_t t = tk / n_kv, kvh = tk % n_kv;
-    detail::AttentionRange a = range_of(t, kvh);
-    float* part = part_base + task * part_stride;
-    const int64_t chunk = util::ceil_div(a.last - a.first + 1, n_split);
-    const int64_t first = a.first + s * chunk;
-    const int64_t last = first + chunk - 1 < a.last ? first + chunk - 1 : a.last;
-    if (first > last) {  // a short token's range has fewer pieces than the longest one's
-      for (int64_t g = 0; g < group; ++g) {
-        part[group * hd + g] = -INFINITY;
-        part[group * hd + group + g] = 0.0f;
-      }
-      return;
-    }
-    a.first = first;
-    a.last = last;
+    a.first = pc.first;
+    a.last = pc.last;
     a.scratch = thread_scratch(scratch_floats);
-    a.out = part;
-    a.m = part + group * hd;
-    a.l = part + group * hd + group;
+    if (pc.part < 0) {
+      a.out = out + pc.t * ldo + pc.kvh * group * hd;
+    } else {
+      float* part = part_base + pc.part * part_stride;
+      a.out = part;
+      a.m = part + group * hd;
+      a.l = part + group * hd + group;
+    }
     kernel(a);
   });
-  for (int64_t tk = 0; tk < base_tasks; ++tk) {
-    const int64_t t = tk / n_kv, kvh = tk % n_kv;
-    merge_splits(part_base + tk * n_split * part_stride, n_split, group, hd,
-                 out + t * ldo + kvh * group * hd);
-  }
+  if (merges.empty()) return;
+  const Merge* merge_list = merges.data();
+  runner.run(static_cast<int64_t>(merges.size()), [&](int64_t i) {
+    const Merge& mg = merge_list[i];
+    merge_splits(part_base + mg.part * part_stride, mg.n, group, hd,
+                 out + mg.t * ldo + mg.kvh * group * hd);
+  });
 }
 
 }  // namespace sampan::cpu

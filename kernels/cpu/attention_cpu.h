@@ -1,4 +1,10 @@
-// Causal multi-head attention with grouped KV heads over a per-sequence KV cache, f32.
+// Causal multi-head attention with grouped KV heads over a paged, multi-sequence KV cache, f32.
+//
+// The cache of one layer is a pool of fixed-size blocks shared by every sequence. A sequence's
+// position j lives in physical block block_tables[s][j / block_size] at row j % block_size, so a
+// batch may mix prefill chunks of some sequences with single decode tokens of others. A plain
+// contiguous per-sequence cache is the special case of one sequence, one block of `capacity`
+// rows and block_tables = [[0]].
 #pragma once
 
 #include <cstdint>
@@ -9,26 +15,48 @@ namespace sampan::cpu {
 
 struct AttentionShape {
   int64_t n_heads = 0;
-  int64_t n_kv_heads = 0;        // n_heads % n_kv_heads == 0; query head h uses kv head h / (n_heads / n_kv_heads)
+  // n_heads % n_kv_heads == 0; query head h uses KV head h / (n_heads / n_kv_heads).
+  int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
   float scale = 1.0f;            // usually 1/sqrt(head_dim)
   int64_t sliding_window = 0;    // 0: none; else a query at position p sees keys at p-window+1 .. p
 };
 
-// Stores the new tokens' K and V rows at their positions.
-// k, v: [n_tokens, n_kv_heads * head_dim] row strides ldk, ldv. pos: [n_tokens].
-// k_cache, v_cache: [capacity, n_kv_heads * head_dim] contiguous; every pos < capacity.
-void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* k, int64_t ldk,
-                    const float* v, int64_t ldv, const int32_t* pos, float* k_cache,
-                    float* v_cache);
+// One layer's paged cache. The kernels trust it: seq_ids, positions and every block id a token
+// needs must have been checked by the caller (the engine op does).
+struct PagedKvCache {
+  float* k = nullptr;  // [n_blocks, block_size, n_kv_heads * head_dim] contiguous
+  float* v = nullptr;  // [n_blocks, block_size, n_kv_heads * head_dim] contiguous
+  int64_t n_blocks = 0;
+  int64_t block_size = 0;
+  // [n_seqs, max_blocks] row-major. Only the entries a token needs are read (for position p with
+  // sliding window w: indices (p-w+1)/block_size .. p/block_size); the rest may hold anything
+  // (-1 by convention).
+  const int32_t* block_tables = nullptr;
+  int64_t n_seqs = 0;
+  int64_t max_blocks = 0;
+};
 
-// q: [n_tokens, n_heads * head_dim] row stride ldq. pos: [n_tokens]; token t attends to cache
-// rows [lo(t), pos[t]] which must already hold K/V (kv_cache_write first).
-// out: [n_tokens, n_heads * head_dim] row stride ldo. Softmax in f32 with a running maximum.
-// When there are few (token, KV head) pairs for the workers (decode), long key ranges are split
-// over workers and merged, so results can differ in the last bits with the runner's width.
+// The first key position a query at `pos` attends to.
+inline int64_t attention_first_key(int64_t pos, int64_t sliding_window) {
+  return sliding_window > 0 && pos - sliding_window + 1 > 0 ? pos - sliding_window + 1 : 0;
+}
+
+// Stores the new tokens' K and V rows: token t goes to sequence seq_ids[t] at position pos[t].
+// k, v: [n_tokens, n_kv_heads * head_dim] row strides ldk, ldv. pos, seq_ids: [n_tokens].
+void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* k, int64_t ldk,
+                    const float* v, int64_t ldv, const int32_t* pos, const int32_t* seq_ids,
+                    const PagedKvCache& cache);
+
+// q: [n_tokens, n_heads * head_dim] row stride ldq. pos, seq_ids: [n_tokens]; token t attends to
+// positions [lo(t), pos[t]] of sequence seq_ids[t], which must already hold K/V (kv_cache_write
+// first, for the whole batch). out: [n_tokens, n_heads * head_dim] row stride ldo; it may be q
+// itself (same stride), nothing else overlapping. Softmax in f32 with a running maximum.
+// The work is cut into (token, KV head) ranges; when the batch holds too little work to keep
+// every worker busy (a decode of few sequences), long key ranges are split over workers and
+// merged, so results can differ in the last bits with the runner's width.
 void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, int64_t ldq,
-               const float* k_cache, const float* v_cache, const int32_t* pos, float* out,
+               const PagedKvCache& cache, const int32_t* pos, const int32_t* seq_ids, float* out,
                int64_t ldo, TaskRunner& runner);
 
 }  // namespace sampan::cpu

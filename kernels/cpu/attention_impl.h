@@ -1,14 +1,16 @@
 // The inner loop of CPU attention: one query token, the query heads that share one KV head, and
-// a contiguous range of cache rows. Written once over a SIMD traits type (vec_avx2.h /
-// vec_avx512.h) and instantiated in attention_cpu.cc and attention_avx512.cc; attention_cpu.cc
-// owns the work split, the threads and the merge of split ranges.
+// a range of key positions of its sequence, read through the sequence's block table. Written
+// once over a SIMD traits type (vec_avx2.h / vec_avx512.h) and instantiated in attention_cpu.cc
+// and attention_avx512.cc; attention_cpu.cc owns the work split, the threads and the merge of
+// split ranges.
 //
-// Keys are taken in blocks of kKeyBlock rows. Per block:
-//  - the block's K and V rows of this KV head are copied into contiguous scratch. In the cache
-//    they are n_kv_heads * head_dim floats apart, often a power of two (1 KB, 4 KB), which maps
-//    a block onto a handful of L1 sets where it would evict itself before the next head reads
-//    it; packed, it stays in L1 for all heads of the group. The copy is also a plain streaming
-//    read, the pattern the memory system serves best.
+// Keys are taken in blocks of kKeyBlock positions. Per block:
+//  - the block's K and V rows of this KV head are gathered into contiguous scratch, one run of
+//    rows per physical cache block it touches, so nothing after the copy depends on the cache's
+//    block size. In the cache the rows are n_kv_heads * head_dim floats apart, often a power of
+//    two (1 KB, 4 KB), which maps a block onto a handful of L1 sets where it would evict itself
+//    before the next head reads it; packed, it stays in L1 for all heads of the group. The copy
+//    is also a plain streaming read, the pattern the memory system serves best.
 //  - the scores of every head: kWidth keys at a time, each key's products summed in its own
 //    vector, then one transpose_sum for kWidth scores (instead of one reduction per score).
 //  - the online-softmax update in f32: block maximum, vector exp, and a rescale of the running
@@ -25,13 +27,18 @@ namespace sampan::cpu::detail {
 
 struct AttentionRange {
   const float* q = nullptr;  // [group, head_dim]: the group's query heads, contiguous
-  const float* k = nullptr;  // row 0 of this KV head in the K cache; rows are ld_kv apart
+  // Row r of physical block b of this KV head is at k + (b * block_size + r) * ld_kv (the pool
+  // base already offset to the head); position j of the sequence is in block
+  // blocks[j / block_size], row j % block_size.
+  const float* k = nullptr;
   const float* v = nullptr;  // same for V
   int64_t ld_kv = 0;
+  const int32_t* blocks = nullptr;  // the sequence's block table row
+  int64_t block_size = 0;
   int64_t group = 0;  // query heads per KV head
   int64_t head_dim = 0;
   float scale = 1.0f;
-  int64_t first = 0;  // cache rows [first, last] are attended; first <= last
+  int64_t first = 0;  // positions [first, last] are attended; first <= last
   int64_t last = -1;
   float* scratch = nullptr;  // attention_scratch_floats(group, head_dim) floats
   // out: [group, head_dim]. With m == nullptr it receives the normalised result. Otherwise it
@@ -130,6 +137,23 @@ inline void pack_rows(const float* src, int64_t ld, int64_t n, int64_t hd_rt, fl
     if (d < hd) {
       S::store_n(dst + d, S::load_n(src + d, static_cast<int>(hd - d)), static_cast<int>(hd - d));
     }
+  }
+}
+
+// dst[i] = the row of sequence position j0 + i, hd floats each, for i < n: one pack_rows per run
+// of positions inside one physical block.
+template <class S, int kHd>
+inline void gather_rows(const float* base, int64_t ld, const int32_t* blocks, int64_t bs,
+                        int64_t j0, int64_t n, int64_t hd_rt, float* dst) {
+  const int64_t hd = kHd > 0 ? kHd : hd_rt;
+  while (n > 0) {
+    const int64_t r = j0 % bs;
+    const int64_t run = bs - r < n ? bs - r : n;
+    pack_rows<S, kHd>(base + (static_cast<int64_t>(blocks[j0 / bs]) * bs + r) * ld, ld, run, hd,
+                      dst);
+    dst += run * hd;
+    j0 += run;
+    n -= run;
   }
 }
 
@@ -277,8 +301,8 @@ void attention_range(const detail::AttentionRange& a) {
   }
   for (int64_t j0 = a.first; j0 <= a.last; j0 += kB) {
     const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
-    pack_rows<S, kHd>(a.k + j0 * ld, ld, nb, hd, kp);
-    pack_rows<S, kHd>(a.v + j0 * ld, ld, nb, hd, vp);
+    gather_rows<S, kHd>(a.k, ld, a.blocks, a.block_size, j0, nb, hd, kp);
+    gather_rows<S, kHd>(a.v, ld, a.blocks, a.block_size, j0, nb, hd, vp);
     group_scores<S, kHd>(qs, group, kp, nb, hd, sc);
     for (int64_t g = 0; g < group; ++g) {
       float* sg = sc + g * kB;

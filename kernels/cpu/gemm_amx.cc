@@ -1,12 +1,21 @@
-// bf16/f16-weight GEMM on AMX-BF16 tiles (Sapphire Rapids and later). x is rounded to bf16
-// (round to nearest even) and f16 weights are converted to bf16; products accumulate in f32.
+// bf16/f16-weight GEMM on AMX-BF16 tiles (Sapphire Rapids and later). f16 weights are converted
+// to bf16; products accumulate in f32.
+//
+// Precision of x (GemmPrecision, gemm_cpu.h). kBf16: x is rounded to bf16 (round to nearest
+// even), one product per weight tile. kSplitBf16 (default): x = hi + lo with hi = bf16(x) and
+// lo = bf16(x - hi) (x - hi is exact in f32), and each weight tile, loaded once, is multiplied
+// by the hi and then the lo tile of x into the same f32 accumulators, which keeps ~16
+// significant bits of x instead of 8. Without it a row's outputs depended on whether it ran in
+// a batch (m >= kAmxMinM, AMX) or alone (f32 FMA path), enough to flip greedy decoding.
+// Costs: twice the tile products and twice the packed x; the weight stream is unchanged.
 //
 // We compute Cᵀ = W·Xᵀ so the weight is the A operand: a tile is 16 weight rows x 32 k, which is
 // how the row-major weight already lies, so W needs no transpose. X is packed once per call to
 // bf16 in the VNNI layout the B operand wants: for each 16-row m-block and 32-wide k-step, a
 // 1 KiB tile whose row r holds (x[m][2r], x[m][2r+1]) for the 16 m. The 16x16 f32 results are
 // stored, transposed and written to y with the bias / SiLU-mul epilogue.
-// Tiles: tmm0..3 = C for (2 weight groups) x (2 m-blocks), tmm4/5 = A, tmm6/7 = B.
+// Tiles: tmm0..3 = C for (2 weight groups) x (2 m-blocks), tmm4/5 = A, tmm6/7 = B (the hi
+// tiles, then reloaded with the lo tiles in split mode).
 //
 // Weight rows are taken in "groups" of 16 rows inside one block and processed two groups at a
 // time (a "unit": 32 output columns, or for kSiluMul 16 gate rows with the matching 16 up rows).
@@ -23,12 +32,16 @@
 // fewer units than threads). Tiles are configured per task and released at its end.
 //
 // GCC 12 reports its own intrinsics' _mm512_undefined_* pass-through operands as
-// maybe-uninitialized (fixed in GCC 13); the warning points into the header, so it is silenced
-// before the header is read.
+// (maybe-)uninitialized (fixed in GCC 13; the definite form shows at -O1, the Sanitize build);
+// the warning points into the header, so it is silenced before the header is read.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/gemm_internal.h"
@@ -62,27 +75,55 @@ inline __mmask16 mask16(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
-// Packs x rows [16*mb, 16*mb + 16) into VNNI tiles, one per k-step; rows >= m and columns >= k
-// are zero. x: [m, ldx] f32; xp: [n_kb, 16, 16, 2] bf16.
+// bf16 -> f32 is exact: the bf16 bits are the top half of the f32.
+inline __m512 bf16_to_f32(__m256bh h) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<const __m256i&>(h)), 16));
+}
+
+// The part of v that bf16(v) misses, exactly (both lie on v's f32 grid and |v - bf16(v)| is at
+// most half a bf16 ulp of v). Zero where bf16(v) is infinite, so an infinite or overflowing x
+// gives the same result as the one-pass path instead of inf - inf = NaN.
+inline __m512 bf16_residual(__m512 v, __m256bh h) {
+  const __m512 back = bf16_to_f32(h);
+  const __mmask16 inf = _mm512_fpclass_ps_mask(back, 0x18);  // +inf, -inf
+  return _mm512_maskz_sub_ps(static_cast<__mmask16>(~inf), v, back);
+}
+
+inline __m512i concat_bf16(__m256bh lo, __m256bh hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(reinterpret_cast<const __m256i&>(lo)),
+                            reinterpret_cast<const __m256i&>(hi), 1);
+}
+
+// Packs x rows [16*mb, 16*mb + 16) into VNNI tiles, `xs` per k-step (1: bf16(x); 2: the hi tile
+// then the lo tile); rows >= m and columns >= k are zero.
+// x: [m, ldx] f32; xp: [n_kb, xs, 16, 16, 2] bf16.
 void pack_x_block(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mb, int64_t n_kb,
-                  uint16_t* xp) {
+                  int64_t xs, uint16_t* xp) {
   for (int64_t kb = 0; kb < n_kb; ++kb) {
     const int64_t c = kb * 32;
     const __mmask16 lo = mask16(k - c), hi = mask16(k - c - 16);
-    __m512i r[16];
+    __m512i r[16], rl[16];
     for (int i = 0; i < 16; ++i) {
       const int64_t row = mb * 16 + i;
-      if (row < m) {
-        const float* p = x + row * ldx + c;
-        const __m512bh v =
-            _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, p + 16), _mm512_maskz_loadu_ps(lo, p));
-        r[i] = reinterpret_cast<const __m512i&>(v);
-      } else {
-        r[i] = _mm512_setzero_si512();
+      r[i] = rl[i] = _mm512_setzero_si512();
+      if (row >= m) continue;
+      const float* p = x + row * ldx + c;
+      const __m512 v0 = _mm512_maskz_loadu_ps(lo, p), v1 = _mm512_maskz_loadu_ps(hi, p + 16);
+      const __m256bh h0 = _mm512_cvtneps_pbh(v0), h1 = _mm512_cvtneps_pbh(v1);
+      r[i] = concat_bf16(h0, h1);
+      if (xs == 2) {
+        rl[i] = concat_bf16(_mm512_cvtneps_pbh(bf16_residual(v0, h0)),
+                            _mm512_cvtneps_pbh(bf16_residual(v1, h1)));
       }
     }
+    uint16_t* out = xp + kb * xs * kTileElems;
     transpose16(r);
-    for (int i = 0; i < 16; ++i) _mm512_storeu_si512(xp + kb * kTileElems + i * 32, r[i]);
+    for (int i = 0; i < 16; ++i) _mm512_storeu_si512(out + i * 32, r[i]);
+    if (xs == 2) {
+      transpose16(rl);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(out + kTileElems + i * 32, rl[i]);
+    }
   }
 }
 
@@ -226,18 +267,20 @@ struct StepPrefetch {
 };
 
 // C[g][b] += A_g · B_b over k-steps [s0, s1), with G weight groups and NB m-blocks. The C tiles
-// are already loaded or zeroed. a0/a1: packed A of each group; xp0/xp1: the B tile of each
-// m-block for step 0. Loads sit right before their first use so a load can overlap the previous
-// product (tile registers are not renamed).
-template <int G, int NB>
+// are already loaded or zeroed. a0/a1: packed A of each group; xp0/xp1: the B tiles of each
+// m-block for step 0 (kSplit: hi then lo per step). Loads sit right before their first use so a
+// load can overlap the previous product (tile registers are not renamed). In split mode the A
+// tiles stay in tmm4/5 for the lo products: the weights are loaded once per step either way.
+template <int G, int NB, bool kSplit>
 void tile_loop(const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0, const uint16_t* xp1,
                int64_t s0, int64_t s1, const StepPrefetch& pf) {
+  constexpr int64_t kStep = (kSplit ? 2 : 1) * kTileElems;
   for (int64_t s = s0; s < s1; ++s) {
     _tile_loadd(4, a0 + s * kTileElems, 64);
-    _tile_loadd(6, xp0 + s * kTileElems, 64);
+    _tile_loadd(6, xp0 + s * kStep, 64);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (NB == 2) {
-      _tile_loadd(7, xp1 + s * kTileElems, 64);
+      _tile_loadd(7, xp1 + s * kStep, 64);
       _tile_dpbf16ps(1, 4, 7);
     }
     if constexpr (G == 2) {
@@ -245,17 +288,40 @@ void tile_loop(const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0, cons
       _tile_dpbf16ps(2, 5, 6);
       if constexpr (NB == 2) _tile_dpbf16ps(3, 5, 7);
     }
+    if constexpr (kSplit) {
+      _tile_loadd(6, xp0 + s * kStep + kTileElems, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      if constexpr (NB == 2) {
+        _tile_loadd(7, xp1 + s * kStep + kTileElems, 64);
+        _tile_dpbf16ps(1, 4, 7);
+      }
+      if constexpr (G == 2) {
+        _tile_dpbf16ps(2, 5, 6);
+        if constexpr (NB == 2) _tile_dpbf16ps(3, 5, 7);
+      }
+    }
     pf.w->next<_MM_HINT_T1>(pf.w_lines);
     pf.y->next<_MM_HINT_T0>(pf.y_lines);
   }
 }
 
-void run_tiles(int G, int NB, const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0,
-               const uint16_t* xp1, int64_t s0, int64_t s1, const StepPrefetch& pf) {
-  if (G == 2 && NB == 2) tile_loop<2, 2>(a0, a1, xp0, xp1, s0, s1, pf);
-  if (G == 2 && NB == 1) tile_loop<2, 1>(a0, a1, xp0, xp1, s0, s1, pf);
-  if (G == 1 && NB == 2) tile_loop<1, 2>(a0, a1, xp0, xp1, s0, s1, pf);
-  if (G == 1 && NB == 1) tile_loop<1, 1>(a0, a1, xp0, xp1, s0, s1, pf);
+template <bool kSplit>
+void run_tiles_as(int G, int NB, const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0,
+                  const uint16_t* xp1, int64_t s0, int64_t s1, const StepPrefetch& pf) {
+  if (G == 2 && NB == 2) tile_loop<2, 2, kSplit>(a0, a1, xp0, xp1, s0, s1, pf);
+  if (G == 2 && NB == 1) tile_loop<2, 1, kSplit>(a0, a1, xp0, xp1, s0, s1, pf);
+  if (G == 1 && NB == 2) tile_loop<1, 2, kSplit>(a0, a1, xp0, xp1, s0, s1, pf);
+  if (G == 1 && NB == 1) tile_loop<1, 1, kSplit>(a0, a1, xp0, xp1, s0, s1, pf);
+}
+
+void run_tiles(bool split, int G, int NB, const uint16_t* a0, const uint16_t* a1,
+               const uint16_t* xp0, const uint16_t* xp1, int64_t s0, int64_t s1,
+               const StepPrefetch& pf) {
+  if (split) {
+    run_tiles_as<true>(G, NB, a0, a1, xp0, xp1, s0, s1, pf);
+  } else {
+    run_tiles_as<false>(G, NB, a0, a1, xp0, xp1, s0, s1, pf);
+  }
 }
 
 // c: [16 weight rows, 16 m] f32 for tile t = 2*g + b.
@@ -320,7 +386,8 @@ struct AmxJob {
   const Unit* units;
   bool is_f16;
   int64_t k, n_kb, n_mb, m;
-  const uint16_t* xp;  // [n_mb, n_kb, 16, 16, 2]
+  int64_t xs;          // x tiles per k-step: 1 (bf16) or 2 (hi, lo)
+  const uint16_t* xp;  // [n_mb, n_kb, xs, 16, 16, 2]
   GemmEpilogue ep;
   float* y;
   int64_t ldy;
@@ -395,8 +462,8 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
           } else {
             load_c(acc);
           }
-          const uint16_t* xp0 = job.xp + (mb * job.n_kb + kb0) * kTileElems;
-          const uint16_t* xp1 = xp0 + job.n_kb * kTileElems;
+          const uint16_t* xp0 = job.xp + (mb * job.n_kb + kb0) * job.xs * kTileElems;
+          const uint16_t* xp1 = xp0 + job.n_kb * job.xs * kTileElems;
           pf_y.clear();
           if (kc + 1 == n_kc) {
             for (int64_t i = mb * 16; i < std::min(job.m, mb * 16 + 16 * NB); ++i) {
@@ -408,10 +475,12 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
           // The previous pair's epilogue runs after a few steps have been queued, so the vector
           // work overlaps the tile products instead of waiting in line behind them.
           const int64_t split = std::min<int64_t>(steps, 4);
-          run_tiles(u.n_groups, NB, s.panel[0].data(), s.panel[1].data(), xp0, xp1, 0, split, pf);
+          const bool hi_lo = job.xs == 2;
+          run_tiles(hi_lo, u.n_groups, NB, s.panel[0].data(), s.panel[1].data(), xp0, xp1, 0,
+                    split, pf);
           flush();
-          run_tiles(u.n_groups, NB, s.panel[0].data(), s.panel[1].data(), xp0, xp1, split, steps,
-                    pf);
+          run_tiles(hi_lo, u.n_groups, NB, s.panel[0].data(), s.panel[1].data(), xp0, xp1, split,
+                    steps, pf);
           if (kc + 1 < n_kc) {
             store_c(acc);
           } else {
@@ -433,6 +502,16 @@ AlignedBuffer<uint16_t>& packed_x() {
   return xp;
 }
 
+GemmPrecision precision_from_env() {
+  const char* env = std::getenv("SAMPAN_GEMM_PRECISION");
+  return env && std::strcmp(env, "bf16") == 0 ? GemmPrecision::kBf16 : GemmPrecision::kSplitBf16;
+}
+
+std::atomic<int>& precision_slot() {
+  static std::atomic<int> slot{static_cast<int>(precision_from_env())};
+  return slot;
+}
+
 }  // namespace
 
 void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
@@ -441,13 +520,14 @@ void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Gemm
   const int64_t n_kb = (k + 31) / 32;
   const int64_t n_mb = (m + 15) / 16;
   const int64_t threads = std::max(1, runner.concurrency());
+  const int64_t xs = gemm_precision() == GemmPrecision::kSplitBf16 ? 2 : 1;
 
   AlignedBuffer<uint16_t>& xp = packed_x();
-  xp.reserve(n_mb * n_kb * kTileElems);
+  xp.reserve(n_mb * n_kb * xs * kTileElems);
   const int64_t pack_tasks = std::min(threads, n_mb);
   runner.run(pack_tasks, [&](int64_t t) {
     for (int64_t mb = n_mb * t / pack_tasks; mb < n_mb * (t + 1) / pack_tasks; ++mb) {
-      pack_x_block(x, ldx, m, k, mb, n_kb, xp.data() + mb * n_kb * kTileElems);
+      pack_x_block(x, ldx, m, k, mb, n_kb, xs, xp.data() + mb * n_kb * xs * kTileElems);
     }
   });
 
@@ -456,16 +536,16 @@ void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Gemm
   const int64_t n_pairs = (n_mb + 1) / 2;
   // k is only split when all of x would not fit the L2 budget: with few rows of x (batched
   // decode) one k-chunk avoids the partial-sum round trips and packs each unit in one go.
-  const int64_t max_steps = std::max(kChunkSteps, kXChunkBytes / (n_pairs * 2048));
+  const int64_t pair_step_bytes = 2048 * xs;  // packed x per m-block pair and k-step
+  const int64_t max_steps = std::max(kChunkSteps, kXChunkBytes / (n_pairs * pair_step_bytes));
   const int64_t n_kc = (n_kb + max_steps - 1) / max_steps;
   const int64_t chunk_steps = (n_kb + n_kc - 1) / n_kc;
-  // Balanced m-chunks of at most the L2 budget (2 KiB of packed x per pair and k-step).
-  const int64_t max_pairs = std::max<int64_t>(1, kXChunkBytes / (chunk_steps * 2048));
+  // Balanced m-chunks of at most the L2 budget.
+  const int64_t max_pairs = std::max<int64_t>(1, kXChunkBytes / (chunk_steps * pair_step_bytes));
   const int64_t n_mc = (n_pairs + max_pairs - 1) / max_pairs;
   const int64_t mc_pairs = (n_pairs + n_mc - 1) / n_mc;
-  const AmxJob job{
-      units.data(), w.dtype == DType::kF16, k, n_kb, n_mb, m, xp.data(), ep, y, ldy, chunk_steps,
-      mc_pairs};
+  const AmxJob job{units.data(), w.dtype == DType::kF16, k, n_kb, n_mb, m, xs, xp.data(), ep, y,
+                   ldy, chunk_steps, mc_pairs};
 
   const int64_t n_chunks = std::min(threads, n_units);
   const int64_t m_chunks = std::min((threads + n_chunks - 1) / n_chunks, n_pairs);
@@ -478,3 +558,17 @@ void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Gemm
 }
 
 }  // namespace sampan::cpu::gemm_detail
+
+namespace sampan::cpu {
+
+// Plain atomics only, so these are safe to call on CPUs without AVX-512 although this file is
+// compiled for AMX.
+GemmPrecision gemm_precision() {
+  return static_cast<GemmPrecision>(gemm_detail::precision_slot().load(std::memory_order_relaxed));
+}
+
+void set_gemm_precision(GemmPrecision p) {
+  gemm_detail::precision_slot().store(static_cast<int>(p), std::memory_order_relaxed);
+}
+
+}  // namespace sampan::cpu

@@ -37,10 +37,29 @@ enum class GemmEpilogue {
   kSiluMul,
 };
 
+// How the AMX path treats the f32 activations x (it only exists for bf16/f16 weights, m >= 6, on
+// CPUs with AMX-BF16; every other path keeps x in f32).
+enum class GemmPrecision {
+  // Default. x = hi + lo, hi = bf16(x), lo = bf16(x - hi); every weight tile is multiplied by
+  // both into the same f32 accumulators. x keeps ~16 significant bits (relative error <= 2^-16),
+  // so a row's result barely depends on how many rows share the call (batched serving matches a
+  // single-sequence run). Twice the tile products: prefill up to ~2x slower than kBf16.
+  kSplitBf16,
+  // x rounded to bf16 (relative error up to 2^-8 per element), one product per tile.
+  kBf16,
+};
+
+// Process-wide choice. Starts from the environment variable SAMPAN_GEMM_PRECISION, read once at
+// first use: "bf16" selects kBf16, anything else (or unset) kSplitBf16. set_gemm_precision is for
+// tests and benchmarks; it may be called on any CPU but should not race with running GEMMs
+// (each call reads it once, so a change takes effect at the next call).
+GemmPrecision gemm_precision();
+void set_gemm_precision(GemmPrecision p);
+
 // x: [m, w.k] f32, row stride ldx (elements).
 // y: [m, n_out] f32, row stride ldy; n_out = w.n() for kStore, rows[0] for kSiluMul.
 // Small m (decode) streams W once at memory speed; large m (prefill) uses AMX tiles for
-// bf16/f16 weights when the CPU has them (x is rounded to bf16 there), else AVX-512/AVX2 FMA.
+// bf16/f16 weights when the CPU has them (see GemmPrecision), else AVX-512/AVX2 FMA.
 //
 // What a caller may rely on (implementation: gemm_cpu.cc, gemm_avx2.cc, gemm_avx512.cc,
 // gemm_amx.cc; internal contract in gemm_internal.h):
@@ -55,12 +74,14 @@ enum class GemmEpilogue {
 //  - Accuracy. FMA path (every f32 weight; bf16/f16 with m < gemm_detail::kAmxMinM = 6, or on
 //    CPUs without AMX): weights convert to f32 exactly and products accumulate in f32, so the
 //    error is f32 summation error (~1e-6 relative to sum |x||w|). AMX path (bf16/f16 weights,
-//    m >= 6, CPU with AMX-BF16): x is rounded to bf16 (round to nearest, relative error up to
-//    2^-8 per element) and f16 weights too; error up to ~2^-8 of sum |x||w| (2^-7 for f16
-//    weights). Set SAMPAN_CPU_ISA=avx512 to keep f32 x at any m. kSiluMul's exp is ~2 ulp.
+//    m >= 6, CPU with AMX-BF16): with kSplitBf16 (default) x is kept to 2^-16 relative and
+//    each output has one f32 accumulator: error below 2^-16 + k * 2^-24 of sum |x||w|, measured
+//    ~1e-6 on random data; with kBf16 x is rounded to bf16, error up to ~2^-8 of sum |x||w|.
+//    f16 weights are rounded to bf16 on AMX either way (another 2^-8). Set
+//    SAMPAN_CPU_ISA=avx512 to keep f32 x and f16 weights at any m. kSiluMul's exp is ~2 ulp.
 //  - Scratch memory is kept per thread between calls: on the AMX path the bf16 copy of x
-//    (2*m*k bytes) and, when x is too big for L2 and k > 2048, f32 partial sums (about
-//    4*n*min(m, 320) bytes); on the FMA path O(m + k) floats.
+//    (2*m*k bytes, 4*m*k with kSplitBf16) and, when x is too big for L2 and k > 2048, f32
+//    partial sums (about 4*n*min(m, 320) bytes); on the FMA path O(m + k) floats.
 void gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue epilogue,
           float* y, int64_t ldy, TaskRunner& runner);
 

@@ -1,5 +1,7 @@
-// kv_cache_write and attention (GQA, causal by position, sliding window) against a plain
-// double-precision softmax reference, plus chunked prefill/decode against one shot.
+// kv_cache_write and attention (GQA, causal by position, sliding window) on one sequence whose
+// cache is a single contiguous block (the CausalLm layout), against a plain double-precision
+// softmax reference, plus chunked prefill/decode against one shot. The paged, multi-sequence
+// cases are in test_paged_attention.cc.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -21,6 +23,20 @@ AttentionShape make_shape(int64_t heads, int64_t kv, int64_t hd, int64_t window)
   s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   s.sliding_window = window;
   return s;
+}
+
+// One sequence, one block of `capacity` rows: block_tables = [[0]].
+PagedKvCache one_block(std::vector<float>& kc, std::vector<float>& vc, int64_t capacity) {
+  static const int32_t kTable[1] = {0};
+  PagedKvCache c;
+  c.k = kc.data();
+  c.v = vc.data();
+  c.n_blocks = 1;
+  c.block_size = capacity;
+  c.block_tables = kTable;
+  c.n_seqs = 1;
+  c.max_blocks = 1;
+  return c;
 }
 
 // out[t, h] = sum_j softmax_j(scale q_h . k_j) v_j over cache rows j in [lo(t), pos[t]], in
@@ -152,12 +168,14 @@ TEST_CASE("attention matches the double reference", "[kernels][attention]") {
                             << window << " " << sc.name << " q_amp " << q_amp << " isa "
                             << isa_name(isa) << " runner " << rname);
               std::vector<float> kc = kc0, vc = vc0;
-              kv_cache_write(n, s, k, ld_in, v, ld_in, sc.pos.data(), kc.data(), vc.data());
+              const PagedKvCache cache = one_block(kc, vc, capacity);
+              const std::vector<int32_t> seq(size_t(n), 0);
+              kv_cache_write(n, s, k, ld_in, v, ld_in, sc.pos.data(), seq.data(), cache);
               CHECK(count_diff(kc, kc_want) == 0);
               CHECK(count_diff(vc, vc_want) == 0);
               const int64_t ldo = qw + 5;
               std::vector<float> out(size_t((n - 1) * ldo + qw));
-              attention(n, s, q, ld_in, kc.data(), vc.data(), sc.pos.data(), out.data(), ldo,
+              attention(n, s, q, ld_in, cache, sc.pos.data(), seq.data(), out.data(), ldo,
                         *runner);
               CHECK(count_bad(want, out.data(), ldo, n, qw) == 0);
             }
@@ -188,6 +206,7 @@ TEST_CASE("attention in chunks equals one shot", "[kernels][attention]") {
         for (float& x : *buf) x = unit(rng);
       }
       std::vector<int32_t> pos(static_cast<size_t>(len));
+      const std::vector<int32_t> seq(static_cast<size_t>(len), 0);
       for (int64_t t = 0; t < len; ++t) pos[size_t(t)] = static_cast<int32_t>(start + t);
       // The rows before `start` hold a prefix (written by an earlier request).
       std::vector<float> prefix_k(size_t(capacity * kvw)), prefix_v(prefix_k.size());
@@ -199,16 +218,17 @@ TEST_CASE("attention in chunks equals one shot", "[kernels][attention]") {
           INFO("heads " << heads << "/" << kv << " hd " << hd << " window " << window << " isa "
                         << isa_name(isa) << " runner " << rname);
           std::vector<float> kc1 = prefix_k, vc1 = prefix_v, out1(size_t(len * qw));
-          kv_cache_write(len, s, k.data(), kvw, v.data(), kvw, pos.data(), kc1.data(), vc1.data());
-          attention(len, s, q.data(), qw, kc1.data(), vc1.data(), pos.data(), out1.data(), qw,
-                    *runner);
+          const PagedKvCache c1 = one_block(kc1, vc1, capacity);
+          kv_cache_write(len, s, k.data(), kvw, v.data(), kvw, pos.data(), seq.data(), c1);
+          attention(len, s, q.data(), qw, c1, pos.data(), seq.data(), out1.data(), qw, *runner);
 
           std::vector<float> kc2 = prefix_k, vc2 = prefix_v, out2(size_t(len * qw));
+          const PagedKvCache c2 = one_block(kc2, vc2, capacity);
           int64_t t0 = 0;
           for (int64_t c : chunks) {
             kv_cache_write(c, s, k.data() + t0 * kvw, kvw, v.data() + t0 * kvw, kvw,
-                           pos.data() + t0, kc2.data(), vc2.data());
-            attention(c, s, q.data() + t0 * qw, qw, kc2.data(), vc2.data(), pos.data() + t0,
+                           pos.data() + t0, seq.data(), c2);
+            attention(c, s, q.data() + t0 * qw, qw, c2, pos.data() + t0, seq.data(),
                       out2.data() + t0 * qw, qw, *runner);
             t0 += c;
           }
@@ -221,7 +241,7 @@ TEST_CASE("attention in chunks equals one shot", "[kernels][attention]") {
           for (size_t i = 0; i < out1.size(); ++i) {
             diff = std::max(diff, double(std::fabs(out1[i] - out2[i])));
           }
-          if (runner->concurrency() == 1 && kv > 1) {
+          if (runner->concurrency() == 1) {
             CHECK(diff == 0.0);
           } else {
             CHECK(diff <= 1e-6);

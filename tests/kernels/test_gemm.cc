@@ -7,10 +7,16 @@
 //  - FMA path (every f32 weight, and f16/bf16 below the AMX threshold): weights convert to f32
 //    exactly, so only f32 accumulation error remains: about (k/16 + 16) * 2^-24 * S for the lane
 //    sums plus the final reduction, under 1e-5 * S for every k here.
-//  - AMX path: x is rounded to bf16 (8-bit significand, round to nearest: |dx| <= 2^-8 |x|), so
-//    the error is up to 2^-8 * S plus f32 accumulation; we allow twice that, 2^-7 * S (k = 1
-//    cases reach ~0.7 of it). f16 weights are also rounded to bf16 there (another 2^-8
-//    relative), so f16 on AMX gets 2^-6 * S.
+//  - AMX path, GemmPrecision::kSplitBf16 (the default): hi = bf16(x) is within 2^-8 |x| and
+//    lo = bf16(x - hi) within 2^-8 |x - hi|, so |dx| <= 2^-16 |x|; each output is one f32
+//    accumulator over the k products (hi and lo passes), at most about k roundings of 2^-24 of a
+//    running sum bounded by S: we allow 2^-16 * S + k * 2^-24 * S.
+//    f16 weights are still rounded to bf16 there (|dw| <= 2^-9 |w|), so f16 gets 2^-7 * S.
+//  - AMX path, kBf16 (SAMPAN_GEMM_PRECISION=bf16): x is rounded to bf16 (8-bit significand,
+//    round to nearest: |dx| <= 2^-8 |x|), so the error is up to 2^-8 * S plus f32 accumulation;
+//    we allow twice that, 2^-7 * S (k = 1 cases reach ~0.7 of it). f16 weights are also rounded
+//    to bf16 there (another 2^-8 relative), so f16 on AMX gets 2^-6 * S.
+//  A dedicated case checks that the split path meets a tolerance the one-pass path fails.
 //  - kSiluMul: y = silu(g) * u with g, u each within tol*S_g, tol*S_u; |silu'| <= 1.1 gives
 //    |dy| <= 1.1 |u| tol S_g + |silu(g)| tol S_u (+ second order), plus 1e-6 |y| for the
 //    vectorised exp.
@@ -124,9 +130,22 @@ struct IsaRestore {
   ~IsaRestore() { set_isa(saved); }
 };
 
-double relative_tolerance(Isa isa, DType dt, int64_t m) {
+double split_tolerance(int64_t k) { return std::ldexp(1.0, -16) + std::ldexp(double(k), -24); }
+
+// The split path's typical error bound: the k rounding errors of the accumulator are unbiased
+// (round to nearest even) and independent on random data, so they grow like sqrt(k), not k;
+// 4 * sqrt(k) * 2^-24 leaves ~4 standard deviations. The worst case k * 2^-24 grows past the
+// one-pass path's own (also sqrt(k)-like) error at large k, so it could not tell the two apart.
+double split_typical_tolerance(int64_t k) {
+  return std::ldexp(1.0, -16) + 4.0 * std::sqrt(double(k)) * std::ldexp(1.0, -24);
+}
+
+double relative_tolerance(Isa isa, DType dt, int64_t m, int64_t k) {
   const bool amx = isa == Isa::kAmx && dt != DType::kF32 && m >= gemm_detail::kAmxMinM;
   if (!amx) return 1e-5;
+  if (gemm_precision() == GemmPrecision::kSplitBf16) {
+    return dt == DType::kF16 ? std::ldexp(1.0, -7) : split_tolerance(k);
+  }
   return dt == DType::kF16 ? std::ldexp(1.0, -6) : std::ldexp(1.0, -7);
 }
 
@@ -182,7 +201,7 @@ void check_case(const Case& c, uint32_t seed) {
   SerialRunner serial;
   for (Isa isa : isas_to_test()) {
     REQUIRE(set_isa(isa));
-    const double tol = relative_tolerance(isa, c.dtype, c.m);
+    const double tol = relative_tolerance(isa, c.dtype, c.m, c.k);
     for (TaskRunner* runner :
          {static_cast<TaskRunner*>(&serial), static_cast<TaskRunner*>(&pool)}) {
       INFO("isa=" << isa_name(isa) << " threads=" << runner->concurrency());
@@ -332,6 +351,153 @@ TEST_CASE("gemm: several k-chunks and m-chunks on the blocked paths", "[kernels]
     c.bias = {true, true};
     c.ep = GemmEpilogue::kSiluMul;
     check_case(c, seed++);
+  }
+}
+
+// Restores the process-wide AMX precision however the test exits.
+struct PrecisionRestore {
+  GemmPrecision saved = gemm_precision();
+  ~PrecisionRestore() { set_gemm_precision(saved); }
+};
+
+// max over outputs of |y - exact| / sum_k |x||w| for one AMX GEMM (bf16 weights, kStore).
+// x: [m, ldx] f32; w: [n, k] bf16 values as f32 (exact); wq: the same as stored bf16.
+double amx_worst_relative_error(int64_t m, int64_t n, int64_t k, const std::vector<float>& x,
+                                int64_t ldx, const Block& w, TaskRunner& runner) {
+  GemmWeights gw;
+  gw.dtype = DType::kBF16;
+  gw.k = k;
+  gw.n_blocks = 1;
+  gw.data[0] = w.data;
+  gw.rows[0] = n;
+  const int64_t ldy = n + 3;
+  std::vector<float> y(m * ldy, kSentinel);
+  gemm(m, x.data(), ldx, gw, GemmEpilogue::kStore, y.data(), ldy, runner);
+  double worst = 0.0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0.0, a = 0.0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double p = static_cast<double>(x[i * ldx + kk]) * w.value[j * k + kk];
+        s += p;
+        a += std::fabs(p);
+      }
+      const double got = y[i * ldy + j];
+      const double e = std::isfinite(got) ? std::fabs(got - s) / (a + 1e-300)
+                                          : std::numeric_limits<double>::infinity();
+      worst = std::max(worst, e);
+    }
+  }
+  return worst;
+}
+
+TEST_CASE("gemm: AMX split precision keeps f32 activations where one pass cannot",
+          "[kernels][gemm]") {
+  if (!isa_supported(Isa::kAmx)) {
+    WARN("no AMX on this CPU: the AMX precision test does not run");
+    return;
+  }
+  IsaRestore isa_restore;
+  PrecisionRestore precision_restore;
+  REQUIRE(set_isa(Isa::kAmx));
+  struct Shape {
+    int64_t m, n, k, ldx_pad;
+  };
+  // All m >= kAmxMinM (the AMX path); k = 1 and 7 are a single partial k-step, 5125 several
+  // k-chunks; m = 769 several m-blocks with a partial last one.
+  const Shape shapes[] = {{6, 17, 1, 0},     {7, 33, 7, 5},    {17, 769, 33, 1},
+                          {33, 64, 257, 0},  {130, 100, 1030, 7}, {40, 17, 5125, 2},
+                          {769, 33, 100, 3}};
+  ThreadPool pool(2);
+  uint32_t seed = 500;
+  for (const Shape& sh : shapes) {
+    INFO("m=" << sh.m << " n=" << sh.n << " k=" << sh.k << " ldx_pad=" << sh.ldx_pad);
+    std::mt19937 rng(seed++);
+    const Block w = make_block(DType::kBF16, sh.n, sh.k, false, rng);
+    // Activations over several orders of magnitude (as after a norm with outlier channels), so
+    // the lo part matters at every scale.
+    std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> expo(-6, 6);
+    const int64_t ldx = sh.k + sh.ldx_pad;
+    std::vector<float> x((sh.m - 1) * ldx + sh.k, std::numeric_limits<float>::quiet_NaN());
+    for (int64_t i = 0; i < sh.m; ++i) {
+      for (int64_t j = 0; j < sh.k; ++j) x[i * ldx + j] = std::ldexp(mant(rng), expo(rng));
+    }
+    set_gemm_precision(GemmPrecision::kSplitBf16);
+    const double split = amx_worst_relative_error(sh.m, sh.n, sh.k, x, ldx, w, pool);
+    set_gemm_precision(GemmPrecision::kBf16);
+    const double one_pass = amx_worst_relative_error(sh.m, sh.n, sh.k, x, ldx, w, pool);
+    const double tol = split_typical_tolerance(sh.k);
+    INFO("split error " << split << ", one-pass error " << one_pass << ", tolerance " << tol);
+    CHECK(split <= tol);
+    CHECK(one_pass > tol);  // the tolerance is one the old behaviour cannot meet
+    CHECK(one_pass > 8 * split);
+  }
+}
+
+TEST_CASE("gemm: a row's result hardly depends on the batch it runs in", "[kernels][gemm]") {
+  // The serving symptom: one sequence alone (m = 1, f32 FMA path) against the same row inside a
+  // batch of 40 (AMX path). Both are within their tolerance of the exact value, so they differ by
+  // at most the sum: 1e-5 * S (FMA) + split_tolerance(k) * S.
+  IsaRestore isa_restore;
+  PrecisionRestore precision_restore;
+  set_gemm_precision(GemmPrecision::kSplitBf16);
+  const int64_t m = 40, n = 100, k = 1030;
+  std::mt19937 rng(600);
+  const Block w = make_block(DType::kBF16, n, k, false, rng);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(m * k);
+  for (float& v : x) v = dist(rng);
+  GemmWeights gw;
+  gw.dtype = DType::kBF16;
+  gw.k = k;
+  gw.n_blocks = 1;
+  gw.data[0] = w.data;
+  gw.rows[0] = n;
+  SerialRunner serial;
+  std::vector<float> batch(m * n), alone(n);
+  gemm(m, x.data(), k, gw, GemmEpilogue::kStore, batch.data(), n, serial);
+  const int64_t row = 23;
+  gemm(1, x.data() + row * k, k, gw, GemmEpilogue::kStore, alone.data(), n, serial);
+  const double tol = 1e-5 + split_tolerance(k);
+  for (int64_t j = 0; j < n; ++j) {
+    double a = 0.0;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      a += std::fabs(double(x[row * k + kk]) * w.value[j * k + kk]);
+    }
+    INFO("column " << j);
+    CHECK(std::fabs(double(batch[row * n + j]) - alone[j]) <= tol * a);
+  }
+}
+
+TEST_CASE("gemm: AMX split precision keeps infinite activations infinite", "[kernels][gemm]") {
+  if (!isa_supported(Isa::kAmx)) {
+    WARN("no AMX on this CPU: the AMX infinity test does not run");
+    return;
+  }
+  IsaRestore isa_restore;
+  PrecisionRestore precision_restore;
+  REQUIRE(set_isa(Isa::kAmx));
+  set_gemm_precision(GemmPrecision::kSplitBf16);
+  // x rows: one +inf element among ones; w = +1 / -1 rows: y = +inf / -inf, never NaN (inf - hi
+  // would be NaN if the residual of an infinite element were not zeroed).
+  const int64_t m = 8, k = 40;
+  std::vector<float> x(m * k, 1.0f);
+  for (int64_t i = 0; i < m; ++i) x[i * k + (i * 5) % k] = std::numeric_limits<float>::infinity();
+  std::vector<uint16_t> wdata(2 * k, 0x3f80);  // bf16 +1.0
+  for (int64_t j = k; j < 2 * k; ++j) wdata[j] = 0xbf80;  // bf16 -1.0
+  GemmWeights gw;
+  gw.dtype = DType::kBF16;
+  gw.k = k;
+  gw.n_blocks = 1;
+  gw.data[0] = wdata.data();
+  gw.rows[0] = 2;
+  std::vector<float> y(m * 2);
+  SerialRunner serial;
+  gemm(m, x.data(), k, gw, GemmEpilogue::kStore, y.data(), 2, serial);
+  for (int64_t i = 0; i < m; ++i) {
+    CHECK(y[i * 2] == std::numeric_limits<float>::infinity());
+    CHECK(y[i * 2 + 1] == -std::numeric_limits<float>::infinity());
   }
 }
 

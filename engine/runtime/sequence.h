@@ -1,0 +1,49 @@
+// One request's state inside the serving Engine: its tokens, how many of them have K/V in the
+// paged cache, its blocks, and the per-request sampling and streaming-text state. Owned and
+// touched by the engine thread only (after submit() hands it over).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/runtime/engine.h"
+#include "engine/runtime/kv_block_manager.h"
+#include "engine/runtime/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace sampan::runtime {
+
+using EngineClock = std::chrono::steady_clock;
+
+struct Sequence {
+  uint64_t handle = 0;  // also the arrival order: handles increase with every submit()
+  EngineRequest request;
+  EventCallback on_event;
+  EngineClock::time_point submitted;
+  std::optional<EngineClock::time_point> deadline;
+
+  // prompt + generated. The last generated token has no K/V yet: it is the next one to run.
+  // After a preemption the whole list is recomputed as if it were a prompt.
+  std::vector<int32_t> tokens;
+  int64_t n_prompt = 0;
+  int64_t n_computed = 0;  // tokens[0 .. n_computed) have K/V in `blocks`
+  SeqBlocks blocks;
+
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<tok::StreamDecoder> decoder;
+  std::unique_ptr<StopMatcher> stops;
+  std::vector<int32_t> stop_ids;  // request stop ids + eos ids (unless ignore_eos)
+
+  bool admitted_once = false;
+  bool finished = false;  // its final event is sent; the scheduler drops it
+  int64_t cached_prompt_tokens = 0;
+  double queue_s = 0;
+  double first_token_s = 0;
+
+  int64_t n_generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
+  int64_t n_pending() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
+};
+
+}  // namespace sampan::runtime

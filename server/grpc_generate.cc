@@ -1,0 +1,291 @@
+// sampan.v1.Generate: one server-streaming call per generation request. Engine events arrive on
+// the engine thread and are queued on the call; one write is in flight at a time, the next
+// starts from OnWriteDone. Tokens that pile up behind a slow client are merged into one
+// response (the proto allows several tokens per response) so the queue stays short.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <optional>
+
+#include "engine/core/log.h"
+#include "proto/sampan_generate.grpc.pb.h"
+#include "server/grpc_common.h"
+
+namespace sampan::server::grpc_detail {
+namespace {
+
+namespace pb = ::sampan::v1;
+
+grpc::Status invalid(const std::string& message) {
+  return {grpc::StatusCode::INVALID_ARGUMENT, message};
+}
+
+// The prompt of `in` as token ids; throws Error from the tokenizer or chat template.
+grpc::Status encode_prompt(const ServiceContext& svc, const runtime::Engine& engine,
+                           const pb::GenerateRequest& in, std::vector<int32_t>* prompt) {
+  switch (in.prompt_case()) {
+    case pb::GenerateRequest::kText:
+      *prompt = engine.tokenizer().encode(in.text(), true);
+      return grpc::Status::OK;
+    case pb::GenerateRequest::kTokenIds:
+      if (in.token_ids().ids().empty()) return invalid("token_ids: at least one id is required");
+      prompt->assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
+      return grpc::Status::OK;
+    case pb::GenerateRequest::kChat: {
+      if (in.chat().messages().empty()) {
+        return invalid("chat.messages: at least one message is required");
+      }
+      auto chat = svc.host.chat();
+      if (!chat) return invalid("chat: the model has no chat template; send text or token_ids");
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      for (const auto& m : in.chat().messages()) {
+        if (m.role().empty()) return invalid("chat.messages.role: must not be empty");
+        messages.push_back({{"role", m.role()}, {"content", m.content()}});
+      }
+      *prompt = chat->encode(messages, true);
+      return grpc::Status::OK;
+    }
+    case pb::GenerateRequest::PROMPT_NOT_SET:
+      break;
+  }
+  return invalid("prompt: one of text, token_ids or chat is required");
+}
+
+// The engine request for `in`; range checks the engine would also make are repeated here only
+// where our field names differ from the engine's.
+grpc::Status build_request(const ServiceContext& svc, const runtime::Engine& engine,
+                           const pb::GenerateRequest& in, runtime::EngineRequest* out) {
+  grpc::Status st = encode_prompt(svc, engine, in, &out->prompt);
+  if (!st.ok()) return st;
+  runtime::SamplingParams& s = out->sampling;
+  if (in.has_temperature()) s.temperature = in.temperature();
+  if (in.has_top_k()) s.top_k = in.top_k();
+  if (in.has_top_p()) s.top_p = in.top_p();
+  if (in.has_min_p()) s.min_p = in.min_p();
+  if (in.has_repetition_penalty()) s.repetition_penalty = in.repetition_penalty();
+  if (in.has_presence_penalty()) s.presence_penalty = in.presence_penalty();
+  if (in.has_frequency_penalty()) s.frequency_penalty = in.frequency_penalty();
+  if (in.has_seed()) s.seed = in.seed();
+  if (in.has_logprobs()) {
+    if (in.logprobs() < 0 || in.logprobs() > 20) {
+      return invalid("logprobs: must be in [0, 20] (got " + std::to_string(in.logprobs()) + ")");
+    }
+    s.top_logprobs = in.logprobs();
+  }
+  std::optional<int64_t> max_tokens;
+  if (in.has_max_tokens()) {
+    if (in.max_tokens() < 1) {
+      return invalid("max_tokens: must be >= 1 (got " + std::to_string(in.max_tokens()) + ")");
+    }
+    max_tokens = in.max_tokens();
+  }
+  out->max_tokens = max_tokens_for(svc, engine, max_tokens, out->prompt.size());
+  for (const auto& stop : in.stop()) {
+    if (stop.empty()) return invalid("stop: stop strings must not be empty");
+    out->stop.push_back(stop);
+  }
+  const int64_t vocab = engine.tokenizer().vocab_size();
+  for (int32_t id : in.stop_token_ids()) {
+    if (id < 0 || id >= vocab) {
+      return invalid("stop_token_ids: " + std::to_string(id) + " is outside the vocabulary [0, " +
+                     std::to_string(vocab) + ")");
+    }
+    out->stop_ids.push_back(id);
+  }
+  out->ignore_eos = in.ignore_eos();
+  return grpc::Status::OK;
+}
+
+class GenerateCall final : public grpc::ServerWriteReactor<pb::GenerateResponse> {
+ public:
+  GenerateCall(ServiceContext& svc, grpc::CallbackServerContext* ctx,
+               const pb::GenerateRequest& request)
+      : svc_(svc), ctx_(ctx), id_(request_id_or_new(svc, request.request_id())) {
+    grpc::Status st;
+    try {
+      st = start(request);
+    } catch (...) {
+      st = status_from_current_exception();
+    }
+    if (!st.ok()) {
+      // Nothing was submitted: no engine event will come.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        finished_ = true;
+      }
+      record_rpc(svc_, "Generate", id_, st);
+      Finish(st);
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::optional<uint64_t> to_cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok && !broken_) {
+        // The stream is gone (client cancelled or the connection dropped).
+        broken_ = true;
+        pending_.clear();
+        if (submitted_ && !final_status_) to_cancel = handle_;
+      }
+    }
+    if (to_cancel) engine_->cancel(*to_cancel);
+    pump();
+  }
+
+  void OnCancel() override {
+    std::optional<uint64_t> to_cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      broken_ = true;
+      pending_.clear();
+      if (submitted_ && !final_status_) to_cancel = handle_;
+    }
+    // The engine answers with the final kCancelled event at its next step; pump() finishes the
+    // call then, so the reactor outlives every engine callback.
+    if (to_cancel) engine_->cancel(*to_cancel);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  grpc::Status start(const pb::GenerateRequest& request) {
+    grpc::Status st = check_auth(svc_, ctx_);
+    if (!st.ok()) return st;
+    engine_ = find_engine(svc_, request.model(), &st);
+    if (!engine_) return st;
+    runtime::EngineRequest er;
+    er.id = id_;
+    st = build_request(svc_, *engine_, request, &er);
+    if (!st.ok()) return st;
+    want_logprobs_ = request.has_logprobs();
+    bool expired = false;
+    er.timeout_s = request_timeout_s(ctx_, engine_->options(), &expired);
+    if (expired) return {grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before start"};
+    uint64_t handle =
+        engine_->submit(std::move(er), [this](const runtime::EngineEvent& ev) { on_event(ev); });
+    std::lock_guard<std::mutex> lock(mu_);
+    handle_ = handle;
+    submitted_ = true;
+    return grpc::Status::OK;
+  }
+
+  // Engine thread.
+  void on_event(const runtime::EngineEvent& ev) {
+    const auto now = std::chrono::steady_clock::now();
+    if (ev.token >= 0) {
+      if (last_token_at_) svc_.metrics.inter_token(seconds_between(*last_token_at_, now));
+      last_token_at_ = now;
+    }
+    if (ev.finished) svc_.metrics.generation_done(ev);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ev.finished) final_status_ = status_from_final(ev, ctx_);
+      // A failed request reports its status only; its partial output would mislead.
+      bool keep = !broken_ && (!ev.finished || final_status_->ok());
+      if (keep && (ev.token >= 0 || !ev.text.empty() || ev.finished)) append(ev);
+    }
+    pump();  // may finish the call: `this` must not be touched after it
+  }
+
+  // Under mu_.
+  void append(const runtime::EngineEvent& ev) {
+    if (pending_.empty() || pending_.back().finished()) pending_.emplace_back();
+    pb::GenerateResponse& r = pending_.back();
+    r.set_request_id(id_);
+    if (ev.token >= 0) {
+      r.add_token_ids(ev.token);
+      if (want_logprobs_) {
+        pb::TokenLogprob* lp = r.add_logprobs();
+        lp->set_token_id(ev.token);
+        lp->set_logprob(ev.sample.logprob);
+        const auto& tok = engine_->tokenizer();
+        for (const auto& alt : ev.sample.top) {
+          pb::TopLogprob* t = lp->add_top();
+          t->set_token_id(alt.id);
+          t->set_logprob(alt.logprob);
+          const int32_t one[1] = {alt.id};
+          t->set_token(tok.decode(one));
+        }
+      }
+    }
+    r.mutable_text()->append(ev.text);
+    if (ev.finished) {
+      r.set_finished(true);
+      r.set_finish_reason(runtime::engine_finish_name(ev.finish));
+      r.set_stop_matched(ev.stop_matched);
+      pb::Usage* u = r.mutable_usage();
+      u->set_prompt_tokens(ev.usage.prompt_tokens);
+      u->set_completion_tokens(ev.usage.completion_tokens);
+      u->set_cached_prompt_tokens(ev.usage.cached_prompt_tokens);
+      pb::Timings* t = r.mutable_timings();
+      t->set_queue_s(ev.timings.queue_s);
+      t->set_first_token_s(ev.timings.first_token_s);
+      t->set_total_s(ev.timings.total_s);
+    }
+  }
+
+  // Starts the next write, or finishes the call once the final event is in and everything
+  // before it is written. Never holds mu_ while calling into gRPC.
+  void pump() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finished_ || writing_) return;
+    if (!broken_ && !pending_.empty()) {
+      current_ = std::move(pending_.front());
+      pending_.pop_front();
+      writing_ = true;
+      lock.unlock();
+      StartWrite(&current_);
+      return;
+    }
+    if (!final_status_) return;
+    finished_ = true;
+    grpc::Status st = broken_ && final_status_->ok()
+                          ? grpc::Status(grpc::StatusCode::CANCELLED, "the client went away")
+                          : *final_status_;
+    lock.unlock();
+    record_rpc(svc_, "Generate", id_, st);
+    Finish(st);
+  }
+
+  ServiceContext& svc_;
+  grpc::CallbackServerContext* ctx_;
+  const std::string id_;
+  std::shared_ptr<runtime::Engine> engine_;
+  bool want_logprobs_ = false;
+  std::optional<std::chrono::steady_clock::time_point> last_token_at_;  // engine thread only
+
+  std::mutex mu_;
+  uint64_t handle_ = 0;
+  bool submitted_ = false;
+  std::deque<pb::GenerateResponse> pending_;
+  pb::GenerateResponse current_;  // the write in flight
+  bool writing_ = false;
+  bool broken_ = false;    // cancelled or a write failed: nothing more is written
+  bool finished_ = false;  // Finish() called
+  std::optional<grpc::Status> final_status_;
+};
+
+class GenerateService final : public pb::Generate::CallbackService {
+ public:
+  explicit GenerateService(ServiceContext& svc) : svc_(svc) {}
+
+  grpc::ServerWriteReactor<pb::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx, const pb::GenerateRequest* request) override {
+    return new GenerateCall(svc_, ctx, *request);
+  }
+
+ private:
+  ServiceContext& svc_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> make_generate_service(ServiceContext& svc) {
+  return std::make_unique<GenerateService>(svc);
+}
+
+}  // namespace sampan::server::grpc_detail

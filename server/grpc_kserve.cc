@@ -1,0 +1,795 @@
+// inference.GRPCInferenceService (KServe v2 + Triton's ModelStreamInfer) for the served LLM,
+// with the tensor convention of Triton's vLLM backend (see grpc_server.h). ModelInfer answers
+// once the whole output is generated; ModelStreamInfer multiplexes any number of requests on
+// one stream, one response per token when the request's "stream" input is true.
+#include <fmt/format.h>
+
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "engine/core/log.h"
+#include "proto/grpc_service.grpc.pb.h"
+#include "server/grpc_common.h"
+#include "server/request_parse.h"
+
+namespace sampan::server::grpc_detail {
+namespace {
+
+namespace pb = ::inference;
+using InputTensor = pb::ModelInferRequest::InferInputTensor;
+using ParamMap = google::protobuf::Map<std::string, pb::InferParameter>;
+
+static_assert(std::endian::native == std::endian::little,
+              "raw tensor contents are little-endian; a big-endian host needs byte swaps");
+
+constexpr const char* kServerVersion = "0.1.0";
+constexpr const char* kModelVersion = "1";
+
+[[noreturn]] void bad_input(const std::string& name, const std::string& what) {
+  throw RequestError(400, name, fmt::format("input '{}': {}", name, what));
+}
+
+// ---- reading input tensors ---------------------------------------------------------------
+
+// One input with its raw bytes when the request used raw_input_contents.
+struct Input {
+  const InputTensor* tensor;
+  const std::string* raw;  // null: typed contents
+  int64_t count;           // elements, from the shape
+};
+
+int64_t element_count(const InputTensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape()) {
+    if (d < 0) bad_input(t.name(), fmt::format("shape dimension {} is negative", d));
+    if (d > 0 && n > std::numeric_limits<int32_t>::max() / d) bad_input(t.name(), "shape too large");
+    n *= d;
+  }
+  return n;
+}
+
+void expect_datatype(const Input& in, std::initializer_list<const char*> allowed) {
+  for (const char* dt : allowed) {
+    if (in.tensor->datatype() == dt) return;
+  }
+  bad_input(in.tensor->name(), fmt::format("datatype must be {}, got '{}'",
+                                           fmt::join(allowed, " or "), in.tensor->datatype()));
+}
+
+void expect_count(const Input& in, size_t got) {
+  if (static_cast<int64_t>(got) != in.count) {
+    bad_input(in.tensor->name(),
+              fmt::format("the shape holds {} elements but {} were sent", in.count, got));
+  }
+}
+
+std::vector<std::string> read_bytes(const Input& in) {
+  expect_datatype(in, {"BYTES"});
+  std::vector<std::string> out;
+  if (in.raw) {
+    // Each element: a 4-byte little-endian length, then that many bytes.
+    const std::string& raw = *in.raw;
+    size_t pos = 0;
+    while (pos < raw.size()) {
+      if (raw.size() - pos < 4) bad_input(in.tensor->name(), "truncated BYTES element length");
+      uint32_t len = 0;
+      std::memcpy(&len, raw.data() + pos, 4);
+      pos += 4;
+      if (raw.size() - pos < len) bad_input(in.tensor->name(), "truncated BYTES element");
+      out.emplace_back(raw, pos, len);
+      pos += len;
+    }
+  } else {
+    out.assign(in.tensor->contents().bytes_contents().begin(),
+               in.tensor->contents().bytes_contents().end());
+  }
+  expect_count(in, out.size());
+  return out;
+}
+
+std::vector<int64_t> read_ints(const Input& in) {
+  expect_datatype(in, {"INT32", "INT64"});
+  const bool wide = in.tensor->datatype() == "INT64";
+  std::vector<int64_t> out;
+  if (in.raw) {
+    const size_t size = wide ? 8 : 4;
+    if (in.raw->size() % size != 0) {
+      bad_input(in.tensor->name(), fmt::format("raw contents of {} bytes are not a whole number "
+                                               "of {} elements", in.raw->size(),
+                                               in.tensor->datatype()));
+    }
+    for (size_t pos = 0; pos < in.raw->size(); pos += size) {
+      if (wide) {
+        int64_t v = 0;
+        std::memcpy(&v, in.raw->data() + pos, 8);
+        out.push_back(v);
+      } else {
+        int32_t v = 0;
+        std::memcpy(&v, in.raw->data() + pos, 4);
+        out.push_back(v);
+      }
+    }
+  } else if (wide) {
+    out.assign(in.tensor->contents().int64_contents().begin(),
+               in.tensor->contents().int64_contents().end());
+  } else {
+    out.assign(in.tensor->contents().int_contents().begin(),
+               in.tensor->contents().int_contents().end());
+  }
+  expect_count(in, out.size());
+  return out;
+}
+
+std::vector<bool> read_bools(const Input& in) {
+  expect_datatype(in, {"BOOL"});
+  std::vector<bool> out;
+  if (in.raw) {
+    for (char c : *in.raw) out.push_back(c != 0);
+  } else {
+    out.assign(in.tensor->contents().bool_contents().begin(),
+               in.tensor->contents().bool_contents().end());
+  }
+  expect_count(in, out.size());
+  return out;
+}
+
+template <typename T>
+T single(const std::vector<T>& values, const std::string& name) {
+  if (values.size() != 1) {
+    bad_input(name, fmt::format("expected one element (shape [1]), got {}", values.size()));
+  }
+  return values[0];
+}
+
+// ---- request parameters ----------------------------------------------------------------
+
+Json params_to_json(const ParamMap& params) {
+  Json out = Json::object();
+  for (const auto& [key, p] : params) {
+    switch (p.parameter_choice_case()) {
+      case pb::InferParameter::kBoolParam: out[key] = p.bool_param(); break;
+      case pb::InferParameter::kInt64Param: out[key] = p.int64_param(); break;
+      case pb::InferParameter::kStringParam: out[key] = p.string_param(); break;
+      case pb::InferParameter::kDoubleParam: out[key] = p.double_param(); break;
+      case pb::InferParameter::kUint64Param: out[key] = p.uint64_param(); break;
+      case pb::InferParameter::PARAMETER_CHOICE_NOT_SET: break;
+    }
+  }
+  return out;
+}
+
+// Triton's vLLM backend documents sampling_parameters with values as strings
+// ({"temperature": "0.1"}), and its clients send them so: numbers and booleans given as strings
+// are converted here, before the shared (strictly typed) parser sees them.
+void coerce_string_values(Json& obj) {
+  static constexpr const char* kNumeric[] = {
+      "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+      "repetition_penalty", "seed", "max_tokens"};
+  for (const char* key : kNumeric) {
+    auto it = obj.find(key);
+    if (it == obj.end() || !it->is_string()) continue;
+    const std::string s = it->get<std::string>();
+    Json parsed = Json::parse(s, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_number()) *it = parsed;  // else the parser reports the wrong type
+  }
+  auto it = obj.find("ignore_eos");
+  if (it != obj.end() && it->is_string()) {
+    if (*it == "true" || *it == "True") *it = true;
+    else if (*it == "false" || *it == "False") *it = false;
+  }
+}
+
+// ---- parsing a ModelInferRequest ----------------------------------------------------------
+
+struct InferSpec {
+  std::string id;
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
+  SamplingFields fields;
+  bool stream = false;
+  std::vector<std::string> outputs;  // requested; empty: all
+};
+
+InferSpec parse_infer(const pb::ModelInferRequest& req) {
+  InferSpec spec;
+  spec.id = req.id();
+  if (!req.parameters().empty()) {
+    Json params = params_to_json(req.parameters());
+    coerce_string_values(params);
+    merge_sampling_fields(params, spec.fields, "parameters.");
+  }
+  if (req.inputs().empty()) {
+    throw RequestError(400, "inputs", "inputs: at least the 'text_input' tensor is required");
+  }
+  if (!req.raw_input_contents().empty() && req.raw_input_contents_size() != req.inputs_size()) {
+    throw RequestError(400, "raw_input_contents",
+                       fmt::format("raw_input_contents: {} entries for {} inputs",
+                                   req.raw_input_contents_size(), req.inputs_size()));
+  }
+  std::optional<int64_t> max_tokens;
+  for (int i = 0; i < req.inputs_size(); ++i) {
+    const InputTensor& t = req.inputs(i);
+    const Input in{&t, req.raw_input_contents().empty() ? nullptr : &req.raw_input_contents(i),
+                   element_count(t)};
+    const std::string& name = t.name();
+    if (name == "text_input") {
+      spec.text = single(read_bytes(in), name);
+      if (spec.text->empty()) bad_input(name, "the text is empty");
+    } else if (name == "input_ids") {
+      for (int64_t v : read_ints(in)) {
+        if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
+          bad_input(name, fmt::format("{} is not a token id", v));
+        }
+        spec.ids.push_back(static_cast<int32_t>(v));
+      }
+      if (spec.ids.empty()) bad_input(name, "no token ids");
+    } else if (name == "max_tokens") {
+      int64_t v = single(read_ints(in), name);
+      if (v < 1) bad_input(name, fmt::format("must be at least 1, got {}", v));
+      max_tokens = v;
+    } else if (name == "stream") {
+      spec.stream = single(read_bools(in), name);
+    } else if (name == "sampling_parameters") {
+      Json obj = parse_json_object(single(read_bytes(in), name), "sampling_parameters");
+      coerce_string_values(obj);
+      merge_sampling_fields(obj, spec.fields, "sampling_parameters.");
+    } else {
+      throw RequestError(400, name,
+                         fmt::format("unknown input '{}' (expected text_input, input_ids, "
+                                     "max_tokens, stream, sampling_parameters)", name));
+    }
+  }
+  if (max_tokens) spec.fields.max_tokens = max_tokens;
+  if (spec.text && !spec.ids.empty()) {
+    throw RequestError(400, "input_ids", "give either 'text_input' or 'input_ids', not both");
+  }
+  if (!spec.text && spec.ids.empty()) {
+    throw RequestError(400, "text_input", "the input 'text_input' (or 'input_ids') is required");
+  }
+  for (const auto& o : req.outputs()) {
+    if (o.name() != "text_output" && o.name() != "output_ids") {
+      throw RequestError(400, "outputs", fmt::format("outputs: unknown output '{}' (expected "
+                                                     "text_output or output_ids)", o.name()));
+    }
+    spec.outputs.push_back(o.name());
+  }
+  return spec;
+}
+
+// The engine request for `spec`; throws RequestError / Error.
+runtime::EngineRequest engine_request(const ServiceContext& svc, const runtime::Engine& engine,
+                                      const InferSpec& spec, const std::string& id) {
+  runtime::EngineRequest er;
+  er.id = id;
+  er.prompt = spec.text ? engine.tokenizer().encode(*spec.text, true) : spec.ids;
+  const auto n_prompt = static_cast<int64_t>(er.prompt.size());
+  if (n_prompt >= engine.max_model_len()) {
+    const char* field = spec.text ? "text_input" : "input_ids";
+    throw RequestError(400, field, fmt::format("input '{}': the prompt has {} tokens; the "
+                                               "model's context is {}", field, n_prompt,
+                                               engine.max_model_len()));
+  }
+  spec.fields.apply_to(er);
+  er.max_tokens = max_tokens_for(svc, engine, spec.fields.max_tokens, er.prompt.size());
+  return er;
+}
+
+// ---- building responses ------------------------------------------------------------------
+
+// The finished output of one request, or one streamed piece of it.
+struct Piece {
+  std::string text;
+  std::vector<int32_t> ids;
+  const runtime::EngineEvent* final_event = nullptr;  // set on the last response
+};
+
+pb::ModelInferResponse make_response(const std::string& model, const InferSpec& spec,
+                                     const Piece& piece) {
+  pb::ModelInferResponse r;
+  r.set_model_name(model);
+  r.set_model_version(kModelVersion);
+  r.set_id(spec.id);
+  auto wanted = [&](const char* n) {
+    return spec.outputs.empty() ||
+           std::find(spec.outputs.begin(), spec.outputs.end(), n) != spec.outputs.end();
+  };
+  // Raw contents for every output, as tritonclient's as_numpy() reads them.
+  if (wanted("text_output")) {
+    auto* o = r.add_outputs();
+    o->set_name("text_output");
+    o->set_datatype("BYTES");
+    o->add_shape(1);
+    std::string* raw = r.add_raw_output_contents();
+    const auto len = static_cast<uint32_t>(piece.text.size());
+    raw->append(reinterpret_cast<const char*>(&len), 4);
+    raw->append(piece.text);
+  }
+  if (wanted("output_ids")) {
+    auto* o = r.add_outputs();
+    o->set_name("output_ids");
+    o->set_datatype("INT32");
+    o->add_shape(static_cast<int64_t>(piece.ids.size()));
+    std::string* raw = r.add_raw_output_contents();
+    if (!piece.ids.empty()) {
+      raw->assign(reinterpret_cast<const char*>(piece.ids.data()),
+                  piece.ids.size() * sizeof(int32_t));
+    }
+  }
+  auto& params = *r.mutable_parameters();
+  params["triton_final_response"].set_bool_param(piece.final_event != nullptr);
+  if (const auto* ev = piece.final_event) {
+    params["finish_reason"].set_string_param(runtime::engine_finish_name(ev->finish));
+    params["prompt_tokens"].set_int64_param(ev->usage.prompt_tokens);
+    params["completion_tokens"].set_int64_param(ev->usage.completion_tokens);
+    params["cached_prompt_tokens"].set_int64_param(ev->usage.cached_prompt_tokens);
+  }
+  return r;
+}
+
+// ---- ModelInfer ----------------------------------------------------------------------------
+
+class InferCall final : public grpc::ServerUnaryReactor {
+ public:
+  InferCall(ServiceContext& svc, grpc::CallbackServerContext* ctx,
+            const pb::ModelInferRequest& request, pb::ModelInferResponse* response)
+      : svc_(svc), ctx_(ctx), response_(response) {
+    grpc::Status st;
+    try {
+      st = start(request);
+    } catch (...) {
+      st = status_from_current_exception();
+    }
+    if (!st.ok()) {
+      // Nothing was submitted: no engine event will come.
+      record_rpc(svc_, "ModelInfer", id_, st);
+      Finish(st);
+    }
+  }
+
+  void OnCancel() override {
+    bool cancel = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancel = submitted_ && !final_seen_;
+    }
+    // The engine answers with a final kCancelled event at its next step, which finishes us.
+    // Never called with mu_ held: the engine may hold its own lock while calling on_event().
+    if (cancel) engine_->cancel(handle_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  grpc::Status start(const pb::ModelInferRequest& request) {
+    id_ = request_id_or_new(svc_, request.id());
+    grpc::Status st = check_auth(svc_, ctx_);
+    if (!st.ok()) return st;
+    engine_ = find_engine(svc_, request.model_name(), &st);
+    if (!engine_) return st;
+    spec_ = parse_infer(request);
+    if (spec_.stream) {
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              "input 'stream': streaming needs ModelStreamInfer; ModelInfer returns the whole "
+              "output"};
+    }
+    runtime::EngineRequest er = engine_request(svc_, *engine_, spec_, id_);
+    bool expired = false;
+    er.timeout_s = request_timeout_s(ctx_, engine_->options(), &expired);
+    if (expired) return {grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before start"};
+    const uint64_t handle =
+        engine_->submit(std::move(er), [this](const runtime::EngineEvent& ev) { on_event(ev); });
+    // OnCancel cannot run yet (the reactor is not returned to gRPC), but it reads these later
+    // from another thread.
+    std::lock_guard<std::mutex> lock(mu_);
+    handle_ = handle;
+    submitted_ = true;
+    return grpc::Status::OK;
+  }
+
+  // Engine thread.
+  void on_event(const runtime::EngineEvent& ev) {
+    if (ev.token >= 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (last_token_at_) svc_.metrics.inter_token(seconds_between(*last_token_at_, now));
+      last_token_at_ = now;
+      piece_.ids.push_back(ev.token);
+    }
+    piece_.text += ev.text;
+    if (!ev.finished) return;
+    svc_.metrics.generation_done(ev);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      final_seen_ = true;
+    }
+    grpc::Status st = status_from_final(ev, ctx_);
+    if (st.ok()) {
+      piece_.final_event = &ev;
+      *response_ = make_response(svc_.host.name(), spec_, piece_);
+    }
+    record_rpc(svc_, "ModelInfer", id_, st);
+    Finish(st);  // `this` may be gone after this
+  }
+
+  ServiceContext& svc_;
+  grpc::CallbackServerContext* ctx_;
+  pb::ModelInferResponse* response_;
+  std::string id_;
+  std::shared_ptr<runtime::Engine> engine_;
+  InferSpec spec_;
+  Piece piece_;  // engine thread only
+  std::optional<std::chrono::steady_clock::time_point> last_token_at_;
+
+  std::mutex mu_;
+  uint64_t handle_ = 0;
+  bool submitted_ = false;
+  bool final_seen_ = false;
+};
+
+// ---- ModelStreamInfer ----------------------------------------------------------------------
+
+const char* status_code_name(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    default: return "INTERNAL";
+  }
+}
+
+// Any number of requests on one stream, generated concurrently; their responses interleave.
+// A failed request gets a response with error_message and the stream stays open (Triton's
+// convention). The call finishes once the client has closed its side, every request has had
+// its final engine event and every response is written — so the reactor outlives every engine
+// callback.
+class StreamInferCall final
+    : public grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse> {
+ public:
+  StreamInferCall(ServiceContext& svc, grpc::CallbackServerContext* ctx) : svc_(svc), ctx_(ctx) {
+    grpc::Status st = check_auth(svc_, ctx_);
+    if (!st.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        finished_ = true;
+      }
+      record_rpc(svc_, "ModelStreamInfer", "-", st);
+      Finish(st);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (ok) start_job(request_);
+    bool again = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      again = ok && !broken_;
+      if (!again) reads_done_ = true;
+    }
+    if (again) {
+      StartRead(&request_);
+    } else {
+      pump();
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::vector<Submitted> to_cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok && !broken_) to_cancel = break_locked();
+    }
+    for (auto& s : to_cancel) s.engine->cancel(s.handle);
+    pump();
+  }
+
+  void OnCancel() override {
+    std::vector<Submitted> to_cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!broken_) to_cancel = break_locked();
+    }
+    for (auto& s : to_cancel) s.engine->cancel(s.handle);
+    pump();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  struct Job {
+    std::string id;
+    InferSpec spec;
+    std::shared_ptr<runtime::Engine> engine;
+    uint64_t handle = 0;
+    bool submitted = false;
+    Piece piece;  // non-streaming: the output so far
+    std::optional<std::chrono::steady_clock::time_point> last_token_at;
+  };
+  struct Submitted {
+    std::shared_ptr<runtime::Engine> engine;
+    uint64_t handle;
+  };
+
+  // Under mu_: the stream is gone; returns the engine requests to cancel (outside mu_).
+  std::vector<Submitted> break_locked() {
+    broken_ = true;
+    pending_.clear();
+    std::vector<Submitted> out;
+    for (auto& [key, job] : jobs_) {
+      if (job.submitted) out.push_back({job.engine, job.handle});
+    }
+    return out;
+  }
+
+  void start_job(const pb::ModelInferRequest& request) {
+    const std::string id = request_id_or_new(svc_, request.id());
+    grpc::Status st;
+    try {
+      auto engine = find_engine(svc_, request.model_name(), &st);
+      if (!engine) return fail_job(request, id, st);
+      InferSpec spec = parse_infer(request);
+      runtime::EngineRequest er = engine_request(svc_, *engine, spec, id);
+      bool expired = false;
+      er.timeout_s = request_timeout_s(ctx_, engine->options(), &expired);
+      if (expired) {
+        return fail_job(request, id, {grpc::StatusCode::DEADLINE_EXCEEDED,
+                                      "the deadline passed before start"});
+      }
+      uint64_t key = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        key = next_key_++;
+        Job& job = jobs_[key];
+        job.id = id;
+        job.spec = std::move(spec);
+        job.engine = engine;
+      }
+      uint64_t handle = 0;
+      try {
+        handle = engine->submit(std::move(er),
+                                [this, key](const runtime::EngineEvent& ev) { on_event(key, ev); });
+      } catch (...) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          jobs_.erase(key);
+        }
+        throw;
+      }
+      bool cancel_now = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = jobs_.find(key);  // gone already if it finished at once
+        if (it != jobs_.end()) {
+          it->second.handle = handle;
+          it->second.submitted = true;
+          cancel_now = broken_;
+        }
+      }
+      if (cancel_now) engine->cancel(handle);
+    } catch (...) {
+      fail_job(request, id, status_from_current_exception());
+    }
+  }
+
+  void fail_job(const pb::ModelInferRequest& request, const std::string& id,
+                const grpc::Status& st) {
+    record_rpc(svc_, "ModelStreamInfer", id, st);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!broken_) push_error_locked(request.model_name(), request.id(), st);
+    }
+    pump();
+  }
+
+  void push_error_locked(const std::string& model, const std::string& id, const grpc::Status& st) {
+    pb::ModelStreamInferResponse& r = pending_.emplace_back();
+    r.set_error_message(fmt::format("{}: {}", status_code_name(st.error_code()),
+                                    st.error_message()));
+    // Lets a client match the error to its request.
+    r.mutable_infer_response()->set_model_name(model);
+    r.mutable_infer_response()->set_id(id);
+  }
+
+  // Engine thread.
+  void on_event(uint64_t key, const runtime::EngineEvent& ev) {
+    const auto now = std::chrono::steady_clock::now();
+    std::optional<grpc::Status> final_status;
+    std::string id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = jobs_.find(key);
+      if (it == jobs_.end()) return;
+      Job& job = it->second;
+      if (ev.token >= 0) {
+        if (job.last_token_at) svc_.metrics.inter_token(seconds_between(*job.last_token_at, now));
+        job.last_token_at = now;
+      }
+      Piece piece;  // what this event adds
+      if (ev.token >= 0) piece.ids.push_back(ev.token);
+      piece.text = ev.text;
+      if (!job.spec.stream) {
+        job.piece.ids.insert(job.piece.ids.end(), piece.ids.begin(), piece.ids.end());
+        job.piece.text += piece.text;
+      } else if (!ev.finished && !broken_ && (ev.token >= 0 || !ev.text.empty())) {
+        *pending_.emplace_back().mutable_infer_response() =
+            make_response(svc_.host.name(), job.spec, piece);
+      }
+      if (ev.finished) {
+        svc_.metrics.generation_done(ev);
+        final_status = status_from_final(ev, ctx_);
+        if (!broken_ && final_status->ok()) {
+          Piece& last = job.spec.stream ? piece : job.piece;
+          last.final_event = &ev;
+          *pending_.emplace_back().mutable_infer_response() =
+              make_response(svc_.host.name(), job.spec, last);
+        } else if (!broken_) {
+          push_error_locked(svc_.host.name(), job.spec.id, *final_status);
+        }
+        id = job.id;
+        jobs_.erase(it);
+      }
+    }
+    if (final_status) record_rpc(svc_, "ModelStreamInfer", id, *final_status);
+    pump();  // may finish the call: `this` must not be touched after it
+  }
+
+  // Starts the next write, or finishes the call when nothing is left. Never holds mu_ while
+  // calling into gRPC.
+  void pump() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finished_ || writing_) return;
+    if (!broken_ && !pending_.empty()) {
+      current_ = std::move(pending_.front());
+      pending_.pop_front();
+      writing_ = true;
+      lock.unlock();
+      StartWrite(&current_);
+      return;
+    }
+    if (!reads_done_ || !jobs_.empty()) return;
+    finished_ = true;
+    const bool broken = broken_;
+    lock.unlock();
+    Finish(broken ? grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled")
+                  : grpc::Status::OK);
+  }
+
+  ServiceContext& svc_;
+  grpc::CallbackServerContext* ctx_;
+  pb::ModelInferRequest request_;  // the read in flight; used only by OnReadDone
+
+  std::mutex mu_;
+  std::map<uint64_t, Job> jobs_;
+  uint64_t next_key_ = 0;
+  std::deque<pb::ModelStreamInferResponse> pending_;
+  pb::ModelStreamInferResponse current_;  // the write in flight
+  bool writing_ = false;
+  bool reads_done_ = false;
+  bool broken_ = false;    // cancelled or a write failed: nothing more is written
+  bool finished_ = false;  // Finish() called
+};
+
+// ---- the service: health, metadata, infer -------------------------------------------------
+
+class KserveService final : public pb::GRPCInferenceService::CallbackService {
+ public:
+  explicit KserveService(ServiceContext& svc) : svc_(svc) {}
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
+                                       const pb::ServerLiveRequest*,
+                                       pb::ServerLiveResponse* response) override {
+    response->set_live(true);
+    return done(ctx, "ServerLive", grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx,
+                                        const pb::ServerReadyRequest*,
+                                        pb::ServerReadyResponse* response) override {
+    response->set_ready(svc_.host.ready());
+    return done(ctx, "ServerReady", grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx,
+                                       const pb::ModelReadyRequest* request,
+                                       pb::ModelReadyResponse* response) override {
+    grpc::Status st = check_model(ctx, request->name(), request->version());
+    if (st.ok()) response->set_ready(svc_.host.ready());
+    return done(ctx, "ModelReady", st);
+  }
+
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx,
+                                           const pb::ServerMetadataRequest*,
+                                           pb::ServerMetadataResponse* response) override {
+    grpc::Status st = check_auth(svc_, ctx);
+    if (st.ok()) {
+      response->set_name("sampan");
+      response->set_version(kServerVersion);
+      // Beyond the core protocol we serve model metadata over gRPC and REST, and Triton's
+      // decoupled streaming (ModelStreamInfer).
+      response->add_extensions("model_metadata");
+      response->add_extensions("streaming");
+    }
+    return done(ctx, "ServerMetadata", st);
+  }
+
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
+                                          const pb::ModelMetadataRequest* request,
+                                          pb::ModelMetadataResponse* response) override {
+    grpc::Status st = check_model(ctx, request->name(), request->version());
+    if (st.ok()) {
+      response->set_name(svc_.host.name());
+      response->add_versions(kModelVersion);
+      response->set_platform("sampan");
+      auto tensor = [](auto* list, const char* name, const char* datatype, int64_t dim) {
+        auto* t = list->Add();
+        t->set_name(name);
+        t->set_datatype(datatype);
+        t->add_shape(dim);
+      };
+      tensor(response->mutable_inputs(), "text_input", "BYTES", 1);
+      tensor(response->mutable_inputs(), "input_ids", "INT32", -1);
+      tensor(response->mutable_inputs(), "max_tokens", "INT32", 1);
+      tensor(response->mutable_inputs(), "stream", "BOOL", 1);
+      tensor(response->mutable_inputs(), "sampling_parameters", "BYTES", 1);
+      tensor(response->mutable_outputs(), "text_output", "BYTES", 1);
+      tensor(response->mutable_outputs(), "output_ids", "INT32", -1);
+    }
+    return done(ctx, "ModelMetadata", st);
+  }
+
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
+                                       const pb::ModelInferRequest* request,
+                                       pb::ModelInferResponse* response) override {
+    return new InferCall(svc_, ctx, *request, response);
+  }
+
+  grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse>* ModelStreamInfer(
+      grpc::CallbackServerContext* ctx) override {
+    return new StreamInferCall(svc_, ctx);
+  }
+
+ private:
+  grpc::Status check_model(grpc::CallbackServerContext* ctx, const std::string& name,
+                           const std::string& version) {
+    grpc::Status st = check_auth(svc_, ctx);
+    if (!st.ok()) return st;
+    if (name != svc_.host.name()) {
+      return {grpc::StatusCode::NOT_FOUND, fmt::format("name: unknown model '{}'; this server "
+                                                       "serves '{}'", name, svc_.host.name())};
+    }
+    if (!version.empty() && version != kModelVersion) {
+      return {grpc::StatusCode::NOT_FOUND,
+              fmt::format("version: model '{}' has no version '{}'", name, version)};
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::ServerUnaryReactor* done(grpc::CallbackServerContext* ctx, const char* method,
+                                 const grpc::Status& st) {
+    record_rpc(svc_, method, "-", st);
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(st);
+    return reactor;
+  }
+
+  ServiceContext& svc_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> make_kserve_service(ServiceContext& svc) {
+  return std::make_unique<KserveService>(svc);
+}
+
+}  // namespace sampan::server::grpc_detail

@@ -1,0 +1,262 @@
+// GrpcServer: builds the grpc::Server (listening address, TLS, message limits) around the two
+// callback services of grpc_kserve.cc and grpc_generate.cc, and the helpers they share.
+#include "server/grpc_server.h"
+
+#include <grpcpp/security/server_credentials.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "engine/core/log.h"
+#include "server/grpc_common.h"
+#include "server/request_parse.h"
+
+namespace sampan::server {
+namespace grpc_detail {
+namespace {
+
+// Compares without an early exit so the time taken does not reveal how much of a key matched.
+bool same_secret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+grpc::Status check_auth(const ServiceContext& svc, const grpc::CallbackServerContext* ctx) {
+  if (svc.api_keys.empty()) return grpc::Status::OK;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) {
+    return {grpc::StatusCode::UNAUTHENTICATED,
+            "authorization: metadata 'authorization: Bearer <key>' is required"};
+  }
+  std::string_view value(it->second.data(), it->second.size());
+  constexpr std::string_view kBearer = "Bearer ";
+  auto same_letter = [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+  };
+  // The scheme name is case-insensitive (RFC 9110); the key is not.
+  if (value.size() < kBearer.size() ||
+      !std::equal(kBearer.begin(), kBearer.end(), value.begin(), same_letter)) {
+    return {grpc::StatusCode::UNAUTHENTICATED, "authorization: expected 'Bearer <key>'"};
+  }
+  std::string_view key = value.substr(kBearer.size());
+  bool ok = false;
+  for (const auto& k : svc.api_keys) ok |= same_secret(key, k);
+  if (!ok) return {grpc::StatusCode::UNAUTHENTICATED, "authorization: invalid API key"};
+  return grpc::Status::OK;
+}
+
+grpc::Status status_from_error(const Error& e) {
+  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
+  switch (e.code()) {
+    case ErrorCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case ErrorCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case ErrorCode::kResourceExhausted: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case ErrorCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case ErrorCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
+    case ErrorCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    case ErrorCode::kUnsupported: code = grpc::StatusCode::UNIMPLEMENTED; break;
+    case ErrorCode::kOutOfMemory: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case ErrorCode::kInvalidModel:
+    case ErrorCode::kIo:
+    case ErrorCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
+  }
+  return {code, e.what()};
+}
+
+grpc::Status status_from_final(const runtime::EngineEvent& ev,
+                               const grpc::CallbackServerContext* ctx) {
+  switch (ev.finish) {
+    case runtime::EngineFinish::kStop:
+    case runtime::EngineFinish::kLength: return grpc::Status::OK;
+    case runtime::EngineFinish::kCancelled:
+      if (ctx->deadline() <= std::chrono::system_clock::now()) {
+        return {grpc::StatusCode::DEADLINE_EXCEEDED, "the request exceeded its deadline"};
+      }
+      if (ctx->IsCancelled()) return {grpc::StatusCode::CANCELLED, "the client cancelled"};
+      return {grpc::StatusCode::UNAVAILABLE, "the request was cancelled: the server is stopping"};
+    case runtime::EngineFinish::kTimeout:
+      return {grpc::StatusCode::DEADLINE_EXCEEDED, "the request exceeded its deadline"};
+    case runtime::EngineFinish::kError:
+      return {grpc::StatusCode::INTERNAL, ev.error.empty() ? "generation failed" : ev.error};
+  }
+  return {grpc::StatusCode::INTERNAL, "unknown finish"};
+}
+
+grpc::Status status_from_current_exception() {
+  try {
+    throw;
+  } catch (const Error& e) {
+    return status_from_error(e);
+  } catch (const RequestError& e) {
+    return {e.status() == 404 ? grpc::StatusCode::NOT_FOUND : grpc::StatusCode::INVALID_ARGUMENT,
+            e.what()};
+  } catch (const std::bad_alloc&) {
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED, "out of memory"};
+  } catch (const std::exception& e) {
+    return {grpc::StatusCode::INTERNAL, e.what()};
+  } catch (...) {
+    return {grpc::StatusCode::INTERNAL, "unknown error"};
+  }
+}
+
+std::shared_ptr<runtime::Engine> find_engine(const ServiceContext& svc, const std::string& model,
+                                             grpc::Status* status) {
+  if (!model.empty() && model != svc.host.name()) {
+    *status = {grpc::StatusCode::NOT_FOUND,
+               "model: '" + model + "' is not served here (serving '" + svc.host.name() + "')"};
+    return nullptr;
+  }
+  if (svc.host.draining()) {
+    *status = {grpc::StatusCode::UNAVAILABLE, "the server is shutting down"};
+    return nullptr;
+  }
+  auto engine = svc.host.engine();
+  if (!engine) {
+    *status = {grpc::StatusCode::UNAVAILABLE, "model '" + svc.host.name() + "' is still loading"};
+    return nullptr;
+  }
+  *status = grpc::Status::OK;
+  return engine;
+}
+
+double request_timeout_s(const grpc::CallbackServerContext* ctx,
+                         const runtime::EngineOptions& options, bool* expired) {
+  *expired = false;
+  double limit = options.request_timeout_s > 0 ? options.request_timeout_s : 0.0;
+  auto deadline = ctx->deadline();
+  // gRPC reports "no deadline" as the far future.
+  if (deadline < std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
+    double left = std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
+    if (left <= 0) {
+      *expired = true;
+      return 0;
+    }
+    limit = limit > 0 ? std::min(limit, left) : left;
+  }
+  return limit;
+}
+
+std::string request_id_or_new(ServiceContext& svc, const std::string& given) {
+  if (!given.empty()) return given;
+  return "grpc-" + std::to_string(svc.next_request_id.fetch_add(1));
+}
+
+int64_t max_tokens_for(const ServiceContext& svc, const runtime::Engine& engine,
+                       std::optional<int64_t> requested, size_t prompt_tokens) {
+  const auto n = static_cast<int64_t>(prompt_tokens);
+  if (n >= engine.max_model_len()) return requested.value_or(svc.host.default_max_tokens());
+  return server::effective_max_tokens(requested, svc.host.default_max_tokens(), n,
+                                      engine.max_model_len());
+}
+
+void record_rpc(ServiceContext& svc, const char* method, const std::string& request_id,
+                const grpc::Status& status) {
+  svc.metrics.request_done("grpc", static_cast<int>(status.error_code()));
+  if (status.ok()) {
+    log::debug("grpc {} id={} status=OK", method, request_id);
+  } else {
+    log::info("grpc {} id={} status={} message=\"{}\"", method, request_id,
+              static_cast<int>(status.error_code()), status.error_message());
+  }
+}
+
+}  // namespace grpc_detail
+
+namespace {
+
+std::string read_pem(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  SAMPAN_CHECK(in.good(), ErrorCode::kIo, "grpc: cannot read {} '{}'", what, path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// "::1" and other IPv6 literals need brackets in a gRPC address.
+std::string listen_address(const std::string& host, int port) {
+  bool v6 = host.find(':') != std::string::npos && host.front() != '[';
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+struct GrpcServer::Impl {
+  GrpcServerOptions options;
+  grpc_detail::ServiceContext svc;
+  std::unique_ptr<grpc::Service> kserve;
+  std::unique_ptr<grpc::Service> generate;
+  std::unique_ptr<grpc::Server> server;
+  bool stopped = false;
+
+  Impl(GrpcServerOptions o, ModelHost& host, ServeMetrics& metrics)
+      : options(std::move(o)), svc{host, metrics, options.api_keys} {}
+};
+
+GrpcServer::GrpcServer(GrpcServerOptions options, ModelHost& host, ServeMetrics& metrics)
+    : impl_(std::make_unique<Impl>(std::move(options), host, metrics)) {}
+
+GrpcServer::~GrpcServer() {
+  if (impl_->server && !impl_->stopped) shutdown(0);
+}
+
+int GrpcServer::start() {
+  SAMPAN_CHECK(!impl_->server, ErrorCode::kInternal, "grpc: the server is already started");
+  const auto& o = impl_->options;
+  SAMPAN_CHECK(o.tls_cert.empty() == o.tls_key.empty(), ErrorCode::kInvalidArgument,
+               "grpc: tls_cert and tls_key must be given together");
+  SAMPAN_CHECK(o.max_message_bytes > 0, ErrorCode::kInvalidArgument,
+               "grpc: max_message_bytes must be > 0 (got {})", o.max_message_bytes);
+
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!o.tls_cert.empty()) {
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back(
+        {read_pem(o.tls_key, "TLS key"), read_pem(o.tls_cert, "TLS certificate")});
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+
+  impl_->kserve = grpc_detail::make_kserve_service(impl_->svc);
+  impl_->generate = grpc_detail::make_generate_service(impl_->svc);
+
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  const std::string address = listen_address(o.host, o.port);
+  builder.AddListeningPort(address, creds, &bound_port);
+  int max_bytes = static_cast<int>(
+      std::min<int64_t>(o.max_message_bytes, std::numeric_limits<int>::max()));
+  builder.SetMaxReceiveMessageSize(max_bytes);
+  builder.SetMaxSendMessageSize(max_bytes);
+  builder.RegisterService(impl_->kserve.get());
+  builder.RegisterService(impl_->generate.get());
+  impl_->server = builder.BuildAndStart();
+  SAMPAN_CHECK(impl_->server && bound_port > 0, ErrorCode::kIo,
+               "grpc: cannot listen on {} (address in use or not available)", address);
+  log::debug("grpc: listening on {}{}", listen_address(o.host, bound_port),
+            o.tls_cert.empty() ? "" : " (TLS)");
+  return bound_port;
+}
+
+void GrpcServer::shutdown(double grace_s) {
+  if (!impl_->server || impl_->stopped) return;
+  impl_->stopped = true;
+  // Past the deadline gRPC cancels the calls still running; their reactors cancel the engine
+  // requests and finish once the engine has confirmed, so Shutdown() returns after that.
+  auto deadline = std::chrono::system_clock::now() +
+                  std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                      std::chrono::duration<double>(std::max(0.0, grace_s)));
+  impl_->server->Shutdown(deadline);
+  impl_->server->Wait();
+}
+
+}  // namespace sampan::server

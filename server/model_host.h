@@ -1,0 +1,54 @@
+// What the HTTP and gRPC front ends serve: the engine (absent until the model has loaded, so the
+// servers can answer liveness probes during a long load), its public name, the chat template
+// and the server-wide request defaults. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/runtime/engine.h"
+#include "server/chat_prompt.h"
+
+namespace sampan::server {
+
+class ModelHost {
+ public:
+  explicit ModelHost(std::string served_name, int64_t default_max_tokens)
+      : name_(std::move(served_name)), default_max_tokens_(default_max_tokens) {}
+
+  // The loaded engine, or null while loading (answer 503 / UNAVAILABLE then).
+  std::shared_ptr<runtime::Engine> engine() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return engine_;
+  }
+  // The chat template renderer, or null when the model has none (chat requests get 400).
+  std::shared_ptr<const cli::ChatPrompt> chat() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return chat_;
+  }
+  void set_loaded(std::shared_ptr<runtime::Engine> engine,
+                  std::shared_ptr<const cli::ChatPrompt> chat) {
+    std::lock_guard<std::mutex> lock(mu_);
+    engine_ = std::move(engine);
+    chat_ = std::move(chat);
+  }
+  const std::string& name() const { return name_; }
+  int64_t default_max_tokens() const { return default_max_tokens_; }
+
+  bool ready() const { return engine() != nullptr && !draining_.load(); }
+  // SIGTERM received: readiness goes false, new generation requests get 503 / UNAVAILABLE.
+  void set_draining() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<runtime::Engine> engine_;
+  std::shared_ptr<const cli::ChatPrompt> chat_;
+  std::string name_;
+  int64_t default_max_tokens_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace sampan::server

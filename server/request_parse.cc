@@ -1,0 +1,340 @@
+#include "server/request_parse.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace sampan::server {
+namespace {
+
+const char* type_name(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return "an integer";
+    case Json::value_t::number_float: return "a number";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::array: return "an array";
+    case Json::value_t::object: return "an object";
+    case Json::value_t::binary:
+    case Json::value_t::discarded: break;
+  }
+  return "an unsupported value";
+}
+
+[[noreturn]] void bad(const std::string& field, const std::string& message) {
+  throw RequestError(400, field, message);
+}
+
+[[noreturn]] void wrong_type(const std::string& field, const char* expected, const Json& v) {
+  bad(field, fmt::format("'{}' must be {}, got {}", field, expected, type_name(v)));
+}
+
+const Json* find(const Json& obj, const char* name) {
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+// An integral JSON number as int64 (5 and 5.0; not 5.5, not 1e30).
+std::optional<int64_t> as_int(const Json& v) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return std::nullopt;
+    return v.get<int64_t>();
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && std::trunc(d) == d && std::fabs(d) < 9.0e18)
+      return static_cast<int64_t>(d);
+  }
+  return std::nullopt;
+}
+
+int32_t token_id(const Json& v, const std::string& field) {
+  const auto id = as_int(v);
+  if (!id) wrong_type(field, "a list of integer token ids", v);
+  if (*id < 0 || *id > std::numeric_limits<int32_t>::max())
+    bad(field, fmt::format("'{}' holds token id {}, outside [0, 2^31)", field, *id));
+  return static_cast<int32_t>(*id);
+}
+
+void check_range(const std::string& field, double v, double lo, double hi, bool lo_open = false) {
+  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi;
+  if (!ok) {
+    bad(field, fmt::format("'{}' must be in {}{}, {}], got {}", field, lo_open ? "(" : "[", lo,
+                           hi, v));
+  }
+}
+
+std::vector<std::string> parse_stop(const Json& v, const std::string& field) {
+  std::vector<std::string> stops;
+  if (v.is_string()) {
+    stops.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    if (v.size() > kMaxStopStrings)
+      bad(field, fmt::format("'{}' holds {} strings, at most {} are allowed", field, v.size(),
+                             kMaxStopStrings));
+    for (const Json& s : v) {
+      if (!s.is_string()) wrong_type(field, "a string or a list of strings", s);
+      stops.push_back(s.get<std::string>());
+    }
+  } else {
+    wrong_type(field, "a string or a list of strings", v);
+  }
+  for (const std::string& s : stops)
+    if (s.empty()) bad(field, fmt::format("'{}' holds an empty string", field));
+  return stops;
+}
+
+bool get_stream(const Json& body, bool* include_usage) {
+  const bool stream = get_bool(body, "stream").value_or(false);
+  *include_usage = false;
+  if (const Json* opts = find(body, "stream_options")) {
+    if (!opts->is_object()) wrong_type("stream_options", "an object", *opts);
+    *include_usage = get_bool(*opts, "include_usage", "stream_options.").value_or(false);
+  }
+  return stream;
+}
+
+std::string get_model(const Json& body) { return get_string(body, "model").value_or(""); }
+
+void require_one(const Json& body, const char* name) {
+  if (const auto n = get_int(body, name); n && *n != 1)
+    bad(name, fmt::format("'{}' must be 1 (one completion per request), got {}", name, *n));
+}
+
+std::string message_content(const Json& content, const std::string& field) {
+  if (content.is_null()) return "";
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) wrong_type(field, "a string or a list of text parts", content);
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Json& part = content[i];
+    const std::string pf = fmt::format("{}[{}]", field, i);
+    if (!part.is_object()) wrong_type(pf, "an object {type, text}", part);
+    const auto type = get_string(part, "type", pf + ".");
+    if (type.value_or("") != "text")
+      bad(pf + ".type", fmt::format("'{}.type' must be \"text\" (only text parts are supported)",
+                                    pf));
+    const auto t = get_string(part, "text", pf + ".");
+    if (!t) bad(pf + ".text", fmt::format("'{}.text' is required", pf));
+    text += *t;
+  }
+  return text;
+}
+
+}  // namespace
+
+Json parse_json_object(std::string_view text, const std::string& what) {
+  Json j;
+  try {
+    j = Json::parse(text.begin(), text.end());
+  } catch (const Json::parse_error& e) {
+    // nlohmann's message starts "[json.exception.parse_error.101] parse error at ..."; the
+    // bracketed tag means nothing to a client.
+    std::string m = e.what();
+    if (const size_t p = m.find("] "); m.rfind("[json.exception", 0) == 0 && p != m.npos)
+      m = m.substr(p + 2);
+    throw RequestError(400, "", "invalid JSON: " + m);
+  }
+  if (!j.is_object()) throw RequestError(400, "", what + " must be a JSON object");
+  return j;
+}
+
+std::optional<bool> get_bool(const Json& obj, const char* name, const std::string& prefix) {
+  const Json* v = find(obj, name);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) wrong_type(prefix + name, "a boolean", *v);
+  return v->get<bool>();
+}
+
+std::optional<int64_t> get_int(const Json& obj, const char* name, const std::string& prefix) {
+  const Json* v = find(obj, name);
+  if (!v) return std::nullopt;
+  const auto i = as_int(*v);
+  if (!i) wrong_type(prefix + name, "an integer", *v);
+  return i;
+}
+
+std::optional<double> get_number(const Json& obj, const char* name, const std::string& prefix) {
+  const Json* v = find(obj, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) wrong_type(prefix + name, "a number", *v);
+  return v->get<double>();
+}
+
+std::optional<std::string> get_string(const Json& obj, const char* name,
+                                      const std::string& prefix) {
+  const Json* v = find(obj, name);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) wrong_type(prefix + name, "a string", *v);
+  return v->get<std::string>();
+}
+
+void SamplingFields::apply_to(runtime::EngineRequest& req) const {
+  req.sampling = sampling;
+  req.stop = stop;
+  req.stop_ids = stop_ids;
+  req.ignore_eos = ignore_eos;
+}
+
+void merge_sampling_fields(const Json& obj, SamplingFields& f, const std::string& prefix) {
+  auto name = [&](const char* n) { return prefix + n; };
+  runtime::SamplingParams& s = f.sampling;
+  if (auto v = get_number(obj, "temperature", prefix)) {
+    check_range(name("temperature"), *v, 0, 1e6);
+    s.temperature = static_cast<float>(*v);
+  }
+  if (auto v = get_number(obj, "top_p", prefix)) {
+    check_range(name("top_p"), *v, 0, 1, /*lo_open=*/true);
+    s.top_p = static_cast<float>(*v);
+  }
+  if (auto v = get_int(obj, "top_k", prefix)) {
+    if (*v < -1 || *v > std::numeric_limits<int32_t>::max())
+      bad(name("top_k"), fmt::format("'{}' must be >= 0 (or -1: off), got {}", name("top_k"), *v));
+    s.top_k = *v < 0 ? 0 : static_cast<int32_t>(*v);
+  }
+  if (auto v = get_number(obj, "min_p", prefix)) {
+    check_range(name("min_p"), *v, 0, 1);
+    s.min_p = static_cast<float>(*v);
+  }
+  if (auto v = get_number(obj, "presence_penalty", prefix)) {
+    check_range(name("presence_penalty"), *v, -2, 2);
+    s.presence_penalty = static_cast<float>(*v);
+  }
+  if (auto v = get_number(obj, "frequency_penalty", prefix)) {
+    check_range(name("frequency_penalty"), *v, -2, 2);
+    s.frequency_penalty = static_cast<float>(*v);
+  }
+  if (auto v = get_number(obj, "repetition_penalty", prefix)) {
+    check_range(name("repetition_penalty"), *v, 0, 1e6, /*lo_open=*/true);
+    s.repetition_penalty = static_cast<float>(*v);
+  }
+  if (const Json* v = find(obj, "seed")) {
+    // Seeds only select a random stream: any 64-bit pattern is as good as another, so negative
+    // seeds (allowed by OpenAI) wrap instead of failing.
+    if (v->is_number_unsigned()) {
+      s.seed = v->get<uint64_t>();
+    } else if (const auto i = as_int(*v)) {
+      s.seed = static_cast<uint64_t>(*i);
+    } else {
+      wrong_type(name("seed"), "an integer", *v);
+    }
+  }
+  if (const Json* v = find(obj, "stop")) f.stop = parse_stop(*v, name("stop"));
+  if (const Json* v = find(obj, "stop_token_ids")) {
+    if (!v->is_array()) wrong_type(name("stop_token_ids"), "a list of integer token ids", *v);
+    f.stop_ids.clear();
+    for (const Json& id : *v) f.stop_ids.push_back(token_id(id, name("stop_token_ids")));
+  }
+  if (auto v = get_bool(obj, "ignore_eos", prefix)) f.ignore_eos = *v;
+  if (auto v = get_int(obj, "max_tokens", prefix)) {
+    if (*v <= 0)
+      bad(name("max_tokens"), fmt::format("'{}' must be at least 1, got {}", name("max_tokens"), *v));
+    f.max_tokens = *v;
+  }
+}
+
+SamplingFields parse_sampling_fields(const Json& obj, const std::string& prefix) {
+  SamplingFields f;
+  merge_sampling_fields(obj, f, prefix);
+  return f;
+}
+
+int64_t effective_max_tokens(std::optional<int64_t> requested, int64_t default_max_tokens,
+                             int64_t prompt_tokens, int64_t max_model_len) {
+  const int64_t room = std::max<int64_t>(1, max_model_len - prompt_tokens);
+  return std::max<int64_t>(1, std::min(requested.value_or(default_max_tokens), room));
+}
+
+CompletionRequest parse_completion_request(const Json& body) {
+  CompletionRequest r;
+  r.model = get_model(body);
+  const Json* prompt = find(body, "prompt");
+  if (!prompt) bad("prompt", "'prompt' is required");
+  const char* expected = "a string, a list of one string, a list of token ids or a list of one "
+                         "list of token ids";
+  const Json* p = prompt;
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  else if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array()))
+    bad("prompt", fmt::format("'prompt' holds {} prompts; one prompt per request is supported",
+                              p->size()));
+  if (p->is_string()) {
+    r.prompt_text = p->get<std::string>();
+    if (r.prompt_text->empty()) bad("prompt", "'prompt' is empty");
+  } else if (p->is_array()) {
+    if (p->empty()) bad("prompt", "'prompt' is empty");
+    for (const Json& id : *p) {
+      if (!id.is_number()) wrong_type("prompt", expected, *prompt);
+      r.prompt_ids.push_back(token_id(id, "prompt"));
+    }
+  } else {
+    wrong_type("prompt", expected, *prompt);
+  }
+  require_one(body, "n");
+  require_one(body, "best_of");
+  if (get_bool(body, "echo").value_or(false)) bad("echo", "'echo' = true is not supported");
+  if (const Json* v = find(body, "suffix"))
+    if (!v->is_string() || !v->get<std::string>().empty())
+      bad("suffix", "'suffix' is not supported");
+  if (const auto lp = get_int(body, "logprobs")) {
+    if (*lp < 0 || *lp > kMaxTopLogprobs)
+      bad("logprobs", fmt::format("'logprobs' must be in [0, {}], got {}", kMaxTopLogprobs, *lp));
+    r.logprobs = static_cast<int32_t>(*lp);
+  }
+  r.fields = parse_sampling_fields(body);
+  if (r.logprobs > 0) r.fields.sampling.top_logprobs = r.logprobs;
+  r.stream = get_stream(body, &r.include_usage);
+  get_string(body, "user");  // accepted for compatibility; only its type is checked
+  return r;
+}
+
+ChatRequest parse_chat_request(const Json& body) {
+  ChatRequest r;
+  r.model = get_model(body);
+  const Json* msgs = find(body, "messages");
+  if (!msgs) bad("messages", "'messages' is required");
+  if (!msgs->is_array()) wrong_type("messages", "a list of messages", *msgs);
+  if (msgs->empty()) bad("messages", "'messages' is empty");
+  r.messages = Json::array();
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const Json& m = (*msgs)[i];
+    const std::string mf = fmt::format("messages[{}]", i);
+    if (!m.is_object()) wrong_type(mf, "an object {role, content}", m);
+    const auto role = get_string(m, "role", mf + ".");
+    if (!role || role->empty()) bad(mf + ".role", fmt::format("'{}.role' is required", mf));
+    Json out = m;
+    const auto it = m.find("content");
+    out["content"] = message_content(it == m.end() ? Json() : *it, mf + ".content");
+    r.messages.push_back(std::move(out));
+  }
+  require_one(body, "n");
+  r.fields = parse_sampling_fields(body);
+  // max_completion_tokens is the newer name; it wins when both are given.
+  if (auto v = get_int(body, "max_completion_tokens")) {
+    if (*v <= 0)
+      bad("max_completion_tokens",
+          fmt::format("'max_completion_tokens' must be at least 1, got {}", *v));
+    r.fields.max_tokens = *v;
+  }
+  r.logprobs = get_bool(body, "logprobs").value_or(false);
+  if (const auto tl = get_int(body, "top_logprobs")) {
+    if (*tl < 0 || *tl > kMaxTopLogprobs)
+      bad("top_logprobs",
+          fmt::format("'top_logprobs' must be in [0, {}], got {}", kMaxTopLogprobs, *tl));
+    if (*tl > 0 && !r.logprobs)
+      bad("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+    r.top_logprobs = static_cast<int32_t>(*tl);
+  }
+  r.fields.sampling.top_logprobs = r.logprobs ? r.top_logprobs : 0;
+  r.stream = get_stream(body, &r.include_usage);
+  get_string(body, "user");
+  return r;
+}
+
+}  // namespace sampan::server

@@ -1,0 +1,114 @@
+// Request validation shared by the HTTP APIs (OpenAI, KServe v2 REST) and the gRPC services
+// (KServe sampling_parameters JSON): JSON -> sampling and stopping fields of an EngineRequest,
+// and the OpenAI completion / chat bodies -> plain structs. Pure functions of the JSON (no
+// engine, no tokenizer), so every rule is unit-tested alone. Every failure is a RequestError
+// naming the offending field, which the front ends turn into their 4xx / INVALID_ARGUMENT.
+//
+// Conventions: a field that is absent or JSON null takes its default (clients such as the
+// `openai` package send null for "not given"); numbers given for integer fields must be
+// integral (5 and 5.0 are accepted, 5.5 is not); unknown fields are ignored, as OpenAI-style
+// servers do.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/runtime/engine.h"
+
+namespace sampan::server {
+
+using Json = nlohmann::ordered_json;
+
+// A request the server refuses: HTTP `status` (400, 404, ...), the offending field (`param`,
+// empty when the whole body is at fault) and a one-line message that names it.
+class RequestError : public std::runtime_error {
+ public:
+  RequestError(int status, std::string param, const std::string& message)
+      : std::runtime_error(message), status_(status), param_(std::move(param)) {}
+  int status() const { return status_; }
+  const std::string& param() const { return param_; }
+
+ private:
+  int status_;
+  std::string param_;
+};
+
+// Parses `text` as a JSON object. Errors: 400 "invalid JSON: ..." (param "") when it does not
+// parse, 400 "<what> must be a JSON object" when it is another JSON value.
+Json parse_json_object(std::string_view text, const std::string& what = "request body");
+
+// Limits the OpenAI API states for its fields.
+inline constexpr size_t kMaxStopStrings = 4;
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
+// Sampling and stopping fields every API accepts in one JSON object:
+//   temperature (>= 0), top_p (0, 1], top_k (>= 0; -1 means off, as vLLM), min_p [0, 1],
+//   presence_penalty and frequency_penalty [-2, 2], repetition_penalty (> 0), seed (integer;
+//   negative values are taken modulo 2^64), stop (string or list of at most 4 non-empty
+//   strings), stop_token_ids (list of ids >= 0), ignore_eos (bool), max_tokens (integer >= 1).
+// `prefix` is prepended to field names in errors (e.g. "sampling_parameters.").
+struct SamplingFields {
+  runtime::SamplingParams sampling;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_ids;
+  bool ignore_eos = false;
+  std::optional<int64_t> max_tokens;  // absent: the server's default applies
+
+  // Copies everything but max_tokens into `req` (sampling, stop, stop_ids, ignore_eos).
+  void apply_to(runtime::EngineRequest& req) const;
+};
+SamplingFields parse_sampling_fields(const Json& obj, const std::string& prefix = "");
+// Same, on top of `base` (fields present in `obj` override it): KServe's request "parameters"
+// object, then its sampling_parameters tensor.
+void merge_sampling_fields(const Json& obj, SamplingFields& base, const std::string& prefix = "");
+
+// The max_tokens a request runs with: the requested value, or `default_max_tokens`, capped so
+// that prompt + output fit in `max_model_len` (the engine would stop there anyway). Requires
+// prompt_tokens < max_model_len.
+int64_t effective_max_tokens(std::optional<int64_t> requested, int64_t default_max_tokens,
+                             int64_t prompt_tokens, int64_t max_model_len);
+
+// Typed accessors used by the parsers above and by the API handlers; each throws RequestError
+// 400 naming `name` (prefixed) on a wrong type. Absent or null gives std::nullopt.
+std::optional<bool> get_bool(const Json& obj, const char* name, const std::string& prefix = "");
+std::optional<int64_t> get_int(const Json& obj, const char* name, const std::string& prefix = "");
+std::optional<double> get_number(const Json& obj, const char* name,
+                                 const std::string& prefix = "");
+std::optional<std::string> get_string(const Json& obj, const char* name,
+                                      const std::string& prefix = "");
+
+// POST /v1/completions.
+struct CompletionRequest {
+  std::string model;                       // empty when absent
+  std::optional<std::string> prompt_text;  // prompt given as text ...
+  std::vector<int32_t> prompt_ids;         // ... or as token ids (then prompt_text is empty)
+  SamplingFields fields;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int32_t logprobs = -1;       // -1: none; 0..20: chosen token plus that many alternatives
+};
+// prompt: string | [string] of length 1 | [int] | [[int]] of length 1. n must be 1, echo false,
+// best_of 1 (batched prompts and these options are not supported: 400 naming the field).
+CompletionRequest parse_completion_request(const Json& body);
+
+// POST /v1/chat/completions.
+struct ChatRequest {
+  std::string model;
+  Json messages;  // [{role, content}] with content normalised to a string
+  SamplingFields fields;  // max_tokens from max_completion_tokens or max_tokens
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+  int32_t top_logprobs = 0;  // 0..20, only with logprobs
+};
+// messages: non-empty list of {role: string, content: string | [{type: "text", text}] | null};
+// other message keys (name, ...) are kept for the chat template.
+ChatRequest parse_chat_request(const Json& body);
+
+}  // namespace sampan::server

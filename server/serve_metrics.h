@@ -1,0 +1,59 @@
+// The server's Prometheus metrics (text exposition format 0.0.4, written in-house in
+// metrics.h/.cc). All names carry the `sampan:` prefix. Every method is thread-safe and cheap
+// (atomics or a short lock); handlers call them from any thread.
+//
+// Exposed families:
+//   sampan:requests_total{api,code}                 counter  HTTP/gRPC requests by API and status
+//   sampan:request_finished_total{finish_reason}    counter  generation requests by finish reason
+//   sampan:prompt_tokens_total                      counter
+//   sampan:generation_tokens_total                  counter
+//   sampan:time_to_first_token_seconds              histogram
+//   sampan:inter_token_latency_seconds              histogram
+//   sampan:e2e_request_latency_seconds              histogram
+//   sampan:request_queue_time_seconds               histogram
+//   sampan:num_requests_running                     gauge   (from EngineStats at scrape time)
+//   sampan:num_requests_waiting                     gauge
+//   sampan:kv_cache_usage_ratio                     gauge   used / total KV blocks
+//   sampan:kv_cache_blocks_used                     gauge
+//   sampan:kv_cache_blocks_total                    gauge
+//   sampan:prefix_cache_queries_total               counter (tokens looked up)
+//   sampan:prefix_cache_hits_total                  counter (tokens found)
+//   sampan:num_preemptions_total                    counter
+//   sampan:batch_size                               histogram sequences per engine step
+//   sampan:batch_tokens                             histogram tokens per engine step
+//   sampan:server_ready                             gauge 1 when the model is loaded
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/runtime/engine.h"
+
+namespace sampan::server {
+
+class ServeMetrics {
+ public:
+  ServeMetrics();
+  ~ServeMetrics();
+
+  // api: "openai", "kserve_rest", "grpc", "other"; code: HTTP status or gRPC status number.
+  void request_done(const std::string& api, int code);
+  // Called once per finished generation request with its final event.
+  void generation_done(const runtime::EngineEvent& final_event);
+  // Gap between two consecutive tokens of one stream.
+  void inter_token(double seconds);
+  void step(const runtime::StepStats& s);
+  void set_ready(bool ready);
+  // Where the engine gauges come from at scrape time (may stay unset before load).
+  void set_engine_stats_source(std::function<runtime::EngineStats()> source);
+
+  // The whole exposition, "text/plain; version=0.0.4".
+  std::string render() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sampan::server

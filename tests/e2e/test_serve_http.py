@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""End-to-end: the HTTP API of `sampan serve` with real clients.
+
+OpenAI-compatible routes through the `openai` package (completion, chat, streaming, usage,
+include_usage, logprobs), KServe v2 REST through urllib, and the bad-input list: each refusal is
+a 4xx with a JSON error body naming the field, and the server keeps serving (a good request
+follows every bad one).
+"""
+import json
+import math
+import os
+import sys
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_util import Results, parse_args, require_binary, run_sampan  # noqa: E402
+from serve_util import (Server, http_json, make_serve_model, metrics, metric_value,  # noqa: E402
+                        sse_events, sse_text)
+
+PROMPT = "The quick brown fox"
+# Short, so the test stays quick on the Sanitize build; long enough to cross several tokens.
+MAX_TOKENS = 12
+MAX_MODEL_LEN = 96
+GREEDY = {"temperature": 0}
+
+
+def comp_url_for(base):
+    return base + "/v1/completions"
+
+
+def check_error_body(res, name, status, body, want_status, want_param):
+    """A refusal: the status, an OpenAI-shape error body, and the field it names."""
+    ok = status == want_status and isinstance(body, dict) and isinstance(body.get("error"), dict)
+    err = body.get("error", {}) if isinstance(body, dict) else {}
+    if ok and want_param is not None:
+        # No field at fault: OpenAI writes param null.
+        ok = (err.get("param") or "") == want_param
+        if want_param:
+            ok = ok and want_param.split(".")[-1].split("[")[0] in err.get("message", "")
+    res.check(name, ok, f"status {status}, body {str(body)[:300]}")
+
+
+def main():
+    args = parse_args(__doc__.split("\n")[0])
+    res = Results()
+    require_binary(args, res)
+    import openai
+
+    model_dir = make_serve_model(args)
+    with Server(args, model_dir, ["--max-model-len", str(MAX_MODEL_LEN),
+                                  "--default-max-tokens", "8"]) as srv:
+        base = srv.http_url
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0,
+                               timeout=120)
+
+        # ---- model list and health ----
+        models = client.models.list()
+        names = [m.id for m in models.data]
+        res.check("GET /v1/models lists the one model", len(names) == 1, str(names))
+        name = names[0] if names else "serve-model"
+        st, body, _ = http_json("GET", base + "/v1/models")
+        res.check("/v1/models shape", st == 200 and body.get("object") == "list"
+                  and body["data"][0].get("object") == "model", str(body))
+        st, body, _ = http_json("GET", base + "/health")
+        res.check("GET /health 200 when ready", st == 200, f"{st} {body}")
+
+        # ---- completion, non-stream and stream ----
+        comp = client.completions.create(model=name, prompt=PROMPT, max_tokens=MAX_TOKENS,
+                                         **GREEDY)
+        text = comp.choices[0].text
+        res.check("completion shape", comp.object == "text_completion"
+                  and comp.id.startswith("cmpl-") and comp.model == name
+                  and comp.choices[0].index == 0
+                  and comp.choices[0].finish_reason in ("stop", "length"), str(comp)[:400])
+        ids = run_sampan(args, ["tokenize", "--model", model_dir, "--text", PROMPT,
+                                "--add-special"]).stdout.split()
+        u = comp.usage
+        res.check("completion usage: prompt tokens equal `sampan tokenize` count",
+                  u.prompt_tokens == len(ids), f"{u.prompt_tokens} vs {len(ids)}")
+        res.check("completion usage: totals add up", u.total_tokens ==
+                  u.prompt_tokens + u.completion_tokens and 1 <= u.completion_tokens <= MAX_TOKENS,
+                  str(u))
+        res.check("completion usage: finish length iff max_tokens reached",
+                  (comp.choices[0].finish_reason == "length") == (u.completion_tokens == MAX_TOKENS),
+                  f"{comp.choices[0].finish_reason} {u.completion_tokens}")
+        details = getattr(u, "prompt_tokens_details", None)
+        res.check("completion usage: prompt_tokens_details.cached_tokens",
+                  details is not None and details.cached_tokens is not None
+                  and 0 <= details.cached_tokens <= u.prompt_tokens, str(details))
+        comp2 = client.completions.create(model=name, prompt=PROMPT, max_tokens=MAX_TOKENS,
+                                          **GREEDY)
+        res.check("greedy completion is deterministic", comp2.choices[0].text == text,
+                  f"{comp2.choices[0].text!r} vs {text!r}")
+
+        chunks = list(client.completions.create(model=name, prompt=PROMPT, max_tokens=MAX_TOKENS,
+                                                stream=True, **GREEDY))
+        stream_text = "".join(c.choices[0].text for c in chunks if c.choices)
+        res.check("streamed completion text == non-stream text", stream_text == text,
+                  f"{stream_text!r} vs {text!r}")
+        finals = [c.choices[0].finish_reason for c in chunks if c.choices
+                  and c.choices[0].finish_reason]
+        res.check("stream: one final chunk with finish_reason",
+                  finals == [comp.choices[0].finish_reason], str(finals))
+
+        # include_usage, read raw to see the SSE framing and [DONE].
+        events = sse_events(base + "/v1/completions",
+                            {"model": name, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
+                             "stream": True, "stream_options": {"include_usage": True}, **GREEDY})
+        res.check("stream ends with [DONE]", events and events[-1] == "[DONE]", str(events[-2:]))
+        usage_ev = events[-2] if len(events) >= 2 and isinstance(events[-2], dict) else {}
+        res.check("include_usage: a last chunk with empty choices and usage",
+                  usage_ev.get("choices") == [] and usage_ev.get("usage", {}).get("total_tokens")
+                  == u.total_tokens, str(usage_ev))
+        res.check("include_usage: text unchanged", sse_text(events) == text)
+
+        # prompt as token ids gives the same result as the text it encodes.
+        comp_ids = client.completions.create(model=name, prompt=[int(i) for i in ids],
+                                             max_tokens=MAX_TOKENS, **GREEDY)
+        res.check("prompt as token ids == prompt as text", comp_ids.choices[0].text == text,
+                  f"{comp_ids.choices[0].text!r}")
+
+        # default max_tokens (--default-max-tokens 8)
+        # ignore_eos: the default (8) is then reached exactly.
+        comp_def = client.completions.create(model=name, prompt=PROMPT,
+                                             extra_body={"ignore_eos": True}, **GREEDY)
+        res.check("default max_tokens from --default-max-tokens",
+                  comp_def.usage.completion_tokens == 8, str(comp_def.usage))
+
+        # A max_tokens beyond the context is capped to it (the engine stops there anyway).
+        big = client.completions.create(model=name, prompt=PROMPT, max_tokens=10000,
+                                        extra_body={"ignore_eos": True}, **GREEDY)
+        res.check("max_tokens beyond the context is capped to it",
+                  big.usage.completion_tokens == MAX_MODEL_LEN - u.prompt_tokens
+                  and big.choices[0].finish_reason == "length", str(big.usage))
+
+        # Stop strings: the text ends before the stop, finish_reason "stop".
+        if len(text.strip()) >= 4:
+            mid = len(text) // 2
+            stop = text[mid:mid + 2]
+            want = text[:text.find(stop)]
+            for streamed in (False, True):
+                if streamed:
+                    got = sse_text(sse_events(comp_url_for(base), {
+                        "model": name, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
+                        "stop": [stop], "stream": True, **GREEDY}))
+                else:
+                    got = client.completions.create(model=name, prompt=PROMPT,
+                                                    max_tokens=MAX_TOKENS, stop=[stop],
+                                                    **GREEDY).choices[0].text
+                res.check(f"stop string {stop!r} ends the text ({'stream' if streamed else 'whole'})",
+                          got == want, f"{got!r} vs {want!r}")
+
+        # ---- logprobs ----
+        lp = client.completions.create(model=name, prompt=PROMPT, max_tokens=MAX_TOKENS,
+                                       logprobs=3, **GREEDY).choices[0].logprobs
+        n_out = u.completion_tokens
+        ok = lp is not None and len(lp.tokens) == n_out and len(lp.token_logprobs) == n_out \
+            and len(lp.top_logprobs) == n_out and len(lp.text_offset) == n_out
+        res.check("completion logprobs: one entry per generated token", ok, str(lp)[:300])
+        if ok:
+            # Greedy: the chosen token is the most likely one, so its logprob is the top one.
+            good = all(lp.token_logprobs[i] <= 0 and
+                       lp.token_logprobs[i] >= max(lp.top_logprobs[i].values()) - 1e-4 and
+                       len(lp.top_logprobs[i]) >= 1 for i in range(n_out))
+            res.check("completion logprobs: greedy token has the top logprob", good,
+                      str(lp.top_logprobs[:2]))
+
+        # ---- chat ----
+        messages = [{"role": "system", "content": "You are terse."},
+                    {"role": "user", "content": "Say something about foxes."}]
+        chat = client.chat.completions.create(model=name, messages=messages,
+                                              max_tokens=MAX_TOKENS, logprobs=True,
+                                              top_logprobs=2, **GREEDY)
+        ch = chat.choices[0]
+        res.check("chat shape", chat.object == "chat.completion" and chat.id.startswith(
+            "chatcmpl-") and ch.message.role == "assistant" and ch.finish_reason in
+            ("stop", "length") and chat.usage.total_tokens == chat.usage.prompt_tokens +
+            chat.usage.completion_tokens, str(chat)[:400])
+        content_lp = ch.logprobs.content if ch.logprobs else None
+        res.check("chat logprobs: one entry per token, 2 alternatives, probabilities <= 1",
+                  content_lp is not None and len(content_lp) == chat.usage.completion_tokens
+                  and all(len(e.top_logprobs) == 2 and e.logprob <= 0 and
+                          math.isfinite(e.logprob) for e in content_lp), str(ch.logprobs)[:300])
+        # Content parts are the same conversation as plain strings.
+        parts = [{"role": "system", "content": [{"type": "text", "text": "You are terse."}]},
+                 {"role": "user", "content": [{"type": "text", "text": "Say something "},
+                                              {"type": "text", "text": "about foxes."}]}]
+        chat_parts = client.chat.completions.create(model=name, messages=parts,
+                                                    max_completion_tokens=MAX_TOKENS, **GREEDY)
+        res.check("chat content parts == string content",
+                  chat_parts.choices[0].message.content == ch.message.content,
+                  f"{chat_parts.choices[0].message.content!r} vs {ch.message.content!r}")
+        stream = list(client.chat.completions.create(model=name, messages=messages,
+                                                     max_tokens=MAX_TOKENS, stream=True,
+                                                     stream_options={"include_usage": True},
+                                                     **GREEDY))
+        first = stream[0].choices[0].delta if stream and stream[0].choices else None
+        res.check("chat stream: first chunk has role assistant",
+                  first is not None and first.role == "assistant", str(stream[:1]))
+        st_text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        res.check("chat stream text == non-stream text", st_text == ch.message.content,
+                  f"{st_text!r} vs {ch.message.content!r}")
+        res.check("chat stream: usage chunk last", stream and not stream[-1].choices and
+                  stream[-1].usage.completion_tokens == chat.usage.completion_tokens,
+                  str(stream[-1:]))
+        res.check("chat stream: object chat.completion.chunk",
+                  all(c.object == "chat.completion.chunk" for c in stream))
+
+        # ---- KServe v2 REST ----
+        st, body, _ = http_json("GET", base + "/v2/health/live")
+        res.check("/v2/health/live 200", st == 200, f"{st}")
+        st, body, _ = http_json("GET", base + "/v2/health/ready")
+        res.check("/v2/health/ready 200", st == 200, f"{st}")
+        st, body, _ = http_json("GET", base + "/v2")
+        res.check("GET /v2 server metadata", st == 200 and body.get("name") == "sampan"
+                  and "version" in body and isinstance(body.get("extensions"), list), str(body))
+        st, body, _ = http_json("GET", f"{base}/v2/models/{name}")
+        ins = {t["name"]: t for t in body.get("inputs", [])} if st == 200 else {}
+        outs = {t["name"]: t for t in body.get("outputs", [])} if st == 200 else {}
+        res.check("model metadata", st == 200 and body.get("name") == name
+                  and body.get("platform") == "sampan"
+                  and ins.get("text_input", {}).get("datatype") == "BYTES"
+                  and ins.get("max_tokens", {}).get("datatype") == "INT32"
+                  and outs.get("text_output", {}).get("datatype") == "BYTES", str(body))
+        st, body, _ = http_json("GET", f"{base}/v2/models/{name}/ready")
+        res.check("model ready 200", st == 200, f"{st} {body}")
+        st, body, _ = http_json("GET", f"{base}/v2/models/nope")
+        res.check("unknown model metadata 404", st == 404 and "error" in body, f"{st} {body}")
+        st, body, _ = http_json("GET", f"{base}/v2/models/nope/ready")
+        res.check("unknown model ready 404", st == 404, f"{st} {body}")
+
+        infer = {"id": "req-7", "inputs": [
+            {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": [PROMPT]},
+            {"name": "max_tokens", "shape": [1], "datatype": "INT32", "data": [MAX_TOKENS]},
+            {"name": "sampling_parameters", "shape": [1], "datatype": "BYTES",
+             "data": [json.dumps({"temperature": 0})]}]}
+        st, body, _ = http_json("POST", f"{base}/v2/models/{name}/infer", infer)
+        outs = {o["name"]: o for o in body.get("outputs", [])} if st == 200 else {}
+        res.check("KServe infer: text_output == completion text", st == 200
+                  and body.get("model_name") == name and body.get("id") == "req-7"
+                  and outs.get("text_output", {}).get("data") == [text], str(body)[:400])
+        res.check("KServe infer: output_ids INT32, one per generated token",
+                  outs.get("output_ids", {}).get("datatype") == "INT32"
+                  and len(outs.get("output_ids", {}).get("data", [])) == n_out, str(outs)[:300])
+        infer_params = {"parameters": {"temperature": 0, "max_tokens": MAX_TOKENS}, "inputs": [
+            {"name": "text_input", "shape": [1, 1], "datatype": "BYTES", "data": [[PROMPT]]}]}
+        st, body, _ = http_json("POST", f"{base}/v2/models/{name}/infer", infer_params)
+        res.check("KServe infer: sampling fields in 'parameters', nested data",
+                  st == 200 and body["outputs"][0]["data"] == [text], str(body)[:300])
+
+        kserve_bad = [
+            ("infer: invalid JSON", "{", None),
+            ("infer: no inputs", {"inputs": []}, "inputs"),
+            ("infer: text_input not a string", {"inputs": [
+                {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": [5]}]},
+             "text_input"),
+            ("infer: max_tokens 0", {"inputs": [
+                {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": ["a"]},
+                {"name": "max_tokens", "shape": [1], "datatype": "INT32", "data": [0]}]},
+             "max_tokens"),
+            ("infer: bad sampling_parameters", {"inputs": [
+                {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": ["a"]},
+                {"name": "sampling_parameters", "shape": [1], "datatype": "BYTES",
+                 "data": ["{\"top_p\": \"x\"}"]}]}, "top_p"),
+            ("infer: unknown input", {"inputs": [
+                {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": ["a"]},
+                {"name": "bogus", "shape": [1], "datatype": "INT32", "data": [1]}]}, "bogus"),
+        ]
+        for label, payload, field in kserve_bad:
+            st, body, _ = http_json("POST", f"{base}/v2/models/{name}/infer", payload)
+            msg = body.get("error") if isinstance(body, dict) else None
+            res.check(f"KServe {label} -> 400 naming the field", st == 400 and
+                      isinstance(msg, str) and (field is None or field in msg),
+                      f"{st} {body}")
+        st, body, _ = http_json("POST", f"{base}/v2/models/nope/infer", infer)
+        res.check("KServe infer on unknown model 404", st == 404 and "error" in body, f"{st}")
+
+        # ---- bad input: each a 4xx naming the field, then a good request still works ----
+        long_prompt = " ".join(["fox"] * (MAX_MODEL_LEN + 20))
+        comp_url = base + "/v1/completions"
+        chat_url = base + "/v1/chat/completions"
+        bad = [
+            ("invalid JSON", comp_url, '{"prompt": "a",', 400, ""),
+            ("body not an object", comp_url, "[1, 2]", 400, ""),
+            ("prompt missing", comp_url, {"model": name}, 400, "prompt"),
+            ("prompt wrong type", comp_url, {"prompt": 5}, 400, "prompt"),
+            ("max_tokens wrong type", comp_url, {"prompt": "a", "max_tokens": "5"}, 400,
+             "max_tokens"),
+            ("max_tokens 0", comp_url, {"prompt": "a", "max_tokens": 0}, 400, "max_tokens"),
+            ("max_tokens negative", comp_url, {"prompt": "a", "max_tokens": -3}, 400,
+             "max_tokens"),
+            ("temperature wrong type", comp_url, {"prompt": "a", "temperature": "hot"}, 400,
+             "temperature"),
+            ("temperature negative", comp_url, {"prompt": "a", "temperature": -1}, 400,
+             "temperature"),
+            ("top_p out of range", comp_url, {"prompt": "a", "top_p": 1.5}, 400, "top_p"),
+            ("stop list too long", comp_url, {"prompt": "a", "stop": ["a", "b", "c", "d", "e"]},
+             400, "stop"),
+            ("n = 2", comp_url, {"prompt": "a", "n": 2}, 400, "n"),
+            ("echo true", comp_url, {"prompt": "a", "echo": True}, 400, "echo"),
+            ("logprobs 21", comp_url, {"prompt": "a", "logprobs": 21}, 400, "logprobs"),
+            ("stream wrong type", comp_url, {"prompt": "a", "stream": "yes"}, 400, "stream"),
+            ("token id outside the vocabulary", comp_url, {"prompt": [1, 999999]}, 400,
+             "prompt"),
+            ("unknown model", comp_url, {"model": "no-such-model", "prompt": "a"}, 404, "model"),
+            ("prompt longer than the context", comp_url, {"prompt": long_prompt}, 400,
+             "prompt"),
+            ("chat: messages missing", chat_url, {"model": name}, 400, "messages"),
+            ("chat: content wrong type", chat_url,
+             {"messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
+            ("chat: max_completion_tokens 0", chat_url,
+             {"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 0}, 400,
+             "max_completion_tokens"),
+            ("chat: unknown model", chat_url,
+             {"model": "x", "messages": [{"role": "user", "content": "a"}]}, 404, "model"),
+            ("chat: prompt longer than the context", chat_url,
+             {"messages": [{"role": "user", "content": long_prompt}]}, 400, "messages"),
+        ]
+        good = {"model": name, "prompt": PROMPT, "max_tokens": MAX_TOKENS, **GREEDY}
+        for label, url, payload, want, field in bad:
+            st, body, _ = http_json("POST", url, payload)
+            check_error_body(res, f"bad input: {label} -> {want}", st, body, want, field)
+            st, body, _ = http_json("POST", comp_url, good)
+            ok = st == 200 and body["choices"][0]["text"] == text
+            if not ok:
+                res.check(f"server still serves after: {label}", False, f"{st} {body}")
+        res.check("server served a good request after every bad one", True)
+
+        # Stream requests refused before streaming answer with a plain status too.
+        st, body, _ = http_json("POST", comp_url, {"prompt": "a", "stream": True,
+                                                   "max_tokens": 0})
+        check_error_body(res, "stream request with max_tokens 0 -> 400", st, body, 400,
+                         "max_tokens")
+
+        # ---- routing ----
+        st, body, h = http_json("GET", comp_url)
+        res.check("wrong method -> 405", st == 405 and "error" in body, f"{st} {body}")
+        st, body, _ = http_json("GET", base + "/v1/nothing")
+        res.check("unknown route -> 404", st == 404 and "error" in body, f"{st} {body}")
+        st, body, _ = http_json("DELETE", f"{base}/v2/models/{name}")
+        res.check("KServe wrong method -> 405", st == 405, f"{st} {body}")
+
+        # ---- metrics ----
+        with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
+            ctype = r.headers.get("Content-Type", "")
+        res.check("/metrics content type", ctype.startswith("text/plain; version=0.0.4"), ctype)
+        m = metrics(base)
+        n_ok = metric_value(m, "sampan:requests_total", api="openai", code="200")
+        n_400 = metric_value(m, "sampan:requests_total", api="openai", code="400")
+        n_kserve = metric_value(m, "sampan:requests_total", api="kserve_rest", code="200")
+        res.check("metrics count OpenAI and KServe requests by status",
+                  n_ok >= 10 and n_400 >= 15 and n_kserve >= 2,
+                  f"openai 200: {n_ok}, 400: {n_400}, kserve 200: {n_kserve}")
+        rc = srv.stop()
+        res.check("server exits 0 on SIGTERM", rc == 0, f"rc {rc}")
+    res.finish()
+
+
+if __name__ == "__main__":
+    main()

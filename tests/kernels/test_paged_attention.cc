@@ -1,0 +1,402 @@
+// The paged, multi-sequence attention: several sequences of different lengths in one call (prefill
+// chunks mixed with decode tokens, in shuffled batch order), their K/V in shuffled
+// non-contiguous blocks of a shared pool, against a plain double reference over each sequence's
+// logical K/V. Then the op's index checks through a one-node graph.
+#include <algorithm>
+#include <bit>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/graph/executor.h"
+#include "kernels/cpu/attention_cpu.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace sampan::cpu {
+namespace {
+
+AttentionShape make_shape(int64_t heads, int64_t kv, int64_t hd, int64_t window) {
+  AttentionShape s;
+  s.n_heads = heads;
+  s.n_kv_heads = kv;
+  s.head_dim = hd;
+  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  s.sliding_window = window;
+  return s;
+}
+
+// A sequence of the batch: positions [0, past) are cached from earlier calls, positions
+// [past, past + n_new) come with this call.
+struct SeqSpec {
+  int64_t past;
+  int64_t n_new;
+};
+
+struct Scenario {
+  const char* name;
+  std::vector<SeqSpec> seqs;
+};
+
+// Every sequence's K and V in logical order, [len, kv_width] each, plus the new tokens.
+struct Batch {
+  std::vector<std::vector<float>> k, v;  // per sequence [past + n_new, kvw]
+  std::vector<int32_t> seq, pos;         // [n_tokens], in (shuffled) batch order
+  std::vector<float> qkv;                // [n_tokens, ld_in]: q | k | v | pad per row
+  int64_t ld_in = 0;
+};
+
+Batch make_batch(const Scenario& sc, const AttentionShape& s, std::mt19937& rng) {
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  const int64_t qw = s.n_heads * s.head_dim, kvw = s.n_kv_heads * s.head_dim;
+  Batch b;
+  b.ld_in = qw + 2 * kvw + 3;
+  for (size_t i = 0; i < sc.seqs.size(); ++i) {
+    const int64_t len = sc.seqs[i].past + sc.seqs[i].n_new;
+    b.k.emplace_back(size_t(len * kvw));
+    b.v.emplace_back(size_t(len * kvw));
+    for (float& x : b.k.back()) x = unit(rng);
+    for (float& x : b.v.back()) x = unit(rng);
+    for (int64_t p = sc.seqs[i].past; p < len; ++p) {
+      b.seq.push_back(static_cast<int32_t>(i));
+      b.pos.push_back(static_cast<int32_t>(p));
+    }
+  }
+  // The batch order must not matter: every K/V is written before any token attends.
+  std::vector<size_t> order(b.seq.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int32_t> seq, pos;
+  for (size_t i : order) {
+    seq.push_back(b.seq[i]);
+    pos.push_back(b.pos[i]);
+  }
+  b.seq = seq;
+  b.pos = pos;
+  const int64_t n = static_cast<int64_t>(b.seq.size());
+  b.qkv.assign(size_t(n * b.ld_in), 0.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = b.qkv.data() + t * b.ld_in;
+    for (int64_t i = 0; i < qw; ++i) row[i] = unit(rng);
+    const std::vector<float>& k = b.k[size_t(b.seq[size_t(t)])];
+    const std::vector<float>& v = b.v[size_t(b.seq[size_t(t)])];
+    for (int64_t i = 0; i < kvw; ++i) {
+      row[qw + i] = k[size_t(b.pos[size_t(t)] * kvw + i)];
+      row[qw + kvw + i] = v[size_t(b.pos[size_t(t)] * kvw + i)];
+    }
+  }
+  return b;
+}
+
+// out[t, h] = sum_j softmax_j(scale q_h . k_j) v_j over positions j in [lo(t), pos[t]] of token
+// t's own sequence, in double.
+std::vector<double> reference(const AttentionShape& s, const Batch& b) {
+  const int64_t hd = s.head_dim, kvw = s.n_kv_heads * hd, group = s.n_heads / s.n_kv_heads;
+  const int64_t n = static_cast<int64_t>(b.seq.size());
+  std::vector<double> out(size_t(n * s.n_heads * hd));
+  for (int64_t t = 0; t < n; ++t) {
+    const std::vector<float>& kc = b.k[size_t(b.seq[size_t(t)])];
+    const std::vector<float>& vc = b.v[size_t(b.seq[size_t(t)])];
+    const float* q = b.qkv.data() + t * b.ld_in;
+    const int64_t p = b.pos[size_t(t)];
+    const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, p - s.sliding_window + 1) : 0;
+    for (int64_t h = 0; h < s.n_heads; ++h) {
+      const int64_t kvh = h / group;
+      std::vector<double> score;
+      for (int64_t j = lo; j <= p; ++j) {
+        double d = 0;
+        for (int64_t i = 0; i < hd; ++i) {
+          d += double(q[h * hd + i]) * kc[size_t(j * kvw + kvh * hd + i)];
+        }
+        score.push_back(d * s.scale);
+      }
+      const double mx = *std::max_element(score.begin(), score.end());
+      double z = 0;
+      for (double& x : score) z += (x = std::exp(x - mx));
+      for (int64_t i = 0; i < hd; ++i) {
+        double acc = 0;
+        for (int64_t j = lo; j <= p; ++j) {
+          acc += score[size_t(j - lo)] * vc[size_t(j * kvw + kvh * hd + i)];
+        }
+        out[size_t(t * s.n_heads * hd + h * hd + i)] = acc / z;
+      }
+    }
+  }
+  return out;
+}
+
+// The pool and block tables for one block size. Block ids are a shuffled permutation with spare
+// blocks, so sequences are neither contiguous nor in order. Every pool row that holds no valid
+// K/V is NaN, and so are table entries no token needs set to -1 (below every new token's sliding
+// window as well as past the end): reading anything it must not makes the result NaN.
+struct Pool {
+  std::vector<float> k, v;  // [n_blocks, bs, kvw]
+  std::vector<int32_t> tables;
+  int64_t n_blocks = 0, bs = 0, max_blocks = 0;
+
+  PagedKvCache cache() {
+    PagedKvCache c;
+    c.k = k.data();
+    c.v = v.data();
+    c.n_blocks = n_blocks;
+    c.block_size = bs;
+    c.block_tables = tables.data();
+    c.n_seqs = static_cast<int64_t>(tables.size()) / max_blocks;
+    c.max_blocks = max_blocks;
+    return c;
+  }
+};
+
+// `with_new`: also place the new tokens' rows (the expected pool after kv_cache_write).
+Pool make_pool(const Scenario& sc, const AttentionShape& s, const Batch& b, int64_t bs,
+               bool with_new, std::mt19937 rng) {
+  const int64_t kvw = s.n_kv_heads * s.head_dim;
+  const int64_t n_seqs = static_cast<int64_t>(sc.seqs.size());
+  Pool pool;
+  pool.bs = bs;
+  int64_t total = 0;
+  for (const SeqSpec& q : sc.seqs) {
+    const int64_t nb = (q.past + q.n_new + bs - 1) / bs;
+    total += nb;
+    pool.max_blocks = std::max(pool.max_blocks, nb + 1);  // a spare -1 column
+  }
+  pool.n_blocks = total + 3;
+  std::vector<int32_t> ids(size_t(pool.n_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  pool.k.assign(size_t(pool.n_blocks * bs * kvw), nan);
+  pool.v = pool.k;
+  pool.tables.assign(size_t(n_seqs * pool.max_blocks), -1);
+  size_t next = 0;
+  for (int64_t si = 0; si < n_seqs; ++si) {
+    const SeqSpec& q = sc.seqs[size_t(si)];
+    const int64_t len = q.past + q.n_new;
+    // The lowest position any new token of the sequence attends to.
+    const int64_t lo =
+        s.sliding_window > 0 ? std::max<int64_t>(0, q.past - s.sliding_window + 1) : 0;
+    for (int64_t blk = 0; blk * bs < len; ++blk) {
+      const int32_t id = ids[next++];
+      if ((blk + 1) * bs <= lo) continue;  // wholly below the window: not needed, stays -1
+      pool.tables[size_t(si * pool.max_blocks + blk)] = id;
+      const int64_t end = std::min(len, with_new ? len : q.past);
+      for (int64_t p = blk * bs; p < std::min(end, (blk + 1) * bs); ++p) {
+        const int64_t row = int64_t(id) * bs + p % bs;
+        std::copy_n(b.k[size_t(si)].data() + p * kvw, kvw, pool.k.data() + row * kvw);
+        std::copy_n(b.v[size_t(si)].data() + p * kvw, kvw, pool.v.data() + row * kvw);
+      }
+    }
+  }
+  return pool;
+}
+
+int64_t count_bits_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t n = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) n += to_bits(a[i]) != to_bits(b[i]);
+  return n;
+}
+
+// Each output is a convex combination of V rows with |v| <= 1; the error is the f32 logits
+// (head_dim products), the f32 exp and the f32 accumulation, as in test_attention.cc, where the
+// measured worst is 1.6e-7 for unit-scale logits. 5e-6 keeps a margin and is far below what a
+// wrong block, mask, scale or head mapping gives (~1e-1, or NaN for a row that must not be read).
+constexpr double kTol = 5e-6;
+
+TEST_CASE("paged attention over many sequences matches the double reference",
+          "[kernels][attention][paged]") {
+  const std::vector<Scenario> scenarios = {
+      // Prefill chunks (whole prompts and a chunk after a cached part) mixed with decodes.
+      {"mixed prefill and decode", {{0, 33}, {69, 1}, {12, 5}, {0, 1}, {0, 7}}},
+      {"decode batch", {{0, 1}, {6, 1}, {16, 1}, {32, 1}, {69, 1}}},
+      // A long decode next to short ones: the wide runner splits only the long range.
+      {"long decode among short", {{599, 1}, {6, 1}, {16, 1}, {30, 3}}},
+  };
+  struct Config {
+    int64_t heads, kv, hd;
+  };
+  const std::vector<Config> configs = {{32, 4, 64}, {8, 2, 128}, {4, 1, 80}, {6, 3, 7}};
+  std::mt19937 rng(31);
+  Runners runners;
+  IsaRestore restore;
+  for (const Config& cfg : configs) {
+    for (int64_t window : {0, 5, 20}) {
+      const AttentionShape s = make_shape(cfg.heads, cfg.kv, cfg.hd, window);
+      const int64_t qw = s.n_heads * s.head_dim;
+      for (const Scenario& sc : scenarios) {
+        const Batch b = make_batch(sc, s, rng);
+        const int64_t n = static_cast<int64_t>(b.seq.size());
+        const std::vector<double> want = reference(s, b);
+        const float* q = b.qkv.data();
+        const float* k = q + qw;
+        const float* v = k + s.n_kv_heads * s.head_dim;
+        for (int64_t bs : {1, 3, 16, 32}) {
+          const std::mt19937 pool_rng(static_cast<uint32_t>(bs * 7 + window));
+          const Pool before = make_pool(sc, s, b, bs, false, pool_rng);
+          const Pool after = make_pool(sc, s, b, bs, true, pool_rng);
+          for (Isa isa : supported_isas()) {
+            REQUIRE(set_isa(isa));
+            for (auto [rname, runner] : runners.all()) {
+              INFO("heads " << cfg.heads << "/" << cfg.kv << " hd " << cfg.hd << " window "
+                            << window << " " << sc.name << " block size " << bs << " isa "
+                            << isa_name(isa) << " runner " << rname);
+              Pool pool = before;
+              const PagedKvCache cache = pool.cache();
+              kv_cache_write(n, s, k, b.ld_in, v, b.ld_in, b.pos.data(), b.seq.data(), cache);
+              CHECK(count_bits_diff(pool.k, after.k) == 0);
+              CHECK(count_bits_diff(pool.v, after.v) == 0);
+              const int64_t ldo = qw + 9;
+              std::vector<float> out(size_t((n - 1) * ldo + qw));
+              attention(n, s, q, b.ld_in, cache, b.pos.data(), b.seq.data(), out.data(), ldo,
+                        *runner);
+              int64_t bad = 0;
+              for (int64_t t = 0; t < n; ++t) {
+                for (int64_t i = 0; i < qw; ++i) {
+                  const double got = out[size_t(t * ldo + i)];
+                  const double w = want[size_t(t * qw + i)];
+                  if (!(std::fabs(got - w) <= kTol) && bad++ == 0) {
+                    UNSCOPED_INFO("token " << t << " (seq " << b.seq[size_t(t)] << " pos "
+                                           << b.pos[size_t(t)] << ") col " << i << ": " << got
+                                           << " want " << w);
+                  }
+                }
+              }
+              CHECK(bad == 0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Decoding step by step in a paged cache, one sequence per call or all sequences in one call,
+// gives the same bits with one worker: the batch composition must not change a sequence's result.
+TEST_CASE("paged attention: a sequence's result does not depend on its batch",
+          "[kernels][attention][paged]") {
+  const AttentionShape s = make_shape(8, 2, 64, 0);
+  const Scenario sc = {"decode", {{40, 1}, {3, 1}, {77, 1}}};
+  std::mt19937 rng(32);
+  const Batch b = make_batch(sc, s, rng);
+  const int64_t n = static_cast<int64_t>(b.seq.size()), qw = s.n_heads * s.head_dim;
+  const float* q = b.qkv.data();
+  const float* k = q + qw;
+  const float* v = k + s.n_kv_heads * s.head_dim;
+  SerialRunner serial;
+  IsaRestore restore;
+  for (Isa isa : supported_isas()) {
+    REQUIRE(set_isa(isa));
+    INFO("isa " << isa_name(isa));
+    Pool together = make_pool(sc, s, b, 16, false, std::mt19937(5));
+    Pool alone = together;
+    std::vector<float> out1(size_t(n * qw)), out2(size_t(n * qw));
+    kv_cache_write(n, s, k, b.ld_in, v, b.ld_in, b.pos.data(), b.seq.data(), together.cache());
+    attention(n, s, q, b.ld_in, together.cache(), b.pos.data(), b.seq.data(), out1.data(), qw,
+              serial);
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t o = t * b.ld_in;
+      kv_cache_write(1, s, k + o, b.ld_in, v + o, b.ld_in, &b.pos[size_t(t)], &b.seq[size_t(t)],
+                     alone.cache());
+      attention(1, s, q + o, b.ld_in, alone.cache(), &b.pos[size_t(t)], &b.seq[size_t(t)],
+                out2.data() + t * qw, qw, serial);
+    }
+    CHECK(count_bits_diff(out1, out2) == 0);
+  }
+}
+
+// The op through a one-node graph: bad indices are errors naming the node, token, sequence and
+// value, raised before the cache is written; unneeded -1 entries are accepted.
+TEST_CASE("attention op validates seq ids, positions and block ids",
+          "[kernels][attention][paged]") {
+  using graph::Dim;
+  const int64_t heads = 2, kv = 1, hd = 4, bs = 2, n_blocks = 4;
+  auto build = [&](int64_t window) {
+    graph::Graph g;
+    const Dim t = Dim::sym("t");
+    const auto q = g.add_input("q", DType::kF32, {t, Dim::fixed(heads * hd)});
+    const auto k = g.add_input("k", DType::kF32, {t, Dim::fixed(kv * hd)});
+    const auto v = g.add_input("v", DType::kF32, {t, Dim::fixed(kv * hd)});
+    const std::vector<Dim> pool = {Dim::sym("nb"), Dim::sym("bs"), Dim::fixed(kv * hd)};
+    const auto kc = g.add_input("k_cache", DType::kF32, pool);
+    const auto vc = g.add_input("v_cache", DType::kF32, pool);
+    const auto pos = g.add_input("positions", DType::kI32, {t});
+    const auto seq = g.add_input("seq_ids", DType::kI32, {t});
+    const auto tab =
+        g.add_input("block_tables", DType::kI32, {Dim::sym("n_seqs"), Dim::sym("max_blocks")});
+    g.mark_output(g.add("attention", "layer.attn", {q, k, v, kc, vc, pos, seq, tab},
+                        {{"n_heads", heads},
+                         {"n_kv_heads", kv},
+                         {"head_dim", hd},
+                         {"scale", 0.5},
+                         {"sliding_window", window}}));
+    return g;
+  };
+  const int64_t pool_floats = n_blocks * bs * kv * hd;
+  const Tensor k_cache =
+      Tensor::from_f32({n_blocks, bs, kv * hd}, std::vector<float>(size_t(pool_floats), 0.5f));
+  const Tensor v_cache = k_cache.clone();
+  const std::vector<float> cache_before(k_cache.data<float>(), k_cache.data<float>() + pool_floats);
+  auto inputs = [&](std::vector<int32_t> pos, std::vector<int32_t> seq,
+                    std::vector<int32_t> tables, int64_t n_seqs) {
+    const int64_t n = static_cast<int64_t>(pos.size());
+    std::map<std::string, Tensor> in;
+    in["q"] = Tensor::from_f32({n, heads * hd}, std::vector<float>(size_t(n * heads * hd), 1.0f));
+    in["k"] = Tensor::from_f32({n, kv * hd}, std::vector<float>(size_t(n * kv * hd), 2.0f));
+    in["v"] = in["k"].clone();
+    in["k_cache"] = k_cache;
+    in["v_cache"] = v_cache;
+    in["positions"] = Tensor::from_i32({n}, pos);
+    in["seq_ids"] = Tensor::from_i32({n}, seq);
+    const int64_t mb = static_cast<int64_t>(tables.size()) / n_seqs;
+    in["block_tables"] = Tensor::from_i32({n_seqs, mb}, tables);
+    return in;
+  };
+  SerialRunner runner;
+  const graph::Graph g = build(0);
+  graph::Executor ex(g, runner);
+  // Sequence 0 holds blocks 2, 0; sequence 1 holds block 1 only.
+  const std::vector<int32_t> tables = {2, 0, 1, -1};
+  auto fails = [&](std::map<std::string, Tensor> in, const std::vector<std::string>& parts) {
+    try {
+      ex.run(in);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kInvalidArgument);
+      const std::string msg = e.what();
+      for (const std::string& p : parts) {
+        INFO(msg);
+        CHECK(msg.find(p) != std::string::npos);
+      }
+    }
+    const float* kc = k_cache.data<float>();
+    CHECK(std::equal(cache_before.begin(), cache_before.end(), kc));  // nothing was written
+  };
+  fails(inputs({0, 1}, {0, 2}, tables, 2), {"'layer.attn'", "token 1", "sequence id 2"});
+  fails(inputs({0, -1}, {0, 0}, tables, 2), {"token 1", "sequence 0", "position -1"});
+  fails(inputs({0, 4}, {0, 0}, tables, 2), {"token 1", "sequence 0", "position 4"});
+  fails(inputs({0, 1, 2}, {1, 1, 1}, tables, 2),
+        {"token 2", "sequence 1", "block_tables[1][1] = -1"});
+  fails(inputs({3}, {0}, {2, 4, 1, -1}, 2), {"token 0", "block_tables[0][1] = 4"});
+  // A -1 beyond the highest position is fine, and the new rows are written where they belong.
+  ex.run(inputs({0, 1, 0, 2}, {0, 0, 1, 0}, tables, 2));
+  for (auto [block, row] : std::vector<std::pair<int, int>>{{2, 0}, {2, 1}, {1, 0}, {0, 0}}) {
+    CHECK(k_cache.data<float>()[(block * bs + row) * kv * hd] == 2.0f);
+  }
+  CHECK(k_cache.data<float>()[(0 * bs + 1) * kv * hd] == 0.5f);
+  // With a window of 2, position 3 needs only block index 1: a -1 below the window is fine.
+  const graph::Graph gw = build(2);
+  graph::Executor exw(gw, runner);
+  CHECK_NOTHROW(exw.run(inputs({3}, {0}, {-1, 3}, 1)));
+  // But position 2 of the same table needs index 0 (it sees position 1).
+  CHECK_THROWS_WITH(exw.run(inputs({2}, {0}, {-1, 3}, 1)),
+                    Catch::Contains("block_tables[0][0] = -1"));
+}
+
+}  // namespace
+}  // namespace sampan::cpu
