@@ -7,7 +7,8 @@ set -euo pipefail
 APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git python3 python3-pip
   catch2 libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libboost-dev libssl-dev libyaml-cpp-dev openssl)
+  libboost-dev libssl-dev libyaml-cpp-dev openssl python3-yaml
+  prometheus)  # promtool and a real Prometheus for the deployment test
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
