@@ -3,6 +3,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <fmt/chrono.h>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -50,28 +51,6 @@ const char* level_name(Level l) {
   return "?";
 }
 
-// JSON string escaping for the message (control characters as \u00XX).
-std::string json_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += fmt::format("\\u{:04x}", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 void set_json(bool json) {
@@ -99,9 +78,12 @@ void write(Level l, std::string_view message) {
   std::string json_line;
   if (g_json.load(std::memory_order_relaxed)) {
     const auto now = std::chrono::system_clock::now();
-    json_line = fmt::format(R"({{"ts":"{:%Y-%m-%dT%H:%M:%S}Z","level":"{}","msg":"{}"}})",
+    // Messages may quote client input that is not valid UTF-8: replace, never throw.
+    const std::string msg = nlohmann::json(std::string(message))
+                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    json_line = fmt::format(R"({{"ts":"{:%Y-%m-%dT%H:%M:%S}Z","level":"{}","msg":{}}})",
                             std::chrono::floor<std::chrono::milliseconds>(now), level_name(l),
-                            json_escape(message));
+                            msg);
     message = json_line;
   }
   switch (l) {
