@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
   add(sampan::cli::add_run);
   add(sampan::cli::add_chat);
   add(sampan::cli::add_serve);
+  add(sampan::cli::add_quantize);
+  add(sampan::cli::add_eval);
+  add(sampan::cli::add_bench_serve);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -14,8 +14,13 @@ using graph::Graph;
 using graph::ValueId;
 
 struct Linear {
-  Tensor weight;  // [out_features, in_features] f32|f16|bf16, usually mmapped
+  // [out_features, in_features] f32|f16|bf16 (usually mmapped), or quantized (quant/quantize.h):
+  // kF8E4M3, or kI4 packed two per byte.
+  Tensor weight;
   Tensor bias;    // [out_features] f32, or undefined
+  Tensor scales;  // quantized only: fp8 [out] f32; int4 [out, in / group_size] f16|bf16
+  Tensor zeros;   // int4 asymmetric only: [out, in / group_size] i8
+  int64_t group_size = 0;  // int4 only
 };
 
 struct AttentionWeights {

@@ -24,7 +24,8 @@ Linear load_linear(const WeightStore& store, const std::string& name, int64_t ou
 
 }  // namespace
 
-LlamaWeights load_llama_weights(const HfConfig& c, const WeightStore& store) {
+LlamaWeights load_llama_weights(const HfConfig& c, const WeightStore& store,
+                                const ModelBuildOptions& options) {
   LlamaWeights w;
   const int64_t d = c.hidden_size;
   w.tok_embd = store.get_as("model.embed_tokens.weight", {c.vocab_size, d}, kWeightTypes);
@@ -51,7 +52,8 @@ LlamaWeights load_llama_weights(const HfConfig& c, const WeightStore& store) {
   return w;
 }
 
-graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w) {
+graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w,
+                               const ModelBuildOptions& options) {
   using graph::Dim;
   graph::Graph g;
   const Dim n_tokens = Dim::sym("n_tokens");

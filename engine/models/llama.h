@@ -38,6 +38,7 @@
 #include "engine/loaders/hf_config.h"
 #include "engine/loaders/weight_store.h"
 #include "engine/models/blocks.h"
+#include "engine/models/model_options.h"
 
 namespace sampan::models {
 
@@ -53,13 +54,23 @@ struct LlamaWeights {
   std::vector<LlamaLayerWeights> layers;
   Tensor output_norm;  // [hidden] f32
   Linear output;       // lm_head [vocab, hidden] (the embedding table when tied)
+  // Non-zero when the weights are Hadamard-rotated (llama_rotate.h): the block of the online
+  // Walsh-Hadamard the graph applies before down_proj.
+  int64_t down_hadamard_block = 0;
 };
 
 // Phase 2: every tensor the config implies, with its shape and dtype checked. Norm weights and
-// biases (1-D, small) are converted to f32; matrices stay as mapped from the file.
-LlamaWeights load_llama_weights(const HfConfig& config, const WeightStore& store);
+// biases (1-D, small) are converted to f32; matrices stay as mapped from the file. A quantized
+// model directory (config.quant) loads its packed weights and scales as stored; `options` may
+// rotate and quantize float weights on load (model_options.h).
+LlamaWeights load_llama_weights(const HfConfig& config, const WeightStore& store,
+                                const ModelBuildOptions& options = {});
 
-// The graph of the input contract above.
-graph::Graph build_llama_graph(const HfConfig& config, const LlamaWeights& weights);
+// The graph of the input contract above. options.kv_cache_dtype sets the KV pools' format
+// (k_cache.<l> / v_cache.<l> are [n_blocks, block_size, kv_dim] f32 for kF32, else
+// [n_blocks, block_size, cpu::kv_row_bytes(...)] kI8 raw bytes); options.kv_hadamard adds the
+// online transform on Q/K heads.
+graph::Graph build_llama_graph(const HfConfig& config, const LlamaWeights& weights,
+                               const ModelBuildOptions& options = {});
 
 }  // namespace sampan::models

@@ -17,8 +17,8 @@ std::unique_ptr<CausalLm> CausalLm::load(const std::string& dir, const CausalLmO
 
 CausalLm::CausalLm(HfConfig config, WeightStore store, const CausalLmOptions& options)
     : config_(std::move(config)), store_(std::move(store)), pool_(options.threads) {
-  weights_ = models::load_llama_weights(config_, store_);
-  graph_ = models::build_llama_graph(config_, weights_);
+  weights_ = models::load_llama_weights(config_, store_, options.build);
+  graph_ = models::build_llama_graph(config_, weights_, options.build);
   if (options.optimize) pass_report_ = graph::passes::optimize(graph_);
   executor_ = std::make_unique<graph::Executor>(graph_, pool_);
   capacity_ = options.max_context;

@@ -22,6 +22,7 @@ struct CausalLmOptions {
   int threads = 0;             // 0: one per available core
   int64_t max_context = 4096;  // KV cache rows; capped by max_position_embeddings
   bool optimize = true;        // run the fusion passes
+  models::ModelBuildOptions build;  // quantization, rotation, KV-cache format
 };
 
 class CausalLm {

@@ -150,8 +150,8 @@ void Engine::Impl::load_model() {
   config = load_hf_config(model_dir);
   store.emplace(WeightStore::open(model_dir));
   tokenizer = tok::load_tokenizer(model_dir);
-  weights = models::load_llama_weights(config, *store);
-  graph = models::build_llama_graph(config, weights);
+  weights = models::load_llama_weights(config, *store, o.build);
+  graph = models::build_llama_graph(config, weights, o.build);
   if (o.optimize) graph::passes::optimize(graph);
   pool = std::make_unique<ThreadPool>(o.threads);
   executor = std::make_unique<graph::Executor>(graph, *pool);

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "engine/loaders/hf_config.h"
+#include "engine/models/model_options.h"
 #include "engine/runtime/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -51,6 +52,7 @@ struct EngineOptions {
   bool prefix_cache = true;
   double request_timeout_s = 0;      // default per-request limit; 0: none
   bool optimize = true;              // graph fusion passes
+  models::ModelBuildOptions build;   // quantization, rotation, KV-cache format
 };
 
 enum class EngineFinish {

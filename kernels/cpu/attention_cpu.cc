@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention_cpu.h"
 
+#include <string>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -13,6 +15,39 @@
 #include "kernels/cpu/vec_util.h"
 
 namespace sampan::cpu {
+
+int64_t kv_row_bytes(KvDtype dtype, int64_t n_kv_heads, int64_t head_dim) {
+  switch (dtype) {
+    case KvDtype::kF32: return n_kv_heads * head_dim * 4;
+    case KvDtype::kBF16: return n_kv_heads * head_dim * 2;
+    case KvDtype::kF8E4M3:
+    case KvDtype::kI8: return n_kv_heads * (head_dim + 4);
+    case KvDtype::kI4: return n_kv_heads * ((head_dim + 1) / 2 + head_dim / kv_i4_group(head_dim) * 4);
+  }
+  return 0;
+}
+
+const char* kv_dtype_name(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kF32: return "f32";
+    case KvDtype::kBF16: return "bf16";
+    case KvDtype::kF8E4M3: return "fp8";
+    case KvDtype::kI8: return "int8";
+    case KvDtype::kI4: return "int4";
+  }
+  return "?";
+}
+
+bool parse_kv_dtype(const char* text, KvDtype* out) {
+  const std::string t = text ? text : "";
+  if (t == "f32" || t == "float32") *out = KvDtype::kF32;
+  else if (t == "bf16" || t == "bfloat16") *out = KvDtype::kBF16;
+  else if (t == "fp8" || t == "f8_e4m3") *out = KvDtype::kF8E4M3;
+  else if (t == "int8" || t == "i8") *out = KvDtype::kI8;
+  else if (t == "int4" || t == "i4") *out = KvDtype::kI4;
+  else return false;
+  return true;
+}
 namespace detail {
 
 void attention_range_avx2(const AttentionRange& a) { attention_range_dispatch<Avx2>(a); }
@@ -94,8 +129,8 @@ void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* 
     const int64_t p = pos[t];
     const int64_t block = cache.block_tables[seq_ids[t] * cache.max_blocks + p / bs];
     const int64_t row = block * bs + p % bs;
-    std::memcpy(cache.k + row * width, k + t * ldk, bytes);
-    std::memcpy(cache.v + row * width, v + t * ldv, bytes);
+    std::memcpy(static_cast<float*>(cache.k) + row * width, k + t * ldk, bytes);
+    std::memcpy(static_cast<float*>(cache.v) + row * width, v + t * ldv, bytes);
   }
 }
 
@@ -169,8 +204,8 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
     const Piece& pc = piece_list[task];
     detail::AttentionRange a;
     a.q = q + pc.t * ldq + pc.kvh * group * hd;
-    a.k = cache.k + pc.kvh * hd;
-    a.v = cache.v + pc.kvh * hd;
+    a.k = static_cast<const float*>(cache.k) + pc.kvh * hd;
+    a.v = static_cast<const float*>(cache.v) + pc.kvh * hd;
     a.ld_kv = n_kv * hd;
     a.blocks = cache.block_tables + seq_ids[pc.t] * cache.max_blocks;
     a.block_size = cache.block_size;

@@ -14,13 +14,27 @@ namespace sampan::cpu {
 
 constexpr int kMaxGemmBlocks = 3;
 
+// Weight formats. Plain: kF32, kF16, kBF16. Quantized (weight-only; x and y stay f32):
+//  - kF8E4M3: block i data [rows[i], k] bytes (OCP E4M3), scales[i] [rows[i]] f32 (one per
+//    output channel): w[r][c] = fp8_to_f32(data[r][c]) * scale[r].
+//  - kI4: block i data [rows[i], k / 2] bytes, two signed 4-bit values q in [-8, 7] per byte,
+//    element 2j in the low nibble; k % group_size == 0, group_size in {32, 64, 128};
+//    scales[i] [rows[i], k / group_size] of scale_dtype (kF16 or kBF16);
+//    zeros[i] [rows[i], k / group_size] int8 or nullptr (symmetric: zero 0):
+//    w[r][c] = (q[r][c] - zero[r][c / g]) * scale[r][c / g].
+// Every block of one call has the same format (and group_size / scale_dtype).
 struct GemmWeights {
-  DType dtype = DType::kF32;  // kF32, kF16 or kBF16
+  DType dtype = DType::kF32;  // kF32, kF16, kBF16, kF8E4M3 or kI4
   int64_t k = 0;              // reduction length: columns of every block
   int n_blocks = 0;
-  const void* data[kMaxGemmBlocks] = {};    // block i: [rows[i], k], row-major, contiguous
+  const void* data[kMaxGemmBlocks] = {};    // block i: [rows[i], k] elements, row-major, contiguous
   int64_t rows[kMaxGemmBlocks] = {};
   const float* bias[kMaxGemmBlocks] = {};   // block i: [rows[i]] or nullptr
+  // Quantized formats only (see above); ignored for plain weights.
+  const void* scales[kMaxGemmBlocks] = {};
+  const int8_t* zeros[kMaxGemmBlocks] = {};
+  DType scale_dtype = DType::kF16;
+  int64_t group_size = 0;
 
   int64_t n() const {
     int64_t s = 0;
@@ -64,7 +78,9 @@ void set_gemm_precision(GemmPrecision p);
 // What a caller may rely on (implementation: gemm_cpu.cc, gemm_avx2.cc, gemm_avx512.cc,
 // gemm_amx.cc; internal contract in gemm_internal.h):
 //  - Any m >= 1, k >= 1, rows[i] >= 1 (m == 0 does nothing); ldx >= k, ldy >= n_out. Only
-//    y[i, 0:n_out] is written; x and y must not overlap. dtype is kF32, kF16 or kBF16.
+//    y[i, 0:n_out] is written; x and y must not overlap. dtype is kF32, kF16, kBF16,
+//    kF8E4M3 or kI4 (quantized: see GemmWeights; dequantized in registers, never to memory
+//    for small m).
 //  - Weights are read with unaligned loads (2-byte alignment is enough, as in an mmapped
 //    safetensors file), never past the end of a block, and never repacked persistently: small m
 //    streams them in place; the AMX and large-m FMA paths copy a few rows at a time into

@@ -1,0 +1,41 @@
+#include "server/model_flags.h"
+
+#include <string>
+
+namespace sampan::cli {
+
+void add_model_build_flags(CLI::App& cmd, models::ModelBuildOptions* out) {
+  cmd.add_option_function<std::string>(
+         "--quantization",
+         [out](const std::string& v) {
+           models::parse_weight_format(v.c_str(), &out->quantization.format);
+         },
+         "quantize float weights on load: none|fp8|int4")
+      ->check(CLI::IsMember({"none", "fp8", "int4"}));
+  cmd.add_option("--group-size", out->quantization.group_size, "int4 group size: 32|64|128")
+      ->check(CLI::IsMember({32, 64, 128}));
+  cmd.add_flag_function(
+      "--asymmetric", [out](int64_t) { out->quantization.symmetric = false; },
+      "int4 with a per-group zero point");
+  cmd.add_option_function<std::string>(
+         "--scale-dtype",
+         [out](const std::string& v) {
+           out->quantization.scale_dtype = v == "bf16" ? DType::kBF16 : DType::kF16;
+         },
+         "int4 scale type: f16|bf16")
+      ->check(CLI::IsMember({"f16", "bf16"}));
+  cmd.add_flag_function(
+      "--hadamard", [out](int64_t) { out->hadamard.enabled = true; },
+      "rotate the weights on load (QuaRot-style Hadamard), before any quantization");
+  cmd.add_option("--hadamard-seed", out->hadamard.seed, "seed of the rotation's random signs");
+  cmd.add_option_function<std::string>(
+         "--kv-cache-dtype",
+         [out](const std::string& v) { cpu::parse_kv_dtype(v.c_str(), &out->kv_cache_dtype); },
+         "KV cache format: f32|bf16|fp8|int8|int4")
+      ->check(CLI::IsMember({"f32", "bf16", "fp8", "int8", "int4"}));
+  cmd.add_flag_function(
+      "--kv-hadamard", [out](int64_t) { out->kv_hadamard = true; },
+      "Walsh-Hadamard on Q/K heads so K is cached in a rotated basis");
+}
+
+}  // namespace sampan::cli
