@@ -10,7 +10,10 @@
 
 #include "engine/runtime/causal_lm.h"
 #include "kernels/cpu/isa.h"
+#include <set>
+
 #include "server/commands.h"
+#include "server/model_flags.h"
 
 namespace sampan::cli {
 
@@ -19,6 +22,7 @@ Runner add_bench(CLI::App& app) {
     std::string model;
     int64_t prompt_len = 512, gen = 32;
     int threads = 0, repeat = 3;
+    models::ModelBuildOptions build;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("bench", "Measure prefill and decode tokens/s (one JSON line)");
@@ -27,11 +31,13 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--gen", a->gen, "decoded tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--threads", a->threads, "CPU threads")->check(CLI::NonNegativeNumber);
   cmd->add_option("--repeat", a->repeat, "repetitions (best is reported)")->check(CLI::PositiveNumber);
+  add_model_build_flags(*cmd, &a->build);
   return [a] {
     using Clock = std::chrono::steady_clock;
     runtime::CausalLmOptions opt;
     opt.threads = a->threads;
     opt.max_context = a->prompt_len + a->gen;
+    opt.build = a->build;
     auto lm = runtime::CausalLm::load(a->model, opt);
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(lm->config().vocab_size - 1));
@@ -54,10 +60,22 @@ Runner add_bench(CLI::App& app) {
     }
     // Per decoded token every matrix is read once; the embedding reads one row (negligible).
     const HfConfig& c = lm->config();
-    int64_t streamed = lm->weights().total_bytes();
-    if (!c.tie_word_embeddings) {
-      streamed -= lm->weights().info("model.embed_tokens.weight").nbytes;
+    // Bytes a decode step streams: every constant a linear node reads (weights, scales, zero
+    // points, biases) — the graph's, so on-load quantization and rotation count as they run.
+    int64_t streamed = 0;
+    {
+      const graph::Graph& g = lm->graph();
+      std::set<graph::ValueId> seen;
+      for (const graph::Node& n : g.nodes()) {
+        if (n.dead || n.op != "linear") continue;
+        for (graph::ValueId v : n.inputs) {
+          if (v == graph::kNoValue || !seen.insert(v).second) continue;
+          const graph::Value& val = g.value(v);
+          if (val.kind == graph::ValueKind::kConstant) streamed += val.constant.nbytes();
+        }
+      }
     }
+    (void)c;
     fmt::print(
         "{{\"model\": \"{}\", \"threads\": {}, \"isa\": \"{}\", \"prompt_len\": {}, \"gen\": {}, "
         "\"prefill_s\": {:.4f}, \"prefill_tok_s\": {:.2f}, \"decode_s\": {:.4f}, "

@@ -28,6 +28,7 @@ Runner add_chat(CLI::App& app) {
     runtime::CausalLmOptions opt;
     opt.threads = a->gen.threads;
     opt.max_context = a->gen.max_context;
+    opt.build = a->gen.build;
     auto lm = runtime::CausalLm::load(a->gen.model, opt);
     const bool interactive = isatty(STDIN_FILENO);
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();

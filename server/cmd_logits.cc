@@ -7,6 +7,7 @@
 #include "engine/core/npy.h"
 #include "engine/runtime/causal_lm.h"
 #include "server/commands.h"
+#include "server/model_flags.h"
 
 namespace sampan::cli {
 
@@ -37,6 +38,7 @@ Runner add_logits(CLI::App& app) {
     std::string model, ids, out;
     int64_t chunk = 0;
     int threads = 0;
+    models::ModelBuildOptions build;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("logits", "Write the logits of every position as a .npy file");
@@ -49,11 +51,13 @@ Runner add_logits(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", a->threads, "CPU threads (default: all cores)")
       ->check(CLI::NonNegativeNumber);
+  add_model_build_flags(*cmd, &a->build);
   return [a] {
     const std::vector<int32_t> ids = parse_ids(a->ids);
     runtime::CausalLmOptions opt;
     opt.threads = a->threads;
     opt.max_context = static_cast<int64_t>(ids.size());
+    opt.build = a->build;
     auto lm = runtime::CausalLm::load(a->model, opt);
     const int64_t vocab = lm->config().vocab_size;
     for (size_t i = 0; i < ids.size(); ++i) {

@@ -35,6 +35,7 @@ Runner add_run(CLI::App& app) {
     runtime::CausalLmOptions opt;
     opt.threads = a->gen.threads;
     opt.max_context = a->gen.max_context;
+    opt.build = a->gen.build;
     auto lm = runtime::CausalLm::load(a->gen.model, opt);
     SAMPAN_CHECK(tokenizer->vocab_size() <= lm->config().vocab_size, ErrorCode::kInvalidModel,
                  "{}: the tokenizer has {} tokens but the model's vocabulary is {}", a->gen.model,

@@ -1,5 +1,7 @@
 #include "server/generation_flags.h"
 
+#include "server/model_flags.h"
+
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -25,6 +27,7 @@ void GenerationFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--stop-id", stop_ids, "stop token id (repeatable)");
   cmd.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-sequence tokens");
   cmd.add_flag("--stats", stats, "print token counts and speeds to stderr at the end");
+  add_model_build_flags(cmd, &build);
 }
 
 runtime::GenerationRequest GenerationFlags::request(std::vector<int32_t> prompt) const {

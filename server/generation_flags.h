@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/models/model_options.h"
 #include "engine/runtime/generate.h"
 
 namespace sampan::cli {
@@ -24,6 +25,7 @@ struct GenerationFlags {
   std::vector<int32_t> stop_ids;
   bool ignore_eos = false;
   bool stats = false;
+  models::ModelBuildOptions build;  // --quantization, --kv-cache-dtype, ... (model_flags.h)
 
   void add_to(CLI::App& cmd);
   runtime::GenerationRequest request(std::vector<int32_t> prompt) const;

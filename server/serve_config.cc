@@ -36,6 +36,7 @@ enum class Parse {
   kPlain,    // the field's own type
   kSize,     // int64 bytes with an optional K/M/G/T suffix
   kNegated,  // a bool flag that clears the field when given (--no-prefix-cache)
+  kFlag,     // a bool flag that sets the field when given (--hadamard)
 };
 
 struct Key {
@@ -63,6 +64,22 @@ const std::vector<Key>& keys() {
        Parse::kPlain, "exactly this many KV blocks (0: size the cache by --kv-cache-bytes)"},
       {"kv-cache-bytes", "engine", +[](ServeConfig& c) -> int64_t& { return c.engine.kv_cache_bytes; },
        Parse::kSize, "KV cache size when --num-kv-blocks is 0 (e.g. 512M, 2G)"},
+      {"quantization", "engine", +[](ServeConfig& c) -> std::string& { return c.quantization; },
+       Parse::kPlain, "quantize float weights on load: none|fp8|int4"},
+      {"group-size", "engine", +[](ServeConfig& c) -> int64_t& { return c.engine.build.quantization.group_size; },
+       Parse::kPlain, "int4 group size: 32|64|128"},
+      {"asymmetric", "engine", +[](ServeConfig& c) -> bool& { return c.asymmetric; }, Parse::kFlag,
+       "int4 with a per-group zero point"},
+      {"scale-dtype", "engine", +[](ServeConfig& c) -> std::string& { return c.scale_dtype; },
+       Parse::kPlain, "int4 scale type: f16|bf16"},
+      {"hadamard", "engine", +[](ServeConfig& c) -> bool& { return c.engine.build.hadamard.enabled; },
+       Parse::kFlag, "rotate the weights on load (QuaRot-style Hadamard), before quantization"},
+      {"hadamard-seed", "engine", +[](ServeConfig& c) -> int64_t& { return c.hadamard_seed; },
+       Parse::kPlain, "seed of the rotation's random signs"},
+      {"kv-cache-dtype", "engine", +[](ServeConfig& c) -> std::string& { return c.kv_cache_dtype; },
+       Parse::kPlain, "KV cache format: f32|bf16|fp8|int8|int4"},
+      {"kv-hadamard", "engine", +[](ServeConfig& c) -> bool& { return c.engine.build.kv_hadamard; },
+       Parse::kFlag, "Walsh-Hadamard on Q/K heads so K is cached in a rotated basis"},
       {"no-prefix-cache", "engine", +[](ServeConfig& c) -> bool& { return c.engine.prefix_cache; },
        Parse::kNegated, "do not share cached prompt prefixes between requests"},
       {"host", "server", +[](ServeConfig& c) -> std::string& { return c.host; }, Parse::kPlain,
@@ -416,6 +433,19 @@ void validate(ServeConfig& c, const Origins& o) {
   check_range(e.max_waiting, 1, std::numeric_limits<int>::max(), o, "max-waiting");
   check(e.request_timeout_s >= 0, o, "request-timeout",
         fmt::format("{} must be >= 0 seconds (0: no limit)", e.request_timeout_s));
+  models::ModelBuildOptions& b = c.engine.build;
+  check(models::parse_weight_format(c.quantization.c_str(), &b.quantization.format), o, "quantization",
+        fmt::format("'{}' is not one of none, fp8, int4", c.quantization));
+  const int64_t g = b.quantization.group_size;
+  check(g == 32 || g == 64 || g == 128, o, "group-size", fmt::format("{} is not one of 32, 64, 128", g));
+  b.quantization.symmetric = !c.asymmetric;
+  check(c.scale_dtype == "f16" || c.scale_dtype == "bf16", o, "scale-dtype",
+        fmt::format("'{}' is not one of f16, bf16", c.scale_dtype));
+  b.quantization.scale_dtype = c.scale_dtype == "bf16" ? DType::kBF16 : DType::kF16;
+  check(c.hadamard_seed >= 0, o, "hadamard-seed", fmt::format("{} must be >= 0", c.hadamard_seed));
+  b.hadamard.seed = static_cast<uint64_t>(c.hadamard_seed);
+  check(cpu::parse_kv_dtype(c.kv_cache_dtype.c_str(), &b.kv_cache_dtype), o, "kv-cache-dtype",
+        fmt::format("'{}' is not one of f32, bf16, fp8, int8, int4", c.kv_cache_dtype));
 
   check(c.tls_key.empty() || !c.tls_cert.empty(), o, "tls-cert",
         fmt::format("required when tls-key is set (by {})", o.source("tls-key")));
@@ -438,6 +468,9 @@ void add_serve_flags(CLI::App& cmd, ServeConfig& flags) {
     if (k.parse == Parse::kNegated) {
       BoolField f = std::get<BoolField>(k.field);
       cmd.add_flag_callback(flag, [&flags, f] { f(flags) = false; }, k.help);
+    } else if (k.parse == Parse::kFlag) {
+      BoolField f = std::get<BoolField>(k.field);
+      cmd.add_flag_callback(flag, [&flags, f] { f(flags) = true; }, k.help);
     } else if (k.parse == Parse::kSize) {
       I64Field f = std::get<I64Field>(k.field);
       cmd.add_option_function<std::string>(

@@ -35,6 +35,14 @@ struct ServeConfig {
                                       // --kv-cache-bytes (accepts 512M / 2G) --max-running
                                       // --max-batched-tokens --max-waiting --no-prefix-cache
                                       // --request-timeout
+  // Model build settings (into engine.build once validated): --quantization none|fp8|int4,
+  // --group-size, --asymmetric, --scale-dtype f16|bf16, --hadamard, --hadamard-seed,
+  // --kv-cache-dtype f32|bf16|fp8|int8|int4, --kv-hadamard.
+  std::string quantization = "none";
+  bool asymmetric = false;
+  std::string scale_dtype = "f16";
+  int64_t hadamard_seed = 0;
+  std::string kv_cache_dtype = "f32";
   std::string config_file;            // --config, for messages
 };
 
