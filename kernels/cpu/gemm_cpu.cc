@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/isa.h"
 
 namespace sampan::cpu {
@@ -329,6 +330,10 @@ void gemm_fma(const FmaKernels& kt, int64_t m, const float* x, int64_t ldx, cons
 void gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue epilogue,
           float* y, int64_t ldy, TaskRunner& runner) {
   if (m <= 0) return;
+  if (w.dtype == DType::kF8E4M3 || w.dtype == DType::kI4) {  // quantized: gemm_quant_cpu.cc
+    gemm_detail::gemm_quant(m, x, ldx, w, epilogue, y, ldy, runner);
+    return;
+  }
   const int dt = dtype_index(w.dtype);
   assert(dt >= 0 && "gemm: weight dtype must be f32, f16 or bf16");
   assert(w.n_blocks >= 1 && w.n_blocks <= kMaxGemmBlocks && w.k >= 1 && ldx >= w.k);

@@ -1,0 +1,96 @@
+// Internal contract between the quantized-weight GEMM driver (gemm_quant_cpu.cc, baseline AVX2
+// flags) and its per-instruction-set kernels (gemm_quant_avx512.cc, gemm_quant_avx2.cc). Callers
+// use cpu::gemm (gemm_cpu.h), which hands kF8E4M3 and kI4 weights to gemm_quant.
+//
+// Decode (m < kQuantPrefillMinM) is memory-bound: dot kernels take R weight rows at a time,
+// dequantize them in registers and multiply them with up to max_m rows of x, so every packed
+// weight byte and scale is read from memory once per call (m-groups beyond max_m reuse the R
+// rows from L1). Prefill (m >= kQuantPrefillMinM) is compute-bound: the driver dequantizes a
+// bounded chunk of weight rows into scratch (bf16 on AMX CPUs, f32 otherwise) and runs the plain
+// GEMM on it, so the existing AMX / FMA-panel machinery does the arithmetic.
+//
+// Accuracy, against dequantize-then-multiply in double (tests/kernels/test_gemm_quant.cc), with
+// M = sum_k |x| (|q| + |z|) |s| (= sum |x||w| for fp8 and symmetric int4):
+//  - Decode on every ISA, and prefill without AMX: (q - z) * s (at most 9 x 11 significant bits)
+//    and fp8 values (4 bits) are exact in f32, the fp8 row scale is applied once to the finished
+//    sum, and x stays f32: only f32 summation error, below 1e-5 * M for k up to a few thousand.
+//  - Prefill on AMX: the dequantized weights are rounded to bf16 (2^-9 relative) and x kept to
+//    2^-16 (GemmPrecision::kSplitBf16) or 2^-8 (kBf16): below 2^-8 * M with the default. As for
+//    f16 weights, SAMPAN_CPU_ISA=avx512 keeps every m exact in f32.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/dtype.h"
+#include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/task_runner.h"
+
+namespace sampan::cpu::gemm_detail {
+
+// From this many rows of x on, quantized GEMMs dequantize chunks of rows and run the plain GEMM.
+// Below it the register-dequantizing dot kernels stream the weights; they take m / max_m passes
+// over each row (from L1), so their GFLOP/s stop growing past m = 4..8. Measured (1 thread, CPU
+// time, 1024x2048, AMX CPU): int4 dot 95 GFLOP/s at m = 12 and 15, dequantize + AMX 104 at m = 16
+// (~80 extrapolated to m = 12); fp8 dot 70 at m = 12, dequantize + AMX 108 at m = 16.
+constexpr int64_t kQuantPrefillMinM = 16;
+
+// One weight row of a quantized block.
+struct QuantRow {
+  const uint8_t* data = nullptr;  // kI4: [k / 2] bytes; kF8E4M3: [k] bytes
+  const void* scales = nullptr;   // kI4: [k / group] f16 or bf16; kF8E4M3: [1] f32 (any 2-byte alignment)
+  const int8_t* zeros = nullptr;  // kI4 asymmetric: [k / group]; else null
+};
+
+// Shape of the quantized rows of one call.
+struct QuantFormat {
+  DType dtype = DType::kI4;  // kI4 or kF8E4M3
+  int64_t k = 0;
+  int64_t group = 0;          // kI4 only: 32, 64 or 128
+  bool bf16_scales = false;   // kI4 only: scales are bf16 (else f16)
+  bool asymmetric = false;    // kI4 only: zeros present
+};
+
+// The rows of x a dot kernel multiplies, already in the layout the kernel table asks for.
+struct QuantX {
+  int mb = 0;                 // rows of x, 1..max_m of the format's table entry
+  const float* x = nullptr;   // [mb, ldx]: raw f32 x (kF8E4M3) or prepared x (kI4, see prep_i4)
+  int64_t ldx = 0;            // floats
+};
+
+// out[i * R + r] = sum over c < k of x[i][c] * w_r[c] for i < x.mb and the R rows, with w the
+// dequantized weight of QuantRow r (exactly as gemm_cpu.h defines it). rows: [R].
+using QuantDotFn = void (*)(const QuantRow* rows, const QuantFormat& f, const QuantX& x,
+                            float* out);
+
+// Dequantizes one row to f32 (exact: (q - z) * s and fp8 * scale are representable in f32 to
+// within one f32 rounding) or to bf16 (rounded to nearest even). out: [f.k].
+using DequantF32Fn = void (*)(const QuantRow& row, const QuantFormat& f, float* out);
+using DequantBf16Fn = void (*)(const QuantRow& row, const QuantFormat& f, uint16_t* out);
+
+struct QuantDotTable {
+  int rows = 0;   // R
+  int max_m = 0;  // QuantX::mb <= max_m
+  QuantDotFn dot = nullptr;
+};
+
+struct QuantKernels {
+  QuantDotTable i4;
+  QuantDotTable f8;
+  // Floats per row of prepared kI4 x (prep_i4 writes that many, zero-padded).
+  int64_t (*i4_x_floats)(int64_t k) = nullptr;
+  // x: [k] f32 -> out: [i4_x_floats(k)] floats of kernel-private layout.
+  void (*prep_i4)(const float* x, int64_t k, float* out) = nullptr;
+  DequantF32Fn dequant_f32 = nullptr;
+  DequantBf16Fn dequant_bf16 = nullptr;  // null where the ISA has no bf16 conversion
+  EpilogueFn epilogue = nullptr;
+};
+
+const QuantKernels& quant_kernels_avx2();
+const QuantKernels& quant_kernels_avx512();
+
+// cpu::gemm for w.dtype kF8E4M3 or kI4 (same contract; m >= 1).
+void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
+                float* y, int64_t ldy, TaskRunner& runner);
+
+}  // namespace sampan::cpu::gemm_detail

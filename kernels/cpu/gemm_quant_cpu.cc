@@ -1,0 +1,263 @@
+// Driver of cpu::gemm for quantized weights (kF8E4M3, kI4); kernels in gemm_quant_avx512.cc and
+// gemm_quant_avx2.cc, contract in gemm_quant.h.
+//
+// Decode (m < kQuantPrefillMinM): x is prepared once by the calling thread (kI4: the kernel
+// table's even/odd layout; kF8E4M3 reads x as it is), then the output columns are split into one contiguous range per worker. A range is walked in stripes of
+// up to kStripe columns; each kernel call takes R weight rows (kSiluMul: R/2 gate rows and the
+// same R/2 up rows) and runs every m-group of x against them while they sit in L1, so the packed
+// weights and scales stream from memory once. Nothing is dequantized to memory.
+//
+// Prefill (m >= kQuantPrefillMinM): output rows are taken in chunks of at most kDequantBytes of
+// dequantized weights (bf16 on AMX CPUs, exact f32 otherwise); all workers dequantize a chunk,
+// then the plain gemm() runs on it (AMX tiles, or the FMA panel kernels), with the chunk's biases
+// and epilogue, writing its columns of y. We chose this over AMX-INT8: that would round x to
+// int8 per row (~2^-8 relative, and worse with outlier channels), far from the 2^-16 the bf16
+// split path keeps, and the dequantization is a small fraction of the work from m = 16 on.
+#include <algorithm>
+#include <cassert>
+#include <vector>
+
+#include "kernels/cpu/gemm_quant.h"
+#include "kernels/cpu/isa.h"
+
+namespace sampan::cpu::gemm_detail {
+namespace {
+
+constexpr int64_t kStripe = 64;             // output columns per epilogue pass
+constexpr int64_t kDequantBytes = 16 << 20;  // dequantized weights per prefill chunk
+constexpr int kMaxQuantRows = 4;            // largest R of any table
+constexpr int kMaxQuantM = 8;               // largest max_m of any table
+
+QuantFormat format_of(const GemmWeights& w) {
+  QuantFormat f;
+  f.dtype = w.dtype;
+  f.k = w.k;
+  if (w.dtype == DType::kI4) {
+    f.group = w.group_size;
+    f.bf16_scales = w.scale_dtype == DType::kBF16;
+    for (int b = 0; b < w.n_blocks; ++b) f.asymmetric |= w.zeros[b] != nullptr;
+  }
+  return f;
+}
+
+QuantRow row_of(const GemmWeights& w, const QuantFormat& f, int b, int64_t r) {
+  QuantRow q;
+  if (f.dtype == DType::kI4) {
+    const int64_t ng = f.k / f.group;
+    q.data = static_cast<const uint8_t*>(w.data[b]) + r * (f.k / 2);
+    q.scales = static_cast<const uint16_t*>(w.scales[b]) + r * ng;
+    q.zeros = w.zeros[b] ? w.zeros[b] + r * ng : nullptr;
+  } else {
+    q.data = static_cast<const uint8_t*>(w.data[b]) + r * f.k;
+    q.scales = static_cast<const float*>(w.scales[b]) + r;
+  }
+  return q;
+}
+
+struct DecodeJob {
+  const QuantKernels* kt;
+  const QuantDotTable* t;
+  QuantFormat f;
+  const GemmWeights* w;
+  GemmEpilogue ep;
+  int64_t m;
+  const float* x;  // [m, ldx]: raw (kF8E4M3) or prepared (kI4)
+  int64_t ldx;
+  float* y;  // [m, ldy]
+  int64_t ldy;
+};
+
+struct DecodeScratch {
+  std::vector<float> gate;  // [m, kStripe] (kSiluMul)
+  std::vector<float> up;    // [m, kStripe] (kSiluMul)
+};
+
+DecodeScratch& decode_scratch() {
+  thread_local DecodeScratch s;
+  return s;
+}
+
+// Output columns [c0, c1).
+void run_decode_task(const DecodeJob& job, int64_t c0, int64_t c1) {
+  const GemmWeights& w = *job.w;
+  const QuantDotTable& t = *job.t;
+  const bool silu = job.ep == GemmEpilogue::kSiluMul;
+  const int R = t.rows;
+  const int per_call = silu ? R / 2 : R;
+  DecodeScratch& s = decode_scratch();
+  if (silu && static_cast<int64_t>(s.gate.size()) < job.m * kStripe) {
+    s.gate.resize(job.m * kStripe);
+    s.up.resize(job.m * kStripe);
+  }
+  int64_t block_start[kMaxGemmBlocks + 1] = {};
+  for (int b = 0; b < w.n_blocks; ++b) block_start[b + 1] = block_start[b] + w.rows[b];
+  auto locate = [&](int64_t col, int* b, int64_t* r) {
+    int bb = 0;
+    while (col >= block_start[bb + 1]) ++bb;
+    *b = bb;
+    *r = col - block_start[bb];
+  };
+  float out[kMaxQuantM * kMaxQuantRows];
+  for (int64_t s0 = c0; s0 < c1; s0 += kStripe) {
+    const int64_t width = std::min(kStripe, c1 - s0);
+    for (int64_t c = s0; c < s0 + width; c += per_call) {
+      const int nc = static_cast<int>(std::min<int64_t>(per_call, s0 + width - c));
+      QuantRow rows[kMaxQuantRows];
+      int blk[kMaxQuantRows] = {};
+      int64_t row_in_blk[kMaxQuantRows] = {};
+      for (int j = 0; j < per_call; ++j) {
+        // A short last call repeats its last row: that row is in L1 by then.
+        const int64_t col = c + std::min(j, nc - 1);
+        if (silu) {
+          rows[j] = row_of(w, job.f, 0, col);
+          rows[per_call + j] = row_of(w, job.f, 1, col);
+        } else {
+          locate(col, &blk[j], &row_in_blk[j]);
+          rows[j] = row_of(w, job.f, blk[j], row_in_blk[j]);
+        }
+      }
+      for (int64_t i0 = 0; i0 < job.m; i0 += t.max_m) {
+        const int mb = static_cast<int>(std::min<int64_t>(t.max_m, job.m - i0));
+        const QuantX qx{mb, job.x + i0 * job.ldx, job.ldx};
+        t.dot(rows, job.f, qx, out);
+        for (int i = 0; i < mb; ++i) {
+          const float* o = out + i * R;
+          if (silu) {
+            float* g = s.gate.data() + (i0 + i) * kStripe + (c - s0);
+            float* u = s.up.data() + (i0 + i) * kStripe + (c - s0);
+            for (int j = 0; j < nc; ++j) {
+              g[j] = o[j];
+              u[j] = o[per_call + j];
+            }
+          } else {
+            float* yrow = job.y + (i0 + i) * job.ldy + c;
+            for (int j = 0; j < nc; ++j) {
+              const float* bias = w.bias[blk[j]];
+              yrow[j] = o[j] + (bias ? bias[row_in_blk[j]] : 0.0f);
+            }
+          }
+        }
+      }
+    }
+    if (silu) {
+      for (int64_t i = 0; i < job.m; ++i) {
+        job.kt->epilogue(GemmEpilogue::kSiluMul, s.gate.data() + i * kStripe,
+                         w.bias[0] ? w.bias[0] + s0 : nullptr, s.up.data() + i * kStripe,
+                         w.bias[1] ? w.bias[1] + s0 : nullptr, job.y + i * job.ldy + s0, width);
+      }
+    }
+  }
+}
+
+// Scratch of the calling thread: prepared x (decode), dequantized rows (prefill). Kept between calls: a decode step makes hundreds.
+struct CallerScratch {
+  AlignedBuffer<float> x;
+  AlignedBuffer<uint8_t> rows;
+};
+
+CallerScratch& caller_scratch() {
+  thread_local CallerScratch s;
+  return s;
+}
+
+void gemm_quant_decode(const QuantKernels& kt, int64_t m, const float* x, int64_t ldx,
+                       const GemmWeights& w, GemmEpilogue ep, float* y, int64_t ldy,
+                       TaskRunner& runner) {
+  const QuantFormat f = format_of(w);
+  const bool i4 = f.dtype == DType::kI4;
+  DecodeJob job{&kt, i4 ? &kt.i4 : &kt.f8, f, &w, ep, m, x, ldx, y, ldy};
+  if (i4) {
+    CallerScratch& cs = caller_scratch();
+    const int64_t xf = kt.i4_x_floats(f.k);
+    cs.x.reserve(m * xf);
+    for (int64_t i = 0; i < m; ++i) kt.prep_i4(x + i * ldx, f.k, cs.x.data() + i * xf);
+    job.x = cs.x.data();
+    job.ldx = xf;
+  }
+  const int64_t n_out = ep == GemmEpilogue::kSiluMul ? w.rows[0] : w.n();
+  const int64_t granule = ep == GemmEpilogue::kSiluMul ? job.t->rows / 2 : job.t->rows;
+  const int64_t units = (n_out + granule - 1) / granule;
+  const int64_t n_chunks = std::min<int64_t>(std::max(1, runner.concurrency()), units);
+  auto task = [&](int64_t t) {
+    const int64_t c0 = std::min(n_out, units * t / n_chunks * granule);
+    const int64_t c1 = std::min(n_out, units * (t + 1) / n_chunks * granule);
+    if (c0 < c1) run_decode_task(job, c0, c1);
+  };
+  if (n_chunks == 1) {
+    task(0);
+  } else {
+    runner.run(n_chunks, task);
+  }
+}
+
+void gemm_quant_prefill(const QuantKernels& kt, int64_t m, const float* x, int64_t ldx,
+                        const GemmWeights& w, GemmEpilogue ep, float* y, int64_t ldy,
+                        TaskRunner& runner) {
+  const QuantFormat f = format_of(w);
+  // AMX runs bf16 weights; every other path gets exact f32 ones.
+  const bool bf16 = active_isa() == Isa::kAmx && kt.dequant_bf16 != nullptr;
+  const int64_t elem = bf16 ? 2 : 4;
+  const bool silu = ep == GemmEpilogue::kSiluMul;
+  const int n_src = silu ? 2 : 1;  // blocks dequantized together
+  // Multiples of 32 rows keep AMX units (2 x 16 rows) whole inside a chunk.
+  const int64_t chunk_rows =
+      std::max<int64_t>(32, kDequantBytes / (n_src * f.k * elem) / 32 * 32);
+  CallerScratch& cs = caller_scratch();
+  const int64_t threads = std::max(1, runner.concurrency());
+  const int n_segments = silu ? 1 : w.n_blocks;
+  int64_t base = 0;  // first output column of the segment
+  for (int b = 0; b < n_segments; ++b) {
+    const int64_t rows = w.rows[b];
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+      const int64_t nr = std::min(chunk_rows, rows - r0);
+      cs.rows.reserve(n_src * nr * f.k * elem);
+      uint8_t* buf = cs.rows.data();
+      const int64_t total = n_src * nr;
+      const int64_t n_tasks = std::min(threads, total);
+      runner.run(n_tasks, [&](int64_t t) {
+        for (int64_t i = total * t / n_tasks; i < total * (t + 1) / n_tasks; ++i) {
+          const int src = silu ? static_cast<int>(i / nr) : b;
+          const QuantRow row = row_of(w, f, src, r0 + i % nr);
+          uint8_t* dst = buf + i * f.k * elem;
+          if (bf16) {
+            kt.dequant_bf16(row, f, reinterpret_cast<uint16_t*>(dst));
+          } else {
+            kt.dequant_f32(row, f, reinterpret_cast<float*>(dst));
+          }
+        }
+      });
+      GemmWeights pw;
+      pw.dtype = bf16 ? DType::kBF16 : DType::kF32;
+      pw.k = f.k;
+      pw.n_blocks = n_src;
+      for (int j = 0; j < n_src; ++j) {
+        const int src = silu ? j : b;
+        pw.data[j] = buf + j * nr * f.k * elem;
+        pw.rows[j] = nr;
+        pw.bias[j] = w.bias[src] ? w.bias[src] + r0 : nullptr;
+      }
+      gemm(m, x, ldx, pw, ep, y + (silu ? r0 : base + r0), ldy, runner);
+    }
+    base += rows;
+  }
+}
+
+}  // namespace
+
+void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
+                float* y, int64_t ldy, TaskRunner& runner) {
+  assert(w.dtype == DType::kF8E4M3 || w.dtype == DType::kI4);
+  assert(w.dtype != DType::kI4 || ((w.group_size == 32 || w.group_size == 64 ||
+                                    w.group_size == 128) &&
+                                   w.k % w.group_size == 0));
+  const QuantKernels& kt =
+      active_isa() == Isa::kAvx2 ? quant_kernels_avx2() : quant_kernels_avx512();
+  static_assert(kMaxQuantRows >= 4 && kMaxQuantM >= 4);
+  if (m >= kQuantPrefillMinM) {
+    gemm_quant_prefill(kt, m, x, ldx, w, ep, y, ldy, runner);
+  } else {
+    gemm_quant_decode(kt, m, x, ldx, w, ep, y, ldy, runner);
+  }
+}
+
+}  // namespace sampan::cpu::gemm_detail

@@ -1,0 +1,344 @@
+// cpu::gemm with quantized weights (kI4 group-wise, kF8E4M3 per-row) against a plain reference
+// written here: unpack the nibbles, w = (q - z) * s, decode E4M3 with quant::fp8_e4m3_to_f32 and
+// multiply by the row scale, sum in double. Every instruction set this CPU has (AVX2, AVX-512,
+// AMX), serial / two-thread / wide-serial runners, both epilogues, 1..3 blocks, biases, padded
+// strides, decode (m < 16: in-register dequantization) and prefill (m >= 16: dequantized chunks).
+//
+// Tolerances are relative to M = sum_k |x| (|q| + |z|) |s| per output (int4; for fp8 and
+// symmetric int4 this is sum |x||w|), a bound on the magnitude of every partial sum.
+//  - Decode (every ISA) and prefill without AMX: the kernels form (q - z) * s and fp8 * scale
+//    exactly in f32 (or apply the f32 row scale once at the end) and keep x in f32, so only f32
+//    summation error remains: under 1e-5 * M for every k here (as in test_gemm.cc).
+//  - AMX prefill (m >= 16 on an AMX CPU): the dequantized weights are rounded to bf16
+//    (|dw| <= 2^-9 |w|) and x is split into bf16 hi + lo (2^-16): we allow 2^-8.
+// kSiluMul: as test_gemm.cc, |dy| <= 1.1 |u| eg + |silu(g)| eu + 1e-6 |y|.
+// Weight blocks are allocated to their exact size at an odd address, so ASan (Sanitize build)
+// reports any read past a block, and y's padding holds a sentinel.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
+#include "kernels/common/half.h"
+#include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/gemm_quant.h"
+#include "kernels/cpu/isa.h"
+#include "quant/fp8.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace sampan::cpu {
+namespace {
+
+constexpr float kSentinel = -12345.0f;
+
+struct Case {
+  DType dtype = DType::kI4;
+  int64_t m = 1, k = 32;
+  std::vector<int64_t> rows;  // per block
+  std::vector<bool> bias;     // per block
+  int64_t group = 128;
+  bool asym = false;
+  DType scale_dtype = DType::kF16;
+  GemmEpilogue ep = GemmEpilogue::kStore;
+  int64_t ldx_pad = 0, ldy_pad = 0;
+};
+
+std::string describe(const Case& c) {
+  std::ostringstream s;
+  s << (c.dtype == DType::kI4 ? "int4" : "fp8") << " m=" << c.m << " k=" << c.k << " rows=";
+  for (size_t b = 0; b < c.rows.size(); ++b) s << (b ? "," : "") << c.rows[b] << (c.bias[b] ? "+b" : "");
+  if (c.dtype == DType::kI4) {
+    s << " group=" << c.group << (c.asym ? " asym" : " sym")
+      << (c.scale_dtype == DType::kBF16 ? " bf16-scales" : " f16-scales");
+  }
+  s << " ep=" << (c.ep == GemmEpilogue::kStore ? "store" : "silu_mul") << " ldx_pad=" << c.ldx_pad
+    << " ldy_pad=" << c.ldy_pad;
+  return s.str();
+}
+
+// One block: storage as the kernel reads it, and the plain dequantized values.
+struct Block {
+  std::vector<uint8_t> data;    // 1 byte of lead, then the packed weights (odd address)
+  std::vector<uint8_t> scales;  // 2 bytes of lead (scales stay 2-byte aligned), then scales
+  std::vector<int8_t> zeros;
+  std::vector<double> value;    // [rows, k] dequantized
+  std::vector<double> mag;      // [rows, k] |q| + |z| times |s| (int4), |w| (fp8)
+  std::vector<float> bias;
+};
+
+Block make_block(const Case& c, int64_t rows, bool bias, std::mt19937& rng) {
+  std::uniform_real_distribution<float> scale_dist(0.005f, 0.05f);
+  Block b;
+  const int64_t k = c.k;
+  b.value.resize(rows * k);
+  b.mag.resize(rows * k);
+  if (c.dtype == DType::kI4) {
+    const int64_t ng = k / c.group;
+    b.data.resize(1 + rows * k / 2);
+    b.scales.resize(2 + rows * ng * 2);
+    if (c.asym) b.zeros.resize(rows * ng);
+    for (int64_t i = 0; i < rows * k / 2; ++i) b.data[1 + i] = static_cast<uint8_t>(rng());
+    std::vector<double> s(rows * ng);
+    for (int64_t i = 0; i < rows * ng; ++i) {
+      const float v = (rng() & 1 ? -1.0f : 1.0f) * scale_dist(rng);
+      const uint16_t h = c.scale_dtype == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
+      std::memcpy(b.scales.data() + 2 + i * 2, &h, 2);
+      s[i] = c.scale_dtype == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+      if (c.asym) b.zeros[i] = static_cast<int8_t>(static_cast<int>(rng() % 16) - 8);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < k; ++j) {
+        const uint8_t byte = b.data[1 + (r * k + j) / 2];
+        const int nib = j % 2 == 0 ? byte & 0xf : byte >> 4;  // element 2i: low nibble
+        const int q = nib >= 8 ? nib - 16 : nib;
+        const int z = c.asym ? b.zeros[r * ng + j / c.group] : 0;
+        const double sc = s[r * ng + j / c.group];
+        b.value[r * k + j] = (q - z) * sc;
+        b.mag[r * k + j] = (std::abs(q) + std::abs(z)) * std::fabs(sc);
+      }
+    }
+  } else {
+    b.data.resize(1 + rows * k);
+    b.scales.resize(2 + rows * 4);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float sc = scale_dist(rng);
+      std::memcpy(b.scales.data() + 2 + r * 4, &sc, 4);
+      for (int64_t j = 0; j < k; ++j) {
+        uint8_t v;
+        do v = static_cast<uint8_t>(rng());
+        while ((v & 0x7f) == 0x7f);  // the NaN codes: no quantizer writes them
+        b.data[1 + r * k + j] = v;
+        b.value[r * k + j] = static_cast<double>(quant::fp8_e4m3_to_f32(v)) * sc;
+        b.mag[r * k + j] = std::fabs(b.value[r * k + j]);
+      }
+    }
+  }
+  if (bias) {
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    b.bias.resize(rows);
+    for (auto& v : b.bias) v = d(rng);
+  }
+  return b;
+}
+
+double tolerance(Isa isa, const Case& c) {
+  const bool prefill = c.m >= gemm_detail::kQuantPrefillMinM;
+  return prefill && isa == Isa::kAmx ? std::ldexp(1.0, -8) : 1e-5;
+}
+
+void check_case(const Case& c, uint32_t seed) {
+  INFO(describe(c));
+  std::mt19937 rng(seed);
+  const int n_blocks = static_cast<int>(c.rows.size());
+  std::vector<Block> blocks;
+  for (int b = 0; b < n_blocks; ++b) blocks.push_back(make_block(c, c.rows[b], c.bias[b], rng));
+  GemmWeights w;
+  w.dtype = c.dtype;
+  w.k = c.k;
+  w.n_blocks = n_blocks;
+  w.group_size = c.dtype == DType::kI4 ? c.group : 0;
+  w.scale_dtype = c.scale_dtype;
+  for (int b = 0; b < n_blocks; ++b) {
+    w.data[b] = blocks[b].data.data() + 1;
+    w.rows[b] = c.rows[b];
+    w.bias[b] = c.bias[b] ? blocks[b].bias.data() : nullptr;
+    w.scales[b] = blocks[b].scales.data() + 2;
+    w.zeros[b] = c.asym ? blocks[b].zeros.data() : nullptr;
+  }
+  const int64_t ldx = c.k + c.ldx_pad;
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  // Exactly up to the end of the last row; padding between rows is NaN, so reading it shows.
+  std::vector<float> x((c.m - 1) * ldx + c.k, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t j = 0; j < c.k; ++j) x[i * ldx + j] = dist(rng);
+
+  const int64_t n_total = w.n();
+  std::vector<double> dot(c.m * n_total), mag(c.m * n_total);
+  int64_t col = 0;
+  for (int b = 0; b < n_blocks; ++b) {
+    for (int64_t r = 0; r < c.rows[b]; ++r, ++col) {
+      for (int64_t i = 0; i < c.m; ++i) {
+        double s = c.bias[b] ? blocks[b].bias[r] : 0.0, a = std::fabs(s);
+        for (int64_t j = 0; j < c.k; ++j) {
+          s += x[i * ldx + j] * blocks[b].value[r * c.k + j];
+          a += std::fabs(x[i * ldx + j]) * blocks[b].mag[r * c.k + j];
+        }
+        dot[i * n_total + col] = s;
+        mag[i * n_total + col] = a;
+      }
+    }
+  }
+  const bool silu = c.ep == GemmEpilogue::kSiluMul;
+  const int64_t n_out = silu ? c.rows[0] : n_total;
+  const int64_t ldy = n_out + c.ldy_pad;
+
+  IsaRestore restore;
+  Runners runners;
+  for (Isa isa : supported_isas()) {
+    REQUIRE(set_isa(isa));
+    const double tol = tolerance(isa, c);
+    for (auto [name, runner] : runners.all()) {
+      INFO("isa=" << isa_name(isa) << " runner=" << name);
+      std::vector<float> y(c.m * ldy, kSentinel);
+      gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
+      double worst = 0.0;
+      int64_t wi = 0, wj = 0;
+      bool padding_ok = true;
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = n_out; j < ldy; ++j) padding_ok &= y[i * ldy + j] == kSentinel;
+        for (int64_t j = 0; j < n_out; ++j) {
+          double want, allowed;
+          if (silu) {
+            const double g = dot[i * n_total + j], u = dot[i * n_total + n_out + j];
+            const double sg = g / (1.0 + std::exp(-g));
+            want = sg * u;
+            const double eg = tol * mag[i * n_total + j], eu = tol * mag[i * n_total + n_out + j];
+            allowed = 1.1 * eg * (std::fabs(u) + eu) + std::fabs(sg) * eu + 1e-6 * std::fabs(want);
+          } else {
+            want = dot[i * n_total + j];
+            allowed = tol * mag[i * n_total + j];
+          }
+          const double got = y[i * ldy + j];
+          const double ratio = std::isfinite(got) ? std::fabs(got - want) / (allowed + 1e-30)
+                                                  : std::numeric_limits<double>::infinity();
+          if (!(ratio <= worst)) {
+            worst = ratio;
+            wi = i;
+            wj = j;
+          }
+        }
+      }
+      INFO("worst at row " << wi << " col " << wj << ": error/allowed = " << worst);
+      CHECK(padding_ok);
+      CHECK(worst <= 1.0);
+    }
+  }
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+TEST_CASE("gemm int4: awkward m, rows, k over every group, sym/asym, scale dtype",
+          "[kernels][gemm_quant]") {
+  const Shape shapes[] = {{1, 1, 32},   {2, 7, 64},    {3, 17, 128},  {7, 769, 896},
+                          {8, 17, 2112}, {9, 7, 896},  {1, 769, 2048}, {4, 33, 160},
+                          {15, 17, 96}, {16, 7, 64},   {33, 17, 128}, {128, 769, 2048},
+                          {2, 5, 32},   {5, 40, 2176}};
+  uint32_t seed = 1;
+  for (const Shape& s : shapes) {
+    for (int64_t g : {32, 64, 128}) {
+      if (s.k % g != 0) continue;
+      // sym/asym, scale dtype and strides cycle with the seed across shapes and groups.
+      Case c;
+      c.m = s.m;
+      c.k = s.k;
+      c.rows = {s.n};
+      c.bias = {seed % 2 == 0};
+      c.group = g;
+      c.asym = seed % 2 == 1;
+      c.scale_dtype = (seed / 2) % 2 == 0 ? DType::kF16 : DType::kBF16;
+      c.ldx_pad = seed % 3 == 0 ? 0 : 3;
+      c.ldy_pad = seed % 4 == 0 ? 0 : 5;
+      check_case(c, seed++);
+    }
+  }
+}
+
+TEST_CASE("gemm int4: every sym/asym x scale dtype x group at decode and prefill sizes",
+          "[kernels][gemm_quant]") {
+  uint32_t seed = 1000;
+  for (int64_t m : {1, 8, 33}) {
+    for (int64_t g : {32, 64, 128}) {
+      for (bool asym : {false, true}) {
+        for (DType sd : {DType::kF16, DType::kBF16}) {
+          Case c;
+          c.m = m;
+          c.k = 384;
+          c.rows = {19};
+          c.bias = {asym};
+          c.group = g;
+          c.asym = asym;
+          c.scale_dtype = sd;
+          c.ldx_pad = 1;
+          check_case(c, seed++);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm int4: two and three blocks, SiLU-mul", "[kernels][gemm_quant]") {
+  uint32_t seed = 100;
+  for (int64_t m : {1, 3, 8, 9, 17, 64}) {
+    Case c;
+    c.m = m;
+    c.k = m == 17 ? 896 : 128;
+    c.group = m % 2 ? 64 : 32;
+    c.asym = m % 3 == 0;
+    c.scale_dtype = m % 2 ? DType::kBF16 : DType::kF16;
+    c.rows = {40, 17, 23};
+    c.bias = {true, false, true};
+    c.ldx_pad = 1;
+    c.ldy_pad = 2;
+    check_case(c, seed++);
+    c.rows = {64, 33};
+    c.bias = {false, true};
+    check_case(c, seed++);
+    c.rows = {33, 33};
+    c.bias = {m % 2 == 0, true};
+    c.ep = GemmEpilogue::kSiluMul;
+    check_case(c, seed++);
+    c.rows = {1, 1};
+    c.k = 32;
+    c.group = 32;
+    check_case(c, seed++);
+  }
+}
+
+TEST_CASE("gemm fp8: awkward m, rows, k (any k >= 1)", "[kernels][gemm_quant]") {
+  const Shape shapes[] = {{1, 1, 1},    {2, 7, 7},     {3, 17, 31},   {7, 769, 33},
+                          {8, 17, 896}, {9, 7, 2049},  {1, 769, 2048}, {4, 5, 17},
+                          {15, 17, 65}, {16, 7, 100},  {33, 17, 128}, {128, 769, 2048},
+                          {5, 1, 1000}, {2, 3, 16}};
+  uint32_t seed = 200;
+  for (const Shape& s : shapes) {
+    Case c;
+    c.dtype = DType::kF8E4M3;
+    c.m = s.m;
+    c.k = s.k;
+    c.rows = {s.n};
+    c.bias = {seed % 2 == 0};
+    c.ldx_pad = seed % 3 == 0 ? 0 : 3;
+    c.ldy_pad = seed % 4 == 0 ? 0 : 5;
+    check_case(c, seed++);
+  }
+}
+
+TEST_CASE("gemm fp8: two and three blocks, SiLU-mul", "[kernels][gemm_quant]") {
+  uint32_t seed = 300;
+  for (int64_t m : {1, 4, 7, 17, 64}) {
+    Case c;
+    c.dtype = DType::kF8E4M3;
+    c.m = m;
+    c.k = m == 7 ? 257 : 130;
+    c.rows = {40, 17, 23};
+    c.bias = {true, false, true};
+    c.ldx_pad = 2;
+    c.ldy_pad = 1;
+    check_case(c, seed++);
+    c.rows = {33, 33};
+    c.bias = {true, m % 2 == 0};
+    c.ep = GemmEpilogue::kSiluMul;
+    check_case(c, seed++);
+    c.rows = {7, 7};
+    check_case(c, seed++);
+  }
+}
+
+}  // namespace
+}  // namespace sampan::cpu
