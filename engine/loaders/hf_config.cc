@@ -260,6 +260,64 @@ void parse_sliding_window(const Keys& keys, HfConfig* c) {
   if (window && any) c->sliding_window = window;
 }
 
+uint64_t seed_value(const Keys& keys, std::string_view key, const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  keys.wrong(key, v, "a non-negative integer");
+}
+
+// The "quantization_config" section written by `sampan quantize` (quant_method "sampan").
+HfQuantConfig parse_quant(const Keys& top, const HfConfig& c) {
+  const json& section = *top.find("quantization_config");
+  if (!section.is_object()) top.wrong("quantization_config", section, "an object");
+  const Keys keys(section, top.source(), "quantization_config");
+  HfQuantConfig q;
+  const auto format = keys.opt_string("format");
+  if (!format) keys.missing("format");
+  SAMPAN_CHECK(models::parse_weight_format(format->c_str(), &q.scheme.format),
+               ErrorCode::kInvalidModel,
+               "{}: key 'quantization_config.format' is '{}', expected none, fp8 or int4",
+               top.source(), printable(*format));
+  if (q.scheme.format == models::WeightFormat::kInt4) {
+    q.scheme.group_size = keys.req_positive_int("group_size");
+    SAMPAN_CHECK(q.scheme.group_size == 32 || q.scheme.group_size == 64 ||
+                     q.scheme.group_size == 128,
+                 ErrorCode::kInvalidModel,
+                 "{}: key 'quantization_config.group_size' is {}, expected 32, 64 or 128",
+                 top.source(), q.scheme.group_size);
+    const json* sym = keys.find("symmetric");
+    if (sym == nullptr) keys.missing("symmetric");
+    q.scheme.symmetric = keys.opt_bool("symmetric", true);
+    const auto sd = keys.opt_string("scale_dtype");
+    if (!sd) keys.missing("scale_dtype");
+    SAMPAN_CHECK(*sd == "f16" || *sd == "bf16", ErrorCode::kInvalidModel,
+                 "{}: key 'quantization_config.scale_dtype' is '{}', expected f16 or bf16",
+                 top.source(), printable(*sd));
+    q.scheme.scale_dtype = *sd == "bf16" ? DType::kBF16 : DType::kF16;
+  }
+  if (const json* rot = keys.find("rotation")) {
+    if (!rot->is_object()) keys.wrong("rotation", *rot, "an object");
+    const Keys r(*rot, top.source(), "quantization_config.rotation");
+    const auto method = r.opt_string("method");
+    if (!method) r.missing("method");
+    SAMPAN_CHECK(*method == "hadamard", ErrorCode::kInvalidModel,
+                 "{}: key 'quantization_config.rotation.method' is '{}', expected hadamard",
+                 top.source(), printable(*method));
+    const json* seed = r.find("seed");
+    if (seed == nullptr) r.missing("seed");
+    q.rotation_seed = seed_value(r, "seed", *seed);
+    q.down_hadamard_block = r.req_positive_int("down_proj_block");
+    const int64_t b = q.down_hadamard_block;
+    // The online transform is a block-diagonal Walsh-Hadamard over the down_proj input.
+    SAMPAN_CHECK((b & (b - 1)) == 0 && c.intermediate_size % b == 0, ErrorCode::kInvalidModel,
+                 "{}: key 'quantization_config.rotation.down_proj_block' is {}, expected a power "
+                 "of two dividing intermediate_size ({})",
+                 top.source(), b, c.intermediate_size);
+    q.rotated = true;
+  }
+  return q;
+}
+
 }  // namespace
 
 HfConfig parse_hf_config(std::string_view json_text, const std::string& source) {
@@ -272,17 +330,19 @@ HfConfig parse_hf_config(std::string_view json_text, const std::string& source) 
   c.source = source;
   c.arch = parse_arch(keys, &c.model_type);
 
-  // Pre-quantised checkpoints (GPTQ, AWQ, FP8, ...) carry packed tensors under other names;
-  // refuse them here with the reason rather than later as a missing tensor.
+  // Pre-quantised checkpoints of other tools (GPTQ, AWQ, FP8, ...) carry packed tensors under
+  // other names; refuse them here with the reason rather than later as a missing tensor.
+  bool sampan_quant = false;
   if (root.contains("quantization_config")) {
     const json& q = root["quantization_config"];
     const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
                                    ? q["quant_method"].get<std::string>()
                                    : std::string("unknown");
-    fail(ErrorCode::kUnsupported,
-         "{}: key 'quantization_config' (quant_method '{}'): pre-quantised checkpoints are not "
-         "supported yet; load the unquantised model",
-         source, printable(method));
+    sampan_quant = method == "sampan";
+    SAMPAN_CHECK(sampan_quant, ErrorCode::kUnsupported,
+                 "{}: key 'quantization_config' (quant_method '{}'): pre-quantised checkpoints are "
+                 "not supported yet; load the unquantised model",
+                 source, printable(method));
   }
 
   const std::string act = keys.opt_string("hidden_act").value_or("silu");
@@ -344,6 +404,8 @@ HfConfig parse_hf_config(std::string_view json_text, const std::string& source) 
       c.eos_token_ids.push_back(keys.token_id("eos_token_id", *eos));
     }
   }
+
+  if (sampan_quant) c.quant = parse_quant(keys, c);
 
   const char* dtype_key = keys.find("dtype") ? "dtype" : "torch_dtype";
   if (const auto name = keys.opt_string(dtype_key)) {

@@ -24,6 +24,15 @@
 // defaulting to max_position_embeddings). yarn, dynamic, longrope and any other type are
 // Error(kUnsupported) naming the type; so is partial_rotary_factor != 1.
 //
+// A model directory written by `sampan quantize` carries "quantization_config" with
+// "quant_method": "sampan" (HfQuantConfig below); every other quant_method (gptq, awq, fp8, ...)
+// is Error(kUnsupported). The section:
+//   "format": "none" | "fp8" | "int4"            (required)
+//   "group_size": 32 | 64 | 128, "symmetric": bool, "scale_dtype": "f16" | "bf16"   (int4 only,
+//                                                 all required then)
+//   "rotation": {"method": "hadamard", "seed": N, "down_proj_block": B}   (optional; B a power of
+//                                                 two dividing intermediate_size)
+//
 // Errors are one line naming the file and the key: kInvalidModel for malformed or inconsistent
 // values (missing, wrong type, non-positive, heads not dividing), kUnsupported for a valid
 // config Sampan cannot run (architecture, hidden_act other than silu, rope type).
@@ -36,6 +45,7 @@
 #include <vector>
 
 #include "engine/core/dtype.h"
+#include "engine/models/model_options.h"
 
 namespace sampan {
 
@@ -55,6 +65,16 @@ struct RopeScaling {
   double low_freq_factor = 1.0;   // llama3
   double high_freq_factor = 4.0;  // llama3
   int64_t original_max_position_embeddings = 0;  // llama3
+};
+
+// What `sampan quantize` did to a model directory ("quantization_config", quant_method "sampan").
+// Linears stored quantized: every one for fp8; for int4 those whose input width is a multiple of
+// the group size (the others keep their float weights).
+struct HfQuantConfig {
+  models::QuantScheme scheme;       // format kNone: float weights (rotated only)
+  bool rotated = false;             // Hadamard-rotated (models/llama_rotate.h)
+  uint64_t rotation_seed = 0;
+  int64_t down_hadamard_block = 0;  // rotated only: block of the online transform before down_proj
 };
 
 struct HfConfig {
@@ -90,6 +110,8 @@ struct HfConfig {
   std::vector<int64_t> eos_token_ids;  // empty when the config names none
   // "dtype" (newer transformers) or "torch_dtype"; empty when absent.
   std::optional<DType> dtype;
+  // Set for a directory written by `sampan quantize`.
+  std::optional<HfQuantConfig> quant;
 
   int64_t q_dim() const { return n_head * head_dim; }     // width of the q projection
   int64_t kv_dim() const { return n_head_kv * head_dim; }  // width of each of k and v

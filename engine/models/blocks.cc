@@ -2,10 +2,26 @@
 
 namespace sampan::models {
 
+namespace {
+
+bool present(const Tensor& t) { return t.defined() && t.numel() > 0; }
+
+}  // namespace
+
 ValueId linear(Graph& g, const std::string& name, ValueId x, const Linear& w) {
+  // The op's fixed slots (engine/ops/linear.cc): x, weight, bias, scales, zeros; absent ones are
+  // kNoValue and trailing absent ones are left out.
   std::vector<ValueId> inputs = {x, g.add_constant(name + ".weight", w.weight)};
-  if (w.bias.defined() && w.bias.numel() > 0) inputs.push_back(g.add_constant(name + ".bias", w.bias));
-  return g.add("linear", name, std::move(inputs));
+  const ValueId bias = present(w.bias) ? g.add_constant(name + ".bias", w.bias) : graph::kNoValue;
+  const ValueId scales =
+      present(w.scales) ? g.add_constant(name + ".weight_scale", w.scales) : graph::kNoValue;
+  const ValueId zeros =
+      present(w.zeros) ? g.add_constant(name + ".weight_zero", w.zeros) : graph::kNoValue;
+  for (ValueId v : {bias, scales, zeros}) inputs.push_back(v);
+  while (inputs.back() == graph::kNoValue) inputs.pop_back();
+  graph::Attributes attrs;
+  if (w.weight.dtype() == DType::kI4) attrs.set("group_size", w.group_size);
+  return g.add("linear", name, std::move(inputs), std::move(attrs));
 }
 
 ValueId rms_norm(Graph& g, const std::string& name, ValueId x, const Tensor& weight, double eps) {

@@ -3,7 +3,12 @@
 #include <cmath>
 
 #include "engine/core/error.h"
+#include "engine/core/log.h"
+#include "engine/models/llama_rotate.h"
 #include "engine/models/rope_freqs.h"
+#include "kernels/cpu/attention_cpu.h"
+#include "kernels/cpu/hadamard_cpu.h"
+#include "quant/quantize.h"
 
 namespace sampan::models {
 namespace {
@@ -14,18 +19,193 @@ Tensor vector_f32(const WeightStore& store, const std::string& name, int64_t n) 
   return store.get_as(name, {n}, kWeightTypes).to_f32();
 }
 
-Linear load_linear(const WeightStore& store, const std::string& name, int64_t out, int64_t in,
-                   bool bias) {
+// Whether `sampan quantize` stored a linear of input width `in` quantized (hf_config.h).
+bool stored_quantized(const HfQuantConfig* q, int64_t in) {
+  if (q == nullptr) return false;
+  switch (q->scheme.format) {
+    case WeightFormat::kNone: return false;
+    case WeightFormat::kFp8: return true;
+    case WeightFormat::kInt4: return in % q->scheme.group_size == 0;
+  }
+  return false;
+}
+
+// One companion tensor of a quantized weight (its scale or zero point), checked for dtype and
+// shape. Every error is kInvalidModel naming the file and the tensor.
+Tensor companion(const WeightStore& store, const WeightInfo& weight, const std::string& name,
+                 const char* role, DType dtype, const Shape& shape, const std::string& why) {
+  SAMPAN_CHECK(store.has(name), ErrorCode::kInvalidModel,
+               "{}: tensor '{}' is missing (the {} of the {} weight '{}')", weight.file, name, role,
+               weight.dtype == DType::kI8 ? "int4" : dtype_name(weight.dtype), weight.name);
+  const WeightInfo info = store.info(name);
+  SAMPAN_CHECK(info.dtype == dtype && info.shape == shape, ErrorCode::kInvalidModel,
+               "{}: tensor '{}' is {}{}, expected {}{} ({})", info.file, name,
+               dtype_safetensors_name(info.dtype), shape_str(info.shape),
+               dtype_safetensors_name(dtype), shape_str(shape), why);
+  return store.get(name);
+}
+
+Linear load_quantized(const WeightStore& store, const std::string& name, int64_t out, int64_t in,
+                      const QuantScheme& s) {
+  const std::string wname = name + ".weight";
+  const WeightInfo wi = store.info(wname);
   Linear l;
-  l.weight = store.get_as(name + ".weight", {out, in}, kWeightTypes);
+  if (s.format == WeightFormat::kFp8) {
+    SAMPAN_CHECK(wi.dtype == DType::kF8E4M3 && wi.shape == (Shape{out, in}),
+                 ErrorCode::kInvalidModel,
+                 "{}: tensor '{}' is {}{}, expected F8_E4M3[{}, {}] (quantization_config format "
+                 "fp8)",
+                 wi.file, wname, dtype_safetensors_name(wi.dtype), shape_str(wi.shape), out, in);
+    l.weight = store.get(wname);
+    l.scales = companion(store, wi, name + ".weight_scale", "scale", DType::kF32, {out},
+                         "one f32 scale per output channel");
+    return l;
+  }
+  const int64_t g = s.group_size, groups = in / g;
+  SAMPAN_CHECK(wi.dtype == DType::kI8 && wi.shape == (Shape{out, in / 2}),
+               ErrorCode::kInvalidModel,
+               "{}: tensor '{}' is {}{}, expected I8[{}, {}] (int4 [{}, {}] packed two per byte)",
+               wi.file, wname, dtype_safetensors_name(wi.dtype), shape_str(wi.shape), out, in / 2,
+               out, in);
+  const Tensor packed = store.get(wname);
+  l.weight = Tensor::from_storage(packed.storage(), packed.byte_offset(), {out, in}, DType::kI4);
+  const std::string why = fmt::format("int4 group size {}: {} columns make {} groups", g, in, groups);
+  l.scales = companion(store, wi, name + ".weight_scale", "scale", s.scale_dtype, {out, groups},
+                       why);
+  const std::string zname = name + ".weight_zero";
+  if (!s.symmetric) {
+    l.zeros = companion(store, wi, zname, "zero point", DType::kI8, {out, groups}, why);
+  } else {
+    SAMPAN_CHECK(!store.has(zname), ErrorCode::kInvalidModel,
+                 "{}: tensor '{}' is present but quantization_config says symmetric",
+                 store.info(zname).file, zname);
+  }
+  l.group_size = g;
+  return l;
+}
+
+Linear load_linear(const WeightStore& store, const std::string& name, int64_t out, int64_t in,
+                   bool bias, const HfQuantConfig* q) {
+  Linear l;
+  if (stored_quantized(q, in)) {
+    l = load_quantized(store, name, out, in, q->scheme);
+  } else {
+    l.weight = store.get_as(name + ".weight", {out, in}, kWeightTypes);
+  }
   if (bias) l.bias = vector_f32(store, name + ".bias", out);
   return l;
+}
+
+bool is_float(const Tensor& t) {
+  return t.dtype() == DType::kF32 || t.dtype() == DType::kF16 || t.dtype() == DType::kBF16;
+}
+
+// Quantizes a float linear in place; false when int4 cannot group its input width.
+bool quantize_linear(Linear& l, const QuantScheme& s, const std::string& name) {
+  if (!is_float(l.weight)) return false;
+  if (s.format == WeightFormat::kInt4 && l.weight.dim(1) % s.group_size != 0) return false;
+  quant::QuantizedMatrix q = quant::quantize_matrix(l.weight, s, name + ".weight");
+  l.weight = std::move(q.data);
+  l.scales = std::move(q.scales);
+  l.zeros = std::move(q.zeros);
+  l.group_size = s.format == WeightFormat::kInt4 ? s.group_size : 0;
+  return true;
+}
+
+void quantize_weights(const HfConfig& c, LlamaWeights& w, const QuantScheme& s) {
+  SAMPAN_CHECK(s.format != WeightFormat::kInt4 ||
+                   (s.group_size == 32 || s.group_size == 64 || s.group_size == 128),
+               ErrorCode::kInvalidArgument, "int4 group size {} (expected 32, 64 or 128)",
+               s.group_size);
+  int done = 0, kept = 0;
+  auto one = [&](Linear& l, const std::string& name) { (quantize_linear(l, s, name) ? done : kept)++; };
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    LlamaLayerWeights& l = w.layers[static_cast<size_t>(i)];
+    one(l.attn.q, p + "self_attn.q_proj");
+    one(l.attn.k, p + "self_attn.k_proj");
+    one(l.attn.v, p + "self_attn.v_proj");
+    one(l.attn.o, p + "self_attn.o_proj");
+    one(l.gate, p + "mlp.gate_proj");
+    one(l.up, p + "mlp.up_proj");
+    one(l.down, p + "mlp.down_proj");
+  }
+  // A tied lm_head is quantized into its own tensors; the embedding table stays float.
+  one(w.output, "lm_head");
+  if (kept > 0) {
+    log::warn("{}: {} of {} linears keep float weights: their input width is not a multiple of "
+              "the int4 group size {}",
+              c.source, kept, done + kept, s.group_size);
+  }
+  log::debug("{}: quantized {} linears to {}", c.source, done, weight_format_name(s.format));
+}
+
+// Self-attention as blocks.h attention(), plus what ModelBuildOptions adds: the KV pool format
+// attribute and the online Walsh-Hadamard on Q and K heads after RoPE.
+ValueId llama_attention(Graph& g, const std::string& name, ValueId x, const AttentionWeights& w,
+                        const AttentionParams& p, const DecoderInputs& in, ValueId k_cache,
+                        ValueId v_cache, const ModelBuildOptions& o) {
+  const ValueId q = linear(g, name + ".q_proj", x, w.q);
+  const ValueId k = linear(g, name + ".k_proj", x, w.k);
+  const ValueId v = linear(g, name + ".v_proj", x, w.v);
+  const graph::Attributes q_rope = {{"n_heads", p.n_heads}, {"head_dim", p.head_dim},
+                                    {"attn_factor", p.rope_attn_factor}};
+  const graph::Attributes k_rope = {{"n_heads", p.n_kv_heads}, {"head_dim", p.head_dim},
+                                    {"attn_factor", p.rope_attn_factor}};
+  ValueId qr = g.add("rope", name + ".q_rope", {q, in.positions, in.inv_freq}, q_rope);
+  ValueId kr = g.add("rope", name + ".k_rope", {k, in.positions, in.inv_freq}, k_rope);
+  if (o.kv_hadamard) {
+    // The same orthogonal transform on every Q and K head leaves q·k unchanged; blocks stay
+    // inside a head (a power of two dividing head_dim).
+    const graph::Attributes h = {{"block", cpu::hadamard_block_for(p.head_dim)}};
+    qr = g.add("hadamard", name + ".q_hadamard", {qr}, h);
+    kr = g.add("hadamard", name + ".k_hadamard", {kr}, h);
+  }
+  const ValueId a =
+      g.add("attention", name + ".attn",
+            {qr, kr, v, k_cache, v_cache, in.positions, in.seq_ids, in.block_tables},
+            {{"n_heads", p.n_heads},
+             {"n_kv_heads", p.n_kv_heads},
+             {"head_dim", p.head_dim},
+             {"scale", p.scale},
+             {"sliding_window", p.sliding_window},
+             {"kv_dtype", std::string(cpu::kv_dtype_name(o.kv_cache_dtype))}});
+  return linear(g, name + ".o_proj", a, w.o);
+}
+
+// SwiGLU as blocks.h swiglu_ffn(), with the online half of the rotation before down_proj when
+// the weights are rotated. The gate/up fusion pass still applies: the hadamard node reads the
+// silu_mul output, not the projections.
+ValueId llama_ffn(Graph& g, const std::string& name, ValueId x, const LlamaLayerWeights& l,
+                  int64_t down_hadamard_block) {
+  const ValueId gv = linear(g, name + ".gate_proj", x, l.gate);
+  const ValueId uv = linear(g, name + ".up_proj", x, l.up);
+  ValueId h = g.add("silu_mul", name + ".act", {gv, uv});
+  if (down_hadamard_block > 0) {
+    h = g.add("hadamard", name + ".down_hadamard", {h}, {{"block", down_hadamard_block}});
+  }
+  return linear(g, name + ".down_proj", h, l.down);
 }
 
 }  // namespace
 
 LlamaWeights load_llama_weights(const HfConfig& c, const WeightStore& store,
                                 const ModelBuildOptions& options) {
+  const HfQuantConfig* q = c.quant ? &*c.quant : nullptr;
+  if (options.hadamard.enabled) {
+    SAMPAN_CHECK(q == nullptr, ErrorCode::kInvalidArgument,
+                 "{}: cannot rotate on load: the model is already {} (quantization_config); "
+                 "rotate the original float model",
+                 c.source, q->rotated ? "rotated" : "quantized");
+  }
+  if (options.quantization.format != WeightFormat::kNone) {
+    SAMPAN_CHECK(q == nullptr || q->scheme.format == WeightFormat::kNone,
+                 ErrorCode::kInvalidArgument,
+                 "{}: cannot quantize on load to {}: the model is already quantized ({})",
+                 c.source, weight_format_name(options.quantization.format),
+                 weight_format_name(q->scheme.format));
+  }
+
   LlamaWeights w;
   const int64_t d = c.hidden_size;
   w.tok_embd = store.get_as("model.embed_tokens.weight", {c.vocab_size, d}, kWeightTypes);
@@ -34,20 +214,27 @@ LlamaWeights load_llama_weights(const HfConfig& c, const WeightStore& store,
     const std::string p = fmt::format("model.layers.{}.", i);
     LlamaLayerWeights& l = w.layers[static_cast<size_t>(i)];
     l.attn_norm = vector_f32(store, p + "input_layernorm.weight", d);
-    l.attn.q = load_linear(store, p + "self_attn.q_proj", c.q_dim(), d, c.bias_q);
-    l.attn.k = load_linear(store, p + "self_attn.k_proj", c.kv_dim(), d, c.bias_k);
-    l.attn.v = load_linear(store, p + "self_attn.v_proj", c.kv_dim(), d, c.bias_v);
-    l.attn.o = load_linear(store, p + "self_attn.o_proj", d, c.q_dim(), c.bias_o);
+    l.attn.q = load_linear(store, p + "self_attn.q_proj", c.q_dim(), d, c.bias_q, q);
+    l.attn.k = load_linear(store, p + "self_attn.k_proj", c.kv_dim(), d, c.bias_k, q);
+    l.attn.v = load_linear(store, p + "self_attn.v_proj", c.kv_dim(), d, c.bias_v, q);
+    l.attn.o = load_linear(store, p + "self_attn.o_proj", d, c.q_dim(), c.bias_o, q);
     l.ffn_norm = vector_f32(store, p + "post_attention_layernorm.weight", d);
-    l.gate = load_linear(store, p + "mlp.gate_proj", c.intermediate_size, d, c.bias_mlp);
-    l.up = load_linear(store, p + "mlp.up_proj", c.intermediate_size, d, c.bias_mlp);
-    l.down = load_linear(store, p + "mlp.down_proj", d, c.intermediate_size, c.bias_mlp);
+    l.gate = load_linear(store, p + "mlp.gate_proj", c.intermediate_size, d, c.bias_mlp, q);
+    l.up = load_linear(store, p + "mlp.up_proj", c.intermediate_size, d, c.bias_mlp, q);
+    l.down = load_linear(store, p + "mlp.down_proj", d, c.intermediate_size, c.bias_mlp, q);
   }
   w.output_norm = vector_f32(store, "model.norm.weight", d);
-  if (c.tie_word_embeddings) {
+  // A quantized lm_head is always stored on its own (`sampan quantize` unties it).
+  if (c.tie_word_embeddings && !stored_quantized(q, d)) {
     w.output.weight = w.tok_embd;
   } else {
-    w.output.weight = store.get_as("lm_head.weight", {c.vocab_size, d}, kWeightTypes);
+    w.output = load_linear(store, "lm_head", c.vocab_size, d, false, q);
+  }
+  if (q != nullptr && q->rotated) w.down_hadamard_block = q->down_hadamard_block;
+
+  if (options.hadamard.enabled) rotate_llama_weights(c, w, options.hadamard.seed);
+  if (options.quantization.format != WeightFormat::kNone) {
+    quantize_weights(c, w, options.quantization);
   }
   return w;
 }
@@ -76,20 +263,25 @@ graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w,
   ap.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   ap.rope_attn_factor = rope.attention_factor;
 
+  // KV pools (llama.h): f32 rows for kF32, else raw bytes in the kernels' row format.
+  const bool f32_kv = options.kv_cache_dtype == cpu::KvDtype::kF32;
+  const DType pool_type = f32_kv ? DType::kF32 : DType::kI8;
+  const int64_t row = f32_kv ? c.kv_dim()
+                             : cpu::kv_row_bytes(options.kv_cache_dtype, c.n_head_kv, c.head_dim);
+
   ValueId h = g.add("embedding", "tok_embd", {ids, g.add_constant("tok_embd.weight", w.tok_embd)});
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = fmt::format("layers.{}", i);
     const LlamaLayerWeights& l = w.layers[static_cast<size_t>(i)];
-    const std::vector<Dim> pool = {Dim::sym("n_blocks"), Dim::sym("block_size"),
-                                   Dim::fixed(c.kv_dim())};
-    const ValueId k_cache = g.add_input(fmt::format("k_cache.{}", i), DType::kF32, pool);
-    const ValueId v_cache = g.add_input(fmt::format("v_cache.{}", i), DType::kF32, pool);
+    const std::vector<Dim> pool = {Dim::sym("n_blocks"), Dim::sym("block_size"), Dim::fixed(row)};
+    const ValueId k_cache = g.add_input(fmt::format("k_cache.{}", i), pool_type, pool);
+    const ValueId v_cache = g.add_input(fmt::format("v_cache.{}", i), pool_type, pool);
     ap.sliding_window = c.layer_is_sliding(i) ? *c.sliding_window : 0;
     const ValueId x = rms_norm(g, p + ".attn_norm", h, l.attn_norm, c.rms_norm_eps);
-    const ValueId a = attention(g, p + ".attn", x, l.attn, ap, in, k_cache, v_cache);
+    const ValueId a = llama_attention(g, p + ".attn", x, l.attn, ap, in, k_cache, v_cache, options);
     h = g.add("add", p + ".attn_residual", {h, a});
     const ValueId y = rms_norm(g, p + ".ffn_norm", h, l.ffn_norm, c.rms_norm_eps);
-    const ValueId f = swiglu_ffn(g, p + ".ffn", y, l.gate, l.up, l.down);
+    const ValueId f = llama_ffn(g, p + ".ffn", y, l, w.down_hadamard_block);
     h = g.add("add", p + ".ffn_residual", {h, f});
   }
   const ValueId rows = g.add("gather_rows", "logit_rows", {h, logit_rows});

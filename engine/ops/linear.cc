@@ -1,10 +1,18 @@
-// linear(x [rows, k] f32, w_0 [n_0, k], ..., w_{b-1}, [bias_0 [n_0], ..., bias_{b-1}]) -> y
+// linear(x [rows, k] f32, w_0 [n_0, k], ..., w_{b-1}, bias_0 [n_0], ..., bias_{b-1},
+//        scales_0, ..., scales_{b-1}, zeros_0, ..., zeros_{b-1}) -> y
 //
-// Attributes: n_blocks = b (default 1, at most 3), epilogue = "store" (default) | "silu_mul".
+// Fixed slots: input 1 + i is block i's weight, 1 + b + i its bias, 1 + 2b + i its scales,
+// 1 + 3b + i its zero points; an absent one is kNoValue, and trailing groups of slots may be left
+// out altogether (1 + b, 1 + 2b, 1 + 3b or 1 + 4b inputs).
+// Attributes: n_blocks = b (default 1, at most 3), epilogue = "store" (default) | "silu_mul",
+// group_size (int4 only).
 // The weights are one virtual matrix, concatenated along the output dimension without copying
 // (fused Q/K/V, fused gate/up). "store": y is [rows, n_0 + ... + n_{b-1}]; "silu_mul" (b == 2,
-// n_0 == n_1): y = silu(x·w_0ᵀ + bias_0) * (x·w_1ᵀ + bias_1), [rows, n_0]. Biases are f32 and
-// may be absent (kNoValue) individually.
+// n_0 == n_1): y = silu(x·w_0ᵀ + bias_0) * (x·w_1ᵀ + bias_1), [rows, n_0]. Biases are f32.
+// Weights: f32, f16, bf16, or quantized (kernels/cpu/gemm_cpu.h, every block the same format):
+//   f8_e4m3 [n_i, k] with scales_i f32 [n_i];
+//   i4 [n_i, k] (packed) with scales_i f16|bf16 [n_i, k / group_size] (one scale type for all
+//   blocks) and optional zeros_i i8 [n_i, k / group_size].
 #include "engine/core/error.h"
 #include "engine/ops/op_registry.h"
 #include "kernels/cpu/gemm_cpu.h"
@@ -18,8 +26,9 @@ int n_blocks(const graph::Node& node) {
                "node '{}' (linear): n_blocks = {} outside 1..{}", node.name, b,
                cpu::kMaxGemmBlocks);
   const int64_t n_in = static_cast<int64_t>(node.inputs.size());
-  SAMPAN_CHECK(n_in == 1 + b || n_in == 1 + 2 * b, ErrorCode::kInvalidArgument,
-               "node '{}' (linear): {} inputs for {} weight blocks", node.name, n_in, b);
+  SAMPAN_CHECK(n_in == 1 + b || n_in == 1 + 2 * b || n_in == 1 + 3 * b || n_in == 1 + 4 * b,
+               ErrorCode::kInvalidArgument, "node '{}' (linear): {} inputs for {} weight blocks",
+               node.name, n_in, b);
   return static_cast<int>(b);
 }
 
@@ -30,28 +39,98 @@ bool silu_mul_epilogue(const graph::Node& node) {
   return ep == "silu_mul";
 }
 
+enum class Slot { kBias = 1, kScales = 2, kZeros = 3 };
+
+size_t slot(int b, int i, Slot s) { return static_cast<size_t>(1 + static_cast<int>(s) * b + i); }
+
+const char* slot_name(Slot s) {
+  switch (s) {
+    case Slot::kBias: return "bias";
+    case Slot::kScales: return "scales";
+    case Slot::kZeros: return "zeros";
+  }
+  return "?";
+}
+
+bool quantized(DType t) { return t == DType::kF8E4M3 || t == DType::kI4; }
+
+// Checks one optional slot of block i: `want` says whether it must be present, absent, or may be
+// either; when present it must be `dtype` with `shape`.
+enum class Need { kAbsent, kRequired, kOptional };
+void check_slot(const graph::Node& node, const std::vector<TensorDesc>& in, int b, int i, Slot s,
+                Need need, DType dtype, const Shape& shape, const char* format) {
+  const size_t idx = slot(b, i, s);
+  const bool here = idx < in.size() && in[idx].present;
+  const int index = static_cast<int>(idx);
+  if (!here) {
+    SAMPAN_CHECK(need != Need::kRequired, ErrorCode::kInvalidArgument,
+                 "node '{}' (linear): input {} ({}_{}) is missing; {} weights need it", node.name,
+                 index, slot_name(s), i, format);
+    return;
+  }
+  SAMPAN_CHECK(need != Need::kAbsent, ErrorCode::kInvalidArgument,
+               "node '{}' (linear): input {} ({}_{}) is given but {} weights take none", node.name,
+               index, slot_name(s), i, format);
+  SAMPAN_CHECK(in[idx].dtype == dtype && in[idx].shape == shape, ErrorCode::kInvalidArgument,
+               "node '{}' (linear): input {} ({}_{}) is {}{}, expected {}{}", node.name, index,
+               slot_name(s), i, dtype_name(in[idx].dtype), shape_str(in[idx].shape),
+               dtype_name(dtype), shape_str(shape));
+}
+
 std::vector<TensorDesc> infer(const graph::Node& node, const std::vector<TensorDesc>& in) {
   const int b = n_blocks(node);
   expect_rank(node, in[0], 0, 2);
   expect_dtype(node, in[0], 0, DType::kF32);
   const int64_t k = in[0].shape[1];
+  const DType wtype = in[1].dtype;
+  const int64_t g = node.attrs.get_int("group_size", 0);
+  if (wtype == DType::kI4) {
+    SAMPAN_CHECK(g == 32 || g == 64 || g == 128, ErrorCode::kInvalidArgument,
+                 "node '{}' (linear): int4 weights need group_size 32, 64 or 128, got {}",
+                 node.name, g);
+    SAMPAN_CHECK(k % g == 0, ErrorCode::kInvalidArgument,
+                 "node '{}' (linear): input width {} is not a multiple of the int4 group size {}",
+                 node.name, k, g);
+  }
+  DType scale_type = DType::kF16;
+  if (wtype == DType::kI4) {
+    const size_t s0 = slot(b, 0, Slot::kScales);
+    if (s0 < in.size() && in[s0].present) scale_type = in[s0].dtype;
+    SAMPAN_CHECK(scale_type == DType::kF16 || scale_type == DType::kBF16,
+                 ErrorCode::kInvalidArgument,
+                 "node '{}' (linear): input {} (scales_0) is {}, expected f16 or bf16", node.name,
+                 s0, dtype_name(scale_type));
+  }
   int64_t n = 0;
   for (int i = 0; i < b; ++i) {
     const TensorDesc& w = in[static_cast<size_t>(1 + i)];
+    SAMPAN_CHECK(w.present, ErrorCode::kInvalidArgument,
+                 "node '{}' (linear): input {} (weight {}) is missing", node.name, 1 + i, i);
     expect_rank(node, w, 1 + i, 2);
-    SAMPAN_CHECK(w.dtype == in[1].dtype, ErrorCode::kInvalidArgument,
-                 "node '{}' (linear): weight blocks mix {} and {}", node.name,
-                 dtype_name(in[1].dtype), dtype_name(w.dtype));
-    SAMPAN_CHECK(w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16,
+    SAMPAN_CHECK(w.dtype == wtype, ErrorCode::kInvalidArgument,
+                 "node '{}' (linear): weight blocks mix {} and {}", node.name, dtype_name(wtype),
+                 dtype_name(w.dtype));
+    SAMPAN_CHECK(w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16 ||
+                     quantized(w.dtype),
                  ErrorCode::kUnsupported, "node '{}' (linear): weights of type {} are not supported",
                  node.name, dtype_name(w.dtype));
     expect_dim(node, w, 1 + i, 1, k);
-    n += w.shape[0];
-    const size_t bi = static_cast<size_t>(1 + b + i);
-    if (bi < in.size() && in[bi].present) {
-      expect_rank(node, in[bi], static_cast<int>(bi), 1);
-      expect_dtype(node, in[bi], static_cast<int>(bi), DType::kF32);
-      expect_dim(node, in[bi], static_cast<int>(bi), 0, w.shape[0]);
+    const int64_t rows = w.shape[0];
+    n += rows;
+    check_slot(node, in, b, i, Slot::kBias, Need::kOptional, DType::kF32, {rows}, "");
+    switch (w.dtype) {
+      case DType::kF8E4M3:
+        check_slot(node, in, b, i, Slot::kScales, Need::kRequired, DType::kF32, {rows}, "f8_e4m3");
+        check_slot(node, in, b, i, Slot::kZeros, Need::kAbsent, DType::kI8, {}, "f8_e4m3");
+        break;
+      case DType::kI4:
+        check_slot(node, in, b, i, Slot::kScales, Need::kRequired, scale_type, {rows, k / g}, "i4");
+        check_slot(node, in, b, i, Slot::kZeros, Need::kOptional, DType::kI8, {rows, k / g}, "i4");
+        break;
+      default:
+        check_slot(node, in, b, i, Slot::kScales, Need::kAbsent, DType::kF32, {}, "float");
+        check_slot(node, in, b, i, Slot::kZeros, Need::kAbsent, DType::kI8, {}, "float");
+        break;
     }
   }
   if (silu_mul_epilogue(node)) {
@@ -62,6 +141,17 @@ std::vector<TensorDesc> infer(const graph::Node& node, const std::vector<TensorD
   return {{{in[0].shape[0], n}, DType::kF32}};
 }
 
+// The tensor in a slot, or nullptr when absent.
+const Tensor* slot_tensor(const KernelContext& ctx, int b, int i, Slot s) {
+  const size_t idx = slot(b, i, s);
+  if (idx >= ctx.inputs.size() || !ctx.inputs[idx].defined() || ctx.inputs[idx].numel() == 0) {
+    return nullptr;
+  }
+  SAMPAN_CHECK(ctx.inputs[idx].is_contiguous(), ErrorCode::kInternal,
+               "node '{}': {}_{} not contiguous", ctx.node.name, slot_name(s), i);
+  return &ctx.inputs[idx];
+}
+
 void run_cpu(const KernelContext& ctx) {
   const int b = n_blocks(ctx.node);
   const Tensor& x = ctx.inputs[0];
@@ -69,16 +159,19 @@ void run_cpu(const KernelContext& ctx) {
   w.dtype = ctx.inputs[1].dtype();
   w.k = x.dim(1);
   w.n_blocks = b;
+  w.group_size = ctx.node.attrs.get_int("group_size", 0);
   for (int i = 0; i < b; ++i) {
     const Tensor& wi = ctx.inputs[static_cast<size_t>(1 + i)];
     SAMPAN_CHECK(wi.is_contiguous(), ErrorCode::kInternal, "node '{}': weight {} not contiguous",
                  ctx.node.name, i);
     w.data[i] = wi.raw();
     w.rows[i] = wi.dim(0);
-    const size_t bi = static_cast<size_t>(1 + b + i);
-    if (bi < ctx.inputs.size() && ctx.inputs[bi].defined() && ctx.inputs[bi].numel() > 0) {
-      w.bias[i] = ctx.inputs[bi].data<float>();
+    if (const Tensor* bias = slot_tensor(ctx, b, i, Slot::kBias)) w.bias[i] = bias->data<float>();
+    if (const Tensor* s = slot_tensor(ctx, b, i, Slot::kScales)) {
+      w.scales[i] = s->raw();
+      if (w.dtype == DType::kI4) w.scale_dtype = s->dtype();
     }
+    if (const Tensor* z = slot_tensor(ctx, b, i, Slot::kZeros)) w.zeros[i] = z->data<int8_t>();
   }
   const Tensor& y = ctx.outputs[0];
   cpu::gemm(x.dim(0), x.data<float>(), row_stride(x), w,
@@ -86,7 +179,7 @@ void run_cpu(const KernelContext& ctx) {
             y.data<float>(), row_stride(y), ctx.runner);
 }
 
-const RegisterOp kSchema({.name = "linear", .min_inputs = 2, .max_inputs = 1 + 2 * cpu::kMaxGemmBlocks,
+const RegisterOp kSchema({.name = "linear", .min_inputs = 2, .max_inputs = 1 + 4 * cpu::kMaxGemmBlocks,
                           .infer = infer});
 const RegisterKernel kCpu("linear", DeviceType::kCPU, run_cpu);
 

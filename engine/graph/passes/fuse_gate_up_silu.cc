@@ -16,6 +16,19 @@ bool plain_linear_read_only_by(const Graph& g, ValueId v, NodeId reader) {
   return readers.size() == 1 && readers[0] == reader;
 }
 
+// Input slot s (1 weight, 2 bias, 3 scales, 4 zeros) of a one-block linear, kNoValue if absent.
+ValueId slot_of(const Node& n, size_t s) { return s < n.inputs.size() ? n.inputs[s] : kNoValue; }
+
+// Two weight blocks can share one GEMM only in the same format: same weight type and, for
+// quantized weights, the same group size and scale type (engine/ops/linear.cc).
+bool same_format(const Graph& g, const Node& a, const Node& b) {
+  if (g.value(a.inputs[1]).dtype != g.value(b.inputs[1]).dtype) return false;
+  if (a.attrs.get_int("group_size", 0) != b.attrs.get_int("group_size", 0)) return false;
+  const ValueId sa = slot_of(a, 3), sb = slot_of(b, 3);
+  if ((sa == kNoValue) != (sb == kNoValue)) return false;
+  return sa == kNoValue || g.value(sa).dtype == g.value(sb).dtype;
+}
+
 }  // namespace
 
 int fuse_gate_up_silu(Graph& graph) {
@@ -28,16 +41,19 @@ int fuse_gate_up_silu(Graph& graph) {
     const NodeId gi = graph.value(g).producer, ui = graph.value(u).producer;
     const Node& up = graph.node(ui);
     Node& gate = graph.mutable_node(gi);
-    if (gate.inputs[0] != up.inputs[0]) continue;
-    const ValueId w_up = up.inputs[1];
-    const ValueId b_gate = gate.inputs.size() > 2 ? gate.inputs[2] : kNoValue;
-    const ValueId b_up = up.inputs.size() > 2 ? up.inputs[2] : kNoValue;
-    // The fused node sits where the gate projection was; both weights and x exist by then.
-    gate.inputs = {gate.inputs[0], gate.inputs[1], w_up};
-    if (b_gate != kNoValue || b_up != kNoValue) {
-      gate.inputs.push_back(b_gate);
-      gate.inputs.push_back(b_up);
+    if (gate.inputs[0] != up.inputs[0] || !same_format(graph, gate, up)) continue;
+    // Two-block slots: x, w_gate, w_up, then bias, scales and zeros pairs; trailing all-absent
+    // pairs are left out.
+    std::vector<ValueId> inputs = {gate.inputs[0], gate.inputs[1], up.inputs[1]};
+    for (size_t slot = 2; slot <= 4; ++slot) {
+      inputs.push_back(slot_of(gate, slot));
+      inputs.push_back(slot_of(up, slot));
     }
+    while (inputs.back() == kNoValue && inputs[inputs.size() - 2] == kNoValue) {
+      inputs.resize(inputs.size() - 2);
+    }
+    // The fused node sits where the gate projection was; both weights and x exist by then.
+    gate.inputs = std::move(inputs);
     gate.attrs.set("n_blocks", int64_t{2});
     gate.attrs.set("epilogue", std::string("silu_mul"));
     const ValueId out = silu.outputs[0];

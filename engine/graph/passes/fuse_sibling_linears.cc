@@ -11,7 +11,18 @@ bool plain_linear(const Node& n) {
          n.attrs.get_string("epilogue", "store") == "store";
 }
 
-ValueId bias_of(const Node& n) { return n.inputs.size() > 2 ? n.inputs[2] : kNoValue; }
+// Input slot s (1 weight, 2 bias, 3 scales, 4 zeros) of a one-block linear, kNoValue if absent.
+ValueId slot_of(const Node& n, size_t s) { return s < n.inputs.size() ? n.inputs[s] : kNoValue; }
+
+// Blocks share one GEMM only in the same format: same weight type and, for quantized weights,
+// the same group size and scale type (engine/ops/linear.cc).
+bool same_format(const Graph& g, const Node& a, const Node& b) {
+  if (g.value(a.inputs[1]).dtype != g.value(b.inputs[1]).dtype) return false;
+  if (a.attrs.get_int("group_size", 0) != b.attrs.get_int("group_size", 0)) return false;
+  const ValueId sa = slot_of(a, 3), sb = slot_of(b, 3);
+  if ((sa == kNoValue) != (sb == kNoValue)) return false;
+  return sa == kNoValue || g.value(sa).dtype == g.value(sb).dtype;
+}
 
 // Fuses one group if any; returns false when none is left.
 bool fuse_one(Graph& graph) {
@@ -19,27 +30,25 @@ bool fuse_one(Graph& graph) {
   for (NodeId a = 0; a < static_cast<NodeId>(nodes.size()); ++a) {
     if (!plain_linear(nodes[static_cast<size_t>(a)])) continue;
     const Node& first = nodes[static_cast<size_t>(a)];
-    const DType wtype = graph.value(first.inputs[1]).dtype;
     std::vector<NodeId> group = {a};
     for (NodeId b = a + 1; b < static_cast<NodeId>(nodes.size()) &&
                            static_cast<int>(group.size()) < cpu::kMaxGemmBlocks;
          ++b) {
       const Node& n = nodes[static_cast<size_t>(b)];
-      if (plain_linear(n) && n.inputs[0] == first.inputs[0] &&
-          graph.value(n.inputs[1]).dtype == wtype) {
+      if (plain_linear(n) && n.inputs[0] == first.inputs[0] && same_format(graph, first, n)) {
         group.push_back(b);
       }
     }
     if (group.size() < 2) continue;
 
-    std::vector<ValueId> weights, biases, outs;
-    bool any_bias = false;
+    // slots[s]: slot s of every block, in group order (the fused node's fixed layout).
+    std::vector<std::vector<ValueId>> slots(5);
+    std::vector<ValueId> outs;
     for (NodeId n : group) {
-      weights.push_back(graph.node(n).inputs[1]);
-      biases.push_back(bias_of(graph.node(n)));
-      any_bias = any_bias || biases.back() != kNoValue;
+      for (size_t s = 1; s <= 4; ++s) slots[s].push_back(slot_of(graph.node(n), s));
       outs.push_back(graph.node(n).outputs[0]);
     }
+    const std::vector<ValueId>& weights = slots[1];
     std::vector<int64_t> sizes;
     for (ValueId w : weights) sizes.push_back(graph.value(w).constant.defined() ? graph.value(w).constant.dim(0) : -1);
     // Split sizes must be known when fusing: weights are constants in every graph we build.
@@ -55,8 +64,15 @@ bool fuse_one(Graph& graph) {
     Node& fused = graph.mutable_node(a);
     const ValueId x = fused.inputs[0];
     fused.inputs = {x};
-    fused.inputs.insert(fused.inputs.end(), weights.begin(), weights.end());
-    if (any_bias) fused.inputs.insert(fused.inputs.end(), biases.begin(), biases.end());
+    size_t last = 1;  // trailing slot groups with nothing in them are left out
+    for (size_t s = 1; s <= 4; ++s) {
+      if (std::any_of(slots[s].begin(), slots[s].end(), [](ValueId v) { return v != kNoValue; })) {
+        last = s;
+      }
+    }
+    for (size_t s = 1; s <= last; ++s) {
+      fused.inputs.insert(fused.inputs.end(), slots[s].begin(), slots[s].end());
+    }
     fused.attrs.set("n_blocks", static_cast<int64_t>(group.size()));
     graph.mutable_node(split_id).inputs = {outs[0]};
     for (size_t i = 1; i < group.size(); ++i) {
