@@ -1,20 +1,25 @@
 // CPU paged attention speed on the TinyLlama-1.1B shape (32 query heads, 4 KV heads, head dim 64),
 // one layer, per instruction set and thread count.
 //
-//   bench_attention [--reps N] [--block-size B] [--isa avx2|avx512]
+//   bench_attention [--reps N] [--block-size B] [--isa avx2|avx512] [--formats-only]
 //
 // Cases (K/V in shuffled blocks of B rows of a shared pool, as the serving engine lays them out):
 //   batched decode   64 sequences x 256 context, one token each, in one call
 //   64 x 1 decode    the same 64 tokens, one call per sequence (what batching saves)
 //   decode 1 x 4096  one sequence, long context (the split-K path)
 //   prefill 512      one sequence, a 512-token prompt
+// Then decode per KV-cache format (f32, bf16, fp8, int8, int4; kv_cache_write fills the pools):
+//   decode 1 x 512, decode 1 x 4096, batched decode 64 x 256.
 // Reported: wall milliseconds per call (median after a warm-up), process CPU milliseconds per
 // call (median; on a shared, overloaded machine the 1-thread CPU time is the figure to trust,
-// with 2 threads it also counts the pool's spinning), and K/V bytes read per wall second (every
-// attended K and V row counted once per (token, KV head), i.e. what a decode streams).
+// with 2 threads it also counts the pool's spinning), and K/V cache bytes read per wall second
+// (every attended K and V row, in its format's bytes, counted once per token, i.e. what a decode
+// streams).
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <cstdint>
+#include <iterator>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -25,12 +30,14 @@
 #include "engine/core/thread_pool.h"
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/task_runner.h"
 
 namespace {
 
 using sampan::ThreadPool;
 using sampan::cpu::AttentionShape;
 using sampan::cpu::Isa;
+using sampan::cpu::KvDtype;
 using sampan::cpu::PagedKvCache;
 
 constexpr int64_t kHeads = 32, kKvHeads = 4, kHeadDim = 64;
@@ -48,28 +55,54 @@ double median(std::vector<double> v) {
 // A pool holding `n_seqs` sequences of `len` positions in shuffled blocks, and a batch of the
 // last `n_new` positions of each.
 struct Case {
-  std::vector<float> k, v;       // [n_blocks, bs, kv_width]
+  std::vector<uint8_t> k, v;     // [n_blocks, bs, kv_row_bytes]
   std::vector<int32_t> tables;   // [n_seqs, max_blocks]
   std::vector<int32_t> pos, seq;  // [n_tokens]
   std::vector<float> q, out;     // [n_tokens, heads * head_dim]
   PagedKvCache cache;
   int64_t kv_rows_read = 0;  // sum over tokens of attended positions
+  int64_t row_bytes = 0;
 };
 
-Case make_case(int64_t n_seqs, int64_t len, int64_t n_new, int64_t bs) {
+Case make_case(int64_t n_seqs, int64_t len, int64_t n_new, int64_t bs,
+               KvDtype dtype = KvDtype::kF32) {
   Case c;
   const int64_t per_seq = (len + bs - 1) / bs;
   const int64_t n_blocks = n_seqs * per_seq;
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  c.k.resize(static_cast<size_t>(n_blocks * bs * kKvWidth));
+  c.row_bytes = sampan::cpu::kv_row_bytes(dtype, kKvHeads, kHeadDim);
+  c.k.resize(static_cast<size_t>(n_blocks * bs * c.row_bytes));
   c.v.resize(c.k.size());
-  for (float& x : c.k) x = unit(rng);
-  for (float& x : c.v) x = unit(rng);
   std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
   c.tables = ids;  // row s: blocks s * per_seq .. of the permutation
+  c.cache.k = c.k.data();
+  c.cache.v = c.v.data();
+  c.cache.dtype = dtype;
+  c.cache.n_blocks = n_blocks;
+  c.cache.block_size = bs;
+  c.cache.block_tables = c.tables.data();
+  c.cache.n_seqs = n_seqs;
+  c.cache.max_blocks = per_seq;
+  // Every position of every sequence, written (quantized) as the engine would.
+  {
+    AttentionShape s;
+    s.n_heads = kKvHeads;
+    s.n_kv_heads = kKvHeads;
+    s.head_dim = kHeadDim;
+    std::vector<float> k(static_cast<size_t>(len * kKvWidth)), v(k.size());
+    std::vector<int32_t> pos(static_cast<size_t>(len)), seq(pos.size());
+    std::iota(pos.begin(), pos.end(), 0);
+    for (int64_t sq = 0; sq < n_seqs; ++sq) {
+      for (float& x : k) x = unit(rng);
+      for (float& x : v) x = unit(rng);
+      std::fill(seq.begin(), seq.end(), static_cast<int32_t>(sq));
+      sampan::cpu::kv_cache_write(len, s, k.data(), kKvWidth, v.data(), kKvWidth, pos.data(),
+                                  seq.data(), c.cache);
+    }
+  }
   for (int64_t s = 0; s < n_seqs; ++s) {
     for (int64_t p = len - n_new; p < len; ++p) {
       c.seq.push_back(static_cast<int32_t>(s));
@@ -80,13 +113,6 @@ Case make_case(int64_t n_seqs, int64_t len, int64_t n_new, int64_t bs) {
   c.q.resize(c.pos.size() * kHeads * kHeadDim);
   for (float& x : c.q) x = unit(rng);
   c.out.resize(c.q.size());
-  c.cache.k = c.k.data();
-  c.cache.v = c.v.data();
-  c.cache.n_blocks = n_blocks;
-  c.cache.block_size = bs;
-  c.cache.block_tables = c.tables.data();
-  c.cache.n_seqs = n_seqs;
-  c.cache.max_blocks = per_seq;
   return c;
 }
 
@@ -115,12 +141,53 @@ Timing time_it(int reps, F&& fn) {
   return {median(wall), median(cpu)};
 }
 
+struct Row {
+  const char* name;
+  Case* c;
+  bool one_call_per_token;
+};
+
+// One line per (row, thread count) on the active ISA; `label` heads the line (the ISA, or the
+// ISA and KV format).
+void run_rows(const std::string& label, const Row* rows, size_t n_rows, int reps,
+              ThreadPool* const* pools, size_t n_pools) {
+  AttentionShape shape;
+  shape.n_heads = kHeads;
+  shape.n_kv_heads = kKvHeads;
+  shape.head_dim = kHeadDim;
+  shape.scale = 0.125f;
+  for (size_t ri = 0; ri < n_rows; ++ri) {
+    const Row& r = rows[ri];
+    for (size_t pi = 0; pi < n_pools; ++pi) {
+      ThreadPool* pool = pools[pi];
+      Case& c = *r.c;
+      const int64_t n = static_cast<int64_t>(c.pos.size());
+      const int64_t qw = kHeads * kHeadDim;
+      const Timing tm = time_it(reps, [&] {
+        if (!r.one_call_per_token) {
+          sampan::cpu::attention(n, shape, c.q.data(), qw, c.cache, c.pos.data(), c.seq.data(),
+                                 c.out.data(), qw, *pool);
+          return;
+        }
+        for (int64_t t = 0; t < n; ++t) {
+          sampan::cpu::attention(1, shape, c.q.data() + t * qw, qw, c.cache, &c.pos[size_t(t)],
+                                 &c.seq[size_t(t)], c.out.data() + t * qw, qw, *pool);
+        }
+      });
+      const double bytes = static_cast<double>(c.kv_rows_read) * 2.0 * c.row_bytes;
+      std::printf("%-14s %-26s %8d %10.3f %10.3f %10.2f\n", label.c_str(), r.name,
+                  pool->concurrency(), tm.wall_s * 1e3, tm.cpu_s * 1e3, bytes / tm.wall_s / 1e9);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int reps = 15;
   int64_t bs = 16;
   std::string only_isa;
+  bool formats_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -129,64 +196,58 @@ int main(int argc, char** argv) {
       bs = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--isa" && i + 1 < argc) {
       only_isa = argv[++i];
+    } else if (a == "--formats-only") {
+      formats_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--block-size B] [--isa avx2|avx512]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--reps N] [--block-size B] [--isa avx2|avx512] [--formats-only]\n",
                    argv[0]);
       return 2;
     }
   }
-  AttentionShape shape;
-  shape.n_heads = kHeads;
-  shape.n_kv_heads = kKvHeads;
-  shape.head_dim = kHeadDim;
-  shape.scale = 0.125f;
-
-  Case batched = make_case(64, 256, 1, bs);
-  Case long_decode = make_case(1, 4096, 1, bs);
-  Case prefill = make_case(1, 512, 512, bs);
-  struct Row {
-    const char* name;
-    Case* c;
-    bool one_call_per_token;
-  };
-  const Row rows[] = {{"batched decode 64 x 256", &batched, false},
-                      {"64 x 1 decode (256 ctx)", &batched, true},
-                      {"decode 1 x 4096", &long_decode, false},
-                      {"prefill 512", &prefill, false}};
-
   ThreadPool pool1(1), pool2(2);
-  ThreadPool* pools[] = {&pool1, &pool2};
+  ThreadPool* const pools[] = {&pool1, &pool2};
   const Isa saved = sampan::cpu::active_isa();
-  std::printf("attention, %lld heads / %lld KV heads / head dim %lld, block size %lld\n",
-              static_cast<long long>(kHeads), static_cast<long long>(kKvHeads),
-              static_cast<long long>(kHeadDim), static_cast<long long>(bs));
-  std::printf("%-8s %-26s %8s %10s %10s %10s\n", "isa", "case", "threads", "ms/call",
-              "cpu ms", "KV GB/s");
+  std::vector<Isa> isas;
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
     if (!sampan::cpu::isa_supported(isa)) continue;
     if (!only_isa.empty() && only_isa != sampan::cpu::isa_name(isa)) continue;
-    sampan::cpu::set_isa(isa);
-    for (const Row& r : rows) {
-      for (ThreadPool* pool : pools) {
-        Case& c = *r.c;
-        const int64_t n = static_cast<int64_t>(c.pos.size());
-        const int64_t qw = kHeads * kHeadDim;
-        const Timing tm = time_it(reps, [&] {
-          if (!r.one_call_per_token) {
-            sampan::cpu::attention(n, shape, c.q.data(), qw, c.cache, c.pos.data(), c.seq.data(),
-                                   c.out.data(), qw, *pool);
-            return;
-          }
-          for (int64_t t = 0; t < n; ++t) {
-            sampan::cpu::attention(1, shape, c.q.data() + t * qw, qw, c.cache, &c.pos[size_t(t)],
-                                   &c.seq[size_t(t)], c.out.data() + t * qw, qw, *pool);
-          }
-        });
-        const double bytes = static_cast<double>(c.kv_rows_read) * kKvWidth * 2 * sizeof(float);
-        const std::string isa_str(sampan::cpu::isa_name(isa));
-        std::printf("%-8s %-26s %8d %10.3f %10.3f %10.2f\n", isa_str.c_str(), r.name,
-                    pool->concurrency(), tm.wall_s * 1e3, tm.cpu_s * 1e3, bytes / tm.wall_s / 1e9);
-      }
+    isas.push_back(isa);
+  }
+  std::printf("attention, %lld heads / %lld KV heads / head dim %lld, block size %lld\n",
+              static_cast<long long>(kHeads), static_cast<long long>(kKvHeads),
+              static_cast<long long>(kHeadDim), static_cast<long long>(bs));
+  std::printf("%-14s %-26s %8s %10s %10s %10s\n", "isa", "case", "threads", "ms/call",
+              "cpu ms", "KV GB/s");
+  if (!formats_only) {
+    Case batched = make_case(64, 256, 1, bs);
+    Case long_decode = make_case(1, 4096, 1, bs);
+    Case prefill = make_case(1, 512, 512, bs);
+    const Row rows[] = {{"batched decode 64 x 256", &batched, false},
+                        {"64 x 1 decode (256 ctx)", &batched, true},
+                        {"decode 1 x 4096", &long_decode, false},
+                        {"prefill 512", &prefill, false}};
+    for (Isa isa : isas) {
+      sampan::cpu::set_isa(isa);
+      run_rows(std::string(sampan::cpu::isa_name(isa)), rows, std::size(rows), reps, pools,
+               std::size(pools));
+    }
+  }
+  // Decode per KV-cache format: the bytes streamed shrink with the format, the work per byte
+  // grows (dequantization in the dot products and the V accumulation).
+  std::printf("\ndecode by KV-cache format (GB/s of cache bytes in the format)\n");
+  for (KvDtype dt : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF8E4M3, KvDtype::kI8,
+                     KvDtype::kI4}) {
+    Case d512 = make_case(1, 512, 1, bs, dt);
+    Case d4096 = make_case(1, 4096, 1, bs, dt);
+    Case batched = make_case(64, 256, 1, bs, dt);
+    const Row rows[] = {{"decode 1 x 512", &d512, false},
+                        {"decode 1 x 4096", &d4096, false},
+                        {"batched decode 64 x 256", &batched, false}};
+    for (Isa isa : isas) {
+      sampan::cpu::set_isa(isa);
+      run_rows(std::string(sampan::cpu::isa_name(isa)) + " " + sampan::cpu::kv_dtype_name(dt),
+               rows, std::size(rows), reps, pools, std::size(pools));
     }
   }
   sampan::cpu::set_isa(saved);

@@ -1,17 +1,21 @@
 // attention(q [n_tokens, n_heads*head_dim], k [n_tokens, n_kv_heads*head_dim],
 //           v [n_tokens, n_kv_heads*head_dim],
-//           k_cache [n_blocks, block_size, n_kv_heads*head_dim] f32,
-//           v_cache [n_blocks, block_size, n_kv_heads*head_dim] f32,
+//           k_cache [n_blocks, block_size, n_kv_heads*head_dim] f32 (kv_dtype "f32"), or
+//                   [n_blocks, block_size, kv_row_bytes] i8 raw bytes (any other kv_dtype),
+//           v_cache the same,
 //           positions [n_tokens] i32, seq_ids [n_tokens] i32,
 //           block_tables [n_seqs, max_blocks] i32)
 //   -> [n_tokens, n_heads*head_dim]
-// Attributes: n_heads, n_kv_heads, head_dim, scale, sliding_window (0 = none).
+// Attributes: n_heads, n_kv_heads, head_dim, scale, sliding_window (0 = none), kv_dtype
+// (cpu::kv_dtype_name spellings, default "f32": the format kv_cache_write stores and attention
+// reads, see kernels/cpu/attention_cpu.h).
 // Token t belongs to sequence s = seq_ids[t] at position p = positions[t]; position j of s lives in
 // physical block block_tables[s][j / block_size], row j % block_size. Side effect: every token's
 // K and V are written into the caches first, then each token attends causally (and within the
 // sliding window) to positions up to its own of its own sequence. Table entries no token needs
 // are never read (-1 by convention).
 #include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -21,6 +25,15 @@
 
 namespace sampan::ops {
 namespace {
+
+cpu::KvDtype kv_dtype_of(const graph::Node& node) {
+  const std::string text = node.attrs.get_string("kv_dtype", "f32");
+  cpu::KvDtype d = cpu::KvDtype::kF32;
+  SAMPAN_CHECK(cpu::parse_kv_dtype(text.c_str(), &d), ErrorCode::kInvalidArgument,
+               "node '{}' (attention): unknown kv_dtype '{}' (f32, bf16, fp8, int8, int4)",
+               node.name, text);
+  return d;
+}
 
 cpu::AttentionShape shape_of(const graph::Node& node) {
   cpu::AttentionShape s;
@@ -50,10 +63,25 @@ std::vector<TensorDesc> infer(const graph::Node& node, const std::vector<TensorD
   expect_dim(node, in[1], 1, 1, kv_width);
   expect_dim(node, in[2], 2, 0, t);
   expect_dim(node, in[2], 2, 1, kv_width);
+  const cpu::KvDtype kv = kv_dtype_of(node);
+  const int64_t row_bytes = cpu::kv_row_bytes(kv, s.n_kv_heads, s.head_dim);
   for (int i = 3; i < 5; ++i) {
-    expect_rank(node, in[static_cast<size_t>(i)], i, 3);
-    expect_dtype(node, in[static_cast<size_t>(i)], i, DType::kF32);
-    expect_dim(node, in[static_cast<size_t>(i)], i, 2, kv_width);
+    const TensorDesc& c = in[static_cast<size_t>(i)];
+    const char* name = i == 3 ? "k_cache" : "v_cache";
+    expect_rank(node, c, i, 3);
+    if (kv == cpu::KvDtype::kF32) {
+      expect_dtype(node, c, i, DType::kF32);
+      expect_dim(node, c, i, 2, kv_width);
+      continue;
+    }
+    SAMPAN_CHECK(c.dtype == DType::kI8, ErrorCode::kInvalidArgument,
+                 "node '{}' (attention): input {} ({}) must be i8 raw rows for kv_dtype {}, got {}",
+                 node.name, i, name, cpu::kv_dtype_name(kv), dtype_name(c.dtype));
+    SAMPAN_CHECK(c.shape[2] == row_bytes, ErrorCode::kInvalidArgument,
+                 "node '{}' (attention): input {} ({}) has rows of {} bytes, kv_dtype {} with {} "
+                 "KV heads of {} needs {}",
+                 node.name, i, name, c.shape[2], cpu::kv_dtype_name(kv), s.n_kv_heads,
+                 s.head_dim, row_bytes);
   }
   expect_dim(node, in[4], 4, 0, in[3].shape[0]);
   expect_dim(node, in[4], 4, 1, in[3].shape[1]);
@@ -129,8 +157,9 @@ void run_cpu(const KernelContext& ctx) {
                ErrorCode::kInvalidArgument, "node '{}': KV cache is read-only memory",
                ctx.node.name);
   cpu::PagedKvCache cache;
-  cache.k = k_cache.data<float>();
-  cache.v = v_cache.data<float>();
+  cache.k = k_cache.raw();
+  cache.v = v_cache.raw();
+  cache.dtype = kv_dtype_of(ctx.node);
   cache.n_blocks = k_cache.dim(0);
   cache.block_size = k_cache.dim(1);
   cache.block_tables = tables.data<int32_t>();

@@ -26,9 +26,16 @@ CausalLm::CausalLm(HfConfig config, WeightStore store, const CausalLmOptions& op
     capacity_ = std::min(capacity_, config_.max_position_embeddings);
   }
   SAMPAN_CHECK(capacity_ > 0, ErrorCode::kInvalidArgument, "max context must be positive");
+  // The graph's pool contract (models/llama.h): f32 values, or raw i8 rows of the quantized
+  // format; one block holding the whole sequence either way.
+  const cpu::KvDtype kv = options.build.kv_cache_dtype;
+  const bool f32 = kv == cpu::KvDtype::kF32;
+  const Shape pool = {1, capacity_,
+                      f32 ? config_.kv_dim()
+                          : cpu::kv_row_bytes(kv, config_.n_head_kv, config_.head_dim)};
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    k_cache_.push_back(Tensor::empty({1, capacity_, config_.kv_dim()}, DType::kF32));
-    v_cache_.push_back(Tensor::empty({1, capacity_, config_.kv_dim()}, DType::kF32));
+    k_cache_.push_back(Tensor::empty(pool, f32 ? DType::kF32 : DType::kI8));
+    v_cache_.push_back(Tensor::empty(pool, f32 ? DType::kF32 : DType::kI8));
   }
   log::debug("graph after passes ({}):\n{}", pass_report_.str(), graph_.dump());
 }
@@ -54,8 +61,8 @@ graph::MemoryPlan CausalLm::plan_activations(int64_t n_tokens, int64_t n_out) {
                                          {"block_tables", {1, 1}},
                                          {"logit_rows", {n_out}}};
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    shapes[fmt::format("k_cache.{}", l)] = {1, capacity_, config_.kv_dim()};
-    shapes[fmt::format("v_cache.{}", l)] = {1, capacity_, config_.kv_dim()};
+    shapes[fmt::format("k_cache.{}", l)] = k_cache_[static_cast<size_t>(l)].shape();
+    shapes[fmt::format("v_cache.{}", l)] = v_cache_[static_cast<size_t>(l)].shape();
   }
   return executor_->plan_for(shapes);
 }

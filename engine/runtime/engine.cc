@@ -83,7 +83,9 @@ struct Engine::Impl {
 
   // Engine-thread state.
   std::unique_ptr<BlockManager> blocks;
-  std::vector<Tensor> k_cache, v_cache;  // per layer [num_blocks, block_size, kv_dim] f32
+  // Per layer [num_blocks, block_size, kv_dim] f32, or [.., kv_row_bytes] i8 for a quantized
+  // cache (options.build.kv_cache_dtype).
+  std::vector<Tensor> k_cache, v_cache;
   std::vector<std::unique_ptr<Sequence>> running;  // arrival order
   std::deque<std::unique_ptr<Sequence>> preempted;  // arrival order; admitted before `waiting`
   std::map<std::string, Tensor> inputs;
@@ -168,9 +170,11 @@ void Engine::Impl::load_model() {
   SAMPAN_CHECK(max_model_len >= 2, ErrorCode::kInvalidArgument,
                "max_model_len must be >= 2, got {}", max_model_len);
 
-  const int64_t kv_dim = config.kv_dim();
-  const int64_t block_bytes = 2 * config.n_layer * o.block_size * kv_dim *
-                              static_cast<int64_t>(sizeof(float));
+  // One K and one V row per layer and token, in the chosen format: a quantized cache fits more
+  // blocks into the same kv_cache_bytes.
+  const cpu::KvDtype kv_dtype = o.build.kv_cache_dtype;
+  const int64_t row_bytes = cpu::kv_row_bytes(kv_dtype, config.n_head_kv, config.head_dim);
+  const int64_t block_bytes = 2 * config.n_layer * o.block_size * row_bytes;
   const int64_t need = (max_model_len + o.block_size - 1) / o.block_size;
   if (o.num_kv_blocks > 0) {
     num_blocks = o.num_kv_blocks;
@@ -186,8 +190,11 @@ void Engine::Impl::load_model() {
   }
   blocks = std::make_unique<BlockManager>(num_blocks, o.block_size, o.prefix_cache);
   for (int64_t l = 0; l < config.n_layer; ++l) {
-    k_cache.push_back(Tensor::zeros({num_blocks, o.block_size, kv_dim}, DType::kF32));
-    v_cache.push_back(Tensor::zeros({num_blocks, o.block_size, kv_dim}, DType::kF32));
+    // The graph's pool contract (models/llama.h): f32 values, or raw i8 rows for the others.
+    const bool f32 = kv_dtype == cpu::KvDtype::kF32;
+    const Shape pool = {num_blocks, o.block_size, f32 ? config.kv_dim() : row_bytes};
+    k_cache.push_back(Tensor::zeros(pool, f32 ? DType::kF32 : DType::kI8));
+    v_cache.push_back(Tensor::zeros(pool, f32 ? DType::kF32 : DType::kI8));
     inputs[fmt::format("k_cache.{}", l)] = k_cache.back();
     inputs[fmt::format("v_cache.{}", l)] = v_cache.back();
   }
@@ -198,9 +205,9 @@ void Engine::Impl::load_model() {
   for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
 
   published.kv_blocks_total = num_blocks;
-  log::info("engine: {} KV blocks of {} tokens ({:.1f} MiB), max_model_len {}", num_blocks,
+  log::info("engine: {} KV blocks of {} tokens ({:.1f} MiB, {}), max_model_len {}", num_blocks,
             o.block_size, static_cast<double>(num_blocks * block_bytes) / (1 << 20),
-            max_model_len);
+            cpu::kv_dtype_name(kv_dtype), max_model_len);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,30 +1,25 @@
 #include "kernels/cpu/attention_cpu.h"
 
-#include <string>
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/attention_impl.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_avx2.h"
+#include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/kv_quant_impl.h"
 #include "kernels/cpu/vec_util.h"
 
 namespace sampan::cpu {
 
 int64_t kv_row_bytes(KvDtype dtype, int64_t n_kv_heads, int64_t head_dim) {
-  switch (dtype) {
-    case KvDtype::kF32: return n_kv_heads * head_dim * 4;
-    case KvDtype::kBF16: return n_kv_heads * head_dim * 2;
-    case KvDtype::kF8E4M3:
-    case KvDtype::kI8: return n_kv_heads * (head_dim + 4);
-    case KvDtype::kI4: return n_kv_heads * ((head_dim + 1) / 2 + head_dim / kv_i4_group(head_dim) * 4);
-  }
-  return 0;
+  // Head records back to back (kv_quant.h), so a head's record is found without the others.
+  return n_kv_heads * kv_head_bytes(dtype, head_dim);
 }
 
 const char* kv_dtype_name(KvDtype dtype) {
@@ -50,7 +45,7 @@ bool parse_kv_dtype(const char* text, KvDtype* out) {
 }
 namespace detail {
 
-void attention_range_avx2(const AttentionRange& a) { attention_range_dispatch<Avx2>(a); }
+void attention_range_avx2(const AttentionRange& a) { attention_range_any<Avx2>(a); }
 
 }  // namespace detail
 
@@ -124,13 +119,22 @@ void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* 
                     const PagedKvCache& cache) {
   const int64_t width = shape.n_kv_heads * shape.head_dim;
   const int64_t bs = cache.block_size;
-  const size_t bytes = static_cast<size_t>(width) * sizeof(float);
+  const int64_t row_bytes = kv_row_bytes(cache.dtype, shape.n_kv_heads, shape.head_dim);
+  auto* kb = static_cast<uint8_t*>(cache.k);
+  auto* vb = static_cast<uint8_t*>(cache.v);
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t p = pos[t];
     const int64_t block = cache.block_tables[seq_ids[t] * cache.max_blocks + p / bs];
     const int64_t row = block * bs + p % bs;
-    std::memcpy(static_cast<float*>(cache.k) + row * width, k + t * ldk, bytes);
-    std::memcpy(static_cast<float*>(cache.v) + row * width, v + t * ldv, bytes);
+    if (cache.dtype == KvDtype::kF32) {
+      std::memcpy(kb + row * row_bytes, k + t * ldk, static_cast<size_t>(width) * sizeof(float));
+      std::memcpy(vb + row * row_bytes, v + t * ldv, static_cast<size_t>(width) * sizeof(float));
+    } else {
+      kv_quantize_row(cache.dtype, k + t * ldk, shape.n_kv_heads, shape.head_dim,
+                      kb + row * row_bytes);
+      kv_quantize_row(cache.dtype, v + t * ldv, shape.n_kv_heads, shape.head_dim,
+                      vb + row * row_bytes);
+    }
   }
 }
 
@@ -145,6 +149,7 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
       active_isa() == Isa::kAvx2 ? detail::attention_range_avx2 : detail::attention_range_avx512;
   const int64_t scratch_floats = detail::attention_scratch_floats(group, hd);
   const int64_t part_stride = group * hd + 2 * group;
+  const int64_t head_bytes = kv_head_bytes(cache.dtype, hd);
 
   // Cut the work so that every worker gets about kPiecesPerWorker pieces of similar size, but
   // only ever by splitting long ranges: a batch with many ranges (prefill, a large decode batch)
@@ -204,9 +209,16 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
     const Piece& pc = piece_list[task];
     detail::AttentionRange a;
     a.q = q + pc.t * ldq + pc.kvh * group * hd;
-    a.k = static_cast<const float*>(cache.k) + pc.kvh * hd;
-    a.v = static_cast<const float*>(cache.v) + pc.kvh * hd;
-    a.ld_kv = n_kv * hd;
+    if (cache.dtype == KvDtype::kF32) {
+      a.k = static_cast<const float*>(cache.k) + pc.kvh * hd;
+      a.v = static_cast<const float*>(cache.v) + pc.kvh * hd;
+      a.ld_kv = n_kv * hd;
+    } else {
+      a.dtype = cache.dtype;
+      a.k_rows = static_cast<const uint8_t*>(cache.k) + pc.kvh * head_bytes;
+      a.v_rows = static_cast<const uint8_t*>(cache.v) + pc.kvh * head_bytes;
+      a.ld_bytes = n_kv * head_bytes;
+    }
     a.blocks = cache.block_tables + seq_ids[pc.t] * cache.max_blocks;
     a.block_size = cache.block_size;
     a.group = group;

@@ -1,4 +1,5 @@
-// Causal multi-head attention with grouped KV heads over a paged, multi-sequence KV cache, f32.
+// Causal multi-head attention with grouped KV heads over a paged, multi-sequence KV cache held in
+// f32 or a quantized format (KvDtype).
 //
 // The cache of one layer is a pool of fixed-size blocks shared by every sequence. A sequence's
 // position j lives in physical block block_tables[s][j / block_size] at row j % block_size, so a

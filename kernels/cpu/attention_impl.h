@@ -23,6 +23,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/attention_cpu.h"
+
 namespace sampan::cpu::detail {
 
 struct AttentionRange {
@@ -47,6 +49,12 @@ struct AttentionRange {
   float* out = nullptr;
   float* m = nullptr;
   float* l = nullptr;
+  // Formats other than kF32 (kv_quant_impl.h) read k_rows / v_rows instead of k / v: the
+  // pool's bytes offset to this head's record, rows ld_bytes apart.
+  KvDtype dtype = KvDtype::kF32;
+  const uint8_t* k_rows = nullptr;
+  const uint8_t* v_rows = nullptr;
+  int64_t ld_bytes = 0;
 };
 
 // 32 rows keep a packed K and V block of head_dim 128 (2 x 16 KB) inside a 48 KB L1.
@@ -209,6 +217,49 @@ inline void scale_in_place(float* x, int64_t n, float f) {
   }
 }
 
+// The online-softmax step of one key block: sc [group, kKeyBlock] scores (nb valid) become
+// e^(s - m) with m the updated running maxima mx [group]; the running sums sum [group] and the
+// accumulators acc [group, hd] are rescaled when a maximum grew.
+template <class S>
+inline void softmax_block(float* sc, int64_t group, int64_t nb, int64_t hd, float* mx, float* sum,
+                          float* acc) {
+  constexpr int64_t kB = detail::kKeyBlock;
+  for (int64_t g = 0; g < group; ++g) {
+    float* sg = sc + g * kB;
+    const float bm = max_of<S>(sg, nb);
+    const float m_new = bm > mx[g] ? bm : mx[g];
+    // All scores -inf (only with infinite inputs): nothing to add, and e^(-inf - -inf) would
+    // be NaN.
+    if (m_new == -INFINITY) {
+      for (int64_t j = 0; j < nb; ++j) sg[j] = 0.0f;
+      continue;
+    }
+    if (m_new != mx[g]) {
+      const float corr = std::exp(mx[g] - m_new);  // 0 on the first block
+      sum[g] *= corr;
+      scale_in_place<S>(acc + g * hd, hd, corr);
+      mx[g] = m_new;
+    }
+    sum[g] += exp_shift_sum<S>(sg, nb, m_new);
+  }
+}
+
+// Normalises a.out, or hands the running maxima and sums over for a merge.
+template <class S>
+inline void finish_range(const detail::AttentionRange& a, const float* mx, const float* sum) {
+  const int64_t hd = a.head_dim;
+  if (a.m == nullptr) {
+    for (int64_t g = 0; g < a.group; ++g) {
+      scale_in_place<S>(a.out + g * hd, hd, sum[g] > 0.0f ? 1.0f / sum[g] : 0.0f);
+    }
+  } else {
+    for (int64_t g = 0; g < a.group; ++g) {
+      a.m[g] = mx[g];
+      a.l[g] = sum[g];
+    }
+  }
+}
+
 // For kH heads at once: acc_h[0, hd) += sum_j p_h[j] v_j, with acc_h = acc + h hd,
 // p_h = p + h kKeyBlock and v_j = v + j ld for j < nb. A chunk of a V row is loaded once for
 // the kH heads, and the kH * 4 accumulators stay in registers for the whole block. They are also
@@ -304,24 +355,7 @@ void attention_range(const detail::AttentionRange& a) {
     gather_rows<S, kHd>(a.k, ld, a.blocks, a.block_size, j0, nb, hd, kp);
     gather_rows<S, kHd>(a.v, ld, a.blocks, a.block_size, j0, nb, hd, vp);
     group_scores<S, kHd>(qs, group, kp, nb, hd, sc);
-    for (int64_t g = 0; g < group; ++g) {
-      float* sg = sc + g * kB;
-      const float bm = max_of<S>(sg, nb);
-      const float m_new = bm > mx[g] ? bm : mx[g];
-      // All scores -inf (only with infinite inputs): nothing to add, and e^(-inf - -inf) would
-      // be NaN.
-      if (m_new == -INFINITY) {
-        for (int64_t j = 0; j < nb; ++j) sg[j] = 0.0f;
-        continue;
-      }
-      if (m_new != mx[g]) {
-        const float corr = std::exp(mx[g] - m_new);  // 0 on the first block
-        sum[g] *= corr;
-        scale_in_place<S>(acc + g * hd, hd, corr);
-        mx[g] = m_new;
-      }
-      sum[g] += exp_shift_sum<S>(sg, nb, m_new);
-    }
+    softmax_block<S>(sc, group, nb, hd, mx, sum, acc);
     // Heads per pass: the accumulators must fit the register file (16 ymm or 32 zmm).
     constexpr int kVHeads = S::kWidth == 16 ? 4 : 2;
     int64_t g = 0;
@@ -333,16 +367,7 @@ void attention_range(const detail::AttentionRange& a) {
     }
     for (; g < group; ++g) accumulate_v<S, 1>(acc + g * hd, hd, sc + g * kB, vp, hd, nb);
   }
-  if (a.m == nullptr) {
-    for (int64_t g = 0; g < group; ++g) {
-      scale_in_place<S>(acc + g * hd, hd, sum[g] > 0.0f ? 1.0f / sum[g] : 0.0f);
-    }
-  } else {
-    for (int64_t g = 0; g < group; ++g) {
-      a.m[g] = mx[g];
-      a.l[g] = sum[g];
-    }
-  }
+  finish_range<S>(a, mx, sum);
 }
 
 // The common head sizes get their own instantiation (constant offsets, full unrolling).

@@ -398,5 +398,112 @@ TEST_CASE("attention op validates seq ids, positions and block ids",
                     Catch::Contains("block_tables[0][0] = -1"));
 }
 
+// The op with a quantized cache (attribute kv_dtype): i8 raw pools of kv_row_bytes per row, the
+// same results as the kernels called directly on an identical pool (test_kv_quant.cc checks the
+// kernels against a double reference), and pools of the wrong format or row size rejected at
+// plan time with the node and input named.
+TEST_CASE("attention op with a quantized KV cache", "[kernels][attention][paged]") {
+  using graph::Dim;
+  const int64_t heads = 4, kv = 2, hd = 40, bs = 3, n_blocks = 5;
+  auto build = [&](const std::string& kv_dtype, DType pool_dtype, int64_t row) {
+    graph::Graph g;
+    const Dim t = Dim::sym("t");
+    const auto q = g.add_input("q", DType::kF32, {t, Dim::fixed(heads * hd)});
+    const auto k = g.add_input("k", DType::kF32, {t, Dim::fixed(kv * hd)});
+    const auto v = g.add_input("v", DType::kF32, {t, Dim::fixed(kv * hd)});
+    const std::vector<Dim> pool = {Dim::sym("nb"), Dim::sym("bs"), Dim::fixed(row)};
+    const auto kc = g.add_input("k_cache", pool_dtype, pool);
+    const auto vc = g.add_input("v_cache", pool_dtype, pool);
+    const auto pos = g.add_input("positions", DType::kI32, {t});
+    const auto seq = g.add_input("seq_ids", DType::kI32, {t});
+    const auto tab =
+        g.add_input("block_tables", DType::kI32, {Dim::sym("n_seqs"), Dim::sym("max_blocks")});
+    g.mark_output(g.add("attention", "layer.attn", {q, k, v, kc, vc, pos, seq, tab},
+                        {{"n_heads", heads},
+                         {"n_kv_heads", kv},
+                         {"head_dim", hd},
+                         {"scale", 0.25},
+                         {"kv_dtype", kv_dtype}}));
+    return g;
+  };
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  const int64_t n = 7;
+  std::vector<float> qv(size_t(n * heads * hd)), kvv(size_t(n * kv * hd)), vv(kvv.size());
+  for (float& x : qv) x = unit(rng);
+  for (float& x : kvv) x = unit(rng);
+  for (float& x : vv) x = unit(rng);
+  // One sequence of 7 tokens in blocks 4, 1, 2.
+  const std::vector<int32_t> pos = {0, 1, 2, 3, 4, 5, 6}, seq(7, 0), tables = {4, 1, 2};
+  SerialRunner runner;
+  for (KvDtype dt : {KvDtype::kBF16, KvDtype::kF8E4M3, KvDtype::kI8, KvDtype::kI4}) {
+    INFO("kv_dtype " << kv_dtype_name(dt));
+    const int64_t row = kv_row_bytes(dt, kv, hd);
+    const graph::Graph g = build(kv_dtype_name(dt), DType::kI8, row);
+    graph::Executor ex(g, runner);
+    const Tensor k_cache = Tensor::zeros({n_blocks, bs, row}, DType::kI8);
+    const Tensor v_cache = Tensor::zeros({n_blocks, bs, row}, DType::kI8);
+    std::map<std::string, Tensor> in;
+    in["q"] = Tensor::from_f32({n, heads * hd}, qv);
+    in["k"] = Tensor::from_f32({n, kv * hd}, kvv);
+    in["v"] = Tensor::from_f32({n, kv * hd}, vv);
+    in["k_cache"] = k_cache;
+    in["v_cache"] = v_cache;
+    in["positions"] = Tensor::from_i32({n}, pos);
+    in["seq_ids"] = Tensor::from_i32({n}, seq);
+    in["block_tables"] = Tensor::from_i32({1, 3}, tables);
+    const Tensor out = ex.run(in)[0];
+
+    std::vector<uint8_t> kd(size_t(n_blocks * bs * row)), vd(kd.size());
+    PagedKvCache c;
+    c.k = kd.data();
+    c.v = vd.data();
+    c.dtype = dt;
+    c.n_blocks = n_blocks;
+    c.block_size = bs;
+    c.block_tables = tables.data();
+    c.n_seqs = 1;
+    c.max_blocks = 3;
+    AttentionShape s = make_shape(heads, kv, hd, 0);
+    s.scale = 0.25f;
+    std::vector<float> want(qv.size());
+    kv_cache_write(n, s, kvv.data(), kv * hd, vv.data(), kv * hd, pos.data(), seq.data(), c);
+    attention(n, s, qv.data(), heads * hd, c, pos.data(), seq.data(), want.data(), heads * hd,
+              runner);
+    CHECK(std::equal(kd.begin(), kd.end(), k_cache.data<uint8_t>()));
+    CHECK(std::equal(vd.begin(), vd.end(), v_cache.data<uint8_t>()));
+    const std::vector<float> got(out.data<float>(), out.data<float>() + want.size());
+    CHECK(count_bits_diff(got, want) == 0);
+
+    // A pool sized for another format, an f32 pool, and an unknown format.
+    in["k_cache"] = Tensor::zeros({n_blocks, bs, row + 1}, DType::kI8);
+    in["v_cache"] = Tensor::zeros({n_blocks, bs, row + 1}, DType::kI8);
+    const graph::Graph bad_row = build(kv_dtype_name(dt), DType::kI8, row + 1);
+    CHECK_THROWS_WITH(graph::Executor(bad_row, runner).run(in),
+                      Catch::Contains("'layer.attn'") && Catch::Contains("input 3 (k_cache)") &&
+                          Catch::Contains(std::to_string(row)));
+    in["k_cache"] = Tensor::zeros({n_blocks, bs, kv * hd}, DType::kF32);
+    in["v_cache"] = Tensor::zeros({n_blocks, bs, kv * hd}, DType::kF32);
+    const graph::Graph f32_pool = build(kv_dtype_name(dt), DType::kF32, kv * hd);
+    CHECK_THROWS_WITH(graph::Executor(f32_pool, runner).run(in),
+                      Catch::Contains("'layer.attn'") && Catch::Contains("must be i8"));
+  }
+  const graph::Graph unknown = build("int3", DType::kF32, kv * hd);
+  auto run_unknown = [&] {
+    graph::Executor ex(unknown, runner);
+    std::map<std::string, Tensor> in;
+    in["q"] = Tensor::from_f32({1, heads * hd}, std::vector<float>(size_t(heads * hd)));
+    in["k"] = Tensor::from_f32({1, kv * hd}, std::vector<float>(size_t(kv * hd)));
+    in["v"] = in["k"].clone();
+    in["k_cache"] = Tensor::zeros({n_blocks, bs, kv * hd}, DType::kF32);
+    in["v_cache"] = Tensor::zeros({n_blocks, bs, kv * hd}, DType::kF32);
+    in["positions"] = Tensor::from_i32({1}, {0});
+    in["seq_ids"] = Tensor::from_i32({1}, {0});
+    in["block_tables"] = Tensor::from_i32({1, 1}, {0});
+    ex.run(in);
+  };
+  CHECK_THROWS_WITH(run_unknown(), Catch::Contains("unknown kv_dtype 'int3'"));
+}
+
 }  // namespace
 }  // namespace sampan::cpu

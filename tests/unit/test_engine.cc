@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -43,15 +44,20 @@ struct Reference {
   std::unique_ptr<tok::Tokenizer> tokenizer;
 };
 
-Reference& reference() {
-  static Reference r = [] {
-    Reference x;
+// One single-sequence reference per KV-cache format: a quantized engine must match CausalLm
+// with the same format (the same rows, quantized the same way), not the f32 one.
+Reference& reference(cpu::KvDtype kv = cpu::KvDtype::kF32) {
+  static std::map<cpu::KvDtype, Reference> refs;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  Reference& r = refs[kv];
+  if (!r.lm) {
     CausalLmOptions o;
     o.max_context = kMaxModelLen;
-    x.lm = CausalLm::load(model_dir(), o);
-    x.tokenizer = tok::load_tokenizer(model_dir());
-    return x;
-  }();
+    o.build.kv_cache_dtype = kv;
+    r.lm = CausalLm::load(model_dir(), o);
+    r.tokenizer = tok::load_tokenizer(model_dir());
+  }
   return r;
 }
 
@@ -62,8 +68,8 @@ struct Expected {
   std::string stop_matched;
 };
 
-Expected run_reference(const EngineRequest& req) {
-  Reference& r = reference();
+Expected run_reference(const EngineRequest& req, cpu::KvDtype kv = cpu::KvDtype::kF32) {
+  Reference& r = reference(kv);
   GenerationRequest g;
   g.prompt = req.prompt;
   g.sampling = req.sampling;
@@ -141,6 +147,7 @@ EngineOptions small_options() {
 
 // Submits every request at once and checks each against the single-sequence reference.
 void check_against_reference(Engine& engine, const std::vector<EngineRequest>& reqs) {
+  const cpu::KvDtype kv = engine.options().build.kv_cache_dtype;
   std::vector<std::unique_ptr<Collected>> got;
   for (const EngineRequest& r : reqs) {
     got.push_back(std::make_unique<Collected>());
@@ -148,7 +155,7 @@ void check_against_reference(Engine& engine, const std::vector<EngineRequest>& r
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
     got[i]->wait();
-    const Expected want = run_reference(reqs[i]);
+    const Expected want = run_reference(reqs[i], kv);
     INFO("request " << i << " prompt " << reqs[i].prompt.size() << " max_tokens "
                     << reqs[i].max_tokens);
     CHECK(got[i]->n_final == 1);
@@ -495,5 +502,56 @@ TEST_CASE("engine: destructor cancels requests in flight", "[engine]") {
   for (auto& g : got) {
     CHECK(g->n_final == 1);
     CHECK(g->final_event.finish == EngineFinish::kCancelled);
+  }
+}
+
+// A quantized KV cache: the engine (paged, batched, chunked) writes and reads the same quantized
+// rows as CausalLm with the same format, so greedy outputs match token for token.
+TEST_CASE("engine: int8 and int4 KV caches equal generate() with the same format", "[engine]") {
+  for (cpu::KvDtype kv : {cpu::KvDtype::kI8, cpu::KvDtype::kI4}) {
+    INFO("kv_cache_dtype " << cpu::kv_dtype_name(kv));
+    EngineOptions o = small_options();
+    o.build.kv_cache_dtype = kv;
+    o.block_size = 7;
+    o.max_batched_tokens = 40;  // chunked prefills mixed with decodes
+    auto engine = Engine::load(model_dir(), o);
+    check_against_reference(*engine, make_requests(12, 500 + static_cast<uint32_t>(kv)));
+  }
+}
+
+// The block budget follows the format's row size: the serve model has 2 layers of 2 KV heads of
+// 16, so a token row of K (or V) is 2 x 64 bytes in f32, 2 x (16 + 4) in int8 and 2 x (8 + 4) in
+// int4 (one group per head of 16: an f16 scale and minimum) — 3.2x and 5.3x the blocks (for the
+// usual head_dim 128: 3.9x and 6.4x).
+TEST_CASE("engine: a quantized KV cache fits more blocks in kv_cache_bytes", "[engine]") {
+  const int64_t kBytes = 4 << 20, kBlock = 16;
+  std::map<cpu::KvDtype, int64_t> blocks;
+  for (auto [kv, row] : std::vector<std::pair<cpu::KvDtype, int64_t>>{
+           {cpu::KvDtype::kF32, 128}, {cpu::KvDtype::kBF16, 64}, {cpu::KvDtype::kI8, 40},
+           {cpu::KvDtype::kF8E4M3, 40}, {cpu::KvDtype::kI4, 24}}) {
+    INFO("kv_cache_dtype " << cpu::kv_dtype_name(kv));
+    EngineOptions o = small_options();
+    o.build.kv_cache_dtype = kv;
+    o.num_kv_blocks = 0;
+    o.kv_cache_bytes = kBytes;
+    o.block_size = kBlock;
+    auto engine = Engine::load(model_dir(), o);
+    REQUIRE(engine->config().n_layer == 2);
+    REQUIRE(engine->config().n_head_kv == 2);
+    REQUIRE(engine->config().head_dim == 16);
+    blocks[kv] = engine->stats().kv_blocks_total;
+    // K and V, 2 layers, kBlock rows per block.
+    CHECK(blocks[kv] == kBytes / (2 * 2 * kBlock * row));
+  }
+  CHECK(blocks[cpu::KvDtype::kI8] > 3 * blocks[cpu::KvDtype::kF32]);
+  CHECK(blocks[cpu::KvDtype::kI4] > 5 * blocks[cpu::KvDtype::kF32]);
+}
+
+// CausalLm's single-block cache holds the format's real bytes.
+TEST_CASE("causal_lm: kv_cache_bytes reports the quantized size", "[engine]") {
+  for (auto [kv, row] : std::vector<std::pair<cpu::KvDtype, int64_t>>{
+           {cpu::KvDtype::kF32, 128}, {cpu::KvDtype::kI8, 40}, {cpu::KvDtype::kI4, 24}}) {
+    INFO("kv_cache_dtype " << cpu::kv_dtype_name(kv));
+    CHECK(reference(kv).lm->kv_cache_bytes() == 2 * 2 * kMaxModelLen * row);
   }
 }

@@ -1,0 +1,350 @@
+// The attention inner loop over a quantized KV cache (every KvDtype but kF32), instantiated with
+// the f32 one in attention_cpu.cc (AVX2) and attention_avx512.cc. The work split, the online
+// softmax and the merge are shared with the f32 path (attention_impl.h); what differs is how K and
+// V are read: straight from the cache rows, through the block table, dequantized in registers
+// inside the q.k dot products and the V accumulation. Nothing is copied: a quantized head record
+// is 2-4x smaller than f32 and the rows of a block are no longer a power of two apart, so the
+// f32 path's reasons to pack (L1 set conflicts) matter less than the copy would cost.
+//
+// Per-row scales (kI8, kF8E4M3) stay out of the inner loops: a key's scale multiplies its score
+// once, a value's scale is folded into its softmax weight. kI4's per-group scale and minimum are
+// applied per vector (u * scale + min, one FMA).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/attention_impl.h"
+#include "kernels/cpu/kv_quant.h"
+
+namespace sampan::cpu {
+namespace {
+
+// Vector reads of one head record (kv_quant.h layout) of head_dim hd.
+//  load(r, d, hd): the kWidth values from element d (d + kWidth <= hd), reading no byte past
+//    them; tail(r, d, hd): the last hd - d < kWidth values, zeros after.
+//  Both leave out the row scale of kI8 / kF8E4M3 (row_scale(r, hd)).
+template <class S, KvDtype D>
+struct KvLoad {
+  using V = typename S::V;
+  static constexpr int kW = S::kWidth;
+  static constexpr bool kRowScale = D == KvDtype::kI8 || D == KvDtype::kF8E4M3;
+
+  static float row_scale(const uint8_t* r, int64_t hd) {
+    return kRowScale ? kv_load_f32(r + hd) : 1.0f;
+  }
+
+  // kI4: the (scale, min) pair of the group holding element d; a group never straddles a vector
+  // (groups of 32, or one group for the whole head).
+  static const uint8_t* i4_params(const uint8_t* r, int64_t d, int64_t hd) {
+    return r + (hd + 1) / 2 + ((hd & (kKvI4Group - 1)) != 0 ? 0 : d / kKvI4Group * 4);
+  }
+
+  static V load(const uint8_t* r, int64_t d, int64_t hd) {
+    if constexpr (kW == 16) {
+      return load16(r, d, hd);
+    } else {
+      return load8(r, d, hd);
+    }
+  }
+
+  static V tail(const uint8_t* r, int64_t d, int64_t hd) {
+    alignas(64) float buf[kW] = {};
+    const int n = hd - d < kW ? static_cast<int>(hd - d) : kW;
+    for (int j = 0; j < n; ++j) {
+      const int64_t i = d + j;
+      float x = 0.0f;
+      if constexpr (D == KvDtype::kBF16) {
+        x = kv_bf16_to_f32(kv_load_u16(r + 2 * i));
+      } else if constexpr (D == KvDtype::kI8) {
+        x = static_cast<float>(static_cast<int8_t>(r[i]));
+      } else if constexpr (D == KvDtype::kF8E4M3) {
+        x = kv_e4m3_to_f32(r[i]);
+      } else {
+        const uint8_t* p = i4_params(r, i, hd);
+        const int u = (r[i / 2] >> (4 * (i & 1))) & 0xf;
+        x = std::fma(static_cast<float>(u), kv_f16_to_f32(kv_load_u16(p)),
+                     kv_f16_to_f32(kv_load_u16(p + 2)));
+      }
+      buf[j] = x;
+    }
+    return S::load(buf);
+  }
+
+  static __m512 load16(const uint8_t* r, int64_t d, int64_t hd) {
+    if constexpr (D == KvDtype::kBF16) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 2 * d));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else if constexpr (D == KvDtype::kI8) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + d));
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    } else if constexpr (D == KvDtype::kF8E4M3) {
+      const __m512i x =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + d)));
+      const __m512i m = _mm512_and_si512(x, _mm512_set1_epi32(0x7f));
+      // Normal codes: the exponent and mantissa bits moved into place, bias 7 -> 127.
+      const __m512 normal = _mm512_castsi512_ps(
+          _mm512_add_epi32(_mm512_slli_epi32(m, 20), _mm512_set1_epi32(120 << 23)));
+      const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f));
+      const __mmask16 is_sub = _mm512_cmplt_epi32_mask(m, _mm512_set1_epi32(8));
+      const __m512 f = _mm512_mask_blend_ps(is_sub, normal, sub);
+      const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
+      return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(f), sign));
+    } else {
+      uint64_t w;
+      std::memcpy(&w, r + d / 2, 8);
+      const __m128i b = _mm_cvtsi64_si128(static_cast<long long>(w));
+      const __m128i nib = _mm_set1_epi8(0x0f);
+      const __m128i u8 = _mm_unpacklo_epi8(_mm_and_si128(b, nib),
+                                           _mm_and_si128(_mm_srli_epi16(b, 4), nib));
+      const uint8_t* p = i4_params(r, d, hd);
+      return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u8)),
+                             _mm512_set1_ps(_cvtsh_ss(kv_load_u16(p))),
+                             _mm512_set1_ps(_cvtsh_ss(kv_load_u16(p + 2))));
+    }
+  }
+
+  static __m256 load8(const uint8_t* r, int64_t d, int64_t hd) {
+    if constexpr (D == KvDtype::kBF16) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * d));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else if constexpr (D == KvDtype::kI8) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + d));
+      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    } else if constexpr (D == KvDtype::kF8E4M3) {
+      const __m256i x =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + d)));
+      const __m256i m = _mm256_and_si256(x, _mm256_set1_epi32(0x7f));
+      const __m256 normal = _mm256_castsi256_ps(
+          _mm256_add_epi32(_mm256_slli_epi32(m, 20), _mm256_set1_epi32(120 << 23)));
+      const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-9f));
+      const __m256 is_sub = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), m));
+      const __m256 f = _mm256_blendv_ps(normal, sub, is_sub);
+      const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24);
+      return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(f), sign));
+    } else {
+      uint32_t w;
+      std::memcpy(&w, r + d / 2, 4);
+      const __m128i b = _mm_cvtsi32_si128(static_cast<int>(w));
+      const __m128i nib = _mm_set1_epi8(0x0f);
+      const __m128i u8 = _mm_unpacklo_epi8(_mm_and_si128(b, nib),
+                                           _mm_and_si128(_mm_srli_epi16(b, 4), nib));
+      const uint8_t* p = i4_params(r, d, hd);
+      return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(u8)),
+                             _mm256_set1_ps(_cvtsh_ss(kv_load_u16(p))),
+                             _mm256_set1_ps(_cvtsh_ss(kv_load_u16(p + 2))));
+    }
+  }
+};
+
+// t[h][j] = the lane-wise products of query head h (q + h hd) and key j (rows[j]), summed over
+// the head dimension, for h < kG and j < nj: one K vector is dequantized once for kG heads.
+template <class S, KvDtype D, int kHd, int kG>
+inline void score_tile(const float* q, int64_t hd_rt, const uint8_t* const* rows, int nj,
+                       typename S::V (*t)[S::kWidth]) {
+  using V = typename S::V;
+  using L = KvLoad<S, D>;
+  constexpr int kW = S::kWidth;
+  const int64_t hd = kHd > 0 ? kHd : hd_rt;
+  for (int j = 0; j < nj; ++j) {
+    const uint8_t* r = rows[j];
+    V acc[kG];
+#pragma GCC unroll 8
+    for (int h = 0; h < kG; ++h) acc[h] = S::zero();
+    int64_t d = 0;
+    for (; d + kW <= hd; d += kW) {
+      const V kv = L::load(r, d, hd);
+#pragma GCC unroll 8
+      for (int h = 0; h < kG; ++h) acc[h] = S::fma(S::load(q + h * hd + d), kv, acc[h]);
+    }
+    if (d < hd) {
+      const int n = static_cast<int>(hd - d);
+      const V kv = L::tail(r, d, hd);
+#pragma GCC unroll 8
+      for (int h = 0; h < kG; ++h) acc[h] = S::fma(S::load_n(q + h * hd + d, n), kv, acc[h]);
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < kG; ++h) t[h][j] = acc[h];
+  }
+  for (int j = nj; j < kW; ++j) {
+    for (int h = 0; h < kG; ++h) t[h][j] = S::zero();
+  }
+}
+
+// sc[g kKeyBlock + j] = q_g . k_j for every head g < group and key j < nb, k_j the dequantized
+// record rows[j] (times its row scale rs[j] for kI8 / kF8E4M3). kWidth keys at a time: each
+// (head, key) sums in its own vector and one transpose_sum per head gives kWidth scores.
+template <class S, KvDtype D, int kHd>
+inline void group_scores_q(const float* q, int64_t group, const uint8_t* const* rows,
+                           const float* rs, int64_t nb, int64_t hd, float* sc) {
+  using V = typename S::V;
+  constexpr int kW = S::kWidth;
+  constexpr int kGMax = kW == 16 ? 8 : 4;  // accumulators + a K vector within the registers
+  constexpr int64_t kB = detail::kKeyBlock;
+  V t[kGMax][kW];
+  for (int64_t j0 = 0; j0 < nb; j0 += kW) {
+    const int nj = nb - j0 < kW ? static_cast<int>(nb - j0) : kW;
+    for (int64_t g = 0; g < group;) {
+      const int64_t left = group - g;
+      const float* qg = q + g * hd;
+      int ng = 1;
+      if (left >= kGMax) {
+        score_tile<S, D, kHd, kGMax>(qg, hd, rows + j0, nj, t);
+        ng = kGMax;
+      } else if (left >= 4) {
+        score_tile<S, D, kHd, 4>(qg, hd, rows + j0, nj, t);
+        ng = 4;
+      } else if (left >= 2) {
+        score_tile<S, D, kHd, 2>(qg, hd, rows + j0, nj, t);
+        ng = 2;
+      } else {
+        score_tile<S, D, kHd, 1>(qg, hd, rows + j0, nj, t);
+      }
+      for (int h = 0; h < ng; ++h) {
+        V s = S::transpose_sum(t[h]);
+        if constexpr (KvLoad<S, D>::kRowScale) s = S::mul(s, S::load_n(rs + j0, nj));
+        S::store_n(sc + (g + h) * kB + j0, s, nj);
+      }
+      g += ng;
+    }
+  }
+}
+
+// For kH heads at once: acc_h[0, hd) += sum_j p_h[j] v_j, with acc_h = acc + h hd,
+// p_h = p + h kKeyBlock and v_j the dequantized record rows[j], j < nb. A V vector is
+// dequantized once for the kH heads; the kH * 4 accumulators stay in registers for the block.
+template <class S, KvDtype D, int kH, int kHd>
+inline void accumulate_v_q(float* acc, int64_t hd_rt, const float* p, const uint8_t* const* rows,
+                           int64_t nb) {
+  using V = typename S::V;
+  using L = KvLoad<S, D>;
+  constexpr int kW = S::kWidth;
+  constexpr int64_t kB = detail::kKeyBlock;
+  const int64_t hd = kHd > 0 ? kHd : hd_rt;
+  int64_t d = 0;
+  for (; d + 4 * kW <= hd; d += 4 * kW) {
+    V a[kH][4];
+#pragma GCC unroll 8
+    for (int h = 0; h < kH; ++h) {
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) a[h][u] = S::load(acc + h * hd + d + u * kW);
+    }
+    for (int64_t j = 0; j < nb; ++j) {
+      const uint8_t* r = rows[j];
+      V vv[4];
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) vv[u] = L::load(r, d + u * kW, hd);
+#pragma GCC unroll 8
+      for (int h = 0; h < kH; ++h) {
+        const V ph = S::set1(p[h * kB + j]);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) a[h][u] = S::fma(ph, vv[u], a[h][u]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < kH; ++h) {
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) S::store(acc + h * hd + d + u * kW, a[h][u]);
+    }
+  }
+  for (; d < hd; d += kW) {
+    const int n = hd - d < kW ? static_cast<int>(hd - d) : kW;
+    V a[kH];
+#pragma GCC unroll 8
+    for (int h = 0; h < kH; ++h) a[h] = S::load_n(acc + h * hd + d, n);
+    for (int64_t j = 0; j < nb; ++j) {
+      const V vv = n == kW ? L::load(rows[j], d, hd) : L::tail(rows[j], d, hd);
+#pragma GCC unroll 8
+      for (int h = 0; h < kH; ++h) a[h] = S::fma(S::set1(p[h * kB + j]), vv, a[h]);
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < kH; ++h) S::store_n(acc + h * hd + d, a[h], n);
+  }
+}
+
+template <class S, KvDtype D, int kHd>
+void kv_attention_range(const detail::AttentionRange& a) {
+  using L = KvLoad<S, D>;
+  const int64_t hd = kHd > 0 ? kHd : a.head_dim;
+  const int64_t group = a.group, bs = a.block_size, ld = a.ld_bytes;
+  constexpr int64_t kB = detail::kKeyBlock;
+  float* qs = a.scratch;        // [group, hd] q * scale
+  float* sc = qs + group * hd;  // [group, kB] scores, then weights
+  float* mx = sc + group * kB;  // [group] running maxima
+  float* sum = mx + group;      // [group] running sums
+  float* acc = a.out;           // [group, hd]
+  const uint8_t* kr[kB];        // the block's K / V records
+  const uint8_t* vr[kB];
+  float ks[kB], vs[kB];         // their row scales (kI8, kF8E4M3)
+  // q is copied (scaled) before acc is zeroed, so out may even overlap q.
+  for (int64_t i = 0; i < group * hd; ++i) qs[i] = a.q[i] * a.scale;
+  for (int64_t i = 0; i < group * hd; ++i) acc[i] = 0.0f;
+  for (int64_t g = 0; g < group; ++g) {
+    mx[g] = -INFINITY;
+    sum[g] = 0.0f;
+  }
+  for (int64_t j0 = a.first; j0 <= a.last; j0 += kB) {
+    const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
+    for (int64_t i = 0; i < nb; ++i) {
+      const int64_t j = j0 + i;
+      const int64_t row = static_cast<int64_t>(a.blocks[j / bs]) * bs + j % bs;
+      kr[i] = a.k_rows + row * ld;
+      vr[i] = a.v_rows + row * ld;
+      if constexpr (L::kRowScale) {
+        ks[i] = L::row_scale(kr[i], hd);
+        vs[i] = L::row_scale(vr[i], hd);
+      }
+    }
+    group_scores_q<S, D, kHd>(qs, group, kr, ks, nb, hd, sc);
+    softmax_block<S>(sc, group, nb, hd, mx, sum, acc);
+    if constexpr (L::kRowScale) {
+      // The sums already hold the plain weights; only the V accumulation takes the V scales.
+      for (int64_t g = 0; g < group; ++g) {
+        for (int64_t i = 0; i < nb; ++i) sc[g * kB + i] *= vs[i];
+      }
+    }
+    // Heads per pass: the accumulators must fit the register file (16 ymm or 32 zmm).
+    constexpr int kVHeads = S::kWidth == 16 ? 4 : 2;
+    int64_t g = 0;
+    for (; g + kVHeads <= group; g += kVHeads) {
+      accumulate_v_q<S, D, kVHeads, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb);
+    }
+    if constexpr (kVHeads > 2) {
+      for (; g + 2 <= group; g += 2) {
+        accumulate_v_q<S, D, 2, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb);
+      }
+    }
+    for (; g < group; ++g) accumulate_v_q<S, D, 1, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb);
+  }
+  finish_range<S>(a, mx, sum);
+}
+
+template <class S, KvDtype D>
+void kv_attention_range_hd(const detail::AttentionRange& a) {
+  switch (a.head_dim) {
+    case 64:
+      return kv_attention_range<S, D, 64>(a);
+    case 128:
+      return kv_attention_range<S, D, 128>(a);
+    default:
+      return kv_attention_range<S, D, 0>(a);
+  }
+}
+
+// Every format: the f32 cache through attention_impl.h, the others through the readers above.
+template <class S>
+void attention_range_any(const detail::AttentionRange& a) {
+  switch (a.dtype) {
+    case KvDtype::kF32: return attention_range_dispatch<S>(a);
+    case KvDtype::kBF16: return kv_attention_range_hd<S, KvDtype::kBF16>(a);
+    case KvDtype::kF8E4M3: return kv_attention_range_hd<S, KvDtype::kF8E4M3>(a);
+    case KvDtype::kI8: return kv_attention_range_hd<S, KvDtype::kI8>(a);
+    case KvDtype::kI4: return kv_attention_range_hd<S, KvDtype::kI4>(a);
+  }
+}
+
+}  // namespace
+}  // namespace sampan::cpu
