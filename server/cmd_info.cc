@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "engine/runtime/causal_lm.h"
+#include "kernels/cpu/attention_cpu.h"
 #include "server/commands.h"
 
 namespace sampan::cli {
@@ -64,6 +65,13 @@ Runner add_info(CLI::App& app) {
     fmt::print("kv cache:       {} per token (f32); {} at the full context of {}\n",
                human_bytes(kv_token), human_bytes(kv_token * static_cast<double>(c.max_position_embeddings)),
                c.max_position_embeddings);
+    std::string per_format;
+    for (cpu::KvDtype f : {cpu::KvDtype::kBF16, cpu::KvDtype::kI8, cpu::KvDtype::kF8E4M3, cpu::KvDtype::kI4}) {
+      const double b = 2.0 * static_cast<double>(c.n_layer) *
+                       static_cast<double>(cpu::kv_row_bytes(f, c.n_head_kv, c.head_dim));
+      per_format += fmt::format("{}{} {}", per_format.empty() ? "" : ", ", cpu::kv_dtype_name(f), human_bytes(b));
+    }
+    fmt::print("kv per token:   {} (--kv-cache-dtype)\n", per_format);
     const graph::MemoryPlan decode = lm->plan_activations(1, 1);
     const graph::MemoryPlan prefill = lm->plan_activations(512, 1);
     fmt::print("activations:    {} per decode step, {} for a 512-token prefill "
