@@ -1,0 +1,375 @@
+"""Python binding of Sampan's C API (engine/capi/sampan.h) over ctypes.
+
+    import numpy as np, sampan
+    cfg = sampan.Config("path/to/model", threads=2)
+    with sampan.Predictor(cfg) as p:
+        logits = p.run(np.array([[1, 2, 3]], dtype=np.int64))   # [batch, seq, vocab] f32
+    with sampan.Engine(cfg) as e:
+        for ev in e.generate("Hello", max_tokens=8, temperature=0):
+            print(ev.text, end="")
+
+Every C error becomes a SampanError carrying the status code, its name and the library's message.
+Objects free their handles on close() (or leaving a `with` block, or garbage collection).
+Thread-safety follows the C API: a Predictor is for one thread at a time (clone() one per thread);
+an Engine may be shared by threads, each iterating its own Generation.
+"""
+
+import ctypes
+
+import numpy as np
+
+from . import _capi
+from ._capi import (CANCELLED, DEADLINE_EXCEEDED, END_OF_STREAM, INTERNAL, INVALID_ARGUMENT,
+                    INVALID_HANDLE, INVALID_MODEL, IO, NOT_FOUND, OK, OUT_OF_MEMORY,
+                    RESOURCE_EXHAUSTED, TIMEOUT, UNAVAILABLE, UNSUPPORTED)
+
+__all__ = [
+    "SampanError", "Config", "Predictor", "Tensor", "Engine", "Generation", "Event", "lib",
+    "version", "OK", "INVALID_ARGUMENT", "NOT_FOUND", "INVALID_MODEL", "UNSUPPORTED",
+    "OUT_OF_MEMORY", "IO", "INTERNAL", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "CANCELLED",
+    "DEADLINE_EXCEEDED", "INVALID_HANDLE", "TIMEOUT", "END_OF_STREAM",
+]
+
+lib = _capi.load_library()
+_NO_CALLBACK = _capi.EVENT_CALLBACK()  # NULL: events are queued for polling
+
+_NP_DTYPES = {_capi.DTYPE_F32: np.float32, _capi.DTYPE_I32: np.int32, _capi.DTYPE_I64: np.int64}
+_DTYPE_OF_NP = {np.dtype(np.float32): _capi.DTYPE_F32, np.dtype(np.int32): _capi.DTYPE_I32,
+                np.dtype(np.int64): _capi.DTYPE_I64}
+
+
+class SampanError(Exception):
+    def __init__(self, status, message, call=""):
+        self.status = status
+        self.name = lib.sampan_status_name(status).decode()
+        self.message = message
+        super().__init__(f"{call}: {self.name}: {message}" if call else f"{self.name}: {message}")
+
+
+def _check(status, call):
+    if status != OK:
+        raise SampanError(status, lib.sampan_last_error().decode(errors="replace"), call)
+
+
+def _call(name, *args):
+    _check(getattr(lib, name)(*args), name)
+
+
+def version():
+    return lib.sampan_version().decode()
+
+
+class _Handle:
+    """Owns one C handle; `_destroy` is the C function that frees it."""
+    _destroy = None
+
+    def __init__(self, handle):
+        self._h = handle
+
+    @property
+    def handle(self):
+        if self._h is None:
+            raise SampanError(INVALID_HANDLE, f"{type(self).__name__} is closed")
+        return self._h
+
+    def close(self):
+        if self._h is not None and self._destroy is not None:
+            h, self._h = self._h, None
+            _call(self._destroy, h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the process frees everything anyway
+            pass
+
+
+class Config(_Handle):
+    """Options of a predictor or engine (sampan_config_*). None leaves the library's default."""
+    _destroy = "sampan_config_destroy"
+
+    def __init__(self, model_dir=None, device=None, threads=None, precision=None,
+                 kv_cache_dtype=None, max_model_len=None, kv_cache_bytes=None,
+                 max_batch_size=None, int4_group_size=None):
+        h = ctypes.c_void_p()
+        _call("sampan_config_create", ctypes.byref(h))
+        super().__init__(h)
+        strings = {"model_dir": model_dir, "device": device, "precision": precision,
+                   "kv_cache_dtype": kv_cache_dtype}
+        for key, value in strings.items():
+            if value is not None:
+                _call(f"sampan_config_set_{key}", self.handle, str(value).encode())
+        ints = {"threads": threads, "max_model_len": max_model_len,
+                "kv_cache_bytes": kv_cache_bytes, "max_batch_size": max_batch_size,
+                "int4_group_size": int4_group_size}
+        for key, value in ints.items():
+            if value is not None:
+                _call(f"sampan_config_set_{key}", self.handle, int(value))
+
+    def get(self, key):
+        """One option's current value, e.g. get("threads")."""
+        if key in ("model_dir", "device", "precision", "kv_cache_dtype"):
+            out = ctypes.c_char_p()
+        elif key in ("max_model_len", "kv_cache_bytes"):
+            out = ctypes.c_int64()
+        else:
+            out = ctypes.c_int32()
+        _call(f"sampan_config_get_{key}", self.handle, ctypes.byref(out))
+        return out.value.decode() if isinstance(out, ctypes.c_char_p) else out.value
+
+
+class Tensor:
+    """An input or output of a Predictor (the handle belongs to the predictor)."""
+
+    def __init__(self, predictor, handle):
+        self._predictor = predictor  # keeps the predictor (and so the handle) alive
+        self.handle = handle
+
+    @property
+    def name(self):
+        out = ctypes.c_char_p()
+        _call("sampan_tensor_get_name", self.handle, ctypes.byref(out))
+        return out.value.decode()
+
+    @property
+    def shape(self):
+        rank = ctypes.c_int32()
+        _call("sampan_tensor_get_shape", self.handle, None, 0, ctypes.byref(rank))
+        dims = (ctypes.c_int64 * max(rank.value, 1))()
+        _call("sampan_tensor_get_shape", self.handle, dims, rank.value, ctypes.byref(rank))
+        return tuple(dims[i] for i in range(rank.value))
+
+    @property
+    def dtype(self):
+        """numpy dtype of the data, or None before any."""
+        out = ctypes.c_int32()
+        _call("sampan_tensor_get_dtype", self.handle, ctypes.byref(out))
+        return np.dtype(_NP_DTYPES[out.value]) if out.value in _NP_DTYPES else None
+
+    def reshape(self, shape):
+        dims = (ctypes.c_int64 * max(len(shape), 1))(*[int(d) for d in shape])
+        _call("sampan_tensor_reshape", self.handle, dims, len(shape))
+
+    def copy_from_cpu(self, array):
+        """Copies a float32/int32/int64 array in; its shape must be the one set by reshape()."""
+        a = np.ascontiguousarray(array)
+        if a.dtype not in _DTYPE_OF_NP:
+            raise SampanError(INVALID_ARGUMENT, f"unsupported numpy dtype {a.dtype}")
+        _call("sampan_tensor_copy_from_cpu", self.handle, _DTYPE_OF_NP[a.dtype],
+              a.ctypes.data_as(ctypes.c_void_p), a.nbytes)
+
+    def copy_to_cpu(self):
+        dt = self.dtype
+        if dt is None:  # no data: the library reports why (and how to fix it)
+            _call("sampan_tensor_copy_to_cpu", self.handle, _capi.DTYPE_F32, None, 0)
+            raise SampanError(INTERNAL, f"tensor '{self.name}' has no data")
+        out = np.empty(self.shape, dtype=dt)
+        _call("sampan_tensor_copy_to_cpu", self.handle, _DTYPE_OF_NP[dt],
+              out.ctypes.data_as(ctypes.c_void_p), out.nbytes)
+        return out
+
+
+class Predictor(_Handle):
+    """A loaded tensor model (sampan_predictor_*): input "input_ids" [batch, seq], output
+    "logits" [batch, seq, vocab]."""
+    _destroy = "sampan_predictor_destroy"
+
+    def __init__(self, config=None, _handle=None):
+        if _handle is None:
+            h = ctypes.c_void_p()
+            _call("sampan_predictor_create", config.handle, ctypes.byref(h))
+            _handle = h
+        super().__init__(_handle)
+
+    def _names(self, kind):
+        n = ctypes.c_int32()
+        _call(f"sampan_predictor_get_{kind}_num", self.handle, ctypes.byref(n))
+        names = []
+        for i in range(n.value):
+            s = ctypes.c_char_p()
+            _call(f"sampan_predictor_get_{kind}_name", self.handle, i, ctypes.byref(s))
+            names.append(s.value.decode())
+        return names
+
+    @property
+    def input_names(self):
+        return self._names("input")
+
+    @property
+    def output_names(self):
+        return self._names("output")
+
+    def get_input_handle(self, name):
+        h = ctypes.c_void_p()
+        _call("sampan_predictor_get_input_handle", self.handle, name.encode(), ctypes.byref(h))
+        return Tensor(self, h)
+
+    def get_output_handle(self, name):
+        h = ctypes.c_void_p()
+        _call("sampan_predictor_get_output_handle", self.handle, name.encode(), ctypes.byref(h))
+        return Tensor(self, h)
+
+    def run(self, input_ids=None):
+        """Without arguments: runs on the inputs already copied in. With an array of ids
+        ([batch, seq], or [seq] for one sequence): copies it in, runs, returns the logits."""
+        if input_ids is None:
+            _call("sampan_predictor_run", self.handle)
+            return None
+        ids = np.asarray(input_ids)
+        squeeze = ids.ndim == 1
+        if squeeze:
+            ids = ids[None, :]
+        t = self.get_input_handle(self.input_names[0])
+        t.reshape(ids.shape)
+        t.copy_from_cpu(ids)
+        _call("sampan_predictor_run", self.handle)
+        out = self.get_output_handle(self.output_names[0]).copy_to_cpu()
+        return out[0] if squeeze else out
+
+    def clone(self):
+        """A predictor sharing the weights, for another thread."""
+        h = ctypes.c_void_p()
+        _call("sampan_predictor_clone", self.handle, ctypes.byref(h))
+        return Predictor(_handle=h)
+
+
+class Event:
+    """One generation event, copied out of the C event."""
+
+    def __init__(self, h):
+        tok = ctypes.c_int32()
+        _call("sampan_event_get_token", h, ctypes.byref(tok))
+        text, n = ctypes.c_void_p(), ctypes.c_uint64()
+        _call("sampan_event_get_text", h, ctypes.byref(text), ctypes.byref(n))
+        fin = ctypes.c_int32()
+        _call("sampan_event_is_finished", h, ctypes.byref(fin))
+        reason = ctypes.c_int32()
+        _call("sampan_event_get_finish_reason", h, ctypes.byref(reason))
+        lp = ctypes.c_float()
+        _call("sampan_event_get_logprob", h, ctypes.byref(lp))
+        usage = [ctypes.c_int64() for _ in range(3)]
+        _call("sampan_event_get_usage", h, *[ctypes.byref(u) for u in usage])
+        err = ctypes.c_char_p()
+        _call("sampan_event_get_error", h, ctypes.byref(err))
+        self.token = tok.value
+        self.text = ctypes.string_at(text.value, n.value).decode(errors="replace") if n.value else ""
+        self.finished = bool(fin.value)
+        self.finish_reason = _capi.FINISH_NAMES.get(reason.value)
+        self.logprob = lp.value
+        self.prompt_tokens, self.completion_tokens, self.cached_prompt_tokens = (
+            u.value for u in usage)
+        self.error = err.value.decode(errors="replace") if err.value else ""
+
+    def __repr__(self):
+        return (f"Event(token={self.token}, text={self.text!r}, finished={self.finished}, "
+                f"finish_reason={self.finish_reason})")
+
+
+class Generation(_Handle):
+    """A submitted request in poll mode: iterate it for Events (the last one has finished=True),
+    cancel() from any thread. `tokens`, `text` and `final` accumulate as it is iterated."""
+    _destroy = "sampan_request_destroy"
+
+    def __init__(self, handle, poll_timeout_ms=-1):
+        super().__init__(handle)
+        self.poll_timeout_ms = poll_timeout_ms
+        self.tokens = []
+        self.text = ""
+        self.final = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.final is not None:
+            raise StopIteration
+        ev = ctypes.c_void_p()
+        status = lib.sampan_request_poll(self.handle, self.poll_timeout_ms, ctypes.byref(ev))
+        if status == END_OF_STREAM:
+            raise StopIteration
+        _check(status, "sampan_request_poll")
+        e = Event(ev)
+        if e.token >= 0:
+            self.tokens.append(e.token)
+        self.text += e.text
+        if e.finished:
+            self.final = e
+        return e
+
+    def cancel(self):
+        _call("sampan_request_cancel", self.handle)
+
+    def result(self):
+        """Iterates to the end; returns self."""
+        for _ in self:
+            pass
+        return self
+
+
+class Engine(_Handle):
+    """A generation engine (sampan_engine_*), shareable by threads."""
+    _destroy = "sampan_engine_destroy"
+
+    def __init__(self, config):
+        h = ctypes.c_void_p()
+        _call("sampan_engine_create", config.handle, ctypes.byref(h))
+        super().__init__(h)
+
+    @property
+    def vocab_size(self):
+        out = ctypes.c_int64()
+        _call("sampan_engine_get_vocab_size", self.handle, ctypes.byref(out))
+        return out.value
+
+    @property
+    def max_model_len(self):
+        out = ctypes.c_int64()
+        _call("sampan_engine_get_max_model_len", self.handle, ctypes.byref(out))
+        return out.value
+
+    def tokenize(self, text, add_special=True):
+        n = ctypes.c_int64()
+        raw = text.encode()
+        _call("sampan_engine_tokenize", self.handle, raw, int(add_special), None, 0,
+              ctypes.byref(n))
+        ids = (ctypes.c_int32 * max(n.value, 1))()
+        _call("sampan_engine_tokenize", self.handle, raw, int(add_special), ids, n.value,
+              ctypes.byref(n))
+        return [ids[i] for i in range(n.value)]
+
+    def generate(self, prompt, max_tokens=16, temperature=1.0, top_k=0, top_p=1.0, seed=None,
+                 stop=(), ignore_eos=False, poll_timeout_ms=-1):
+        """Submits `prompt` (text, or a sequence of token ids) and returns a Generation to
+        iterate."""
+        params = ctypes.c_void_p()
+        _call("sampan_params_create", ctypes.byref(params))
+        try:
+            _call("sampan_params_set_temperature", params, float(temperature))
+            _call("sampan_params_set_top_k", params, int(top_k))
+            _call("sampan_params_set_top_p", params, float(top_p))
+            if seed is not None:
+                _call("sampan_params_set_seed", params, int(seed))
+            _call("sampan_params_set_max_tokens", params, int(max_tokens))
+            for s in stop:
+                _call("sampan_params_add_stop", params, s.encode())
+            _call("sampan_params_set_ignore_eos", params, int(bool(ignore_eos)))
+            req = ctypes.c_void_p()
+            if isinstance(prompt, str):
+                _call("sampan_engine_submit_text", self.handle, prompt.encode(), params,
+                      _NO_CALLBACK, None, ctypes.byref(req))
+            else:
+                ids = np.ascontiguousarray(np.asarray(prompt, dtype=np.int64))
+                if ids.size and (ids.min() < -2**31 or ids.max() >= 2**31):
+                    raise SampanError(INVALID_ARGUMENT, "token ids must fit in int32")
+                arr = (ctypes.c_int32 * max(ids.size, 1))(*[int(x) for x in ids.ravel()])
+                _call("sampan_engine_submit_tokens", self.handle, arr, ids.size, params,
+                      _NO_CALLBACK, None, ctypes.byref(req))
+            return Generation(req, poll_timeout_ms)
+        finally:
+            _call("sampan_params_destroy", params)

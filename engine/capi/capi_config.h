@@ -1,0 +1,39 @@
+// The object behind a SampanConfig handle, shared by the predictor and engine halves of the C API.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "engine/models/model_options.h"
+
+namespace sampan::capi {
+
+// A snapshot of the options; predictors and engines copy one at creation.
+struct ConfigData {
+  std::string model_dir;
+  std::string device = "cpu";
+  int32_t threads = 0;
+  std::string precision = "bf16";
+  int32_t int4_group_size = 128;
+  std::string kv_cache_dtype = "f32";
+  int64_t max_model_len = 0;
+  int64_t kv_cache_bytes = 1LL << 30;
+  int32_t max_batch_size = 64;
+
+  // Weight format, group size and KV format as the model builders take them. The strings were
+  // validated by the setters, so this cannot fail.
+  models::ModelBuildOptions build_options() const;
+  // ApiError(INVALID_ARGUMENT) when no model dir was set.
+  void require_model_dir() const;
+};
+
+struct Config {
+  mutable std::mutex mu;
+  ConfigData data;
+};
+
+// The config's data, copied under its lock (ApiError INVALID_HANDLE for a bad handle).
+ConfigData snapshot_config(const void* handle);
+
+}  // namespace sampan::capi

@@ -1,0 +1,522 @@
+// SampanPredictor and SampanTensor: the Paddle-Inference-shaped half of the C API.
+//
+// A predictor runs the decoder graph (models/llama.h) over a whole [batch, seq] block of ids in
+// ONE forward: batch row b is sequence b of the paged-attention contract, with a KV pool of one
+// block of `seq` rows per sequence (block_tables[b] = [b]), so rows never see each other. The
+// model (weights, graph) is shared by clones; each predictor has its own threads, executor
+// (activation arena) and KV pools.
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "engine/capi/capi_config.h"
+#include "engine/capi/capi_internal.h"
+#include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
+#include "engine/graph/executor.h"
+#include "engine/graph/passes/passes.h"
+#include "engine/loaders/hf_config.h"
+#include "engine/loaders/weight_store.h"
+#include "engine/models/llama.h"
+
+namespace sampan::capi {
+namespace {
+
+constexpr const char* kInputIds = "input_ids";
+constexpr const char* kLogits = "logits";
+constexpr int kMaxRank = 8;
+// Tokens of one run (batch * seq): the ids, positions and rows the graph takes are i32.
+constexpr int64_t kMaxRunTokens = 1 << 22;
+
+// The loaded model, read-only once built, shared by a predictor and its clones.
+struct Model {
+  HfConfig config;
+  std::optional<WeightStore> store;  // the mapped files the weights view
+  models::LlamaWeights weights;
+  graph::Graph graph;
+  ConfigData options;
+};
+
+int64_t dtype_size(SampanDType dtype) {
+  switch (dtype) {
+    case SAMPAN_DTYPE_F32: return 4;
+    case SAMPAN_DTYPE_I32: return 4;
+    case SAMPAN_DTYPE_I64: return 8;
+    default: return 0;
+  }
+}
+
+const char* dtype_text(SampanDType dtype) {
+  switch (dtype) {
+    case SAMPAN_DTYPE_F32: return "f32";
+    case SAMPAN_DTYPE_I32: return "i32";
+    case SAMPAN_DTYPE_I64: return "i64";
+    case SAMPAN_DTYPE_UNDEFINED: return "undefined";
+    default: return "unknown";
+  }
+}
+
+struct TensorData {
+  std::string name;
+  bool is_input = false;
+  std::vector<SampanDType> accepted;  // inputs: dtypes copy_from_cpu takes
+  std::vector<int64_t> shape;          // empty: none yet
+  SampanDType dtype = SAMPAN_DTYPE_UNDEFINED;
+  std::vector<uint8_t> bytes;
+  bool has_data = false;
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  void clear() {
+    shape.clear();
+    bytes.clear();
+    has_data = false;
+    if (!is_input) dtype = SAMPAN_DTYPE_UNDEFINED;
+  }
+};
+
+struct Predictor {
+  std::mutex mu;
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<graph::Executor> executor;
+  std::vector<TensorData> inputs, outputs;
+  std::vector<uintptr_t> input_handles, output_handles;
+  // Per layer: the KV pools of the last run, kept while [batch, seq] stays the same.
+  std::vector<Tensor> k_cache, v_cache;
+  int64_t cache_batch = 0, cache_seq = 0;
+
+  ~Predictor() {
+    for (uintptr_t h : input_handles) unregister_handle(h);
+    for (uintptr_t h : output_handles) unregister_handle(h);
+  }
+};
+
+// What a tensor handle refers to: one input or output of a predictor that may be destroyed
+// (then the handle is unregistered and the weak pointer expired).
+struct TensorRef {
+  std::weak_ptr<Predictor> predictor;
+  bool is_input = false;
+  size_t index = 0;
+};
+
+std::shared_ptr<const Model> load_model(const ConfigData& o) {
+  o.require_model_dir();
+  if (o.device != "cpu") api_fail(SAMPAN_ERROR_UNSUPPORTED, "device '{}' is not supported", o.device);
+  SAMPAN_CHECK(std::filesystem::is_directory(o.model_dir), ErrorCode::kNotFound,
+               "{}: model directory does not exist", o.model_dir);
+  auto m = std::make_shared<Model>();
+  m->options = o;
+  m->config = load_hf_config(o.model_dir);
+  m->store.emplace(WeightStore::open(o.model_dir));
+  const models::ModelBuildOptions build = o.build_options();
+  m->weights = models::load_llama_weights(m->config, *m->store, build);
+  m->graph = models::build_llama_graph(m->config, m->weights, build);
+  graph::passes::optimize(m->graph);
+  return m;
+}
+
+std::shared_ptr<Predictor> make_predictor(std::shared_ptr<const Model> model) {
+  auto p = std::make_shared<Predictor>();
+  p->model = std::move(model);
+  p->pool = std::make_unique<ThreadPool>(p->model->options.threads);
+  p->executor = std::make_unique<graph::Executor>(p->model->graph, *p->pool);
+  TensorData ids;
+  ids.name = kInputIds;
+  ids.is_input = true;
+  ids.accepted = {SAMPAN_DTYPE_I32, SAMPAN_DTYPE_I64};
+  p->inputs.push_back(std::move(ids));
+  TensorData logits;
+  logits.name = kLogits;
+  p->outputs.push_back(std::move(logits));
+  // Tensor handles are registered up front so that the same name always gives the same handle.
+  for (size_t i = 0; i < p->inputs.size(); ++i) {
+    p->input_handles.push_back(register_handle(
+        Kind::kTensor, std::make_shared<TensorRef>(TensorRef{p, true, i})));
+  }
+  for (size_t i = 0; i < p->outputs.size(); ++i) {
+    p->output_handles.push_back(register_handle(
+        Kind::kTensor, std::make_shared<TensorRef>(TensorRef{p, false, i})));
+  }
+  return p;
+}
+
+SampanPredictor* register_predictor(std::shared_ptr<Predictor> p) {
+  return as_handle<SampanPredictor>(register_handle(Kind::kPredictor, std::move(p)));
+}
+
+// The predictor of a tensor handle, locked; the TensorData it names.
+struct LockedTensor {
+  std::shared_ptr<Predictor> predictor;
+  std::unique_lock<std::mutex> lock;
+  TensorData* data = nullptr;
+};
+
+LockedTensor lock_tensor(const SampanTensor* handle) {
+  auto ref = lookup<TensorRef>(handle, Kind::kTensor, "tensor");
+  LockedTensor t;
+  t.predictor = ref->predictor.lock();
+  if (!t.predictor) {
+    api_fail(SAMPAN_ERROR_INVALID_HANDLE, "tensor belongs to a destroyed predictor");
+  }
+  t.lock = std::unique_lock<std::mutex>(t.predictor->mu);
+  t.data = ref->is_input ? &t.predictor->inputs[ref->index] : &t.predictor->outputs[ref->index];
+  return t;
+}
+
+// The ids of input_ids as i32, checked against the vocabulary.
+std::vector<int32_t> read_ids(const TensorData& in, int64_t vocab) {
+  const int64_t n = in.numel();
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t id = 0;
+    if (in.dtype == SAMPAN_DTYPE_I32) {
+      int32_t v;
+      std::memcpy(&v, in.bytes.data() + i * 4, 4);
+      id = v;
+    } else {
+      std::memcpy(&id, in.bytes.data() + i * 8, 8);
+    }
+    if (id < 0 || id >= vocab) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+               "input_ids[{}][{}] = {} is outside the vocabulary [0, {})", i / in.shape[1],
+               i % in.shape[1], id, vocab);
+    }
+    ids[static_cast<size_t>(i)] = static_cast<int32_t>(id);
+  }
+  return ids;
+}
+
+// Allocates the per-layer KV pools [batch, seq, row] in the dtype and row width the graph
+// declares for k_cache.<l> / v_cache.<l>.
+void ensure_kv_cache(Predictor& p, int64_t batch, int64_t seq) {
+  if (p.cache_batch == batch && p.cache_seq == seq && !p.k_cache.empty()) return;
+  p.k_cache.clear();
+  p.v_cache.clear();
+  p.cache_batch = p.cache_seq = 0;
+  const graph::Graph& g = p.model->graph;
+  std::map<std::string, const graph::Value*> declared;
+  for (graph::ValueId id : g.inputs()) declared[g.value(id).name] = &g.value(id);
+  for (int64_t l = 0; l < p.model->config.n_layer; ++l) {
+    for (const char* which : {"k_cache", "v_cache"}) {
+      const std::string name = fmt::format("{}.{}", which, l);
+      auto it = declared.find(name);
+      SAMPAN_CHECK(it != declared.end() && it->second->shape.size() == 3, ErrorCode::kInternal,
+                   "the model graph has no 3-d input '{}'", name);
+      const graph::Dim& row = it->second->shape[2];
+      const int64_t width = row.symbolic() ? p.model->config.kv_dim() : row.size;
+      Tensor t = Tensor::zeros({batch, seq, width}, it->second->dtype);
+      (which[0] == 'k' ? p.k_cache : p.v_cache).push_back(std::move(t));
+    }
+  }
+  p.cache_batch = batch;
+  p.cache_seq = seq;
+}
+
+void run_predictor(Predictor& p) {
+  for (TensorData& out : p.outputs) out.clear();
+  const TensorData& in = p.inputs[0];
+  if (!in.has_data) {
+    api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+             "input '{}' has no data (reshape it and call sampan_tensor_copy_from_cpu first)",
+             in.name);
+  }
+  if (in.shape.size() != 2 || in.shape[0] < 1 || in.shape[1] < 1) {
+    api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+             "input '{}' must have shape [batch, seq] with batch >= 1 and seq >= 1, got {}",
+             in.name, fmt::format("[{}]", fmt::join(in.shape, ", ")));
+  }
+  const HfConfig& cfg = p.model->config;
+  const int64_t batch = in.shape[0], seq = in.shape[1];
+  int64_t max_seq = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : INT64_MAX;
+  if (p.model->options.max_model_len > 0) {
+    max_seq = std::min(max_seq, p.model->options.max_model_len);
+  }
+  if (seq > max_seq) {
+    api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "input '{}': seq {} exceeds the limit of {} tokens",
+             in.name, seq, max_seq);
+  }
+  if (batch > kMaxRunTokens / seq) {
+    api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+             "input '{}': batch * seq = {} * {} exceeds {} tokens per run", in.name, batch, seq,
+             kMaxRunTokens);
+  }
+  const int64_t n = batch * seq;
+  std::vector<int32_t> ids = read_ids(in, cfg.vocab_size);
+  std::vector<int32_t> positions(static_cast<size_t>(n)), seq_ids(static_cast<size_t>(n)),
+      rows(static_cast<size_t>(n)), tables(static_cast<size_t>(batch));
+  for (int64_t t = 0; t < n; ++t) {
+    positions[static_cast<size_t>(t)] = static_cast<int32_t>(t % seq);
+    seq_ids[static_cast<size_t>(t)] = static_cast<int32_t>(t / seq);
+    rows[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+  }
+  for (int64_t b = 0; b < batch; ++b) tables[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+  ensure_kv_cache(p, batch, seq);
+
+  std::map<std::string, Tensor> feeds;
+  feeds["ids"] = Tensor::from_i32({n}, ids);
+  feeds["positions"] = Tensor::from_i32({n}, positions);
+  feeds["seq_ids"] = Tensor::from_i32({n}, seq_ids);
+  feeds["block_tables"] = Tensor::from_i32({batch, 1}, tables);
+  feeds["logit_rows"] = Tensor::from_i32({n}, rows);
+  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    feeds[fmt::format("k_cache.{}", l)] = p.k_cache[static_cast<size_t>(l)];
+    feeds[fmt::format("v_cache.{}", l)] = p.v_cache[static_cast<size_t>(l)];
+  }
+  const std::vector<Tensor> results = p.executor->run(feeds);
+  SAMPAN_CHECK(!results.empty(), ErrorCode::kInternal, "the model graph returned no output");
+  const Tensor logits = results[0].to_f32();
+  SAMPAN_CHECK(logits.numel() == n * cfg.vocab_size, ErrorCode::kInternal,
+               "logits have {} values, expected {} x {}", logits.numel(), n, cfg.vocab_size);
+  TensorData& out = p.outputs[0];
+  out.bytes.resize(static_cast<size_t>(logits.nbytes()));
+  std::memcpy(out.bytes.data(), logits.data<float>(), out.bytes.size());
+  out.shape = {batch, seq, cfg.vocab_size};
+  out.dtype = SAMPAN_DTYPE_F32;
+  out.has_data = true;
+}
+
+std::shared_ptr<Predictor> get_predictor(const SampanPredictor* handle) {
+  return lookup<Predictor>(handle, Kind::kPredictor, "predictor");
+}
+
+SampanStatus get_count(SampanPredictor* handle, int32_t* out, bool inputs) {
+  return guarded([&] {
+    auto p = get_predictor(handle);
+    require_arg(out, "out");
+    std::lock_guard<std::mutex> lock(p->mu);
+    *out = static_cast<int32_t>(inputs ? p->inputs.size() : p->outputs.size());
+  });
+}
+
+SampanStatus get_name(SampanPredictor* handle, int32_t index, const char** out, bool inputs) {
+  return guarded([&] {
+    auto p = get_predictor(handle);
+    require_arg(out, "out");
+    std::lock_guard<std::mutex> lock(p->mu);
+    const std::vector<TensorData>& list = inputs ? p->inputs : p->outputs;
+    if (index < 0 || static_cast<size_t>(index) >= list.size()) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "{} index {} is out of range [0, {})",
+               inputs ? "input" : "output", index, list.size());
+    }
+    *out = list[static_cast<size_t>(index)].name.c_str();
+  });
+}
+
+SampanStatus get_handle(SampanPredictor* handle, const char* name, SampanTensor** out,
+                        bool inputs) {
+  return guarded([&] {
+    auto p = get_predictor(handle);
+    require_arg(name, "name");
+    require_arg(out, "out");
+    std::lock_guard<std::mutex> lock(p->mu);
+    const std::vector<TensorData>& list = inputs ? p->inputs : p->outputs;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i].name == name) {
+        *out = as_handle<SampanTensor>(inputs ? p->input_handles[i] : p->output_handles[i]);
+        return;
+      }
+    }
+    std::vector<std::string> names;
+    for (const TensorData& t : list) names.push_back(t.name);
+    api_fail(SAMPAN_ERROR_NOT_FOUND, "the model has no {} named '{}' (it has: {})",
+             inputs ? "input" : "output", name, fmt::join(names, ", "));
+  });
+}
+
+}  // namespace
+}  // namespace sampan::capi
+
+using namespace sampan;
+using namespace sampan::capi;
+
+extern "C" {
+
+SAMPAN_API SampanStatus sampan_predictor_create(const SampanConfig* config,
+                                                SampanPredictor** out) {
+  return guarded([&] {
+    const ConfigData options = snapshot_config(config);
+    require_arg(out, "out");
+    *out = register_predictor(make_predictor(load_model(options)));
+  });
+}
+
+SAMPAN_API SampanStatus sampan_predictor_clone(SampanPredictor* predictor, SampanPredictor** out) {
+  return guarded([&] {
+    auto p = get_predictor(predictor);
+    require_arg(out, "out");
+    *out = register_predictor(make_predictor(p->model));
+  });
+}
+
+SAMPAN_API SampanStatus sampan_predictor_destroy(SampanPredictor* predictor) {
+  return guarded([&] {
+    if (predictor == nullptr) return;
+    auto p = take<Predictor>(predictor, Kind::kPredictor, "predictor");
+    // A call in progress on another thread holds its own reference; the last one frees it.
+    std::lock_guard<std::mutex> lock(p->mu);
+    for (uintptr_t h : p->input_handles) unregister_handle(h);
+    for (uintptr_t h : p->output_handles) unregister_handle(h);
+  });
+}
+
+SAMPAN_API SampanStatus sampan_predictor_get_input_num(SampanPredictor* predictor, int32_t* out) {
+  return get_count(predictor, out, true);
+}
+SAMPAN_API SampanStatus sampan_predictor_get_output_num(SampanPredictor* predictor, int32_t* out) {
+  return get_count(predictor, out, false);
+}
+SAMPAN_API SampanStatus sampan_predictor_get_input_name(SampanPredictor* predictor, int32_t index,
+                                                        const char** out) {
+  return get_name(predictor, index, out, true);
+}
+SAMPAN_API SampanStatus sampan_predictor_get_output_name(SampanPredictor* predictor,
+                                                         int32_t index, const char** out) {
+  return get_name(predictor, index, out, false);
+}
+SAMPAN_API SampanStatus sampan_predictor_get_input_handle(SampanPredictor* predictor,
+                                                          const char* name, SampanTensor** out) {
+  return get_handle(predictor, name, out, true);
+}
+SAMPAN_API SampanStatus sampan_predictor_get_output_handle(SampanPredictor* predictor,
+                                                           const char* name, SampanTensor** out) {
+  return get_handle(predictor, name, out, false);
+}
+
+SAMPAN_API SampanStatus sampan_predictor_run(SampanPredictor* predictor) {
+  return guarded([&] {
+    auto p = get_predictor(predictor);
+    std::lock_guard<std::mutex> lock(p->mu);
+    run_predictor(*p);
+  });
+}
+
+SAMPAN_API SampanStatus sampan_tensor_reshape(SampanTensor* tensor, const int64_t* dims,
+                                              int32_t rank) {
+  return guarded([&] {
+    LockedTensor t = lock_tensor(tensor);
+    if (!t.data->is_input) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "'{}' is an output; only inputs can be reshaped",
+               t.data->name);
+    }
+    if (rank < 1 || rank > kMaxRank) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "rank must be in [1, {}], got {}", kMaxRank, rank);
+    }
+    require_arg(dims, "dims");
+    std::vector<int64_t> shape(dims, dims + rank);
+    int64_t numel = 1;
+    for (int32_t d = 0; d < rank; ++d) {
+      if (shape[static_cast<size_t>(d)] < 0) {
+        api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "dim {} is negative ({})", d,
+                 shape[static_cast<size_t>(d)]);
+      }
+      // Sizes whose byte count would overflow are refused here rather than at the copy.
+      if (shape[static_cast<size_t>(d)] > 0 && numel > (INT64_MAX / 16) / shape[static_cast<size_t>(d)]) {
+        api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "shape [{}] has too many elements",
+                 fmt::join(shape, ", "));
+      }
+      numel *= shape[static_cast<size_t>(d)];
+    }
+    t.data->shape = std::move(shape);
+    t.data->bytes.clear();
+    t.data->has_data = false;
+    t.data->dtype = SAMPAN_DTYPE_UNDEFINED;
+  });
+}
+
+SAMPAN_API SampanStatus sampan_tensor_copy_from_cpu(SampanTensor* tensor, SampanDType dtype,
+                                                    const void* data, uint64_t byte_size) {
+  return guarded([&] {
+    LockedTensor t = lock_tensor(tensor);
+    TensorData& d = *t.data;
+    if (!d.is_input) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "'{}' is an output; copy_from_cpu takes inputs",
+               d.name);
+    }
+    if (std::find(d.accepted.begin(), d.accepted.end(), dtype) == d.accepted.end()) {
+      std::vector<std::string> ok;
+      for (SampanDType a : d.accepted) ok.push_back(dtype_text(a));
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "input '{}' takes {}, got dtype {} ({})", d.name,
+               fmt::join(ok, " or "), dtype, dtype_text(dtype));
+    }
+    if (d.shape.empty()) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "input '{}' has no shape yet (call reshape first)",
+               d.name);
+    }
+    const uint64_t want = static_cast<uint64_t>(d.numel() * dtype_size(dtype));
+    if (byte_size != want) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+               "input '{}': byte size {} does not match shape [{}] of {} ({} bytes)", d.name,
+               byte_size, fmt::join(d.shape, ", "), dtype_text(dtype), want);
+    }
+    if (want > 0) require_arg(data, "data");
+    d.bytes.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + want);
+    d.dtype = dtype;
+    d.has_data = true;
+  });
+}
+
+SAMPAN_API SampanStatus sampan_tensor_copy_to_cpu(SampanTensor* tensor, SampanDType dtype,
+                                                  void* data, uint64_t byte_size) {
+  return guarded([&] {
+    LockedTensor t = lock_tensor(tensor);
+    const TensorData& d = *t.data;
+    if (!d.has_data) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "'{}' has no data{}", d.name,
+               d.is_input ? " (nothing was copied into it)" : " (run the predictor first)");
+    }
+    if (dtype != d.dtype) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "'{}' is {}, asked for dtype {} ({})", d.name,
+               dtype_text(d.dtype), dtype, dtype_text(dtype));
+    }
+    if (byte_size != d.bytes.size()) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+               "'{}': byte size {} does not match shape [{}] of {} ({} bytes)", d.name,
+               byte_size, fmt::join(d.shape, ", "), dtype_text(d.dtype), d.bytes.size());
+    }
+    if (byte_size > 0) require_arg(data, "data");
+    if (byte_size > 0) std::memcpy(data, d.bytes.data(), d.bytes.size());
+  });
+}
+
+SAMPAN_API SampanStatus sampan_tensor_get_shape(SampanTensor* tensor, int64_t* dims,
+                                                int32_t capacity, int32_t* rank) {
+  return guarded([&] {
+    LockedTensor t = lock_tensor(tensor);
+    require_arg(rank, "rank");
+    const int32_t r = static_cast<int32_t>(t.data->shape.size());
+    *rank = r;
+    if (dims == nullptr && capacity == 0) return;  // a query of the rank
+    if (capacity < r) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "'{}' has rank {}, dims has room for {}",
+               t.data->name, r, capacity);
+    }
+    if (r > 0) require_arg(dims, "dims");
+    std::copy(t.data->shape.begin(), t.data->shape.end(), dims);
+  });
+}
+
+SAMPAN_API SampanStatus sampan_tensor_get_dtype(SampanTensor* tensor, SampanDType* out) {
+  return guarded([&] {
+    LockedTensor t = lock_tensor(tensor);
+    require_arg(out, "out");
+    *out = t.data->dtype;
+  });
+}
+
+SAMPAN_API SampanStatus sampan_tensor_get_name(SampanTensor* tensor, const char** out) {
+  return guarded([&] {
+    LockedTensor t = lock_tensor(tensor);
+    require_arg(out, "out");
+    *out = t.data->name.c_str();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,216 @@
+"""End-to-end: the C API through its Python binding (clients/python/sampan) and the C example.
+
+  - Predictor logits of every tiny model against the HF goldens (tests/data/golden), as one
+    sequence and batched with other rows;
+  - greedy generation through Engine.generate: every token is the numpy reference's argmax (or
+    within a near-tie), its logprob matches numpy, and it equals `sampan run`'s tokens; the final
+    event's usage counts what was streamed; cancel ends a long request early;
+  - the C example (clients/c/example.c, built as sampan_c_example) runs and prints the top tokens
+    and the generation the Python side computes.
+Environment (set by CTest): SAMPAN_LIBRARY (libsampan.so), SAMPAN_C_EXAMPLE_DIR (its build dir).
+"""
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_util as eu  # noqa: E402
+
+# Against the HF goldens: the thresholds of test_llama_logits.py (bf16 weights with bf16
+# activation rounding reach cosine >= 0.9999; a wrong RoPE, mask or window falls below 0.95;
+# top-1 may flip only at near-ties).
+MIN_COSINE = 0.999
+MIN_TOP1 = 0.95
+# A generated token may lose to numpy's float64 argmax only by a near-tie (bf16 weights, f32
+# arithmetic: logits differ by ~1e-3), and logprobs agree to the same order.
+MAX_GREEDY_GAP = 0.02
+MAX_LOGPROB_DIFF = 0.02
+# The C example and the binding run the same library on the same input: the printed logits
+# (4 decimals) agree to rounding.
+MAX_PRINTED_LOGIT_DIFF = 1e-3
+PROMPT = "The function returns a list of"
+
+
+def sanitizer_preload(library):
+    """A libsampan built with ASan must have the ASan runtime loaded first: re-executes this
+    script with it preloaded (the python interpreter itself is not instrumented)."""
+    if os.environ.get("SAMPAN_CAPI_REEXEC") == "1":
+        return
+    try:
+        out = subprocess.run(["ldd", library], capture_output=True, text=True).stdout
+    except OSError:
+        return
+    m = re.search(r"(\S*libasan\.so\S*) => (\S+)", out)
+    if not m:
+        return
+    # libstdc++ too: ASan intercepts __cxa_throw only in libraries present at start-up.
+    preload = [m.group(2)] + re.findall(r"libstdc\+\+\.so\S* => (\S+)", out)
+    env = dict(os.environ, SAMPAN_CAPI_REEXEC="1", LD_PRELOAD=" ".join(preload))
+    # Python's own allocations look like leaks to LeakSanitizer; the library is what is tested.
+    env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS", ""), "detect_leaks=0",
+                                                 "verify_asan_link_order=0"]))
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def library_path(args):
+    lib = os.environ.get("SAMPAN_LIBRARY") or os.path.join(os.path.dirname(args.sampan),
+                                                           "libsampan.so")
+    os.environ["SAMPAN_LIBRARY"] = lib
+    return lib
+
+
+def check_logits(res, sampan, args):
+    goldens = sorted(glob.glob(os.path.join(eu.golden_dir(args), "*.json")))
+    res.check("goldens present", len(goldens) > 0, f"{len(goldens)} sequences")
+    worst = (1.0, 1.0)
+    for gpath in goldens:
+        with open(gpath) as f:
+            meta = json.load(f)
+        case = os.path.splitext(os.path.basename(gpath))[0]
+        golden = np.load(os.path.splitext(gpath)[0] + ".npy")
+        cfg = sampan.Config(os.path.join(eu.models_dir(args), meta["model"]), threads=2)
+        with sampan.Predictor(cfg) as p:
+            ids = np.array(meta["ids"], dtype=np.int64)
+            single = p.run(ids[None, :])
+            # Batched with a reversed copy and a constant row: row 0 must not see the others.
+            batch = np.stack([ids, ids[::-1], np.full_like(ids, 7)]).astype(np.int32)
+            batched = p.run(batch)
+            for label, got in (("single", single[0]), ("batched", batched[0])):
+                cos = eu.cosine_per_row(got, golden)
+                top1 = eu.top1_agreement(got, golden)
+                worst = (min(worst[0], cos.min()), min(worst[1], top1))
+                res.check(f"{case}.{label}.vs_golden", cos.min() > MIN_COSINE and top1 >= MIN_TOP1,
+                          f"min cosine {cos.min():.7f}, top-1 {top1 * 100:.1f} %")
+            rev = p.run(ids[::-1][None, :])[0]
+            diff = float(np.abs(batched[1] - rev).max())
+            res.check(f"{case}.batched_row1_vs_single", diff <= 0.3,
+                      f"max |diff| {diff:.4f} (<= 0.3: bf16 rounding on another kernel path)")
+        cfg.close()
+    print(f"logits: min cosine {worst[0]:.7f} (> {MIN_COSINE}), min top-1 "
+          f"{worst[1] * 100:.1f} % (>= {MIN_TOP1 * 100:.0f} %)")
+
+
+def check_generation(res, sampan, args, model):
+    import numpy_llama as ref
+    cfg = sampan.Config(model, threads=2, kv_cache_bytes=16 << 20, max_model_len=256)
+    with sampan.Engine(cfg) as engine:
+        prompt_ids = engine.tokenize(PROMPT)
+        gen = engine.generate(PROMPT, max_tokens=16, temperature=0, ignore_eos=True)
+        events = list(gen)
+        gen.close()
+        res.check("generate: 16 tokens then one final event",
+                  len(gen.tokens) == 16 and events[-1].finished and
+                  sum(e.finished for e in events) == 1,
+                  f"{len(gen.tokens)} tokens, {sum(e.finished for e in events)} final events")
+        final = events[-1]
+        res.check("generate: usage and finish reason",
+                  final.finish_reason == "length" and final.completion_tokens == 16 and
+                  final.prompt_tokens == len(prompt_ids),
+                  f"{final.finish_reason}, prompt {final.prompt_tokens} (want {len(prompt_ids)}), "
+                  f"completion {final.completion_tokens}")
+        ids, worst_gap, worst_lp = list(prompt_ids), 0.0, 0.0
+        token_events = [e for e in events if e.token >= 0]
+        for e in token_events:
+            logits = ref.logits(model, ids)[-1].astype(np.float64)
+            worst_gap = max(worst_gap, logits.max() - logits[e.token])
+            log_sm = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
+            worst_lp = max(worst_lp, abs(log_sm[e.token] - e.logprob))
+            ids.append(e.token)
+        res.check("generate: tokens are numpy's argmax", worst_gap <= MAX_GREEDY_GAP,
+                  f"max gap {worst_gap:.4g} (<= {MAX_GREEDY_GAP})")
+        res.check("generate: logprobs match numpy", worst_lp <= MAX_LOGPROB_DIFF,
+                  f"max diff {worst_lp:.4g} (<= {MAX_LOGPROB_DIFF})")
+
+        run = eu.run_sampan(args, ["run", "--model", model, "--prompt", PROMPT, "--temperature",
+                                   "0", "--max-tokens", "16", "--ignore-eos"])
+        res.check("generate: same text as `sampan run`",
+                  run.returncode == 0 and run.stdout.rstrip("\n") == gen.text,
+                  f"{gen.text!r} vs {run.stdout!r}" if run.returncode == 0 else run.describe())
+
+        same = engine.generate(prompt_ids, max_tokens=16, temperature=0, ignore_eos=True).result()
+        res.check("generate: token-id prompt gives the same tokens", same.tokens == gen.tokens,
+                  f"{same.tokens} vs {gen.tokens}")
+        same.close()
+
+        long = engine.generate(prompt_ids, max_tokens=200, temperature=0, ignore_eos=True)
+        first = next(long)
+        long.cancel()
+        long.result()
+        res.check("generate: cancel ends the request early",
+                  first.token >= 0 and long.final.finish_reason == "cancelled" and
+                  long.final.completion_tokens < 200,
+                  f"{long.final.finish_reason}, {long.final.completion_tokens} tokens")
+        long.close()
+    cfg.close()
+    return gen.tokens, gen.text
+
+
+def check_c_example(res, sampan, args, model, tokens, text):
+    exe = os.path.join(os.environ.get("SAMPAN_C_EXAMPLE_DIR", os.path.dirname(args.sampan)),
+                       "sampan_c_example")
+    if not res.check("c example built", os.path.isfile(exe), exe):
+        return
+    ids = [1, 450, 740, 3639, 263, 1051, 310]
+    argv = [exe, model, "--ids", ",".join(map(str, ids)), "--prompt", PROMPT, "--max-tokens", "16",
+            "--threads", "2"]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=eu.RUN_TIMEOUT_S,
+                           env=dict(os.environ, SAMPAN_LOG_LEVEL="warn"))
+    except subprocess.TimeoutExpired:
+        res.check("c example runs", False, "timed out")
+        return
+    if not res.check("c example runs", p.returncode == 0,
+                     f"exit {p.returncode}: {p.stderr.strip()[-500:]}"):
+        return
+    out = p.stdout
+    with sampan.Predictor(sampan.Config(model, threads=2)) as pred:
+        logits = pred.run(np.array([ids]))[0]
+    want_top = [(int(i), float(logits[pos, i])) for pos, i in enumerate(logits.argmax(axis=1))]
+    got_top = [(int(m.group(2)), float(m.group(3)))
+               for m in re.finditer(r"^top\[(\d+)\]: (\d+) (-?[\d.]+)$", out, re.M)]
+    ok = len(got_top) == len(want_top) and all(
+        g[0] == w[0] and abs(g[1] - w[1]) <= MAX_PRINTED_LOGIT_DIFF
+        for g, w in zip(got_top, want_top))
+    res.check("c example: top token per position as the binding computes", ok,
+              f"{got_top} vs {want_top}")
+    m = re.search(r"^tokens:(.*)$", out, re.M)
+    got_tokens = [int(t) for t in m.group(1).split()] if m else None
+    res.check("c example: generated tokens as the binding's", got_tokens == tokens,
+              f"{got_tokens} vs {tokens}")
+    res.check("c example: streamed text as the binding's", f"generated: {text}\n" in out,
+              f"stdout {out!r}")
+    m = re.search(r"^finish: (\w+) prompt_tokens=(\d+) completion_tokens=(\d+)$", out, re.M)
+    res.check("c example: finish line", m is not None and m.group(1) == "length" and
+              int(m.group(3)) == 16, m.group(0) if m else "missing")
+
+
+def main():
+    args = eu.parse_args(__doc__.splitlines()[0])
+    os.environ.setdefault("SAMPAN_LOG_LEVEL", "warn")
+    lib = library_path(args)
+    sanitizer_preload(lib)
+    sys.path.insert(0, os.path.join(args.source_dir, "clients", "python"))
+    res = eu.Results()
+    if not res.check("libsampan present", os.path.isfile(lib), lib):
+        res.finish()
+    import sampan
+    res.check("binding loads", sampan.version() == "0.1.0", sampan.version())
+
+    check_logits(res, sampan, args)
+    model = os.path.join(args.work_dir, "serve_model")
+    subprocess.run([sys.executable, os.path.join(args.source_dir, "tests", "reference",
+                                                 "make_serve_model.py"), "--out", model],
+                   check=True, stdout=subprocess.DEVNULL)
+    tokens, text = check_generation(res, sampan, args, model)
+    check_c_example(res, sampan, args, model, tokens, text)
+    res.finish()
+
+
+if __name__ == "__main__":
+    main()
