@@ -47,10 +47,12 @@ struct Reference {
 // One single-sequence reference per KV-cache format: a quantized engine must match CausalLm
 // with the same format (the same rows, quantized the same way), not the f32 one.
 Reference& reference(cpu::KvDtype kv = cpu::KvDtype::kF32) {
-  static std::map<cpu::KvDtype, Reference> refs;
+  // Never destroyed: the models' tensors must not outlive the allocator they came from, and a
+  // function-local static here could be destroyed after it at exit.
+  static auto* refs = new std::map<cpu::KvDtype, Reference>;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  Reference& r = refs[kv];
+  Reference& r = (*refs)[kv];
   if (!r.lm) {
     CausalLmOptions o;
     o.max_context = kMaxModelLen;
