@@ -1,5 +1,7 @@
 #include "engine/models/blocks.h"
 
+#include "kernels/cpu/hadamard_cpu.h"
+
 namespace sampan::models {
 
 namespace {
@@ -38,23 +40,34 @@ ValueId attention(Graph& g, const std::string& name, ValueId x, const AttentionW
                                     {"attn_factor", p.rope_attn_factor}};
   const graph::Attributes k_rope = {{"n_heads", p.n_kv_heads}, {"head_dim", p.head_dim},
                                     {"attn_factor", p.rope_attn_factor}};
-  const ValueId qr = g.add("rope", name + ".q_rope", {q, in.positions, in.inv_freq}, q_rope);
-  const ValueId kr = g.add("rope", name + ".k_rope", {k, in.positions, in.inv_freq}, k_rope);
+  ValueId qr = g.add("rope", name + ".q_rope", {q, in.positions, in.inv_freq}, q_rope);
+  ValueId kr = g.add("rope", name + ".k_rope", {k, in.positions, in.inv_freq}, k_rope);
+  if (p.qk_hadamard) {
+    // The same orthogonal transform on every Q and K head leaves q·k unchanged; blocks stay
+    // inside a head (a power of two dividing head_dim).
+    const graph::Attributes h = {{"block", cpu::hadamard_block_for(p.head_dim)}};
+    qr = g.add("hadamard", name + ".q_hadamard", {qr}, h);
+    kr = g.add("hadamard", name + ".k_hadamard", {kr}, h);
+  }
   const ValueId a = g.add("attention", name + ".attn",
                           {qr, kr, v, k_cache, v_cache, in.positions, in.seq_ids, in.block_tables},
                           {{"n_heads", p.n_heads},
                            {"n_kv_heads", p.n_kv_heads},
                            {"head_dim", p.head_dim},
                            {"scale", p.scale},
-                           {"sliding_window", p.sliding_window}});
+                           {"sliding_window", p.sliding_window},
+                           {"kv_dtype", std::string(cpu::kv_dtype_name(p.kv_dtype))}});
   return linear(g, name + ".o_proj", a, w.o);
 }
 
 ValueId swiglu_ffn(Graph& g, const std::string& name, ValueId x, const Linear& gate,
-                   const Linear& up, const Linear& down) {
+                   const Linear& up, const Linear& down, int64_t down_hadamard_block) {
   const ValueId gv = linear(g, name + ".gate_proj", x, gate);
   const ValueId uv = linear(g, name + ".up_proj", x, up);
-  const ValueId h = g.add("silu_mul", name + ".act", {gv, uv});
+  ValueId h = g.add("silu_mul", name + ".act", {gv, uv});
+  if (down_hadamard_block > 0) {
+    h = g.add("hadamard", name + ".down_hadamard", {h}, {{"block", down_hadamard_block}});
+  }
   return linear(g, name + ".down_proj", h, down);
 }
 

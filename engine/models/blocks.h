@@ -7,6 +7,7 @@
 
 #include "engine/core/tensor.h"
 #include "engine/graph/graph.h"
+#include "kernels/cpu/attention_cpu.h"
 
 namespace sampan::models {
 
@@ -34,6 +35,9 @@ struct AttentionParams {
   double scale = 0;
   int64_t sliding_window = 0;  // 0: none
   double rope_attn_factor = 1.0;
+  cpu::KvDtype kv_dtype = cpu::KvDtype::kF32;  // format of the KV pools (attention "kv_dtype")
+  // Online Walsh-Hadamard on every Q and K head after RoPE (q·k unchanged; K cached rotated).
+  bool qk_hadamard = false;
 };
 
 // Inputs every decoder layer reads.
@@ -57,7 +61,9 @@ ValueId attention(Graph& g, const std::string& name, ValueId x, const AttentionW
                   ValueId v_cache);
 
 // SwiGLU feed-forward: down(silu(gate(x)) * up(x)). x: [n_tokens, hidden] -> [n_tokens, hidden].
+// down_hadamard_block > 0 (rotated weights, llama_rotate.h): the online Walsh-Hadamard of that
+// block on down_proj's input. The gate/up fusion still applies (it reads the silu_mul output).
 ValueId swiglu_ffn(Graph& g, const std::string& name, ValueId x, const Linear& gate,
-                   const Linear& up, const Linear& down);
+                   const Linear& up, const Linear& down, int64_t down_hadamard_block = 0);
 
 }  // namespace sampan::models

@@ -7,7 +7,6 @@
 #include "engine/models/llama_rotate.h"
 #include "engine/models/rope_freqs.h"
 #include "kernels/cpu/attention_cpu.h"
-#include "kernels/cpu/hadamard_cpu.h"
 #include "quant/quantize.h"
 
 namespace sampan::models {
@@ -140,53 +139,6 @@ void quantize_weights(const HfConfig& c, LlamaWeights& w, const QuantScheme& s) 
   log::debug("{}: quantized {} linears to {}", c.source, done, weight_format_name(s.format));
 }
 
-// Self-attention as blocks.h attention(), plus what ModelBuildOptions adds: the KV pool format
-// attribute and the online Walsh-Hadamard on Q and K heads after RoPE.
-ValueId llama_attention(Graph& g, const std::string& name, ValueId x, const AttentionWeights& w,
-                        const AttentionParams& p, const DecoderInputs& in, ValueId k_cache,
-                        ValueId v_cache, const ModelBuildOptions& o) {
-  const ValueId q = linear(g, name + ".q_proj", x, w.q);
-  const ValueId k = linear(g, name + ".k_proj", x, w.k);
-  const ValueId v = linear(g, name + ".v_proj", x, w.v);
-  const graph::Attributes q_rope = {{"n_heads", p.n_heads}, {"head_dim", p.head_dim},
-                                    {"attn_factor", p.rope_attn_factor}};
-  const graph::Attributes k_rope = {{"n_heads", p.n_kv_heads}, {"head_dim", p.head_dim},
-                                    {"attn_factor", p.rope_attn_factor}};
-  ValueId qr = g.add("rope", name + ".q_rope", {q, in.positions, in.inv_freq}, q_rope);
-  ValueId kr = g.add("rope", name + ".k_rope", {k, in.positions, in.inv_freq}, k_rope);
-  if (o.kv_hadamard) {
-    // The same orthogonal transform on every Q and K head leaves q·k unchanged; blocks stay
-    // inside a head (a power of two dividing head_dim).
-    const graph::Attributes h = {{"block", cpu::hadamard_block_for(p.head_dim)}};
-    qr = g.add("hadamard", name + ".q_hadamard", {qr}, h);
-    kr = g.add("hadamard", name + ".k_hadamard", {kr}, h);
-  }
-  const ValueId a =
-      g.add("attention", name + ".attn",
-            {qr, kr, v, k_cache, v_cache, in.positions, in.seq_ids, in.block_tables},
-            {{"n_heads", p.n_heads},
-             {"n_kv_heads", p.n_kv_heads},
-             {"head_dim", p.head_dim},
-             {"scale", p.scale},
-             {"sliding_window", p.sliding_window},
-             {"kv_dtype", std::string(cpu::kv_dtype_name(o.kv_cache_dtype))}});
-  return linear(g, name + ".o_proj", a, w.o);
-}
-
-// SwiGLU as blocks.h swiglu_ffn(), with the online half of the rotation before down_proj when
-// the weights are rotated. The gate/up fusion pass still applies: the hadamard node reads the
-// silu_mul output, not the projections.
-ValueId llama_ffn(Graph& g, const std::string& name, ValueId x, const LlamaLayerWeights& l,
-                  int64_t down_hadamard_block) {
-  const ValueId gv = linear(g, name + ".gate_proj", x, l.gate);
-  const ValueId uv = linear(g, name + ".up_proj", x, l.up);
-  ValueId h = g.add("silu_mul", name + ".act", {gv, uv});
-  if (down_hadamard_block > 0) {
-    h = g.add("hadamard", name + ".down_hadamard", {h}, {{"block", down_hadamard_block}});
-  }
-  return linear(g, name + ".down_proj", h, l.down);
-}
-
 }  // namespace
 
 LlamaWeights load_llama_weights(const HfConfig& c, const WeightStore& store,
@@ -262,6 +214,8 @@ graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w,
   ap.head_dim = c.head_dim;
   ap.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   ap.rope_attn_factor = rope.attention_factor;
+  ap.kv_dtype = options.kv_cache_dtype;
+  ap.qk_hadamard = options.kv_hadamard;
 
   // KV pools (llama.h): f32 rows for kF32, else raw bytes in the kernels' row format.
   const bool f32_kv = options.kv_cache_dtype == cpu::KvDtype::kF32;
@@ -278,10 +232,10 @@ graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w,
     const ValueId v_cache = g.add_input(fmt::format("v_cache.{}", i), pool_type, pool);
     ap.sliding_window = c.layer_is_sliding(i) ? *c.sliding_window : 0;
     const ValueId x = rms_norm(g, p + ".attn_norm", h, l.attn_norm, c.rms_norm_eps);
-    const ValueId a = llama_attention(g, p + ".attn", x, l.attn, ap, in, k_cache, v_cache, options);
+    const ValueId a = attention(g, p + ".attn", x, l.attn, ap, in, k_cache, v_cache);
     h = g.add("add", p + ".attn_residual", {h, a});
     const ValueId y = rms_norm(g, p + ".ffn_norm", h, l.ffn_norm, c.rms_norm_eps);
-    const ValueId f = llama_ffn(g, p + ".ffn", y, l, w.down_hadamard_block);
+    const ValueId f = swiglu_ffn(g, p + ".ffn", y, l.gate, l.up, l.down, w.down_hadamard_block);
     h = g.add("add", p + ".ffn_residual", {h, f});
   }
   const ValueId rows = g.add("gather_rows", "logit_rows", {h, logit_rows});

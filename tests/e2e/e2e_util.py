@@ -7,6 +7,7 @@ and reports one line per check, then "N passed, M failed", exiting non-zero on a
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -140,3 +141,24 @@ def load_logits(path, n, vocab):
     if not np.isfinite(arr).all():
         return None, f"{path}: contains non-finite values"
     return arr, ""
+
+
+def sanitizer_preload(library):
+    """A libsampan built with ASan must have the ASan runtime loaded first: re-executes this
+    script with it preloaded (the python interpreter itself is not instrumented)."""
+    if os.environ.get("SAMPAN_CAPI_REEXEC") == "1":
+        return
+    try:
+        out = subprocess.run(["ldd", library], capture_output=True, text=True).stdout
+    except OSError:
+        return
+    m = re.search(r"(\S*libasan\.so\S*) => (\S+)", out)
+    if not m:
+        return
+    # libstdc++ too: ASan intercepts __cxa_throw only in libraries present at start-up.
+    preload = [m.group(2)] + re.findall(r"libstdc\+\+\.so\S* => (\S+)", out)
+    env = dict(os.environ, SAMPAN_CAPI_REEXEC="1", LD_PRELOAD=" ".join(preload))
+    # Python's own allocations look like leaks to LeakSanitizer; the library is what is tested.
+    env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS", ""), "detect_leaks=0",
+                                                 "verify_asan_link_order=0"]))
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)

@@ -37,27 +37,6 @@ MAX_PRINTED_LOGIT_DIFF = 1e-3
 PROMPT = "The function returns a list of"
 
 
-def sanitizer_preload(library):
-    """A libsampan built with ASan must have the ASan runtime loaded first: re-executes this
-    script with it preloaded (the python interpreter itself is not instrumented)."""
-    if os.environ.get("SAMPAN_CAPI_REEXEC") == "1":
-        return
-    try:
-        out = subprocess.run(["ldd", library], capture_output=True, text=True).stdout
-    except OSError:
-        return
-    m = re.search(r"(\S*libasan\.so\S*) => (\S+)", out)
-    if not m:
-        return
-    # libstdc++ too: ASan intercepts __cxa_throw only in libraries present at start-up.
-    preload = [m.group(2)] + re.findall(r"libstdc\+\+\.so\S* => (\S+)", out)
-    env = dict(os.environ, SAMPAN_CAPI_REEXEC="1", LD_PRELOAD=" ".join(preload))
-    # Python's own allocations look like leaks to LeakSanitizer; the library is what is tested.
-    env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS", ""), "detect_leaks=0",
-                                                 "verify_asan_link_order=0"]))
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
-
-
 def library_path(args):
     lib = os.environ.get("SAMPAN_LIBRARY") or os.path.join(os.path.dirname(args.sampan),
                                                            "libsampan.so")
@@ -194,7 +173,7 @@ def main():
     args = eu.parse_args(__doc__.splitlines()[0])
     os.environ.setdefault("SAMPAN_LOG_LEVEL", "warn")
     lib = library_path(args)
-    sanitizer_preload(lib)
+    eu.sanitizer_preload(lib)
     sys.path.insert(0, os.path.join(args.source_dir, "clients", "python"))
     res = eu.Results()
     if not res.check("libsampan present", os.path.isfile(lib), lib):
