@@ -157,30 +157,25 @@ def check_self(args, res, model, text):
 def check_hadamard(args, res, model, text):
     base = ["--model", model, "--text", text, "--ctx", str(HAD_CTX), "--max-tokens",
             str(HAD_TOKENS)]
-    # The third field says whether the comparison is asserted. The weight rotation is NOT yet:
-    # on this outlier model weight-only INT4 RTN with --hadamard measured slightly worse
-    # (KL 0.0274 -> 0.0281, cross-checked with a numpy model of the same quantizer), so the
-    # issue's "Hadamard lowers INT4 weight error" is an open finding (issue 5), printed here
-    # every run instead of hidden; see docs/QUANTIZATION.md.
+    # Issue 5: both rotations must lower the error they target on the outlier model. The
+    # weight rotation's gain there is large (numpy model of the same quantizer: mean KL of
+    # every linear in INT4 g128 about 0.08 -> 0.03, from the input-column outliers of q/k/v,
+    # gate/up and lm_head that the rotation spreads); see docs/QUANTIZATION.md.
     pairs = [
         ("int4 g128 weights: --hadamard lowers KL",
          ["--quantization", "int4", "--group-size", "128"],
-         ["--quantization", "int4", "--group-size", "128", "--hadamard"], False),
+         ["--quantization", "int4", "--group-size", "128", "--hadamard"]),
         ("int4 KV cache: --kv-hadamard lowers KL",
-         ["--kv-cache-dtype", "int4"], ["--kv-cache-dtype", "int4", "--kv-hadamard"], True),
+         ["--kv-cache-dtype", "int4"], ["--kv-cache-dtype", "int4", "--kv-hadamard"]),
     ]
-    for name, plain, rotated, asserted in pairs:
+    for name, plain, rotated in pairs:
         a = eval_json(args, res, name + " (plain)", base + plain)
         b = eval_json(args, res, name + " (rotated)", base + rotated)
         if a is None or b is None:
             continue
-        detail = (f"mean KL {a['mean_kl']:.5f} -> {b['mean_kl']:.5f}, top-1 {a['top1_pct']:.1f} % "
-                  f"-> {b['top1_pct']:.1f} %")
-        if asserted:
-            res.check(name, b["mean_kl"] < a["mean_kl"], detail)
-        else:
-            print(f"OPEN (not asserted, issue 5): {name}: "
-                  f"{'yes' if b['mean_kl'] < a['mean_kl'] else 'no'}: {detail}", flush=True)
+        res.check(name, b["mean_kl"] < a["mean_kl"],
+                  f"mean KL {a['mean_kl']:.5f} -> {b['mean_kl']:.5f}, top-1 "
+                  f"{a['top1_pct']:.1f} % -> {b['top1_pct']:.1f} %")
 
 
 def main():

@@ -4,13 +4,16 @@ carry the outliers that make quantization of real LLMs hard, so that the benefit
 rotation (weights) and of the K-head Walsh-Hadamard (KV cache) can be measured and asserted.
 
 Shape: vocab 32000 (tests/data/tokenizers/llama-spm), hidden 256, 4 layers, 4 query heads over
-2 KV heads (GQA, head_dim 64), intermediate 688 (= 43 x 16, not a power of two, so the rotation's
-block-diagonal path runs), untied lm_head, bf16. An eval of a few thousand tokens takes seconds.
+2 KV heads (GQA, head_dim 64), intermediate 768 (= 3 x 256: not a power of two, so the
+rotation's block-diagonal path runs, and a multiple of 128, so INT4 g128 quantizes down_proj
+too), untied lm_head, bf16. An eval of a few thousand tokens takes seconds.
 
 What it computes (all numpy, deterministic for a --seed):
   * A real next-token distribution: the embedding / lm_head carry a bigram fit of English text
     (the fit of scripts/make_demo_model.py, on its corpus, at rank 250), so the model's
-    predictions are peaked and top-1 agreement means something.
+    predictions are peaked and top-1 agreement means something. The fit lives in a random
+    orthonormal basis (an SVD would align its strongest directions with the first channels,
+    which no trained model does), and the lm_head rows of tokens outside the fit are dense.
   * Context: random attention and MLP blocks with non-zero o_proj / down_proj, so every layer's
     K/V and weights change the logits (a quantized KV cache or weight has an effect).
   * Residual-stream outliers ("massive activations"): 4 channels 20x, 40x, 70x and 100x larger
@@ -46,7 +49,7 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 import safetensors_io  # noqa: E402
 import make_demo_model  # noqa: E402  (its corpus and bigram fit, reused as a library)
 
-HIDDEN, N_LAYER, N_HEAD, N_KV, HEAD_DIM, FFN = 256, 4, 4, 2, 64, 688
+HIDDEN, N_LAYER, N_HEAD, N_KV, HEAD_DIM, FFN = 256, 4, 4, 2, 64, 768
 OUTLIER_SCALES = (20.0, 40.0, 70.0, 100.0)
 # Input-channel outliers of q/k/v/gate/up (channels other than the massive ones).
 READ_OUTLIER = (8.0, 12.0, 16.0, 20.0)
@@ -63,9 +66,12 @@ SINK_TOKENS = (1,)
 # small: a prior column of log-probabilities (-5 .. -16) would be a 10x input-column outlier of
 # every lm_head row, and rare-token rows that are exact in INT4 only while unrotated.
 BIAS_CHANNEL = 8.0
+# lm_head rows of tokens outside the bigram fit: dense noise of this fraction of the fitted
+# rows' standard deviation.
+RARE_ROW = 0.5
 
 
-def bigram_head(tok, vocab, bos, eos, n_free):
+def bigram_head(tok, vocab, bos, eos, n_free, rng):
     """Embedding [vocab, n_free] and lm_head [vocab, n_free] over the non-outlier channels, and
     the constant the final RMSNorm divides rows by (see make_demo_model.py for the fit)."""
     with warnings.catch_warnings():
@@ -74,6 +80,12 @@ def bigram_head(tok, vocab, bos, eos, n_free):
     ids_list = [np.array(tok.encode(t, add_special_tokens=False).ids, dtype=np.int64) for t in texts]
     ids_list = [x for x in ids_list if len(x) > 1]
     top, log_uni, a_mat, b_mat = make_demo_model.fit(ids_list, vocab, eos, TOP_TOKENS, n_free - 2)
+    # The SVD puts the fit's strongest directions on the first coordinates (columns scaled by the
+    # singular values); a trained model's directions are not axis-aligned. A random orthogonal
+    # change of basis (a_mat R)(b_mat R)^T = a_mat b_mat^T keeps every logit and leaves the
+    # channels' sizes even, so the only axis-aligned structure is the injected outliers.
+    basis, _ = np.linalg.qr(rng.standard_normal((n_free - 2, n_free - 2)))
+    a_mat, b_mat = a_mat @ basis, b_mat @ basis
     norms2 = (a_mat ** 2).sum(axis=1)
     r2 = norms2.max() * 1.01 + 1e-3
     emb = np.zeros((vocab, n_free))
@@ -86,6 +98,11 @@ def bigram_head(tok, vocab, bos, eos, n_free):
     # perplexity of text with rare words stays a readable number.
     head[:, n_free - 1] = (log_uni.min() - 3.0) / BIAS_CHANNEL
     head[top, : n_free - 2] = b_mat
+    # Tokens outside the fit get dense rows of RARE_ROW x the fitted rows' spread, as every row
+    # of a trained lm_head is dense: rows that were all zeros but for two constant columns would
+    # be exact in INT4 unrotated and dense after the rotation, an advantage no real model gives.
+    rest = np.setdiff1d(np.arange(vocab), top)
+    head[rest, : n_free - 2] = rng.normal(0.0, RARE_ROW * np.std(b_mat), (len(rest), n_free - 2))
     head[top, n_free - 1] = log_uni / BIAS_CHANNEL
     if bos is not None:
         head[bos, n_free - 1] = -30.0 / BIAS_CHANNEL
@@ -100,7 +117,7 @@ def build(tok, vocab, bos, eos, seed):
     scale[outl] = OUTLIER_SCALES
     free = np.setdiff1d(np.arange(d), outl)
 
-    emb_f, head_f, row2 = bigram_head(tok, vocab, bos, eos, len(free))
+    emb_f, head_f, row2 = bigram_head(tok, vocab, bos, eos, len(free), rng)
     # Normal channels of the embedding have rms sigma; the outlier channels hold +-sigma with a
     # fixed sign and 5 % jitter, scale * that on the sink tokens.
     sigma = np.sqrt(row2 / len(free))
