@@ -97,10 +97,11 @@ int run_serve(const server::ServeConfig& cfg) {
   host.set_loaded(engine, chat);
   metrics.set_ready(true);
   const runtime::EngineStats st = engine->stats();
-  log::info("ready in {:.2f} s: model '{}', context {} tokens, KV cache {} blocks of {} tokens, "
-            "max running {}, max batched tokens {}, max waiting {}",
+  log::info("ready in {:.2f} s: model '{}', context {} tokens, KV cache {} blocks of {} tokens "
+            "({:.1f} MiB, {} bytes per token), max running {}, max batched tokens {}, max waiting {}",
             std::chrono::duration<double>(Clock::now() - t0).count(), name,
             engine->max_model_len(), st.kv_blocks_total, engine->options().block_size,
+            static_cast<double>(st.kv_cache_bytes) / (1 << 20), st.kv_bytes_per_token,
             engine->options().max_running, engine->options().max_batched_tokens,
             engine->options().max_waiting);
 

@@ -52,6 +52,7 @@ struct ServeMetrics::Impl {
   metrics::Gauge& kv_usage;
   metrics::Gauge& kv_used;
   metrics::Gauge& kv_total;
+  metrics::Gauge& kv_bytes;
   metrics::Counter& prefix_queries;
   metrics::Counter& prefix_hits;
   metrics::Counter& preemptions;
@@ -87,6 +88,7 @@ struct ServeMetrics::Impl {
         kv_usage(reg.gauge("sampan:kv_cache_usage_ratio", "Used KV cache blocks / total blocks (0..1).").get()),
         kv_used(reg.gauge("sampan:kv_cache_blocks_used", "KV cache blocks in use.").get()),
         kv_total(reg.gauge("sampan:kv_cache_blocks_total", "KV cache blocks allocated at load.").get()),
+        kv_bytes(reg.gauge("sampan:kv_cache_bytes", "Bytes of the KV cache pools (all layers, in the cache's format).").get()),
         prefix_queries(reg.counter("sampan:prefix_cache_queries_total",
                                    "Prompt tokens looked up in the prefix cache.")
                            .get()),
@@ -123,6 +125,7 @@ struct ServeMetrics::Impl {
     kv_usage.set(s.kv_usage);
     kv_used.set(static_cast<double>(s.kv_blocks_used));
     kv_total.set(static_cast<double>(s.kv_blocks_total));
+    kv_bytes.set(static_cast<double>(s.kv_cache_bytes));
     prefix_queries.mirror(static_cast<double>(s.prefix_query_tokens));
     prefix_hits.mirror(static_cast<double>(s.prefix_hit_tokens));
     preemptions.mirror(static_cast<double>(s.preemptions));

@@ -16,6 +16,7 @@
 //   sampan:kv_cache_usage_ratio                     gauge   used / total KV blocks
 //   sampan:kv_cache_blocks_used                     gauge
 //   sampan:kv_cache_blocks_total                    gauge
+//   sampan:kv_cache_bytes                           gauge   bytes of the K/V pools, all layers
 //   sampan:prefix_cache_queries_total               counter (tokens looked up)
 //   sampan:prefix_cache_hits_total                  counter (tokens found)
 //   sampan:num_preemptions_total                    counter

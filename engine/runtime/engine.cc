@@ -205,6 +205,8 @@ void Engine::Impl::load_model() {
   for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
 
   published.kv_blocks_total = num_blocks;
+  published.kv_cache_bytes = num_blocks * block_bytes;
+  published.kv_bytes_per_token = 2 * config.n_layer * row_bytes;
   log::info("engine: {} KV blocks of {} tokens ({:.1f} MiB, {}), max_model_len {}", num_blocks,
             o.block_size, static_cast<double>(num_blocks * block_bytes) / (1 << 20),
             cpu::kv_dtype_name(kv_dtype), max_model_len);

@@ -115,6 +115,8 @@ struct EngineStats {  // a snapshot
   int waiting = 0;
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_used = 0;
+  int64_t kv_cache_bytes = 0;       // K and V pools of every layer, in the cache's format
+  int64_t kv_bytes_per_token = 0;   // one token's K and V rows over all layers
   double kv_usage = 0;               // used / total
   int64_t prefix_query_tokens = 0;   // cumulative
   int64_t prefix_hit_tokens = 0;     // cumulative

@@ -11,6 +11,7 @@
 """
 
 import asyncio
+import json
 import os
 import sys
 import threading
@@ -41,6 +42,7 @@ FAMILIES = {
     "sampan:kv_cache_usage_ratio": "gauge",
     "sampan:kv_cache_blocks_used": "gauge",
     "sampan:kv_cache_blocks_total": "gauge",
+    "sampan:kv_cache_bytes": "gauge",
     "sampan:prefix_cache_queries": "counter",
     "sampan:prefix_cache_hits": "counter",
     "sampan:num_preemptions": "counter",
@@ -119,6 +121,21 @@ def settled_metrics(url, base, n_finished, timeout=10):
         time.sleep(0.05)
         m = su.metrics(url)
     return m
+
+
+def check_kv_bytes(res, url, model_dir):
+    """sampan:kv_cache_bytes is what the pools hold: blocks x 16 tokens (the default block size)
+    x K and V x layers x kv_dim f32 values (the default f32 cache), from config.json."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    kv_dim = cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * head_dim
+    m = su.metrics(url)
+    blocks = su.metric_value(m, "sampan:kv_cache_blocks_total")
+    want = blocks * 16 * 2 * cfg["num_hidden_layers"] * kv_dim * 4
+    got = su.metric_value(m, "sampan:kv_cache_bytes")
+    res.check("metrics: kv_cache_bytes = blocks x block size x 2 x layers x kv_dim x 4",
+              blocks > 0 and got == want, f"got {got}, want {want} ({blocks} blocks)")
 
 
 def check_metrics_shape(res, url):
@@ -366,6 +383,7 @@ def main():
         res.check("GET /v1/models names the served model", st == 200 and model == "serve-model",
                   f"{st} {body}")
         check_metrics_shape(res, srv.http_url)
+        check_kv_bytes(res, srv.http_url, model_dir)
         check_64_streams(res, srv, model)
         check_prefix_cache(res, srv, model, args)
         check_thousand(res, srv, model)

@@ -455,6 +455,7 @@ TEST_CASE("ServeMetrics: generation_done and friends update the right families",
         {"sampan:kv_cache_usage_ratio", "gauge"},
         {"sampan:kv_cache_blocks_used", "gauge"},
         {"sampan:kv_cache_blocks_total", "gauge"},
+        {"sampan:kv_cache_bytes", "gauge"},
         {"sampan:prefix_cache_queries_total", "counter"},
         {"sampan:prefix_cache_hits_total", "counter"},
         {"sampan:num_preemptions_total", "counter"},
@@ -512,6 +513,7 @@ TEST_CASE("ServeMetrics: generation_done and friends update the right families",
   st.waiting = 4;
   st.kv_blocks_total = 100;
   st.kv_blocks_used = 25;
+  st.kv_cache_bytes = 3 << 20;
   st.kv_usage = 0.25;
   st.prefix_query_tokens = 1000;
   st.prefix_hit_tokens = 600;
@@ -523,6 +525,7 @@ TEST_CASE("ServeMetrics: generation_done and friends update the right families",
   CHECK(q.value("sampan:kv_cache_usage_ratio") == 0.25);
   CHECK(q.value("sampan:kv_cache_blocks_used") == 25);
   CHECK(q.value("sampan:kv_cache_blocks_total") == 100);
+  CHECK(q.value("sampan:kv_cache_bytes") == 3 << 20);
   CHECK(q.value("sampan:prefix_cache_queries_total") == 1000);
   CHECK(q.value("sampan:prefix_cache_hits_total") == 600);
   CHECK(q.value("sampan:num_preemptions_total") == 2);
