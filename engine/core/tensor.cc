@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "engine/core/cuda_stream.h"
 #include "engine/core/error.h"
 #include "kernels/common/half.h"
 #include "quant/fp8.h"
@@ -231,6 +232,20 @@ Tensor Tensor::contiguous_copy() const {
       idx[i] = 0;
     }
   }
+  return out;
+}
+
+Tensor Tensor::to(Device target) const {
+  if (device().type == DeviceType::kCPU && target.type == DeviceType::kCPU) return contiguous_copy();
+  Tensor src = *this;
+  if (!is_contiguous()) {
+    SAMPAN_CHECK(device().type == DeviceType::kCPU, ErrorCode::kUnsupported,
+                 "copy of the strided {} tensor {} to {} is not supported yet", device().str(),
+                 str(), target.str());
+    src = contiguous_copy();
+  }
+  Tensor out = empty(shape_, dtype_, target);
+  cuda_copy(out.raw(), src.raw(), static_cast<size_t>(nbytes()));
   return out;
 }
 

@@ -99,6 +99,10 @@ class Tensor {
   Tensor contiguous() const;
   Tensor to_f32() const;  // any float dtype (and i32/i64/i8) to a contiguous f32 CPU tensor
   Tensor clone() const { return contiguous_copy(); }
+  // A contiguous copy on `target` (host <-> device, or within one device); never aliases this
+  // tensor. Copies that touch a CUDA device are complete on return. Strided device tensors are
+  // not supported yet (kUnsupported); strided host tensors are packed on the host first.
+  Tensor to(Device target) const;
 
   std::string str() const;  // "bf16[32000, 2048]"
 

@@ -1,5 +1,7 @@
 #include "engine/graph/executor.h"
 
+#include <algorithm>
+
 #include "engine/core/error.h"
 #include "engine/ops/op_registry.h"
 
@@ -28,11 +30,102 @@ Executor::Executor(const Graph& graph, cpu::TaskRunner& runner, Device device)
       dtypes_[v] = val.constant.dtype();
     }
   }
+  if (device_.type == DeviceType::kCUDA) {
+    stream_ = std::make_unique<CudaStream>(device_.index);
+    find_written_inputs();
+    input_buffers_.resize(graph_.inputs().size());
+  }
+}
+
+void Executor::find_written_inputs() {
+  // root[v]: the graph input whose memory v is (the input itself or a view of it), or -1.
+  std::vector<int> root(graph_.n_values(), -1);
+  for (size_t i = 0; i < graph_.inputs().size(); ++i) {
+    root[static_cast<size_t>(graph_.inputs()[i])] = static_cast<int>(i);
+  }
+  input_written_.assign(graph_.inputs().size(), false);
+  for (size_t ni = 0; ni < graph_.nodes().size(); ++ni) {
+    const Node& n = graph_.nodes()[ni];
+    if (schemas_[ni]->has_side_effects) {
+      for (ValueId v : n.inputs) {
+        const int r = v == kNoValue ? -1 : root[static_cast<size_t>(v)];
+        if (r >= 0) input_written_[static_cast<size_t>(r)] = true;
+      }
+    }
+    if (!kernels_[ni] && !n.inputs.empty() && n.inputs[0] != kNoValue) {
+      for (ValueId out : n.outputs) root[static_cast<size_t>(out)] = root[static_cast<size_t>(n.inputs[0])];
+    }
+  }
+}
+
+namespace {
+
+// Storage::allocate with a message that says which buffer failed (the allocator names only the
+// size): an out-of-memory error is what an operator acts on, so it must say what to shrink.
+std::shared_ptr<Storage> allocate_named(size_t bytes, Device device, const std::string& what) {
+  try {
+    return Storage::allocate(bytes, device);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kOutOfMemory) throw;
+    fail(ErrorCode::kOutOfMemory, "{} ({} bytes on {}): {}", what, bytes, device.str(), e.what());
+  }
+}
+
+}  // namespace
+
+void Executor::upload_constants() {
+  if (constants_uploaded_) return;
+  // Tensors already uploaded stay on the device if a later one fails, so a retry (after memory
+  // was freed elsewhere) copies only what is missing.
+  for (size_t v = 0; v < graph_.n_values(); ++v) {
+    const Value& val = graph_.value(static_cast<ValueId>(v));
+    if (val.kind != ValueKind::kConstant || tensors_[v].device() == device_) continue;
+    const Tensor& c = val.constant;
+    SAMPAN_CHECK(c.device().type == DeviceType::kCPU, ErrorCode::kInvalidArgument,
+                 "constant '{}' is on {}, the graph runs on {}", val.name, c.device().str(),
+                 device_.str());
+    // Tied weights (the embedding table reused as the LM head) are one tensor in two places:
+    // one device copy serves both.
+    const auto key = std::make_tuple(c.storage().get(), c.byte_offset(), c.shape(), c.strides(),
+                                     c.dtype());
+    auto it = device_constants_.find(key);
+    if (it == device_constants_.end()) {
+      Tensor d;
+      try {
+        d = c.to(device_);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kOutOfMemory) throw;
+        fail(ErrorCode::kOutOfMemory, "uploading constant '{}' ({}, {} bytes) to {}: {}",
+             val.name, c.str(), c.nbytes(), device_.str(), e.what());
+      }
+      it = device_constants_.emplace(key, std::move(d)).first;
+      ++uploaded_constants_;
+    }
+    tensors_[v] = it->second;
+  }
+  constants_uploaded_ = true;
+}
+
+Tensor Executor::stage_input(size_t index, const Tensor& host) {
+  const Tensor src = host.contiguous();
+  const size_t bytes = static_cast<size_t>(src.nbytes());
+  std::shared_ptr<Storage>& buf = input_buffers_[index];
+  if (!buf || buf->bytes() < bytes) {
+    buf.reset();  // free the old buffer before allocating the larger one
+    buf = allocate_named(std::max<size_t>(bytes, 64), device_,
+                         fmt::format("device buffer for graph input '{}' {}",
+                                     graph_.value(graph_.inputs()[index]).name, src.str()));
+  }
+  cuda_copy_async(buf->data(), src.raw(), bytes, stream_->handle());
+  // A pinned host source is read by the DMA after this returns: keep it alive until the sync.
+  staged_sources_.push_back(src);
+  return Tensor::from_storage(buf, 0, src.shape(), src.dtype());
 }
 
 void Executor::bind_and_infer(const std::map<std::string, Tensor>& inputs) {
   std::map<std::string, int64_t> symbols;
-  for (ValueId id : graph_.inputs()) {
+  for (size_t index = 0; index < graph_.inputs().size(); ++index) {
+    const ValueId id = graph_.inputs()[index];
     const Value& val = graph_.value(id);
     auto it = inputs.find(val.name);
     SAMPAN_CHECK(it != inputs.end(), ErrorCode::kInvalidArgument, "graph input '{}' is not bound",
@@ -57,10 +150,17 @@ void Executor::bind_and_infer(const std::map<std::string, Tensor>& inputs) {
                    "graph input '{}' has dim {} = {} but '{}' is {} elsewhere", val.name, d, got,
                    dim.symbol, sit->second);
     }
-    SAMPAN_CHECK(t.device() == device_, ErrorCode::kInvalidArgument,
+    const bool on_device = t.device() == device_;
+    const bool host_to_cuda =
+        device_.type == DeviceType::kCUDA && t.device().type == DeviceType::kCPU;
+    SAMPAN_CHECK(on_device || host_to_cuda, ErrorCode::kInvalidArgument,
                  "graph input '{}' is on {}, the graph runs on {}", val.name, t.device().str(),
                  device_.str());
-    tensors_[static_cast<size_t>(id)] = t;
+    // A copy would take the graph's in-place writes and drop them.
+    SAMPAN_CHECK(on_device || !input_written_[index], ErrorCode::kInvalidArgument,
+                 "graph input '{}' is written in place by the graph and must be on {}, not {}",
+                 val.name, device_.str(), t.device().str());
+    tensors_[static_cast<size_t>(id)] = on_device ? t : stage_input(index, t);
     shapes_[static_cast<size_t>(id)] = t.shape();
     dtypes_[static_cast<size_t>(id)] = t.dtype();
   }
@@ -127,7 +227,9 @@ void Executor::make_plan() {
 void Executor::ensure_arena() {
   if (!arena_ || arena_->bytes() < static_cast<size_t>(plan_.arena_bytes)) {
     arena_.reset();  // free the old arena before allocating the larger one
-    arena_ = Storage::allocate(static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, 64)), device_);
+    arena_ = allocate_named(static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, 64)), device_,
+                            fmt::format("executor arena for {} intermediate buffers",
+                                        plan_.offsets.size()));
   }
 }
 
@@ -147,7 +249,60 @@ MemoryPlan Executor::plan_for(const std::map<std::string, Shape>& input_shapes) 
   return result;
 }
 
+void Executor::launch(size_t ni, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+  const Node& n = graph_.nodes()[ni];
+  if (!stream_) {
+    (*kernels_[ni])(ops::KernelContext{n, in, out, runner_});
+    return;
+  }
+  last_launched_ = &n;
+  try {
+    (*kernels_[ni])(ops::KernelContext{n, in, out, runner_, stream_->handle()});
+#ifndef NDEBUG
+    // Debug builds check every launch and wait for every node, so an asynchronous fault is
+    // reported against the node that caused it rather than at the end of the run.
+    check_cuda(cuda_take_last_error(), "kernel launch");
+    stream_->synchronize("kernel");
+#endif
+  } catch (const Error& e) {
+    fail(e.code(), "node '{}' ({}) on {}: {}", n.name, n.op, device_.str(), e.what());
+  }
+}
+
+void Executor::finish_cuda_run() {
+  // Kernels run asynchronously: a fault surfaces here, after the last launch, and any node may
+  // have caused it (a Debug build waits after every node and names the culprit).
+  const std::string what =
+      last_launched_ ? fmt::format("graph run on {} (last node launched: '{}' ({}))",
+                                   device_.str(), last_launched_->name, last_launched_->op)
+                     : fmt::format("graph run on {}", device_.str());
+  last_launched_ = nullptr;
+  stream_->synchronize(what);
+  staged_sources_.clear();  // the copies that read them are done
+}
+
 std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
+  if (!stream_) return run_nodes(inputs);
+  cuda_set_device(device_.index);
+  try {
+    upload_constants();
+    std::vector<Tensor> result = run_nodes(inputs);
+    finish_cuda_run();
+    return result;
+  } catch (...) {
+    // Work already queued may still read the input buffers and the arena: let it finish before
+    // the caller (or the next run) frees or reuses them. Its own error, if any, is secondary.
+    last_launched_ = nullptr;
+    try {
+      stream_->synchronize("");
+    } catch (const Error&) {
+    }
+    staged_sources_.clear();
+    throw;
+  }
+}
+
+std::vector<Tensor> Executor::run_nodes(const std::map<std::string, Tensor>& inputs) {
   bind_and_infer(inputs);
   std::vector<Shape> input_shapes;
   for (ValueId id : graph_.inputs()) input_shapes.push_back(shapes_[static_cast<size_t>(id)]);
@@ -171,7 +326,7 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
                                            shapes_[static_cast<size_t>(v)],
                                            dtypes_[static_cast<size_t>(v)]));
       }
-      (*kernels_[ni])(ops::KernelContext{n, in, out, runner_});
+      launch(ni, in, out);
     }
     for (size_t i = 0; i < n.outputs.size(); ++i) tensors_[static_cast<size_t>(n.outputs[i])] = out[i];
   }

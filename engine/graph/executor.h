@@ -2,13 +2,23 @@
 // every op (a missing one is an error before anything runs). Each run binds the input tensors,
 // infers every shape, and (when the input shapes changed) plans intermediate memory into one
 // reused arena.
+//
+// On a CUDA device the executor owns one non-blocking stream and launches every kernel on it.
+// Graph constants (weights) are copied to the device on the first run and kept for the
+// executor's lifetime; the graph's CPU tensors stay the source of truth, and a constant already
+// on the device is used as is. Inputs may be on the CPU (copied into device buffers the executor
+// keeps) or on the executor's device; an input the graph writes in place (a KV cache) must be
+// on the device. run() synchronises the stream before returning, so outputs are ready and any
+// CUDA error has become an Error.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "engine/core/cuda_stream.h"
 #include "engine/core/tensor.h"
 #include "engine/graph/graph.h"
 #include "engine/graph/memory_planner.h"
@@ -19,10 +29,12 @@ namespace sampan::graph {
 
 class Executor {
  public:
+  // A CUDA device must exist (Error(kNotFound) otherwise; kUnsupported in a build without CUDA).
   Executor(const Graph& graph, cpu::TaskRunner& runner, Device device = Device::cpu());
 
-  // `inputs` holds one tensor per graph input, by name. Returns the graph outputs in order;
-  // they view the executor's arena and stay valid until the next run.
+  // `inputs` holds one tensor per graph input, by name. Returns the graph outputs in order, on
+  // the executor's device; they view the executor's arena (or its constants and input buffers)
+  // and stay valid until the next run.
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs);
 
   // Plans memory for inputs of these shapes without running anything or allocating (for
@@ -31,12 +43,21 @@ class Executor {
 
   const MemoryPlan& plan() const { return plan_; }
   const Graph& graph() const { return graph_; }
+  Device device() const { return device_; }
+  // Graph constants copied to the device so far (each distinct tensor once); 0 on the CPU.
+  int64_t uploaded_constants() const { return uploaded_constants_; }
 
  private:
   void bind_and_infer(const std::map<std::string, Tensor>& inputs);
   void infer_shapes();
   void make_plan();
   void ensure_arena();
+  void find_written_inputs();
+  void upload_constants();
+  Tensor stage_input(size_t index, const Tensor& host);
+  void launch(size_t node_index, const std::vector<Tensor>& in, const std::vector<Tensor>& out);
+  void finish_cuda_run();
+  std::vector<Tensor> run_nodes(const std::map<std::string, Tensor>& inputs);
 
   const Graph& graph_;
   cpu::TaskRunner& runner_;
@@ -51,6 +72,16 @@ class Executor {
   std::vector<int> buffer_of_;    // by ValueId: planned buffer index, or -1 (view/input/const)
   MemoryPlan plan_;
   std::shared_ptr<Storage> arena_;
+
+  // CUDA only (null / empty on the CPU).
+  std::unique_ptr<CudaStream> stream_;
+  std::vector<bool> input_written_;  // by graph input index: a side-effect op writes it
+  std::vector<std::shared_ptr<Storage>> input_buffers_;  // by graph input index: host inputs' copies
+  std::vector<Tensor> staged_sources_;  // host sources of this run's copies, alive until the sync
+  std::map<std::tuple<const Storage*, size_t, Shape, Shape, DType>, Tensor> device_constants_;
+  bool constants_uploaded_ = false;
+  int64_t uploaded_constants_ = 0;
+  const Node* last_launched_ = nullptr;
 };
 
 }  // namespace sampan::graph

@@ -30,6 +30,9 @@ struct KernelContext {
   const std::vector<Tensor>& inputs;   // absent optional inputs are undefined Tensors
   const std::vector<Tensor>& outputs;  // preallocated with the inferred shapes (or views)
   cpu::TaskRunner& runner;
+  // The cudaStream_t every CUDA kernel of this node launches on (the executor's stream); null on
+  // the CPU. A CUDA launcher queues work and returns: the executor synchronises the stream.
+  void* stream = nullptr;
 };
 
 using InferFn = std::function<std::vector<TensorDesc>(const graph::Node&,

@@ -194,6 +194,28 @@ TEST_CASE("a backend without a kernel is refused before anything runs", "[graph]
   CHECK_THROWS_WITH(Executor(g, pool), Catch::Contains("node 'lonely': op 'test_schema_only_op' has no kernel on cpu"));
 }
 
+// Not under AddressSanitizer: its allocator aborts on an impossible size instead of failing it.
+#ifndef __SANITIZE_ADDRESS__
+TEST_CASE("an arena that cannot be allocated is named, and the executor stays usable", "[graph]") {
+  // A [2^20, 2^31] f32 output (8 PiB) gathered from an empty table: only the arena is huge.
+  ThreadPool pool(1);
+  Graph g;
+  const ValueId ids = g.add_input("ids", DType::kI32, {Dim::sym("n")});
+  const ValueId table = g.add_constant("table", Tensor::empty({0, int64_t{1} << 31}, DType::kF32));
+  g.mark_output(g.add("embedding", "embed", {ids, table}));
+  Executor ex(g, pool);
+  try {
+    ex.run({{"ids", Tensor::from_i32({int64_t{1} << 20}, std::vector<int32_t>(1 << 20, 0))}});
+    FAIL("an 8 PiB arena was allocated");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kOutOfMemory);
+    CHECK_THAT(e.what(), Catch::Contains("executor arena for 1 intermediate buffers "
+                                         "(9007199254740992 bytes on cpu)"));
+  }
+  CHECK(ex.run({{"ids", Tensor::from_i32({0}, {})}})[0].shape() == Shape{0, int64_t{1} << 31});
+}
+#endif
+
 TEST_CASE("plan_for predicts the plan a run makes", "[graph]") {
   std::mt19937 rng(3);
   Net net = build_net(rng, 16, 24);

@@ -97,3 +97,21 @@ TEST_CASE("cuda device requests fail cleanly without a GPU build or device", "[c
   }
   CHECK_THROWS_AS(Tensor::empty({4}, DType::kF32, Device::cuda(0)), Error);
 }
+
+TEST_CASE("Tensor::to the CPU is a packed copy that never aliases", "[core]") {
+  Tensor t = Tensor::from_f32({2, 3}, {0, 1, 2, 3, 4, 5});
+  Tensor c = t.to(Device::cpu());
+  CHECK(c.device() == Device::cpu());
+  CHECK(c.shape() == t.shape());
+  CHECK(c.raw() != t.raw());
+  t.data<float>()[0] = 42;  // the copy does not see later writes
+  CHECK(c.data<float>()[0] == 0);
+  const Tensor col = t.slice(1, 1, 3).to(Device::cpu());  // strided source, packed result
+  CHECK(col.is_contiguous());
+  const float want[4] = {1, 2, 4, 5};
+  for (int i = 0; i < 4; ++i) CHECK(col.data<float>()[i] == want[i]);
+  CHECK(Tensor::empty({0, 5}, DType::kBF16).to(Device::cpu()).shape() == Shape{0, 5});
+  if (!cuda_compiled() || cuda_device_count() == 0) {
+    CHECK_THROWS_AS(t.to(Device::cuda(0)), Error);
+  }
+}
