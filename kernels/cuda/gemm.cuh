@@ -1,0 +1,72 @@
+// y = x · Wᵀ (+ bias) on the GPU: the CUDA kernel of the `linear` op. Row-major everywhere.
+//
+// W is the virtual concatenation of up to three row blocks that live in separate memory (fused
+// Q/K/V, fused gate/up), in the weight formats of kernels/cpu/gemm_cpu.h (same numerics
+// contract: f32, f16, bf16; kF8E4M3 with one f32 scale per output row; kI4 two per byte, low
+// nibble first, q in [-8, 7], f16|bf16 scales per group of 32/64/128 along k, optional int8
+// zeros, w = (q - z) * s). Activations and outputs are f32.
+//
+// Which path runs (m = rows of x):
+//   f32, bf16, f16, any m:   cuBLASLt (gemm_cublas.cuh): f32 exact-f32 (no TF32); bf16/f16
+//                            after rounding x to the weight type.
+//   kI4, m <= kGemvMaxM:     W4A16 GEMV (gemm_gemv_quant.cuh): f32 x, weights decoded in
+//                            registers exactly, f32 accumulation.
+//   kI4, m > kGemvMaxM:      rows of W dequantized to a bf16 scratch buffer chunk by chunk
+//                            (gemm_dequant.cuh), each chunk one cuBLASLt bf16 product.
+//   kF8E4M3, m <= kGemvMaxM: the same GEMV as kI4 (exact decode, f32 x), on every GPU.
+//   kF8E4M3, m > kGemvMaxM:  sm_89+: cuBLASLt FP8 x FP8 (fp8_gemm.cuh: x quantized per tensor
+//                            on the GPU, the per-row weight scale and bias applied afterwards);
+//                            below sm_89, or when cuBLASLt has no FP8 algorithm for the sizes
+//                            and alignments (k % 16, 16-byte aligned rows), the bf16 dequant path.
+// Accuracy per path (relative to sum_k |x||w| of each output, on top of f32 summation error):
+//   exact-f32 paths (f32, GEMV): none; bf16 x: 2^-8; f16 x: 2^-11; dequant path: 2^-7 (x and
+//   w each rounded to bf16); FP8 x FP8: 2^-4, plus 2^-10 * (max|x| / 448) * sum_k |w| for
+//   elements of x in E4M3's subnormal range.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/dtype.h"
+#include "kernels/cuda/gemm_cublas.cuh"
+
+namespace sampan::cuda {
+
+constexpr int kMaxGemmBlocks = 3;
+// Largest m served by the GEMV kernels (decode batches); larger m is compute-bound: tensor cores.
+constexpr int64_t kGemvMaxM = 8;
+
+// Device pointers. Same fields and meaning as cpu::GemmWeights.
+struct GemmWeights {
+  DType dtype = DType::kF32;  // kF32, kF16, kBF16, kF8E4M3 or kI4 (every block)
+  int64_t k = 0;
+  int n_blocks = 0;
+  const void* data[kMaxGemmBlocks] = {};    // block i: [rows[i], k] elements, contiguous
+  int64_t rows[kMaxGemmBlocks] = {};
+  const float* bias[kMaxGemmBlocks] = {};   // block i: [rows[i]] or null
+  const void* scales[kMaxGemmBlocks] = {};  // kF8E4M3: [rows[i]] f32; kI4: [rows[i], k / g]
+  const int8_t* zeros[kMaxGemmBlocks] = {}; // kI4: [rows[i], k / g] or null (symmetric)
+  DType scale_dtype = DType::kF16;          // kI4: kF16 or kBF16
+  int64_t group_size = 0;                   // kI4: 32, 64 or 128
+
+  int64_t n() const {
+    int64_t s = 0;
+    for (int i = 0; i < n_blocks; ++i) s += rows[i];
+    return s;
+  }
+};
+
+enum class GemmEpilogue {
+  kStore,    // y[m, 0:n()] = x·Wᵀ + bias
+  kSiluMul,  // n_blocks == 2, rows[0] == rows[1] == F: y[m, 0:F] = silu(x·W0ᵀ + b0) * (x·W1ᵀ + b1)
+};
+
+// x: [m, w.k] f32, row stride ldx >= k; y: [m, n_out] f32, row stride ldy >= n_out (n_out = n()
+// or rows[0] for kSiluMul); x and y must not overlap. Device pointers; everything is queued on
+// `stream` (scratch memory comes from a stream-ordered per-device pool, see GemmScratch), so
+// the call returns without waiting. m == 0 does nothing.
+GemmStatus gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue epilogue,
+                float* y, int64_t ldy, cudaStream_t stream);
+
+}  // namespace sampan::cuda

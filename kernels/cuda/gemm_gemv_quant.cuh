@@ -1,0 +1,34 @@
+// W4A16 / W8A16 GEMV for decode batches: y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias) with m <= 8 and
+// kI4 or kF8E4M3 weights (formats: gemm.cuh). Memory-bound: each weight byte is read once.
+//
+// Design. A block of 8 warps owns 16 consecutive output rows (2 per warp, so each staged x value
+// feeds two rows from registers). k is walked in tiles of 32 chunks: a chunk is the 16 bytes one
+// lane loads with a single 128-bit load (32 INT4 or 16 FP8 elements), so a warp reads 512
+// contiguous bytes of a row per tile and the tile after next is already in flight while the
+// current one is multiplied. The tile of x ([m, tile] f32, zero-padded) sits in shared memory,
+// padded by 4 floats per chunk so the lanes' 128-bit reads hit distinct banks. Weights decode to
+// exact f32 in registers (INT4: q - zero via the 2^23 trick; FP8: via f16), each chunk's dot
+// product is accumulated in f32 and scaled once (an INT4 chunk never straddles a group: groups
+// are >= 32 elements and chunks start at multiples of 32), and a warp-shuffle tree finishes.
+// Numerics: exact dequantization, f32 products and sums (the CPU's small-m path, reordered).
+//
+// Alignment. 128-bit loads need the block's base 16-byte aligned, and for FP8 k % 16 == 0 (INT4
+// rows are k/2 bytes with k % 32 == 0, always whole chunks). Otherwise a byte-wise variant runs
+// (correct, slower); no variant reads past the end of a row.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/gemm.cuh"
+
+namespace sampan::cuda {
+
+// m in 1..kGemvMaxM; w.dtype kI4 or kF8E4M3; x: [m, w.k] row stride ldx; y: [m, w.n()] row stride
+// ldy (every block's rows, in block order, + bias). Returns the cudaError_t of the launch
+// (cudaErrorInvalidValue for an unsupported format or m).
+int quant_gemv(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, float* y,
+               int64_t ldy, cudaStream_t stream);
+
+}  // namespace sampan::cuda
