@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/core/error.h"
@@ -104,6 +105,33 @@ void for_rows(int64_t n, int64_t k, Fn fn) {
   }
 }
 
+// Range shrink factors the INT4 scale search tries (1 first: plain RTN). Clipping the group's
+// extremes by up to 25 % trades their error for finer steps on every other weight; for
+// Gaussian-like groups of 32..128 the optimum is typically 0.8..0.95 of the absmax.
+constexpr float kClip[] = {1.0f, 0.975f, 0.95f, 0.925f, 0.9f, 0.875f, 0.85f, 0.825f, 0.8f, 0.775f, 0.75f};
+constexpr int kNumClip = sizeof(kClip) / sizeof(kClip[0]);
+
+// The scale (rounded to its stored type) and zero point of an INT4 group whose range
+// [lo, hi] (lo <= 0 <= hi) is shrunk by `clip`. Symmetric: absmax * clip / 7. Asymmetric:
+// (hi - lo) * clip / 15 with the zero point that puts lo * clip on -8.
+std::pair<float, int> int4_candidate(float lo, float hi, float clip, bool symmetric, DType sd) {
+  if (symmetric) return {round_scale(std::max(-lo, hi) * clip / kInt4Max, sd), 0};
+  const float scale = round_scale((hi - lo) * clip / (kInt4Max - kInt4Min), sd);
+  return {scale, static_cast<int>(std::clamp(std::nearbyint(kInt4Min - lo * clip / scale), -128.0f, 127.0f))};
+}
+
+// Squared error of a group quantized with (scale, zero): q = clamp(round(w / scale) + zero).
+double int4_group_error(const float* w /* [g] */, int64_t g, float scale, int zero) {
+  double e = 0;
+  for (int64_t c = 0; c < g; ++c) {
+    const float q = std::clamp(std::nearbyint(w[c] / scale) + static_cast<float>(zero),
+                               static_cast<float>(kInt4Min), static_cast<float>(kInt4Max));
+    const double d = static_cast<double>(w[c]) - static_cast<double>((q - static_cast<float>(zero)) * scale);
+    e += d * d;
+  }
+  return e;
+}
+
 [[noreturn]] void non_finite(const std::string& name, int64_t r, int64_t c, float v) {
   fail(ErrorCode::kInvalidModel, "tensor '{}': element [{}, {}] is {}; cannot quantize it", name,
        r, c, v);
@@ -166,13 +194,21 @@ QuantizedMatrix quantize_int4(const Tensor& w, const QuantScheme& s, const std::
         }
         float scale = 1.0f;
         int zero = 0;
-        if (s.symmetric) {
-          const float amax = std::max(-lo, hi);
-          if (amax > 0) scale = round_scale(amax / kInt4Max, s.scale_dtype);
-        } else if (hi > lo) {
-          scale = round_scale((hi - lo) / (kInt4Max - kInt4Min), s.scale_dtype);
-          zero = static_cast<int>(
-              std::clamp(std::nearbyint(kInt4Min - lo / scale), -128.0f, 127.0f));
+        if (s.symmetric ? std::max(-lo, hi) > 0 : hi > lo) {
+          // Candidate c shrinks the range by kClip[c]; candidate 0 is the full range (plain
+          // round-to-nearest). With scale_search the one of least squared error wins (the first
+          // on ties), so the result is never worse than plain RTN on its group.
+          const int n_cand = s.scale_search == models::ScaleSearch::kOn ? kNumClip : 1;
+          double best = -1;
+          for (int ci = 0; ci < n_cand; ++ci) {
+            const auto [sc, z] = int4_candidate(lo, hi, kClip[ci], s.symmetric, s.scale_dtype);
+            const double e = int4_group_error(x, g, sc, z);
+            if (best < 0 || e < best) {
+              best = e;
+              scale = sc;
+              zero = z;
+            }
+          }
         }
         const size_t si = static_cast<size_t>(r * ng + j);
         scales[si] = scale_bits(scale, s.scale_dtype);

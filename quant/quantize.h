@@ -11,6 +11,12 @@
 //      w ~ (q - zero) * scale; q = clamp(round(w / scale) + zero, -8, 7).
 //      A group of zeros gets scale 1 (never 0, never NaN). The scale is rounded to scale_dtype
 //      BEFORE the q are computed, so the stored scale is the one the rounding used.
+//      scheme.scale_search == kOn (kAuto counts as kOff here; the model loader resolves it):
+//      the range above is first shrunk by a factor c in
+//      {1, 0.975, ..., 0.75} (min and max both times c for asymmetric groups) and the c of least
+//      squared error sum (w - (q - zero) * scale)^2 over the group is kept (the largest c on
+//      ties): clipping a few extreme weights buys finer steps for all the others. Never worse
+//      than c = 1, which is plain round-to-nearest.
 // Non-finite weights are Error(kInvalidModel) naming the tensor.
 #pragma once
 

@@ -1,5 +1,5 @@
 // sampan quantize --model DIR --out DIR --scheme fp8|int4|none [--group-size 32|64|128]
-//   [--asymmetric] [--scale-dtype f16|bf16] [--hadamard] [--hadamard-seed N]
+//   [--asymmetric] [--scale-search auto|on|off] [--scale-dtype f16|bf16] [--hadamard] [--hadamard-seed N]
 //
 // Loads the model the way the engine would with --quantization/--hadamard on load (the same
 // code: models::load_llama_weights), then writes what it loaded: safetensors weights (quantized
@@ -31,11 +31,13 @@ using nlohmann::ordered_json;
 struct Args {
   std::string model, out, scheme = "none", scale_dtype = "f16";
   int64_t group_size = 128;
+  std::string scale_search = "auto";
   bool asymmetric = false, hadamard = false;
   uint64_t seed = 0;
   CLI::Option* group_opt = nullptr;
   CLI::Option* scale_opt = nullptr;
   CLI::Option* asym_opt = nullptr;
+  CLI::Option* search_opt = nullptr;
   CLI::Option* seed_opt = nullptr;
 };
 
@@ -144,9 +146,10 @@ int run(const Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const bool int4 = a.scheme == "int4";
   SAMPAN_CHECK(int4 || (a.group_opt->count() == 0 && a.scale_opt->count() == 0 &&
-                        a.asym_opt->count() == 0),
+                        a.asym_opt->count() == 0 && a.search_opt->count() == 0),
                ErrorCode::kInvalidArgument,
-               "--group-size, --scale-dtype and --asymmetric apply to --scheme int4 only");
+               "--group-size, --scale-dtype, --asymmetric and --scale-search apply to --scheme "
+               "int4 only");
   SAMPAN_CHECK(a.hadamard || a.seed_opt->count() == 0, ErrorCode::kInvalidArgument,
                "--hadamard-seed needs --hadamard");
   check_paths(a);
@@ -156,6 +159,7 @@ int run(const Args& a) {
                ErrorCode::kInvalidArgument, "--scheme: unknown scheme '{}'", a.scheme);
   opt.quantization.group_size = a.group_size;
   opt.quantization.symmetric = !a.asymmetric;
+  models::parse_scale_search(a.scale_search.c_str(), &opt.quantization.scale_search);
   opt.quantization.scale_dtype = a.scale_dtype == "bf16" ? DType::kBF16 : DType::kF16;
   opt.hadamard.enabled = a.hadamard;
   opt.hadamard.seed = a.seed;
@@ -211,6 +215,11 @@ int run(const Args& a) {
     what += fmt::format(" g{} {} {} scales", scheme.group_size,
                         scheme.symmetric ? "symmetric" : "asymmetric",
                         scheme.scale_dtype == DType::kBF16 ? "bf16" : "f16");
+    const bool searched = scheme.scale_search == models::ScaleSearch::kOn ||
+                          (scheme.scale_search == models::ScaleSearch::kAuto && rotated);
+    if (opt.quantization.format == models::WeightFormat::kInt4) {
+      what += searched ? ", searched scales" : ", absmax scales";  // this run's quantizer
+    }
   }
   if (rotated) what += fmt::format(", hadamard seed {}", seed);
   fmt::print("quantized {} -> {}: {}; {} of {} linears quantized; weights {} -> {} ({:.2f}x) in "
@@ -236,6 +245,10 @@ Runner add_quantize(CLI::App& app) {
   a->group_opt = cmd->add_option("--group-size", a->group_size, "int4 group size: 32|64|128 (default 128)")
                      ->check(CLI::IsMember({32, 64, 128}));
   a->asym_opt = cmd->add_flag("--asymmetric", a->asymmetric, "int4 with a per-group zero point");
+  a->search_opt = cmd->add_option("--scale-search", a->scale_search,
+                                  "int4 scales of least squared weight error: auto (with "
+                                  "--hadamard)|on|off (default auto)")
+                      ->check(CLI::IsMember({"auto", "on", "off"}));
   a->scale_opt = cmd->add_option("--scale-dtype", a->scale_dtype, "int4 scale type: f16|bf16 (default f16)")
                      ->check(CLI::IsMember({"f16", "bf16"}));
   cmd->add_flag("--hadamard", a->hadamard,

@@ -2,6 +2,9 @@
 
 #include <string>
 
+#include "engine/core/error.h"
+#include "engine/runtime/device_select.h"
+
 namespace sampan::cli {
 
 void add_model_build_flags(CLI::App& cmd, models::ModelBuildOptions* out) {
@@ -17,6 +20,13 @@ void add_model_build_flags(CLI::App& cmd, models::ModelBuildOptions* out) {
   cmd.add_flag_function(
       "--asymmetric", [out](int64_t) { out->quantization.symmetric = false; },
       "int4 with a per-group zero point");
+  cmd.add_option_function<std::string>(
+         "--scale-search",
+         [out](const std::string& v) {
+           models::parse_scale_search(v.c_str(), &out->quantization.scale_search);
+         },
+         "int4 scales of least squared weight error: auto (with --hadamard)|on|off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd.add_option_function<std::string>(
          "--scale-dtype",
          [out](const std::string& v) {
@@ -36,6 +46,20 @@ void add_model_build_flags(CLI::App& cmd, models::ModelBuildOptions* out) {
   cmd.add_flag_function(
       "--kv-hadamard", [out](int64_t) { out->kv_hadamard = true; },
       "Walsh-Hadamard on Q/K heads so K is cached in a rotated basis");
+}
+
+void add_device_flag(CLI::App& cmd, Device* out) {
+  cmd.add_option_function<std::string>(
+         "--device", [out](const std::string& v) { *out = runtime::parse_device(v); },
+         "where the model runs: cpu|cuda|cuda:N (default cpu)")
+      ->check([](const std::string& v) -> std::string {
+        try {
+          runtime::parse_device(v);
+          return {};
+        } catch (const Error& e) {
+          return e.what();
+        }
+      });
 }
 
 }  // namespace sampan::cli

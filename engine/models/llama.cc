@@ -186,7 +186,12 @@ LlamaWeights load_llama_weights(const HfConfig& c, const WeightStore& store,
 
   if (options.hadamard.enabled) rotate_llama_weights(c, w, options.hadamard.seed);
   if (options.quantization.format != WeightFormat::kNone) {
-    quantize_weights(c, w, options.quantization);
+    QuantScheme s = options.quantization;
+    if (s.scale_search == ScaleSearch::kAuto) {
+      const bool rotated = options.hadamard.enabled || (q != nullptr && q->rotated);
+      s.scale_search = rotated ? ScaleSearch::kOn : ScaleSearch::kOff;
+    }
+    quantize_weights(c, w, s);
   }
   return w;
 }

@@ -22,4 +22,22 @@ bool parse_weight_format(const char* text, WeightFormat* out) {
   return true;
 }
 
+const char* scale_search_name(ScaleSearch s) {
+  switch (s) {
+    case ScaleSearch::kAuto: return "auto";
+    case ScaleSearch::kOn: return "on";
+    case ScaleSearch::kOff: return "off";
+  }
+  return "?";
+}
+
+bool parse_scale_search(const char* text, ScaleSearch* out) {
+  const std::string_view t = text ? text : "";
+  if (t == "auto") *out = ScaleSearch::kAuto;
+  else if (t == "on") *out = ScaleSearch::kOn;
+  else if (t == "off") *out = ScaleSearch::kOff;
+  else return false;
+  return true;
+}
+
 }  // namespace sampan::models

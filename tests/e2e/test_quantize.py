@@ -311,6 +311,10 @@ def bad_cli(args, res):
          "refusing to overwrite"),
         ("out_not_empty", ["--model", src, "--out", nonempty, "--scheme", "fp8"], 1,
          "not an empty directory"),
+        ("search_with_fp8", ["--model", src, "--out", out, "--scheme", "fp8", "--scale-search",
+                             "on"], 1, "int4 only"),
+        ("bad_search", ["--model", src, "--out", out, "--scheme", "int4", "--scale-search",
+                        "maybe"], 2, "--scale-search"),
         ("seed_without_hadamard", ["--model", src, "--out", out, "--scheme", "fp8",
                                    "--hadamard-seed", "3"], 1, "--hadamard"),
     ]
