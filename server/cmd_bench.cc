@@ -1,4 +1,5 @@
 // sampan bench --model DIR [--prompt-len 512] [--gen 32] [--threads N] [--repeat 3]
+//              [--device cpu|cuda[:N]]
 // Prefill and decode throughput of the CPU forward pass, printed as one JSON line. Weight bytes
 // streamed per decoded token are reported so bench/run_cpu_bench.sh can relate decode speed to
 // the machine's measured read bandwidth.
@@ -23,6 +24,7 @@ Runner add_bench(CLI::App& app) {
     int64_t prompt_len = 512, gen = 32;
     int threads = 0, repeat = 3;
     models::ModelBuildOptions build;
+    Device device;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("bench", "Measure prefill and decode tokens/s (one JSON line)");
@@ -32,12 +34,14 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "CPU threads")->check(CLI::NonNegativeNumber);
   cmd->add_option("--repeat", a->repeat, "repetitions (best is reported)")->check(CLI::PositiveNumber);
   add_model_build_flags(*cmd, &a->build);
+  add_device_flag(*cmd, &a->device);
   return [a] {
     using Clock = std::chrono::steady_clock;
     runtime::CausalLmOptions opt;
     opt.threads = a->threads;
     opt.max_context = a->prompt_len + a->gen;
     opt.build = a->build;
+    opt.device = a->device;
     auto lm = runtime::CausalLm::load(a->model, opt);
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(lm->config().vocab_size - 1));
@@ -77,10 +81,12 @@ Runner add_bench(CLI::App& app) {
     }
     (void)c;
     fmt::print(
-        "{{\"model\": \"{}\", \"threads\": {}, \"isa\": \"{}\", \"prompt_len\": {}, \"gen\": {}, "
+        "{{\"model\": \"{}\", \"device\": \"{}\", \"threads\": {}, \"isa\": \"{}\", "
+        "\"prompt_len\": {}, \"gen\": {}, "
         "\"prefill_s\": {:.4f}, \"prefill_tok_s\": {:.2f}, \"decode_s\": {:.4f}, "
         "\"decode_tok_s\": {:.3f}, \"decode_bytes_per_token\": {}, \"decode_gb_s\": {:.3f}}}\n",
-        a->model, lm->threads(), cpu::isa_name(cpu::active_isa()), a->prompt_len, a->gen,
+        a->model, lm->device().str(), lm->threads(), cpu::isa_name(cpu::active_isa()),
+        a->prompt_len, a->gen,
         best_prefill, a->prompt_len / best_prefill, best_decode, a->gen / best_decode, streamed,
         streamed * (a->gen / best_decode) / 1e9);
     return 0;

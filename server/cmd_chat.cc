@@ -10,17 +10,20 @@
 #include "server/chat_prompt.h"
 #include "server/commands.h"
 #include "server/generation_flags.h"
+#include "server/model_flags.h"
 
 namespace sampan::cli {
 
 Runner add_chat(CLI::App& app) {
   struct Args {
     GenerationFlags gen;
+    Device device;  // --device: model_flags.h (GenerationFlags holds only what both share)
     std::string system;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("chat", "Chat with the model interactively (one message per line)");
   a->gen.add_to(*cmd);
+  add_device_flag(*cmd, &a->device);
   cmd->add_option("--system", a->system, "system message");
   return [a] {
     auto tokenizer = tok::load_tokenizer(a->gen.model);
@@ -29,6 +32,7 @@ Runner add_chat(CLI::App& app) {
     opt.threads = a->gen.threads;
     opt.max_context = a->gen.max_context;
     opt.build = a->gen.build;
+    opt.device = a->device;
     auto lm = runtime::CausalLm::load(a->gen.model, opt);
     const bool interactive = isatty(STDIN_FILENO);
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();

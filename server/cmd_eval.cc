@@ -45,6 +45,7 @@ struct EvalArgs {
   int64_t max_tokens = 0;
   int threads = 0;
   models::ModelBuildOptions build;
+  Device device;
 };
 
 // Sums over every scored token.
@@ -168,6 +169,7 @@ int run_eval(const EvalArgs& a) {
   opt.threads = a.threads;
   opt.max_context = a.ctx;
   opt.build = a.build;
+  opt.device = a.device;
   auto lm = runtime::CausalLm::load(a.model, opt);
   const int64_t vocab = lm->config().vocab_size;
   SAMPAN_CHECK(a.ctx <= lm->capacity(), ErrorCode::kInvalidArgument,
@@ -184,6 +186,7 @@ int run_eval(const EvalArgs& a) {
     runtime::CausalLmOptions ref_opt;
     ref_opt.threads = a.threads;
     ref_opt.max_context = a.ctx;
+    ref_opt.device = a.device;  // both on one device: the measures compare formats, not backends
     ref_lm = runtime::CausalLm::load(ref_dir, ref_opt);
     SAMPAN_CHECK(ref_lm->config().vocab_size == vocab, ErrorCode::kInvalidArgument,
                  "--ref-model {}: vocabulary of {} tokens, but --model {} has {}", ref_dir,
@@ -269,6 +272,7 @@ Runner add_eval(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", a->json, "also write every figure to this JSON file");
   add_model_build_flags(*cmd, &a->build);
+  add_device_flag(*cmd, &a->device);
   return [a] { return run_eval(*a); };
 }
 

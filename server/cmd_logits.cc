@@ -39,6 +39,7 @@ Runner add_logits(CLI::App& app) {
     int64_t chunk = 0;
     int threads = 0;
     models::ModelBuildOptions build;
+    Device device;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("logits", "Write the logits of every position as a .npy file");
@@ -52,12 +53,14 @@ Runner add_logits(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "CPU threads (default: all cores)")
       ->check(CLI::NonNegativeNumber);
   add_model_build_flags(*cmd, &a->build);
+  add_device_flag(*cmd, &a->device);
   return [a] {
     const std::vector<int32_t> ids = parse_ids(a->ids);
     runtime::CausalLmOptions opt;
     opt.threads = a->threads;
     opt.max_context = static_cast<int64_t>(ids.size());
     opt.build = a->build;
+    opt.device = a->device;
     auto lm = runtime::CausalLm::load(a->model, opt);
     const int64_t vocab = lm->config().vocab_size;
     for (size_t i = 0; i < ids.size(); ++i) {

@@ -5,18 +5,21 @@
 #include "server/chat_prompt.h"
 #include "server/commands.h"
 #include "server/generation_flags.h"
+#include "server/model_flags.h"
 
 namespace sampan::cli {
 
 Runner add_run(CLI::App& app) {
   struct Args {
     GenerationFlags gen;
+    Device device;  // --device: model_flags.h (GenerationFlags holds only what both share)
     std::string prompt, system;
     bool chat = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("run", "Generate text from a prompt, streamed to stdout");
   a->gen.add_to(*cmd);
+  add_device_flag(*cmd, &a->device);
   cmd->add_option("--prompt", a->prompt, "prompt text")->required();
   cmd->add_flag("--chat", a->chat, "apply the model's chat template to the prompt");
   cmd->add_option("--system", a->system, "system message (with --chat)");
@@ -36,6 +39,7 @@ Runner add_run(CLI::App& app) {
     opt.threads = a->gen.threads;
     opt.max_context = a->gen.max_context;
     opt.build = a->gen.build;
+    opt.device = a->device;
     auto lm = runtime::CausalLm::load(a->gen.model, opt);
     SAMPAN_CHECK(tokenizer->vocab_size() <= lm->config().vocab_size, ErrorCode::kInvalidModel,
                  "{}: the tokenizer has {} tokens but the model's vocabulary is {}", a->gen.model,

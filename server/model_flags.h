@@ -1,11 +1,13 @@
 // Command-line flags that change how a model is built (models/model_options.h), shared by every
 // subcommand that loads a model: --quantization none|fp8|int4, --group-size 32|64|128,
 // --asymmetric, --scale-dtype f16|bf16, --hadamard, --hadamard-seed N,
-// --kv-cache-dtype f32|bf16|fp8|int8|int4, --kv-hadamard.
+// --kv-cache-dtype f32|bf16|fp8|int8|int4, --kv-hadamard; and --device cpu|cuda[:N], where the
+// model runs.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include "engine/core/device.h"
 #include "engine/models/model_options.h"
 
 namespace sampan::cli {
@@ -13,5 +15,10 @@ namespace sampan::cli {
 // Adds the flags to `cmd`; they write into *out as CLI11 parses (values are checked by CLI11,
 // so a bad value is a usage error naming the flag).
 void add_model_build_flags(CLI::App& cmd, models::ModelBuildOptions* out);
+
+// Adds --device cpu|cuda|cuda:N (default cpu) writing into *out. A malformed value is a usage
+// error naming the flag; whether the device exists is checked when the model loads, so the
+// message is the same for every command ("cuda:0 requested but no CUDA device is visible").
+void add_device_flag(CLI::App& cmd, Device* out);
 
 }  // namespace sampan::cli

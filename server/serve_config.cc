@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "engine/core/error.h"
+#include "engine/runtime/device_select.h"
 
 namespace sampan::server {
 
@@ -80,6 +81,8 @@ const std::vector<Key>& keys() {
        Parse::kPlain, "KV cache format: f32|bf16|fp8|int8|int4"},
       {"kv-hadamard", "engine", +[](ServeConfig& c) -> bool& { return c.engine.build.kv_hadamard; },
        Parse::kFlag, "Walsh-Hadamard on Q/K heads so K is cached in a rotated basis"},
+      {"device", "engine", +[](ServeConfig& c) -> std::string& { return c.device; }, Parse::kPlain,
+       "where the model runs: cpu|cuda|cuda:N"},
       {"no-prefix-cache", "engine", +[](ServeConfig& c) -> bool& { return c.engine.prefix_cache; },
        Parse::kNegated, "do not share cached prompt prefixes between requests"},
       {"host", "server", +[](ServeConfig& c) -> std::string& { return c.host; }, Parse::kPlain,
@@ -446,6 +449,12 @@ void validate(ServeConfig& c, const Origins& o) {
   b.hadamard.seed = static_cast<uint64_t>(c.hadamard_seed);
   check(cpu::parse_kv_dtype(c.kv_cache_dtype.c_str(), &b.kv_cache_dtype), o, "kv-cache-dtype",
         fmt::format("'{}' is not one of f32, bf16, fp8, int8, int4", c.kv_cache_dtype));
+  // Only the spelling here: whether the GPU exists is the engine's check at load, one line.
+  try {
+    c.engine.device = runtime::parse_device(c.device);
+  } catch (const Error&) {
+    check(false, o, "device", fmt::format("'{}' is not one of cpu, cuda, cuda:N", c.device));
+  }
 
   check(c.tls_key.empty() || !c.tls_cert.empty(), o, "tls-cert",
         fmt::format("required when tls-key is set (by {})", o.source("tls-key")));

@@ -43,6 +43,7 @@ struct ServeConfig {
   std::string scale_dtype = "f16";
   int64_t hadamard_seed = 0;
   std::string kv_cache_dtype = "f32";
+  std::string device = "cpu";         // --device cpu|cuda|cuda:N (into engine.device)
   std::string config_file;            // --config, for messages
 };
 

@@ -3,6 +3,8 @@
 #include "engine/capi/capi_config.h"
 
 #include "engine/capi/capi_internal.h"
+#include "engine/core/error.h"
+#include "engine/runtime/device_select.h"
 #include "kernels/cpu/attention_cpu.h"
 
 namespace sampan::capi {
@@ -87,16 +89,21 @@ SAMPAN_API SampanStatus sampan_config_set_model_dir(SampanConfig* config, const 
 SAMPAN_API SampanStatus sampan_config_set_device(SampanConfig* config, const char* device) {
   return set_field(config, [&](ConfigData& d) {
     const std::string value = checked_text(device, "device");
-    if (value == "cuda" || value == "gpu") {
-      api_fail(SAMPAN_ERROR_UNSUPPORTED,
-               "device '{}' is not available through the C API yet (this build runs on 'cpu')",
-               value);
+    Device parsed;
+    try {
+      parsed = runtime::parse_device(value);
+    } catch (const Error&) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+               "unknown device '{}' (expected 'cpu', 'cuda' or 'cuda:N')", value);
     }
-    if (value != "cpu") {
-      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "unknown device '{}' (expected 'cpu' or 'cuda')",
-               value);
+    // Checked here rather than at load so the caller learns at once; a build without CUDA and
+    // a machine without a visible GPU are both UNSUPPORTED (valid, but not here), each named.
+    try {
+      runtime::require_device(parsed);
+    } catch (const Error& e) {
+      api_fail(SAMPAN_ERROR_UNSUPPORTED, "device '{}': {}", value, e.what());
     }
-    d.device = value;
+    d.device = parsed.str();
   });
 }
 

@@ -18,6 +18,7 @@
 #include "engine/capi/capi_config.h"
 #include "engine/capi/capi_internal.h"
 #include "engine/core/error.h"
+#include "engine/runtime/device_select.h"
 #include "engine/runtime/engine.h"
 
 namespace sampan::capi {
@@ -254,6 +255,7 @@ SAMPAN_API SampanStatus sampan_engine_create(const SampanConfig* config, SampanE
     o.kv_cache_bytes = c.kv_cache_bytes;
     o.max_running = c.max_batch_size;
     o.build = c.build_options();
+    o.device = runtime::parse_device(c.device);
     auto obj = std::make_shared<EngineObj>();
     obj->engine = runtime::Engine::load(c.model_dir, o);
     *out = as_handle<SampanEngine>(register_handle(Kind::kEngine, obj));

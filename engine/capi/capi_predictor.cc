@@ -109,7 +109,10 @@ struct TensorRef {
 
 std::shared_ptr<const Model> load_model(const ConfigData& o) {
   o.require_model_dir();
-  if (o.device != "cpu") api_fail(SAMPAN_ERROR_UNSUPPORTED, "device '{}' is not supported", o.device);
+  if (o.device != "cpu") {
+    api_fail(SAMPAN_ERROR_UNSUPPORTED,
+             "device '{}': predictors run on 'cpu' only so far (engines run on CUDA)", o.device);
+  }
   SAMPAN_CHECK(std::filesystem::is_directory(o.model_dir), ErrorCode::kNotFound,
                "{}: model directory does not exist", o.model_dir);
   auto m = std::make_shared<Model>();

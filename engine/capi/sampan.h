@@ -112,8 +112,10 @@ SAMPAN_API SampanStatus sampan_config_destroy(SampanConfig* config);
 /* A directory with config.json and *.safetensors (+ tokenizer.json for an engine). Not checked
  * here: creating a predictor or engine reports SAMPAN_ERROR_NOT_FOUND. */
 SAMPAN_API SampanStatus sampan_config_set_model_dir(SampanConfig* config, const char* dir);
-/* "cpu". "cuda" (or "gpu") is SAMPAN_ERROR_UNSUPPORTED until the CUDA backend is exposed;
- * anything else is SAMPAN_ERROR_INVALID_ARGUMENT. */
+/* "cpu", "cuda" (or "gpu", "cuda:N"). A CUDA device is SAMPAN_ERROR_UNSUPPORTED in a build
+ * without CUDA or where that GPU is not visible (the message says which), and for predictors,
+ * which run on the CPU only so far; engines run on it. Anything else is
+ * SAMPAN_ERROR_INVALID_ARGUMENT. */
 SAMPAN_API SampanStatus sampan_config_set_device(SampanConfig* config, const char* device);
 /* Compute threads, >= 0 (0: one per available core). */
 SAMPAN_API SampanStatus sampan_config_set_threads(SampanConfig* config, int32_t threads);

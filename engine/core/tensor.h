@@ -59,6 +59,7 @@ class Tensor {
   Tensor() = default;
 
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
+  // Zero bytes on any device; a CUDA fill is complete on return.
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
   // A contiguous tensor over `storage` starting `byte_offset` bytes in.
   static Tensor from_storage(std::shared_ptr<Storage> storage, size_t byte_offset,

@@ -106,6 +106,12 @@ void Executor::upload_constants() {
   constants_uploaded_ = true;
 }
 
+void Executor::load_constants() {
+  if (!stream_) return;
+  cuda_set_device(device_.index);
+  upload_constants();
+}
+
 Tensor Executor::stage_input(size_t index, const Tensor& host) {
   const Tensor src = host.contiguous();
   const size_t bytes = static_cast<size_t>(src.nbytes());

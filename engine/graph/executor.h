@@ -37,6 +37,11 @@ class Executor {
   // and stay valid until the next run.
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs);
 
+  // Copies the graph constants to the device now instead of on the first run, so that a model
+  // load reports running out of device memory (naming the constant and its bytes) before any
+  // request depends on it. A no-op on the CPU and once done.
+  void load_constants();
+
   // Plans memory for inputs of these shapes without running anything or allocating (for
   // reporting). Every graph input must be named.
   MemoryPlan plan_for(const std::map<std::string, Shape>& input_shapes);

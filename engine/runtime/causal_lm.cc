@@ -4,12 +4,15 @@
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
+#include "engine/runtime/device_select.h"
 
 namespace sampan::runtime {
 
 std::unique_ptr<CausalLm> CausalLm::load(const std::string& dir, const CausalLmOptions& options) {
   SAMPAN_CHECK(std::filesystem::is_directory(dir), ErrorCode::kNotFound,
                "{}: model directory does not exist", dir);
+  // Before reading any weights: a missing GPU is a one-line error, not a failure deep in load.
+  require_device(options.device);
   HfConfig config = load_hf_config(dir);
   WeightStore store = WeightStore::open(dir);
   return std::unique_ptr<CausalLm>(new CausalLm(std::move(config), std::move(store), options));
@@ -20,7 +23,8 @@ CausalLm::CausalLm(HfConfig config, WeightStore store, const CausalLmOptions& op
   weights_ = models::load_llama_weights(config_, store_, options.build);
   graph_ = models::build_llama_graph(config_, weights_, options.build);
   if (options.optimize) pass_report_ = graph::passes::optimize(graph_);
-  executor_ = std::make_unique<graph::Executor>(graph_, pool_);
+  executor_ = std::make_unique<graph::Executor>(graph_, pool_, options.device);
+  executor_->load_constants();
   capacity_ = options.max_context;
   if (config_.max_position_embeddings > 0) {
     capacity_ = std::min(capacity_, config_.max_position_embeddings);
@@ -33,9 +37,18 @@ CausalLm::CausalLm(HfConfig config, WeightStore store, const CausalLmOptions& op
   const Shape pool = {1, capacity_,
                       f32 ? config_.kv_dim()
                           : cpu::kv_row_bytes(kv, config_.n_head_kv, config_.head_dim)};
+  const DType pool_dtype = f32 ? DType::kF32 : DType::kI8;
+  // Uninitialised like before: rows past n_past are never read, and a host pool's pages are
+  // then only committed as the context fills.
+  auto make_pool = [&](const char* name, int64_t layer) {
+    return allocate_named(pool, pool_dtype, options.device,
+                          fmt::format("KV cache pool {}.{} (max context {})", name, layer,
+                                      capacity_),
+                          Fill::kUninitialized);
+  };
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    k_cache_.push_back(Tensor::empty(pool, f32 ? DType::kF32 : DType::kI8));
-    v_cache_.push_back(Tensor::empty(pool, f32 ? DType::kF32 : DType::kI8));
+    k_cache_.push_back(make_pool("k_cache", l));
+    v_cache_.push_back(make_pool("v_cache", l));
   }
   log::debug("graph after passes ({}):\n{}", pass_report_.str(), graph_.dump());
 }
@@ -95,7 +108,9 @@ Tensor CausalLm::forward(std::span<const int32_t> ids, bool all_logits) {
   std::vector<Tensor> out = executor_->run(in);
   n_past_ += n;
   cached_ids_.insert(cached_ids_.end(), ids.begin(), ids.end());
-  return out[0].clone();
+  // clone() on the CPU (the output views the executor's arena, reused by the next run); to()
+  // copies a device output back to the host, complete on return.
+  return out[0].device().type == DeviceType::kCPU ? out[0].clone() : out[0].to(Device::cpu());
 }
 
 }  // namespace sampan::runtime

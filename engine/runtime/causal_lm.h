@@ -23,6 +23,9 @@ struct CausalLmOptions {
   int64_t max_context = 4096;  // KV cache rows; capped by max_position_embeddings
   bool optimize = true;        // run the fusion passes
   models::ModelBuildOptions build;  // quantization, rotation, KV-cache format
+  // Where the graph runs and the KV cache lives. Weights are uploaded at load; forward() still
+  // returns logits on the host. A CUDA device must be usable (runtime/device_select.h).
+  Device device = Device::cpu();
 };
 
 class CausalLm {
@@ -33,7 +36,7 @@ class CausalLm {
 
   // Feeds `ids` at positions n_past() .. n_past()+n-1, appending their K/V to the cache.
   // Returns logits [n, vocab] (all_logits) or [1, vocab] for the last token; the tensor is a
-  // copy the caller owns.
+  // host (CPU) copy the caller owns, whatever the device.
   Tensor forward(std::span<const int32_t> ids, bool all_logits);
 
   void reset() { truncate(0); }
@@ -52,6 +55,7 @@ class CausalLm {
   graph::MemoryPlan plan_activations(int64_t n_tokens, int64_t n_out);
   int64_t kv_cache_bytes() const;
   int threads() const { return pool_.concurrency(); }
+  Device device() const { return executor_->device(); }
 
  private:
   CausalLm(HfConfig config, WeightStore store, const CausalLmOptions& options);
@@ -64,8 +68,9 @@ class CausalLm {
   ThreadPool pool_;
   std::unique_ptr<graph::Executor> executor_;
   int64_t capacity_ = 0;
-  // Per layer [1, capacity, kv_dim] f32: the paged graph's pool with a single block that holds
-  // the whole sequence (block_tables [[0]]).
+  // Per layer [1, capacity, kv_dim] f32 (or [1, capacity, kv_row_bytes] i8 for a quantized
+  // cache), on the model's device: the paged graph's pool with a single block that holds the
+  // whole sequence (block_tables [[0]]).
   std::vector<Tensor> k_cache_, v_cache_;
   int64_t n_past_ = 0;
   std::vector<int32_t> cached_ids_;

@@ -18,6 +18,7 @@
 #include "engine/graph/passes/passes.h"
 #include "engine/loaders/weight_store.h"
 #include "engine/models/llama.h"
+#include "engine/runtime/device_select.h"
 #include "engine/runtime/sequence.h"
 
 namespace sampan::runtime {
@@ -149,6 +150,7 @@ void Engine::Impl::load_model() {
   SAMPAN_CHECK(o.num_kv_blocks >= 0, ErrorCode::kInvalidArgument,
                "num_kv_blocks must be >= 0, got {}", o.num_kv_blocks);
 
+  require_device(o.device);  // before any file is read: one line when there is no GPU
   config = load_hf_config(model_dir);
   store.emplace(WeightStore::open(model_dir));
   tokenizer = tok::load_tokenizer(model_dir);
@@ -156,7 +158,8 @@ void Engine::Impl::load_model() {
   graph = models::build_llama_graph(config, weights, o.build);
   if (o.optimize) graph::passes::optimize(graph);
   pool = std::make_unique<ThreadPool>(o.threads);
-  executor = std::make_unique<graph::Executor>(graph, *pool);
+  executor = std::make_unique<graph::Executor>(graph, *pool, o.device);
+  executor->load_constants();
 
   const int64_t model_max = config.max_position_embeddings;
   if (o.max_model_len > 0) {
@@ -188,16 +191,24 @@ void Engine::Impl::load_model() {
                  "needs {} ({} bytes each)", o.kv_cache_bytes, num_blocks, max_model_len, need,
                  block_bytes);
   }
-  blocks = std::make_unique<BlockManager>(num_blocks, o.block_size, o.prefix_cache);
+  // The pools first: an absurd kv_cache_bytes then fails on the device allocation, named, before
+  // the block manager sizes its host tables for that many blocks.
   for (int64_t l = 0; l < config.n_layer; ++l) {
     // The graph's pool contract (models/llama.h): f32 values, or raw i8 rows for the others.
     const bool f32 = kv_dtype == cpu::KvDtype::kF32;
     const Shape pool = {num_blocks, o.block_size, f32 ? config.kv_dim() : row_bytes};
-    k_cache.push_back(Tensor::zeros(pool, f32 ? DType::kF32 : DType::kI8));
-    v_cache.push_back(Tensor::zeros(pool, f32 ? DType::kF32 : DType::kI8));
+    const DType dtype = f32 ? DType::kF32 : DType::kI8;
+    auto what = [&](const char* name) {
+      return fmt::format("KV cache pool {}.{} ({} blocks of {} tokens)", name, l, num_blocks,
+                         o.block_size);
+    };
+    k_cache.push_back(allocate_named(pool, dtype, o.device, what("k_cache"), Fill::kZero));
+    v_cache.push_back(allocate_named(pool, dtype, o.device, what("v_cache"), Fill::kZero));
     inputs[fmt::format("k_cache.{}", l)] = k_cache.back();
     inputs[fmt::format("v_cache.{}", l)] = v_cache.back();
   }
+
+  blocks = std::make_unique<BlockManager>(num_blocks, o.block_size, o.prefix_cache);
 
   const tok::SpecialTokens& sp = tokenizer->special();
   eos_ids.insert(eos_ids.end(), sp.eos_ids.begin(), sp.eos_ids.end());
@@ -580,10 +591,13 @@ void Engine::Impl::run_batch() {
   inputs["block_tables"] = in_block_tables.view({n_seqs, max_blocks});
   inputs["logit_rows"] = in_logit_rows.view({std::max(n_out, 1)});
 
-  std::vector<Tensor> out;
+  Tensor host_logits;  // [max(n_out, 1), vocab]
   std::string error;
   try {
-    out = executor->run(inputs);
+    const std::vector<Tensor> out = executor->run(inputs);
+    // The CPU sampler reads the logits on the host: a device output is copied back (only the
+    // n_out rows the step asked for); a CPU output is read in place from the executor's arena.
+    host_logits = out[0].device().type == DeviceType::kCPU ? out[0] : out[0].to(Device::cpu());
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -597,7 +611,7 @@ void Engine::Impl::run_batch() {
       done.insert(b.seq);
     }
   } else {
-    const float* logits = out[0].data<float>();
+    const float* logits = host_logits.data<float>();
     const int64_t vocab = config.vocab_size;
     for (const Scheduled& b : batch) {
       Sequence& s = *b.seq;

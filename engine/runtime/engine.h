@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/device.h"
 #include "engine/loaders/hf_config.h"
 #include "engine/models/model_options.h"
 #include "engine/runtime/sampler.h"
@@ -53,6 +54,9 @@ struct EngineOptions {
   double request_timeout_s = 0;      // default per-request limit; 0: none
   bool optimize = true;              // graph fusion passes
   models::ModelBuildOptions build;   // quantization, rotation, KV-cache format
+  // Where the graph runs and the KV pools live (weights uploaded at load). Sampling stays on
+  // the host: only the logit rows of a step are copied back. runtime/device_select.h checks it.
+  Device device = Device::cpu();
 };
 
 enum class EngineFinish {

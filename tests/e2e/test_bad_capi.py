@@ -45,7 +45,14 @@ class Checker:
 
 def check_configs(c, sampan, args):
     S = sampan
-    c.fails("device cuda is unsupported", S.UNSUPPORTED, S.Config, device="cuda")
+    # A CUDA device is UNSUPPORTED where no GPU is visible (or the build has no CUDA), and the
+    # message says which; on a GPU machine the config accepts it.
+    try:
+        S.Config(device="cuda")
+        c.res.check("device cuda: accepted (a GPU is visible)", True)
+    except S.SampanError as e:
+        c.res.check("device cuda: UNSUPPORTED, naming why", e.status == S.UNSUPPORTED and
+                    ("CUDA" in e.message or "cuda" in e.message), f"{e.name}: {e.message}")
     c.fails("unknown device", S.INVALID_ARGUMENT, S.Config, device="npu")
     c.fails("negative threads", S.INVALID_ARGUMENT, S.Config, threads=-3)
     c.fails("unknown precision", S.INVALID_ARGUMENT, S.Config, precision="int3")

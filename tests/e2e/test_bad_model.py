@@ -3,7 +3,7 @@
 Builds broken copies of the tiny models in --work-dir. For each, `sampan info` and `sampan logits`
 must exit with a code > 0 (a negative code means killed by a signal: a crash), and stderr's last
 line must be one line "error: <message>" that names the file and, where one is concerned, the
-tensor or config key.
+tensor or config key. --device cuda without a visible GPU fails the same way, in one line.
 """
 
 import json
@@ -285,7 +285,35 @@ def main():
     for case, ids, required in bad_ids:
         run = eu.run_sampan(args, ["logits", "--model", good, "--ids", ids, "--out", out])
         check_error(res, f"{case}.logits", run, required)
+
+    check_devices(args, res, good, out)
     res.finish()
+
+
+def check_devices(args, res, good, out):
+    """--device: a GPU that is not there is one clear line and a non-zero exit, before loading.
+
+    cuda:99 fails on every machine. Plain cuda fails unless a GPU is visible (then the run must
+    succeed: tests/cuda/test_cuda_e2e.cc checks what it computes)."""
+    run = eu.run_sampan(args, ["logits", "--model", good, "--ids", "1,2,3", "--out", out,
+                               "--device", "cuda:99"])
+    check_error(res, "device_cuda99.logits", run, [["cuda:99 requested but"]])
+    no_gpu = ["cuda:0 requested but no CUDA device is visible",
+              "cuda:0 requested but Sampan was built without CUDA"]
+    for cmd in (["logits", "--model", good, "--ids", "1,2,3", "--out", out],
+                ["bench", "--model", good, "--prompt-len", "4", "--gen", "2", "--repeat", "1"]):
+        name = f"device_cuda.{cmd[0]}"
+        run = eu.run_sampan(args, cmd + ["--device", "cuda"])
+        if run.returncode == 0:
+            res.check(name, True, "a CUDA device is visible: the run succeeded")
+            continue
+        if check_error(res, name, run, [no_gpu]):
+            lines = [ln for ln in run.stderr.split("\n") if ln.strip()]
+            res.check(f"{name}.one_line", len(lines) == 1,
+                      f"stderr has {len(lines)} lines, want 1; " + run.describe())
+    run = eu.run_sampan(args, ["logits", "--model", good, "--ids", "1", "--out", out,
+                               "--device", "tpu"])
+    check_error(res, "device_unknown.logits", run, [["--device"]])
 
 
 if __name__ == "__main__":
