@@ -1,11 +1,14 @@
 // Quantized-weight GEMM speed (kF8E4M3, kI4 group 128) next to bf16, on TinyLlama-1.1B shapes.
 //
-//   bench_gemm_quant [gemv] [gemm] [--reps N] [--isa avx2|avx512|amx]   (default: both, best ISA)
+//   bench_gemm_quant [gemv] [gemm] [--cached] [--reps N] [--isa avx2|avx512|amx]
+//                                                    (default: gemv and gemm, best ISA, streaming)
 //
 // GEMV (decode, m = 1 and 4): bytes streamed per call (packed weights + scales) / time, in GB/s
 // and as a fraction of the read bandwidth measured just before the table with the same threads
 // (summing a 2 GiB buffer). Each call takes its weights and scales from the next unread stretch
 // of a 1.5 GiB pool, so they come from DRAM, not the (480 MB here) last-level cache.
+// With --cached every call reads the same weights instead (from L2 or L3 by their size): the
+// kernels' compute speed, which must exceed the read bandwidth for streaming to reach it.
 // GEMM (prefill, m = 128 and 512): GFLOP/s (2*m*n*k per call), weights reused from cache.
 // Figures are medians over the repeats after two warm-up calls; threads are a ThreadPool of 1, 2.
 // GCC 12 warns about its own intrinsics' undefined pass-through operands (fixed in GCC 13).
@@ -192,7 +195,7 @@ double time_call(Bench& b, const Shape& s, Format f, int64_t m, ThreadPool& thre
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool want_gemv = false, want_gemm = false;
+  bool want_gemv = false, want_gemm = false, cached = false;
   std::string only_isa;
   Bench b;
   for (int i = 1; i < argc; ++i) {
@@ -201,12 +204,16 @@ int main(int argc, char** argv) {
       want_gemv = true;
     } else if (a == "gemm") {
       want_gemm = true;
+    } else if (a == "--cached") {
+      cached = true;
     } else if (a == "--reps" && i + 1 < argc) {
       b.reps = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--isa" && i + 1 < argc) {
       only_isa = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [gemv] [gemm] [--reps N] [--isa avx2|avx512|amx]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [gemv] [gemm] [--cached] [--reps N] [--isa avx2|avx512|amx]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -236,14 +243,14 @@ int main(int argc, char** argv) {
       for (int t = 0; t < 2; ++t) bw[t] = read_bandwidth(*pools[t], probe.get(), probe_n, 5);
       std::printf("\nread bandwidth (sum of 2 GiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n", bw[0],
                   bw[1]);
-      std::printf("GEMV m=%ld: GB/s streamed (weights + scales), fraction of read bandwidth\n",
-                  static_cast<long>(m));
+      std::printf("GEMV m=%ld: GB/s %s (weights + scales), fraction of read bandwidth\n",
+                  static_cast<long>(m), cached ? "from cache" : "streamed");
       std::printf("%-26s %-9s %15s %15s\n", "shape", "format", "1 thread", "2 threads");
       for (const Shape& s : kShapes) {
         for (Format f : kFormats) {
           std::printf("%-26s %-9s", s.name, format_name(f));
           for (int t = 0; t < 2; ++t) {
-            const double sec = time_call(b, s, f, m, *pools[t], true, b.reps);
+            const double sec = time_call(b, s, f, m, *pools[t], !cached, b.reps);
             const double bytes =
                 static_cast<double>(data_bytes(f, s.n, s.k) + scale_bytes(f, s.n, s.k)) * s.blocks;
             const double gbs = bytes / sec / 1e9;

@@ -11,9 +11,19 @@
 //
 // Accuracy, against dequantize-then-multiply in double (tests/kernels/test_gemm_quant.cc), with
 // M = sum_k |x| (|q| + |z|) |s| (= sum |x||w| for fp8 and symmetric int4):
-//  - Decode on every ISA, and prefill without AMX: (q - z) * s (at most 9 x 11 significant bits)
-//    and fp8 values (4 bits) are exact in f32, the fp8 row scale is applied once to the finished
-//    sum, and x stays f32: only f32 summation error, below 1e-5 * M for k up to a few thousand.
+//  - kF8E4M3 decode on every ISA, kI4 decode on AVX-512, and prefill without AMX: (q - z) * s
+//    (at most 9 x 11 significant bits) and fp8 values (4 bits) are exact in f32, the fp8 row
+//    scale is applied once to the finished sum, and x stays f32: only f32 summation error, below
+//    1e-5 * M for k up to a few thousand. (AVX2 fp8 decode keeps this for |x| < 2^64.)
+//  - kI4 decode on AVX2 multiplies in integers: x is rounded per (row of x, weight group g) to
+//    x16 * s_x, x16 = round(x / s_x) in [-32639, 32639], s_x = absmax_g(x) / 32639 (32639 =
+//    256 * 127 + 127, the most a signed hi byte and lo byte hold). Rounding x to the nearest
+//    multiple of s_x is off by s_x / 2 = absmax_g / 65278; computing x / s_x and s_x in f32 adds
+//    three roundings of 2^-24 relative (x * fl(1 / s_x) and s_x itself), under 2^-22 absmax_g. So
+//      |y - y_exact| <= kI4DecodeXError * sum_g absmax_g(x) * sum_{c in g} |w_c|  +  1e-5 * M
+//    where the second term is the f32 summation of exact integer group sums (see the kernel),
+//    for groups with absmax_g(x) >= 2^-111 (s_x a normal f32; smaller ones round to 0 or less
+//    precisely). A group of x holding a NaN or an infinity gives NaN outputs.
 //  - Prefill on AMX: the dequantized weights are rounded to bf16 (2^-9 relative) and x kept to
 //    2^-16 (GemmPrecision::kSplitBf16) or 2^-8 (kBf16): below 2^-8 * M with the default. As for
 //    f16 weights, SAMPAN_CPU_ISA=avx512 keeps every m exact in f32.
@@ -35,6 +45,9 @@ namespace sampan::cpu::gemm_detail {
 // (~80 extrapolated to m = 12); fp8 dot 70 at m = 12, dequantize + AMX 108 at m = 16.
 constexpr int64_t kQuantPrefillMinM = 16;
 
+// Relative rounding of x (to its group's absmax) on the AVX2 kI4 decode path: 1/65278 + 2^-22.
+constexpr double kI4DecodeXError = 1.0 / 65278 + 0x1p-22;
+
 // One weight row of a quantized block.
 struct QuantRow {
   const uint8_t* data = nullptr;  // kI4: [k / 2] bytes; kF8E4M3: [k] bytes
@@ -54,7 +67,7 @@ struct QuantFormat {
 // The rows of x a dot kernel multiplies, already in the layout the kernel table asks for.
 struct QuantX {
   int mb = 0;                 // rows of x, 1..max_m of the format's table entry
-  const float* x = nullptr;   // [mb, ldx]: raw f32 x (kF8E4M3) or prepared x (kI4, see prep_i4)
+  const float* x = nullptr;   // [mb, ldx]: prepared x (prep_i4, prep_f8), else raw f32 x
   int64_t ldx = 0;            // floats
 };
 
@@ -78,9 +91,13 @@ struct QuantKernels {
   QuantDotTable i4;
   QuantDotTable f8;
   // Floats per row of prepared kI4 x (prep_i4 writes that many, zero-padded).
-  int64_t (*i4_x_floats)(int64_t k) = nullptr;
-  // x: [k] f32 -> out: [i4_x_floats(k)] floats of kernel-private layout.
-  void (*prep_i4)(const float* x, int64_t k, float* out) = nullptr;
+  int64_t (*i4_x_floats)(int64_t k, int64_t group) = nullptr;
+  // x: [k] f32 -> out: [i4_x_floats(k, group)] floats of kernel-private layout.
+  void (*prep_i4)(const float* x, int64_t k, int64_t group, float* out) = nullptr;
+  // The same for kF8E4M3; null where the fp8 dot kernel reads raw f32 x.
+  int64_t (*f8_x_floats)(int64_t k) = nullptr;
+  // x: [k] f32 -> out: [f8_x_floats(k)] floats of kernel-private layout.
+  void (*prep_f8)(const float* x, int64_t k, float* out) = nullptr;
   DequantF32Fn dequant_f32 = nullptr;
   DequantBf16Fn dequant_bf16 = nullptr;  // null where the ISA has no bf16 conversion
   EpilogueFn epilogue = nullptr;

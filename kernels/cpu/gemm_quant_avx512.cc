@@ -62,9 +62,11 @@ inline __m512 in_register(__m512 v) {
 constexpr int kI4Rows = 4;
 constexpr int kI4MaxM = 4;
 
-int64_t i4_x_floats(int64_t k) { return (k + 31) / 32 * 32; }
+int64_t i4_x_floats(int64_t k, int64_t /*group*/) { return (k + 31) / 32 * 32; }
 
-void prep_i4(const float* x, int64_t k, float* out) { fma_kernels_avx512().bf16_pair_x(x, k, out); }
+void prep_i4(const float* x, int64_t k, int64_t /*group*/, float* out) {
+  fma_kernels_avx512().bf16_pair_x(x, k, out);
+}
 
 inline __m512 nibble_lut() {
   return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);

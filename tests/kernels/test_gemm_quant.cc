@@ -6,14 +6,20 @@
 //
 // Tolerances are relative to M = sum_k |x| (|q| + |z|) |s| per output (int4; for fp8 and
 // symmetric int4 this is sum |x||w|), a bound on the magnitude of every partial sum.
-//  - Decode (every ISA) and prefill without AMX: the kernels form (q - z) * s and fp8 * scale
-//    exactly in f32 (or apply the f32 row scale once at the end) and keep x in f32, so only f32
-//    summation error remains: under 1e-5 * M for every k here (as in test_gemm.cc).
+//  - Decode (fp8 on every ISA, for |x| < 2^64 on AVX2; int4 on AVX-512) and prefill without
+//    AMX: the kernels form (q - z) * s and fp8 * scale exactly in f32 (or apply the f32 row scale
+//    once at the end) and keep x in f32, so only f32 summation error remains: under 1e-5 * M for
+//    every k here (as in test_gemm.cc).
+//  - AVX2 int4 decode rounds x per (row of x, group) to absmax_g / 32639 steps (gemm_quant.h):
+//    we allow kI4DecodeXError * sum_g absmax_g(x) * sum_{c in g} |w_c| on top of 1e-5 * M.
 //  - AMX prefill (m >= 16 on an AMX CPU): the dequantized weights are rounded to bf16
 //    (|dw| <= 2^-9 |w|) and x is split into bf16 hi + lo (2^-16): we allow 2^-8.
-// kSiluMul: as test_gemm.cc, |dy| <= 1.1 |u| eg + |silu(g)| eu + 1e-6 |y|.
+// kSiluMul: as test_gemm.cc, |dy| <= 1.1 |u| eg + |silu(g)| eu + 1e-6 |y|, with eg and eu the
+// allowed errors of the two dot products.
 // Weight blocks are allocated to their exact size at an odd address, so ASan (Sanitize build)
 // reports any read past a block, and y's padding holds a sentinel.
+#include <immintrin.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -35,6 +41,13 @@ namespace {
 
 constexpr float kSentinel = -12345.0f;
 
+enum class XFill {
+  kUniform,  // x in [-1, 1]
+  kZeros,    // x = 0
+  kSpike,    // x in [-1, 1] and one element per 32 of +-1e4 (an outlier in every int4 group)
+  kWide,     // x in [-1, 1] times 2^e, e uniform in [-40, 40]
+};
+
 struct Case {
   DType dtype = DType::kI4;
   int64_t m = 1, k = 32;
@@ -45,6 +58,9 @@ struct Case {
   DType scale_dtype = DType::kF16;
   GemmEpilogue ep = GemmEpilogue::kStore;
   int64_t ldx_pad = 0, ldy_pad = 0;
+  XFill x_fill = XFill::kUniform;
+  bool fp8_subnormal = false;  // fp8 weights: only E4M3 subnormal codes (exponent 0)
+  bool daz_ftz = false;        // run gemm with MXCSR.DAZ and FTZ set on the calling thread
 };
 
 std::string describe(const Case& c) {
@@ -57,6 +73,14 @@ std::string describe(const Case& c) {
   }
   s << " ep=" << (c.ep == GemmEpilogue::kStore ? "store" : "silu_mul") << " ldx_pad=" << c.ldx_pad
     << " ldy_pad=" << c.ldy_pad;
+  switch (c.x_fill) {
+    case XFill::kUniform: break;
+    case XFill::kZeros: s << " x=0"; break;
+    case XFill::kSpike: s << " x=spike"; break;
+    case XFill::kWide: s << " x=wide"; break;
+  }
+  if (c.fp8_subnormal) s << " fp8-subnormal";
+  if (c.daz_ftz) s << " daz+ftz";
   return s.str();
 }
 
@@ -111,6 +135,7 @@ Block make_block(const Case& c, int64_t rows, bool bias, std::mt19937& rng) {
         uint8_t v;
         do v = static_cast<uint8_t>(rng());
         while ((v & 0x7f) == 0x7f);  // the NaN codes: no quantizer writes them
+        if (c.fp8_subnormal) v &= 0x87;
         b.data[1 + r * k + j] = v;
         b.value[r * k + j] = static_cast<double>(quant::fp8_e4m3_to_f32(v)) * sc;
         b.mag[r * k + j] = std::fabs(b.value[r * k + j]);
@@ -129,6 +154,20 @@ double tolerance(Isa isa, const Case& c) {
   const bool prefill = c.m >= gemm_detail::kQuantPrefillMinM;
   return prefill && isa == Isa::kAmx ? std::ldexp(1.0, -8) : 1e-5;
 }
+
+// Whether this ISA rounds x per group (the AVX2 int4 decode kernel).
+bool rounds_x(Isa isa, const Case& c) {
+  return isa == Isa::kAvx2 && c.dtype == DType::kI4 && c.m < gemm_detail::kQuantPrefillMinM;
+}
+
+// Sets MXCSR.DAZ and FTZ while alive (when asked).
+struct DazFtz {
+  explicit DazFtz(bool on) : saved(_mm_getcsr()) {
+    if (on) _mm_setcsr(saved | 0x8040);
+  }
+  ~DazFtz() { _mm_setcsr(saved); }
+  unsigned saved;
+};
 
 void check_case(const Case& c, uint32_t seed) {
   INFO(describe(c));
@@ -151,24 +190,45 @@ void check_case(const Case& c, uint32_t seed) {
   }
   const int64_t ldx = c.k + c.ldx_pad;
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exp_dist(-40, 40);
   // Exactly up to the end of the last row; padding between rows is NaN, so reading it shows.
   std::vector<float> x((c.m - 1) * ldx + c.k, std::numeric_limits<float>::quiet_NaN());
-  for (int64_t i = 0; i < c.m; ++i)
-    for (int64_t j = 0; j < c.k; ++j) x[i * ldx + j] = dist(rng);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.k; ++j) {
+      float v = c.x_fill == XFill::kZeros ? 0.0f : dist(rng);
+      if (c.x_fill == XFill::kWide) v = std::ldexp(v, exp_dist(rng));
+      x[i * ldx + j] = v;
+    }
+    if (c.x_fill == XFill::kSpike) {
+      for (int64_t j = 0; j < c.k; j += 32) {
+        const int64_t at = j + static_cast<int64_t>(rng() % std::min<int64_t>(32, c.k - j));
+        x[i * ldx + at] = rng() % 2 ? 1e4f : -1e4f;
+      }
+    }
+  }
 
+  // Per output: the dot product, M, and sum_g absmax_g(x) sum_{c in g} |w_c| (int4 groups).
   const int64_t n_total = w.n();
-  std::vector<double> dot(c.m * n_total), mag(c.m * n_total);
+  const int64_t xg = c.dtype == DType::kI4 ? c.group : c.k;
+  std::vector<double> dot(c.m * n_total), mag(c.m * n_total), xmag(c.m * n_total);
   int64_t col = 0;
   for (int b = 0; b < n_blocks; ++b) {
     for (int64_t r = 0; r < c.rows[b]; ++r, ++col) {
       for (int64_t i = 0; i < c.m; ++i) {
-        double s = c.bias[b] ? blocks[b].bias[r] : 0.0, a = std::fabs(s);
-        for (int64_t j = 0; j < c.k; ++j) {
-          s += x[i * ldx + j] * blocks[b].value[r * c.k + j];
-          a += std::fabs(x[i * ldx + j]) * blocks[b].mag[r * c.k + j];
+        double s = c.bias[b] ? blocks[b].bias[r] : 0.0, a = std::fabs(s), xa = 0.0;
+        for (int64_t g0 = 0; g0 < c.k; g0 += xg) {
+          double amax = 0.0, wsum = 0.0;
+          for (int64_t j = g0; j < g0 + xg; ++j) {
+            s += x[i * ldx + j] * blocks[b].value[r * c.k + j];
+            a += std::fabs(x[i * ldx + j]) * blocks[b].mag[r * c.k + j];
+            amax = std::max(amax, static_cast<double>(std::fabs(x[i * ldx + j])));
+            wsum += std::fabs(blocks[b].value[r * c.k + j]);
+          }
+          xa += amax * wsum;
         }
         dot[i * n_total + col] = s;
         mag[i * n_total + col] = a;
+        xmag[i * n_total + col] = xa;
       }
     }
   }
@@ -181,10 +241,15 @@ void check_case(const Case& c, uint32_t seed) {
   for (Isa isa : supported_isas()) {
     REQUIRE(set_isa(isa));
     const double tol = tolerance(isa, c);
+    const double xtol = rounds_x(isa, c) ? gemm_detail::kI4DecodeXError : 0.0;
+    auto allowed_at = [&](int64_t idx) { return tol * mag[idx] + xtol * xmag[idx]; };
     for (auto [name, runner] : runners.all()) {
       INFO("isa=" << isa_name(isa) << " runner=" << name);
       std::vector<float> y(c.m * ldy, kSentinel);
-      gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
+      {
+        DazFtz mode(c.daz_ftz);
+        gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
+      }
       double worst = 0.0;
       int64_t wi = 0, wj = 0;
       bool padding_ok = true;
@@ -196,11 +261,11 @@ void check_case(const Case& c, uint32_t seed) {
             const double g = dot[i * n_total + j], u = dot[i * n_total + n_out + j];
             const double sg = g / (1.0 + std::exp(-g));
             want = sg * u;
-            const double eg = tol * mag[i * n_total + j], eu = tol * mag[i * n_total + n_out + j];
+            const double eg = allowed_at(i * n_total + j), eu = allowed_at(i * n_total + n_out + j);
             allowed = 1.1 * eg * (std::fabs(u) + eu) + std::fabs(sg) * eu + 1e-6 * std::fabs(want);
           } else {
             want = dot[i * n_total + j];
-            allowed = tol * mag[i * n_total + j];
+            allowed = allowed_at(i * n_total + j);
           }
           const double got = y[i * ldy + j];
           const double ratio = std::isfinite(got) ? std::fabs(got - want) / (allowed + 1e-30)
@@ -300,6 +365,87 @@ TEST_CASE("gemm int4: two and three blocks, SiLU-mul", "[kernels][gemm_quant]") 
   }
 }
 
+// The AVX2 decode kernel rounds x per group (its bound in gemm_quant.h) and has its own paths for
+// group 32 (two groups per 64 weights), a k that is not a multiple of 64 (a half step at the
+// end), zero points, bf16 and f16 scales, and tiles of rows of x (m = 1..4 per call, m up to 15
+// in calls of 4). Outliers (one +-1e4 per group) and x = 0 are the edges of the rounding.
+TEST_CASE("gemm int4 decode: groups, half steps, zeros, scale dtypes, m = 1..15, outliers",
+          "[kernels][gemm_quant]") {
+  struct KG {
+    int64_t k, group;
+  };
+  const KG kgs[] = {{32, 32},  {64, 64},  {128, 128}, {96, 32},   {160, 32},  {192, 64},
+                    {384, 128}, {2080, 32}, {2112, 64}, {1152, 128}};
+  const XFill fills[] = {XFill::kUniform, XFill::kSpike, XFill::kZeros, XFill::kWide};
+  uint32_t seed = 2000;
+  for (int64_t m = 1; m <= 15; ++m) {
+    for (const KG& kg : kgs) {
+      Case c;
+      c.m = m;
+      c.k = kg.k;
+      c.group = kg.group;
+      c.rows = {seed % 3 == 0 ? 9 : 5};  // 4 rows per call: full and short last calls
+      c.bias = {seed % 2 == 0};
+      c.asym = (seed / 2) % 2 == 1;
+      c.scale_dtype = (seed / 4) % 2 == 0 ? DType::kF16 : DType::kBF16;
+      c.x_fill = fills[seed % 4];
+      c.ldx_pad = seed % 5 == 0 ? 0 : 7;
+      check_case(c, seed++);
+    }
+  }
+}
+
+TEST_CASE("gemm int4 decode: SiLU-mul and blocks of mixed zero points", "[kernels][gemm_quant]") {
+  uint32_t seed = 2500;
+  for (int64_t m : {1, 2, 3, 4, 6}) {
+    for (int64_t g : {32, 64, 128}) {
+      Case c;
+      c.m = m;
+      c.k = g == 32 ? 160 : 384;
+      c.group = g;
+      c.asym = true;
+      c.scale_dtype = m % 2 ? DType::kBF16 : DType::kF16;
+      c.x_fill = m % 2 ? XFill::kSpike : XFill::kUniform;
+      c.rows = {10, 10};
+      c.bias = {true, false};
+      c.ep = GemmEpilogue::kSiluMul;
+      check_case(c, seed++);
+    }
+  }
+}
+
+// A NaN in x makes its row of y NaN (whole-group rounding must not hide it).
+TEST_CASE("gemm int4 and fp8 decode: a NaN in x gives NaN outputs", "[kernels][gemm_quant]") {
+  for (DType dt : {DType::kI4, DType::kF8E4M3}) {
+    const int64_t k = 256, n = 6, m = 2;
+    std::vector<uint8_t> data(dt == DType::kI4 ? n * k / 2 : n * k, 0x11);
+    std::vector<uint16_t> scales(n * (k / 64), f32_to_f16(0.01f));
+    std::vector<float> fscales(n, 0.01f);
+    GemmWeights w;
+    w.dtype = dt;
+    w.k = k;
+    w.n_blocks = 1;
+    w.rows[0] = n;
+    w.data[0] = data.data();
+    w.group_size = dt == DType::kI4 ? 64 : 0;
+    w.scales[0] = dt == DType::kI4 ? static_cast<const void*>(scales.data()) : fscales.data();
+    std::vector<float> x(m * k, 0.5f), y(m * n);
+    x[100] = std::numeric_limits<float>::quiet_NaN();
+    IsaRestore restore;
+    Runners runners;
+    for (Isa isa : supported_isas()) {
+      REQUIRE(set_isa(isa));
+      gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, runners.serial);
+      for (int64_t j = 0; j < n; ++j) {
+        INFO("dtype=" << (dt == DType::kI4 ? "int4" : "fp8") << " isa=" << isa_name(isa)
+                      << " col " << j);
+        CHECK(std::isnan(y[j]));
+        CHECK(std::isfinite(y[n + j]));
+      }
+    }
+  }
+}
+
 TEST_CASE("gemm fp8: awkward m, rows, k (any k >= 1)", "[kernels][gemm_quant]") {
   const Shape shapes[] = {{1, 1, 1},    {2, 7, 7},     {3, 17, 31},   {7, 769, 33},
                           {8, 17, 896}, {9, 7, 2049},  {1, 769, 2048}, {4, 5, 17},
@@ -316,6 +462,30 @@ TEST_CASE("gemm fp8: awkward m, rows, k (any k >= 1)", "[kernels][gemm_quant]") 
     c.ldx_pad = seed % 3 == 0 ? 0 : 3;
     c.ldy_pad = seed % 4 == 0 ? 0 : 5;
     check_case(c, seed++);
+  }
+}
+
+// E4M3 subnormals (exponent 0) decode to f32 denormals in the AVX2 kernel, which clears DAZ/FTZ
+// for its duration: a caller with both set must get the same results. Wide x checks the 2^64
+// scaling of prepared x (no overflow for |x| up to 2^40, no underflow of the products).
+TEST_CASE("gemm fp8 decode: subnormal codes, DAZ/FTZ set by the caller, wide x",
+          "[kernels][gemm_quant]") {
+  uint32_t seed = 3000;
+  for (int64_t m : {1, 2, 3, 4, 7}) {
+    for (int64_t k : {1, 31, 64, 100, 2049}) {
+      for (bool sub : {false, true}) {
+        Case c;
+        c.dtype = DType::kF8E4M3;
+        c.m = m;
+        c.k = k;
+        c.rows = {6};
+        c.bias = {seed % 2 == 0};
+        c.fp8_subnormal = sub;
+        c.daz_ftz = true;
+        c.x_fill = seed % 3 == 0 ? XFill::kWide : XFill::kUniform;
+        check_case(c, seed++);
+      }
+    }
   }
 }
 
