@@ -120,8 +120,14 @@ class GenerateCall final : public grpc::ClientReadReactor<pb::GenerateResponse> 
                                : "grpc_" + code_name(code);
       record_.error = status.error_message();
     }
-    done_(std::move(record_));
+    // The call's ClientContext is destroyed before `done` reports the last request: once it
+    // has, the main thread may tear the client down and exit, and a context destroyed after
+    // that (here, on gRPC's callback thread) unrefs call state that gRPC's shutdown already
+    // freed ("ref_counted.h: assertion failed: prior > 0", seen as a SIGABRT at exit).
+    Done done = std::move(done_);
+    RequestRecord record = std::move(record_);
     delete this;
+    done(std::move(record));
   }
 
  private:
