@@ -2,8 +2,8 @@
 // sums its squares; pass 2 reads the stored sum back (the same thread wrote it, so no barrier
 // is needed for it) and rescales. The squares are of the stored f32 sum, as on the CPU.
 #include "kernels/cuda/add_rms_norm.cuh"
-#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch_config.cuh"
+#include "kernels/cuda/rms_norm_row.cuh"
 
 namespace sampan::cuda {
 namespace {
@@ -19,41 +19,24 @@ __global__ void __launch_bounds__(kMaxBlockThreads) add_rms_norm_kernel(int64_t 
   // No __restrict__ on x, res and sum: sum may alias either. Every element of a row is read,
   // summed and stored by one thread, and read back by that same thread in pass 2.
   __shared__ float partial[32];
-  const int64_t units = kVec ? dim / 4 : dim;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = x + r * ldx;
     const float* rr = res + r * ldr;
     float* sr = sum + r * lds;
-    float* yr = y + r * ldy;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < units; i += blockDim.x) {
+    const auto load = [xr, rr, sr](int64_t i) {
       if constexpr (kVec) {
         const float4 a = reinterpret_cast<const float4*>(xr)[i];
         const float4 b = reinterpret_cast<const float4*>(rr)[i];
         const float4 s = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
         reinterpret_cast<float4*>(sr)[i] = s;
-        ss = fmaf(s.x, s.x, ss);
-        ss = fmaf(s.y, s.y, ss);
-        ss = fmaf(s.z, s.z, ss);
-        ss = fmaf(s.w, s.w, ss);
+        return s;
       } else {
         const float s = xr[i] + rr[i];
         sr[i] = s;
-        ss = fmaf(s, s, ss);
+        return s;
       }
-    }
-    ss = block_sum(ss, partial);
-    const float scale = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
-    for (int64_t i = threadIdx.x; i < units; i += blockDim.x) {
-      if constexpr (kVec) {
-        const float4 s = reinterpret_cast<const float4*>(sr)[i];
-        const float4 g = reinterpret_cast<const float4*>(w)[i];
-        reinterpret_cast<float4*>(yr)[i] =
-            make_float4(s.x * scale * g.x, s.y * scale * g.y, s.z * scale * g.z, s.w * scale * g.w);
-      } else {
-        yr[i] = sr[i] * scale * w[i];
-      }
-    }
+    };
+    rms_norm_row<kVec>(dim, load, sr, w, eps, y + r * ldy, partial);
   }
 }
 

@@ -86,25 +86,12 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeArgs a
   }
   attn::zero_tile_padding<kD>(hd, k_s, v_s);
 
-  const int64_t head_bytes = kv_head_bytes(F, hd);
-  attn::KvHeadView kv;
-  kv.k = static_cast<const uint8_t*>(a.c.k) + kvh * head_bytes;
-  kv.v = static_cast<const uint8_t*>(a.c.v) + kvh * head_bytes;
-  kv.row_bytes = b.n_kv_heads * head_bytes;
-  kv.table_row = a.c.block_tables + static_cast<int64_t>(b.seq_ids[t]) * a.c.max_blocks;
-  kv.block_size = a.c.block_size;
-  kv.n_blocks = a.c.n_blocks;
-  kv.hd = hd;
-  kv.word = a.word;
+  attn::KvHeadView kv = attn::kv_head_view<F>(a.c, b.n_kv_heads, kvh, hd, a.word);
+  kv.table_row = attn::kv_table_row(a.c, b.seq_ids[t]);
 
   attn::RowAcc<kD, kRpw> acc;
   acc.init();
-  for (int64_t j0 = first; j0 <= last; j0 += kKeyTile) {
-    __syncthreads();  // q_s and the padding are written / every warp is done with the last tile
-    attn::load_tile<F, kD>(kv, j0, last, k_s, v_s);
-    __syncthreads();
-    attn::attend_tile<kD, kRpw>(q_s, k_s, v_s, row_lo, row_hi, n_rows, j0, acc);
-  }
+  attn::attend_keys<F, kD, kRpw>(kv, first, last, q_s, k_s, v_s, row_lo, row_hi, n_rows, acc);
 
   const int lane = tid & 31;
 #pragma unroll
@@ -179,12 +166,8 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
 template <KvFormat F, int kD, int kRpw>
 int launch(const DecodeArgs& a, cudaStream_t stream) {
   const size_t smem = attn::tile_smem_bytes(kD, kWarps * kRpw);
-  if (smem > kDefaultSharedBytes) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        attention_decode_kernel<F, kD, kRpw>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(smem));
-    if (err != cudaSuccess) return static_cast<int>(err);
-  }
+  const int err = attn::allow_smem(attention_decode_kernel<F, kD, kRpw>, smem);
+  if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(a.b.n_tokens),
                   static_cast<unsigned>(a.b.n_kv_heads * a.head_chunks),
                   static_cast<unsigned>(a.n_splits));
@@ -196,17 +179,6 @@ template <KvFormat F, int kD>
 int launch_rows(const DecodeArgs& a, cudaStream_t stream) {
   return a.b.n_heads / a.b.n_kv_heads <= kWarps ? launch<F, kD, 1>(a, stream)
                                                 : launch<F, kD, kMaxRows / kWarps>(a, stream);
-}
-
-template <KvFormat F>
-int launch_hd(const DecodeArgs& a, cudaStream_t stream) {
-  switch (attn::padded_head_dim(a.b.head_dim)) {
-    case 32: return launch_rows<F, 32>(a, stream);
-    case 64: return launch_rows<F, 64>(a, stream);
-    case 128: return launch_rows<F, 128>(a, stream);
-    case 256: return launch_rows<F, 256>(a, stream);
-    default: return cudaErrorInvalidValue;
-  }
 }
 
 }  // namespace
@@ -247,14 +219,9 @@ int attention_decode(const AttentionBatch& batch, const PagedKv& cache, const fl
   const DecodeArgs a{batch, cache, q, ldq, flags, out, ldo,
                      attn::kv_word_reads(cache, batch.head_dim), n_splits, head_chunks,
                      static_cast<float*>(scratch)};
-  int err = cudaErrorInvalidValue;
-  switch (cache.format) {
-    case KvFormat::kF32: err = launch_hd<KvFormat::kF32>(a, stream); break;
-    case KvFormat::kBF16: err = launch_hd<KvFormat::kBF16>(a, stream); break;
-    case KvFormat::kF8E4M3: err = launch_hd<KvFormat::kF8E4M3>(a, stream); break;
-    case KvFormat::kI8: err = launch_hd<KvFormat::kI8>(a, stream); break;
-    case KvFormat::kI4: err = launch_hd<KvFormat::kI4>(a, stream); break;
-  }
+  const int err = attn::dispatch_kv(cache.format, batch.head_dim, [&](auto f, auto d) {
+    return launch_rows<decltype(f)::value, decltype(d)::value>(a, stream);
+  });
   if (err != cudaSuccess || n_splits == 1) return err;
   const dim3 grid(static_cast<unsigned>(batch.n_tokens),
                   static_cast<unsigned>(ceil_div(batch.n_heads, kMergeWarps)));

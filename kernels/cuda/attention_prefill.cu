@@ -66,15 +66,7 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillArgs
   }
   attn::zero_tile_padding<kD>(hd, k_s, v_s);
 
-  const int64_t head_bytes = kv_head_bytes(F, hd);
-  attn::KvHeadView kv;
-  kv.k = static_cast<const uint8_t*>(a.c.k) + kvh * head_bytes;
-  kv.v = static_cast<const uint8_t*>(a.c.v) + kvh * head_bytes;
-  kv.row_bytes = b.n_kv_heads * head_bytes;
-  kv.block_size = a.c.block_size;
-  kv.n_blocks = a.c.n_blocks;
-  kv.hd = hd;
-  kv.word = a.word;
+  attn::KvHeadView kv = attn::kv_head_view<F>(a.c, b.n_kv_heads, kvh, hd, a.word);
 
   // The tile's runs of tiled tokens, one after another (a block-uniform loop over shared data).
   for (int start = 0; start < nt;) {
@@ -100,13 +92,9 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillArgs
     attn::RowAcc<kD, kRowsPerWarp> acc;
     acc.init();
     if (last >= 0) {  // some token of the run is valid, so its sequence id is
-      kv.table_row = a.c.block_tables + static_cast<int64_t>(seq_s[start]) * a.c.max_blocks;
-      for (int64_t j0 = first; j0 <= last; j0 += kKeyTile) {
-        __syncthreads();  // every warp is done with the previous tile
-        attn::load_tile<F, kD>(kv, j0, last, k_s, v_s);
-        __syncthreads();
-        attn::attend_tile<kD, kRowsPerWarp>(q_s, k_s, v_s, row_lo, row_hi, kMaxRows, j0, acc);
-      }
+      kv.table_row = attn::kv_table_row(a.c, seq_s[start]);
+      attn::attend_keys<F, kD, kRowsPerWarp>(kv, first, last, q_s, k_s, v_s, row_lo, row_hi,
+                                             kMaxRows, acc);
     }
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
@@ -126,27 +114,11 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillArgs
 template <KvFormat F, int kD>
 int launch(const PrefillArgs& a, unsigned tiles, cudaStream_t stream) {
   const size_t smem = attn::tile_smem_bytes(kD, kMaxRows);
-  if (smem > kDefaultSharedBytes) {
-    // Over 48 KiB (head_dim 128: 66 KiB, 256: 131 KiB) needs the opt-in; Hopper allows 227 KiB.
-    const cudaError_t err = cudaFuncSetAttribute(
-        attention_prefill_kernel<F, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(smem));
-    if (err != cudaSuccess) return static_cast<int>(err);
-  }
+  const int err = attn::allow_smem(attention_prefill_kernel<F, kD>, smem);
+  if (err != cudaSuccess) return err;
   const dim3 grid(tiles, static_cast<unsigned>(a.b.n_heads));
   attention_prefill_kernel<F, kD><<<grid, kThreads, smem, stream>>>(a);
   return static_cast<int>(cudaGetLastError());
-}
-
-template <KvFormat F>
-int launch_hd(const PrefillArgs& a, unsigned tiles, cudaStream_t stream) {
-  switch (attn::padded_head_dim(a.b.head_dim)) {
-    case 32: return launch<F, 32>(a, tiles, stream);
-    case 64: return launch<F, 64>(a, tiles, stream);
-    case 128: return launch<F, 128>(a, tiles, stream);
-    case 256: return launch<F, 256>(a, tiles, stream);
-    default: return cudaErrorInvalidValue;
-  }
 }
 
 }  // namespace
@@ -163,14 +135,9 @@ int attention_prefill(const AttentionBatch& batch, const PagedKv& cache, const f
   }
   const PrefillArgs a{batch, cache, q, ldq, flags, out, ldo, attn::kv_word_reads(cache, batch.head_dim)};
   const unsigned tiles = static_cast<unsigned>(ceil_div(batch.n_tokens, kTileTokens));
-  switch (cache.format) {
-    case KvFormat::kF32: return launch_hd<KvFormat::kF32>(a, tiles, stream);
-    case KvFormat::kBF16: return launch_hd<KvFormat::kBF16>(a, tiles, stream);
-    case KvFormat::kF8E4M3: return launch_hd<KvFormat::kF8E4M3>(a, tiles, stream);
-    case KvFormat::kI8: return launch_hd<KvFormat::kI8>(a, tiles, stream);
-    case KvFormat::kI4: return launch_hd<KvFormat::kI4>(a, tiles, stream);
-  }
-  return cudaErrorInvalidValue;
+  return attn::dispatch_kv(cache.format, batch.head_dim, [&](auto f, auto d) {
+    return launch<decltype(f)::value, decltype(d)::value>(a, tiles, stream);
+  });
 }
 
 }  // namespace sampan::cuda

@@ -1,8 +1,9 @@
-// The block-level core shared by attention_prefill.cu and attention_decode.cu (device code:
-// included by .cu files only). A thread block of kThreads holds up to kMaxRows query rows that
-// attend to keys of ONE sequence and ONE KV head: the tokens of a prefill run for one query head
-// (prefill), or the query heads of one KV group for one token (decode, GQA: the KV is read once
-// for the whole group). Row r sees keys [row_lo[r], row_hi[r]] (empty when lo > hi).
+// The block-level core shared by attention_prefill.cu and attention_decode.cu, and the launch
+// dispatch that instantiates their kernels (device code: included by .cu files only). A thread
+// block of kThreads holds up to kMaxRows query rows that attend to keys of ONE sequence and ONE
+// KV head: the tokens of a prefill run for one query head (prefill), or the query heads of one
+// KV group for one token (decode, GQA: the KV is read once for the whole group). Row r sees keys
+// [row_lo[r], row_hi[r]] (empty when lo > hi).
 //
 // Per tile of kKeyTile keys: every thread helps to read the K and V rows through the block table
 // in the cache format, dequantizes them in registers and stores f32 into shared memory; then
@@ -20,9 +21,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_kv_format.cuh"
+#include "kernels/cuda/launch_config.cuh"
 
 namespace sampan::cuda::attn {
 
@@ -81,6 +84,28 @@ struct KvHeadView {
   int hd = 0;
   bool word = false;  // kv_word_reads
 };
+
+// KV head kvh of a pool in format F; table_row is left for the caller (one sequence per token
+// in decode, per run in prefill).
+template <KvFormat F>
+__device__ __forceinline__ KvHeadView kv_head_view(const PagedKv& c, int64_t n_kv_heads,
+                                                   int64_t kvh, int hd, bool word) {
+  const int64_t head_bytes = kv_head_bytes(F, hd);
+  KvHeadView kv;
+  kv.k = static_cast<const uint8_t*>(c.k) + kvh * head_bytes;
+  kv.v = static_cast<const uint8_t*>(c.v) + kvh * head_bytes;
+  kv.row_bytes = n_kv_heads * head_bytes;
+  kv.block_size = c.block_size;
+  kv.n_blocks = c.n_blocks;
+  kv.hd = hd;
+  kv.word = word;
+  return kv;
+}
+
+// The block table row of sequence seq (a valid id: the token flags checked it).
+__device__ __forceinline__ const int32_t* kv_table_row(const PagedKv& c, int seq) {
+  return c.block_tables + static_cast<int64_t>(seq) * c.max_blocks;
+}
 
 // Word w of a record's value area -> its values_per_word(F) values, dequantized.
 template <KvFormat F>
@@ -308,6 +333,22 @@ __device__ __forceinline__ void attend_tile(const float* __restrict__ q_s,
   }
 }
 
+// Keys [first, last] tile by tile into acc. Called by the whole block. The leading barrier
+// publishes what the caller wrote to shared memory (q_s, the padding, row_lo / row_hi) and keeps
+// a tile from being overwritten while a warp still reads it; the second publishes the tile.
+template <KvFormat F, int kD, int kRpw>
+__device__ __forceinline__ void attend_keys(const KvHeadView& kv, int64_t first, int64_t last,
+                                            const float* q_s, float* k_s, float* v_s,
+                                            const int* row_lo, const int* row_hi, int n_rows,
+                                            RowAcc<kD, kRpw>& acc) {
+  for (int64_t j0 = first; j0 <= last; j0 += kKeyTile) {
+    __syncthreads();
+    load_tile<F, kD>(kv, j0, last, k_s, v_s);
+    __syncthreads();
+    attend_tile<kD, kRpw>(q_s, k_s, v_s, row_lo, row_hi, n_rows, j0, acc);
+  }
+}
+
 // Writes row i of the calling warp's accumulators, normalised, to y[0, hd) (the CPU's
 // acc * (1 / sum), and zeros when the sum is 0).
 template <int kD, int kRpw>
@@ -324,6 +365,46 @@ __device__ __forceinline__ void store_row(const RowAcc<kD, kRpw>& acc, int i, in
 // NaN in y[0, hd): the result of a token whose indices were bad (see attention_token_flags).
 __device__ __forceinline__ void store_nan_row(int hd, float* y) {
   for (int d = static_cast<int>(threadIdx.x) & 31; d < hd; d += 32) y[d] = __int_as_float(0x7fc00000);
+}
+
+// Over 48 KiB of dynamic shared memory (head_dim 128 with 64 rows: 66 KiB, 256: 131 KiB)
+// needs the per-kernel opt-in; Hopper allows 227 KiB. Returns a cudaError_t.
+template <class Kernel>
+int allow_smem(Kernel* kernel, size_t smem) {
+  if (smem <= kDefaultSharedBytes) return cudaSuccess;
+  return static_cast<int>(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+}
+
+template <KvFormat F>
+using FormatTag = std::integral_constant<KvFormat, F>;
+template <int kD>
+using HeadDimTag = std::integral_constant<int, kD>;
+
+template <KvFormat F, class Launch>
+int dispatch_head_dim(int64_t head_dim, const Launch& launch) {
+  switch (padded_head_dim(head_dim)) {
+    case 32: return launch(FormatTag<F>{}, HeadDimTag<32>{});
+    case 64: return launch(FormatTag<F>{}, HeadDimTag<64>{});
+    case 128: return launch(FormatTag<F>{}, HeadDimTag<128>{});
+    case 256: return launch(FormatTag<F>{}, HeadDimTag<256>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// The one list of (format, padded head dim) pairs the attention kernels are instantiated for:
+// returns launch(FormatTag<F>{}, HeadDimTag<kD>{}) for the cache's format and padded head_dim,
+// or cudaErrorInvalidValue when padded_head_dim is 0. No default: -Wswitch names a new format.
+template <class Launch>
+int dispatch_kv(KvFormat format, int64_t head_dim, const Launch& launch) {
+  switch (format) {
+    case KvFormat::kF32: return dispatch_head_dim<KvFormat::kF32>(head_dim, launch);
+    case KvFormat::kBF16: return dispatch_head_dim<KvFormat::kBF16>(head_dim, launch);
+    case KvFormat::kF8E4M3: return dispatch_head_dim<KvFormat::kF8E4M3>(head_dim, launch);
+    case KvFormat::kI8: return dispatch_head_dim<KvFormat::kI8>(head_dim, launch);
+    case KvFormat::kI4: return dispatch_head_dim<KvFormat::kI4>(head_dim, launch);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace sampan::cuda::attn

@@ -1,9 +1,9 @@
 // RMSNorm: one thread block per row. Pass 1 sums squares (each thread a strided slice, then a
 // deterministic block sum), pass 2 rescales; the row is read twice, the second time mostly from
 // L1/L2 since a row is at most tens of KB.
-#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch_config.cuh"
 #include "kernels/cuda/rms_norm.cuh"
+#include "kernels/cuda/rms_norm_row.cuh"
 
 namespace sampan::cuda {
 namespace {
@@ -18,36 +18,16 @@ __global__ void __launch_bounds__(kMaxBlockThreads) rms_norm_kernel(int64_t rows
   // No __restrict__ on x and y: they may alias. In place is safe because each element is read
   // and then written by the same thread, and rows never overlap.
   __shared__ float partial[32];
-  const int64_t units = kVec ? dim / 4 : dim;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = x + r * ldx;
-    float* yr = y + r * ldy;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < units; i += blockDim.x) {
+    const auto load = [xr](int64_t i) {
       if constexpr (kVec) {
-        const float4 v = reinterpret_cast<const float4*>(xr)[i];
-        ss = fmaf(v.x, v.x, ss);
-        ss = fmaf(v.y, v.y, ss);
-        ss = fmaf(v.z, v.z, ss);
-        ss = fmaf(v.w, v.w, ss);
+        return reinterpret_cast<const float4*>(xr)[i];
       } else {
-        const float v = xr[i];
-        ss = fmaf(v, v, ss);
+        return xr[i];
       }
-    }
-    ss = block_sum(ss, partial);
-    // Mean, then 1 / sqrt in f32 as HF does (IEEE division and sqrt: no fast-math flags).
-    const float scale = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
-    for (int64_t i = threadIdx.x; i < units; i += blockDim.x) {
-      if constexpr (kVec) {
-        const float4 v = reinterpret_cast<const float4*>(xr)[i];
-        const float4 g = reinterpret_cast<const float4*>(w)[i];
-        reinterpret_cast<float4*>(yr)[i] =
-            make_float4(v.x * scale * g.x, v.y * scale * g.y, v.z * scale * g.z, v.w * scale * g.w);
-      } else {
-        yr[i] = xr[i] * scale * w[i];
-      }
-    }
+    };
+    rms_norm_row<kVec>(dim, load, xr, w, eps, y + r * ldy, partial);
   }
 }
 
