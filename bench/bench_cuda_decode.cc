@@ -10,13 +10,16 @@
 //     fraction of a device-to-device cudaMemcpy measured in the same run (2 x bytes / time:
 //     a copy reads and writes every byte);
 //   - prefill tokens/s for 1 and 4 prompts of --prompt tokens in one forward.
+// Decode steps are replayed as CUDA graphs, as the runtimes run them (graph/executor.h);
+// --no-cuda-graphs launches them node by node. With graphs on, batches up to 8 are also timed
+// without them ("tokens_per_s_no_graphs"): what the graphs save there is the launch overhead.
 // A configuration whose weights, KV pools or activations do not fit in device memory is skipped
 // and reported as such. --device cpu runs the same driving code on the CPU backend (for checking
 // the bench where no GPU is; its figures say nothing about a GPU).
 //
 // Usage: bench_cuda_decode [--quick] [--json FILE] [--formats bf16,fp8,int4] [--kv bf16,int4]
 //                          [--batches 1,8,32,128] [--context N] [--steps N] [--prompt N]
-//                          [--reps N] [--device cuda|cpu]
+//                          [--reps N] [--device cuda|cpu] [--no-cuda-graphs]
 // Exits 77 with "no CUDA device visible" when there is none, 1 when a configuration failed for
 // a reason other than memory, 2 on bad usage.
 #include <cuda_runtime.h>
@@ -30,6 +33,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -74,6 +78,7 @@ struct Options {
   int64_t prompt = 2048;
   int reps = 3;
   Device device = Device::cuda(0);
+  bool cuda_graphs = true;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -104,6 +109,10 @@ bool parse_options(int argc, char** argv, Options* o) {
     const bool has_value = i + 1 < argc;
     try {
       if (a == "--quick") continue;
+      if (a == "--no-cuda-graphs") {
+        o->cuda_graphs = false;
+        continue;
+      }
       if (a == "--json" && has_value) o->json_path = argv[++i];
       else if (a == "--formats" && has_value) o->formats = split_list(argv[++i]);
       else if (a == "--kv" && has_value) o->kv = split_list(argv[++i]);
@@ -366,8 +375,9 @@ class ModelRun {
   }
 
   // One forward over the given tokens (sequence, position); logits for `logit_rows`. Seconds.
+  // `recurring`: a decode step, replayed as a CUDA graph when graphs are on.
   double forward(const std::vector<int32_t>& seqs, const std::vector<int32_t>& positions,
-                 const std::vector<int32_t>& logit_rows) {
+                 const std::vector<int32_t>& logit_rows, bool recurring = false) {
     const auto t = static_cast<int64_t>(seqs.size());
     std::vector<int32_t> ids(seqs.size());
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -380,7 +390,7 @@ class ModelRun {
     inputs_["logit_rows"] =
         Tensor::from_i32({static_cast<int64_t>(logit_rows.size())}, logit_rows);
     const Clock::time_point t0 = Clock::now();
-    executor_.run(inputs_);  // synchronises the stream: the step is done on return
+    executor_.run(inputs_, recurring);  // synchronises the stream: the step is done on return
     return seconds_since(t0);
   }
 
@@ -405,8 +415,11 @@ class ModelRun {
   double decode_step(int64_t n_seqs, int64_t position) {
     std::vector<int32_t> seqs(static_cast<size_t>(n_seqs)), pos(seqs.size(), static_cast<int32_t>(position));
     for (size_t s = 0; s < seqs.size(); ++s) seqs[s] = static_cast<int32_t>(s);
-    return forward(seqs, pos, seqs);  // every sequence samples: rows 0 .. n_seqs-1
+    return forward(seqs, pos, seqs, true);  // every sequence samples: rows 0 .. n_seqs-1
   }
+
+  void set_cuda_graphs(bool on) { executor_.set_cuda_graphs(on); }
+  const graph::Executor::GraphStats& graph_stats() const { return executor_.graph_stats(); }
 
   const graph::passes::PassReport& passes() const { return pass_report_; }
 
@@ -507,14 +520,29 @@ json measure_decode(ModelRun& run, const HfConfig& c, const Model& m, const std:
                      static_cast<double>(chunk) * activation_bytes_per_token(c),
                  fmt::format("decode at batch {}", batch));
   run.reset_cache(batch, max_tokens);
-  std::vector<double> secs;
-  for (int r = 0; r < o.reps; ++r) {
-    run.prefill(batch, o.context);
-    run.decode_step(batch, o.context);  // the first step of this shape plans memory: untimed
-    const Clock::time_point t0 = Clock::now();
-    for (int64_t s = 0; s < o.steps; ++s) run.decode_step(batch, o.context + 1 + s);
-    secs.push_back(seconds_since(t0));
-  }
+  // Median seconds of o.steps decode steps, over o.reps prefilled runs.
+  auto time_steps = [&](bool graphs) {
+    run.set_cuda_graphs(graphs);
+    std::vector<double> secs;
+    for (int r = 0; r < o.reps; ++r) {
+      run.prefill(batch, o.context);
+      // Untimed: the first step of a shape plans memory, the second records its graph.
+      run.decode_step(batch, o.context);
+      run.decode_step(batch, o.context);
+      const Clock::time_point t0 = Clock::now();
+      for (int64_t s = 0; s < o.steps; ++s) run.decode_step(batch, o.context + 1 + s);
+      secs.push_back(seconds_since(t0));
+    }
+    return secs;
+  };
+  const int64_t failures_before = run.graph_stats().failures;
+  const std::vector<double> secs = time_steps(o.cuda_graphs);
+  // Graphs exist on a CUDA device only; a shape that could not be recorded ran node by node.
+  const bool graphs = o.cuda_graphs && o.device.type == DeviceType::kCUDA &&
+                      run.graph_stats().failures == failures_before;
+  std::optional<double> no_graphs_sec;
+  if (graphs && batch <= 8) no_graphs_sec = median(time_steps(false));
+  run.set_cuda_graphs(o.cuda_graphs);
   // The step at position p reads the K and V rows of positions 0 .. p in every layer.
   double kv_rows = 0;
   for (int64_t s = 0; s < o.steps; ++s) kv_rows += static_cast<double>(o.context + 2 + s);
@@ -523,7 +551,7 @@ json measure_decode(ModelRun& run, const HfConfig& c, const Model& m, const std:
   const double total = static_cast<double>(o.steps) * per_step_fixed + kv_bytes;
   const double sec = median(secs);
   const double gbps = total / sec / 1e9;
-  return {{"weights", m.format},
+  json r = {{"weights", m.format},
           {"kv", kv},
           {"batch", batch},
           {"context", o.context},
@@ -535,7 +563,12 @@ json measure_decode(ModelRun& run, const HfConfig& c, const Model& m, const std:
           {"bytes_per_step", total / static_cast<double>(o.steps)},
           {"achieved_gbps", gbps},
           {"fraction_of_copy", gbps / copy_gbps},
+          {"cuda_graphs", graphs},
           {"rep_seconds", secs}};
+  if (no_graphs_sec) {
+    r["tokens_per_s_no_graphs"] = static_cast<double>(batch * o.steps) / *no_graphs_sec;
+  }
+  return r;
 }
 
 json measure_prefill(ModelRun& run, const HfConfig& c, const std::string& format,
@@ -652,10 +685,16 @@ int run_bench(const Options& o) {
             const json r = measure_decode(*run, config, model, o.kv[ki], batch, o, copy_gbps);
             out["decode"].push_back(r);
             std::printf("decode  %-5s KV %-5s batch %4lld: %9.1f tok/s, %7.2f ms/step, %6.1f GB/s "
-                        "(%.0f %% of copy)\n",
+                        "(%.0f %% of copy)%s%s\n",
                         format.c_str(), o.kv[ki].c_str(), static_cast<long long>(batch),
                         r["tokens_per_s"].get<double>(), r["ms_per_step"].get<double>(),
-                        r["achieved_gbps"].get<double>(), 100 * r["fraction_of_copy"].get<double>());
+                        r["achieved_gbps"].get<double>(), 100 * r["fraction_of_copy"].get<double>(),
+                        r["cuda_graphs"].get<bool>() ? ", CUDA graphs" : ", node by node",
+                        r.contains("tokens_per_s_no_graphs")
+                            ? fmt::format(" (without graphs {:.1f} tok/s)",
+                                          r["tokens_per_s_no_graphs"].get<double>())
+                                  .c_str()
+                            : "");
           });
         }
         if (ki > 0) continue;  // prefill with the first KV format only

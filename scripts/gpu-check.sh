@@ -211,12 +211,15 @@ else:
         rows = [r for r in dec.get("decode", []) if r.get("batch") == 1]
         if rows:
             lines += ["### Batch-1 decode", "",
-                      "| weights | KV | tok/s | MB streamed / token | GB/s | of d2d copy |",
-                      "|---|---|---|---|---|---|"]
+                      "| weights | KV | tok/s | MB streamed / token | GB/s | of d2d copy "
+                      "| CUDA graphs | tok/s without graphs |",
+                      "|---|---|---|---|---|---|---|---|"]
             for r in rows:
                 lines.append(f"| {r['weights']} | {r['kv']} | {num(r.get('tokens_per_s'))} | "
                              f"{num(r.get('bytes_per_step', 0) / 1e6, '{:.0f}')} | "
-                             f"{num(r.get('achieved_gbps'))} | {pct(r.get('fraction_of_copy'))} |")
+                             f"{num(r.get('achieved_gbps'))} | {pct(r.get('fraction_of_copy'))} | "
+                             f"{'yes' if r.get('cuda_graphs') else 'no'} | "
+                             f"{num(r.get('tokens_per_s_no_graphs'))} |")
             lines.append("")
         # Every batch size runs with the first --kv format; the others at batch 1 only.
         first_kv = next((r["kv"] for r in dec.get("decode", [])), None)

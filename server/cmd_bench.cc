@@ -25,6 +25,7 @@ Runner add_bench(CLI::App& app) {
     int threads = 0, repeat = 3;
     models::ModelBuildOptions build;
     Device device;
+    bool cuda_graphs = true;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("bench", "Measure prefill and decode tokens/s (one JSON line)");
@@ -35,6 +36,7 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--repeat", a->repeat, "repetitions (best is reported)")->check(CLI::PositiveNumber);
   add_model_build_flags(*cmd, &a->build);
   add_device_flag(*cmd, &a->device);
+  add_cuda_graphs_flag(*cmd, &a->cuda_graphs);
   return [a] {
     using Clock = std::chrono::steady_clock;
     runtime::CausalLmOptions opt;
@@ -42,6 +44,7 @@ Runner add_bench(CLI::App& app) {
     opt.max_context = a->prompt_len + a->gen;
     opt.build = a->build;
     opt.device = a->device;
+    opt.cuda_graphs = a->cuda_graphs;
     auto lm = runtime::CausalLm::load(a->model, opt);
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(lm->config().vocab_size - 1));

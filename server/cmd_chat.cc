@@ -18,12 +18,14 @@ Runner add_chat(CLI::App& app) {
   struct Args {
     GenerationFlags gen;
     Device device;  // --device: model_flags.h (GenerationFlags holds only what both share)
+    bool cuda_graphs = true;
     std::string system;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("chat", "Chat with the model interactively (one message per line)");
   a->gen.add_to(*cmd);
   add_device_flag(*cmd, &a->device);
+  add_cuda_graphs_flag(*cmd, &a->cuda_graphs);
   cmd->add_option("--system", a->system, "system message");
   return [a] {
     auto tokenizer = tok::load_tokenizer(a->gen.model);
@@ -33,6 +35,7 @@ Runner add_chat(CLI::App& app) {
     opt.max_context = a->gen.max_context;
     opt.build = a->gen.build;
     opt.device = a->device;
+    opt.cuda_graphs = a->cuda_graphs;
     auto lm = runtime::CausalLm::load(a->gen.model, opt);
     const bool interactive = isatty(STDIN_FILENO);
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();

@@ -13,6 +13,7 @@ Runner add_run(CLI::App& app) {
   struct Args {
     GenerationFlags gen;
     Device device;  // --device: model_flags.h (GenerationFlags holds only what both share)
+    bool cuda_graphs = true;
     std::string prompt, system;
     bool chat = false;
   };
@@ -20,6 +21,7 @@ Runner add_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Generate text from a prompt, streamed to stdout");
   a->gen.add_to(*cmd);
   add_device_flag(*cmd, &a->device);
+  add_cuda_graphs_flag(*cmd, &a->cuda_graphs);
   cmd->add_option("--prompt", a->prompt, "prompt text")->required();
   cmd->add_flag("--chat", a->chat, "apply the model's chat template to the prompt");
   cmd->add_option("--system", a->system, "system message (with --chat)");
@@ -40,6 +42,7 @@ Runner add_run(CLI::App& app) {
     opt.max_context = a->gen.max_context;
     opt.build = a->gen.build;
     opt.device = a->device;
+    opt.cuda_graphs = a->cuda_graphs;
     auto lm = runtime::CausalLm::load(a->gen.model, opt);
     SAMPAN_CHECK(tokenizer->vocab_size() <= lm->config().vocab_size, ErrorCode::kInvalidModel,
                  "{}: the tokenizer has {} tokens but the model's vocabulary is {}", a->gen.model,

@@ -62,4 +62,10 @@ void add_device_flag(CLI::App& cmd, Device* out) {
       });
 }
 
+void add_cuda_graphs_flag(CLI::App& cmd, bool* on) {
+  cmd.add_flag_function(
+      "--no-cuda-graphs", [on](int64_t) { *on = false; },
+      "on a GPU, launch decode steps node by node instead of replaying CUDA graphs");
+}
+
 }  // namespace sampan::cli

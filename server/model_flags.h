@@ -2,7 +2,7 @@
 // subcommand that loads a model: --quantization none|fp8|int4, --group-size 32|64|128,
 // --asymmetric, --scale-dtype f16|bf16, --hadamard, --hadamard-seed N,
 // --kv-cache-dtype f32|bf16|fp8|int8|int4, --kv-hadamard; and --device cpu|cuda[:N], where the
-// model runs.
+// model runs, with --no-cuda-graphs.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,5 +20,9 @@ void add_model_build_flags(CLI::App& cmd, models::ModelBuildOptions* out);
 // error naming the flag; whether the device exists is checked when the model loads, so the
 // message is the same for every command ("cuda:0 requested but no CUDA device is visible").
 void add_device_flag(CLI::App& cmd, Device* out);
+
+// Adds --no-cuda-graphs, which clears *on: decode steps on a GPU launch node by node instead of
+// replaying a recorded CUDA graph (for comparison and debugging; no effect on the CPU).
+void add_cuda_graphs_flag(CLI::App& cmd, bool* on);
 
 }  // namespace sampan::cli

@@ -83,6 +83,8 @@ const std::vector<Key>& keys() {
        Parse::kFlag, "Walsh-Hadamard on Q/K heads so K is cached in a rotated basis"},
       {"device", "engine", +[](ServeConfig& c) -> std::string& { return c.device; }, Parse::kPlain,
        "where the model runs: cpu|cuda|cuda:N"},
+      {"no-cuda-graphs", "engine", +[](ServeConfig& c) -> bool& { return c.engine.cuda_graphs; },
+       Parse::kNegated, "on a GPU, run decode steps node by node instead of replaying CUDA graphs"},
       {"no-prefix-cache", "engine", +[](ServeConfig& c) -> bool& { return c.engine.prefix_cache; },
        Parse::kNegated, "do not share cached prompt prefixes between requests"},
       {"host", "server", +[](ServeConfig& c) -> std::string& { return c.host; }, Parse::kPlain,

@@ -56,6 +56,7 @@ struct ServeMetrics::Impl {
   metrics::Counter& prefix_queries;
   metrics::Counter& prefix_hits;
   metrics::Counter& preemptions;
+  metrics::Counter& graph_replays;
   metrics::Histogram& batch_size;
   metrics::Histogram& batch_tokens;
   metrics::Gauge& ready;
@@ -96,6 +97,9 @@ struct ServeMetrics::Impl {
         preemptions(reg.counter("sampan:num_preemptions_total",
                                 "Sequences preempted for lack of KV blocks (recomputed later).")
                         .get()),
+        graph_replays(reg.counter("sampan:cuda_graph_replays_total",
+                                  "Engine steps run as one replayed CUDA graph (decode steps on a GPU).")
+                          .get()),
         batch_size(reg.histogram("sampan:batch_size", "Sequences per engine step.",
                                  metrics::exponential_buckets(1, 2, 10))
                        .get()),
@@ -129,6 +133,7 @@ struct ServeMetrics::Impl {
     prefix_queries.mirror(static_cast<double>(s.prefix_query_tokens));
     prefix_hits.mirror(static_cast<double>(s.prefix_hit_tokens));
     preemptions.mirror(static_cast<double>(s.preemptions));
+    graph_replays.mirror(static_cast<double>(s.cuda_graph_replays));
   }
 };
 

@@ -20,6 +20,7 @@
 //   sampan:prefix_cache_queries_total               counter (tokens looked up)
 //   sampan:prefix_cache_hits_total                  counter (tokens found)
 //   sampan:num_preemptions_total                    counter
+//   sampan:cuda_graph_replays_total                 counter steps replayed as a CUDA graph
 //   sampan:batch_size                               histogram sequences per engine step
 //   sampan:batch_tokens                             histogram tokens per engine step
 //   sampan:server_ready                             gauge 1 when the model is loaded

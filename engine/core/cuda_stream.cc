@@ -71,6 +71,55 @@ void cuda_copy(void* dst, const void* src, size_t bytes) {
 
 int cuda_take_last_error() { return static_cast<int>(cudaGetLastError()); }
 
+void cuda_begin_capture(void* stream) {
+  check_cuda(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream),
+                                    cudaStreamCaptureModeThreadLocal),
+             "beginning a CUDA graph capture");
+}
+
+bool cuda_stream_capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+void* cuda_end_capture(void* stream, std::string_view what) {
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+  if (end != cudaSuccess) {
+    if (graph) cudaGraphDestroy(graph);
+    check_cuda(end, what);
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  // The executable graph is a copy: the recorded one is not needed once instantiated.
+  cudaGraphDestroy(graph);
+  check_cuda(inst, what);
+  return exec;
+}
+
+void cuda_abort_capture(void* stream) noexcept {
+  if (!cuda_stream_capturing(stream)) return;
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+}
+
+void cuda_graph_launch(void* exec, void* stream, std::string_view what) {
+  check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), static_cast<cudaStream_t>(stream)),
+             what);
+}
+
+void cuda_graph_destroy(void* exec) noexcept {
+  if (!exec) return;
+  cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
+  cudaGetLastError();
+}
+
 #else
 
 namespace {
@@ -104,6 +153,13 @@ void cuda_copy(void*, const void*, size_t bytes) {
 }
 
 int cuda_take_last_error() { return 0; }
+
+void cuda_begin_capture(void*) { no_cuda("beginning a CUDA graph capture"); }
+bool cuda_stream_capturing(void*) { return false; }
+void* cuda_end_capture(void*, std::string_view what) { no_cuda(what); }
+void cuda_abort_capture(void*) noexcept {}
+void cuda_graph_launch(void*, void*, std::string_view what) { no_cuda(what); }
+void cuda_graph_destroy(void*) noexcept {}
 
 #endif
 

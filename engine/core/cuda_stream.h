@@ -58,4 +58,25 @@ int cuda_take_last_error();
 // sticky error, such as an illegal address, leaves the context unusable: CUDA's rule, not ours).
 void check_cuda(int err, std::string_view what);
 
+// CUDA graphs: the launches queued on one stream, recorded once and replayed with one call (a
+// decode step of a 32-layer model is ~300 launches; replaying saves their CPU cost and the gaps
+// between them). Handles are void* (a cudaGraphExec_t underneath).
+//
+// Starts recording what the calling thread queues on `stream` instead of running it. Thread-local
+// mode: other threads' CUDA calls are unaffected, but this thread must not synchronise, copy to
+// pageable memory or cudaMalloc until the capture ends (a kernel launcher that would checks
+// cuda_stream_capturing first).
+void cuda_begin_capture(void* stream);
+// True while `stream` is being captured.
+bool cuda_stream_capturing(void* stream);
+// Ends the capture and instantiates it. Throws Error naming `what` when the capture was
+// invalidated (an illegal call during capture) or instantiation failed; the stream has left
+// capture mode either way.
+void* cuda_end_capture(void* stream, std::string_view what);
+// Ends a capture after an error without instantiating anything; never throws, clears the error.
+void cuda_abort_capture(void* stream) noexcept;
+// Queues one replay of `exec` on `stream`.
+void cuda_graph_launch(void* exec, void* stream, std::string_view what);
+void cuda_graph_destroy(void* exec) noexcept;
+
 }  // namespace sampan

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/core/error.h"
+#include "engine/core/log.h"
 #include "engine/ops/op_registry.h"
 
 namespace sampan::graph {
@@ -117,7 +118,8 @@ Tensor Executor::stage_input(size_t index, const Tensor& host) {
   const size_t bytes = static_cast<size_t>(src.nbytes());
   std::shared_ptr<Storage>& buf = input_buffers_[index];
   if (!buf || buf->bytes() < bytes) {
-    buf.reset();  // free the old buffer before allocating the larger one
+    drop_graphs();  // they read the old buffer
+    buf.reset();    // free the old buffer before allocating the larger one
     buf = allocate_named(std::max<size_t>(bytes, 64), device_,
                          fmt::format("device buffer for graph input '{}' {}",
                                      graph_.value(graph_.inputs()[index]).name, src.str()));
@@ -232,6 +234,7 @@ void Executor::make_plan() {
 
 void Executor::ensure_arena() {
   if (!arena_ || arena_->bytes() < static_cast<size_t>(plan_.arena_bytes)) {
+    drop_graphs();   // they write the old arena
     arena_.reset();  // free the old arena before allocating the larger one
     arena_ = allocate_named(static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, 64)), device_,
                             fmt::format("executor arena for {} intermediate buffers",
@@ -263,12 +266,13 @@ void Executor::launch(size_t ni, const std::vector<Tensor>& in, const std::vecto
   }
   last_launched_ = &n;
   try {
-    (*kernels_[ni])(ops::KernelContext{n, in, out, runner_, stream_->handle()});
+    (*kernels_[ni])(ops::KernelContext{n, in, out, runner_, stream_->handle(), capturing_});
 #ifndef NDEBUG
     // Debug builds check every launch and wait for every node, so an asynchronous fault is
-    // reported against the node that caused it rather than at the end of the run.
+    // reported against the node that caused it rather than at the end of the run (not while
+    // recording a graph: nothing runs then, and waiting would end the recording).
     check_cuda(cuda_take_last_error(), "kernel launch");
-    stream_->synchronize("kernel");
+    if (!capturing_) stream_->synchronize("kernel");
 #endif
   } catch (const Error& e) {
     fail(e.code(), "node '{}' ({}) on {}: {}", n.name, n.op, device_.str(), e.what());
@@ -287,12 +291,16 @@ void Executor::finish_cuda_run() {
   staged_sources_.clear();  // the copies that read them are done
 }
 
-std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
-  if (!stream_) return run_nodes(inputs);
+std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs, bool recurring) {
+  if (!stream_) {
+    prepare(inputs);
+    return launch_nodes();
+  }
   cuda_set_device(device_.index);
   try {
     upload_constants();
-    std::vector<Tensor> result = run_nodes(inputs);
+    prepare(inputs);  // queues the staging copies of host inputs: before any replay
+    std::vector<Tensor> result = recurring && cuda_graphs_ ? run_recurring() : launch_nodes();
     finish_cuda_run();
     return result;
   } catch (...) {
@@ -308,7 +316,68 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
   }
 }
 
-std::vector<Tensor> Executor::run_nodes(const std::map<std::string, Tensor>& inputs) {
+void Executor::set_cuda_graphs(bool on) {
+  cuda_graphs_ = on;
+  if (!on) drop_graphs();
+}
+
+void Executor::drop_graphs() {
+  // Destroying an executable graph whose replay is still queued is legal: CUDA finishes it.
+  graphs_.clear();
+}
+
+std::vector<Tensor> Executor::run_recurring() {
+  std::vector<Shape> layout;
+  std::vector<const void*> addresses;
+  for (ValueId id : graph_.inputs()) {
+    const Tensor& t = tensors_[static_cast<size_t>(id)];
+    layout.push_back(t.shape());
+    layout.push_back(t.strides());
+    addresses.push_back(t.raw());
+  }
+  // Enough for every decode batch size of a server; a flood of new keys starts over rather than
+  // growing without bound.
+  constexpr size_t kMaxGraphs = 256;
+  if (graphs_.size() >= kMaxGraphs) drop_graphs();
+  CapturedRun& entry = graphs_[{std::move(layout), std::move(addresses)}];
+  if (entry.exec) {
+    cuda_graph_launch(entry.exec.get(), stream_->handle(), "replaying a CUDA graph");
+    ++graph_stats_.replays;
+    return entry.outputs;
+  }
+  if (entry.failed || entry.eager_runs++ == 0) return launch_nodes();
+  return capture(entry);
+}
+
+std::vector<Tensor> Executor::capture(CapturedRun& entry) {
+  void* stream = stream_->handle();
+  std::vector<Tensor> outputs;
+  void* exec = nullptr;
+  try {
+    cuda_begin_capture(stream);
+    capturing_ = true;
+    outputs = launch_nodes();
+    capturing_ = false;
+    exec = cuda_end_capture(stream, "recording a CUDA graph");
+  } catch (const Error& e) {
+    capturing_ = false;
+    cuda_abort_capture(stream);
+    last_launched_ = nullptr;
+    entry.failed = true;
+    ++graph_stats_.failures;
+    log::warn("executor on {}: these input shapes run without a CUDA graph: {}", device_.str(),
+              e.what());
+    return launch_nodes();  // nothing ran while recording: run the step now
+  }
+  entry.exec = std::shared_ptr<void>(exec, cuda_graph_destroy);
+  entry.outputs = outputs;
+  ++graph_stats_.captures;
+  cuda_graph_launch(exec, stream, "replaying a CUDA graph");
+  ++graph_stats_.replays;
+  return outputs;
+}
+
+void Executor::prepare(const std::map<std::string, Tensor>& inputs) {
   bind_and_infer(inputs);
   std::vector<Shape> input_shapes;
   for (ValueId id : graph_.inputs()) input_shapes.push_back(shapes_[static_cast<size_t>(id)]);
@@ -317,6 +386,9 @@ std::vector<Tensor> Executor::run_nodes(const std::map<std::string, Tensor>& inp
     ensure_arena();
     planned_input_shapes_ = std::move(input_shapes);
   }
+}
+
+std::vector<Tensor> Executor::launch_nodes() {
   std::vector<Tensor> in, out;
   for (size_t ni = 0; ni < graph_.nodes().size(); ++ni) {
     const Node& n = graph_.nodes()[ni];

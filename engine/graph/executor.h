@@ -10,6 +10,16 @@
 // keeps) or on the executor's device; an input the graph writes in place (a KV cache) must be
 // on the device. run() synchronises the stream before returning, so outputs are ready and any
 // CUDA error has become an Error.
+//
+// CUDA graphs. A run marked `recurring` (a decode step: the same input shapes step after step)
+// is keyed by its input shapes and the device addresses of its inputs. The first run of a key
+// runs node by node (it warms what the launchers set up once: cuBLASLt algorithms, scratch
+// buffers); the second records the launches into a CUDA graph; every later one replays it with
+// a single launch. Only the kernels are recorded: the staging copies of host inputs run before
+// each replay, so new values in the same shapes (token ids, positions, block tables) are seen.
+// A launcher that cannot be recorded makes the key run node by node from then on (logged once).
+// Captured graphs are dropped whenever the arena or a staged input's buffer is reallocated,
+// since they hold its old addresses.
 #pragma once
 
 #include <map>
@@ -35,7 +45,20 @@ class Executor {
   // `inputs` holds one tensor per graph input, by name. Returns the graph outputs in order, on
   // the executor's device; they view the executor's arena (or its constants and input buffers)
   // and stay valid until the next run.
-  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs);
+  // `recurring`: the caller will run these shapes again (see CUDA graphs above); ignored on the
+  // CPU and when graphs are off. Its inputs on the device (the KV pools) must stay where they are
+  // between runs of one shape, which their addresses in the key ensure.
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs, bool recurring = false);
+
+  // On by default. Off: every run goes node by node (for comparison and debugging).
+  void set_cuda_graphs(bool on);
+  bool cuda_graphs() const { return cuda_graphs_; }
+  struct GraphStats {
+    int64_t captures = 0;  // graphs recorded
+    int64_t replays = 0;   // runs served by a recorded graph (the capturing run included)
+    int64_t failures = 0;  // keys that could not be recorded and run node by node
+  };
+  const GraphStats& graph_stats() const { return graph_stats_; }
 
   // Copies the graph constants to the device now instead of on the first run, so that a model
   // load reports running out of device memory (naming the constant and its bytes) before any
@@ -53,6 +76,14 @@ class Executor {
   int64_t uploaded_constants() const { return uploaded_constants_; }
 
  private:
+  // One key's CUDA graph (see the top of the file).
+  struct CapturedRun {
+    int eager_runs = 0;
+    bool failed = false;          // recording failed: this key runs node by node
+    std::shared_ptr<void> exec;   // the cudaGraphExec_t
+    std::vector<Tensor> outputs;  // what a replay leaves in the arena
+  };
+
   void bind_and_infer(const std::map<std::string, Tensor>& inputs);
   void infer_shapes();
   void make_plan();
@@ -62,7 +93,11 @@ class Executor {
   Tensor stage_input(size_t index, const Tensor& host);
   void launch(size_t node_index, const std::vector<Tensor>& in, const std::vector<Tensor>& out);
   void finish_cuda_run();
-  std::vector<Tensor> run_nodes(const std::map<std::string, Tensor>& inputs);
+  void prepare(const std::map<std::string, Tensor>& inputs);
+  std::vector<Tensor> launch_nodes();
+  std::vector<Tensor> run_recurring();
+  std::vector<Tensor> capture(CapturedRun& entry);
+  void drop_graphs();
 
   const Graph& graph_;
   cpu::TaskRunner& runner_;
@@ -87,6 +122,12 @@ class Executor {
   bool constants_uploaded_ = false;
   int64_t uploaded_constants_ = 0;
   const Node* last_launched_ = nullptr;
+
+  // CUDA graphs, by (input shapes and strides, input addresses); see the top of the file.
+  bool cuda_graphs_ = true;
+  bool capturing_ = false;
+  std::map<std::pair<std::vector<Shape>, std::vector<const void*>>, CapturedRun> graphs_;
+  GraphStats graph_stats_;
 };
 
 }  // namespace sampan::graph

@@ -13,14 +13,18 @@
 // the stream at every layer, so the kernels check them instead: a token with a bad sequence id,
 // position or block id is never written or read through (no stray access, nothing of another
 // sequence touched) and its output row is NaN. Debug builds, whose executor already waits after
-// every node, also read the flags back and throw Error(kInvalidArgument) naming the token.
+// every node, also read the flags back and throw Error(kInvalidArgument) naming the token
+// (except while a CUDA graph is recorded, when nothing has run yet).
 //
 // Scratch (the flags and the split-K partial results) comes from a per-stream cache: one device
 // buffer per (device, stream), grown to the largest step seen and reused by every layer and
 // every step after. Kernels on one stream run in order, so a layer's kernels can reuse the
-// buffer the previous layer's used; growing it waits for the stream before the old one is freed.
-// The buffers live until the process ends (a few per executor stream, small: flags are a byte
-// per token and partials exist only for steps of few tokens).
+// buffer the previous layer's used. A buffer outgrown is kept, never freed: a CUDA graph
+// recorded earlier (graph/executor.h) still writes it on every replay. Doubling bounds what is
+// kept to the size of the current buffer; all live until the process ends (small: flags are a
+// byte per token and partials exist only for steps of few tokens). While a graph is being
+// recorded the buffer cannot grow (nothing has run, and the executor's first, unrecorded run of
+// the same shapes already grew it), so a step that would need more fails the recording instead.
 #include <cuda_runtime.h>
 
 #include <map>
@@ -68,20 +72,21 @@ constexpr size_t kScratchAlign = 256;
 size_t align_up(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
 
 // The per-stream scratch buffer (see the top of the file), at least `bytes` long.
-uint8_t* stream_scratch(Device device, void* stream, size_t bytes) {
+uint8_t* stream_scratch(Device device, void* stream, size_t bytes, bool capturing) {
   static std::mutex mu;
   // Never destroyed: freeing device memory after the CUDA runtime shut down at exit would fail.
-  static auto* cache = new std::map<std::pair<int, void*>, std::shared_ptr<Storage>>();
+  static auto* cache = new std::map<std::pair<int, void*>, std::vector<std::shared_ptr<Storage>>>();
   std::lock_guard<std::mutex> lock(mu);
-  std::shared_ptr<Storage>& buf = (*cache)[{device.index, stream}];
-  if (!buf || buf->bytes() < bytes) {
-    if (buf) cuda_stream_synchronize(stream, "attention: growing the scratch buffer");
+  std::vector<std::shared_ptr<Storage>>& bufs = (*cache)[{device.index, stream}];
+  if (bufs.empty() || bufs.back()->bytes() < bytes) {
+    SAMPAN_CHECK(!capturing, ErrorCode::kUnsupported,
+                 "attention: the scratch buffer would grow to {} bytes while a CUDA graph is "
+                 "recorded", bytes);
     size_t grown = 64 * 1024;
     while (grown < bytes) grown *= 2;
-    buf.reset();
-    buf = Storage::allocate(grown, device);
+    bufs.push_back(Storage::allocate(grown, device));  // the outgrown ones stay (see the top)
   }
-  return static_cast<uint8_t*>(buf->data());
+  return static_cast<uint8_t*>(bufs.back()->data());
 }
 
 #ifndef NDEBUG
@@ -160,7 +165,7 @@ void run_cuda(const KernelContext& ctx) {
   const size_t part_bytes =
       cuda::attention_decode_scratch_bytes(n, b.n_heads, b.head_dim, n_splits);
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  uint8_t* scratch = stream_scratch(q.device(), ctx.stream, flag_bytes + part_bytes);
+  uint8_t* scratch = stream_scratch(q.device(), ctx.stream, flag_bytes + part_bytes, ctx.capturing);
   uint8_t* flags = scratch;
 
   check_cuda(cuda::attention_token_flags(b, c, flags, stream), "attention: index checks");
@@ -175,7 +180,7 @@ void run_cuda(const KernelContext& ctx) {
                                     out.data<float>(), row_stride(out), stream),
              "attention: decode");
 #ifndef NDEBUG
-  throw_on_bad_tokens(node, flags, pos, seq, n, stream);
+  if (!ctx.capturing) throw_on_bad_tokens(node, flags, pos, seq, n, stream);
 #endif
 }
 

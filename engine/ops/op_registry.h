@@ -33,6 +33,11 @@ struct KernelContext {
   // The cudaStream_t every CUDA kernel of this node launches on (the executor's stream); null on
   // the CPU. A CUDA launcher queues work and returns: the executor synchronises the stream.
   void* stream = nullptr;
+  // True while the executor records this launch into a CUDA graph (Executor::run, recurring):
+  // the launcher must not wait for the stream, read device memory back or grow a buffer, since
+  // nothing runs until the graph is replayed, and a replay re-runs only the recorded GPU work,
+  // never the launcher's host code.
+  bool capturing = false;
 };
 
 using InferFn = std::function<std::vector<TensorDesc>(const graph::Node&,

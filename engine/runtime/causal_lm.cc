@@ -25,6 +25,7 @@ CausalLm::CausalLm(HfConfig config, WeightStore store, const CausalLmOptions& op
   if (options.optimize) pass_report_ = graph::passes::optimize(graph_);
   executor_ = std::make_unique<graph::Executor>(graph_, pool_, options.device);
   executor_->load_constants();
+  executor_->set_cuda_graphs(options.cuda_graphs);
   capacity_ = options.max_context;
   if (config_.max_position_embeddings > 0) {
     capacity_ = std::min(capacity_, config_.max_position_embeddings);
@@ -86,6 +87,13 @@ Tensor CausalLm::forward(std::span<const int32_t> ids, bool all_logits) {
   SAMPAN_CHECK(n_past_ + n <= capacity_, ErrorCode::kInvalidArgument,
                "{} tokens after {} already cached exceed the context of {} tokens", n, n_past_,
                capacity_);
+  // Here rather than only in the embedding kernel: a replayed CUDA graph runs no host checks.
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = ids[static_cast<size_t>(i)];
+    SAMPAN_CHECK(id >= 0 && id < config_.vocab_size, ErrorCode::kInvalidArgument,
+                 "token id {} at position {} is outside the vocabulary [0, {})", id, i,
+                 config_.vocab_size);
+  }
   std::map<std::string, Tensor> in;
   in["ids"] = Tensor::from_i32({n}, std::vector<int32_t>(ids.begin(), ids.end()));
   std::vector<int32_t> pos(static_cast<size_t>(n));
@@ -105,7 +113,8 @@ Tensor CausalLm::forward(std::span<const int32_t> ids, bool all_logits) {
     in[fmt::format("k_cache.{}", l)] = k_cache_[static_cast<size_t>(l)];
     in[fmt::format("v_cache.{}", l)] = v_cache_[static_cast<size_t>(l)];
   }
-  std::vector<Tensor> out = executor_->run(in);
+  // A decode step has the same shapes every time (one token, the whole-context table): recurring.
+  std::vector<Tensor> out = executor_->run(in, /*recurring=*/n == 1 && !all_logits);
   n_past_ += n;
   cached_ids_.insert(cached_ids_.end(), ids.begin(), ids.end());
   // clone() on the CPU (the output views the executor's arena, reused by the next run); to()

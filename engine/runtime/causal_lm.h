@@ -26,6 +26,9 @@ struct CausalLmOptions {
   // Where the graph runs and the KV cache lives. Weights are uploaded at load; forward() still
   // returns logits on the host. A CUDA device must be usable (runtime/device_select.h).
   Device device = Device::cpu();
+  // On a CUDA device, one-token forwards (decode) are recorded once as a CUDA graph and then
+  // replayed (graph/executor.h). Off: every forward launches node by node.
+  bool cuda_graphs = true;
 };
 
 class CausalLm {
@@ -36,7 +39,8 @@ class CausalLm {
 
   // Feeds `ids` at positions n_past() .. n_past()+n-1, appending their K/V to the cache.
   // Returns logits [n, vocab] (all_logits) or [1, vocab] for the last token; the tensor is a
-  // host (CPU) copy the caller owns, whatever the device.
+  // host (CPU) copy the caller owns, whatever the device. An id outside the vocabulary throws
+  // Error(kInvalidArgument) naming it, before anything runs.
   Tensor forward(std::span<const int32_t> ids, bool all_logits);
 
   void reset() { truncate(0); }
@@ -56,6 +60,7 @@ class CausalLm {
   int64_t kv_cache_bytes() const;
   int threads() const { return pool_.concurrency(); }
   Device device() const { return executor_->device(); }
+  const graph::Executor::GraphStats& graph_stats() const { return executor_->graph_stats(); }
 
  private:
   CausalLm(HfConfig config, WeightStore store, const CausalLmOptions& options);

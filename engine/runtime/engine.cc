@@ -79,7 +79,8 @@ struct Engine::Impl {
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<graph::Executor> executor;
   int64_t max_model_len = 0;
-  int64_t num_blocks = 0;
+  int64_t num_blocks = 0;  // for sequences; the pools hold one more when pad_decode
+  bool pad_decode = false;  // EngineOptions::pad_decode_steps, or CUDA graphs on a CUDA device
   std::vector<int32_t> eos_ids;  // tokenizer + config eos ids (generate.cc's rule)
 
   // Engine-thread state.
@@ -120,6 +121,8 @@ struct Engine::Impl {
   bool admit_one(int64_t& budget);
   void preempt_last();
   void run_batch();
+  bool fill_padded_decode();
+  void fill_step(int64_t n_tokens, int64_t max_blocks, int n_out);
   void handle_logits(Sequence& s, const float* logits);
   void finish(Sequence& s, EngineFinish why, EngineEvent ev);
   void remove_finished(const std::unordered_set<const Sequence*>& done);
@@ -160,6 +163,8 @@ void Engine::Impl::load_model() {
   pool = std::make_unique<ThreadPool>(o.threads);
   executor = std::make_unique<graph::Executor>(graph, *pool, o.device);
   executor->load_constants();
+  executor->set_cuda_graphs(o.cuda_graphs);
+  pad_decode = o.pad_decode_steps || (o.cuda_graphs && o.device.type == DeviceType::kCUDA);
 
   const int64_t model_max = config.max_position_embeddings;
   if (o.max_model_len > 0) {
@@ -192,14 +197,16 @@ void Engine::Impl::load_model() {
                  block_bytes);
   }
   // The pools first: an absurd kv_cache_bytes then fails on the device allocation, named, before
-  // the block manager sizes its host tables for that many blocks.
+  // the block manager sizes its host tables for that many blocks. Padded decode steps write
+  // their padding tokens into block num_blocks, which the block manager never hands out.
+  const int64_t pool_blocks = num_blocks + (pad_decode ? 1 : 0);
   for (int64_t l = 0; l < config.n_layer; ++l) {
     // The graph's pool contract (models/llama.h): f32 values, or raw i8 rows for the others.
     const bool f32 = kv_dtype == cpu::KvDtype::kF32;
-    const Shape pool = {num_blocks, o.block_size, f32 ? config.kv_dim() : row_bytes};
+    const Shape pool = {pool_blocks, o.block_size, f32 ? config.kv_dim() : row_bytes};
     const DType dtype = f32 ? DType::kF32 : DType::kI8;
     auto what = [&](const char* name) {
-      return fmt::format("KV cache pool {}.{} ({} blocks of {} tokens)", name, l, num_blocks,
+      return fmt::format("KV cache pool {}.{} ({} blocks of {} tokens)", name, l, pool_blocks,
                          o.block_size);
     };
     k_cache.push_back(allocate_named(pool, dtype, o.device, what("k_cache"), Fill::kZero));
@@ -216,7 +223,7 @@ void Engine::Impl::load_model() {
   for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
 
   published.kv_blocks_total = num_blocks;
-  published.kv_cache_bytes = num_blocks * block_bytes;
+  published.kv_cache_bytes = pool_blocks * block_bytes;
   published.kv_bytes_per_token = 2 * config.n_layer * row_bytes;
   log::info("engine: {} KV blocks of {} tokens ({:.1f} MiB, {}), max_model_len {}", num_blocks,
             o.block_size, static_cast<double>(num_blocks * block_bytes) / (1 << 20),
@@ -547,22 +554,67 @@ void Engine::Impl::schedule() {
   }
 }
 
-void Engine::Impl::run_batch() {
-  const auto t0 = EngineClock::now();
-  int64_t n_tokens = 0, max_blocks = 1;
-  int n_out = 0, n_decode = 0;
-  for (Scheduled& b : batch) {
-    n_tokens += b.n_tokens;
-    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(b.seq->blocks.blocks.size()));
-    if (b.seq->n_computed + b.n_tokens == static_cast<int64_t>(b.seq->tokens.size())) {
-      b.logit_row = n_out++;
-    }
-    n_decode += b.decode ? 1 : 0;
+namespace {
+
+// Padded batch size of a decode-only step (EngineOptions::cuda_graphs): few distinct shapes, so
+// few recorded graphs, and at most 7 padding tokens once past 8.
+int64_t decode_bucket(int64_t n) {
+  return n <= 8 ? static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(n))) : (n + 7) / 8 * 8;
+}
+
+}  // namespace
+
+// Fills the graph inputs of a decode-only step padded to a fixed shape (see
+// EngineOptions::cuda_graphs) and returns true; false (nothing written) when the step has prompt
+// tokens. Sequence i is token i and logit row i; padding token t >= n_seqs is sequence t at
+// position 0, whose table row holds only the spare block.
+bool Engine::Impl::fill_padded_decode() {
+  for (const Scheduled& b : batch) {
+    if (!b.decode || b.n_tokens != 1) return false;
   }
+  const int64_t n_seqs = static_cast<int64_t>(batch.size());
+  const int64_t n = decode_bucket(n_seqs);
+  const int64_t width = (max_model_len + options.block_size - 1) / options.block_size;
+  int32_t* ids = in_ids.reserve(n);
+  int32_t* pos = in_positions.reserve(n);
+  int32_t* seq_ids = in_seq_ids.reserve(n);
+  int32_t* table = in_block_tables.reserve(n * width);
+  int32_t* rows = in_logit_rows.reserve(n);
+  for (int64_t t = 0; t < n; ++t) {
+    int32_t* row = table + t * width;
+    seq_ids[t] = static_cast<int32_t>(t);
+    rows[t] = static_cast<int32_t>(t);
+    if (t < n_seqs) {
+      Scheduled& b = batch[static_cast<size_t>(t)];
+      const Sequence& s = *b.seq;
+      ids[t] = s.tokens[static_cast<size_t>(s.n_computed)];
+      pos[t] = static_cast<int32_t>(s.n_computed);
+      b.logit_row = static_cast<int>(t);
+      const size_t nb = s.blocks.blocks.size();
+      std::copy(s.blocks.blocks.begin(), s.blocks.blocks.end(), row);
+      std::fill(row + nb, row + width, -1);
+    } else {
+      ids[t] = 0;
+      pos[t] = 0;
+      row[0] = static_cast<int32_t>(num_blocks);  // the spare block
+      std::fill(row + 1, row + width, -1);
+    }
+  }
+  inputs["ids"] = in_ids.view({n});
+  inputs["positions"] = in_positions.view({n});
+  inputs["seq_ids"] = in_seq_ids.view({n});
+  inputs["block_tables"] = in_block_tables.view({n, width});
+  inputs["logit_rows"] = in_logit_rows.view({n});
+  return true;
+}
+
+// Fills the graph inputs of any step: its tokens in batch order, a block table row per
+// sequence, the logit rows of the sequences that complete a prompt or decode.
+void Engine::Impl::fill_step(int64_t n_tokens, int64_t max_blocks, int n_out) {
+  const int64_t n_seqs = static_cast<int64_t>(batch.size());
   // The executor re-plans whenever an input shape changes: rounding the table width up to a
   // power of two keeps a steady decode batch on one plan while sequences grow.
   max_blocks = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(max_blocks)));
-  const int64_t n_seqs = static_cast<int64_t>(batch.size());
   int32_t* ids = in_ids.reserve(n_tokens);
   int32_t* pos = in_positions.reserve(n_tokens);
   int32_t* seq_ids = in_seq_ids.reserve(n_tokens);
@@ -590,11 +642,29 @@ void Engine::Impl::run_batch() {
   inputs["seq_ids"] = in_seq_ids.view({n_tokens});
   inputs["block_tables"] = in_block_tables.view({n_seqs, max_blocks});
   inputs["logit_rows"] = in_logit_rows.view({std::max(n_out, 1)});
+}
 
-  Tensor host_logits;  // [max(n_out, 1), vocab]
+void Engine::Impl::run_batch() {
+  const auto t0 = EngineClock::now();
+  int64_t n_tokens = 0, max_blocks = 1;
+  int n_out = 0, n_decode = 0;
+  for (Scheduled& b : batch) {
+    n_tokens += b.n_tokens;
+    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(b.seq->blocks.blocks.size()));
+    if (b.seq->n_computed + b.n_tokens == static_cast<int64_t>(b.seq->tokens.size())) {
+      b.logit_row = n_out++;
+    }
+    n_decode += b.decode ? 1 : 0;
+  }
+  const int64_t n_seqs = static_cast<int64_t>(batch.size());
+  const bool padded = pad_decode && fill_padded_decode();
+  if (!padded) fill_step(n_tokens, max_blocks, n_out);
+
+  Tensor host_logits;  // [max(n_out, 1), vocab], or the padded batch's rows
   std::string error;
   try {
-    const std::vector<Tensor> out = executor->run(inputs);
+    // A padded decode step recurs with the same shapes: the executor replays it as a CUDA graph.
+    const std::vector<Tensor> out = executor->run(inputs, /*recurring=*/padded);
     // The CPU sampler reads the logits on the host: a device output is copied back (only the
     // n_out rows the step asked for); a CPU output is read in place from the executor's arena.
     host_logits = out[0].device().type == DeviceType::kCPU ? out[0] : out[0].to(Device::cpu());
@@ -697,6 +767,8 @@ void Engine::Impl::publish_stats() {
   published.prefix_hit_tokens = b.prefix_hit_tokens;
   published.preemptions = preemptions;
   published.steps = steps;
+  published.cuda_graph_replays = executor->graph_stats().replays;
+  published.cuda_graph_captures = executor->graph_stats().captures;
 }
 
 void Engine::Impl::step() {

@@ -57,6 +57,16 @@ struct EngineOptions {
   // Where the graph runs and the KV pools live (weights uploaded at load). Sampling stays on
   // the host: only the logit rows of a step are copied back. runtime/device_select.h checks it.
   Device device = Device::cpu();
+  // On a CUDA device, decode-only steps are padded to a few fixed shapes and replayed as CUDA
+  // graphs (graph/executor.h): one launch per step instead of one per node, recorded on the
+  // second step of each shape. Padded shapes: batch 1, 2, 4, 8, then multiples of 8 (padding
+  // tokens write one spare KV block that no sequence owns, and their logits are dropped), block
+  // tables as wide as max_model_len. Steps with prompt tokens run node by node. Off: every step
+  // runs node by node, unpadded.
+  bool cuda_graphs = true;
+  // Pads decode-only steps as above without graphs (implied by cuda_graphs on CUDA). On the CPU
+  // it only costs time: it is there to test the padding where no GPU is.
+  bool pad_decode_steps = false;
 };
 
 enum class EngineFinish {
@@ -126,6 +136,8 @@ struct EngineStats {  // a snapshot
   int64_t prefix_hit_tokens = 0;     // cumulative
   int64_t preemptions = 0;           // cumulative
   int64_t steps = 0;                 // cumulative
+  int64_t cuda_graph_replays = 0;    // cumulative: steps run as one replayed CUDA graph
+  int64_t cuda_graph_captures = 0;   // cumulative: CUDA graphs recorded (one per step shape)
   bool accepting = true;
 };
 

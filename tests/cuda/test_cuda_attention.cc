@@ -18,15 +18,12 @@
 //    at that scale (outputs near 0 do not shrink it) and relative for larger outputs: 1e-5 for
 //    the two sides together, times 3 for margin.
 //
-// Without a GPU the binary prints "SKIPPED: no CUDA device visible" and exits 77 (CTest:
-// skipped) before Catch starts.
-#define CATCH_CONFIG_RUNNER
+// Without a GPU the binary prints "SKIPPED: no CUDA device visible" and exits 77 (CTest: skipped)
+// before Catch starts: main() is in cuda_test_util.cc.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -36,23 +33,18 @@
 
 #include "engine/core/device.h"
 #include "engine/core/error.h"
-#include "engine/core/thread_pool.h"
 #include "engine/graph/executor.h"
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/cpu/kv_quant.h"
+#include "tests/cuda/cuda_test_util.h"
 
 using namespace sampan;
 using namespace sampan::graph;
+using namespace sampan::cuda_test;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
-constexpr double kTol = 3e-5;
-
-ThreadPool& pool() {
-  static ThreadPool p(2);
-  return p;
-}
+constexpr double kTol = 3e-5;  // rtol and atol of the outputs (see the top of the file)
 
 struct Config {
   int64_t n_heads = 8;
@@ -104,13 +96,6 @@ Graph attention_graph(const Config& c) {
   return g;
 }
 
-Tensor random_f32(const Shape& shape, std::mt19937& rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  for (float& x : v) x = d(rng);
-  return Tensor::from_f32(shape, v);
-}
-
 // Pools [n_blocks, block_size, row] whose every row holds a random K/V row in the format (as
 // kv_cache_write would have stored it), so cached positions read as real data.
 Tensor random_pool(const Config& c, int64_t n_blocks, std::mt19937& rng) {
@@ -126,32 +111,6 @@ Tensor random_pool(const Config& c, int64_t n_blocks, std::mt19937& rng) {
                          static_cast<uint8_t*>(p.raw()) + r * row_bytes);
   }
   return p;
-}
-
-// |got - want| <= kTol + kTol |want|; NaN only where want is NaN.
-void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
-  REQUIRE(got.shape() == want.shape());
-  int64_t bad = 0;
-  std::ostringstream first;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const double a = got.data<float>()[i], b = want.data<float>()[i];
-    const bool ok = std::isnan(b) ? std::isnan(a) : std::fabs(a - b) <= kTol + kTol * std::fabs(b);
-    if (!ok && bad++ == 0) first << "element " << i << ": cuda " << a << ", cpu " << b;
-  }
-  INFO(what << ": " << bad << " of " << want.numel() << " differ; first at " << first.str());
-  CHECK(bad == 0);
-}
-
-void expect_same_bytes(const Tensor& got, const Tensor& want, const std::string& what) {
-  REQUIRE(got.nbytes() == want.nbytes());
-  const auto* a = static_cast<const uint8_t*>(got.raw());
-  const auto* b = static_cast<const uint8_t*>(want.raw());
-  int64_t bad = 0, first = -1;
-  for (int64_t i = 0; i < want.nbytes(); ++i) {
-    if (a[i] != b[i] && bad++ == 0) first = i;
-  }
-  INFO(what << ": " << bad << " bytes differ, first at byte " << first);
-  CHECK(bad == 0);
 }
 
 // One engine of each kind over the same starting pools, stepped together.
@@ -210,7 +169,7 @@ class Pair {
     const Tensor want = cpu_.run(in)[0].clone();
     const Tensor got = gpu_.run(in_gpu)[0].to(Device::cpu());
     const std::string where = c_.str() + ", " + what + " (" + std::to_string(n) + " tokens)";
-    expect_close(got, want, where + ": output");
+    expect_close(got, want, kTol, kTol, where + ": output");
     expect_same_bytes(k_gpu_.to(Device::cpu()), k_cpu_, where + ": K pool");
     expect_same_bytes(v_gpu_.to(Device::cpu()), v_cpu_, where + ": V pool");
   }
@@ -358,19 +317,11 @@ TEST_CASE("attention on CUDA: a token with a bad block id touches nothing", "[cu
   good["v_cache"] = v_cpu;
   Executor cpu(g, pool());
   const Tensor want = cpu.run(good)[0];
-  expect_close(got.slice(0, 0, 2).contiguous(), want, "the good tokens");
+  expect_close(got.slice(0, 0, 2).contiguous(), want, kTol, kTol, "the good tokens");
   for (int64_t i = 2 * c.n_heads * c.head_dim; i < got.numel(); ++i) {
     REQUIRE(std::isnan(got.data<float>()[i]));
   }
   expect_same_bytes(in["k_cache"].to(Device::cpu()), k_cpu, "K pool");
   expect_same_bytes(in["v_cache"].to(Device::cpu()), v_cpu, "V pool");
 #endif
-}
-
-int main(int argc, char** argv) {
-  if (cuda_device_count() == 0) {
-    std::printf("SKIPPED: no CUDA device visible\n");
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
 }

@@ -29,18 +29,13 @@
 //     later, smaller load on the same device works and still matches the CPU.
 //
 // Without a GPU the binary prints "SKIPPED: no CUDA device visible" and exits 77 (CTest: skipped)
-// before Catch starts, like test_cuda_ops.
-#define CATCH_CONFIG_RUNNER
+// before Catch starts: main() is in cuda_test_util.cc.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <chrono>
-#include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -52,27 +47,18 @@
 #include "engine/runtime/engine.h"
 #include "engine/runtime/sampler.h"
 #include "kernels/cuda/sampling.cuh"
+#include "tests/cuda/cuda_model_util.h"
+#include "tests/cuda/cuda_test_util.h"
 
 using namespace sampan;
 using namespace sampan::runtime;
+using namespace sampan::cuda_test;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
-
-std::string tiny_model(const std::string& name) {
-  return std::string(SAMPAN_SOURCE_DIR) + "/tests/data/models/" + name;
-}
-
-// The serve model of test_engine (has a tokenizer, which the Engine needs).
+// The serve model of test_engine, made once for this binary.
 const std::string& serve_model() {
-  static const std::string dir = [] {
-    const std::string out = std::string(SAMPAN_BINARY_DIR) + "/test_cuda_e2e_model";
-    const std::string cmd = "python3 " + std::string(SAMPAN_SOURCE_DIR) +
-                            "/tests/reference/make_serve_model.py --out " + out;
-    REQUIRE(std::system(cmd.c_str()) == 0);
-    return out;
-  }();
+  static const std::string dir = make_serve_model("test_cuda_e2e_model");
   return dir;
 }
 
@@ -84,53 +70,6 @@ std::unique_ptr<CausalLm> load_lm(const std::string& dir, Device device,
   o.build = build;
   o.device = device;
   return CausalLm::load(dir, o);
-}
-
-std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  // Ids 3.. skip bos/eos/pad, which the tiny models have no special treatment for anyway.
-  std::uniform_int_distribution<int32_t> d(3, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (int32_t& id : ids) id = d(rng);
-  return ids;
-}
-
-int64_t argmax(const float* row, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (row[i] > row[best]) best = i;  // first maximum, like the CPU sampler's greedy
-  }
-  return best;
-}
-
-struct Agreement {
-  double min_cosine = 1.0;
-  double top1 = 0;  // fraction of rows with the same argmax
-};
-
-// a, b: [rows, vocab] f32 host tensors.
-Agreement compare_logits(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.device() == Device::cpu());
-  REQUIRE(b.device() == Device::cpu());
-  REQUIRE(a.shape() == b.shape());
-  const int64_t rows = a.dim(0), vocab = a.dim(1);
-  Agreement r;
-  int64_t same = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* x = a.data<float>() + i * vocab;
-    const float* y = b.data<float>() + i * vocab;
-    double xy = 0, xx = 0, yy = 0;
-    for (int64_t j = 0; j < vocab; ++j) {
-      REQUIRE(std::isfinite(y[j]));
-      xy += static_cast<double>(x[j]) * y[j];
-      xx += static_cast<double>(x[j]) * x[j];
-      yy += static_cast<double>(y[j]) * y[j];
-    }
-    r.min_cosine = std::min(r.min_cosine, xy / std::sqrt(xx * yy));
-    same += argmax(x, vocab) == argmax(y, vocab) ? 1 : 0;
-  }
-  r.top1 = static_cast<double>(same) / static_cast<double>(rows);
-  return r;
 }
 
 struct Measures {
@@ -188,33 +127,6 @@ void check_model(const std::string& dir, const models::ModelBuildOptions& build,
   CHECK(greedy(*gpu, prompt, 32) == greedy(*cpu, prompt, 32));
 }
 
-// Everything one Engine request sent.
-struct Collected {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> tokens;
-  bool finished = false;
-  EngineFinish finish = EngineFinish::kLength;
-  std::string error;
-
-  EventCallback callback() {
-    return [this](const EngineEvent& ev) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (ev.token >= 0) tokens.push_back(ev.token);
-      if (ev.finished) {
-        finished = true;
-        finish = ev.finish;
-        error = ev.error;
-        cv.notify_all();
-      }
-    };
-  }
-  void wait() {
-    std::unique_lock<std::mutex> lock(mu);
-    REQUIRE(cv.wait_for(lock, std::chrono::seconds(120), [this] { return finished; }));
-  }
-};
-
 EngineOptions engine_options(Device device) {
   EngineOptions o;
   o.threads = 2;
@@ -231,7 +143,8 @@ std::vector<std::vector<int32_t>> run_engine(Engine& engine) {
   std::vector<std::unique_ptr<Collected>> got;
   for (uint32_t r = 0; r < 4; ++r) {
     EngineRequest req;
-    req.id = "r" + std::to_string(r);
+    // std::string("r"), not "r": GCC 12 warns (-Wrestrict) on "r" + std::string&& here, wrongly.
+    req.id = std::string("r") + std::to_string(r);
     req.prompt = random_ids(5 + 7 * r, vocab, 100 + r);  // different lengths: ragged batches
     req.sampling.temperature = 0;
     req.max_tokens = 32;
@@ -443,12 +356,4 @@ TEST_CASE("cuda e2e: a device index that does not exist is refused before loadin
     CHECK(e.code() == ErrorCode::kNotFound);
     CHECK(std::string(e.what()).find(o.device.str() + " requested but only") != std::string::npos);
   }
-}
-
-int main(int argc, char** argv) {
-  if (cuda_device_count() == 0) {
-    std::printf("SKIPPED: no CUDA device visible\n");
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
 }

@@ -21,13 +21,14 @@
 // every bound here; the GEMV cases (exact paths) are held to f32 rounding.
 //
 // Without a GPU the binary prints "SKIPPED: no CUDA device visible" and exits 77 (CTest: skipped)
-// before Catch starts.
-#define CATCH_CONFIG_RUNNER
+// before Catch starts: main() is in cuda_test_util.cc.
+//
+// Catch's listener interface (TestEventListenerBase) is declared only with this defined.
+#define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -36,25 +37,29 @@
 
 #include "engine/core/device.h"
 #include "engine/core/error.h"
-#include "engine/core/thread_pool.h"
-#include "engine/graph/executor.h"
+#include "engine/graph/graph.h"
 #include "engine/models/model_options.h"
-#include "kernels/common/half.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cuda/gemm.cuh"
 #include "quant/quantize.h"
+#include "tests/cuda/cuda_test_util.h"
 
 using namespace sampan;
 using namespace sampan::graph;
+using namespace sampan::cuda_test;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
-
-ThreadPool& pool() {
-  static ThreadPool p(2);
-  return p;
-}
+// The reference: the CPU's exact-f32 FMA path (AMX would round x or the weights to bf16). Set
+// when the test run starts, after main() has found a GPU, before any weight is made.
+struct PinExactCpuPath : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+  void testRunStarting(const Catch::TestRunInfo& info) override {
+    TestEventListenerBase::testRunStarting(info);
+    if (!cpu::set_isa(cpu::Isa::kAvx512)) cpu::set_isa(cpu::Isa::kAvx2);
+  }
+};
+CATCH_REGISTER_LISTENER(PinExactCpuPath)
 
 // A weight format under test. scheme.format is kNone for the float formats.
 struct Format {
@@ -77,22 +82,6 @@ Format int4_format(int64_t g, bool sym, DType scale_dtype) {
   s.scale_dtype = scale_dtype;
   return {"int4 g" + std::to_string(g) + (sym ? " sym " : " asym ") + dtype_name(scale_dtype),
           DType::kI4, s};
-}
-
-Tensor random_f32(const Shape& shape, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  for (float& x : v) x = d(rng);
-  return Tensor::from_f32(shape, v);
-}
-
-Tensor to_half_type(const Tensor& f, DType type) {
-  Tensor t = Tensor::empty(f.shape(), type);
-  for (int64_t i = 0; i < f.numel(); ++i) {
-    const float v = f.data<float>()[i];
-    t.data<uint16_t>()[i] = type == DType::kF16 ? f32_to_f16(v) : f32_to_bf16(v);
-  }
-  return t;
 }
 
 // One weight block: what the graph gets, and the f32 matrix it stands for.
@@ -119,12 +108,6 @@ Block make_block(const Format& f, int64_t n, int64_t k, bool with_bias, std::mt1
   }
   if (with_bias) b.bias = random_f32({n}, rng);
   return b;
-}
-
-std::vector<Dim> fixed(const Shape& shape) {
-  std::vector<Dim> dims;
-  for (int64_t d : shape) dims.push_back(Dim::fixed(d));
-  return dims;
 }
 
 // linear(x, w_0.., bias_0.., scales_0.., zeros_0..) with every slot group present (kNoValue
@@ -156,16 +139,6 @@ Graph linear_graph(int64_t m, int64_t k, const Format& f, const std::vector<Bloc
   if (silu_mul) attrs.set("epilogue", std::string("silu_mul"));
   g.mark_output(g.add("linear", "proj", in, attrs));
   return g;
-}
-
-std::vector<Tensor> run_on(const Graph& g, const Tensor& x, Device device) {
-  Executor ex(g, pool(), device);
-  std::vector<Tensor> host;
-  for (const Tensor& t : ex.run({{"x", x}})) {
-    CHECK(t.device() == device);
-    host.push_back(t.to(Device::cpu()));
-  }
-  return host;
 }
 
 // Tolerance of one output of x · w_blockᵀ (see the top of the file); also the exact value.
@@ -220,8 +193,9 @@ void compare(const Format& f, int64_t m, int64_t k, const std::vector<Block>& bl
   for (int64_t i = 0; i < x.numel(); ++i) {
     x_absmax = std::max(x_absmax, static_cast<double>(std::fabs(x.data<float>()[i])));
   }
-  const Tensor want = run_on(linear_graph(m, k, f, blocks, silu_mul), x, Device::cpu())[0];
-  const Tensor got = run_on(linear_graph(m, k, f, blocks, silu_mul, device_weights), x, kGpu)[0];
+  const Tensor want = run_on(linear_graph(m, k, f, blocks, silu_mul), {{"x", x}}, Device::cpu())[0];
+  const Tensor got =
+      run_on(linear_graph(m, k, f, blocks, silu_mul, device_weights), {{"x", x}}, kGpu)[0];
   REQUIRE(got.shape() == want.shape());
   const int64_t n = want.dim(1);
   int64_t bad = 0;
@@ -340,14 +314,4 @@ TEST_CASE("linear on CUDA reads misaligned device weights correctly", "[cuda]") 
       compare(f, m, k, blocks, false, rng, "misaligned weights", &dev);
     }
   }
-}
-
-int main(int argc, char** argv) {
-  if (cuda_device_count() == 0) {
-    std::printf("SKIPPED: no CUDA device visible\n");
-    return 77;
-  }
-  // The reference: the CPU's exact-f32 FMA path (AMX would round x or the weights to bf16).
-  if (!cpu::set_isa(cpu::Isa::kAvx512)) cpu::set_isa(cpu::Isa::kAvx2);
-  return Catch::Session().run(argc, argv);
 }

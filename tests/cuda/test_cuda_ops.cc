@@ -15,90 +15,24 @@
 //     of partial sums as large as the row: absolute error relative to the row scale (~1).
 //
 // Without a GPU the binary prints "SKIPPED: no CUDA device visible" and exits 77 (CTest: skipped)
-// before Catch starts.
-#define CATCH_CONFIG_RUNNER
+// before Catch starts: main() is in cuda_test_util.cc.
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstdio>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/core/device.h"
 #include "engine/core/error.h"
-#include "engine/core/thread_pool.h"
 #include "engine/graph/executor.h"
-#include "kernels/common/half.h"
+#include "tests/cuda/cuda_test_util.h"
 
 using namespace sampan;
 using namespace sampan::graph;
+using namespace sampan::cuda_test;
 
 namespace {
-
-const Device kGpu = Device::cuda(0);
-
-ThreadPool& pool() {
-  static ThreadPool p(2);
-  return p;
-}
-
-Tensor random_f32(const Shape& shape, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  for (float& x : v) x = d(rng);
-  return Tensor::from_f32(shape, v);
-}
-
-std::vector<Dim> fixed(const Shape& shape) {
-  std::vector<Dim> dims;
-  for (int64_t d : shape) dims.push_back(Dim::fixed(d));
-  return dims;
-}
-
-// Runs `g` on `device` and returns its outputs copied to the host (checking they were on it).
-std::vector<Tensor> run_on(const Graph& g, const std::map<std::string, Tensor>& inputs,
-                           Device device) {
-  Executor ex(g, pool(), device);
-  std::vector<Tensor> host;
-  for (const Tensor& t : ex.run(inputs)) {
-    CHECK(t.device() == device);
-    host.push_back(t.to(Device::cpu()));
-  }
-  return host;
-}
-
-// |got - want| <= atol + rtol * |want| everywhere; NaN exactly where want is NaN.
-void expect_close(const Tensor& got, const Tensor& want, double rtol, double atol,
-                  const std::string& what) {
-  REQUIRE(got.shape() == want.shape());
-  const Tensor g = got.to_f32();
-  const Tensor w = want.to_f32();
-  int64_t bad = 0;
-  std::ostringstream first;
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    const double a = g.data<float>()[i];
-    const double b = w.data<float>()[i];
-    const bool ok = std::isnan(b) ? std::isnan(a) : std::fabs(a - b) <= atol + rtol * std::fabs(b);
-    if (!ok && bad++ == 0) first << "element " << i << ": cuda " << a << ", cpu " << b;
-  }
-  INFO(what << " " << want.str() << ": " << bad << " mismatches; first at " << first.str());
-  CHECK(bad == 0);
-}
-
-// Same graph, same inputs: CUDA outputs against CPU outputs. `gpu_inputs` replaces the CPU
-// inputs for the CUDA run when given (device or strided bindings).
-void compare_backends(const Graph& g, const std::map<std::string, Tensor>& inputs, double rtol,
-                      double atol, const std::string& what,
-                      const std::map<std::string, Tensor>* gpu_inputs = nullptr) {
-  const std::vector<Tensor> want = run_on(g, inputs, Device::cpu());
-  const std::vector<Tensor> got = run_on(g, gpu_inputs ? *gpu_inputs : inputs, kGpu);
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    expect_close(got[i], want[i], rtol, atol, what + " output " + std::to_string(i));
-  }
-}
 
 // Widths that hit the scalar path (1, 7, 4099), the float4 path (8, 4096) and a row longer
 // than one 1024-thread block (4099: several elements per thread).
@@ -266,13 +200,7 @@ namespace {
 
 Tensor table_of(DType type, int64_t vocab, int64_t dim, std::mt19937& rng) {
   const Tensor f = random_f32({vocab, dim}, rng);
-  if (type == DType::kF32) return f;
-  Tensor t = Tensor::empty({vocab, dim}, type);
-  for (int64_t i = 0; i < f.numel(); ++i) {
-    const float v = f.data<float>()[i];
-    t.data<uint16_t>()[i] = type == DType::kF16 ? f32_to_f16(v) : f32_to_bf16(v);
-  }
-  return t;
+  return type == DType::kF32 ? f : to_half_type(f, type);
 }
 
 Graph embedding_graph(int64_t n, Tensor table) {
@@ -490,12 +418,4 @@ TEST_CASE("Tensor::to copies host to device to host", "[cuda]") {
   expect_close(back, h.slice(1, 2, 6).contiguous(), 0, 0, "round trip");
   CHECK_THROWS_AS(d.reshape({20}).slice(0, 0, 10).reshape({2, 5}).slice(1, 0, 2).to(Device::cpu()),
                   Error);  // a strided device tensor
-}
-
-int main(int argc, char** argv) {
-  if (cuda_device_count() == 0) {
-    std::printf("SKIPPED: no CUDA device visible\n");
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
 }

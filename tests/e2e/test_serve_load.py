@@ -46,6 +46,7 @@ FAMILIES = {
     "sampan:prefix_cache_queries": "counter",
     "sampan:prefix_cache_hits": "counter",
     "sampan:num_preemptions": "counter",
+    "sampan:cuda_graph_replays": "counter",
     "sampan:batch_size": "histogram",
     "sampan:batch_tokens": "histogram",
     "sampan:server_ready": "gauge",

@@ -459,6 +459,7 @@ TEST_CASE("ServeMetrics: generation_done and friends update the right families",
         {"sampan:prefix_cache_queries_total", "counter"},
         {"sampan:prefix_cache_hits_total", "counter"},
         {"sampan:num_preemptions_total", "counter"},
+        {"sampan:cuda_graph_replays_total", "counter"},
         {"sampan:batch_size", "histogram"},
         {"sampan:batch_tokens", "histogram"},
         {"sampan:server_ready", "gauge"},
@@ -518,6 +519,7 @@ TEST_CASE("ServeMetrics: generation_done and friends update the right families",
   st.prefix_query_tokens = 1000;
   st.prefix_hit_tokens = 600;
   st.preemptions = 2;
+  st.cuda_graph_replays = 40;
   m.set_engine_stats_source([&st] { return st; });
   const Parsed q = parse_exposition(m.render());
   CHECK(q.value("sampan:num_requests_running") == 3);
@@ -529,6 +531,7 @@ TEST_CASE("ServeMetrics: generation_done and friends update the right families",
   CHECK(q.value("sampan:prefix_cache_queries_total") == 1000);
   CHECK(q.value("sampan:prefix_cache_hits_total") == 600);
   CHECK(q.value("sampan:num_preemptions_total") == 2);
+  CHECK(q.value("sampan:cuda_graph_replays_total") == 40);
   st.kv_blocks_used = 0;  // a cancelled stream freed its blocks: the next scrape shows it
   CHECK(parse_exposition(m.render()).value("sampan:kv_cache_blocks_used") == 0);
   // A source that throws (engine going away) leaves the last values and the scrape succeeds.

@@ -65,6 +65,7 @@ Reference& reference(cpu::KvDtype kv = cpu::KvDtype::kF32) {
 
 struct Expected {
   std::vector<int32_t> tokens;
+  std::vector<float> logprobs;  // of each generated token (a stop id's too, if one ended it)
   std::string text;
   EngineFinish finish;
   std::string stop_matched;
@@ -80,8 +81,11 @@ Expected run_reference(const EngineRequest& req, cpu::KvDtype kv = cpu::KvDtype:
   g.stop_ids = req.stop_ids;
   g.ignore_eos = req.ignore_eos;
   g.reuse_prefix = false;
-  const GenerationResult res = generate(*r.lm, *r.tokenizer, g, {});
-  return {res.tokens, res.text,
+  std::vector<float> logprobs;
+  const GenerationResult res = generate(*r.lm, *r.tokenizer, g, [&](const GenerationEvent& ev) {
+    logprobs.push_back(ev.sample.logprob);
+  });
+  return {res.tokens, logprobs, res.text,
           res.finish == FinishReason::kStop ? EngineFinish::kStop : EngineFinish::kLength,
           res.stop_matched};
 }
@@ -91,6 +95,7 @@ struct Collected {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
   std::string text;
   int n_final = 0;
   EngineEvent final_event;
@@ -98,7 +103,10 @@ struct Collected {
   EventCallback callback() {
     return [this](const EngineEvent& ev) {
       std::lock_guard<std::mutex> lock(mu);
-      if (ev.token >= 0) tokens.push_back(ev.token);
+      if (ev.token >= 0) {
+        tokens.push_back(ev.token);
+        logprobs.push_back(ev.sample.logprob);
+      }
       text += ev.text;
       if (ev.finished) {
         ++n_final;
@@ -162,6 +170,12 @@ void check_against_reference(Engine& engine, const std::vector<EngineRequest>& r
                     << reqs[i].max_tokens);
     CHECK(got[i]->n_final == 1);
     CHECK(got[i]->tokens == want.tokens);
+    // Logprobs too: a corrupted KV row shifts them long before it flips a greedy choice. Not
+    // bit-equal (batched and single-sequence products round differently).
+    for (size_t t = 0; t < std::min(got[i]->logprobs.size(), want.logprobs.size()); ++t) {
+      INFO("token " << t);
+      CHECK(std::abs(got[i]->logprobs[t] - want.logprobs[t]) < 1e-3f);
+    }
     CHECK(got[i]->text == want.text);
     CHECK(got[i]->final_event.finish == want.finish);
     CHECK(got[i]->final_event.stop_matched == want.stop_matched);
@@ -174,6 +188,21 @@ void check_against_reference(Engine& engine, const std::vector<EngineRequest>& r
   CHECK(st.running == 0);
   CHECK(st.waiting == 0);
   CHECK(st.kv_blocks_used == 0);
+}
+
+// With `o` but a cache of one max_model_len sequence (10 blocks of 16) and no more, n long
+// requests force preemptions; every one must still match the reference.
+void check_under_preemption(EngineOptions o, int n, uint32_t seed) {
+  o.block_size = 16;
+  o.num_kv_blocks = 10;
+  auto engine = Engine::load(model_dir(), o);
+  std::vector<EngineRequest> reqs = make_requests(n, seed);
+  for (EngineRequest& r : reqs) {
+    r.ignore_eos = true;
+    r.max_tokens = 40;
+  }
+  check_against_reference(*engine, reqs);
+  CHECK(engine->stats().preemptions > 0);
 }
 
 }  // namespace
@@ -191,6 +220,28 @@ TEST_CASE("engine: concurrent greedy requests equal single-sequence generate", "
   CHECK(max_batch > 1);  // requests really were batched
 }
 
+// The padding that CUDA graphs need (engine.h: cuda_graphs), run on the CPU: decode-only steps
+// of 3, 5, 9 ... sequences run as 4, 8, 16 ... tokens with full-width block tables, the padding
+// tokens writing a spare block. Every request must still match the single-sequence reference,
+// and the spare block must not be handed to a sequence (few blocks force preemption too).
+TEST_CASE("engine: decode steps padded to fixed shapes equal single-sequence generate", "[engine]") {
+  EngineOptions o = small_options();
+  o.pad_decode_steps = true;
+  auto engine = Engine::load(model_dir(), o);
+  CHECK(engine->stats().kv_blocks_total == o.num_kv_blocks);
+  std::atomic<int> max_decode{0};
+  engine->set_step_observer([&](const StepStats& s) {
+    if (s.n_decode == s.n_sequences) max_decode = std::max(max_decode.load(), s.n_decode);
+  });
+  for (int n : {1, 3, 9, 24}) {
+    INFO("N = " << n);
+    check_against_reference(*engine, make_requests(n, 500 + static_cast<uint32_t>(n)));
+  }
+  CHECK(max_decode > 8);  // batches past the power-of-two buckets were padded
+
+  check_under_preemption(o, 6, 77);
+}
+
 TEST_CASE("engine: chunked prefill under a tiny token budget", "[engine]") {
   EngineOptions o = small_options();
   o.max_batched_tokens = 8;
@@ -204,17 +255,7 @@ TEST_CASE("engine: chunked prefill under a tiny token budget", "[engine]") {
 }
 
 TEST_CASE("engine: few KV blocks force preemption, outputs unchanged", "[engine]") {
-  EngineOptions o = small_options();
-  o.block_size = 16;
-  o.num_kv_blocks = 10;  // one max_model_len sequence (10 blocks of 16) and no more
-  auto engine = Engine::load(model_dir(), o);
-  std::vector<EngineRequest> reqs = make_requests(8, 21);
-  for (EngineRequest& r : reqs) {
-    r.ignore_eos = true;
-    r.max_tokens = 40;
-  }
-  check_against_reference(*engine, reqs);
-  CHECK(engine->stats().preemptions > 0);
+  check_under_preemption(small_options(), 8, 21);
 }
 
 TEST_CASE("engine: block sizes 1, 16, 32", "[engine]") {
