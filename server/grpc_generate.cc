@@ -74,6 +74,7 @@ grpc::Status build_request(const ServiceContext& svc, const runtime::Engine& eng
     }
     s.top_logprobs = in.logprobs();
   }
+  s.logprobs = in.has_logprobs();  // the responses carry logprobs only then
   std::optional<int64_t> max_tokens;
   if (in.has_max_tokens()) {
     if (in.max_tokens() < 1) {

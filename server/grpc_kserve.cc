@@ -276,6 +276,7 @@ runtime::EngineRequest engine_request(const ServiceContext& svc, const runtime::
                                                engine.max_model_len()));
   }
   spec.fields.apply_to(er);
+  er.sampling.logprobs = false;  // KServe responses carry no logprobs
   er.max_tokens = max_tokens_for(svc, engine, spec.fields.max_tokens, er.prompt.size());
   return er;
 }

@@ -223,6 +223,7 @@ void infer(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, Model
   er.id = in.id.empty() ? req.request_id : in.id;
   er.prompt = std::move(prompt);
   in.fields.apply_to(er);
+  er.sampling.logprobs = false;  // KServe responses carry no logprobs
   er.max_tokens =
       effective_max_tokens(in.fields.max_tokens, host.default_max_tokens(), n_prompt, max_len);
   auto call = std::make_shared<InferCall>();

@@ -289,6 +289,7 @@ CompletionRequest parse_completion_request(const Json& body) {
   }
   r.fields = parse_sampling_fields(body);
   if (r.logprobs > 0) r.fields.sampling.top_logprobs = r.logprobs;
+  r.fields.sampling.logprobs = r.logprobs >= 0;
   r.stream = get_stream(body, &r.include_usage);
   get_string(body, "user");  // accepted for compatibility; only its type is checked
   return r;
@@ -332,6 +333,7 @@ ChatRequest parse_chat_request(const Json& body) {
     r.top_logprobs = static_cast<int32_t>(*tl);
   }
   r.fields.sampling.top_logprobs = r.logprobs ? r.top_logprobs : 0;
+  r.fields.sampling.logprobs = r.logprobs;
   r.stream = get_stream(body, &r.include_usage);
   get_string(body, "user");
   return r;

@@ -85,6 +85,8 @@ const std::vector<Key>& keys() {
        "where the model runs: cpu|cuda|cuda:N"},
       {"no-cuda-graphs", "engine", +[](ServeConfig& c) -> bool& { return c.engine.cuda_graphs; },
        Parse::kNegated, "on a GPU, run decode steps node by node instead of replaying CUDA graphs"},
+      {"no-device-sampling", "engine", +[](ServeConfig& c) -> bool& { return c.engine.device_sampling; },
+       Parse::kNegated, "on a GPU, copy every logit row to the host and sample there"},
       {"no-prefix-cache", "engine", +[](ServeConfig& c) -> bool& { return c.engine.prefix_cache; },
        Parse::kNegated, "do not share cached prompt prefixes between requests"},
       {"host", "server", +[](ServeConfig& c) -> std::string& { return c.host; }, Parse::kPlain,

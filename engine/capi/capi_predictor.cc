@@ -4,13 +4,16 @@
 // ONE forward: batch row b is sequence b of the paged-attention contract, with a KV pool of one
 // block of `seq` rows per sequence (block_tables[b] = [b]), so rows never see each other. The
 // model (weights, graph) is shared by clones; each predictor has its own threads, executor
-// (activation arena) and KV pools.
+// (activation arena) and KV pools. On a CUDA device the weights are uploaded once, at load,
+// into the shared graph (so clones do not copy them again), the KV pools and the activations
+// live on the device, and the logits come back to the host at the end of every run.
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "engine/capi/capi_config.h"
@@ -22,6 +25,7 @@
 #include "engine/loaders/hf_config.h"
 #include "engine/loaders/weight_store.h"
 #include "engine/models/llama.h"
+#include "engine/runtime/device_select.h"
 
 namespace sampan::capi {
 namespace {
@@ -39,6 +43,7 @@ struct Model {
   models::LlamaWeights weights;
   graph::Graph graph;
   ConfigData options;
+  Device device = Device::cpu();
 };
 
 int64_t dtype_size(SampanDType dtype) {
@@ -107,11 +112,38 @@ struct TensorRef {
   size_t index = 0;
 };
 
+// Replaces the graph's host constants with device copies, each distinct tensor once (tied
+// weights stay one copy); the executors of the model and its clones then use them as they are.
+void upload_constants(graph::Graph& g, Device device) {
+  std::map<std::tuple<const Storage*, size_t, Shape, Shape, DType>, Tensor> uploaded;
+  for (size_t v = 0; v < g.n_values(); ++v) {
+    graph::Value& val = g.mutable_value(static_cast<graph::ValueId>(v));
+    if (val.kind != graph::ValueKind::kConstant || val.constant.device() == device) continue;
+    const Tensor& c = val.constant;
+    const auto key = std::make_tuple(c.storage().get(), c.byte_offset(), c.shape(), c.strides(),
+                                     c.dtype());
+    auto it = uploaded.find(key);
+    if (it == uploaded.end()) {
+      try {
+        it = uploaded.emplace(key, c.to(device)).first;
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kOutOfMemory) throw;
+        fail(ErrorCode::kOutOfMemory, "uploading weight '{}' ({}, {} bytes) to {}: {}", val.name,
+             c.str(), c.nbytes(), device.str(), e.what());
+      }
+    }
+    val.constant = it->second;
+  }
+}
+
 std::shared_ptr<const Model> load_model(const ConfigData& o) {
   o.require_model_dir();
-  if (o.device != "cpu") {
-    api_fail(SAMPAN_ERROR_UNSUPPORTED,
-             "device '{}': predictors run on 'cpu' only so far (engines run on CUDA)", o.device);
+  // Checked again here (set_device checked it too) so the message comes before any file is read.
+  const Device device = runtime::parse_device(o.device);
+  try {
+    runtime::require_device(device);
+  } catch (const Error& e) {
+    api_fail(SAMPAN_ERROR_UNSUPPORTED, "device '{}': {}", o.device, e.what());
   }
   SAMPAN_CHECK(std::filesystem::is_directory(o.model_dir), ErrorCode::kNotFound,
                "{}: model directory does not exist", o.model_dir);
@@ -123,6 +155,8 @@ std::shared_ptr<const Model> load_model(const ConfigData& o) {
   m->weights = models::load_llama_weights(m->config, *m->store, build);
   m->graph = models::build_llama_graph(m->config, m->weights, build);
   graph::passes::optimize(m->graph);
+  m->device = device;
+  if (device.type == DeviceType::kCUDA) upload_constants(m->graph, device);
   return m;
 }
 
@@ -130,7 +164,7 @@ std::shared_ptr<Predictor> make_predictor(std::shared_ptr<const Model> model) {
   auto p = std::make_shared<Predictor>();
   p->model = std::move(model);
   p->pool = std::make_unique<ThreadPool>(p->model->options.threads);
-  p->executor = std::make_unique<graph::Executor>(p->model->graph, *p->pool);
+  p->executor = std::make_unique<graph::Executor>(p->model->graph, *p->pool, p->model->device);
   TensorData ids;
   ids.name = kInputIds;
   ids.is_input = true;
@@ -215,7 +249,9 @@ void ensure_kv_cache(Predictor& p, int64_t batch, int64_t seq) {
                    "the model graph has no 3-d input '{}'", name);
       const graph::Dim& row = it->second->shape[2];
       const int64_t width = row.symbolic() ? p.model->config.kv_dim() : row.size;
-      Tensor t = Tensor::zeros({batch, seq, width}, it->second->dtype);
+      Tensor t = runtime::allocate_named({batch, seq, width}, it->second->dtype, p.model->device,
+                                         fmt::format("predictor KV cache {}", name),
+                                         runtime::Fill::kZero);
       (which[0] == 'k' ? p.k_cache : p.v_cache).push_back(std::move(t));
     }
   }
@@ -275,7 +311,10 @@ void run_predictor(Predictor& p) {
   }
   const std::vector<Tensor> results = p.executor->run(feeds);
   SAMPAN_CHECK(!results.empty(), ErrorCode::kInternal, "the model graph returned no output");
-  const Tensor logits = results[0].to_f32();
+  const Tensor logits = (results[0].device().type == DeviceType::kCPU
+                             ? results[0]
+                             : results[0].to(Device::cpu()))
+                            .to_f32();
   SAMPAN_CHECK(logits.numel() == n * cfg.vocab_size, ErrorCode::kInternal,
                "logits have {} values, expected {} x {}", logits.numel(), n, cfg.vocab_size);
   TensorData& out = p.outputs[0];

@@ -113,9 +113,9 @@ SAMPAN_API SampanStatus sampan_config_destroy(SampanConfig* config);
  * here: creating a predictor or engine reports SAMPAN_ERROR_NOT_FOUND. */
 SAMPAN_API SampanStatus sampan_config_set_model_dir(SampanConfig* config, const char* dir);
 /* "cpu", "cuda" (or "gpu", "cuda:N"). A CUDA device is SAMPAN_ERROR_UNSUPPORTED in a build
- * without CUDA or where that GPU is not visible (the message says which), and for predictors,
- * which run on the CPU only so far; engines run on it. Anything else is
- * SAMPAN_ERROR_INVALID_ARGUMENT. */
+ * without CUDA or where that GPU is not visible (the message says which). Predictors and
+ * engines both run on it: weights and KV caches live on the GPU, outputs come back to the host.
+ * Anything else is SAMPAN_ERROR_INVALID_ARGUMENT. */
 SAMPAN_API SampanStatus sampan_config_set_device(SampanConfig* config, const char* device);
 /* Compute threads, >= 0 (0: one per available core). */
 SAMPAN_API SampanStatus sampan_config_set_threads(SampanConfig* config, int32_t threads);

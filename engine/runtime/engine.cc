@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <unordered_set>
 
@@ -18,7 +19,9 @@
 #include "engine/graph/passes/passes.h"
 #include "engine/loaders/weight_store.h"
 #include "engine/models/llama.h"
+#include "engine/runtime/device_sampler.h"
 #include "engine/runtime/device_select.h"
+#include "engine/runtime/engine_impl.h"
 #include "engine/runtime/sequence.h"
 
 namespace sampan::runtime {
@@ -34,102 +37,6 @@ const char* engine_finish_name(EngineFinish f) {
   return "?";
 }
 
-namespace {
-
-double seconds_since(EngineClock::time_point t0) {
-  return std::chrono::duration<double>(EngineClock::now() - t0).count();
-}
-
-// A growable i32 buffer whose tensors view one allocation, so the per-step graph inputs cost no
-// allocation once the largest batch has been seen.
-class I32Input {
- public:
-  int32_t* reserve(int64_t n) {
-    if (!storage_ || capacity_ < n) {
-      capacity_ = std::max<int64_t>(n, capacity_ * 2);
-      storage_ = Storage::allocate(static_cast<size_t>(capacity_) * sizeof(int32_t), Device::cpu());
-    }
-    return static_cast<int32_t*>(storage_->data());
-  }
-  Tensor view(const Shape& shape) const { return Tensor::from_storage(storage_, 0, shape, DType::kI32); }
-
- private:
-  std::shared_ptr<Storage> storage_;
-  int64_t capacity_ = 0;
-};
-
-// One scheduled piece of work: `n_tokens` tokens of `seq` starting at seq->n_computed.
-struct Scheduled {
-  Sequence* seq = nullptr;
-  int64_t n_tokens = 0;
-  int logit_row = -1;  // row of the logits output, or -1 when this chunk ends mid-prompt
-  bool decode = false;
-};
-
-}  // namespace
-
-struct Engine::Impl {
-  EngineOptions options;
-  std::string model_dir;
-  HfConfig config;
-  std::optional<WeightStore> store;  // mapped weights the graph's constants view
-  models::LlamaWeights weights;
-  graph::Graph graph;
-  std::unique_ptr<tok::Tokenizer> tokenizer;
-  std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<graph::Executor> executor;
-  int64_t max_model_len = 0;
-  int64_t num_blocks = 0;  // for sequences; the pools hold one more when pad_decode
-  bool pad_decode = false;  // EngineOptions::pad_decode_steps, or CUDA graphs on a CUDA device
-  std::vector<int32_t> eos_ids;  // tokenizer + config eos ids (generate.cc's rule)
-
-  // Engine-thread state.
-  std::unique_ptr<BlockManager> blocks;
-  // Per layer [num_blocks, block_size, kv_dim] f32, or [.., kv_row_bytes] i8 for a quantized
-  // cache (options.build.kv_cache_dtype).
-  std::vector<Tensor> k_cache, v_cache;
-  std::vector<std::unique_ptr<Sequence>> running;  // arrival order
-  std::deque<std::unique_ptr<Sequence>> preempted;  // arrival order; admitted before `waiting`
-  std::map<std::string, Tensor> inputs;
-  I32Input in_ids, in_positions, in_seq_ids, in_block_tables, in_logit_rows;
-  std::vector<Scheduled> batch;
-  int64_t preemptions = 0;
-  int64_t steps = 0;
-
-  // Shared with caller threads, guarded by `mu`.
-  mutable std::mutex mu;
-  std::condition_variable wake;  // engine thread: work arrived, cancel, stop
-  std::condition_variable idle;  // wait_idle()
-  std::deque<std::unique_ptr<Sequence>> waiting;
-  std::unordered_set<uint64_t> cancel_requests;
-  bool cancel_everything = false;
-  bool stop = false;
-  bool accepting = true;
-  int64_t n_active = 0;  // submitted and not yet given their final event
-  int n_preempted_shared = 0;
-  uint64_t next_handle = 1;
-  EngineStats published;
-  std::function<void(const StepStats&)> step_observer;
-
-  std::thread thread;
-
-  void load_model();
-  void thread_main();
-  void step();
-  void take_cancellations();
-  void schedule();
-  bool admit_one(int64_t& budget);
-  void preempt_last();
-  void run_batch();
-  bool fill_padded_decode();
-  void fill_step(int64_t n_tokens, int64_t max_blocks, int n_out);
-  void handle_logits(Sequence& s, const float* logits);
-  void finish(Sequence& s, EngineFinish why, EngineEvent ev);
-  void remove_finished(const std::unordered_set<const Sequence*>& done);
-  void publish_stats();
-  void emit(Sequence& s, const EngineEvent& ev);
-  std::unique_ptr<Sequence> validate(EngineRequest&& req, EventCallback&& cb) const;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Loading
@@ -165,6 +72,9 @@ void Engine::Impl::load_model() {
   executor->load_constants();
   executor->set_cuda_graphs(o.cuda_graphs);
   pad_decode = o.pad_decode_steps || (o.cuda_graphs && o.device.type == DeviceType::kCUDA);
+  if (o.device_sampling && o.device.type == DeviceType::kCUDA) {
+    device_sampler = std::make_unique<DeviceSampler>(o.device);
+  }
 
   const int64_t model_max = config.max_position_embeddings;
   if (o.max_model_len > 0) {
@@ -257,6 +167,13 @@ std::unique_ptr<Sequence> Engine::Impl::validate(EngineRequest&& req, EventCallb
   }
   auto s = std::make_unique<Sequence>();
   s->sampler = std::make_unique<Sampler>(req.sampling);  // throws naming the bad parameter
+  s->device_sampling = device_sampler && device_sampling_eligible(req.sampling);
+  if (req.sampling.seed) {
+    s->device_seed = *req.sampling.seed;
+  } else if (s->device_sampling) {
+    std::random_device rd;
+    s->device_seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
   s->stops = std::make_unique<StopMatcher>(req.stop);
   s->decoder = std::make_unique<tok::StreamDecoder>(*tokenizer);
   s->stop_ids = req.stop_ids;
@@ -465,293 +382,6 @@ void Engine::Impl::take_cancellations() {
   };
   sweep(running);
   sweep(preempted);
-}
-
-void Engine::Impl::preempt_last() {
-  std::unique_ptr<Sequence> victim = std::move(running.back());
-  running.pop_back();
-  blocks->release(victim->blocks);
-  victim->n_computed = 0;
-  ++preemptions;
-  // Keep `preempted` in arrival order so the earliest is re-admitted first.
-  auto pos = std::lower_bound(preempted.begin(), preempted.end(), victim->handle,
-                              [](const std::unique_ptr<Sequence>& a, uint64_t h) {
-                                return a->handle < h;
-                              });
-  preempted.insert(pos, std::move(victim));
-}
-
-// Takes the next waiting request (preempted ones first) into `running` when the cache and the
-// token budget allow; false when it cannot (FCFS: nothing behind it is tried).
-bool Engine::Impl::admit_one(int64_t& budget) {
-  std::unique_ptr<Sequence> s;
-  bool from_preempted = false;
-  if (!preempted.empty()) {
-    s = std::move(preempted.front());
-    preempted.pop_front();
-    from_preempted = true;
-  } else {
-    std::lock_guard<std::mutex> lock(mu);
-    if (waiting.empty()) return false;
-    s = std::move(waiting.front());
-    waiting.pop_front();
-  }
-  // A recomputed sequence may find its own earlier blocks still cached.
-  const int64_t hit = blocks->match_prefix(s->tokens, s->blocks);
-  s->n_computed = hit;
-  const int64_t chunk = std::min(s->n_pending(), budget);
-  if (!blocks->reserve(s->blocks, s->n_computed + chunk)) {
-    blocks->release(s->blocks);
-    s->n_computed = 0;
-    if (from_preempted) {
-      preempted.push_front(std::move(s));
-    } else {
-      std::lock_guard<std::mutex> lock(mu);
-      waiting.push_front(std::move(s));
-    }
-    return false;
-  }
-  if (!s->admitted_once) {
-    s->admitted_once = true;
-    s->cached_prompt_tokens = hit;
-    s->queue_s = seconds_since(s->submitted);
-  }
-  budget -= chunk;
-  batch.push_back({s.get(), chunk, -1, false});
-  // Arrival order: a re-admitted preempted sequence may be older than running ones.
-  auto pos = std::lower_bound(running.begin(), running.end(), s->handle,
-                              [](const std::unique_ptr<Sequence>& a, uint64_t h) {
-                                return a->handle < h;
-                              });
-  running.insert(pos, std::move(s));
-  return true;
-}
-
-void Engine::Impl::schedule() {
-  batch.clear();
-  int64_t budget = options.max_batched_tokens;
-  for (size_t i = 0; i < running.size() && budget > 0;) {
-    Sequence* s = running[i].get();
-    const int64_t chunk = std::min(s->n_pending(), budget);
-    bool self_preempted = false;
-    while (!blocks->reserve(s->blocks, s->n_computed + chunk)) {
-      // The most recent arrival gives way; it is never scheduled yet (arrival order).
-      const bool is_self = running.back().get() == s;
-      preempt_last();
-      if (is_self) {
-        self_preempted = true;
-        break;
-      }
-    }
-    if (self_preempted) break;
-    const bool decode = s->n_pending() == 1 && s->n_generated() > 0;
-    batch.push_back({s, chunk, -1, decode});
-    budget -= chunk;
-    ++i;
-  }
-  while (static_cast<int>(running.size()) < options.max_running && budget > 0) {
-    if (!admit_one(budget)) break;
-  }
-}
-
-namespace {
-
-// Padded batch size of a decode-only step (EngineOptions::cuda_graphs): few distinct shapes, so
-// few recorded graphs, and at most 7 padding tokens once past 8.
-int64_t decode_bucket(int64_t n) {
-  return n <= 8 ? static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(n))) : (n + 7) / 8 * 8;
-}
-
-}  // namespace
-
-// Fills the graph inputs of a decode-only step padded to a fixed shape (see
-// EngineOptions::cuda_graphs) and returns true; false (nothing written) when the step has prompt
-// tokens. Sequence i is token i and logit row i; padding token t >= n_seqs is sequence t at
-// position 0, whose table row holds only the spare block.
-bool Engine::Impl::fill_padded_decode() {
-  for (const Scheduled& b : batch) {
-    if (!b.decode || b.n_tokens != 1) return false;
-  }
-  const int64_t n_seqs = static_cast<int64_t>(batch.size());
-  const int64_t n = decode_bucket(n_seqs);
-  const int64_t width = (max_model_len + options.block_size - 1) / options.block_size;
-  int32_t* ids = in_ids.reserve(n);
-  int32_t* pos = in_positions.reserve(n);
-  int32_t* seq_ids = in_seq_ids.reserve(n);
-  int32_t* table = in_block_tables.reserve(n * width);
-  int32_t* rows = in_logit_rows.reserve(n);
-  for (int64_t t = 0; t < n; ++t) {
-    int32_t* row = table + t * width;
-    seq_ids[t] = static_cast<int32_t>(t);
-    rows[t] = static_cast<int32_t>(t);
-    if (t < n_seqs) {
-      Scheduled& b = batch[static_cast<size_t>(t)];
-      const Sequence& s = *b.seq;
-      ids[t] = s.tokens[static_cast<size_t>(s.n_computed)];
-      pos[t] = static_cast<int32_t>(s.n_computed);
-      b.logit_row = static_cast<int>(t);
-      const size_t nb = s.blocks.blocks.size();
-      std::copy(s.blocks.blocks.begin(), s.blocks.blocks.end(), row);
-      std::fill(row + nb, row + width, -1);
-    } else {
-      ids[t] = 0;
-      pos[t] = 0;
-      row[0] = static_cast<int32_t>(num_blocks);  // the spare block
-      std::fill(row + 1, row + width, -1);
-    }
-  }
-  inputs["ids"] = in_ids.view({n});
-  inputs["positions"] = in_positions.view({n});
-  inputs["seq_ids"] = in_seq_ids.view({n});
-  inputs["block_tables"] = in_block_tables.view({n, width});
-  inputs["logit_rows"] = in_logit_rows.view({n});
-  return true;
-}
-
-// Fills the graph inputs of any step: its tokens in batch order, a block table row per
-// sequence, the logit rows of the sequences that complete a prompt or decode.
-void Engine::Impl::fill_step(int64_t n_tokens, int64_t max_blocks, int n_out) {
-  const int64_t n_seqs = static_cast<int64_t>(batch.size());
-  // The executor re-plans whenever an input shape changes: rounding the table width up to a
-  // power of two keeps a steady decode batch on one plan while sequences grow.
-  max_blocks = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(max_blocks)));
-  int32_t* ids = in_ids.reserve(n_tokens);
-  int32_t* pos = in_positions.reserve(n_tokens);
-  int32_t* seq_ids = in_seq_ids.reserve(n_tokens);
-  int32_t* table = in_block_tables.reserve(n_seqs * max_blocks);
-  // A batch of partial prompt chunks produces no logits; one ignored row keeps n_out >= 1.
-  int32_t* rows = in_logit_rows.reserve(std::max(n_out, 1));
-  int64_t t = 0;
-  for (int64_t si = 0; si < n_seqs; ++si) {
-    const Scheduled& b = batch[static_cast<size_t>(si)];
-    const Sequence& s = *b.seq;
-    for (int64_t j = 0; j < b.n_tokens; ++j, ++t) {
-      ids[t] = s.tokens[static_cast<size_t>(s.n_computed + j)];
-      pos[t] = static_cast<int32_t>(s.n_computed + j);
-      seq_ids[t] = static_cast<int32_t>(si);
-    }
-    if (b.logit_row >= 0) rows[b.logit_row] = static_cast<int32_t>(t - 1);
-    int32_t* row = table + si * max_blocks;
-    const size_t nb = s.blocks.blocks.size();
-    std::copy(s.blocks.blocks.begin(), s.blocks.blocks.end(), row);
-    std::fill(row + nb, row + max_blocks, -1);
-  }
-  if (n_out == 0) rows[0] = 0;
-  inputs["ids"] = in_ids.view({n_tokens});
-  inputs["positions"] = in_positions.view({n_tokens});
-  inputs["seq_ids"] = in_seq_ids.view({n_tokens});
-  inputs["block_tables"] = in_block_tables.view({n_seqs, max_blocks});
-  inputs["logit_rows"] = in_logit_rows.view({std::max(n_out, 1)});
-}
-
-void Engine::Impl::run_batch() {
-  const auto t0 = EngineClock::now();
-  int64_t n_tokens = 0, max_blocks = 1;
-  int n_out = 0, n_decode = 0;
-  for (Scheduled& b : batch) {
-    n_tokens += b.n_tokens;
-    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(b.seq->blocks.blocks.size()));
-    if (b.seq->n_computed + b.n_tokens == static_cast<int64_t>(b.seq->tokens.size())) {
-      b.logit_row = n_out++;
-    }
-    n_decode += b.decode ? 1 : 0;
-  }
-  const int64_t n_seqs = static_cast<int64_t>(batch.size());
-  const bool padded = pad_decode && fill_padded_decode();
-  if (!padded) fill_step(n_tokens, max_blocks, n_out);
-
-  Tensor host_logits;  // [max(n_out, 1), vocab], or the padded batch's rows
-  std::string error;
-  try {
-    // A padded decode step recurs with the same shapes: the executor replays it as a CUDA graph.
-    const std::vector<Tensor> out = executor->run(inputs, /*recurring=*/padded);
-    // The CPU sampler reads the logits on the host: a device output is copied back (only the
-    // n_out rows the step asked for); a CPU output is read in place from the executor's arena.
-    host_logits = out[0].device().type == DeviceType::kCPU ? out[0] : out[0].to(Device::cpu());
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  std::unordered_set<const Sequence*> done;
-  if (!error.empty()) {
-    log::error("engine step over {} sequences failed: {}", n_seqs, error);
-    for (const Scheduled& b : batch) {
-      EngineEvent ev;
-      ev.error = error;
-      finish(*b.seq, EngineFinish::kError, std::move(ev));
-      done.insert(b.seq);
-    }
-  } else {
-    const float* logits = host_logits.data<float>();
-    const int64_t vocab = config.vocab_size;
-    for (const Scheduled& b : batch) {
-      Sequence& s = *b.seq;
-      s.n_computed += b.n_tokens;
-      blocks->commit(s.blocks, s.tokens, s.n_computed);
-      if (b.logit_row < 0) continue;
-      handle_logits(s, logits + static_cast<int64_t>(b.logit_row) * vocab);
-      if (s.finished) done.insert(&s);
-    }
-  }
-  remove_finished(done);
-  ++steps;
-  const StepStats st{static_cast<int>(n_seqs), n_decode, n_tokens, seconds_since(t0)};
-  std::function<void(const StepStats&)> observer;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    observer = step_observer;
-  }
-  if (observer) observer(st);
-}
-
-// Samples the next token of `s` and streams it; on finishing, sends the final event (which marks
-// the sequence finished for removal).
-void Engine::Impl::handle_logits(Sequence& s, const float* logits) {
-  const int64_t vocab = config.vocab_size;
-  SampleResult r;
-  try {
-    r = s.sampler->sample(std::span<const float>(logits, static_cast<size_t>(vocab)), s.tokens);
-  } catch (const std::exception& e) {
-    EngineEvent ev;
-    ev.error = e.what();
-    finish(s, EngineFinish::kError, std::move(ev));
-    return;
-  }
-  auto tail = [&](EngineEvent& ev) {
-    if (s.stops->stopped()) return;
-    ev.text += s.stops->push(s.decoder->flush());
-    ev.text += s.stops->flush();
-  };
-  if (std::find(s.stop_ids.begin(), s.stop_ids.end(), r.id) != s.stop_ids.end()) {
-    EngineEvent ev;
-    tail(ev);
-    finish(s, EngineFinish::kStop, std::move(ev));
-    return;
-  }
-  s.tokens.push_back(r.id);
-  if (s.n_generated() == 1) s.first_token_s = seconds_since(s.submitted);
-  EngineEvent ev;
-  ev.token = r.id;
-  ev.text = s.stops->push(s.decoder->push(r.id));
-  ev.sample = std::move(r);
-  std::optional<EngineFinish> why;
-  if (s.stops->stopped()) {
-    why = EngineFinish::kStop;
-    ev.stop_matched = s.stops->matched();
-  } else if (s.n_generated() >= s.request.max_tokens ||
-             static_cast<int64_t>(s.tokens.size()) >= max_model_len) {
-    why = EngineFinish::kLength;
-  }
-  if (!why) {
-    emit(s, ev);
-    return;
-  }
-  tail(ev);
-  finish(s, *why, std::move(ev));
-}
-
-void Engine::Impl::remove_finished(const std::unordered_set<const Sequence*>& done) {
-  if (done.empty()) return;
-  std::erase_if(running, [&](const std::unique_ptr<Sequence>& s) { return done.count(s.get()) > 0; });
 }
 
 void Engine::Impl::publish_stats() {

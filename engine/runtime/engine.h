@@ -67,6 +67,11 @@ struct EngineOptions {
   // Pads decode-only steps as above without graphs (implied by cuda_graphs on CUDA). On the CPU
   // it only costs time: it is there to test the padding where no GPU is.
   bool pad_decode_steps = false;
+  // On a CUDA device, requests without penalties or logprobs (SamplingParams::logprobs false)
+  // are sampled on the GPU and only their ids come back (runtime/device_sampler.h: greedy is
+  // the CPU's; seeded draws are reproducible but differ from the CPU's). Off: every row's
+  // logits are copied to the host and sampled there.
+  bool device_sampling = true;
 };
 
 enum class EngineFinish {

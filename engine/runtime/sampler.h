@@ -33,6 +33,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;  // OpenAI: minus this times the count of the id, in [-2, 2]
   std::optional<uint64_t> seed;    // same seed + same logits sequence -> same tokens
   int32_t top_logprobs = 0;        // how many alternatives to report (0..20)
+  // Whether the caller reads SampleResult::logprob. The CPU Sampler always computes it; false
+  // lets an engine on a GPU sample there (runtime/device_sampler.h), which computes none.
+  bool logprobs = true;
 };
 
 struct TokenLogprob {

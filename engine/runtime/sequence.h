@@ -32,6 +32,10 @@ struct Sequence {
   SeqBlocks blocks;
 
   std::unique_ptr<Sampler> sampler;
+  // Sampled on the GPU (device_sampler.h) instead of by `sampler`: the engine runs on CUDA with
+  // device sampling on and the request asks for nothing the GPU does not do.
+  bool device_sampling = false;
+  uint64_t device_seed = 0;  // the request's seed, or one drawn at submit
   std::unique_ptr<tok::StreamDecoder> decoder;
   std::unique_ptr<StopMatcher> stops;
   std::vector<int32_t> stop_ids;  // request stop ids + eos ids (unless ignore_eos)

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/capi/sampan.h"
 #include "engine/core/cuda_stream.h"
 #include "engine/core/device.h"
 #include "engine/core/error.h"
@@ -342,6 +343,56 @@ TEST_CASE("cuda e2e: running out of device memory is one line; the process stays
   auto cpu = Engine::load(serve_model(), engine_options(Device::cpu()));
   auto gpu = Engine::load(serve_model(), engine_options(kGpu));
   CHECK(run_engine(*gpu) == run_engine(*cpu));
+}
+
+namespace {
+
+// Runs the C API predictor of tiny_llama3 on `device` over `ids` ([batch, seq]); returns the
+// logits [batch * seq, vocab] as a host tensor.
+Tensor capi_logits(const char* device, const std::vector<int32_t>& ids, int64_t batch,
+                   int64_t seq) {
+  auto ok = [](SampanStatus s) {
+    INFO(sampan_status_name(s) << ": " << sampan_last_error());
+    REQUIRE(s == SAMPAN_OK);
+  };
+  SampanConfig* c = nullptr;
+  ok(sampan_config_create(&c));
+  ok(sampan_config_set_model_dir(c, tiny_model("tiny_llama3").c_str()));
+  ok(sampan_config_set_device(c, device));
+  ok(sampan_config_set_threads(c, 2));
+  SampanPredictor* p = nullptr;
+  ok(sampan_predictor_create(c, &p));
+  SampanPredictor* clone = nullptr;  // shares the uploaded weights
+  ok(sampan_predictor_clone(p, &clone));
+  SampanTensor* in = nullptr;
+  ok(sampan_predictor_get_input_handle(clone, "input_ids", &in));
+  const int64_t dims[2] = {batch, seq};
+  ok(sampan_tensor_reshape(in, dims, 2));
+  ok(sampan_tensor_copy_from_cpu(in, SAMPAN_DTYPE_I32, ids.data(), ids.size() * 4));
+  ok(sampan_predictor_run(clone));
+  SampanTensor* out = nullptr;
+  ok(sampan_predictor_get_output_handle(clone, "logits", &out));
+  int64_t shape[3] = {0, 0, 0};
+  int32_t rank = 0;
+  ok(sampan_tensor_get_shape(out, shape, 3, &rank));
+  REQUIRE(rank == 3);
+  Tensor logits = Tensor::empty({batch * seq, shape[2]}, DType::kF32);
+  ok(sampan_tensor_copy_to_cpu(out, SAMPAN_DTYPE_F32, logits.raw(),
+                               static_cast<uint64_t>(logits.nbytes())));
+  ok(sampan_predictor_destroy(clone));
+  ok(sampan_predictor_destroy(p));
+  ok(sampan_config_destroy(c));
+  return logits;
+}
+
+}  // namespace
+
+// The C API predictor (weights uploaded once into the graph its clones share, KV pools and
+// activations on the GPU) against the same predictor on the CPU: 3 rows of 20 tokens.
+TEST_CASE("cuda e2e: the C API predictor on CUDA gives the CPU predictor's logits",
+          "[cuda][e2e]") {
+  const std::vector<int32_t> ids = random_ids(60, 256, 21);
+  require_close(capi_logits("cpu", ids, 3, 20), capi_logits("cuda", ids, 3, 20));
 }
 
 TEST_CASE("cuda e2e: a device index that does not exist is refused before loading",

@@ -12,7 +12,11 @@
 //     inside a recorded graph) match node by node too.
 //   engine: the batched Engine pads decode-only steps to 1, 2, 4, 8, 16, ... tokens and replays
 //     them; 9 concurrent greedy requests of ragged lengths give the tokens of the CPU Engine and
-//     of the GPU Engine with graphs off, and the engine reports replays.
+//     of the GPU Engine with graphs off, and the engine reports replays. Every other request
+//     asks for no logprobs, so it is sampled on the GPU (device_sampler.h) in the same steps as
+//     the others are sampled on the host: greedy ids must be the CPU's either way.
+//   seeded sampling on the GPU: temperature 0.8 / top_p 0.9 with a seed gives the same tokens
+//     on two engines (the draw is a function of seed and step, not of the batch).
 //   bad ids: a replayed step runs no host checks, so CausalLm refuses an id outside the
 //     vocabulary before anything runs, and the next step (replayed) is still right.
 //
@@ -106,7 +110,14 @@ void check_decode_matches(const std::string& dir, const models::ModelBuildOption
   CHECK(eager->graph_stats().replays == 0);
 }
 
-std::vector<std::vector<int32_t>> run_engine(Device device, bool graphs, EngineStats* stats) {
+SamplingParams greedy() {
+  SamplingParams p;
+  p.temperature = 0;
+  return p;
+}
+
+std::vector<std::vector<int32_t>> run_engine(Device device, bool graphs, EngineStats* stats,
+                                             const SamplingParams& sampling = greedy()) {
   EngineOptions o;
   o.threads = 2;
   o.max_model_len = 160;
@@ -121,8 +132,9 @@ std::vector<std::vector<int32_t>> run_engine(Device device, bool graphs, EngineS
     EngineRequest req;
     req.id = std::string("r") + std::to_string(r);  // (GCC 12 warns -Wrestrict on "r" + ...)
     req.prompt = random_ids(3 + 5 * r, vocab, 200 + r);  // ragged: requests finish prefill apart
-    req.sampling.temperature = 0;
-    req.max_tokens = 20 + 3 * r;                        // and leave the batch one by one
+    req.sampling = sampling;
+    req.sampling.logprobs = r % 2 == 0;  // odd requests: sampled on the GPU
+    req.max_tokens = 20 + 3 * r;         // and leave the batch one by one
     req.ignore_eos = true;
     got.push_back(std::make_unique<Collected>());
     engine->submit(std::move(req), got.back()->callback());
@@ -215,4 +227,23 @@ TEST_CASE("cuda graphs: the padded, replayed Engine generates the CPU's tokens",
   CHECK(eager_stats.cuda_graph_replays == 0);
   CHECK(graph_stats.cuda_graph_captures >= 2);  // several padded batch sizes
   CHECK(graph_stats.cuda_graph_replays > 20);
+}
+
+TEST_CASE("cuda graphs: seeded sampling on the GPU is reproducible across engines",
+          "[cuda][graphs]") {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_p = 0.9f;
+  p.seed = 1234;
+  EngineStats a_stats, b_stats;
+  const auto a = run_engine(kGpu, true, &a_stats, p);
+  const auto b = run_engine(kGpu, false, &b_stats, p);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("request " << i);
+    CHECK(a[i].size() == 20 + 3 * i);
+    // Odd requests drew on the GPU: the same seed gives the same tokens, graphs or not. (Even
+    // ones drew on the CPU, also seeded, so they match too.)
+    CHECK(a[i] == b[i]);
+  }
 }

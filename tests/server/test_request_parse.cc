@@ -224,6 +224,7 @@ TEST_CASE("completion request: prompt forms", "[request_parse]") {
   CHECK(r.prompt_ids.empty());
   CHECK(!r.stream);
   CHECK(r.logprobs == -1);
+  CHECK(!r.fields.sampling.logprobs);  // none asked for: the engine may sample on a GPU
 
   r = parse_completion_request(j(R"({"prompt": ["hi"]})"));
   CHECK(r.model.empty());
@@ -258,9 +259,12 @@ TEST_CASE("completion request: options", "[request_parse]") {
   CHECK(r.include_usage);
   CHECK(r.logprobs == 3);
   CHECK(r.fields.sampling.top_logprobs == 3);
+  CHECK(r.fields.sampling.logprobs);
   CHECK(r.fields.max_tokens == 9);
   CHECK(r.fields.sampling.temperature == 0.0f);
   CHECK(parse_completion_request(j(R"({"prompt": "a", "logprobs": 0})")).logprobs == 0);
+  // logprobs 0 still reports the chosen token's logprob.
+  CHECK(parse_completion_request(j(R"({"prompt": "a", "logprobs": 0})")).fields.sampling.logprobs);
   CHECK(parse_completion_request(j(R"({"prompt": "a", "logprobs": 20})")).logprobs == 20);
 
   CHECK(completion_refusal(R"({"prompt": "a", "n": 2})") == "n");
@@ -295,6 +299,7 @@ TEST_CASE("chat request: messages", "[request_parse]") {
   CHECK(r.messages[2]["name"] == "bot");  // other keys reach the template
   CHECK(!r.logprobs);
   CHECK(r.fields.sampling.top_logprobs == 0);
+  CHECK(!r.fields.sampling.logprobs);
 
   CHECK(chat_refusal("{}") == "messages");
   CHECK(chat_refusal(R"({"messages": "hi"})") == "messages");
@@ -322,6 +327,7 @@ TEST_CASE("chat request: options", "[request_parse]") {
   CHECK(r.logprobs);
   CHECK(r.top_logprobs == 2);
   CHECK(r.fields.sampling.top_logprobs == 2);
+  CHECK(r.fields.sampling.logprobs);
   CHECK(r.stream);
   CHECK(!r.include_usage);
   CHECK(*r.fields.sampling.seed == 3u);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/runtime/device_sampler.h"
 #include "engine/runtime/sampler.h"
 
 using namespace sampan;
@@ -537,4 +538,27 @@ TEST_CASE("StopMatcher: random texts and splits agree with a whole-string search
     stopped_cases += ref_stopped;
   }
   CHECK(stopped_cases > 500);  // the generator exercises both outcomes
+}
+
+// What the GPU sampler leaves to the CPU one (device_sampler.h): penalties and logprobs.
+TEST_CASE("device sampling takes only requests without penalties or logprobs") {
+  SamplingParams p;
+  p.logprobs = false;
+  p.temperature = 0.7f;
+  p.top_k = 40;
+  p.top_p = 0.9f;
+  p.min_p = 0.05f;
+  p.seed = 3;
+  CHECK(device_sampling_eligible(p));
+  auto with = [&](auto change) {
+    SamplingParams q = p;
+    change(q);
+    return device_sampling_eligible(q);
+  };
+  CHECK_FALSE(with([](SamplingParams& q) { q.logprobs = true; }));
+  CHECK_FALSE(with([](SamplingParams& q) { q.top_logprobs = 2; }));
+  CHECK_FALSE(with([](SamplingParams& q) { q.repetition_penalty = 1.1f; }));
+  CHECK_FALSE(with([](SamplingParams& q) { q.presence_penalty = 0.5f; }));
+  CHECK_FALSE(with([](SamplingParams& q) { q.frequency_penalty = -0.5f; }));
+  CHECK(!device_sampling_eligible(SamplingParams{}));  // logprobs are read unless said otherwise
 }
