@@ -60,6 +60,12 @@ void cuda_copy_async(void* dst, const void* src, size_t bytes, void* stream) {
              fmt::format("copying {} bytes", bytes));
 }
 
+void cuda_memset_async(void* dst, int value, size_t bytes, void* stream) {
+  if (bytes == 0) return;
+  check_cuda(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)),
+             fmt::format("clearing {} bytes", bytes));
+}
+
 void cuda_copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   // cudaMemcpy alone may return before a pageable-host-to-device DMA lands, and kernels on
@@ -150,6 +156,10 @@ void cuda_copy_async(void*, const void*, size_t bytes, void*) {
 
 void cuda_copy(void*, const void*, size_t bytes) {
   if (bytes != 0) no_cuda("copying to or from a CUDA device");
+}
+
+void cuda_memset_async(void*, int, size_t bytes, void*) {
+  if (bytes != 0) no_cuda("clearing CUDA device memory");
 }
 
 int cuda_take_last_error() { return 0; }

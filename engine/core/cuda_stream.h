@@ -40,6 +40,9 @@ void cuda_set_device(int index);
 // been synchronised.
 void cuda_copy_async(void* dst, const void* src, size_t bytes, void* stream);
 
+// Queues setting `bytes` of device memory at `dst` to the byte `value` on `stream`.
+void cuda_memset_async(void* dst, int value, size_t bytes, void* stream);
+
 // Waits for the work queued on `stream` (a cudaStream_t), reporting a CUDA error like
 // CudaStream::synchronize. For kernel launchers that need a result on the host.
 void cuda_stream_synchronize(void* stream, std::string_view what);

@@ -33,6 +33,7 @@ Executor::Executor(const Graph& graph, cpu::TaskRunner& runner, Device device)
   }
   if (device_.type == DeviceType::kCUDA) {
     stream_ = std::make_unique<CudaStream>(device_.index);
+    fault_ = Storage::allocate(2 * sizeof(int32_t), device_);
     find_written_inputs();
     input_buffers_.resize(graph_.inputs().size());
   }
@@ -266,7 +267,9 @@ void Executor::launch(size_t ni, const std::vector<Tensor>& in, const std::vecto
   }
   last_launched_ = &n;
   try {
-    (*kernels_[ni])(ops::KernelContext{n, in, out, runner_, stream_->handle(), capturing_});
+    (*kernels_[ni])(ops::KernelContext{n, in, out, runner_, stream_->handle(), capturing_,
+                                       static_cast<int32_t*>(fault_->data()),
+                                       static_cast<int32_t>(ni + 1)});
 #ifndef NDEBUG
     // Debug builds check every launch and wait for every node, so an asynchronous fault is
     // reported against the node that caused it rather than at the end of the run (not while
@@ -287,8 +290,21 @@ void Executor::finish_cuda_run() {
                                    device_.str(), last_launched_->name, last_launched_->op)
                      : fmt::format("graph run on {}", device_.str());
   last_launched_ = nullptr;
+  cuda_copy_async(fault_host_, fault_->data(), sizeof(fault_host_), stream_->handle());
   stream_->synchronize(what);
   staged_sources_.clear();  // the copies that read them are done
+  throw_on_fault();
+}
+
+void Executor::throw_on_fault() {
+  const int32_t tag = fault_host_[0];
+  if (tag <= 0 || static_cast<size_t>(tag) > graph_.nodes().size()) return;
+  const Node& n = graph_.nodes()[static_cast<size_t>(tag - 1)];
+  const ops::FaultTextFn text = ops::OpRegistry::instance().fault_text(n.op, device_.type);
+  fail(ErrorCode::kInvalidArgument,
+       "node '{}' ({}) on {}: {} (that work was skipped; the rest of the run completed)", n.name,
+       n.op, device_.str(),
+       text ? text(fault_host_[1]) : fmt::format("bad input, reason {:#x}", fault_host_[1]));
 }
 
 std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs, bool recurring) {
@@ -300,6 +316,7 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& inputs, b
   try {
     upload_constants();
     prepare(inputs);  // queues the staging copies of host inputs: before any replay
+    cuda_memset_async(fault_->data(), 0, 2 * sizeof(int32_t), stream_->handle());
     std::vector<Tensor> result = recurring && cuda_graphs_ ? run_recurring() : launch_nodes();
     finish_cuda_run();
     return result;

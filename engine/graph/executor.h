@@ -9,7 +9,10 @@
 // on the device is used as is. Inputs may be on the CPU (copied into device buffers the executor
 // keeps) or on the executor's device; an input the graph writes in place (a KV cache) must be
 // on the device. run() synchronises the stream before returning, so outputs are ready and any
-// CUDA error has become an Error.
+// CUDA error has become an Error. An index only the device can check (attention's block tables,
+// gather_rows' rows) is skipped by its kernel and reported afterwards: run() then throws
+// Error(kInvalidArgument) naming the node, after the rest of the run has completed (the CPU
+// checks before running anything).
 //
 // CUDA graphs. A run marked `recurring` (a decode step: the same input shapes step after step)
 // is keyed by its input shapes and the device addresses of its inputs. The first run of a key
@@ -93,6 +96,7 @@ class Executor {
   Tensor stage_input(size_t index, const Tensor& host);
   void launch(size_t node_index, const std::vector<Tensor>& in, const std::vector<Tensor>& out);
   void finish_cuda_run();
+  void throw_on_fault();
   void prepare(const std::map<std::string, Tensor>& inputs);
   std::vector<Tensor> launch_nodes();
   std::vector<Tensor> run_recurring();
@@ -118,6 +122,8 @@ class Executor {
   std::vector<bool> input_written_;  // by graph input index: a side-effect op writes it
   std::vector<std::shared_ptr<Storage>> input_buffers_;  // by graph input index: host inputs' copies
   std::vector<Tensor> staged_sources_;  // host sources of this run's copies, alive until the sync
+  std::shared_ptr<Storage> fault_;      // two device ints: KernelContext::fault
+  int32_t fault_host_[2] = {0, 0};      // their copy after a run
   std::map<std::tuple<const Storage*, size_t, Shape, Shape, DType>, Tensor> device_constants_;
   bool constants_uploaded_ = false;
   int64_t uploaded_constants_ = 0;

@@ -12,9 +12,11 @@
 // positions, sequence ids and block tables are on the device, and reading them back would stall
 // the stream at every layer, so the kernels check them instead: a token with a bad sequence id,
 // position or block id is never written or read through (no stray access, nothing of another
-// sequence touched) and its output row is NaN. Debug builds, whose executor already waits after
-// every node, also read the flags back and throw Error(kInvalidArgument) naming the token
-// (except while a CUDA graph is recorded, when nothing has run yet).
+// sequence touched) and its output row is NaN; the flags kernel reports it to the executor's
+// fault word, so the run ends in Error(kInvalidArgument) naming the node (bad_token_text) once
+// the rest of it has completed. Debug builds, whose executor already waits after every node,
+// read the flags back at once and throw naming the token (except while a CUDA graph is
+// recorded, when nothing has run yet).
 //
 // Scratch (the flags and the split-K partial results) comes from a per-stream cache: one device
 // buffer per (device, stream), grown to the largest step seen and reused by every layer and
@@ -87,6 +89,17 @@ uint8_t* stream_scratch(Device device, void* stream, size_t bytes, bool capturin
     bufs.push_back(Storage::allocate(grown, device));  // the outgrown ones stay (see the top)
   }
   return static_cast<uint8_t*>(bufs.back()->data());
+}
+
+// What a token's kTokenBad* bits mean (also the executor's message for a fault, reason = the
+// bits of every bad token of the step together).
+std::string bad_token_text(int32_t bits) {
+  std::string s;
+  auto add = [&](const char* what) { s += s.empty() ? what : std::string(" and ") + what; };
+  if (bits & cuda::kTokenBadSeq) add("a sequence id outside block_tables");
+  if (bits & cuda::kTokenBadPos) add("a position outside its block table");
+  if (bits & cuda::kTokenBadBlock) add("a block id outside the cache");
+  return s.empty() ? "bad indices" : "a token with " + s;
 }
 
 #ifndef NDEBUG
@@ -168,7 +181,9 @@ void run_cuda(const KernelContext& ctx) {
   uint8_t* scratch = stream_scratch(q.device(), ctx.stream, flag_bytes + part_bytes, ctx.capturing);
   uint8_t* flags = scratch;
 
-  check_cuda(cuda::attention_token_flags(b, c, flags, stream), "attention: index checks");
+  check_cuda(cuda::attention_token_flags(b, c, flags, cuda::FaultSink{ctx.fault, ctx.fault_tag},
+                                         stream),
+             "attention: index checks");
   check_cuda(cuda::kv_write(b, k.data<float>(), row_stride(k), v.data<float>(), row_stride(v), c,
                             stream),
              "attention: KV cache write");
@@ -185,6 +200,7 @@ void run_cuda(const KernelContext& ctx) {
 }
 
 const RegisterKernel kCuda("attention", DeviceType::kCUDA, run_cuda);
+const RegisterFaultText kCudaFault("attention", DeviceType::kCUDA, bad_token_text);
 
 }  // namespace
 }  // namespace sampan::ops

@@ -40,6 +40,15 @@ const KernelFn& OpRegistry::kernel(const std::string& op, DeviceType device) con
   return it->second;
 }
 
+void OpRegistry::add_fault_text(const std::string& op, DeviceType device, FaultTextFn fn) {
+  fault_texts_[{op, device}] = fn;
+}
+
+FaultTextFn OpRegistry::fault_text(const std::string& op, DeviceType device) const {
+  auto it = fault_texts_.find({op, device});
+  return it == fault_texts_.end() ? nullptr : it->second;
+}
+
 std::vector<std::string> OpRegistry::op_names() const {
   std::vector<std::string> names;
   for (const auto& [name, _] : schemas_) names.push_back(name);

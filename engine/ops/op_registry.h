@@ -38,11 +38,20 @@ struct KernelContext {
   // nothing runs until the graph is replayed, and a replay re-runs only the recorded GPU work,
   // never the launcher's host code.
   bool capturing = false;
+  // CUDA: where a kernel records an input only the device can find bad (an index it must not
+  // follow; it skips that work instead): two device ints, fault[0] = fault_tag for the first
+  // fault, fault[1] |= the kernel's reason bits (kernels/cuda/fault.cuh). The executor zeroes
+  // them before a run and afterwards throws Error(kInvalidArgument) naming the node, in the
+  // words of the op's RegisterFaultText. Null on the CPU, whose kernels check on the host.
+  int32_t* fault = nullptr;
+  int32_t fault_tag = 0;
 };
 
 using InferFn = std::function<std::vector<TensorDesc>(const graph::Node&,
                                                       const std::vector<TensorDesc>& inputs)>;
 using KernelFn = std::function<void(const KernelContext&)>;
+// What a device kernel's fault reason bits mean, for the executor's error message.
+using FaultTextFn = std::string (*)(int32_t reason);
 // View ops produce outputs that alias an input's memory (no kernel runs, no buffer planned).
 using ViewFn = std::function<std::vector<Tensor>(const graph::Node&,
                                                  const std::vector<Tensor>& inputs)>;
@@ -68,11 +77,14 @@ class OpRegistry {
   bool has_schema(const std::string& op) const;
   bool supports(const std::string& op, DeviceType device) const;
   const KernelFn& kernel(const std::string& op, DeviceType device) const;
+  void add_fault_text(const std::string& op, DeviceType device, FaultTextFn fn);
+  FaultTextFn fault_text(const std::string& op, DeviceType device) const;  // null when none
   std::vector<std::string> op_names() const;
 
  private:
   std::map<std::string, OpSchema> schemas_;
   std::map<std::pair<std::string, DeviceType>, KernelFn> kernels_;
+  std::map<std::pair<std::string, DeviceType>, FaultTextFn> fault_texts_;
 };
 
 struct RegisterOp {
@@ -81,6 +93,11 @@ struct RegisterOp {
 struct RegisterKernel {
   RegisterKernel(const std::string& op, DeviceType device, KernelFn fn) {
     OpRegistry::instance().add_kernel(op, device, std::move(fn));
+  }
+};
+struct RegisterFaultText {
+  RegisterFaultText(const std::string& op, DeviceType device, FaultTextFn fn) {
+    OpRegistry::instance().add_fault_text(op, device, fn);
   }
 };
 

@@ -9,7 +9,8 @@ namespace {
 constexpr int kFlagWarps = 8;  // tokens per thread block
 
 __global__ void __launch_bounds__(kFlagWarps * 32)
-    token_flags_kernel(AttentionBatch b, PagedKv c, uint8_t* __restrict__ flags) {  // [n_tokens]
+    token_flags_kernel(AttentionBatch b, PagedKv c, uint8_t* __restrict__ flags,  // [n_tokens]
+                       FaultSink fault) {
   static_assert(kTileTokens == 64, "the run search holds a tile's sequence ids in 64 bits");
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kFlagWarps + (threadIdx.x >> 5);
@@ -29,7 +30,11 @@ __global__ void __launch_bounds__(kFlagWarps * 32)
       for (int64_t i = lo + lane; i <= hi; i += 32) bad |= row[i] < 0 || row[i] >= c.n_blocks;
       if (__any_sync(0xffffffffu, bad)) f |= kTokenBadBlock;
     }
-    if (f == 0) f = kTokenValid;
+    if (f == 0) {
+      f = kTokenValid;
+    } else if (lane == 0) {
+      report_fault(fault, f);
+    }
     // The maximal run of tokens of sequence s around t inside t's tile, from a 64-bit mask of
     // the tile's tokens that belong to s.
     const int64_t t0 = t / kTileTokens * kTileTokens;
@@ -50,11 +55,11 @@ __global__ void __launch_bounds__(kFlagWarps * 32)
 }  // namespace
 
 int attention_token_flags(const AttentionBatch& batch, const PagedKv& cache, uint8_t* flags,
-                          cudaStream_t stream) {
+                          FaultSink fault, cudaStream_t stream) {
   if (batch.n_tokens <= 0) return cudaSuccess;
   if (cache.block_size <= 0) return cudaErrorInvalidValue;
   const unsigned grid = static_cast<unsigned>(min64(ceil_div(batch.n_tokens, kFlagWarps), 65535));
-  token_flags_kernel<<<grid, kFlagWarps * 32, 0, stream>>>(batch, cache, flags);
+  token_flags_kernel<<<grid, kFlagWarps * 32, 0, stream>>>(batch, cache, flags, fault);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/fault.cuh"
+
 namespace sampan::cuda {
 
 // Same values and meaning as cpu::KvDtype.
@@ -85,9 +87,10 @@ constexpr int64_t kMinTiledRun = 16;
 
 // flags: [n_tokens] bytes (device). Validates every token's indices the way the CPU op's
 // check_paged_indices does (sequence id, position within the table, every block id from its
-// first key to its position) and classifies it (kTokenTiled). Returns the cudaError_t of the
+// first key to its position) and classifies it (kTokenTiled). A token with bad indices is also
+// reported to `fault` with its kTokenBad* bits as the reason. Returns the cudaError_t of the
 // launch.
 int attention_token_flags(const AttentionBatch& batch, const PagedKv& cache, uint8_t* flags,
-                          cudaStream_t stream);
+                          FaultSink fault, cudaStream_t stream);
 
 }  // namespace sampan::cuda

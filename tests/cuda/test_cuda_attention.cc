@@ -272,9 +272,10 @@ TEST_CASE("attention on CUDA matches the CPU: awkward shapes and a sliding windo
 }
 
 TEST_CASE("attention on CUDA: a token with a bad block id touches nothing", "[cuda]") {
-  // Sequence 1's table points outside the pool. Debug builds throw as the CPU does; release
-  // builds (no host read-back) give that token NaN rows, write nothing for it, and the other
-  // tokens the CPU's results.
+  // Sequence 1's table points outside the pool. The CPU refuses the step before running it; on
+  // CUDA the kernels skip that token (nothing read or written through the bad id), the other
+  // tokens run, and the run ends in the same kind of error: Debug builds name the token (they
+  // read the flags back after the node), Release builds the node (the executor's fault word).
   std::mt19937 rng(4);
   Config c;
   c.n_heads = 4;
@@ -295,17 +296,20 @@ TEST_CASE("attention on CUDA: a token with a bad block id touches nothing", "[cu
                                       {"k_cache", k_pool.to(kGpu)},
                                       {"v_cache", v_pool.to(kGpu)}};
   Executor gpu(g, pool(), kGpu);
-#ifndef NDEBUG
   try {
     gpu.run(in);
     FAIL("a block id outside the cache was accepted");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kInvalidArgument);
-    CHECK_THAT(e.what(), Catch::Contains("token 2") && Catch::Contains("block id"));
-  }
+    CHECK_THAT(e.what(), Catch::Contains("block id"));
+#ifndef NDEBUG
+    CHECK_THAT(e.what(), Catch::Contains("token 2"));
 #else
-  const Tensor got = gpu.run(in)[0].to(Device::cpu());
-  // The reference: the two good tokens alone on the CPU.
+    CHECK_THAT(e.what(), Catch::Contains("node 'layer.attn' (attention)"));
+#endif
+  }
+  // The good tokens' K/V rows are written as the CPU writes them (the CPU runs them alone), and
+  // nothing else in the pools changed.
   std::map<std::string, Tensor> good = in;
   good["q"] = in["q"].slice(0, 0, 2).contiguous();
   good["k"] = in["k"].slice(0, 0, 2).contiguous();
@@ -316,12 +320,15 @@ TEST_CASE("attention on CUDA: a token with a bad block id touches nothing", "[cu
   good["k_cache"] = k_cpu;
   good["v_cache"] = v_cpu;
   Executor cpu(g, pool());
-  const Tensor want = cpu.run(good)[0];
-  expect_close(got.slice(0, 0, 2).contiguous(), want, kTol, kTol, "the good tokens");
-  for (int64_t i = 2 * c.n_heads * c.head_dim; i < got.numel(); ++i) {
-    REQUIRE(std::isnan(got.data<float>()[i]));
-  }
+  cpu.run(good);
   expect_same_bytes(in["k_cache"].to(Device::cpu()), k_cpu, "K pool");
   expect_same_bytes(in["v_cache"].to(Device::cpu()), v_cpu, "V pool");
-#endif
+  // The executor stays usable: the good tokens alone now run, and match the CPU.
+  good["k_cache"] = k_pool.to(kGpu);
+  good["v_cache"] = v_pool.to(kGpu);
+  std::map<std::string, Tensor> good_cpu = good;
+  good_cpu["k_cache"] = k_pool.clone();
+  good_cpu["v_cache"] = v_pool.clone();
+  expect_close(gpu.run(good)[0].to(Device::cpu()), cpu.run(good_cpu)[0], kTol, kTol,
+               "the good tokens after the error");
 }

@@ -317,6 +317,34 @@ TEST_CASE("gather_rows on CUDA matches the CPU exactly", "[cuda]") {
   }
 }
 
+// The CPU op refuses an index outside the input before running; the CUDA kernel cannot check on
+// the host without a synchronisation, so it skips the row (NaN) and reports it through the
+// executor's fault word: the run throws naming the node, and the executor stays usable.
+TEST_CASE("gather_rows on CUDA refuses a row index outside the input", "[cuda]") {
+  std::mt19937 rng(10);
+  Graph g;
+  const ValueId x = g.add_input("x", DType::kF32, fixed({4, 8}));
+  const ValueId idx = g.add_input("idx", DType::kI32, fixed({3}));
+  g.mark_output(g.add("gather_rows", "pick", {x, idx}));
+  graph::Executor gpu(g, pool(), kGpu);
+  const Tensor xs = random_f32({4, 8}, rng);
+  for (int32_t bad : {4, -1}) {
+    INFO("index " << bad);
+    try {
+      gpu.run({{"x", xs}, {"idx", Tensor::from_i32({3}, {0, bad, 2})}});
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kInvalidArgument);
+      CHECK_THAT(e.what(), Catch::Contains("node 'pick' (gather_rows)") &&
+                               Catch::Contains("row index outside"));
+    }
+  }
+  compare_backends(g, {{"x", xs}, {"idx", Tensor::from_i32({3}, {3, 1, 0})}}, 0, 0,
+                   "gather_rows after a refused run");
+  const std::vector<Tensor> again = gpu.run({{"x", xs}, {"idx", Tensor::from_i32({3}, {1, 1, 3})}});
+  CHECK(again[0].to(Device::cpu()).data<float>()[0] == xs.data<float>()[8]);
+}
+
 TEST_CASE("the CUDA executor takes host or device inputs and uploads constants once", "[cuda]") {
   std::mt19937 rng(9);
   const int64_t d = 64;
