@@ -25,6 +25,7 @@
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_kv_format.cuh"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch_config.cuh"
 
 namespace sampan::cuda::attn {
@@ -247,10 +248,7 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
+using cuda::warp_sum;  // block_reduce.cuh's shuffle tree
 
 // One key tile (keys j0 ..) for the calling warp's rows. q_s: [rows, kD] with rows >
 // the largest row index below n_rows. Called by every warp (no barrier inside).

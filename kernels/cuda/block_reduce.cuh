@@ -9,17 +9,20 @@
 
 namespace sampan::cuda {
 
-__device__ __forceinline__ float warp_sum(float v) {
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 
 // Sum of `v` over a 1-D block whose size is a multiple of 32 (full warps: the shuffles use the
 // full mask). Every thread gets the total; every warp reduces the same partials in the same
-// order, so all threads hold identical bits. partial: [32] shared floats. Must be reached by
-// every thread of the block; safe to call again at once (the leading barrier keeps a new
-// round's writes from overtaking a slow warp still reading the last round's partials).
-__device__ __forceinline__ float block_sum(float v, float* partial) {
+// order, so all threads hold identical bits. partial: [32] shared values of T (float, int...).
+// Must be reached by every thread of the block; safe to call again at once (the leading barrier
+// keeps a new round's writes from overtaking a slow warp still reading the last round's
+// partials).
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* partial) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
   const int n_warps = static_cast<int>(blockDim.x) >> 5;
@@ -27,7 +30,7 @@ __device__ __forceinline__ float block_sum(float v, float* partial) {
   __syncthreads();
   if (lane == 0) partial[warp] = v;
   __syncthreads();
-  return warp_sum(lane < n_warps ? partial[lane] : 0.0f);
+  return warp_sum(lane < n_warps ? partial[lane] : T(0));
 }
 
 __host__ __device__ __forceinline__ bool aligned16(const void* p) {

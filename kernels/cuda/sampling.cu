@@ -3,6 +3,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch_config.cuh"
 
 namespace sampan::cuda {
@@ -19,26 +20,13 @@ __device__ __forceinline__ uint32_t order_key(float x) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Deterministic block reductions (fixed shuffle tree, fixed partial order), every thread gets
-// the result. scratch: [32] shared. The leading barrier lets calls follow each other at once.
-template <typename T>
-__device__ __forceinline__ T block_sum_t(T v, T* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : T(0);
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // (value, id) with the CPU's ranking: larger value first, lower id on ties.
 __device__ __forceinline__ bool ranks_before(float a, int32_t ia, float b, int32_t ib) {
   return a > b || (a == b && ia < ib);
 }
 
-__device__ __forceinline__ void block_argmax(float& v, int32_t& id, float* sv, int32_t* si) {
+// The best (value, id) of a warp by ranks_before, in every lane (a fixed shuffle tree).
+__device__ __forceinline__ void warp_argmax(float& v, int32_t& id) {
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, v, o);
     const int32_t oi = __shfl_xor_sync(0xffffffffu, id, o);
@@ -47,6 +35,12 @@ __device__ __forceinline__ void block_argmax(float& v, int32_t& id, float* sv, i
       id = oi;
     }
   }
+}
+
+// The best (value, id) of the block, in every thread (deterministic like block_sum, whose
+// barrier pattern it follows). sv, si: [32] shared.
+__device__ __forceinline__ void block_argmax(float& v, int32_t& id, float* sv, int32_t* si) {
+  warp_argmax(v, id);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __syncthreads();
   if (lane == 0) {
@@ -57,14 +51,7 @@ __device__ __forceinline__ void block_argmax(float& v, int32_t& id, float* sv, i
   const bool live = lane < static_cast<int>(blockDim.x >> 5);
   v = live ? sv[lane] : -INFINITY;
   id = live ? si[lane] : INT32_MAX;
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, id, o);
-    if (ranks_before(ov, oi, v, id)) {
-      v = ov;
-      id = oi;
-    }
-  }
+  warp_argmax(v, id);
 }
 
 // The kept set of one row, as a predicate on (id, scaled logit): strictly above a key
@@ -93,7 +80,7 @@ __device__ T row_sum(const RowView& r, F f, T* scratch) {
     const float x = r.scaled(i);
     acc += f(static_cast<int32_t>(i), x, order_key(x));
   }
-  return block_sum_t<T>(acc, scratch);
+  return block_sum<T>(acc, scratch);
 }
 
 // The largest key K with measure(key >= K among `inside`) >= target, bit by bit from the top;
@@ -173,8 +160,8 @@ __global__ void __launch_bounds__(kThreads)
         best_id = static_cast<int32_t>(i);
       }
     }
-    bad = block_sum_t<int>(bad, iscratch);
-    finite = block_sum_t<int>(finite, iscratch);
+    bad = block_sum<int>(bad, iscratch);
+    finite = block_sum<int>(finite, iscratch);
     if (bad > 0 || finite == 0) {
       if (threadIdx.x == 0) ids[b] = -1;
       continue;
