@@ -56,6 +56,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   int line = 1;
   int col = 1;
+  int height = 1;  // levels of the tree rooted here (bounded by limits::kMaxNesting)
 };
 
 struct Node;

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "engine/chat/limits.h"
+
 namespace sampan::chat {
 namespace {
 
@@ -20,6 +22,29 @@ std::string py_type(const Value& v) {
   return sp == std::string::npos ? (v.kind == Kind::kNone ? "NoneType" : t) : t.substr(0, sp);
 }
 
+// out += piece, unless the result would pass limits::kMaxStringBytes.
+void append_checked(std::string& out, const std::string& piece) {
+  const uint64_t total = static_cast<uint64_t>(out.size()) + piece.size();
+  if (total > limits::kMaxStringBytes) check_string_size(total);  // fails
+  charge_bytes(piece.size());  // only the bytes copied now: building piece by piece stays linear
+  out += piece;
+}
+
+// Fails once a list being built item by item reaches limits::kMaxListItems.
+void check_growing(const List& l) {
+  if (l.size() >= limits::kMaxListItems) check_list_size(l.size() + 1);
+}
+
+// x * n for string or list repetition, saturating instead of overflowing.
+uint64_t repeat_size(uint64_t x, int64_t n) {
+  if (n <= 0) return 0;
+  uint64_t r = 0;
+  if (__builtin_mul_overflow(x, static_cast<uint64_t>(n), &r)) return UINT64_MAX;
+  return r;
+}
+
+[[noreturn]] Value int_overflow() { render_unsupported("integer arithmetic beyond 64 bits"); }
+
 Value missing_attr(const Value& obj, const std::string& name) {
   return Value::undefined(fmt::format("'{}' has no attribute '{}'", type_name(obj), name));
 }
@@ -32,6 +57,7 @@ List split(const std::string& s, const Value* sep, int64_t maxsplit) {
     while (k < s.size()) {
       while (k < s.size() && (s[k] == ' ' || (s[k] >= '\t' && s[k] <= '\r'))) ++k;
       if (k >= s.size()) break;
+      check_growing(out);
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
         size_t e = s.size();
         while (e > k && (s[e - 1] == ' ' || (s[e - 1] >= '\t' && s[e - 1] <= '\r'))) --e;
@@ -49,6 +75,7 @@ List split(const std::string& s, const Value* sep, int64_t maxsplit) {
   if (d.empty()) render_fail("empty separator");
   size_t start = 0;
   for (;;) {
+    check_growing(out);
     const size_t f = (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) ? std::string::npos : s.find(d, start);
     if (f == std::string::npos) {
       out.push_back(Value::string(s.substr(start)));
@@ -67,10 +94,10 @@ std::string replace_all(const std::string& s, const std::string& from, const std
     int64_t n = 0;
     for (size_t k = 0; k <= chars.size(); ++k) {
       if (count < 0 || n < count) {
-        out += to;
+        append_checked(out, to);
         ++n;
       }
-      if (k < chars.size()) out += chars[k];
+      if (k < chars.size()) append_checked(out, chars[k]);
     }
     return out;
   }
@@ -78,8 +105,11 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   int64_t n = 0;
   for (;;) {
     const size_t f = (count >= 0 && n >= count) ? std::string::npos : s.find(from, start);
-    if (f == std::string::npos) return out + s.substr(start);
-    out += s.substr(start, f - start) + to;
+    if (f == std::string::npos) {
+      append_checked(out, s.substr(start));
+      return out;
+    }
+    append_checked(out, s.substr(start, f - start) + to);
     start = f + from.size();
     ++n;
   }
@@ -120,7 +150,14 @@ std::string py_format(const std::string& fmt_s, const CallArgs& a) {
       if (field.empty()) {
         if (auto_idx < a.pos.size()) v = &a.pos[auto_idx++];
       } else if (std::isdigit(static_cast<unsigned char>(field[0]))) {
-        const size_t idx = std::stoul(field);
+        size_t idx = 0;
+        for (char ch : field) {
+          if (ch < '0' || ch > '9' || idx > a.pos.size()) {
+            idx = a.pos.size();
+            break;
+          }
+          idx = idx * 10 + static_cast<size_t>(ch - '0');
+        }
         if (idx < a.pos.size()) v = &a.pos[idx];
       } else {
         for (const auto& [kk, vv] : a.kw) {
@@ -128,7 +165,7 @@ std::string py_format(const std::string& fmt_s, const CallArgs& a) {
         }
       }
       if (!v) render_fail("Replacement index out of range for positional args tuple");
-      out += to_str(*v);
+      append_checked(out, to_str(*v));
       k = e;
     } else {
       out += c;
@@ -138,6 +175,7 @@ std::string py_format(const std::string& fmt_s, const CallArgs& a) {
 }
 
 Value string_method(const Value& obj, const std::string& name) {
+  charge_bytes(obj.s.size());  // the copy below, and the scan most methods make
   const std::string s = obj.s;
   auto fn = [](auto f) { return Value::function(std::move(f)); };
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
@@ -156,6 +194,7 @@ Value string_method(const Value& obj, const std::string& name) {
       size_t start = 0;
       for (size_t k = 0; k < s.size(); ++k) {
         if (s[k] == '\n' || s[k] == '\r') {
+          check_growing(out);
           out.push_back(Value::string(s.substr(start, k - start)));
           if (s[k] == '\r' && k + 1 < s.size() && s[k + 1] == '\n') ++k;
           start = k + 1;
@@ -218,7 +257,7 @@ Value string_method(const Value& obj, const std::string& name) {
       std::string out;
       if (x) {
         List items = iterate(*x);
-        for (size_t k = 0; k < items.size(); ++k) out += (k ? s : "") + to_str(items[k]);
+        for (size_t k = 0; k < items.size(); ++k) append_checked(out, (k ? s : "") + to_str(items[k]));
       }
       return Value::string(out);
     });
@@ -340,10 +379,18 @@ Value get_item(const Value& obj, const Value& key) {
       if (i < 0) i += n;
       if (i >= 0 && i < n) return (*obj.list)[static_cast<size_t>(i)];
     } else {
-      auto chars = utf8_chars(obj.s);
-      const auto n = static_cast<int64_t>(chars.size());
+      // The i-th character as utf8_chars() splits them, found without materialising them all.
+      charge_bytes(obj.s.size());
+      int64_t n = 0;
+      for (size_t p = 0; p < obj.s.size(); ++n) utf8_next(obj.s, p);
       if (i < 0) i += n;
-      if (i >= 0 && i < n) return Value::string(chars[static_cast<size_t>(i)]);
+      if (i >= 0 && i < n) {
+        size_t p = 0;
+        for (int64_t k = 0; k < i; ++k) utf8_next(obj.s, p);
+        const size_t begin = p;
+        utf8_next(obj.s, p);
+        return Value::string(obj.s.substr(begin, p - begin));
+      }
     }
     return Value::undefined(fmt::format("'{}' has no element {}", type_name(obj), as_int(key)));
   }
@@ -395,6 +442,7 @@ bool contains(const Value& container, const Value& item) {
         check_defined(item);
         render_fail(fmt::format("'in <string>' requires string as left operand, not {}", py_type(item)));
       }
+      charge_bytes(container.s.size());
       return container.s.find(item.s) != std::string::npos;
     case Kind::kList:
       for (const Value& v : *container.list) {
@@ -408,7 +456,12 @@ bool contains(const Value& container, const Value& item) {
 }
 
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
-  if (op == "~") return Value::string(to_str(a) + to_str(b));
+  if (op == "~") {
+    std::string x = to_str(a);
+    const std::string y = to_str(b);
+    append_checked(x, y);
+    return Value::string(std::move(x));
+  }
   if (op == "==") return Value::boolean(equals(a, b));
   if (op == "!=") return Value::boolean(!equals(a, b));
   if (op == "<") return Value::boolean(less(a, b));
@@ -428,9 +481,10 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     const bool ints = is_intlike(a) && is_intlike(b);
     const int64_t x = as_int(a), y = as_int(b);
     const double p = as_num(a), q = as_num(b);
-    if (op == "+") return ints ? Value::integer(x + y) : Value::real(p + q);
-    if (op == "-") return ints ? Value::integer(x - y) : Value::real(p - q);
-    if (op == "*") return ints ? Value::integer(x * y) : Value::real(p * q);
+    int64_t r = 0;
+    if (op == "+") return ints ? (__builtin_add_overflow(x, y, &r) ? int_overflow() : Value::integer(r)) : Value::real(p + q);
+    if (op == "-") return ints ? (__builtin_sub_overflow(x, y, &r) ? int_overflow() : Value::integer(r)) : Value::real(p - q);
+    if (op == "*") return ints ? (__builtin_mul_overflow(x, y, &r) ? int_overflow() : Value::integer(r)) : Value::real(p * q);
     if (op == "/") {
       if (q == 0) render_fail("division by zero");
       return Value::real(p / q);
@@ -438,6 +492,11 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if (op == "//" || op == "%") {
       if (q == 0) render_fail(ints ? "integer division or modulo by zero" : "float modulo");
       if (ints) {
+        if (y == -1) {  // x / -1 traps for the smallest int64
+          if (op == "%") return Value::integer(0);
+          if (__builtin_sub_overflow(int64_t{0}, x, &r)) int_overflow();
+          return Value::integer(r);
+        }
         int64_t d = x / y, m = x % y;
         if (m != 0 && ((m < 0) != (y < 0))) {
           --d;
@@ -450,23 +509,39 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     }
     if (op == "**") {
       if (ints && y >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < y; ++k) r *= x;
-        return Value::integer(r);
+        // Square-and-multiply: log2(y) steps however large y is.
+        int64_t result = 1, base = x;
+        for (int64_t e = y; e > 0; e >>= 1) {
+          if ((e & 1) && __builtin_mul_overflow(result, base, &result)) int_overflow();
+          // A higher bit of e is left, so |x|**y is at least base * base: too big as well.
+          if (e > 1 && __builtin_mul_overflow(base, base, &base)) int_overflow();
+        }
+        return Value::integer(result);
       }
       return Value::real(std::pow(p, q));
     }
   }
-  if (op == "+" && a.kind == Kind::kString && b.kind == Kind::kString) return Value::string(a.s + b.s);
+  if (op == "+" && a.kind == Kind::kString && b.kind == Kind::kString) {
+    std::string x = a.s;
+    append_checked(x, b.s);
+    return Value::string(std::move(x));
+  }
   if (op == "+" && a.kind == Kind::kList && b.kind == Kind::kList && a.is_tuple == b.is_tuple) {
+    check_list_size(static_cast<uint64_t>(a.list->size()) + b.list->size());
     List l = *a.list;
     l.insert(l.end(), b.list->begin(), b.list->end());
     return Value::make_list(std::move(l), a.is_tuple);
   }
   if (op == "*" && (a.kind == Kind::kString || a.kind == Kind::kList) && is_intlike(b)) {
+    const int64_t n = as_int(b);
+    if (a.kind == Kind::kString) {
+      check_string_size(repeat_size(a.s.size(), n));
+    } else {
+      check_list_size(repeat_size(a.list->size(), n));
+    }
     std::string s;
     List l;
-    for (int64_t k = 0; k < as_int(b); ++k) {
+    for (int64_t k = 0; k < n; ++k) {
       if (a.kind == Kind::kString) {
         s += a.s;
       } else {
@@ -497,11 +572,17 @@ Dict make_globals() {
                      render_fail("range expected at least 1 argument, got 0");
                    }
                    if (step == 0) render_fail("range() arg 3 must not be zero");
-                   List out;
-                   for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
-                     if (out.size() >= 100000) render_fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-                     out.push_back(Value::integer(k));
+                   // len(range(...)) without overflow, checked before anything is allocated.
+                   const __int128 span = step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
+                   const __int128 mag = step > 0 ? static_cast<__int128>(step) : -static_cast<__int128>(step);
+                   const __int128 len = span <= 0 ? 0 : (span + mag - 1) / mag;
+                   if (len > limits::kMaxRange) {
+                     render_fail(fmt::format("Range too big. The sandbox blocks ranges larger than MAX_RANGE ({}).", limits::kMaxRange));
                    }
+                   charge_steps(static_cast<uint64_t>(len));
+                   List out;
+                   out.reserve(static_cast<size_t>(len));
+                   for (int64_t k = 0; k < static_cast<int64_t>(len); ++k) out.push_back(Value::integer(static_cast<int64_t>(start + static_cast<__int128>(k) * step)));
                    return Value::make_list(std::move(out));
                  }));
   auto make_mapping = [](CallArgs& a) {

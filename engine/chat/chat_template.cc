@@ -8,6 +8,7 @@
 
 #include "engine/chat/ast.h"
 #include "engine/chat/builtins.h"
+#include "engine/chat/limits.h"
 #include "engine/core/error.h"
 
 namespace sampan::chat {
@@ -32,6 +33,29 @@ enum class Flow { kNormal, kBreak, kContinue };
 struct Evaluator {
   int line = 1;
   int col = 1;
+  int nesting = 0;     // recursion of eval/exec, across macro calls (limits::kMaxRenderNesting)
+  int call_depth = 0;  // nested macro calls (limits::kMaxCallDepth)
+
+  // Counts one level of evaluator recursion for its lifetime.
+  struct Nest {
+    int& n;
+    explicit Nest(int& counter) : n(counter) {
+      if (++n > limits::kMaxRenderNesting) {
+        render_fail(fmt::format("template nested deeper than {} levels while rendering", limits::kMaxRenderNesting));
+      }
+    }
+    ~Nest() { --n; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+  };
+
+  // out += piece, unless the result would pass limits::kMaxStringBytes.
+  static void emit(std::string& out, const std::string& piece) {
+    const uint64_t total = static_cast<uint64_t>(out.size()) + piece.size();
+    if (total > limits::kMaxStringBytes) check_string_size(total);  // fails
+    charge_bytes(piece.size());
+    out += piece;
+  }
 
   void at(const Expr& e) {
     line = e.line;
@@ -46,6 +70,8 @@ struct Evaluator {
   }
 
   Value eval(const Expr& e, const ScopePtr& sc) {
+    Nest nest(nesting);
+    charge_steps(1);
     switch (e.type) {
       case ExprType::kLiteral: return e.value;
       case ExprType::kName: {
@@ -159,9 +185,11 @@ struct Evaluator {
   }
 
   Flow exec(const Body& body, const ScopePtr& sc, std::string& out) {
+    Nest nest(nesting);
     for (const auto& n : body) {
       line = n->line;
       col = n->col;
+      charge_steps(1);
       const Flow f = exec_node(*n, sc, out);
       if (f != Flow::kNormal) return f;
     }
@@ -175,6 +203,15 @@ struct Evaluator {
     return Value::function([this, node, weak](CallArgs& a) {
       ScopePtr defining = weak.lock();
       if (!defining) render_unsupported("calling a macro outside the scope that defined it");
+      // jinja2 runs each macro call as a Python call: deep recursion is Python's RecursionError.
+      struct CallDepth {
+        int& d;
+        ~CallDepth() { --d; }
+      } depth_guard{++call_depth};
+      if (call_depth > limits::kMaxCallDepth) {
+        render_fail(fmt::format("maximum recursion depth exceeded calling macro '{}' (more than {} nested calls)",
+                                node->type == NodeType::kMacro ? node->text : "caller", limits::kMaxCallDepth));
+      }
       auto sc = std::make_shared<Scope>();
       sc->parent = defining;
       for (size_t k = 0; k < node->params.size(); ++k) {
@@ -182,6 +219,7 @@ struct Evaluator {
         const Value* given = a.get(k, pname.c_str());
         sc->vars[pname] = given ? *given : def ? eval(*def, defining) : Value::undefined("'" + pname + "' is undefined");
       }
+      if (const Value* c = a.get(SIZE_MAX, "caller")) sc->vars["caller"] = *c;  // from {% call %}
       std::string out;
       const int saved_line = line, saved_col = col;
       exec(node->body, sc, out);
@@ -207,6 +245,7 @@ struct Evaluator {
     if (n.filter) {
       List kept;
       for (const Value& item : items) {
+        charge_steps(1);
         auto s = body_scope();
         assign(n, item, s);
         if (truthy(eval(*n.filter, s))) kept.push_back(item);
@@ -215,6 +254,7 @@ struct Evaluator {
     }
     const int64_t len = static_cast<int64_t>(items.size());
     for (int64_t k = 0; k < len; ++k) {
+      charge_steps(1);
       auto s = body_scope();
       assign(n, items[static_cast<size_t>(k)], s);
       Dict loop = {
@@ -246,8 +286,14 @@ struct Evaluator {
 
   Flow exec_node(const Node& n, const ScopePtr& sc, std::string& out) {
     switch (n.type) {
-      case NodeType::kText: out += n.text; return Flow::kNormal;
-      case NodeType::kOutput: out += to_str(eval(*n.expr, sc)); return Flow::kNormal;
+      case NodeType::kText: emit(out, n.text); return Flow::kNormal;
+      case NodeType::kOutput: {
+        const std::string text = to_str(eval(*n.expr, sc));
+        line = n.line;  // a too-long output is this statement's fault
+        col = n.col;
+        emit(out, text);
+        return Flow::kNormal;
+      }
       case NodeType::kIf:
         for (const auto& [body, cond] : n.branches) {
           if (!cond || truthy(eval(*cond, sc))) return exec(body, sc, out);
@@ -296,10 +342,16 @@ struct Evaluator {
       }
       case NodeType::kMacro: sc->vars[n.text] = make_macro(n, sc); return Flow::kNormal;
       case NodeType::kCallBlock: {
-        auto caller_scope = std::make_shared<Scope>();
-        caller_scope->parent = sc;
-        caller_scope->vars["caller"] = make_macro(n, sc);
-        out += to_str(eval(*n.expr, caller_scope));
+        // As jinja2: the macro gets the call block's body as its `caller` keyword argument.
+        Value fn = eval(*n.expr->args[0], sc);
+        CallArgs a = eval_args(*n.expr, 1, sc);
+        a.kw.emplace_back("caller", make_macro(n, sc));
+        at(*n.expr);
+        if (fn.kind != Kind::kCallable) {
+          check_defined(fn);
+          render_fail(fmt::format("'{}' is not callable", type_name(fn)));
+        }
+        emit(out, to_str((*fn.fn)(a)));
         return Flow::kNormal;
       }
       case NodeType::kBreak: return Flow::kBreak;
@@ -330,28 +382,27 @@ Template Template::parse(const std::string& source, const std::string& name) {
 }
 
 namespace {
-std::string render_value(const std::string& name, const Body& body, const Value& vars);
-}
 
-std::string Template::render(const nlohmann::json& variables) const { return render_value(impl_->name, impl_->body, from_json(variables)); }
-
-std::string Template::render(const nlohmann::ordered_json& variables) const {
-  return render_value(impl_->name, impl_->body, from_json(variables));
-}
-
-namespace {
-
-std::string render_value(const std::string& name, const Body& body, const Value& vars) {
-  SAMPAN_CHECK(vars.kind == Kind::kDict, ErrorCode::kInvalidArgument, "{}: template variables must be a JSON object",
-               name);
-  auto globals = std::make_shared<Scope>();
-  for (auto& [k, v] : make_globals()) globals->vars[k] = std::move(v);
-  auto top = std::make_shared<Scope>();
-  top->parent = globals;
-  for (const auto& [k, v] : *vars.dict) top->vars[k] = v;
+// Renders `body` with the JSON `variables`, turning a RenderError (from the conversion of the
+// variables too: their nesting and sizes are bounded) into an Error naming the location.
+template <typename J>
+std::string render_json(const std::string& name, const Body& body, const J& variables) {
+  SAMPAN_CHECK(variables.is_object(), ErrorCode::kInvalidArgument, "{}: template variables must be a JSON object", name);
+  RenderBudget budget;
   Evaluator ev;
   std::string out;
   try {
+    Value vars;
+    try {
+      vars = from_json(variables);
+    } catch (const RenderError& e) {
+      throw RenderError{e.unsupported, "template variables: " + e.message};
+    }
+    auto globals = std::make_shared<Scope>();
+    for (auto& [k, v] : make_globals()) globals->vars[k] = std::move(v);
+    auto top = std::make_shared<Scope>();
+    top->parent = globals;
+    for (const auto& [k, v] : *vars.dict) top->vars[k] = v;
     ev.exec(body, top, out);
   } catch (const RenderError& e) {
     if (e.unsupported) {
@@ -363,5 +414,11 @@ std::string render_value(const std::string& name, const Body& body, const Value&
 }
 
 }  // namespace
+
+std::string Template::render(const nlohmann::json& variables) const { return render_json(impl_->name, impl_->body, variables); }
+
+std::string Template::render(const nlohmann::ordered_json& variables) const {
+  return render_json(impl_->name, impl_->body, variables);
+}
 
 }  // namespace sampan::chat

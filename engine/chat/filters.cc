@@ -5,11 +5,20 @@
 #include <cmath>
 
 #include "engine/chat/builtins.h"
+#include "engine/chat/limits.h"
 
 namespace sampan::chat {
 namespace {
 
 int64_t as_int(const Value& v) { return v.kind == Kind::kInt ? v.i : v.kind == Kind::kBool ? v.b : static_cast<int64_t>(v.f); }
+
+// out += piece, unless the result would pass limits::kMaxStringBytes.
+void append_checked(std::string& out, const std::string& piece) {
+  const uint64_t total = static_cast<uint64_t>(out.size()) + piece.size();
+  if (total > limits::kMaxStringBytes) check_string_size(total);  // fails
+  charge_bytes(piece.size());  // only the bytes copied now: building piece by piece stays linear
+  out += piece;
+}
 
 Value arg_or(CallArgs& a, size_t index, const char* name, const Value& def) {
   const Value* v = a.get(index, name);
@@ -79,7 +88,14 @@ List select_items(const Value& seq, CallArgs& a, bool by_attr, bool keep) {
 std::string do_indent(const std::string& s, const Value& width, bool first, bool blank) {
   // As jinja2: append "\n", split into lines (dropping the last empty one), indent every line
   // but the first (blank ones only with blank=True), then the first one if first=True.
-  const std::string pad = width.kind == Kind::kString ? width.s : std::string(static_cast<size_t>(as_int(width)), ' ');
+  std::string pad;
+  if (width.kind == Kind::kString) {
+    pad = width.s;
+  } else {
+    const int64_t w = std::max<int64_t>(as_int(width), 0);  // Python: ' ' * -1 == ''
+    check_string_size(static_cast<uint64_t>(w));
+    pad.assign(static_cast<size_t>(w), ' ');
+  }
   const std::string src = s + "\n";
   std::vector<std::string> lines;
   size_t start = 0;
@@ -87,9 +103,15 @@ std::string do_indent(const std::string& s, const Value& width, bool first, bool
     lines.push_back(src.substr(start, nl - start));
     start = nl + 1;
   }
-  std::string out = lines[0];
-  for (size_t k = 1; k < lines.size(); ++k) out += "\n" + ((blank || !lines[k].empty()) ? pad : "") + lines[k];
-  return first ? pad + out : out;
+  std::string out = first ? pad : "";
+  append_checked(out, lines[0]);
+  for (size_t k = 1; k < lines.size(); ++k) {
+    std::string line(1, '\n');
+    if (blank || !lines[k].empty()) line += pad;
+    line += lines[k];
+    append_checked(out, line);
+  }
+  return out;
 }
 
 }  // namespace
@@ -125,7 +147,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     std::string out;
     List items = iterate(v);
     for (size_t k = 0; k < items.size(); ++k) {
-      out += (k ? sep : "") + to_str(attr ? attr_path(items[k], to_str(*attr)) : items[k]);
+      append_checked(out, (k ? sep : "") + to_str(attr ? attr_path(items[k], to_str(*attr)) : items[k]));
     }
     return Value::string(out);
   }
@@ -147,6 +169,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     int width = -1;
     if (indent && indent->kind != Kind::kNone) {
       if (indent->kind != Kind::kInt) render_unsupported("tojson with a non-integer indent");
+      check_string_size(static_cast<uint64_t>(std::max<int64_t>(indent->i, 0)));
       width = static_cast<int>(std::max<int64_t>(indent->i, 0));
     }
     return Value::string(to_json(v, width));
@@ -207,7 +230,10 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   }
   if (name == "e" || name == "escape") {
     std::string out;
-    for (char c : to_str(v)) {
+    const std::string in = to_str(v);
+    check_string_size(in.size());
+    for (char c : in) {
+      if (out.size() >= limits::kMaxStringBytes) check_string_size(out.size() + 1);
       switch (c) {
         case '&': out += "&amp;"; break;
         case '<': out += "&lt;"; break;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "engine/chat/ast.h"
+#include "engine/chat/limits.h"
 #include "engine/core/error.h"
 
 namespace sampan::chat {
@@ -183,7 +184,9 @@ struct Lexer {
           if (std::strchr("+-*/%~<>=()[]{},.:|", c) == nullptr) fail_at(p, std::string("unexpected char '") + c + "'");
           op = std::string(1, c);
         }
-        if (op == "(" || op == "[" || op == "{") ++depth;
+        if ((op == "(" || op == "[" || op == "{") && ++depth > limits::kMaxNesting) {
+          fail_at(p, fmt::format("brackets nested deeper than {} levels", limits::kMaxNesting));
+        }
         if ((op == ")" || op == "]" || op == "}") && depth > 0) --depth;
         push(TokType::kOp, op, p);
         p += op.size();

@@ -2,6 +2,7 @@
 #include <initializer_list>
 
 #include "engine/chat/ast.h"
+#include "engine/chat/limits.h"
 #include "engine/core/error.h"
 
 namespace sampan::chat {
@@ -11,6 +12,39 @@ struct Parser {
   const std::vector<Token>& toks;
   const std::string& name;
   size_t pos = 0;
+  int depth = 0;  // recursion of the parse functions: nested expressions and blocks together
+
+  // Counts one level of recursion for its lifetime; a syntax error at `at` past the limit.
+  struct Nest {
+    Parser& p;
+    Nest(Parser& parser, const Token& at) : p(parser) {
+      if (++p.depth > limits::kMaxNesting) {
+        p.syntax(at, fmt::format("template nested deeper than {} levels", limits::kMaxNesting));
+      }
+    }
+    ~Nest() { --p.depth; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+  };
+
+  // Adds a child to `parent`, keeping the tree's height within the limit (chains such as
+  // a + b + c or x.a.b.c grow the tree by iteration, not recursion).
+  void grow(Expr& parent, const ExprPtr& child) {
+    if (!child || child->height < parent.height) return;
+    parent.height = child->height + 1;
+    if (parent.height > limits::kMaxNesting) {
+      fail(ErrorCode::kInvalidArgument, "{}:{}:{}: expression nested deeper than {} levels", name, parent.line, parent.col,
+           limits::kMaxNesting);
+    }
+  }
+  void attach(Expr& parent, ExprPtr child) {
+    grow(parent, child);
+    parent.args.push_back(std::move(child));
+  }
+  void attach_kw(Expr& parent, std::string key, ExprPtr child) {
+    grow(parent, child);
+    parent.kwargs.emplace_back(std::move(key), std::move(child));
+  }
 
   const Token& cur() const { return toks[pos]; }
   const Token& next() { return toks[pos++]; }
@@ -57,6 +91,7 @@ struct Parser {
 
   ExprPtr parse_expression(bool with_cond = true) {
     const Token& at = cur();
+    Nest nest(*this, at);
     ExprPtr e = parse_or();
     while (with_cond && is_name("if")) {
       ++pos;
@@ -67,9 +102,9 @@ struct Parser {
         ++pos;
         other = parse_expression();
       }
-      c->args.push_back(std::move(test));
-      c->args.push_back(std::move(e));
-      c->args.push_back(std::move(other));
+      attach(*c, std::move(test));
+      attach(*c, std::move(e));
+      attach(*c, std::move(other));
       e = std::move(c);
     }
     return e;
@@ -78,8 +113,8 @@ struct Parser {
   ExprPtr binary(ExprType t, const std::string& op, ExprPtr l, ExprPtr r, const Token& at) {
     auto e = make(t, at);
     e->name = op;
-    e->args.push_back(std::move(l));
-    e->args.push_back(std::move(r));
+    attach(*e, std::move(l));
+    attach(*e, std::move(r));
     return e;
   }
 
@@ -101,8 +136,9 @@ struct Parser {
   }
   ExprPtr parse_not() {
     if (is_name("not")) {
+      Nest nest(*this, cur());
       auto e = make(ExprType::kNot, next());
-      e->args.push_back(parse_not());
+      attach(*e, parse_not());
       return e;
     }
     return parse_compare();
@@ -164,9 +200,10 @@ struct Parser {
   ExprPtr parse_unary(bool with_filter) {
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
+      Nest nest(*this, cur());
       const Token& at = next();
       e = make(at.text == "-" ? ExprType::kNeg : ExprType::kPos, at);
-      e->args.push_back(parse_unary(false));
+      attach(*e, parse_unary(false));
     } else {
       e = parse_primary();
     }
@@ -229,7 +266,7 @@ struct Parser {
           while (!is_op("]")) {
             if (!e->args.empty()) expect_op(",");
             if (is_op("]")) break;
-            e->args.push_back(parse_expression());
+            attach(*e, parse_expression());
           }
           ++pos;
           return e;
@@ -240,9 +277,9 @@ struct Parser {
           while (!is_op("}")) {
             if (!e->args.empty()) expect_op(",");
             if (is_op("}")) break;
-            e->args.push_back(parse_expression());
+            attach(*e, parse_expression());
             expect_op(":");
-            e->args.push_back(parse_expression());
+            attach(*e, parse_expression());
           }
           ++pos;
           return e;
@@ -264,7 +301,7 @@ struct Parser {
                          is_name("recursive")) && !tup->args.empty()) {
         break;
       }
-      tup->args.push_back(parse_expression(with_cond));
+      attach(*tup, parse_expression(with_cond));
       trailing_comma = false;
       if (!is_op(",")) break;
       ++pos;
@@ -287,10 +324,10 @@ struct Parser {
       if (cur().type == TokType::kName && toks[pos + 1].type == TokType::kOp && toks[pos + 1].text == "=") {
         std::string key = next().text;
         ++pos;
-        e.kwargs.emplace_back(std::move(key), parse_expression());
+        attach_kw(e, std::move(key), parse_expression());
       } else {
         if (!e.kwargs.empty()) syntax(cur(), "positional argument after keyword argument");
-        e.args.push_back(parse_expression());
+        attach(e, parse_expression());
       }
     }
     ++pos;
@@ -304,13 +341,18 @@ struct Parser {
         auto g = make(ExprType::kGetAttr, at);
         if (cur().type == TokType::kInt) {
           g->type = ExprType::kGetItem;
-          g->args.push_back(std::move(e));
+          attach(*g, std::move(e));
           auto idx = make(ExprType::kLiteral, cur());
-          idx->value = Value::integer(std::stoll(next().text));
-          g->args.push_back(std::move(idx));
+          try {
+            idx->value = Value::integer(std::stoll(cur().text));
+          } catch (const std::exception&) {
+            unsupported(cur(), "integer literal " + cur().text);
+          }
+          ++pos;
+          attach(*g, std::move(idx));
         } else {
           g->name = expect_name();
-          g->args.push_back(std::move(e));
+          attach(*g, std::move(e));
         }
         e = std::move(g);
       } else if (is_op("[")) {
@@ -318,7 +360,7 @@ struct Parser {
         e = parse_subscript(std::move(e), at);
       } else if (is_op("(")) {
         auto c = make(ExprType::kCall, at);
-        c->args.push_back(std::move(e));
+        attach(*c, std::move(e));
         parse_call_args(*c);
         e = std::move(c);
       } else {
@@ -344,12 +386,12 @@ struct Parser {
     }
     ++pos;
     auto e = make(slice ? ExprType::kSlice : ExprType::kGetItem, at);
-    e->args.push_back(std::move(target));
+    attach(*e, std::move(target));
     if (!slice) {
       if (!parts[0]) syntax(at, "expected an index");
-      e->args.push_back(std::move(parts[0]));
+      attach(*e, std::move(parts[0]));
     } else {
-      for (auto& p : parts) e->args.push_back(std::move(p));
+      for (auto& p : parts) attach(*e, std::move(p));
     }
     return e;
   }
@@ -366,7 +408,7 @@ struct Parser {
   ExprPtr parse_filter(ExprPtr e, const Token& at) {
     auto f = make(ExprType::kFilter, at);
     f->name = dotted_name();
-    f->args.push_back(std::move(e));
+    attach(*f, std::move(e));
     if (is_op("(")) parse_call_args(*f);
     return f;
   }
@@ -385,7 +427,7 @@ struct Parser {
           t->negate = true;
         }
         t->name = dotted_name();
-        t->args.push_back(std::move(e));
+        attach(*t, std::move(e));
         const Token& c = cur();
         if (is_op("(")) {
           parse_call_args(*t);
@@ -393,12 +435,12 @@ struct Parser {
                     c.type == TokType::kFloat || is_op("[") || is_op("{")) &&
                    !is_name("else") && !is_name("or") && !is_name("and")) {
           if (is_name("is")) syntax(c, "You cannot chain multiple tests with is");
-          t->args.push_back(parse_postfix(parse_primary()));
+          attach(*t, parse_postfix(parse_primary()));
         }
         e = std::move(t);
       } else if (is_op("(")) {
         auto c = make(ExprType::kCall, at);
-        c->args.push_back(std::move(e));
+        attach(*c, std::move(e));
         parse_call_args(*c);
         e = std::move(c);
       } else {
@@ -463,6 +505,7 @@ struct Parser {
   }
 
   NodePtr parse_statement() {
+    Nest nest(*this, cur());
     const Token& kw = next();
     const std::string& k = kw.text;
     if (k == "if") {

@@ -5,20 +5,94 @@
 #include <charconv>
 #include <cmath>
 
+#include "engine/chat/limits.h"
+
 namespace sampan::chat {
+namespace {
+
+// Lists and dicts are freed through a per-thread queue, one at a time, so that releasing a value
+// nested a million levels deep (built by a loop: {% set ns.x = [ns.x] %}) takes constant stack
+// instead of one destructor frame per level.
+struct Graveyard {
+  std::vector<const List*> lists;
+  std::vector<Dict*> dicts;
+  bool draining = false;
+};
+thread_local Graveyard t_grave;
+
+void drain_graveyard() {
+  Graveyard& g = t_grave;
+  if (g.draining) return;
+  g.draining = true;
+  while (!g.lists.empty() || !g.dicts.empty()) {
+    if (!g.lists.empty()) {
+      const List* l = g.lists.back();
+      g.lists.pop_back();
+      delete l;  // its items' lists and dicts land in the queue
+    } else {
+      Dict* d = g.dicts.back();
+      g.dicts.pop_back();
+      delete d;
+    }
+  }
+  g.draining = false;
+}
+
+struct DeferredDelete {
+  void operator()(const List* l) const {
+    t_grave.lists.push_back(l);
+    drain_graveyard();
+  }
+  void operator()(Dict* d) const {
+    t_grave.dicts.push_back(d);
+    drain_graveyard();
+  }
+};
+
+thread_local RenderBudget* t_budget = nullptr;
+
+}  // namespace
+
+RenderBudget::RenderBudget() : prev(t_budget) { t_budget = this; }
+RenderBudget::~RenderBudget() { t_budget = prev; }
+
+void charge_steps(uint64_t steps) {
+  RenderBudget* b = t_budget;
+  if (!b) return;
+  b->steps += steps;
+  if (b->steps > limits::kMaxSteps) {
+    render_fail(fmt::format("template rendering exceeded its budget of {} steps", limits::kMaxSteps));
+  }
+}
+
+void charge_bytes(uint64_t bytes) { charge_steps(bytes / limits::kBytesPerStep); }
+
+void check_string_size(uint64_t bytes) {
+  if (bytes > limits::kMaxStringBytes) {
+    render_fail(fmt::format("string of {} bytes exceeds the limit of {} bytes", bytes, limits::kMaxStringBytes));
+  }
+  charge_bytes(bytes);
+}
+
+void check_list_size(uint64_t items) {
+  if (items > limits::kMaxListItems) {
+    render_fail(fmt::format("list of {} items exceeds the limit of {} items", items, limits::kMaxListItems));
+  }
+  charge_steps(items);
+}
 
 Value Value::make_list(List items, bool tuple) {
   Value v;
   v.kind = Kind::kList;
   v.is_tuple = tuple;
-  v.list = std::make_shared<const List>(std::move(items));
+  v.list = std::shared_ptr<const List>(new List(std::move(items)), DeferredDelete{});
   return v;
 }
 
 Value Value::make_dict(Dict items) {
   Value v;
   v.kind = Kind::kDict;
-  v.dict = std::make_shared<Dict>(std::move(items));
+  v.dict = std::shared_ptr<Dict>(new Dict(std::move(items)), DeferredDelete{});
   return v;
 }
 
@@ -178,9 +252,25 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+[[noreturn]] void too_deep() {
+  render_fail(fmt::format("value nested deeper than {} levels", limits::kMaxValueDepth));
+}
+
+// Appends `piece` to `out` unless the result would pass the string size limit.
+void append_checked(std::string& out, const std::string& piece) {
+  const uint64_t total = static_cast<uint64_t>(out.size()) + piece.size();
+  if (total > limits::kMaxStringBytes) check_string_size(total);  // fails
+  charge_bytes(piece.size());  // only the bytes copied now: building piece by piece stays linear
+  out += piece;
+}
+
 void json_into(const Value& v, int indent, int depth, std::string& out) {
-  const std::string nl = indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent * (depth + 1)), ' ') : "";
-  const std::string nl_end = indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent * depth), ' ') : "";
+  std::string nl, nl_end;
+  if (indent >= 0 && (v.kind == Kind::kList || v.kind == Kind::kDict)) {
+    check_string_size(static_cast<uint64_t>(indent) * static_cast<uint64_t>(depth + 1) + 1);
+    nl = "\n" + std::string(static_cast<size_t>(indent) * static_cast<size_t>(depth + 1), ' ');
+    nl_end = "\n" + std::string(static_cast<size_t>(indent) * static_cast<size_t>(depth), ' ');
+  }
   const char* item_sep = indent >= 0 ? "," : ", ";
   switch (v.kind) {
     case Kind::kNone: out += "null"; return;
@@ -189,38 +279,70 @@ void json_into(const Value& v, int indent, int depth, std::string& out) {
     case Kind::kFloat:
       out += std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity") : float_repr(v.f);
       return;
-    case Kind::kString: out += json_string(v.s); return;
+    case Kind::kString: append_checked(out, json_string(v.s)); return;
     case Kind::kList:
       if (v.list->empty()) {
         out += "[]";
         return;
       }
+      if (depth >= limits::kMaxValueDepth) too_deep();
       out += "[";
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += item_sep;
-        out += nl;
+        append_checked(out, nl);
         json_into((*v.list)[k], indent, depth + 1, out);
       }
-      out += nl_end + "]";
+      append_checked(out, nl_end + "]");
       return;
     case Kind::kDict:
       if (v.dict->empty()) {
         out += "{}";
         return;
       }
+      if (depth >= limits::kMaxValueDepth) too_deep();
       out += "{";
       for (size_t k = 0; k < v.dict->size(); ++k) {
         if (k) out += item_sep;
-        out += nl + json_string((*v.dict)[k].first) + ": ";
+        append_checked(out, nl + json_string((*v.dict)[k].first) + ": ");
         json_into((*v.dict)[k].second, indent, depth + 1, out);
       }
-      out += nl_end + "}";
+      append_checked(out, nl_end + "}");
       return;
     case Kind::kUndefined:
     case Kind::kNamespace:
     case Kind::kCallable:
       render_fail(fmt::format("Object of type {} is not JSON serializable",
                               v.kind == Kind::kUndefined ? "Undefined" : v.kind == Kind::kNamespace ? "Namespace" : "function"));
+  }
+}
+
+void repr_into(const Value& v, int depth, std::string& out) {
+  switch (v.kind) {
+    case Kind::kString: append_checked(out, str_repr(v.s)); return;
+    case Kind::kUndefined: out += "Undefined"; return;
+    case Kind::kList: {
+      if (depth >= limits::kMaxValueDepth) too_deep();
+      out += v.is_tuple ? "(" : "[";
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        if (k) out += ", ";
+        repr_into((*v.list)[k], depth + 1, out);
+      }
+      if (v.is_tuple && v.list->size() == 1) out += ",";
+      append_checked(out, v.is_tuple ? ")" : "]");
+      return;
+    }
+    case Kind::kDict: {
+      if (depth >= limits::kMaxValueDepth) too_deep();
+      out += "{";
+      for (size_t k = 0; k < v.dict->size(); ++k) {
+        if (k) out += ", ";
+        append_checked(out, str_repr((*v.dict)[k].first) + ": ");
+        repr_into((*v.dict)[k].second, depth + 1, out);
+      }
+      append_checked(out, "}");
+      return;
+    }
+    default: append_checked(out, to_str(v));
   }
 }
 
@@ -233,28 +355,9 @@ std::string to_json(const Value& v, int indent) {
 }
 
 std::string to_repr(const Value& v) {
-  switch (v.kind) {
-    case Kind::kString: return str_repr(v.s);
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kList: {
-      std::string out = v.is_tuple ? "(" : "[";
-      for (size_t k = 0; k < v.list->size(); ++k) {
-        if (k) out += ", ";
-        out += to_repr((*v.list)[k]);
-      }
-      if (v.is_tuple && v.list->size() == 1) out += ",";
-      return out + (v.is_tuple ? ")" : "]");
-    }
-    case Kind::kDict: {
-      std::string out = "{";
-      for (size_t k = 0; k < v.dict->size(); ++k) {
-        if (k) out += ", ";
-        out += str_repr((*v.dict)[k].first) + ": " + to_repr((*v.dict)[k].second);
-      }
-      return out + "}";
-    }
-    default: return to_str(v);
-  }
+  std::string out;
+  repr_into(v, 0, out);
+  return out;
 }
 
 std::string to_str(const Value& v) {
@@ -297,7 +400,18 @@ namespace {
 double as_double(const Value& v) { return v.kind == Kind::kFloat ? v.f : v.kind == Kind::kInt ? static_cast<double>(v.i) : v.b ? 1 : 0; }
 }  // namespace
 
-bool equals(const Value& a, const Value& b) {
+namespace {
+bool equals_at(const Value& a, const Value& b, int depth);
+bool less_at(const Value& a, const Value& b, int depth);
+}  // namespace
+
+bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
+bool less(const Value& a, const Value& b) { return less_at(a, b, 0); }
+
+namespace {
+
+bool equals_at(const Value& a, const Value& b, int depth) {
+  charge_steps(1);
   if (a.is_number() && b.is_number()) {
     if (a.kind != Kind::kFloat && b.kind != Kind::kFloat) {
       return (a.kind == Kind::kInt ? a.i : a.b) == (b.kind == Kind::kInt ? b.i : b.b);
@@ -311,22 +425,25 @@ bool equals(const Value& a, const Value& b) {
     case Kind::kString: return a.s == b.s;
     case Kind::kList:
       if (a.is_tuple != b.is_tuple || a.list->size() != b.list->size()) return false;
+      if (depth >= limits::kMaxValueDepth) too_deep();
       for (size_t k = 0; k < a.list->size(); ++k) {
-        if (!equals((*a.list)[k], (*b.list)[k])) return false;
+        if (!equals_at((*a.list)[k], (*b.list)[k], depth + 1)) return false;
       }
       return true;
     case Kind::kDict:
       if (a.dict->size() != b.dict->size()) return false;
+      if (depth >= limits::kMaxValueDepth) too_deep();
       for (const auto& [k, v] : *a.dict) {
         const Value* other = b.find(k);
-        if (!other || !equals(v, *other)) return false;
+        if (!other || !equals_at(v, *other, depth + 1)) return false;
       }
       return true;
     default: return a.dict == b.dict && a.fn == b.fn;
   }
 }
 
-bool less(const Value& a, const Value& b) {
+bool less_at(const Value& a, const Value& b, int depth) {
+  charge_steps(1);
   if (a.is_number() && b.is_number()) {
     if (a.kind != Kind::kFloat && b.kind != Kind::kFloat) {
       return (a.kind == Kind::kInt ? a.i : a.b) < (b.kind == Kind::kInt ? b.i : b.b);
@@ -335,8 +452,9 @@ bool less(const Value& a, const Value& b) {
   }
   if (a.kind == Kind::kString && b.kind == Kind::kString) return a.s < b.s;  // UTF-8 keeps code point order
   if (a.kind == Kind::kList && b.kind == Kind::kList) {
+    if (depth >= limits::kMaxValueDepth) too_deep();
     for (size_t k = 0; k < a.list->size() && k < b.list->size(); ++k) {
-      if (!equals((*a.list)[k], (*b.list)[k])) return less((*a.list)[k], (*b.list)[k]);
+      if (!equals_at((*a.list)[k], (*b.list)[k], depth + 1)) return less_at((*a.list)[k], (*b.list)[k], depth + 1);
     }
     return a.list->size() < b.list->size();
   }
@@ -345,16 +463,20 @@ bool less(const Value& a, const Value& b) {
   render_fail(fmt::format("'<' not supported between instances of '{}' and '{}'", type_name(a), type_name(b)));
 }
 
+}  // namespace
+
 List iterate(const Value& v) {
   switch (v.kind) {
     case Kind::kUndefined: return {};
-    case Kind::kList: return *v.list;
+    case Kind::kList: charge_steps(v.list->size()); return *v.list;
     case Kind::kDict: {
+      charge_steps(v.dict->size());
       List keys;
       for (const auto& [k, val] : *v.dict) keys.push_back(Value::string(k));
       return keys;
     }
     case Kind::kString: {
+      check_list_size(utf8_length(v.s));
       List chars;
       for (auto& c : utf8_chars(v.s)) chars.push_back(Value::string(std::move(c)));
       return chars;
@@ -363,33 +485,44 @@ List iterate(const Value& v) {
   }
 }
 
+// Recursion over the JSON variables is bounded by limits::kMaxValueDepth (their nesting comes
+// from the HTTP client).
 template <typename J>
-Value from_json_impl(const J& j) {
+Value from_json_impl(const J& j, int depth) {
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
     case nlohmann::json::value_t::boolean: return Value::boolean(j.template get<bool>());
     case nlohmann::json::value_t::number_integer: return Value::integer(j.template get<int64_t>());
     case nlohmann::json::value_t::number_unsigned: return Value::integer(static_cast<int64_t>(j.template get<uint64_t>()));
     case nlohmann::json::value_t::number_float: return Value::real(j.template get<double>());
-    case nlohmann::json::value_t::string: return Value::string(j.template get<std::string>());
+    case nlohmann::json::value_t::string:
+      check_string_size(j.template get_ref<const std::string&>().size());
+      return Value::string(j.template get<std::string>());
     case nlohmann::json::value_t::array: {
+      if (depth >= limits::kMaxValueDepth) too_deep();
+      check_list_size(j.size());
       List items;
-      for (const auto& e : j) items.push_back(from_json_impl(e));
+      items.reserve(j.size());
+      for (const auto& e : j) items.push_back(from_json_impl(e, depth + 1));
       return Value::make_list(std::move(items));
     }
     case nlohmann::json::value_t::object: {
+      if (depth >= limits::kMaxValueDepth) too_deep();
+      check_list_size(j.size());
       Dict items;
-      for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(it.key(), from_json_impl(it.value()));
+      items.reserve(j.size());
+      for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(it.key(), from_json_impl(it.value(), depth + 1));
       return Value::make_dict(std::move(items));
     }
     default: return Value::none();
   }
 }
 
-Value from_json(const nlohmann::ordered_json& j) { return from_json_impl(j); }
-Value from_json(const nlohmann::json& j) { return from_json_impl(j); }
+Value from_json(const nlohmann::ordered_json& j) { return from_json_impl(j, 0); }
+Value from_json(const nlohmann::json& j) { return from_json_impl(j, 0); }
 
 std::vector<std::string> utf8_chars(const std::string& s) {
+  charge_steps(s.size() / 16);  // one small string per character: dearer than copying bytes
   std::vector<std::string> out;
   size_t pos = 0;
   while (pos < s.size()) {
@@ -399,6 +532,8 @@ std::vector<std::string> utf8_chars(const std::string& s) {
   }
   return out;
 }
+
+void utf8_next(const std::string& s, size_t& pos) { decode(s, pos); }
 
 size_t utf8_length(const std::string& s) {
   size_t n = 0;

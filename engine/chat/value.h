@@ -66,6 +66,26 @@ struct RenderError {
 [[noreturn]] void render_fail(std::string message);
 [[noreturn]] void render_unsupported(std::string what);
 
+// The budget of the render in progress on this thread (limits.h). Installing a RenderBudget
+// starts one; without one, charging is free and only the size limits apply.
+struct RenderBudget {
+  uint64_t steps = 0;
+  RenderBudget* prev = nullptr;
+  RenderBudget();
+  ~RenderBudget();
+  RenderBudget(const RenderBudget&) = delete;
+  RenderBudget& operator=(const RenderBudget&) = delete;
+};
+// Adds `steps` to the render's work; RenderError once limits::kMaxSteps is passed.
+void charge_steps(uint64_t steps);
+// Charges the work of copying or scanning `bytes` bytes.
+void charge_bytes(uint64_t bytes);
+// RenderError when a string of `bytes` bytes would exceed limits::kMaxStringBytes; call before
+// building it.
+void check_string_size(uint64_t bytes);
+// RenderError when a list of `items` items would exceed limits::kMaxListItems.
+void check_list_size(uint64_t items);
+
 // Python's bool(x); Undefined is false.
 bool truthy(const Value& v);
 // Python's str(x) (Undefined prints as ""); repr is used inside containers.
@@ -91,6 +111,8 @@ Value from_json(const nlohmann::json& j);
 
 // UTF-8 helpers: Python indexes strings by code point.
 std::vector<std::string> utf8_chars(const std::string& s);
+// Moves `pos` past the character starting there (as utf8_chars splits them).
+void utf8_next(const std::string& s, size_t& pos);
 size_t utf8_length(const std::string& s);
 bool is_py_space(uint32_t cp);
 std::string py_strip(const std::string& s, const Value* chars, bool left, bool right);

@@ -151,3 +151,156 @@ TEST_CASE("strftime_now honours SAMPAN_FAKE_DATE", "[chat]") {
   CHECK(render("{{ strftime_now('%d %b %Y %A') }}") == "05 Sep 2024 Thursday");
   ::unsetenv("SAMPAN_FAKE_DATE");
 }
+
+// ---- limits against hostile templates and values (engine/chat/limits.h) ----
+
+namespace {
+
+// Matches a sampan::Error of kInvalidArgument whose message starts with `where` (the template
+// location, "<name>:<line>:<col>: ") and contains `what`.
+class ErrorAt : public Catch::MatcherBase<sampan::Error> {
+ public:
+  ErrorAt(std::string where, std::string what) : where_(std::move(where)), what_(std::move(what)) {}
+  bool match(const sampan::Error& e) const override {
+    const std::string m = e.what();
+    return e.code() == sampan::ErrorCode::kInvalidArgument && m.rfind(where_, 0) == 0 &&
+           m.find(what_) != std::string::npos && m.find('\n') == std::string::npos;
+  }
+  std::string describe() const override { return "is an invalid-argument error at '" + where_ + "' containing '" + what_ + "'"; }
+
+ private:
+  std::string where_, what_;
+};
+
+std::string repeat(const std::string& s, size_t n) {
+  std::string out;
+  for (size_t k = 0; k < n; ++k) out += s;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("chat template parser bounds nesting", "[chat][limits]") {
+  // 100,000 nested parentheses and list brackets: the lexer stops at the 257th bracket.
+  const std::string parens = "{{ " + repeat("(", 100000) + "1" + repeat(")", 100000) + " }}";
+  REQUIRE_THROWS_MATCHES(Template::parse(parens, "t"), sampan::Error, ErrorAt("t:1:260: ", "brackets nested deeper than 256 levels"));
+  const std::string lists = "{{ " + repeat("[", 100000) + "1" + repeat("]", 100000) + " }}";
+  REQUIRE_THROWS_MATCHES(Template::parse(lists, "t"), sampan::Error, ErrorAt("t:1:260: ", "brackets nested deeper than 256 levels"));
+  // Recursion without brackets: not not not ... x, - - - ... 1.
+  REQUIRE_THROWS_MATCHES(Template::parse("{{ " + repeat("not ", 100000) + "x }}", "t"), sampan::Error,
+                         ErrorAt("t:1:1024: ", "template nested deeper than 256 levels"));
+  REQUIRE_THROWS_MATCHES(Template::parse("{{ " + repeat("- ", 100000) + "1 }}", "t"), sampan::Error,
+                         ErrorAt("t:1:", "template nested deeper than 256 levels"));
+  // A tree built by iteration: 1 + 1 + ... (100,000 terms).
+  REQUIRE_THROWS_MATCHES(Template::parse("{{ 1" + repeat(" + 1", 100000) + " }}", "t"), sampan::Error,
+                         ErrorAt("t:1:", "expression nested deeper than 256 levels"));
+  // {% if %} nested 10,000 deep: the 256th if's condition is the 257th level.
+  const std::string ifs = repeat("{% if true %}", 10000) + "x" + repeat("{% endif %}", 10000);
+  REQUIRE_THROWS_MATCHES(Template::parse(ifs, "t"), sampan::Error, ErrorAt("t:1:3322: ", "template nested deeper than 256 levels"));
+  // Deep but legal: 200 levels of each render as jinja2 does.
+  CHECK(render("{{ " + repeat("(", 200) + "1" + repeat(")", 200) + " }}") == "1");
+  CHECK(render("{{ " + repeat("[", 200) + "1" + repeat("]", 200) + " }}") == repeat("[", 200) + "1" + repeat("]", 200));
+  CHECK(render("{{ " + repeat("not ", 200) + "false }}") == "False");
+  CHECK(render("{{ 1" + repeat(" + 1", 200) + " }}") == "201");
+  CHECK(render(repeat("{% if true %}", 200) + "x" + repeat("{% endif %}", 200)) == "x");
+}
+
+TEST_CASE("chat template macro recursion is bounded", "[chat][limits]") {
+  REQUIRE_THROWS_MATCHES(render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"), sampan::Error,
+                         ErrorAt("t:1:21: ", "maximum recursion depth exceeded calling macro 'f' (more than 100 nested calls)"));
+  // caller() re-entering the macro that calls it.
+  REQUIRE_THROWS_MATCHES(render("{% macro m() %}{{ caller() }}{% endmacro %}{% macro r() %}{% call m() %}{{ r() }}{% endcall %}{% endmacro %}{{ r() }}"),
+                         sampan::Error, ErrorAt("t:1:", "maximum recursion depth exceeded calling macro"));
+  CHECK(render("{% macro m(a) %}<{{ caller() }}{{ a }}>{% endmacro %}{% call m(1) %}body{% endcall %}") == "<body1>");
+  // 100 nested calls are fine.
+  std::string want;
+  for (int n = 99; n > 0; --n) want += std::to_string(n) + ",";
+  CHECK(render("{% macro f(n) %}{% if n > 0 %}{{ n }},{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(99) }}") == want);
+}
+
+TEST_CASE("chat template range() is bounded as jinja2's sandbox bounds it", "[chat][limits]") {
+  REQUIRE_THROWS_MATCHES(render("{{ range(10**9) | length }}"), sampan::Error,
+                         ErrorAt("t:1:9: ", "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000)."));
+  REQUIRE_THROWS_MATCHES(render("{{ range(-9223372036854775807, 9223372036854775807, 2) | length }}"), sampan::Error,
+                         ErrorAt("t:1:9: ", "MAX_RANGE (100000)"));
+  REQUIRE_THROWS_MATCHES(render("{{ range(100001) | length }}"), sampan::Error, ErrorAt("t:1:9: ", "Range too big"));
+  CHECK(render("{{ range(100000) | length }}|{{ range(10, 0, -3) | list }}|{{ range(5, 5) | list }}") == "100000|[10, 7, 4, 1]|[]");
+}
+
+TEST_CASE("chat template rendering has a step budget", "[chat][limits]") {
+  REQUIRE_THROWS_MATCHES(render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"), sampan::Error,
+                         ErrorAt("t:1:", "template rendering exceeded its budget of 10000000 steps"));
+  // Quadratic work inside builtins counts too: 'in' over a long list in a long loop.
+  REQUIRE_THROWS_MATCHES(render("{% set l = range(100000) | list %}{% for i in l %}{% if -1 in l %}{% endif %}{% endfor %}"),
+                         sampan::Error, ErrorAt("t:1:", "budget of 10000000 steps"));
+  CHECK(render("{% set ns = namespace(n=0) %}{% for i in range(300) %}{% for j in range(300) %}{% set ns.n = ns.n + 1 %}{% endfor %}{% endfor %}{{ ns.n }}") ==
+        "90000");
+}
+
+TEST_CASE("chat template strings, lists and output are bounded in size", "[chat][limits]") {
+  REQUIRE_THROWS_MATCHES(render("{{ 'x' * 10**12 }}"), sampan::Error,
+                         ErrorAt("t:1:8: ", "string of 1000000000000 bytes exceeds the limit of 16777216 bytes"));
+  REQUIRE_THROWS_MATCHES(render("{{ ([1, 2] * 10**12) | length }}"), sampan::Error,
+                         ErrorAt("t:1:12: ", "list of 2000000000000 items exceeds the limit of 1048576 items"));
+  REQUIRE_THROWS_MATCHES(render("{{ ['x' * 10000000, 'y' * 10000000] | join }}"), sampan::Error,
+                         ErrorAt("t:1:37: ", "exceeds the limit of 16777216 bytes"));
+  REQUIRE_THROWS_MATCHES(render("{{ ('x' * 10000000).join(['a', 'b', 'c']) }}"), sampan::Error,
+                         ErrorAt("t:1:", "exceeds the limit of 16777216 bytes"));
+  REQUIRE_THROWS_MATCHES(render("{% set ns = namespace(s='x') %}{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
+                         sampan::Error, ErrorAt("t:1:", "string of 33554432 bytes exceeds the limit of 16777216 bytes"));
+  REQUIRE_THROWS_MATCHES(render("{% set ns = namespace(s='x') %}{% for i in range(30) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"),
+                         sampan::Error, ErrorAt("t:1:", "string of 33554432 bytes exceeds"));
+  REQUIRE_THROWS_MATCHES(render("{% set ns = namespace(l=[1]) %}{% for i in range(30) %}{% set ns.l = ns.l + ns.l %}{% endfor %}"),
+                         sampan::Error, ErrorAt("t:1:", "list of 2097152 items exceeds"));
+  REQUIRE_THROWS_MATCHES(render("{{ 'ab' | indent(10**12) }}"), sampan::Error, ErrorAt("t:1:9: ", "exceeds the limit"));
+  REQUIRE_THROWS_MATCHES(render("{{ ('x' * 10000000) | replace('x', 'yy') }}"), sampan::Error, ErrorAt("t:1:", "exceeds the limit"));
+  // The rendered output: 20 pieces of 1 MB.
+  REQUIRE_THROWS_MATCHES(render("{% for i in range(20) %}{{ 'x' * 1000000 }}{% endfor %}"), sampan::Error,
+                         ErrorAt("t:1:25: ", "exceeds the limit of 16777216 bytes"));
+  // Integer arithmetic past 64 bits is refused, not wrapped (and never traps).
+  expect_error([] { render("{{ 2 ** 64 }}"); }, sampan::ErrorCode::kUnsupported, "integer arithmetic beyond 64 bits");
+  expect_error([] { render("{{ (-9223372036854775807 - 1) // -1 }}"); }, sampan::ErrorCode::kUnsupported, "beyond 64 bits");
+  // Under the limits: exact results.
+  CHECK(render("{{ ('ab' * 1000) | length }}|{{ 'ab' * 3 }}|{{ [1] * 3 }}|{{ 3 * 'x' }}|{{ 'x' * -2 }}|{{ 2 ** 62 }}|{{ (-2) ** 63 }}|{{ (-7) // -1 }}|{{ 7 % -1 }}") ==
+        "2000|ababab|[1, 1, 1]|xxx||4611686018427387904|-9223372036854775808|7|0");
+  CHECK(render("{{ ('x' * 16777216) | length }}") == "16777216");
+  CHECK(render("{% for i in range(16) %}{{ 'x' * 1000000 }}{% endfor %}").size() == 16000000);
+}
+
+TEST_CASE("chat template values are bounded in depth", "[chat][limits]") {
+  // A 100,000-deep JSON value from the client, built without recursion.
+  auto deep = [](int levels) {
+    nlohmann::ordered_json v = 1;
+    for (int k = 0; k < levels; ++k) {
+      nlohmann::ordered_json a = nlohmann::ordered_json::array();
+      a.push_back(std::move(v));
+      v = std::move(a);
+    }
+    return v;
+  };
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+  vars["messages"] = deep(100000);
+  REQUIRE_THROWS_MATCHES(render("{{ messages }}", vars), sampan::Error,
+                         ErrorAt("t:1:1: ", "template variables: value nested deeper than 256 levels"));
+  nlohmann::ordered_json obj = nlohmann::ordered_json::object();
+  for (int k = 0; k < 100000; ++k) {
+    nlohmann::ordered_json o = nlohmann::ordered_json::object();
+    o["a"] = std::move(obj);
+    obj = std::move(o);
+  }
+  nlohmann::ordered_json tools_vars = nlohmann::ordered_json::object();
+  tools_vars["tools"] = std::move(obj);
+  REQUIRE_THROWS_MATCHES(Template::parse("x", "tpl").render(tools_vars), sampan::Error,
+                         ErrorAt("tpl:1:1: ", "value nested deeper than 256 levels"));
+  // Deep values built by the template: printing, tojson and comparing them stop at the limit,
+  // and releasing a 100,000-deep value does not recurse.
+  const std::string build = "{% set ns = namespace(x=1) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}";
+  REQUIRE_THROWS_MATCHES(render(build + "{{ ns.x }}"), sampan::Error, ErrorAt("t:1:98: ", "value nested deeper than 256 levels"));
+  REQUIRE_THROWS_MATCHES(render(build + "{{ ns.x | tojson }}"), sampan::Error, ErrorAt("t:1:", "value nested deeper than 256 levels"));
+  REQUIRE_THROWS_MATCHES(render(build + "{{ ns.x == [ns.x] }}"), sampan::Error, ErrorAt("t:1:", "value nested deeper than 256 levels"));
+  CHECK(render(build + "done") == "done");
+  // 200 levels are fine both ways.
+  vars["messages"] = deep(200);
+  const std::string want = repeat("[", 200) + "1" + repeat("]", 200);
+  CHECK(render("{{ messages }}|{{ messages | tojson }}|{{ messages == messages }}", vars) == want + "|" + want + "|True");
+}
