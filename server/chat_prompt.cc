@@ -18,17 +18,20 @@ chat::Template parse_template(const tok::Tokenizer& tokenizer, const std::string
 ChatPrompt::ChatPrompt(const tok::Tokenizer& tokenizer, const std::string& model_dir)
     : tokenizer_(tokenizer), template_(parse_template(tokenizer, model_dir)) {}
 
-std::string ChatPrompt::render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
+std::string ChatPrompt::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                               const nlohmann::ordered_json& tools) const {
   nlohmann::ordered_json vars = {{"messages", messages},
-                         {"add_generation_prompt", add_generation_prompt},
-                         {"bos_token", tokenizer_.bos_text()},
-                         {"eos_token", tokenizer_.eos_text()}};
+                                 {"add_generation_prompt", add_generation_prompt},
+                                 {"bos_token", tokenizer_.bos_text()},
+                                 {"eos_token", tokenizer_.eos_text()}};
+  if (!tools.is_null()) vars["tools"] = tools;
   return template_.render(vars);
 }
 
 std::vector<int32_t> ChatPrompt::encode(const nlohmann::ordered_json& messages,
-                                        bool add_generation_prompt) const {
-  return tokenizer_.encode(render(messages, add_generation_prompt), false);
+                                        bool add_generation_prompt,
+                                        const nlohmann::ordered_json& tools) const {
+  return tokenizer_.encode(render(messages, add_generation_prompt, tools), false);
 }
 
 }  // namespace sampan::cli

@@ -17,8 +17,11 @@ class ChatPrompt {
  public:
   // Throws Error(kNotFound) naming the model when its tokenizer has no chat template.
   ChatPrompt(const tok::Tokenizer& tokenizer, const std::string& model_dir);
-  std::vector<int32_t> encode(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
-  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
+  // `tools`: null (the template sees no `tools` variable) or the list handed to it as `tools`.
+  std::vector<int32_t> encode(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                              const nlohmann::ordered_json& tools = nullptr) const;
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& tools = nullptr) const;
 
  private:
   const tok::Tokenizer& tokenizer_;

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "server/kserve_decode.h"
 #include "server/openai_api.h"
 #include "server/request_parse.h"
 
@@ -44,112 +45,6 @@ Json model_metadata(const std::string& name) {
                                       tensor_meta("sampling_parameters", "BYTES", 1, true)})},
               {"outputs", Json::array({tensor_meta("text_output", "BYTES", 1, false),
                                        tensor_meta("output_ids", "INT32", -1, false)})}};
-}
-
-// Row-major flattening of a tensor's "data" (the protocol allows nested arrays).
-void flatten(const Json& data, std::vector<const Json*>& out) {
-  if (data.is_array()) {
-    for (const Json& d : data) flatten(d, out);
-  } else {
-    out.push_back(&data);
-  }
-}
-
-[[noreturn]] void bad_tensor(const std::string& name, const std::string& what) {
-  throw RequestError(400, name, fmt::format("input '{}': {}", name, what));
-}
-
-std::vector<const Json*> tensor_data(const Json& input, const std::string& name,
-                                     const char* datatype) {
-  const auto dt = get_string(input, "datatype", name + ".");
-  if (dt && *dt != datatype)
-    bad_tensor(name, fmt::format("datatype must be {}, got {}", datatype, *dt));
-  const auto it = input.find("data");
-  if (it == input.end() || it->is_null()) bad_tensor(name, "'data' is required");
-  std::vector<const Json*> values;
-  flatten(*it, values);
-  return values;
-}
-
-const Json& single(const std::vector<const Json*>& values, const std::string& name) {
-  if (values.size() != 1)
-    bad_tensor(name, fmt::format("expected one element (shape [1]), got {}", values.size()));
-  return *values[0];
-}
-
-struct InferInput {
-  std::string id;
-  std::optional<std::string> text;
-  std::vector<int32_t> ids;
-  SamplingFields fields;
-  std::vector<std::string> outputs;  // requested output names; empty: all
-};
-
-InferInput parse_infer(const Json& body) {
-  InferInput in;
-  in.id = get_string(body, "id").value_or("");
-  if (const auto it = body.find("parameters"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) throw RequestError(400, "parameters", "'parameters' must be an object");
-    merge_sampling_fields(*it, in.fields, "parameters.");
-    if (get_bool(*it, "stream", "parameters.").value_or(false))
-      throw RequestError(400, "parameters.stream",
-                         "'parameters.stream' is not supported over REST; use gRPC "
-                         "ModelStreamInfer or /v1/completions");
-  }
-  const auto inputs = body.find("inputs");
-  if (inputs == body.end() || !inputs->is_array() || inputs->empty())
-    throw RequestError(400, "inputs", "'inputs' must be a non-empty list of tensors");
-  std::optional<int64_t> max_tokens;
-  for (const Json& input : *inputs) {
-    if (!input.is_object()) throw RequestError(400, "inputs", "each input must be an object");
-    const auto name = get_string(input, "name", "inputs.");
-    if (!name) throw RequestError(400, "inputs", "an input has no 'name'");
-    if (*name == "text_input") {
-      const Json& v = single(tensor_data(input, *name, "BYTES"), *name);
-      if (!v.is_string()) bad_tensor(*name, "the element must be a string");
-      in.text = v.get<std::string>();
-      if (in.text->empty()) bad_tensor(*name, "the text is empty");
-    } else if (*name == "input_ids") {
-      for (const Json* v : tensor_data(input, *name, "INT32")) {
-        if (!v->is_number_integer() || v->get<int64_t>() < 0 ||
-            v->get<int64_t>() > std::numeric_limits<int32_t>::max())
-          bad_tensor(*name, "elements must be token ids (non-negative INT32)");
-        in.ids.push_back(v->get<int32_t>());
-      }
-      if (in.ids.empty()) bad_tensor(*name, "no token ids");
-    } else if (*name == "max_tokens") {
-      const Json& v = single(tensor_data(input, *name, "INT32"), *name);
-      if (!v.is_number_integer()) bad_tensor(*name, "the element must be an integer");
-      if (v.get<int64_t>() <= 0)
-        bad_tensor(*name, fmt::format("must be at least 1, got {}", v.get<int64_t>()));
-      max_tokens = v.get<int64_t>();
-    } else if (*name == "sampling_parameters") {
-      const Json& v = single(tensor_data(input, *name, "BYTES"), *name);
-      if (!v.is_string()) bad_tensor(*name, "the element must be a JSON string");
-      merge_sampling_fields(parse_json_object(v.get<std::string>(), "sampling_parameters"),
-                            in.fields, "sampling_parameters.");
-    } else if (*name == "stream") {
-      const Json& v = single(tensor_data(input, *name, "BOOL"), *name);
-      if (v.is_boolean() && v.get<bool>())
-        bad_tensor(*name, "streaming is not supported over REST; use gRPC ModelStreamInfer");
-    } else {
-      throw RequestError(400, *name, fmt::format("unknown input '{}'", *name));
-    }
-  }
-  if (max_tokens) in.fields.max_tokens = max_tokens;
-  if (in.text && !in.ids.empty())
-    throw RequestError(400, "input_ids", "give either 'text_input' or 'input_ids', not both");
-  if (!in.text && in.ids.empty())
-    throw RequestError(400, "text_input", "the input 'text_input' (or 'input_ids') is required");
-  if (const auto it = body.find("outputs"); it != body.end() && it->is_array()) {
-    for (const Json& o : *it) {
-      const auto n = o.is_object() ? get_string(o, "name", "outputs.") : std::nullopt;
-      if (!n || (*n != "text_output" && *n != "output_ids"))
-        throw RequestError(400, "outputs", "requested outputs must be text_output or output_ids");
-      in.outputs.push_back(*n);
-    }
-  }
-  return in;
 }
 
 // One infer request: collects the whole output on the engine thread, answers on the final event.
@@ -208,7 +103,7 @@ struct InferCall {
 
 void infer(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, ModelHost& host,
            ServeMetrics& metrics) {
-  const InferInput in = parse_infer(parse_json_object(req.body));
+  const KserveInferRequest in = parse_kserve_json(parse_json_object(req.body));
   auto engine = host.engine();
   if (!engine) return fail(*writer, metrics, 503, "the model is still loading");
   if (host.draining()) return fail(*writer, metrics, 503, "the server is shutting down");

@@ -427,7 +427,7 @@ void handle_chat_completions(const HttpRequest& req, std::shared_ptr<ResponseWri
   }
   std::vector<int32_t> prompt;
   try {
-    prompt = chat->encode(cr.messages, /*add_generation_prompt=*/true);
+    prompt = chat->encode(cr.messages, /*add_generation_prompt=*/true, cr.tools);
   } catch (const Error& e) {
     // The template itself may reject a conversation (raise_exception, e.g. roles that do not
     // alternate): that is the caller's input.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 namespace sampan::server {
@@ -128,22 +129,163 @@ std::string message_content(const Json& content, const std::string& field) {
   return text;
 }
 
-}  // namespace
-
-Json parse_json_object(std::string_view text, const std::string& what) {
-  Json j;
+// Parses `text` under kMaxRequestJsonDepth. nullopt with `*syntax_error` set when it is not
+// JSON. Too deep: RequestError naming the top-level field inside (prefixed by `prefix`), or
+// `field` itself when the value is not an object.
+std::optional<Json> parse_json_limited(std::string_view text, const std::string& field,
+                                       const std::string& prefix, std::string* syntax_error) {
+  std::string key;  // the top-level key being parsed
+  auto limit_depth = [&](int depth, Json::parse_event_t event, Json& parsed) -> bool {
+    if (event == Json::parse_event_t::key && depth == 1) {
+      key = parsed.get<std::string>();
+    } else if ((event == Json::parse_event_t::object_start ||
+                event == Json::parse_event_t::array_start) &&
+               depth >= kMaxRequestJsonDepth) {
+      const std::string name = key.empty() ? field : prefix + key;
+      throw RequestError(400, key.empty() ? "" : name,
+                         fmt::format("{} nests deeper than {} levels",
+                                     key.empty() ? name : "'" + name + "'", kMaxRequestJsonDepth));
+    }
+    return true;
+  };
   try {
-    j = Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& e) {
-    // nlohmann's message starts "[json.exception.parse_error.101] parse error at ..."; the
-    // bracketed tag means nothing to a client.
+    return Json::parse(text.begin(), text.end(), limit_depth);
+  } catch (const Json::exception& e) {
+    // parse_error, or out_of_range for a number past double's range (1e999). nlohmann's
+    // message starts "[json.exception.parse_error.101] parse error at ..."; the bracketed tag
+    // means nothing to a client.
     std::string m = e.what();
     if (const size_t p = m.find("] "); m.rfind("[json.exception", 0) == 0 && p != m.npos)
       m = m.substr(p + 2);
-    throw RequestError(400, "", "invalid JSON: " + m);
+    *syntax_error = std::move(m);
+    return std::nullopt;
   }
-  if (!j.is_object()) throw RequestError(400, "", what + " must be a JSON object");
-  return j;
+}
+
+// logit_bias: {"<token id>": bias in [-100, 100]}. Sampan has no logit bias yet, so only an
+// empty object passes; the type and range checks come first so a client learns what is wrong.
+void check_logit_bias(const Json& body) {
+  const Json* v = find(body, "logit_bias");
+  if (!v) return;
+  if (!v->is_object()) wrong_type("logit_bias", "an object of token id -> bias", *v);
+  for (const auto& [key, bias] : v->items()) {
+    const std::string f = fmt::format("logit_bias[{}]", Json(key).dump());
+    char* end = nullptr;
+    const long long id = key.empty() ? -1 : std::strtoll(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || id < 0 || id > std::numeric_limits<int32_t>::max())
+      bad("logit_bias", fmt::format("'logit_bias' key {} is not a token id", Json(key).dump()));
+    if (!bias.is_number()) wrong_type(f, "a number", bias);
+    check_range(f, bias.get<double>(), -100, 100);
+  }
+  if (!v->empty()) bad("logit_bias", "'logit_bias' is not supported (only an empty object)");
+}
+
+// A tool call's arguments as the template sees them: a JSON object when the string holds one,
+// else the string as it is.
+Json tool_arguments(const Json& args, const std::string& field) {
+  if (args.is_object()) return args;
+  if (!args.is_string()) wrong_type(field, "a string holding a JSON object", args);
+  std::string syntax_error;
+  std::optional<Json> parsed = parse_json_limited(args.get_ref<const std::string&>(),
+                                                  "'" + field + "'", field + ".", &syntax_error);
+  if (parsed && parsed->is_object()) return std::move(*parsed);
+  return args;
+}
+
+void check_tool_calls(const Json& calls, Json& out, const std::string& mf) {
+  const std::string f = mf + ".tool_calls";
+  if (!calls.is_array()) wrong_type(f, "a list of tool calls", calls);
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const Json& c = calls[k];
+    const std::string cf = fmt::format("{}[{}]", f, k);
+    if (!c.is_object()) wrong_type(cf, "an object {id, type, function}", c);
+    get_string(c, "id", cf + ".");
+    if (get_string(c, "type", cf + ".").value_or("function") != "function")
+      bad(cf + ".type", fmt::format("'{}.type' must be \"function\"", cf));
+    const Json* fn = find(c, "function");
+    if (!fn) bad(cf + ".function", fmt::format("'{}.function' is required", cf));
+    if (!fn->is_object()) wrong_type(cf + ".function", "an object {name, arguments}", *fn);
+    const auto name = get_string(*fn, "name", cf + ".function.");
+    if (!name || name->empty())
+      bad(cf + ".function.name", fmt::format("'{}.function.name' is required", cf));
+    if (const Json* args = find(*fn, "arguments"))
+      out[k]["function"]["arguments"] = tool_arguments(*args, cf + ".function.arguments");
+  }
+}
+
+Json check_tools(const Json& body) {
+  const Json* v = find(body, "tools");
+  if (!v) return nullptr;
+  if (!v->is_array()) wrong_type("tools", "a list of function tools", *v);
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& t = (*v)[i];
+    const std::string tf = fmt::format("tools[{}]", i);
+    if (!t.is_object()) wrong_type(tf, "an object {type: \"function\", function}", t);
+    const auto type = get_string(t, "type", tf + ".");
+    if (type.value_or("") != "function")
+      bad(tf + ".type", fmt::format("'{}.type' must be \"function\"", tf));
+    const Json* fn = find(t, "function");
+    if (!fn) bad(tf + ".function", fmt::format("'{}.function' is required", tf));
+    if (!fn->is_object()) wrong_type(tf + ".function", "an object {name, parameters, ...}", *fn);
+    const auto name = get_string(*fn, "name", tf + ".function.");
+    if (!name || name->empty())
+      bad(tf + ".function.name", fmt::format("'{}.function.name' is required", tf));
+    get_string(*fn, "description", tf + ".function.");
+    get_bool(*fn, "strict", tf + ".function.");
+    if (const Json* p = find(*fn, "parameters"); p && !p->is_object())
+      wrong_type(tf + ".function.parameters", "an object (a JSON schema)", *p);
+  }
+  if (v->empty()) return nullptr;
+  return *v;
+}
+
+void check_tool_choice(const Json& body, bool have_tools) {
+  const Json* v = find(body, "tool_choice");
+  if (!v) return;
+  if (v->is_string()) {
+    const std::string& c = v->get_ref<const std::string&>();
+    if (c == "none" || c == "auto") return;
+    if (c == "required")
+      bad("tool_choice", "'tool_choice' \"required\" is not supported (it needs constrained "
+                         "decoding); use \"auto\" or \"none\"");
+    bad("tool_choice", fmt::format("'tool_choice' must be \"none\", \"auto\" or \"required\", "
+                                   "got {}", Json(c).dump()));
+  }
+  if (!v->is_object()) wrong_type("tool_choice", "a string or an object", *v);
+  if (!have_tools) bad("tool_choice", "'tool_choice' names a function but 'tools' is empty");
+  bad("tool_choice", "'tool_choice' naming a function is not supported (it needs constrained "
+                     "decoding); use \"auto\" or \"none\"");
+}
+
+void check_response_format(const Json& body) {
+  const Json* v = find(body, "response_format");
+  if (!v) return;
+  if (!v->is_object()) wrong_type("response_format", "an object {type}", *v);
+  const auto type = get_string(*v, "type", "response_format.");
+  if (!type) bad("response_format.type", "'response_format.type' is required");
+  if (*type == "text") return;
+  if (*type == "json_object" || *type == "json_schema")
+    bad("response_format", fmt::format("'response_format' type \"{}\" is not supported (it needs "
+                                       "constrained decoding)", *type));
+  bad("response_format.type",
+      fmt::format("'response_format.type' must be \"text\", got {}", Json(*type).dump()));
+}
+
+// Fields of the OpenAI API that Sampan does not implement: refused when given, rather than
+// silently ignored.
+void refuse_unsupported(const Json& body, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (find(body, n)) bad(n, fmt::format("'{}' is not supported", n));
+}
+
+}  // namespace
+
+Json parse_json_object(std::string_view text, const std::string& what) {
+  std::string syntax_error;
+  std::optional<Json> j = parse_json_limited(text, what, "", &syntax_error);
+  if (!j) throw RequestError(400, "", "invalid JSON: " + syntax_error);
+  if (!j->is_object()) throw RequestError(400, "", what + " must be a JSON object");
+  return std::move(*j);
 }
 
 std::optional<bool> get_bool(const Json& obj, const char* name, const std::string& prefix) {
@@ -287,6 +429,7 @@ CompletionRequest parse_completion_request(const Json& body) {
       bad("logprobs", fmt::format("'logprobs' must be in [0, {}], got {}", kMaxTopLogprobs, *lp));
     r.logprobs = static_cast<int32_t>(*lp);
   }
+  check_logit_bias(body);
   r.fields = parse_sampling_fields(body);
   if (r.logprobs > 0) r.fields.sampling.top_logprobs = r.logprobs;
   r.fields.sampling.logprobs = r.logprobs >= 0;
@@ -312,8 +455,17 @@ ChatRequest parse_chat_request(const Json& body) {
     Json out = m;
     const auto it = m.find("content");
     out["content"] = message_content(it == m.end() ? Json() : *it, mf + ".content");
+    get_string(m, "name", mf + ".");
+    get_string(m, "tool_call_id", mf + ".");
+    if (const Json* calls = find(m, "tool_calls")) check_tool_calls(*calls, out["tool_calls"], mf);
     r.messages.push_back(std::move(out));
   }
+  r.tools = check_tools(body);
+  check_tool_choice(body, !r.tools.is_null());
+  get_bool(body, "parallel_tool_calls");
+  check_response_format(body);
+  check_logit_bias(body);
+  refuse_unsupported(body, {"functions", "function_call", "audio", "prediction"});
   require_one(body, "n");
   r.fields = parse_sampling_fields(body);
   // max_completion_tokens is the newer name; it wins when both are given.

@@ -39,8 +39,15 @@ class RequestError : public std::runtime_error {
   std::string param_;
 };
 
+// Nesting deeper than this is refused while parsing, before anything walks the value: copies,
+// dumps and the chat template's values recurse over nested arrays and objects, so an unbounded
+// depth would let one request overflow a server thread's stack. Real requests nest a few levels
+// (a tool's JSON schema perhaps 20).
+inline constexpr int kMaxRequestJsonDepth = 64;
+
 // Parses `text` as a JSON object. Errors: 400 "invalid JSON: ..." (param "") when it does not
-// parse, 400 "<what> must be a JSON object" when it is another JSON value.
+// parse, 400 naming the top-level field when a value nests deeper than kMaxRequestJsonDepth,
+// 400 "<what> must be a JSON object" when it is another JSON value.
 Json parse_json_object(std::string_view text, const std::string& what = "request body");
 
 // Limits the OpenAI API states for its fields.
@@ -100,15 +107,25 @@ CompletionRequest parse_completion_request(const Json& body);
 // POST /v1/chat/completions.
 struct ChatRequest {
   std::string model;
-  Json messages;  // [{role, content}] with content normalised to a string
+  Json messages;  // [{role, content, ...}] with content normalised to a string
+  Json tools;     // null, or the non-empty list of {type: "function", function: {name, ...}}
   SamplingFields fields;  // max_tokens from max_completion_tokens or max_tokens
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
   int32_t top_logprobs = 0;  // 0..20, only with logprobs
 };
-// messages: non-empty list of {role: string, content: string | [{type: "text", text}] | null};
-// other message keys (name, ...) are kept for the chat template.
+// messages: non-empty list of {role: string, content: string | [{type: "text", text}] | null,
+// name: string, tool_call_id: string, tool_calls: [{id, type: "function", function: {name,
+// arguments}}]}; other message keys are kept for the chat template. A tool call's `arguments`
+// string that holds a JSON object reaches the template as that object (as vLLM does: templates
+// such as Llama 3.1's print it with tojson).
+// tools: list of {type: "function", function: {name, description?, parameters?: object,
+// strict?}}, handed to the chat template as `tools`; tool_choice "none" | "auto" (the model's
+// output comes back as text: tool calls are not parsed out of it); "required" or a named
+// function need constrained decoding and are refused. response_format {type: "text"} only.
+// logit_bias: an object of token id -> bias in [-100, 100]; only an empty one is accepted (no
+// logit bias support yet). functions / function_call (deprecated) are refused: use tools.
 ChatRequest parse_chat_request(const Json& body);
 
 }  // namespace sampan::server

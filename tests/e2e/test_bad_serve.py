@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -22,7 +23,9 @@ import serve_util as su  # noqa: E402
 MODEL = "serve-model"
 KEY = "sk-bad-serve-test"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-MAX_BODY = 4096
+# Large enough for the 200 KB nesting attack below (a body past the limit is refused with 413
+# before parsing, which would hide what the JSON parser does).
+MAX_BODY = 400 * 1024
 MAX_LEN = 128
 
 
@@ -105,7 +108,80 @@ def http_cases():
          None),
         ("kserve: infer without inputs", "POST", f"/v2/models/{MODEL}/infer", {"id": "x"}, AUTH,
          400, "inputs"),
+        ("kserve: shape disagrees with data", "POST", f"/v2/models/{MODEL}/infer",
+         {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [2], "data": ["hi"]}]},
+         AUTH, 400, "text_input"),
+        ("kserve: shape overflows", "POST", f"/v2/models/{MODEL}/infer",
+         {"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [2 ** 62, 8],
+                      "data": [1]}]}, AUTH, 400, "input_ids"),
+        ("kserve: input given twice", "POST", f"/v2/models/{MODEL}/infer",
+         {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["a"]},
+                     {"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["b"]}]},
+         AUTH, 400, "text_input"),
+        ("kserve: body nested 100,000 deep", "POST", f"/v2/models/{MODEL}/infer",
+         '{"inputs": ' + "[" * 100000 + "]" * 100000 + "}", AUTH, 400, "inputs"),
+        # The crash this server once had: a chat message with an extra field holding an array
+        # nested 100,000 deep (about 200 KB) overflowed the stack when the message was copied.
+        ("chat: extra field nested 100,000 deep", "POST", ch,
+         '{"model": "serve-model", "messages": [{"role": "user", "content": "Hi", "extra": '
+         + "[" * 100000 + "]" * 100000 + "}]}", AUTH, 400, "messages"),
+        ("completion: unknown field of objects nested 60,000 deep", "POST", c,
+         '{"prompt": "Hi", "extra": ' + '{"a":' * 60000 + "1" + "}" * 60000 + "}", AUTH, 400,
+         "extra"),
+        ("chat: tools 'x'", "POST", ch, {**chat, "tools": "x"}, AUTH, 400, "tools"),
+        ("chat: tool without a function", "POST", ch,
+         {**chat, "tools": [{"type": "function"}]}, AUTH, 400, "tools[0].function"),
+        ("chat: tool_choice required", "POST", ch, {**chat, "tool_choice": "required"}, AUTH, 400,
+         "tool_choice"),
+        ("chat: response_format json_object", "POST", ch,
+         {**chat, "response_format": {"type": "json_object"}}, AUTH, 400, "response_format"),
+        ("chat: logit_bias", "POST", ch, {**chat, "logit_bias": {"5": 10}}, AUTH, 400,
+         "logit_bias"),
+        ("chat: tool_calls not a list", "POST", ch,
+         {**chat, "messages": [{"role": "assistant", "tool_calls": 3}]}, AUTH, 400,
+         "messages[0].tool_calls"),
+        ("chat: functions (deprecated)", "POST", ch, {**chat, "functions": []}, AUTH, 400,
+         "functions"),
     ]
+
+
+def check_attack_beside_a_stream(res, srv):
+    """The nesting attack while another client streams: the stream ends normally ([DONE]), and
+    a chat request with well-formed tools is still served."""
+    events, errors = [], []
+
+    def stream():
+        try:
+            events.extend(su.sse_events(srv.http_url + "/v1/completions",
+                                        {**good_completion(), "max_tokens": 48, "stream": True,
+                                         "ignore_eos": True}, headers=AUTH, timeout=300))
+        except Exception as e:  # reported below
+            errors.append(f"{type(e).__name__}: {e}")
+
+    t = threading.Thread(target=stream)
+    t.start()
+    attack = ('{"messages": [{"role": "user", "content": "Hi", "extra": ' + "[" * 100000
+              + "]" * 100000 + "}]}")
+    st, b, _ = su.http_json("POST", srv.http_url + "/v1/chat/completions", attack, headers=AUTH)
+    res.check("nesting attack during a stream: 400 naming 'messages'",
+              st == 400 and error_names(b, "messages"), f"{st} {str(b)[:200]}")
+    t.join(timeout=300)
+    res.check("the stream beside the attack ends with [DONE]",
+              not errors and events and events[-1] == "[DONE]", f"{errors} {events[-2:]}")
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "d",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    st, b, _ = su.http_json("POST", srv.http_url + "/v1/chat/completions",
+                            {"model": MODEL, "max_tokens": 4, "tools": tools,
+                             "tool_choice": "auto",
+                             "messages": [{"role": "user", "content": "Weather in Paris?"},
+                                          {"role": "assistant", "content": None, "tool_calls": [
+                                              {"id": "c1", "type": "function", "function": {
+                                                  "name": "get_weather",
+                                                  "arguments": "{\"city\": \"Paris\"}"}}]},
+                                          {"role": "tool", "tool_call_id": "c1",
+                                           "content": "sunny"}]}, headers=AUTH)
+    res.check("chat with tools and tool calls: 200", st == 200 and isinstance(b, dict)
+              and b["choices"][0]["message"]["role"] == "assistant", f"{st} {str(b)[:200]}")
 
 
 def check_http_cases(res, srv):
@@ -305,6 +381,7 @@ def main():
                                      headers=AUTH)
         res.check("a good request before the bad ones", st == 200, f"{st} {before}")
         if check_http_cases(res, srv):
+            check_attack_beside_a_stream(res, srv)
             check_raw_sockets(res, srv)
             check_grpc(res, srv)
         st, after, _ = su.http_json("POST", srv.http_url + "/v1/completions", good_completion(),

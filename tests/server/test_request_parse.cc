@@ -351,6 +351,154 @@ TEST_CASE("chat request: options", "[request_parse]") {
   CHECK(refusal(R"("model": ["m"])") == "model");
 }
 
+namespace {
+
+// `depth` nested arrays around 0, without recursion: [[[...0...]]].
+std::string nested_arrays(int depth) {
+  return std::string(static_cast<size_t>(depth), '[') + "0" +
+         std::string(static_cast<size_t>(depth), ']');
+}
+
+}  // namespace
+
+TEST_CASE("parse_json_object: a number past double's range is a 400", "[request_parse]") {
+  // Found by tests/fuzz/fuzz_openai_request: nlohmann throws out_of_range, not parse_error,
+  // and it escaped as a 500.
+  for (const char* text : {R"({"temperature": 1e999})", R"({"a": [-7E7000000011]})"}) {
+    INFO(text);
+    try {
+      parse_json_object(text);
+      FAIL("no error");
+    } catch (const RequestError& e) {
+      CHECK(e.status() == 400);
+      CHECK(std::string(e.what()).rfind("invalid JSON: ", 0) == 0);
+    }
+  }
+}
+
+TEST_CASE("parse_json_object: nesting is limited, naming the field", "[request_parse]") {
+  using sampan::server::kMaxRequestJsonDepth;
+  // The root object is level 1: a field may nest kMaxRequestJsonDepth - 1 arrays.
+  const std::string ok = R"({"x": )" + nested_arrays(kMaxRequestJsonDepth - 1) + "}";
+  CHECK(parse_json_object(ok)["x"].is_array());
+  const std::string deep = R"({"a": 1, "x": )" + nested_arrays(kMaxRequestJsonDepth) + "}";
+  CHECK(refused_field([&] { parse_json_object(deep); }) == "x");
+  // The crash this guards against: a chat message with an extra field nested 100,000 deep
+  // (200 KB), which used to overflow the stack when the message was copied.
+  const std::string attack = R"({"messages": [{"role": "user", "content": "hi", "extra": )" +
+                             nested_arrays(100000) + "}]}";
+  CHECK(refused_field([&] { parse_chat_request(parse_json_object(attack)); }) == "messages");
+  // Deep objects, and a deep array as the whole body.
+  std::string objects;
+  for (int i = 0; i < 100000; ++i) objects += R"({"k":)";
+  objects += "0" + std::string(100000, '}');
+  CHECK(refused_field([&] { parse_json_object(objects); }) == "k");
+  try {
+    parse_json_object(nested_arrays(100000));
+    FAIL("no error");
+  } catch (const RequestError& e) {
+    CHECK(e.status() == 400);
+    CHECK(std::string(e.what()) == "request body nests deeper than 64 levels");
+  }
+}
+
+TEST_CASE("chat request: tools, tool calls and their options", "[request_parse]") {
+  const char* msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  auto body = [&](const std::string& rest) { return std::string("{") + msgs + ", " + rest + "}"; };
+  auto refusal = [&](const std::string& rest) {
+    const std::string b = body(rest);
+    return refused_field([&] { parse_chat_request(Json::parse(b)); });
+  };
+  const char* tool = R"({"type": "function", "function": {"name": "get_weather",
+      "description": "d", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}})";
+  ChatRequest r = parse_chat_request(Json::parse(body(std::string(R"("tools": [)") + tool +
+                                                      R"(], "tool_choice": "auto")")));
+  REQUIRE(r.tools.is_array());
+  CHECK(r.tools[0]["function"]["name"] == "get_weather");
+  CHECK(r.tools[0]["function"]["parameters"]["properties"]["city"]["type"] == "string");
+  CHECK(parse_chat_request(Json::parse(body(R"("tools": [])"))).tools.is_null());
+  CHECK(parse_chat_request(Json::parse(body(R"("tool_choice": "none")"))).tools.is_null());
+
+  CHECK(refusal(R"("tools": "x")") == "tools");
+  CHECK(refusal(R"("tools": {"type": "function"})") == "tools");
+  CHECK(refusal(R"("tools": [5])") == "tools[0]");
+  CHECK(refusal(R"("tools": [{"type": "retrieval"}])") == "tools[0].type");
+  CHECK(refusal(R"("tools": [{"type": "function"}])") == "tools[0].function");
+  CHECK(refusal(R"("tools": [{"type": "function", "function": "f"}])") == "tools[0].function");
+  CHECK(refusal(R"("tools": [{"type": "function", "function": {"name": ""}}])") ==
+        "tools[0].function.name");
+  CHECK(refusal(R"("tools": [{"type": "function", "function": {"name": 3}}])") ==
+        "tools[0].function.name");
+  CHECK(refusal(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": []}}])") ==
+        "tools[0].function.parameters");
+  CHECK(refusal(R"("tools": [{"type": "function", "function": {"name": "f", "description": 1}}])") ==
+        "tools[0].function.description");
+  CHECK(refusal(R"("tool_choice": "required")") == "tool_choice");
+  CHECK(refusal(R"("tool_choice": "sometimes")") == "tool_choice");
+  CHECK(refusal(R"("tool_choice": 1)") == "tool_choice");
+  CHECK(refusal(std::string(R"("tools": [)") + tool +
+                R"(], "tool_choice": {"type": "function", "function": {"name": "get_weather"}})") ==
+        "tool_choice");
+  CHECK(refusal(R"("parallel_tool_calls": "yes")") == "parallel_tool_calls");
+  CHECK(refusal(R"("functions": [])") == "functions");
+  CHECK(refusal(R"("function_call": "auto")") == "function_call");
+
+  // response_format: text only.
+  CHECK_NOTHROW(parse_chat_request(Json::parse(body(R"("response_format": {"type": "text"})"))));
+  CHECK(refusal(R"("response_format": "json")") == "response_format");
+  CHECK(refusal(R"("response_format": {})") == "response_format.type");
+  CHECK(refusal(R"("response_format": {"type": "json_object"})") == "response_format");
+  CHECK(refusal(R"("response_format": {"type": "json_schema", "json_schema": {}})") ==
+        "response_format");
+  CHECK(refusal(R"("response_format": {"type": "yaml"})") == "response_format.type");
+
+  // logit_bias: typed and ranged; only an empty one is accepted.
+  CHECK_NOTHROW(parse_chat_request(Json::parse(body(R"("logit_bias": {})"))));
+  CHECK(refusal(R"("logit_bias": [1])") == "logit_bias");
+  CHECK(refusal(R"("logit_bias": {"x": 1})") == "logit_bias");
+  CHECK(refusal(R"("logit_bias": {"-1": 1})") == "logit_bias");
+  CHECK(refusal(R"("logit_bias": {"5": "1"})") == R"(logit_bias["5"])");
+  CHECK(refusal(R"("logit_bias": {"5": 101})") == R"(logit_bias["5"])");
+  CHECK(refusal(R"("logit_bias": {"5": 10})") == "logit_bias");
+  CHECK(completion_refusal(R"({"prompt": "x", "logit_bias": {"5": 10}})") == "logit_bias");
+  CHECK(completion_refusal(R"({"prompt": "x", "logit_bias": "no"})") == "logit_bias");
+
+  // Messages with tool calls and tool results.
+  r = parse_chat_request(j(R"({"messages": [
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+          "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+      {"role": "assistant", "tool_calls": [{"id": "c2", "type": "function",
+          "function": {"name": "f", "arguments": "not json"}}]}]})"));
+  REQUIRE(r.messages.size() == 4);
+  // A JSON-object argument string reaches the template as the object (as vLLM hands it).
+  CHECK(r.messages[1]["tool_calls"][0]["function"]["arguments"]["city"] == "Paris");
+  CHECK(r.messages[2]["tool_call_id"] == "c1");
+  CHECK(r.messages[3]["tool_calls"][0]["function"]["arguments"] == "not json");
+  auto msg_refusal = [&](const char* m) {
+    const std::string b = std::string(R"({"messages": [)") + m + "]}";
+    return refused_field([&] { parse_chat_request(Json::parse(b)); });
+  };
+  CHECK(msg_refusal(R"({"role": "assistant", "tool_calls": "x"})") == "messages[0].tool_calls");
+  CHECK(msg_refusal(R"({"role": "assistant", "tool_calls": [1]})") == "messages[0].tool_calls[0]");
+  CHECK(msg_refusal(R"({"role": "assistant", "tool_calls": [{"type": "code"}]})") ==
+        "messages[0].tool_calls[0].type");
+  CHECK(msg_refusal(R"({"role": "assistant", "tool_calls": [{"type": "function"}]})") ==
+        "messages[0].tool_calls[0].function");
+  CHECK(msg_refusal(R"({"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]})") ==
+        "messages[0].tool_calls[0].function.name");
+  CHECK(msg_refusal(R"({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 5}}]})") ==
+        "messages[0].tool_calls[0].function.arguments");
+  CHECK(msg_refusal(R"({"role": "tool", "tool_call_id": 5, "content": "x"})") ==
+        "messages[0].tool_call_id");
+  CHECK(msg_refusal(R"({"role": "user", "name": ["n"], "content": "x"})") == "messages[0].name");
+  // An argument string that nests too deep is refused, naming the key inside it.
+  const std::string deep_args = R"({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{\"a\": )" +
+                                nested_arrays(100) + R"(}"}}]})";
+  CHECK(msg_refusal(deep_args.c_str()) == "messages[0].tool_calls[0].function.arguments.a");
+}
+
 // ---- the router before the model has loaded (the e2e test cannot catch that window) ----
 
 namespace {
