@@ -3,6 +3,8 @@
 #define CATCH_CONFIG_RUNNER
 #include "tests/cuda/cuda_test_util.h"
 
+#include "kernels/cuda/device_query.cuh"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -128,9 +130,16 @@ Agreement compare_logits(const Tensor& a, const Tensor& b) {
 }  // namespace sampan::cuda_test
 
 int main(int argc, char** argv) {
-  if (sampan::cuda_device_count() == 0) {
-    std::printf("SKIPPED: no CUDA device visible\n");
-    return 77;  // SKIP_RETURN_CODE of every CUDA test (tests/CMakeLists.txt)
+  std::string why;
+  switch (sampan::cuda::probe_gpu(&why)) {
+    case sampan::cuda::GpuPresence::kReady: break;
+    case sampan::cuda::GpuPresence::kNoGpu:
+      std::printf("SKIPPED: %s\n", why.c_str());
+      return 77;  // SKIP_RETURN_CODE of every CUDA test (tests/CMakeLists.txt)
+    case sampan::cuda::GpuPresence::kBroken:
+      std::printf("FAILED: %s\n", why.c_str());
+      return 1;
   }
-  return Catch::Session().run(argc, argv);
+  // Catch returns the number of failed test cases, which could be 77: any failure is 1.
+  return Catch::Session().run(argc, argv) == 0 ? 0 : 1;
 }

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "engine/core/device.h"
@@ -13,9 +14,15 @@
 
 int main() {
   using namespace sampan;
-  if (cuda::device_count() == 0 || cuda_device_count() == 0) {
-    std::printf("SKIPPED: no CUDA device visible\n");
-    return 77;
+  std::string why;
+  switch (cuda::probe_gpu(&why)) {
+    case cuda::GpuPresence::kReady: break;
+    case cuda::GpuPresence::kNoGpu:
+      std::printf("SKIPPED: %s\n", why.c_str());
+      return 77;
+    case cuda::GpuPresence::kBroken:
+      std::printf("FAILED: %s\n", why.c_str());
+      return 1;
   }
   try {
     const int n = 1000;

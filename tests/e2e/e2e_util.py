@@ -108,6 +108,9 @@ class Results:
         return ok
 
     def finish(self):
+        if not self.passed and not self.failed:
+            # A test that checked nothing has not passed.
+            self.failed.append("no checks ran")
         if self.failed:
             print("failed: " + ", ".join(self.failed))
         print(f"{self.passed} passed, {len(self.failed)} failed", flush=True)

@@ -22,9 +22,11 @@ READY_TIMEOUT_S = 180
 
 
 def make_serve_model(args):
-    """Builds the serving test model once per work dir and returns its directory."""
-    out = os.path.join(args.work_dir, "serve-model")
-    if not os.path.exists(os.path.join(out, "config.json")):
+    """The serving test model's directory: the one CTest's fixture made in $SAMPAN_TEST_MODELS
+    (shared by every test and build tree), else one built once per work dir."""
+    shared = os.environ.get("SAMPAN_TEST_MODELS")
+    out = os.path.join(shared or args.work_dir, "serve-model")
+    if not os.path.exists(os.path.join(out, "serve_model.ok")):
         script = os.path.join(args.source_dir, "tests", "reference", "make_serve_model.py")
         subprocess.run([sys.executable, script, "--out", out], check=True,
                        stdout=subprocess.DEVNULL)

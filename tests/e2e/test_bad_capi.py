@@ -18,6 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_util as eu  # noqa: E402
+import serve_util as su  # noqa: E402
 
 
 class Checker:
@@ -220,10 +221,7 @@ def main():
     c = Checker(res, sampan)
     check_configs(c, sampan, args)
     check_predictor(c, sampan, args)
-    model = os.path.join(args.work_dir, "serve_model")
-    subprocess.run([sys.executable, os.path.join(args.source_dir, "tests", "reference",
-                                                 "make_serve_model.py"), "--out", model],
-                   check=True, stdout=subprocess.DEVNULL)
+    model = su.make_serve_model(args)
     check_engine(c, sampan, args, model)
     fuzz_handles(c, sampan)
     res.finish()

@@ -21,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_util as eu  # noqa: E402
+import serve_util as su  # noqa: E402
 
 # Against the HF goldens: the thresholds of test_llama_logits.py (bf16 weights with bf16
 # activation rounding reach cosine >= 0.9999; a wrong RoPE, mask or window falls below 0.95;
@@ -182,10 +183,7 @@ def main():
     res.check("binding loads", sampan.version() == "0.1.0", sampan.version())
 
     check_logits(res, sampan, args)
-    model = os.path.join(args.work_dir, "serve_model")
-    subprocess.run([sys.executable, os.path.join(args.source_dir, "tests", "reference",
-                                                 "make_serve_model.py"), "--out", model],
-                   check=True, stdout=subprocess.DEVNULL)
+    model = su.make_serve_model(args)
     tokens, text = check_generation(res, sampan, args, model)
     check_c_example(res, sampan, args, model, tokens, text)
     res.finish()

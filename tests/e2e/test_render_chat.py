@@ -55,16 +55,17 @@ def main():
     args = parse_args(__doc__)
     passed = failed = 0
     template_dir = os.path.join(args.source_dir, "..", "shared", "fixtures", "chat_templates")
+    # A missing fixture or reference is a failure: no test passes by skipping.
     if not os.path.isdir(template_dir):
-        print(f"SKIP: no chat template fixtures at {template_dir}")
-        print("0 passed, 0 failed")
-        return 0
+        print(f"FAIL: no chat template fixtures at {template_dir} (../shared beside the checkout)")
+        print("0 passed, 1 failed")
+        return 1
     try:
         env = reference_env()
     except ImportError as e:
-        print(f"SKIP: python jinja2 unavailable ({e})")
-        print("0 passed, 0 failed")
-        return 0
+        print(f"FAIL: python jinja2 unavailable ({e}); scripts/setup.sh installs it")
+        print("0 passed, 1 failed")
+        return 1
     with open(os.path.join(args.source_dir, "tests", "data", "chat", "conversations.json"), encoding="utf-8") as f:
         cases = json.load(f)
     work = os.path.join(args.work_dir, "render_chat")
@@ -147,7 +148,7 @@ def main():
                   f"stderr {r.stderr.decode('utf-8', 'replace').strip()!r}")
 
     print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return 1 if failed or not passed else 0
 
 
 if __name__ == "__main__":

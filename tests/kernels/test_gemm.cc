@@ -36,6 +36,7 @@
 #include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/gemm_internal.h"
 #include "kernels/cpu/isa.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace sampan::cpu {
 namespace {
@@ -116,19 +117,7 @@ Block make_block(DType dt, int64_t rows, int64_t k, bool bias, std::mt19937& rng
   return b;
 }
 
-std::vector<Isa> isas_to_test() {
-  std::vector<Isa> out;
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
-    if (isa_supported(isa)) out.push_back(isa);
-  }
-  return out;
-}
-
-// Restores the process-wide ISA choice however the test exits.
-struct IsaRestore {
-  Isa saved = active_isa();
-  ~IsaRestore() { set_isa(saved); }
-};
+std::vector<Isa> isas_to_test() { return supported_isas(); }
 
 double split_tolerance(int64_t k) { return std::ldexp(1.0, -16) + std::ldexp(double(k), -24); }
 
@@ -393,10 +382,7 @@ double amx_worst_relative_error(int64_t m, int64_t n, int64_t k, const std::vect
 
 TEST_CASE("gemm: AMX split precision keeps f32 activations where one pass cannot",
           "[kernels][gemm]") {
-  if (!isa_supported(Isa::kAmx)) {
-    WARN("no AMX on this CPU: the AMX precision test does not run");
-    return;
-  }
+  if (!isa_under_test(Isa::kAmx)) return;
   IsaRestore isa_restore;
   PrecisionRestore precision_restore;
   REQUIRE(set_isa(Isa::kAmx));
@@ -471,10 +457,7 @@ TEST_CASE("gemm: a row's result hardly depends on the batch it runs in", "[kerne
 }
 
 TEST_CASE("gemm: AMX split precision keeps infinite activations infinite", "[kernels][gemm]") {
-  if (!isa_supported(Isa::kAmx)) {
-    WARN("no AMX on this CPU: the AMX infinity test does not run");
-    return;
-  }
+  if (!isa_under_test(Isa::kAmx)) return;
   IsaRestore isa_restore;
   PrecisionRestore precision_restore;
   REQUIRE(set_isa(Isa::kAmx));
