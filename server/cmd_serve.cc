@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <thread>
 
+#include <cstdlib>
+
 #include "engine/core/error.h"
 #include "engine/core/log.h"
 #include "server/api_routes.h"
@@ -85,7 +87,14 @@ int run_serve(const server::ServeConfig& cfg) {
 
   const auto t0 = Clock::now();
   log::info("loading model '{}' from {}", name, cfg.model);
-  std::shared_ptr<runtime::Engine> engine = runtime::Engine::load(cfg.model, cfg.engine);
+  // Fault injection for the tests (tests/e2e/test_serve_faults.py); never set in production.
+  runtime::EngineOptions engine_options = cfg.engine;
+  if (const char* f = std::getenv("SAMPAN_TEST_FAULT_EVERY_N_STEPS"); f && *f) {
+    engine_options.test_fault_every_n_steps = std::strtoll(f, nullptr, 10);
+    log::warn("SAMPAN_TEST_FAULT_EVERY_N_STEPS={}: every {}th forward fails on purpose", f,
+              engine_options.test_fault_every_n_steps);
+  }
+  std::shared_ptr<runtime::Engine> engine = runtime::Engine::load(cfg.model, engine_options);
   engine->set_step_observer([&metrics](const runtime::StepStats& s) { metrics.step(s); });
   metrics.set_engine_stats_source([e = engine.get()] { return e->stats(); });
   std::shared_ptr<const ChatPrompt> chat;

@@ -72,6 +72,10 @@ struct EngineOptions {
   // the CPU's; seeded draws are reproducible but differ from the CPU's). Off: every row's
   // logits are copied to the host and sampled there.
   bool device_sampling = true;
+  // Fault injection, for tests only: when > 0, every Nth forward throws as a failing kernel
+  // would, so that tests can check each request of that step gets its kError event and the
+  // engine goes on. `sampan serve` reads it from SAMPAN_TEST_FAULT_EVERY_N_STEPS.
+  int64_t test_fault_every_n_steps = 0;
 };
 
 enum class EngineFinish {

@@ -93,6 +93,7 @@ struct Engine::Impl {
   std::vector<Scheduled> batch;
   int64_t preemptions = 0;
   int64_t steps = 0;
+  int64_t forwards_for_fault_injection = 0;  // EngineOptions::test_fault_every_n_steps
 
   // Shared with caller threads, guarded by `mu`.
   mutable std::mutex mu;

@@ -208,6 +208,11 @@ void Engine::Impl::run_batch() {
   std::vector<int32_t> device_ids;  // by logit row, when some rows were sampled on the GPU
   std::string error;
   try {
+    if (options.test_fault_every_n_steps > 0 &&
+        ++forwards_for_fault_injection % options.test_fault_every_n_steps == 0) {
+      fail(ErrorCode::kInternal, "injected fault (test hook) in forward {}",
+           forwards_for_fault_injection);
+    }
     // A padded decode step recurs with the same shapes: the executor replays it as a CUDA graph.
     const std::vector<Tensor> out = executor->run(inputs, /*recurring=*/padded);
     bool host_rows = false, device_rows = false;

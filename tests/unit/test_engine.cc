@@ -550,6 +550,44 @@ TEST_CASE("engine: destructor cancels requests in flight", "[engine]") {
 
 // A quantized KV cache: the engine (paged, batched, chunked) writes and reads the same quantized
 // rows as CausalLm with the same format, so greedy outputs match token for token.
+TEST_CASE("engine: a failing forward ends that step's requests with kError, then serves on",
+          "[engine]") {
+  // Every 4th forward throws (the fault-injection hook). With few KV blocks the scheduler also
+  // preempts, so failures land on fresh, decoding and recomputed sequences alike.
+  EngineOptions o = small_options();
+  o.test_fault_every_n_steps = 4;
+  o.block_size = 16;
+  o.num_kv_blocks = 10;
+  auto engine = Engine::load(model_dir(), o);
+  std::vector<EngineRequest> reqs = make_requests(12, 77);
+  std::vector<std::unique_ptr<Collected>> got;
+  for (const EngineRequest& r : reqs) {
+    got.push_back(std::make_unique<Collected>());
+    engine->submit(r, got.back()->callback());
+  }
+  int n_error = 0, n_ok = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    got[i]->wait();
+    INFO("request " << i);
+    CHECK(got[i]->n_final == 1);  // exactly one final event, whatever happened
+    const EngineEvent& fin = got[i]->final_event;
+    if (fin.finish == EngineFinish::kError) {
+      ++n_error;
+      CHECK(fin.error.find("injected fault") != std::string::npos);
+    } else {
+      ++n_ok;
+      // A request that never met a failing step is unaffected by the others' failures.
+      const Expected want = run_reference(reqs[i]);
+      CHECK(got[i]->tokens == want.tokens);
+    }
+  }
+  CHECK(n_error > 0);
+  CHECK(n_ok > 0);
+  REQUIRE(engine->wait_idle(std::chrono::seconds(30)));
+  CHECK(engine->stats().kv_blocks_used == 0);  // failed requests gave their blocks back
+  CHECK(engine->stats().running == 0);
+}
+
 TEST_CASE("engine: int8 and int4 KV caches equal generate() with the same format", "[engine]") {
   for (cpu::KvDtype kv : {cpu::KvDtype::kI8, cpu::KvDtype::kI4}) {
     INFO("kv_cache_dtype " << cpu::kv_dtype_name(kv));
