@@ -107,6 +107,12 @@ set +e
 CTEST_RC=$?
 set -e
 tail -3 "$OUT/ctest.log" | sed 's/^/  /'
+# With a GPU visible, a CUDA test that skipped did not run: a failure, not a pass.
+if ((HAVE_GPU)) && grep -qE '\*\*\*Skipped|Not Run' "$OUT/ctest.log"; then
+  log "a GPU is visible but these CUDA tests skipped:"
+  grep -E '\*\*\*Skipped|Not Run' "$OUT/ctest.log" | sed 's/^/  /'
+  CTEST_RC=1
+fi
 
 # ---- benchmarks -----------------------------------------------------------------------------
 # Each writes its JSON in OUTDIR; its status goes to OUTDIR/<bench>.rc (77: no GPU; 124: timed
