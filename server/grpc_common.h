@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/core/error.h"
@@ -20,6 +21,14 @@
 #include "server/serve_metrics.h"
 
 namespace sampan::server::grpc_detail {
+
+// `s` with every ill-formed UTF-8 sequence replaced by U+FFFD, one per maximal subpart (Unicode
+// 3.9, as nlohmann's error_handler_t::replace does for the HTTP API's JSON). proto3 `string`
+// fields must hold valid UTF-8: clients refuse to parse a message that does not (and protobuf
+// logs an error serializing it), so every text that may hold arbitrary bytes goes through this
+// before it lands in one — generated text (a byte-fallback token such as <0xE2> decodes to a lone
+// byte), a token's own text, stop strings, error messages and status details.
+std::string valid_utf8(std::string_view s);
 
 // What every RPC handler reads; owned by GrpcServer::Impl and outliving the grpc::Server.
 struct ServiceContext {

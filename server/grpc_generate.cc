@@ -209,15 +209,18 @@ class GenerateCall final : public grpc::ServerWriteReactor<pb::GenerateResponse>
           t->set_token_id(alt.id);
           t->set_logprob(alt.logprob);
           const int32_t one[1] = {alt.id};
-          t->set_token(tok.decode(one));
+          // A byte-fallback token alone (<0xE2>) decodes to a lone, invalid byte.
+          t->set_token(valid_utf8(tok.decode(one)));
         }
       }
     }
-    r.mutable_text()->append(ev.text);
+    // The stream decoder holds back an incomplete character, but text may still hold invalid
+    // bytes (a byte-fallback token the model never completed, or the held bytes at the end).
+    r.mutable_text()->append(valid_utf8(ev.text));
     if (ev.finished) {
       r.set_finished(true);
-      r.set_finish_reason(runtime::engine_finish_name(ev.finish));
-      r.set_stop_matched(ev.stop_matched);
+      r.set_finish_reason(runtime::engine_finish_name(ev.finish));  // a fixed ASCII name
+      r.set_stop_matched(valid_utf8(ev.stop_matched));
       pb::Usage* u = r.mutable_usage();
       u->set_prompt_tokens(ev.usage.prompt_tokens);
       u->set_completion_tokens(ev.usage.completion_tokens);

@@ -12,259 +12,26 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <string_view>
 
 #include "engine/core/log.h"
 #include "proto/grpc_service.grpc.pb.h"
 #include "server/grpc_common.h"
+#include "server/kserve_decode.h"
 #include "server/request_parse.h"
 
 namespace sampan::server::grpc_detail {
 namespace {
 
 namespace pb = ::inference;
-using InputTensor = pb::ModelInferRequest::InferInputTensor;
-using ParamMap = google::protobuf::Map<std::string, pb::InferParameter>;
-
-static_assert(std::endian::native == std::endian::little,
-              "raw tensor contents are little-endian; a big-endian host needs byte swaps");
 
 constexpr const char* kServerVersion = "0.1.0";
 constexpr const char* kModelVersion = "1";
 
-[[noreturn]] void bad_input(const std::string& name, const std::string& what) {
-  throw RequestError(400, name, fmt::format("input '{}': {}", name, what));
-}
-
-// ---- reading input tensors ---------------------------------------------------------------
-
-// One input with its raw bytes when the request used raw_input_contents.
-struct Input {
-  const InputTensor* tensor;
-  const std::string* raw;  // null: typed contents
-  int64_t count;           // elements, from the shape
-};
-
-int64_t element_count(const InputTensor& t) {
-  int64_t n = 1;
-  for (int64_t d : t.shape()) {
-    if (d < 0) bad_input(t.name(), fmt::format("shape dimension {} is negative", d));
-    if (d > 0 && n > std::numeric_limits<int32_t>::max() / d) bad_input(t.name(), "shape too large");
-    n *= d;
-  }
-  return n;
-}
-
-void expect_datatype(const Input& in, std::initializer_list<const char*> allowed) {
-  for (const char* dt : allowed) {
-    if (in.tensor->datatype() == dt) return;
-  }
-  bad_input(in.tensor->name(), fmt::format("datatype must be {}, got '{}'",
-                                           fmt::join(allowed, " or "), in.tensor->datatype()));
-}
-
-void expect_count(const Input& in, size_t got) {
-  if (static_cast<int64_t>(got) != in.count) {
-    bad_input(in.tensor->name(),
-              fmt::format("the shape holds {} elements but {} were sent", in.count, got));
-  }
-}
-
-std::vector<std::string> read_bytes(const Input& in) {
-  expect_datatype(in, {"BYTES"});
-  std::vector<std::string> out;
-  if (in.raw) {
-    // Each element: a 4-byte little-endian length, then that many bytes.
-    const std::string& raw = *in.raw;
-    size_t pos = 0;
-    while (pos < raw.size()) {
-      if (raw.size() - pos < 4) bad_input(in.tensor->name(), "truncated BYTES element length");
-      uint32_t len = 0;
-      std::memcpy(&len, raw.data() + pos, 4);
-      pos += 4;
-      if (raw.size() - pos < len) bad_input(in.tensor->name(), "truncated BYTES element");
-      out.emplace_back(raw, pos, len);
-      pos += len;
-    }
-  } else {
-    out.assign(in.tensor->contents().bytes_contents().begin(),
-               in.tensor->contents().bytes_contents().end());
-  }
-  expect_count(in, out.size());
-  return out;
-}
-
-std::vector<int64_t> read_ints(const Input& in) {
-  expect_datatype(in, {"INT32", "INT64"});
-  const bool wide = in.tensor->datatype() == "INT64";
-  std::vector<int64_t> out;
-  if (in.raw) {
-    const size_t size = wide ? 8 : 4;
-    if (in.raw->size() % size != 0) {
-      bad_input(in.tensor->name(), fmt::format("raw contents of {} bytes are not a whole number "
-                                               "of {} elements", in.raw->size(),
-                                               in.tensor->datatype()));
-    }
-    for (size_t pos = 0; pos < in.raw->size(); pos += size) {
-      if (wide) {
-        int64_t v = 0;
-        std::memcpy(&v, in.raw->data() + pos, 8);
-        out.push_back(v);
-      } else {
-        int32_t v = 0;
-        std::memcpy(&v, in.raw->data() + pos, 4);
-        out.push_back(v);
-      }
-    }
-  } else if (wide) {
-    out.assign(in.tensor->contents().int64_contents().begin(),
-               in.tensor->contents().int64_contents().end());
-  } else {
-    out.assign(in.tensor->contents().int_contents().begin(),
-               in.tensor->contents().int_contents().end());
-  }
-  expect_count(in, out.size());
-  return out;
-}
-
-std::vector<bool> read_bools(const Input& in) {
-  expect_datatype(in, {"BOOL"});
-  std::vector<bool> out;
-  if (in.raw) {
-    for (char c : *in.raw) out.push_back(c != 0);
-  } else {
-    out.assign(in.tensor->contents().bool_contents().begin(),
-               in.tensor->contents().bool_contents().end());
-  }
-  expect_count(in, out.size());
-  return out;
-}
-
-template <typename T>
-T single(const std::vector<T>& values, const std::string& name) {
-  if (values.size() != 1) {
-    bad_input(name, fmt::format("expected one element (shape [1]), got {}", values.size()));
-  }
-  return values[0];
-}
-
-// ---- request parameters ----------------------------------------------------------------
-
-Json params_to_json(const ParamMap& params) {
-  Json out = Json::object();
-  for (const auto& [key, p] : params) {
-    switch (p.parameter_choice_case()) {
-      case pb::InferParameter::kBoolParam: out[key] = p.bool_param(); break;
-      case pb::InferParameter::kInt64Param: out[key] = p.int64_param(); break;
-      case pb::InferParameter::kStringParam: out[key] = p.string_param(); break;
-      case pb::InferParameter::kDoubleParam: out[key] = p.double_param(); break;
-      case pb::InferParameter::kUint64Param: out[key] = p.uint64_param(); break;
-      case pb::InferParameter::PARAMETER_CHOICE_NOT_SET: break;
-    }
-  }
-  return out;
-}
-
-// Triton's vLLM backend documents sampling_parameters with values as strings
-// ({"temperature": "0.1"}), and its clients send them so: numbers and booleans given as strings
-// are converted here, before the shared (strictly typed) parser sees them.
-void coerce_string_values(Json& obj) {
-  static constexpr const char* kNumeric[] = {
-      "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
-      "repetition_penalty", "seed", "max_tokens"};
-  for (const char* key : kNumeric) {
-    auto it = obj.find(key);
-    if (it == obj.end() || !it->is_string()) continue;
-    const std::string s = it->get<std::string>();
-    Json parsed = Json::parse(s, nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_number()) *it = parsed;  // else the parser reports the wrong type
-  }
-  auto it = obj.find("ignore_eos");
-  if (it != obj.end() && it->is_string()) {
-    if (*it == "true" || *it == "True") *it = true;
-    else if (*it == "false" || *it == "False") *it = false;
-  }
-}
-
-// ---- parsing a ModelInferRequest ----------------------------------------------------------
-
-struct InferSpec {
-  std::string id;
-  std::optional<std::string> text;
-  std::vector<int32_t> ids;
-  SamplingFields fields;
-  bool stream = false;
-  std::vector<std::string> outputs;  // requested; empty: all
-};
-
-InferSpec parse_infer(const pb::ModelInferRequest& req) {
-  InferSpec spec;
-  spec.id = req.id();
-  if (!req.parameters().empty()) {
-    Json params = params_to_json(req.parameters());
-    coerce_string_values(params);
-    merge_sampling_fields(params, spec.fields, "parameters.");
-  }
-  if (req.inputs().empty()) {
-    throw RequestError(400, "inputs", "inputs: at least the 'text_input' tensor is required");
-  }
-  if (!req.raw_input_contents().empty() && req.raw_input_contents_size() != req.inputs_size()) {
-    throw RequestError(400, "raw_input_contents",
-                       fmt::format("raw_input_contents: {} entries for {} inputs",
-                                   req.raw_input_contents_size(), req.inputs_size()));
-  }
-  std::optional<int64_t> max_tokens;
-  for (int i = 0; i < req.inputs_size(); ++i) {
-    const InputTensor& t = req.inputs(i);
-    const Input in{&t, req.raw_input_contents().empty() ? nullptr : &req.raw_input_contents(i),
-                   element_count(t)};
-    const std::string& name = t.name();
-    if (name == "text_input") {
-      spec.text = single(read_bytes(in), name);
-      if (spec.text->empty()) bad_input(name, "the text is empty");
-    } else if (name == "input_ids") {
-      for (int64_t v : read_ints(in)) {
-        if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
-          bad_input(name, fmt::format("{} is not a token id", v));
-        }
-        spec.ids.push_back(static_cast<int32_t>(v));
-      }
-      if (spec.ids.empty()) bad_input(name, "no token ids");
-    } else if (name == "max_tokens") {
-      int64_t v = single(read_ints(in), name);
-      if (v < 1) bad_input(name, fmt::format("must be at least 1, got {}", v));
-      max_tokens = v;
-    } else if (name == "stream") {
-      spec.stream = single(read_bools(in), name);
-    } else if (name == "sampling_parameters") {
-      Json obj = parse_json_object(single(read_bytes(in), name), "sampling_parameters");
-      coerce_string_values(obj);
-      merge_sampling_fields(obj, spec.fields, "sampling_parameters.");
-    } else {
-      throw RequestError(400, name,
-                         fmt::format("unknown input '{}' (expected text_input, input_ids, "
-                                     "max_tokens, stream, sampling_parameters)", name));
-    }
-  }
-  if (max_tokens) spec.fields.max_tokens = max_tokens;
-  if (spec.text && !spec.ids.empty()) {
-    throw RequestError(400, "input_ids", "give either 'text_input' or 'input_ids', not both");
-  }
-  if (!spec.text && spec.ids.empty()) {
-    throw RequestError(400, "text_input", "the input 'text_input' (or 'input_ids') is required");
-  }
-  for (const auto& o : req.outputs()) {
-    if (o.name() != "text_output" && o.name() != "output_ids") {
-      throw RequestError(400, "outputs", fmt::format("outputs: unknown output '{}' (expected "
-                                                     "text_output or output_ids)", o.name()));
-    }
-    spec.outputs.push_back(o.name());
-  }
-  return spec;
-}
-
 // The engine request for `spec`; throws RequestError / Error.
 runtime::EngineRequest engine_request(const ServiceContext& svc, const runtime::Engine& engine,
-                                      const InferSpec& spec, const std::string& id) {
+                                      const KserveInferRequest& spec, const std::string& id) {
   runtime::EngineRequest er;
   er.id = id;
   er.prompt = spec.text ? engine.tokenizer().encode(*spec.text, true) : spec.ids;
@@ -290,10 +57,10 @@ struct Piece {
   const runtime::EngineEvent* final_event = nullptr;  // set on the last response
 };
 
-pb::ModelInferResponse make_response(const std::string& model, const InferSpec& spec,
+pb::ModelInferResponse make_response(const std::string& model, const KserveInferRequest& spec,
                                      const Piece& piece) {
   pb::ModelInferResponse r;
-  r.set_model_name(model);
+  r.set_model_name(valid_utf8(model));
   r.set_model_version(kModelVersion);
   r.set_id(spec.id);
   auto wanted = [&](const char* n) {
@@ -325,6 +92,7 @@ pb::ModelInferResponse make_response(const std::string& model, const InferSpec& 
   auto& params = *r.mutable_parameters();
   params["triton_final_response"].set_bool_param(piece.final_event != nullptr);
   if (const auto* ev = piece.final_event) {
+    // A fixed ASCII name; text_output is BYTES (raw contents), not a string field.
     params["finish_reason"].set_string_param(runtime::engine_finish_name(ev->finish));
     params["prompt_tokens"].set_int64_param(ev->usage.prompt_tokens);
     params["completion_tokens"].set_int64_param(ev->usage.completion_tokens);
@@ -373,7 +141,7 @@ class InferCall final : public grpc::ServerUnaryReactor {
     if (!st.ok()) return st;
     engine_ = find_engine(svc_, request.model_name(), &st);
     if (!engine_) return st;
-    spec_ = parse_infer(request);
+    spec_ = parse_kserve_proto(request);
     if (spec_.stream) {
       return {grpc::StatusCode::INVALID_ARGUMENT,
               "input 'stream': streaming needs ModelStreamInfer; ModelInfer returns the whole "
@@ -422,7 +190,7 @@ class InferCall final : public grpc::ServerUnaryReactor {
   pb::ModelInferResponse* response_;
   std::string id_;
   std::shared_ptr<runtime::Engine> engine_;
-  InferSpec spec_;
+  KserveInferRequest spec_;
   Piece piece_;  // engine thread only
   std::optional<std::chrono::steady_clock::time_point> last_token_at_;
 
@@ -510,7 +278,7 @@ class StreamInferCall final
  private:
   struct Job {
     std::string id;
-    InferSpec spec;
+    KserveInferRequest spec;
     std::shared_ptr<runtime::Engine> engine;
     uint64_t handle = 0;
     bool submitted = false;
@@ -539,7 +307,7 @@ class StreamInferCall final
     try {
       auto engine = find_engine(svc_, request.model_name(), &st);
       if (!engine) return fail_job(request, id, st);
-      InferSpec spec = parse_infer(request);
+      KserveInferRequest spec = parse_kserve_proto(request);
       runtime::EngineRequest er = engine_request(svc_, *engine, spec, id);
       bool expired = false;
       er.timeout_s = request_timeout_s(ctx_, engine->options(), &expired);
@@ -595,10 +363,10 @@ class StreamInferCall final
 
   void push_error_locked(const std::string& model, const std::string& id, const grpc::Status& st) {
     pb::ModelStreamInferResponse& r = pending_.emplace_back();
-    r.set_error_message(fmt::format("{}: {}", status_code_name(st.error_code()),
-                                    st.error_message()));
+    r.set_error_message(valid_utf8(fmt::format("{}: {}", status_code_name(st.error_code()),
+                                               st.error_message())));
     // Lets a client match the error to its request.
-    r.mutable_infer_response()->set_model_name(model);
+    r.mutable_infer_response()->set_model_name(valid_utf8(model));
     r.mutable_infer_response()->set_id(id);
   }
 
@@ -729,7 +497,7 @@ class KserveService final : public pb::GRPCInferenceService::CallbackService {
                                           pb::ModelMetadataResponse* response) override {
     grpc::Status st = check_model(ctx, request->name(), request->version());
     if (st.ok()) {
-      response->set_name(svc_.host.name());
+      response->set_name(valid_utf8(svc_.host.name()));
       response->add_versions(kModelVersion);
       response->set_platform("sampan");
       auto tensor = [](auto* list, const char* name, const char* datatype, int64_t dim) {
@@ -766,8 +534,9 @@ class KserveService final : public pb::GRPCInferenceService::CallbackService {
     grpc::Status st = check_auth(svc_, ctx);
     if (!st.ok()) return st;
     if (name != svc_.host.name()) {
-      return {grpc::StatusCode::NOT_FOUND, fmt::format("name: unknown model '{}'; this server "
-                                                       "serves '{}'", name, svc_.host.name())};
+      return {grpc::StatusCode::NOT_FOUND,
+              valid_utf8(fmt::format("name: unknown model '{}'; this server serves '{}'", name,
+                                     svc_.host.name()))};
     }
     if (!version.empty() && version != kModelVersion) {
       return {grpc::StatusCode::NOT_FOUND,

@@ -27,7 +27,63 @@ bool same_secret(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+// Length of the well-formed UTF-8 sequence at s[i] (Unicode Table 3-7: no overlong forms, no
+// surrogates, nothing above U+10FFFF), or 0 with *bad set to the length of the maximal subpart
+// of an ill-formed one (>= 1): the bytes one U+FFFD replaces.
+size_t utf8_sequence(std::string_view s, size_t i, size_t* bad) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  if (c < 0x80) return 1;
+  size_t len = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;  // overlong
+    if (c == 0xED) hi = 0x9F;  // surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;  // overlong
+    if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+  } else {
+    *bad = 1;  // a continuation byte, C0/C1 or F5..FF
+    return 0;
+  }
+  size_t k = 1;
+  for (; k < len && i + k < s.size(); ++k) {
+    const unsigned char x = byte(i + k);
+    if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) break;
+  }
+  if (k == len) return len;
+  *bad = k;
+  return 0;
+}
+
 }  // namespace
+
+std::string valid_utf8(std::string_view s) {
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+  std::string out;
+  size_t done = 0;  // s[0, done) is in `out` already
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t bad = 0;
+    const size_t n = utf8_sequence(s, i, &bad);
+    if (n > 0) {
+      i += n;
+      continue;
+    }
+    if (out.empty()) out.reserve(s.size() + 2);
+    out.append(s.substr(done, i - done));
+    out.append(kReplacement);
+    i += bad;
+    done = i;
+  }
+  if (done == 0) return std::string(s);  // valid: the common case, one copy
+  out.append(s.substr(done));
+  return out;
+}
 
 grpc::Status check_auth(const ServiceContext& svc, const grpc::CallbackServerContext* ctx) {
   if (svc.api_keys.empty()) return grpc::Status::OK;
@@ -69,7 +125,7 @@ grpc::Status status_from_error(const Error& e) {
     case ErrorCode::kIo:
     case ErrorCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
   }
-  return {code, e.what()};
+  return {code, valid_utf8(e.what())};
 }
 
 grpc::Status status_from_final(const runtime::EngineEvent& ev,
@@ -86,7 +142,8 @@ grpc::Status status_from_final(const runtime::EngineEvent& ev,
     case runtime::EngineFinish::kTimeout:
       return {grpc::StatusCode::DEADLINE_EXCEEDED, "the request exceeded its deadline"};
     case runtime::EngineFinish::kError:
-      return {grpc::StatusCode::INTERNAL, ev.error.empty() ? "generation failed" : ev.error};
+      return {grpc::StatusCode::INTERNAL,
+              ev.error.empty() ? "generation failed" : valid_utf8(ev.error)};
   }
   return {grpc::StatusCode::INTERNAL, "unknown finish"};
 }
@@ -97,12 +154,13 @@ grpc::Status status_from_current_exception() {
   } catch (const Error& e) {
     return status_from_error(e);
   } catch (const RequestError& e) {
+    // Messages may quote what the client sent (a BYTES input is any bytes).
     return {e.status() == 404 ? grpc::StatusCode::NOT_FOUND : grpc::StatusCode::INVALID_ARGUMENT,
-            e.what()};
+            valid_utf8(e.what())};
   } catch (const std::bad_alloc&) {
     return {grpc::StatusCode::RESOURCE_EXHAUSTED, "out of memory"};
   } catch (const std::exception& e) {
-    return {grpc::StatusCode::INTERNAL, e.what()};
+    return {grpc::StatusCode::INTERNAL, valid_utf8(e.what())};
   } catch (...) {
     return {grpc::StatusCode::INTERNAL, "unknown error"};
   }
@@ -112,7 +170,8 @@ std::shared_ptr<runtime::Engine> find_engine(const ServiceContext& svc, const st
                                              grpc::Status* status) {
   if (!model.empty() && model != svc.host.name()) {
     *status = {grpc::StatusCode::NOT_FOUND,
-               "model: '" + model + "' is not served here (serving '" + svc.host.name() + "')"};
+               valid_utf8("model: '" + model + "' is not served here (serving '" +
+                          svc.host.name() + "')")};
     return nullptr;
   }
   if (svc.host.draining()) {
@@ -121,7 +180,8 @@ std::shared_ptr<runtime::Engine> find_engine(const ServiceContext& svc, const st
   }
   auto engine = svc.host.engine();
   if (!engine) {
-    *status = {grpc::StatusCode::UNAVAILABLE, "model '" + svc.host.name() + "' is still loading"};
+    *status = {grpc::StatusCode::UNAVAILABLE,
+               valid_utf8("model '" + svc.host.name() + "' is still loading")};
     return nullptr;
   }
   *status = grpc::Status::OK;
@@ -181,6 +241,13 @@ std::string read_pem(const std::string& path, const char* what) {
   return ss.str();
 }
 
+// The largest response the server sends. Responses are the server's own output, bounded by the
+// context length: a whole ModelInfer answer for a 1M-token context is ~4 MiB of output_ids plus
+// its text, and Generate streams a few tokens per message. So this does not follow
+// --max-body-bytes (a small request limit must not fail long answers after generating them);
+// it only keeps a bug from building an unbounded message.
+constexpr int64_t kMaxSendMessageBytes = int64_t{64} << 20;
+
 // "::1" and other IPv6 literals need brackets in a gRPC address.
 std::string listen_address(const std::string& host, int port) {
   bool v6 = host.find(':') != std::string::npos && host.front() != '[';
@@ -233,10 +300,24 @@ int GrpcServer::start() {
   int bound_port = 0;
   const std::string address = listen_address(o.host, o.port);
   builder.AddListeningPort(address, creds, &bound_port);
-  int max_bytes = static_cast<int>(
-      std::min<int64_t>(o.max_message_bytes, std::numeric_limits<int>::max()));
-  builder.SetMaxReceiveMessageSize(max_bytes);
-  builder.SetMaxSendMessageSize(max_bytes);
+  // Requests: the same limit as an HTTP body (--max-body-bytes, kDefaultMaxMessageBytes unless
+  // set), set explicitly rather than left to gRPC's default. gRPC checks it before a message is
+  // parsed and fails a larger one with RESOURCE_EXHAUSTED, so no handler ever sees it. gRPC takes
+  // an int: larger limits are capped.
+  const auto as_int = [](int64_t v) {
+    return static_cast<int>(std::min<int64_t>(v, std::numeric_limits<int>::max()));
+  };
+  builder.SetMaxReceiveMessageSize(as_int(o.max_message_bytes));
+  builder.SetMaxSendMessageSize(as_int(std::max(kMaxSendMessageBytes, o.max_message_bytes)));
+  // Parsing keeps protobuf's default recursion limit of 100 nested messages or groups: gRPC
+  // parses with MessageLite::ParseFromZeroCopyStream, which uses CodedInputStream's default,
+  // and nothing in Sampan calls CodedInputStream::SetDefaultRecursionLimit. Valid requests
+  // never come near it: the deepest path is ModelInferRequest > InferInputTensor > parameters
+  // map entry > InferParameter (4 levels), or GenerateRequest > ChatMessages > ChatMessage (3),
+  // and no message type is recursive. Only unknown fields (nested groups) can go deeper, and
+  // protobuf counts them against the same limit: such a request fails to parse and gRPC
+  // refuses it before any handler runs, so no request can exhaust a thread's stack
+  // (test_bad_grpc.py sends 5000 nested groups).
   builder.RegisterService(impl_->kserve.get());
   builder.RegisterService(impl_->generate.get());
   impl_->server = builder.BuildAndStart();

@@ -12,6 +12,7 @@
 // (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,12 +22,17 @@
 
 namespace sampan::server {
 
+// The default request size limit: the default of --max-body-bytes (ServeConfig::max_body_bytes),
+// which `sampan serve` passes as max_message_bytes so that HTTP and gRPC take the same requests.
+inline constexpr int64_t kDefaultMaxMessageBytes = int64_t{4} << 20;
+
 struct GrpcServerOptions {
   std::string host = "0.0.0.0";
   int port = 8001;                    // 0: any free port; start() returns it
   std::string tls_cert, tls_key;      // both set: TLS
   std::vector<std::string> api_keys;  // non-empty: required on every RPC but the health ones
-  int64_t max_message_bytes = 4 << 20;
+  // Larger request messages fail with RESOURCE_EXHAUSTED before they are parsed.
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;
 };
 
 class GrpcServer {

@@ -1,4 +1,5 @@
-// KServe v2 inference requests for the served LLM, decoded from the REST JSON body: inputs
+// KServe v2 inference requests for the served LLM, decoded from the REST JSON body or the gRPC
+// ModelInferRequest into one struct (one decoder per wire format, one set of rules): inputs
 // `text_input` (BYTES [1]) or `input_ids` (INT32/INT64 [n]), optional `max_tokens`, `stream`,
 // `sampling_parameters` (a JSON string) and request `parameters` (sampling fields). Every
 // refusal is a RequestError naming the input or field (HTTP 400 / gRPC INVALID_ARGUMENT).
@@ -11,6 +12,10 @@
 #include <vector>
 
 #include "server/request_parse.h"
+
+namespace inference {
+class ModelInferRequest;
+}
 
 namespace sampan::server {
 
@@ -26,5 +31,10 @@ struct KserveInferRequest {
 // POST /v2/models/{m}/infer. Each input's "shape" (when given) must hold non-negative integers
 // whose product is the number of elements in "data" (nested or flat).
 KserveInferRequest parse_kserve_json(const Json& body);
+
+// inference.GRPCInferenceService ModelInfer / ModelStreamInfer: the same inputs as tensors,
+// with typed contents or raw_input_contents (little-endian; BYTES elements each a 4-byte length
+// then the bytes), `stream` honoured (ModelStreamInfer streams, ModelInfer refuses it).
+KserveInferRequest parse_kserve_proto(const inference::ModelInferRequest& request);
 
 }  // namespace sampan::server

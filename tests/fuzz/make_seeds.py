@@ -153,6 +153,36 @@ def main():
     }.items():
         write(out, "kserve_json", name, json.dumps(body))
 
+    # KServe gRPC requests: wire bytes of ModelInferRequest messages (classes made by grpc_tools).
+    import importlib
+    import subprocess
+    import sys
+    import tempfile
+    gen = tempfile.mkdtemp(prefix="sampan-seeds-")
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"--proto_path={REPO}",
+                    f"--python_out={gen}", os.path.join(REPO, "proto", "grpc_service.proto")],
+                   check=True)
+    sys.path.insert(0, gen)
+    pb = importlib.import_module("proto.grpc_service_pb2")
+    r = pb.ModelInferRequest(model_name="m", id="r1")
+    t = r.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+    t.contents.bytes_contents.append(b"Hello")
+    t = r.inputs.add(name="max_tokens", datatype="INT32", shape=[1])
+    t.contents.int_contents.append(4)
+    t = r.inputs.add(name="sampling_parameters", datatype="BYTES", shape=[1])
+    t.contents.bytes_contents.append(b'{"temperature": "0.5", "top_k": 4}')
+    r.parameters["seed"].int64_param = 3
+    r.outputs.add(name="text_output")
+    write(out, "kserve_proto", "typed", r.SerializeToString())
+    r = pb.ModelInferRequest(model_name="m")
+    r.inputs.add(name="input_ids", datatype="INT64", shape=[1, 3])
+    r.inputs.add(name="stream", datatype="BOOL", shape=[1])
+    r.inputs.add(name="text_input", datatype="BYTES", shape=[2])
+    r.raw_input_contents.append(struct.pack("<3q", 1, 2, 3))
+    r.raw_input_contents.append(b"\x01")
+    r.raw_input_contents.append(struct.pack("<I", 2) + b"hi" + struct.pack("<I", 0))
+    write(out, "kserve_proto", "raw", r.SerializeToString())
+
     # serve YAML configs: the shipped ones.
     for cfg in ("serve.yaml", "serve-small-cpu.yaml"):
         with open(os.path.join(REPO, "configs", cfg), "rb") as f:
