@@ -2,13 +2,34 @@
 # Installs what building and testing Sampan needs on Debian 12: compilers and CMake, the
 # libraries (Debian packages only), and numpy for the Python references. Idempotent: packages
 # already present are not fetched again. Needs root (or sudo) only when something is missing.
+#
+#   scripts/setup.sh               # build + test: everything below, pip peers included
+#   scripts/setup.sh --build-only  # only the apt packages that building `sampan` needs (no
+#                                  # tests, benches, fuzzers, pip packages): the image build stages
 set -euo pipefail
 
-APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git python3 python3-pip
-  catch2 libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
+build_only=0
+for a in "$@"; do
+  case "$a" in
+    --build-only) build_only=1 ;;
+    -h | --help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "setup: unknown option $a (usage: $0 [--build-only])" >&2; exit 2 ;;
+  esac
+done
+
+# What `scripts/build.sh` with SAMPAN_BUILD_TESTS=OFF / SAMPAN_BUILD_BENCH=OFF needs: compilers,
+# CMake/Ninja/ccache/pkg-config, the -dev libraries, protoc and grpc_cpp_plugin. The build itself
+# runs no Python and no git.
+BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
+  libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libboost-dev libssl-dev libyaml-cpp-dev openssl python3-yaml
-  prometheus)  # promtool and a real Prometheus for the deployment test
+  libboost-dev libssl-dev libyaml-cpp-dev)
+# Testing on top: Catch2, the Python test drivers, the openssl CLI (test certificates), ...
+TEST_PACKAGES=(git python3 python3-pip catch2 openssl python3-yaml
+  prometheus  # promtool and a real Prometheus for the deployment test
+  clang libclang-rt-dev llvm)  # libFuzzer and its symbolizer for tests/fuzz
+APT_PACKAGES=("${BUILD_PACKAGES[@]}")
+((build_only)) || APT_PACKAGES+=("${TEST_PACKAGES[@]}")
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -20,6 +41,11 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ((build_only)); then
+  echo "setup: ok (build only)"
+  exit 0
 fi
 
 # Light reference peers the tests run against: numpy (model references), jinja2 (chat

@@ -378,3 +378,35 @@ class _SseParser:
             self._line(self._pending.decode(errors="replace").rstrip("\r"))
             self._pending = b""
         self._emit()
+
+
+def proto_message_classes(args, protos, names, tag):
+    """-> {full message name: class} for `names`, from the .proto files `protos` (paths under
+    the repository), compiled at run time to a descriptor set (no generated stubs needed).
+    Raises RuntimeError when neither grpc_tools nor protoc can compile them."""
+    import shutil
+    from google.protobuf import descriptor_pb2, descriptor_pool
+    out = os.path.join(args.work_dir, f"{tag}.desc")
+    argv = ["--proto_path=" + args.source_dir, "--include_imports",
+            "--descriptor_set_out=" + out] + list(protos)
+    try:
+        from grpc_tools import protoc
+        rc = protoc.main(["protoc"] + argv)
+    except ImportError:
+        exe = shutil.which("protoc")
+        if exe is None:
+            raise RuntimeError("neither grpc_tools nor protoc is available")
+        rc = subprocess.run([exe] + argv, cwd=args.source_dir).returncode
+    if rc != 0:
+        raise RuntimeError(f"protoc failed on {' '.join(protos)} (exit {rc})")
+    with open(out, "rb") as f:
+        fds = descriptor_pb2.FileDescriptorSet.FromString(f.read())
+    pool = descriptor_pool.DescriptorPool()
+    for fd in fds.file:
+        pool.Add(fd)
+    try:
+        from google.protobuf.message_factory import GetMessageClass
+    except ImportError:  # protobuf < 4.21
+        from google.protobuf import message_factory
+        GetMessageClass = message_factory.MessageFactory(pool).GetPrototype  # noqa: N806
+    return {n: GetMessageClass(pool.FindMessageTypeByName(n)) for n in names}

@@ -21,7 +21,6 @@ import os
 import queue
 import shutil
 import struct
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -47,35 +46,11 @@ def byte_of(token_id):
 
 def load_messages(args):
     """-> {full message name: class} for proto/grpc_service.proto and sampan_generate.proto."""
-    from google.protobuf import descriptor_pb2, descriptor_pool
-    out = os.path.join(args.work_dir, "bad_grpc.desc")
-    argv = ["--proto_path=" + args.source_dir, "--include_imports",
-            "--descriptor_set_out=" + out, "proto/grpc_service.proto",
-            "proto/sampan_generate.proto"]
-    try:
-        from grpc_tools import protoc
-        rc = protoc.main(["protoc"] + argv)
-    except ImportError:
-        exe = shutil.which("protoc")
-        if exe is None:
-            raise RuntimeError("neither grpc_tools nor protoc is available")
-        rc = subprocess.run([exe] + argv, cwd=args.source_dir).returncode
-    if rc != 0:
-        raise RuntimeError(f"protoc failed on proto/*.proto (exit {rc})")
-    with open(out, "rb") as f:
-        fds = descriptor_pb2.FileDescriptorSet.FromString(f.read())
-    pool = descriptor_pool.DescriptorPool()
-    for fd in fds.file:
-        pool.Add(fd)
-    try:
-        from google.protobuf.message_factory import GetMessageClass
-    except ImportError:  # protobuf < 4.21
-        from google.protobuf import message_factory
-        GetMessageClass = message_factory.MessageFactory(pool).GetPrototype  # noqa: N806
-    names = ["inference.ModelInferRequest", "inference.ModelInferResponse",
-             "inference.ModelStreamInferResponse", "sampan.v1.GenerateRequest",
-             "sampan.v1.GenerateResponse"]
-    return {n: GetMessageClass(pool.FindMessageTypeByName(n)) for n in names}
+    return su.proto_message_classes(
+        args, ["proto/grpc_service.proto", "proto/sampan_generate.proto"],
+        ["inference.ModelInferRequest", "inference.ModelInferResponse",
+         "inference.ModelStreamInferResponse", "sampan.v1.GenerateRequest",
+         "sampan.v1.GenerateResponse"], "bad_grpc")
 
 
 class Clients:

@@ -69,6 +69,17 @@ def run_concurrently(srv, n):
     return [r if r is not None else ("?", "bad", "no answer (hung)") for r in results]
 
 
+def started(res, srv, what):
+    """Starts `srv`; False (with a failed check) when it does not get ready."""
+    try:
+        srv.start().wait_ready(timeout=600)
+        return True
+    except RuntimeError as e:
+        res.check(f"{what}: sampan serve starts", False, str(e))
+        srv.stop()
+        return False
+
+
 def kv_blocks_used(srv):
     return su.metric_value(su.metrics(srv.http_url), "sampan:kv_cache_blocks_used")
 
@@ -77,11 +88,7 @@ def check_fault_injection(res, args, model_dir):
     srv = su.Server(args, model_dir, ["--max-model-len", "128", "--block-size", "16",
                                       "--num-kv-blocks", "24"],
                     env={"SAMPAN_TEST_FAULT_EVERY_N_STEPS": "5"})
-    try:
-        srv.start().wait_ready(timeout=600)
-    except RuntimeError as e:
-        res.check("fault injection: sampan serve starts", False, str(e))
-        srv.stop()
+    if not started(res, srv, "fault injection"):
         return
     try:
         results = run_concurrently(srv, 12)
@@ -111,11 +118,7 @@ def check_kv_exhaustion(res, args, model_dir):
     # 8 blocks of 16 = one 128-token sequence: 12 concurrent requests must take turns.
     srv = su.Server(args, model_dir, ["--max-model-len", "128", "--block-size", "16",
                                       "--num-kv-blocks", "8"])
-    try:
-        srv.start().wait_ready(timeout=600)
-    except RuntimeError as e:
-        res.check("KV exhaustion: sampan serve starts", False, str(e))
-        srv.stop()
+    if not started(res, srv, "KV exhaustion"):
         return
     try:
         results = run_concurrently(srv, 12)

@@ -15,8 +15,6 @@
 import json
 import os
 import queue
-import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -39,34 +37,10 @@ LONG = 1500
 
 def load_generate_messages(args):
     """-> (GenerateRequest class, GenerateResponse class), or raises with the reason."""
-    from google.protobuf import descriptor_pb2, descriptor_pool
-    out = os.path.join(args.work_dir, "sampan_generate.desc")
-    argv = ["--proto_path=" + args.source_dir, "--include_imports",
-            "--descriptor_set_out=" + out, "proto/sampan_generate.proto"]
-    try:
-        from grpc_tools import protoc
-        rc = protoc.main(["protoc"] + argv)
-    except ImportError:
-        exe = shutil.which("protoc")
-        if exe is None:
-            raise RuntimeError("neither grpc_tools nor protoc is available")
-        rc = subprocess.run([exe] + argv, cwd=args.source_dir).returncode
-    if rc != 0:
-        raise RuntimeError(f"protoc failed on proto/sampan_generate.proto (exit {rc})")
-    with open(out, "rb") as f:
-        fds = descriptor_pb2.FileDescriptorSet.FromString(f.read())
-    pool = descriptor_pool.DescriptorPool()
-    for fd in fds.file:
-        pool.Add(fd)
-    try:
-        from google.protobuf.message_factory import GetMessageClass
-    except ImportError:  # protobuf < 4.21
-        from google.protobuf import message_factory
-        factory = message_factory.MessageFactory(pool)
-        GetMessageClass = factory.GetPrototype  # noqa: N806
-    req = GetMessageClass(pool.FindMessageTypeByName("sampan.v1.GenerateRequest"))
-    resp = GetMessageClass(pool.FindMessageTypeByName("sampan.v1.GenerateResponse"))
-    return req, resp
+    m = su.proto_message_classes(args, ["proto/sampan_generate.proto"],
+                                 ["sampan.v1.GenerateRequest", "sampan.v1.GenerateResponse"],
+                                 "sampan_generate")
+    return m["sampan.v1.GenerateRequest"], m["sampan.v1.GenerateResponse"]
 
 
 class GenerateClient:
