@@ -32,6 +32,11 @@ struct ClientOptions {
   std::string ca_cert;     // TLS: trust this PEM file instead of the system roots
   bool insecure = false;   // TLS: do not verify the server's certificate
   double timeout_s = 300;  // per request, from send to the end of the stream
+  // --disconnect-fraction: this fraction of requests is abandoned on purpose (plan_disconnect of
+  // `disconnect_seed` and the request's index): the HTTP client closes the connection, the gRPC
+  // client cancels the call, and the record says `disconnected`.
+  double disconnect_fraction = 0;
+  uint64_t disconnect_seed = 0;
   int io_threads = 2;
 };
 

@@ -61,7 +61,8 @@ class GenerateCall final : public grpc::ClientReadReactor<pb::GenerateResponse> 
  public:
   GenerateCall(pb::Generate::Stub* stub, const ClientOptions& o, int64_t index,
                const Prompt& prompt, Clock::time_point bench_start, Done done)
-      : done_(std::move(done)) {
+      : done_(std::move(done)),
+        plan_(plan_disconnect(o.disconnect_fraction, o.disconnect_seed, index)) {
     record_.index = index;
     record_.expected_input_tokens = prompt.expected_input_tokens;
     record_.max_tokens = prompt.max_tokens;
@@ -83,8 +84,19 @@ class GenerateCall final : public grpc::ClientReadReactor<pb::GenerateResponse> 
     start_ = Clock::now();
     record_.start_s = std::chrono::duration<double>(start_ - bench_start).count();
     stub->async()->Generate(&context_, &request_, this);
+    const bool cancel_now = plan_.abandon && plan_.after_chunks == 0;
+    // The hold keeps OnDone (which deletes this) from running before TryCancel below.
+    if (cancel_now) {
+      AddHold();
+      abandoned_ = true;  // before StartCall: the callbacks see it
+    }
     StartRead(&response_);
     StartCall();
+    if (cancel_now) {
+      // Abandoned before reading any response (the request may or may not reach the server).
+      context_.TryCancel();
+      RemoveHold();
+    }
   }
 
   void OnReadDone(bool ok) override {
@@ -93,6 +105,12 @@ class GenerateCall final : public grpc::ClientReadReactor<pb::GenerateResponse> 
     if (response_.token_ids_size() > 0) {
       record_.chunk_s.push_back(t);
       record_.chunk_tokens.push_back(response_.token_ids_size());
+    }
+    if (plan_.abandon && !abandoned_ && !response_.finished() &&
+        record_.chunk_s.size() >= static_cast<size_t>(plan_.after_chunks)) {
+      // Abandoned after enough chunks; OnDone follows (CANCELLED, or OK if the server was done).
+      abandoned_ = true;
+      context_.TryCancel();
     }
     if (response_.finished()) {
       finished_ = true;
@@ -106,7 +124,10 @@ class GenerateCall final : public grpc::ClientReadReactor<pb::GenerateResponse> 
 
   void OnDone(const grpc::Status& status) override {
     record_.e2e_s = since_start();
-    if (status.ok() && finished_) {
+    if (abandoned_) {
+      record_.ok = false;
+      record_.disconnected = true;
+    } else if (status.ok() && finished_) {
       record_.ok = true;
     } else if (status.ok()) {
       record_.error_kind = "protocol";
@@ -142,6 +163,8 @@ class GenerateCall final : public grpc::ClientReadReactor<pb::GenerateResponse> 
   RequestRecord record_;
   Clock::time_point start_;
   bool finished_ = false;
+  DisconnectPlan plan_;
+  bool abandoned_ = false;  // TryCancel was called on purpose
 };
 
 class GrpcClient final : public Client {

@@ -87,6 +87,7 @@ struct Call {
   Clock::time_point start;
   Clock::time_point deadline;
   Done done;
+  DisconnectPlan plan;  // --disconnect-fraction
   bool finished = false;
 
   double since_start() const {
@@ -97,6 +98,13 @@ struct Call {
     record.ok = false;
     record.error_kind = std::move(kind);
     record.error = std::move(message);
+    finish();
+  }
+  // Abandoned on purpose: the caller closes the connection right after.
+  void abandon() {
+    if (finished) return;
+    record.ok = false;
+    record.disconnected = true;
     finish();
   }
   void finish() {
@@ -196,6 +204,7 @@ class HttpClient final : public Client {
     call->start = Clock::now();
     call->deadline = call->start + to_duration(options_.timeout_s);
     call->done = std::move(done);
+    call->plan = plan_disconnect(options_.disconnect_fraction, options_.disconnect_seed, index);
     call->record.index = index;
     call->record.start_s = std::chrono::duration<double>(call->start - bench_start).count();
     call->record.expected_input_tokens = prompt.expected_input_tokens;
@@ -313,6 +322,8 @@ class HttpClient final : public Client {
     error_code ec;
     co_await http::async_write(s, req, net::redirect_error(net::use_awaitable, ec));
     if (ec) co_return call.fail(classify(ec, true), "sending the request: " + ec.message());
+    // Abandoned before reading any response: run() closes the connection on return.
+    if (call.plan.abandon && call.plan.after_chunks == 0) co_return call.abandon();
 
     beast::flat_buffer buf;
     http::response_parser<http::string_body> parser;
@@ -345,6 +356,12 @@ class HttpClient final : public Client {
       }
       if (ec) break;
       if (sse.failed()) break;  // the server reported an error: no need to read on
+      if (call.plan.abandon && streaming && !parser.is_done() &&
+          call.record.chunk_s.size() >= static_cast<size_t>(call.plan.after_chunks)) {
+        // Abandoned after enough chunks: run() closes the connection mid-stream on return. (A
+        // stream that ends first simply completes.)
+        co_return call.abandon();
+      }
     }
     if (sse.failed()) co_return call.fail(sse.error_kind(), sse.error_message());
     if (ec) {

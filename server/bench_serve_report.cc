@@ -106,6 +106,9 @@ std::string format_table(const RunInfo& info, const RunSummary& s) {
   row("Load:", info.load);
   row("Successful requests:", std::to_string(s.completed));
   row("Failed requests:", std::to_string(s.failed));
+  if (info.disconnect_fraction > 0 || s.disconnected > 0) {
+    row("Requests disconnected on purpose:", std::to_string(s.disconnected));
+  }
   row("Benchmark duration (s):", fmt::format("{:.2f}", s.duration_s));
   row("Total input tokens:", std::to_string(s.total_input_tokens));
   row("Total output tokens:", std::to_string(s.total_output_tokens));
@@ -142,6 +145,7 @@ OJson summary_json(const RunSummary& s) {
   for (const auto& [kind, n] : s.errors) errors[kind] = n;
   return OJson{{"completed", s.completed},
                {"failed", s.failed},
+               {"disconnected", s.disconnected},
                {"duration_s", s.duration_s},
                {"total_input_tokens", s.total_input_tokens},
                {"total_output_tokens", s.total_output_tokens},
@@ -180,7 +184,9 @@ OJson report_json(const RunInfo& info, const RunSummary& s,
     j["itl_s"] = std::move(itl);
     j["chunk_s"] = r.chunk_s;
     j["chunk_tokens"] = r.chunk_tokens;
-    if (!r.ok) {
+    if (r.disconnected) {
+      j["disconnected"] = true;
+    } else if (!r.ok) {
       j["error_kind"] = r.error_kind;
       j["error"] = r.error;
     }
@@ -284,6 +290,9 @@ std::string report_html(const RunInfo& info, const RunSummary& s,
   row("Load", info.load);
   row("Successful requests", std::to_string(s.completed));
   row("Failed requests", std::to_string(s.failed));
+  if (info.disconnect_fraction > 0 || s.disconnected > 0) {
+    row("Disconnected on purpose", std::to_string(s.disconnected));
+  }
   row("Duration (s)", fmt::format("{:.2f}", s.duration_s));
   row("Total input tokens", std::to_string(s.total_input_tokens));
   row("Total output tokens", std::to_string(s.total_output_tokens));

@@ -16,6 +16,7 @@ namespace sampan::bench {
 struct RunInfo {
   std::string backend, target, model, dataset, load;  // load: "closed loop, concurrency 8", ...
   nlohmann::ordered_json config = nlohmann::ordered_json::object();  // the flags as given
+  double disconnect_fraction = 0;  // > 0: the disconnected count is shown even when 0
 };
 
 std::string format_table(const RunInfo& info, const RunSummary& s);

@@ -88,6 +88,10 @@ RunSummary summarize_run(const std::vector<RequestRecord>& records, const Slo& s
   std::vector<double> ttft, tpot, itl, e2e;
   double end = 0;
   for (const RequestRecord& r : records) {
+    if (r.disconnected) {
+      ++s.disconnected;
+      continue;
+    }
     end = std::max(end, r.start_s + r.e2e_s);
     if (!r.ok) {
       ++s.failed;
@@ -133,6 +137,7 @@ void add_to_bin(std::vector<double>& bins, double t, double bin_s, double amount
 std::vector<double> output_tokens_per_bin(const std::vector<RequestRecord>& records, double bin_s) {
   std::vector<double> bins;
   for (const RequestRecord& r : records) {
+    if (r.disconnected) continue;
     for (size_t i = 0; i < r.chunk_s.size(); ++i) {
       add_to_bin(bins, r.start_s + r.chunk_s[i], bin_s, r.chunk_tokens[i]);
     }
@@ -142,8 +147,34 @@ std::vector<double> output_tokens_per_bin(const std::vector<RequestRecord>& reco
 
 std::vector<double> finished_per_bin(const std::vector<RequestRecord>& records, double bin_s) {
   std::vector<double> bins;
-  for (const RequestRecord& r : records) add_to_bin(bins, r.start_s + r.e2e_s, bin_s, 1.0);
+  for (const RequestRecord& r : records) {
+    if (!r.disconnected) add_to_bin(bins, r.start_s + r.e2e_s, bin_s, 1.0);
+  }
   return bins;
+}
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+DisconnectPlan plan_disconnect(double fraction, uint64_t seed, int64_t index) {
+  DisconnectPlan p;
+  if (!(fraction > 0)) return p;
+  // Two independent draws from one hash of (seed, index): the decision and the point.
+  const uint64_t h = splitmix64(splitmix64(seed ^ 0xd1b54a32d192ed03ull) ^ static_cast<uint64_t>(index));
+  const double u = static_cast<double>(h >> 11) * 0x1.0p-53;  // [0, 1)
+  if (!(u < fraction)) return p;
+  p.abandon = true;
+  const uint64_t g = splitmix64(h);
+  p.after_chunks = (g & 3) == 0 ? 0 : 1 + static_cast<int>((g >> 2) % 8);
+  return p;
 }
 
 ArrivalGenerator::ArrivalGenerator(double rate, double burstiness, uint64_t seed)

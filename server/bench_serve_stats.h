@@ -28,6 +28,9 @@ struct RequestRecord {
   int64_t expected_input_tokens = -1;  // the synthetic prompt's target length; -1 otherwise
   int64_t max_tokens = 0;              // what the request asked for
   bool ok = false;
+  // Abandoned by the client on purpose (--disconnect-fraction): neither ok nor an error, and
+  // left out of every latency and throughput figure. ok is false and error_kind empty.
+  bool disconnected = false;
   std::string error_kind;  // when !ok: "http_<status>", "grpc_<CODE>", timeout, connection, protocol
   std::string error;       // when !ok: a short message
 
@@ -66,9 +69,10 @@ struct Slo {
 std::string parse_slo(const std::string& text, Slo* slo);
 
 struct RunSummary {
-  int64_t completed = 0;  // ok requests
-  int64_t failed = 0;
-  double duration_s = 0;  // from the benchmark's start to the last response's end
+  int64_t completed = 0;     // ok requests
+  int64_t failed = 0;        // errors (not counting the disconnected ones)
+  int64_t disconnected = 0;  // abandoned by the client on purpose (--disconnect-fraction)
+  double duration_s = 0;  // from the benchmark's start to the last (not abandoned) request's end
   int64_t total_input_tokens = 0;   // of ok requests (usage)
   int64_t total_output_tokens = 0;  // of ok requests (usage, else counted)
   int64_t usage_missing = 0;        // ok requests without a usage report
@@ -82,15 +86,27 @@ struct RunSummary {
   std::map<std::string, int64_t> errors;  // by kind
 };
 
-// Figures of a run. `duration_s` <= 0: computed from the records (latest start + e2e).
+// Figures of a run. `duration_s` <= 0: computed from the records (latest start + e2e of those
+// not abandoned on purpose). Disconnected records are only counted.
 RunSummary summarize_run(const std::vector<RequestRecord>& records, const Slo& slo,
                          double duration_s = 0);
 
 // Output tokens per bin of `bin_s` seconds since the benchmark's start, by chunk arrival (the
-// series of "throughput over time"); as many bins as the latest chunk needs.
+// series of "throughput over time"); as many bins as the latest chunk needs. Disconnected
+// requests are left out.
 std::vector<double> output_tokens_per_bin(const std::vector<RequestRecord>& records, double bin_s);
-// Requests of `records` finished (ok or not) per bin.
+// Requests of `records` finished (ok or failed, not disconnected) per bin.
 std::vector<double> finished_per_bin(const std::vector<RequestRecord>& records, double bin_s);
+
+// --disconnect-fraction: whether the client abandons request `index` on purpose, and when.
+// Drawn from (seed, index) alone, so a run abandons the same requests at the same points
+// whatever the timing. A quarter of the abandoned requests close the connection (or cancel the
+// call) before reading any response, the rest after 1..8 streamed chunks (uniform).
+struct DisconnectPlan {
+  bool abandon = false;
+  int after_chunks = 0;  // 0: right after sending, before reading any response
+};
+DisconnectPlan plan_disconnect(double fraction, uint64_t seed, int64_t index);
 
 // Inter-arrival times of an open-loop load: gamma-distributed with shape `burstiness` and mean
 // 1 / rate (burstiness 1: exponential, i.e. Poisson arrivals; < 1 burstier, > 1 more regular).

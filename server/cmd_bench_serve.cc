@@ -47,6 +47,7 @@ struct BenchFlags {
   double input_range = 0, output_range = 0;
   bool ignore_eos = false;
   double timeout_s = 300, connect_timeout_s = 10;
+  double disconnect_fraction = 0;  // abandon this fraction of requests on purpose
   std::vector<std::string> goodput;
   bench::Slo slo;
   std::string json_path, html_path;
@@ -109,6 +110,9 @@ void validate(BenchFlags& f, const CLI::App& cmd) {
     bad_flag("--output-len-range", "must be in [0, 1)");
   }
   if (!(f.timeout_s > 0)) bad_flag("--timeout", "must be > 0");
+  if (!(f.disconnect_fraction >= 0 && f.disconnect_fraction <= 1)) {
+    bad_flag("--disconnect-fraction", "must be in [0, 1]");
+  }
   if (!(f.connect_timeout_s > 0)) bad_flag("--connect-timeout", "must be > 0");
   for (const std::string& g : f.goodput) {
     const std::string err = bench::parse_slo(g, &f.slo);
@@ -137,6 +141,7 @@ struct Progress {
   int64_t in_flight = 0;
   int64_t issued = 0;
   int64_t failed = 0;
+  int64_t disconnected = 0;
   std::vector<bench::RequestRecord> records;
 };
 
@@ -163,12 +168,13 @@ class ProgressBar {
     while (!cv_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stop_; })) draw();
   }
   void draw() {
-    int64_t done = 0, in_flight = 0, failed = 0;
+    int64_t done = 0, in_flight = 0, failed = 0, disconnected = 0;
     {
       std::lock_guard lock(p_.mu);
       done = static_cast<int64_t>(p_.records.size());
       in_flight = p_.in_flight;
       failed = p_.failed;
+      disconnected = p_.disconnected;
     }
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0_).count();
     double frac = 0;
@@ -178,9 +184,12 @@ class ProgressBar {
     const int filled = static_cast<int>(std::min(1.0, frac) * kWidth);
     std::string bar(static_cast<size_t>(filled), '#');
     bar.resize(kWidth, '.');
-    std::fprintf(stderr, "\r[%s] %3.0f%%  %lld done  %lld in flight  %lld failed  %.1f s ",
+    const std::string disc =
+        disconnected > 0 ? fmt::format("  {} disconnected", disconnected) : std::string();
+    std::fprintf(stderr, "\r[%s] %3.0f%%  %lld done  %lld in flight  %lld failed%s  %.1f s ",
                  bar.c_str(), frac * 100, static_cast<long long>(done),
-                 static_cast<long long>(in_flight), static_cast<long long>(failed), elapsed);
+                 static_cast<long long>(in_flight), static_cast<long long>(failed), disc.c_str(),
+                 elapsed);
     std::fflush(stderr);
   }
 
@@ -225,6 +234,8 @@ int run_bench_serve(const BenchFlags& f) {
   co.ca_cert = f.ca_cert;
   co.insecure = f.insecure;
   co.timeout_s = f.timeout_s;
+  co.disconnect_fraction = f.disconnect_fraction;
+  co.disconnect_seed = f.seed;
 
   bench::Workload workload =
       f.dataset == "synthetic"
@@ -298,7 +309,8 @@ int run_bench_serve(const BenchFlags& f) {
       lock.unlock();
       client->start(i, prompt, t0, [progress](bench::RequestRecord r) {
         std::lock_guard lock(progress->mu);
-        if (!r.ok) ++progress->failed;
+        if (r.disconnected) ++progress->disconnected;
+        else if (!r.ok) ++progress->failed;
         progress->records.push_back(std::move(r));
         --progress->in_flight;
         progress->cv.notify_all();
@@ -324,6 +336,7 @@ int run_bench_serve(const BenchFlags& f) {
                                    f.input_range, f.output_len, f.output_range)
                      : f.dataset;
   info.load = load_text(f, cap);
+  info.disconnect_fraction = f.disconnect_fraction;
   info.config = {{"backend", f.backend},   {"url", f.url},
                  {"grpc", f.grpc},         {"endpoint", f.endpoint},
                  {"model", co.model},      {"request_rate", std::isinf(f.rate) ? -1.0 : f.rate},
@@ -334,6 +347,7 @@ int run_bench_serve(const BenchFlags& f) {
                  {"output_len", f.output_len}, {"input_len_range", f.input_range},
                  {"output_len_range", f.output_range}, {"ignore_eos", f.ignore_eos},
                  {"timeout_s", f.timeout_s}, {"goodput", f.goodput},
+                 {"disconnect_fraction", f.disconnect_fraction},
                  {"interrupted", g_interrupted.load()}};
 
   std::fputs(bench::format_table(info, summary).c_str(), stdout);
@@ -348,7 +362,7 @@ int run_bench_serve(const BenchFlags& f) {
 
   if (summary.completed == 0 && summary.failed > 0) {
     const auto& first = *std::find_if(records.begin(), records.end(),
-                                      [](const auto& r) { return !r.ok; });
+                                      [](const auto& r) { return !r.ok && !r.disconnected; });
     fail(ErrorCode::kUnavailable, "all {} requests failed (first: {}: {})", summary.failed,
          first.error_kind, first.error);
   }
@@ -401,6 +415,10 @@ Runner add_bench_serve(CLI::App& app) {
   cmd->add_flag("--ignore-eos", f->ignore_eos,
                 "Ask the server to ignore end-of-sequence (exactly max_tokens tokens)");
   cmd->add_option("--timeout", f->timeout_s, "Per-request timeout in seconds (default 300)");
+  cmd->add_option("--disconnect-fraction", f->disconnect_fraction,
+                  "Abandon this fraction (0..1) of the requests on purpose: close the connection "
+                  "(cancel the gRPC call) before reading a response or after 1..8 chunks; "
+                  "counted apart, not as errors");
   cmd->add_option("--connect-timeout", f->connect_timeout_s,
                   "Seconds to wait for the server before starting (default 10)");
   cmd->add_option("--goodput", f->goodput,

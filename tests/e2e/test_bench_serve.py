@@ -8,7 +8,10 @@ Prometheus counters (sampan:prompt_tokens_total, sampan:generation_tokens_total)
 equal the delta of sampan:requests_total; --ignore-eos runs generate exactly max_tokens; TTFT <=
 E2E; the JSON and HTML reports parse. Then the failure paths: an unreachable URL or gRPC target
 (one "error:" line, exit 1, quickly), bad flags (exit 2), and per-request timeouts counted as
-errors without a crash.
+errors without a crash. Last, clients that abandon requests on purpose (--disconnect-fraction 0.5,
+HTTP and gRPC): about half are counted as disconnected, none as errors, and afterwards the
+server's /metrics shows no KV block in use and no request running (it freed every abandoned
+request).
 """
 
 import json
@@ -139,6 +142,71 @@ def check_input_lengths(res, rep, name, extra):
               str([(r["input_tokens"], r["expected_input_tokens"]) for r in bad][:5]))
 
 
+def idle_gauges(srv, timeout=20):
+    """Polls /metrics until no KV block is used and nothing runs or waits (bounded) -> the last
+    (kv_blocks_used, running, waiting)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = su.metrics(srv.http_url)
+        g = (su.metric_value(m, "sampan:kv_cache_blocks_used"),
+             su.metric_value(m, "sampan:num_requests_running"),
+             su.metric_value(m, "sampan:num_requests_waiting"))
+        if g == (0, 0, 0) or time.monotonic() > deadline:
+            return g
+        time.sleep(0.1)
+
+
+def check_disconnects(res, args, srv):
+    """--disconnect-fraction 0.5: about half the requests abandoned on purpose (closed connection
+    or cancelled call, before the response or after 1..8 chunks), counted apart, never as errors;
+    the server frees every one of them."""
+    n = 40
+    for backend, target in (("openai-completions", ["--url", srv.http_url]),
+                            ("grpc-generate", ["--grpc", srv.grpc_addr])):
+        name = f"disconnect-{backend}"
+        run, rep, html = bench(args, name, [
+            "--backend", backend, "--concurrency", "8", "--num-requests", str(n),
+            "--input-len", "16", "--output-len", "40", "--ignore-eos", "--seed", "5",
+            "--disconnect-fraction", "0.5"] + target)
+        if not res.check(f"{name}: exit 0, JSON report", run.returncode == 0 and rep is not None,
+                         run.describe() + "\nstdout:\n" + run.stdout[-2000:]):
+            continue
+        s = rep["summary"]
+        reqs = rep["requests"]
+        d = s["disconnected"]
+        res.check(f"{name}: about half disconnected, zero errors, the rest completed",
+                  0.3 * n <= d <= 0.7 * n and s["failed"] == 0 and not s["errors"]
+                  and s["completed"] + d == n and len(reqs) == n,
+                  f"completed {s['completed']} disconnected {d} failed {s['failed']} "
+                  f"errors {s['errors']}")
+        marked = [r for r in reqs if r.get("disconnected")]
+        res.check(f"{name}: the disconnected requests are marked, without an error kind",
+                  len(marked) == d and all(not r["ok"] and "error_kind" not in r for r in marked))
+        ok = [r for r in reqs if r["ok"]]
+        res.check(f"{name}: figures only over the completed requests",
+                  s["e2e"]["count"] == len(ok) and s["ttft"]["count"] == len(ok)
+                  and s["total_output_tokens"] == sum(r["output_tokens"] for r in ok)
+                  and all(r["output_tokens"] == r["max_tokens"] for r in ok),
+                  f"e2e count {s['e2e']['count']} vs {len(ok)}")
+        res.check(f"{name}: the text report counts them",
+                  f"disconnected on purpose:" in run.stdout
+                  and run.stdout.split("disconnected on purpose:")[1].split()[0] == str(d),
+                  run.stdout[-800:])
+        res.check(f"{name}: the HTML report counts them", "Disconnected on purpose" in html)
+        kv, running, waiting = idle_gauges(srv)
+        res.check(f"{name}: afterwards the server holds no KV block and runs nothing",
+                  kv == 0 and running == 0 and waiting == 0,
+                  f"sampan:kv_cache_blocks_used {kv}, sampan:num_requests_running {running}, "
+                  f"sampan:num_requests_waiting {waiting}\nserver log:\n" + srv.log_tail(15))
+    for bad in ("1.5", "-0.1", "nan"):
+        run = eu.run_sampan(args, ["bench-serve", "--url", srv.http_url,
+                                   "--disconnect-fraction", bad], timeout=60)
+        lines = run.stderr.strip().split("\n")
+        res.check(f"bad flag --disconnect-fraction {bad}: one error line naming it, exit 2",
+                  run.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:")
+                  and "--disconnect-fraction" in lines[0], run.describe())
+
+
 def check_failures(res, args, srv):
     free = su.free_port()
     t0 = time.monotonic()
@@ -260,6 +328,7 @@ def main():
                   run.describe())
 
         check_failures(res, args, srv)
+        check_disconnects(res, args, srv)
         st, _, _ = su.http_json("GET", srv.http_url + "/v2/health/ready")
         res.check("server still ready after the load tests", st == 200, f"status {st}")
     except Exception as e:

@@ -176,6 +176,115 @@ TEST_CASE("run summary: throughput, tokens, TPOT, ITL and goodput", "[bench_serv
   CHECK_FALSE(parse_slo("e2e:1x", &bad).empty());
 }
 
+TEST_CASE("disconnected on purpose: counted apart, out of every figure", "[bench_serve]") {
+  std::vector<RequestRecord> recs;
+  recs.push_back(make_record(0, 0.0, 0.10, 0.02, 11, 30));
+  recs.push_back(make_record(1, 0.5, 0.30, 0.05, 5, 17));
+  recs.push_back(make_record(2, 1.2, 0.0, 0.0, 0, 0, false));  // a real failure: http_500
+  // Abandoned after 3 chunks, late and slow: would change every figure if it were counted.
+  RequestRecord d1 = make_record(3, 9.0, 5.0, 1.0, 3, 0, false);
+  d1.disconnected = true;
+  d1.error_kind.clear();
+  d1.e2e_s = 20;
+  recs.push_back(d1);
+  // Abandoned before reading anything.
+  RequestRecord d2 = make_record(4, 0.2, 0.0, 0.0, 0, 0, false);
+  d2.disconnected = true;
+  d2.error_kind.clear();
+  recs.push_back(d2);
+
+  const RunSummary s = summarize_run(recs, Slo{});
+  CHECK(s.completed == 2);
+  CHECK(s.failed == 1);
+  CHECK(s.disconnected == 2);
+  CHECK(s.errors.size() == 1);
+  CHECK(s.errors.at("http_500") == 1);
+  CHECK(s.errors.count("unknown") == 0);
+  // The same figures as without the disconnected records.
+  const std::vector<RequestRecord> kept(recs.begin(), recs.begin() + 3);
+  const RunSummary k = summarize_run(kept, Slo{});
+  CHECK(s.duration_s == Approx(k.duration_s));
+  CHECK(s.duration_s == Approx(std::max({0.0 + recs[0].e2e_s, 0.5 + recs[1].e2e_s, 1.2 + 0.05})));
+  CHECK(s.total_input_tokens == 30 + 17);
+  CHECK(s.total_output_tokens == 11 + 5);
+  CHECK(s.request_throughput == Approx(k.request_throughput));
+  CHECK(s.output_throughput == Approx(k.output_throughput));
+  CHECK(s.goodput == Approx(k.goodput));
+  CHECK(s.ttft.count == 2);
+  CHECK(s.ttft.max == Approx(0.30));
+  CHECK(s.e2e.count == 2);
+  CHECK(s.itl.count == 10 + 4);
+  CHECK(s.usage_missing == 0);
+  CHECK(output_tokens_per_bin(recs, 1.0) == output_tokens_per_bin(kept, 1.0));
+  CHECK(finished_per_bin(recs, 1.0) == finished_per_bin(kept, 1.0));
+  CHECK(k.disconnected == 0);
+
+  // Every request abandoned: nothing completed, nothing failed, no figures.
+  const RunSummary all = summarize_run({d1, d2}, Slo{});
+  CHECK(all.completed == 0);
+  CHECK(all.failed == 0);
+  CHECK(all.disconnected == 2);
+  CHECK(all.duration_s == 0);
+  CHECK(all.request_throughput == 0);
+
+  // The reports show the count; the request is marked, with no error kind.
+  RunInfo info;
+  info.backend = "openai-completions";
+  const auto j = nlohmann::json::parse(report_json(info, s, recs).dump());
+  CHECK(j["summary"]["disconnected"] == 2);
+  CHECK(j["summary"]["failed"] == 1);
+  CHECK(j["requests"][3]["disconnected"] == true);
+  CHECK_FALSE(j["requests"][3].contains("error_kind"));
+  CHECK_FALSE(j["requests"][0].contains("disconnected"));
+  CHECK(format_table(info, s).find("disconnected on purpose:") != std::string::npos);
+  CHECK(report_html(info, s, recs).find("Disconnected on purpose") != std::string::npos);
+  // Without --disconnect-fraction and nothing disconnected, the table does not mention it.
+  CHECK(format_table(info, k).find("disconnected") == std::string::npos);
+  info.disconnect_fraction = 0.1;
+  CHECK(format_table(info, k).find("disconnected on purpose:") != std::string::npos);
+}
+
+TEST_CASE("disconnect plan: reproducible, the asked fraction, 1..8 chunks", "[bench_serve]") {
+  for (int64_t i = 0; i < 1000; ++i) {
+    CHECK_FALSE(plan_disconnect(0.0, 7, i).abandon);
+    CHECK(plan_disconnect(1.0, 7, i).abandon);
+  }
+  const int n = 20000;
+  for (double f : {0.1, 0.5}) {
+    int abandoned = 0, before_reading = 0;
+    std::vector<int> by_chunks(9, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const DisconnectPlan p = plan_disconnect(f, 42, i);
+      const DisconnectPlan again = plan_disconnect(f, 42, i);
+      REQUIRE(p.abandon == again.abandon);
+      REQUIRE(p.after_chunks == again.after_chunks);
+      if (!p.abandon) {
+        CHECK(p.after_chunks == 0);
+        continue;
+      }
+      ++abandoned;
+      REQUIRE(p.after_chunks >= 0);
+      REQUIRE(p.after_chunks <= 8);
+      ++by_chunks[static_cast<size_t>(p.after_chunks)];
+      if (p.after_chunks == 0) ++before_reading;
+    }
+    // Binomial: 5 standard deviations.
+    const double sd = std::sqrt(n * f * (1 - f));
+    CHECK(std::fabs(abandoned - n * f) < 5 * sd);
+    // A quarter before reading, the rest spread over 1..8 chunks.
+    CHECK(std::fabs(before_reading - abandoned / 4.0) < 5 * std::sqrt(abandoned * 0.25 * 0.75));
+    for (int c = 1; c <= 8; ++c) CHECK(by_chunks[static_cast<size_t>(c)] > 0);
+  }
+  // A smaller fraction abandons a subset of a larger one's requests (same seed), and another
+  // seed picks other requests.
+  int differ = 0;
+  for (int64_t i = 0; i < 2000; ++i) {
+    if (plan_disconnect(0.1, 42, i).abandon) CHECK(plan_disconnect(0.5, 42, i).abandon);
+    if (plan_disconnect(0.5, 42, i).abandon != plan_disconnect(0.5, 43, i).abandon) ++differ;
+  }
+  CHECK(differ > 500);
+}
+
 TEST_CASE("throughput over time bins tokens by arrival", "[bench_serve]") {
   std::vector<RequestRecord> recs;
   recs.push_back(make_record(0, 0.0, 0.5, 0.3, 4, 5));  // chunks at 0.5 0.8 1.1 1.4
