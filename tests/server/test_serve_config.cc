@@ -370,6 +370,14 @@ TEST_CASE("YAML errors name file:line and the key", "[serve_config]") {
       {"not_group.yaml", m + "server: 1\n", {"not_group.yaml:2", "server", "mapping"}},
       {"twice.yaml", m + "http-port: 1\nserver:\n  http_port: 2\n", {"twice.yaml:4", "http-port", "twice", "line 2"}},
       {"twice_same.yaml", m + "http-port: 1\nhttp-port: 2\n", {"twice_same.yaml:3", "http-port", "twice"}},
+      // Hostile nesting: refused with a line naming the file, never a stack overflow.
+      {"deep_flow.yaml", m + "threads: " + std::string(100000, '[') + std::string(100000, ']') + "\n",
+       {"deep_flow.yaml:", "invalid YAML"}},
+      {"deep_block.yaml", m + [] {
+         std::string t = "engine:\n";
+         for (int i = 1; i < 3000; ++i) t += std::string(2 * i, ' ') + "b:\n";
+         return t + std::string(6000, ' ') + "c: 1\n";
+       }(), {"deep_block.yaml:", "invalid YAML"}},
       {"top_list.yaml", "- a\n- b\n", {"top_list.yaml", "mapping"}},
       {"port.yaml", m + "server:\n  http-port: 70000\n", {"port.yaml:3", "http-port", "70000", "out of range"}},
       {"grpc_port.yaml", m + "grpc-port: -2\n", {"grpc_port.yaml:2", "grpc-port", "out of range"}},
