@@ -37,7 +37,7 @@ namespace {
 using sampan::ThreadPool;
 using sampan::cpu::AttentionShape;
 using sampan::cpu::Isa;
-using sampan::cpu::KvDtype;
+using sampan::KvDtype;
 using sampan::cpu::PagedKvCache;
 
 constexpr int64_t kHeads = 32, kKvHeads = 4, kHeadDim = 64;
@@ -71,7 +71,7 @@ Case make_case(int64_t n_seqs, int64_t len, int64_t n_new, int64_t bs,
   const int64_t n_blocks = n_seqs * per_seq;
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  c.row_bytes = sampan::cpu::kv_row_bytes(dtype, kKvHeads, kHeadDim);
+  c.row_bytes = sampan::kv_row_bytes(dtype, kKvHeads, kHeadDim);
   c.k.resize(static_cast<size_t>(n_blocks * bs * c.row_bytes));
   c.v.resize(c.k.size());
   std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
                         {"batched decode 64 x 256", &batched, false}};
     for (Isa isa : isas) {
       sampan::cpu::set_isa(isa);
-      run_rows(std::string(sampan::cpu::isa_name(isa)) + " " + sampan::cpu::kv_dtype_name(dt),
+      run_rows(std::string(sampan::cpu::isa_name(isa)) + " " + sampan::kv_dtype_name(dt),
                rows, std::size(rows), reps, pools, std::size(pools));
     }
   }

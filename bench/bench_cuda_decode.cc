@@ -144,8 +144,8 @@ bool parse_options(int argc, char** argv, Options* o) {
     }
   }
   for (const std::string& k : o->kv) {
-    cpu::KvDtype d;
-    if (!cpu::parse_kv_dtype(k.c_str(), &d)) {
+    KvDtype d;
+    if (!parse_kv_dtype(k.c_str(), &d)) {
       std::fprintf(stderr, "bench_cuda_decode: unknown KV format '%s'\n", k.c_str());
       return false;
     }
@@ -341,11 +341,11 @@ Model make_model(const HfConfig& c, const std::string& format, Device device) {
 // One graph (weights + KV format) and its executor, with KV pools for a set of sequences.
 class ModelRun {
  public:
-  ModelRun(const HfConfig& c, const Model& m, cpu::KvDtype kv, Device device)
+  ModelRun(const HfConfig& c, const Model& m, KvDtype kv, Device device)
       : config_(c), kv_(kv), device_(device), graph_(build(c, m, kv)),
         executor_(graph_, runner_, device) {
-    row_ = kv == cpu::KvDtype::kF32 ? c.kv_dim() : cpu::kv_row_bytes(kv, c.n_head_kv, c.head_dim);
-    row_bytes_ = kv == cpu::KvDtype::kF32 ? 4 * row_ : row_;
+    row_ = kv == KvDtype::kF32 ? c.kv_dim() : sampan::kv_row_bytes(kv, c.n_head_kv, c.head_dim);
+    row_bytes_ = kv == KvDtype::kF32 ? 4 * row_ : row_;
   }
 
   // Bytes of one token's K or V row in one layer.
@@ -360,7 +360,7 @@ class ModelRun {
   // [s * mb, (s + 1) * mb). The old pools are freed first.
   void reset_cache(int64_t n_seqs, int64_t max_tokens) {
     const int64_t mb = blocks_per_seq(max_tokens);
-    const DType pool_type = kv_ == cpu::KvDtype::kF32 ? DType::kF32 : DType::kI8;
+    const DType pool_type = kv_ == KvDtype::kF32 ? DType::kF32 : DType::kI8;
     for (int64_t l = 0; l < config_.n_layer; ++l) {
       for (const char* which : {"k_cache", "v_cache"}) {
         const std::string name = fmt::format("{}.{}", which, l);
@@ -424,7 +424,7 @@ class ModelRun {
   const graph::passes::PassReport& passes() const { return pass_report_; }
 
  private:
-  graph::Graph build(const HfConfig& c, const Model& m, cpu::KvDtype kv) {
+  graph::Graph build(const HfConfig& c, const Model& m, KvDtype kv) {
     models::ModelBuildOptions options;
     options.kv_cache_dtype = kv;
     graph::Graph g = models::build_llama_graph(c, m.weights, options);
@@ -440,7 +440,7 @@ class ModelRun {
   }
 
   const HfConfig& config_;
-  cpu::KvDtype kv_;
+  KvDtype kv_;
   Device device_;
   graph::passes::PassReport pass_report_;  // set while graph_ is built, so declared first
   graph::Graph graph_;
@@ -676,8 +676,8 @@ int run_bench(const Options& o) {
       std::printf("%s: %.2f GB read by linear nodes per forward\n", format.c_str(),
                   model.linear_bytes / 1e9);
       for (size_t ki = 0; ki < o.kv.size(); ++ki) {
-        cpu::KvDtype kv;
-        cpu::parse_kv_dtype(o.kv[ki].c_str(), &kv);
+        KvDtype kv;
+        parse_kv_dtype(o.kv[ki].c_str(), &kv);
         const auto run = std::make_unique<ModelRun>(config, model, kv, o.device);
         for (int64_t batch : o.batches) {
           if (ki > 0 && batch != 1) continue;  // other KV formats: batch-1 decode only

@@ -164,7 +164,7 @@ Row run_engine(const std::string& dir, const Args& a, int n) {
   const double c0 = cpu_seconds();
   for (int i = 0; i < n; ++i) {
     EngineRequest r;
-    r.prompt = random_ids(rng, a.prompt, engine->config().vocab_size);
+    r.prompt = random_ids(rng, a.prompt, engine->model_info().vocab_size);
     r.max_tokens = a.gen;
     r.ignore_eos = true;
     r.sampling.temperature = 0;

@@ -3,19 +3,33 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <thread>
+#include <exception>
 #include <utility>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <fmt/format.h>
+
 #include "kernels/common/half.h"
 #include "quant/fp8.h"
 
 namespace sampan::quant {
 namespace {
 
-using models::QuantScheme;
-using models::WeightFormat;
+template <typename... Args>
+[[noreturn]] void fail(QuantError::Kind kind, fmt::format_string<Args...> f, Args&&... args) {
+  throw QuantError(kind, fmt::format(f, std::forward<Args>(args)...));
+}
+constexpr QuantError::Kind kBadArgument = QuantError::Kind::kInvalidArgument;
+constexpr QuantError::Kind kBadData = QuantError::Kind::kInvalidData;
+
+const char* float_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    default: return "a non-float type";
+  }
+}
 
 constexpr float kFp8Max = 448.0f;
 constexpr int kInt4Min = -8;
@@ -41,19 +55,19 @@ inline uint8_t fp8_encode(float f) {
 }
 
 // Row r of w as f32 into dst.
-void load_row(const Tensor& w, int64_t r, float* dst /* [k] */) {
-  const int64_t k = w.dim(1);
-  switch (w.dtype()) {
+void load_row(const MatrixView& w, int64_t r, float* dst /* [k] */) {
+  const int64_t k = w.k;
+  switch (w.dtype) {
     case DType::kF32:
-      std::memcpy(dst, w.data<float>() + r * k, static_cast<size_t>(k) * 4);
+      std::memcpy(dst, static_cast<const float*>(w.data) + r * k, static_cast<size_t>(k) * 4);
       return;
     case DType::kF16: {
-      const uint16_t* src = w.data<uint16_t>() + r * k;
+      const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * k;
       for (int64_t c = 0; c < k; ++c) dst[c] = f16_to_f32(src[c]);
       return;
     }
     case DType::kBF16: {
-      const uint16_t* src = w.data<uint16_t>() + r * k;
+      const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * k;
       for (int64_t c = 0; c < k; ++c) dst[c] = bf16_to_f32(src[c]);
       return;
     }
@@ -77,29 +91,26 @@ uint16_t scale_bits(float s, DType scale_dtype) {
   return scale_dtype == DType::kF16 ? f32_to_f16(s) : f32_to_bf16(s);
 }
 
-// Runs fn(r0, r1) over row ranges on a few threads: quantizing on load is a one-off pass over
-// every weight, worth spreading when the matrix is big.
+// Runs fn(r0, r1) over row ranges on the runner's workers: quantizing on load is a one-off pass
+// over every weight, worth spreading when the matrix is big. The runner's tasks must not throw,
+// so each task keeps its exception and the first one is rethrown here.
 template <typename Fn>
-void for_rows(int64_t n, int64_t k, Fn fn) {
+void for_rows(int64_t n, int64_t k, cpu::TaskRunner& runner, Fn fn) {
   const int64_t kMinWork = int64_t{1} << 20;
-  int64_t threads = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), 16);
-  threads = std::max<int64_t>(1, std::min(threads, n * k / kMinWork));
-  if (threads <= 1) {
+  int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(4 * runner.concurrency(), n * k / kMinWork));
+  tasks = std::min(tasks, std::max<int64_t>(n, 1));
+  if (tasks <= 1) {
     fn(int64_t{0}, n);
     return;
   }
-  std::vector<std::thread> pool;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
-  for (int64_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      try {
-        fn(n * t / threads, n * (t + 1) / threads);
-      } catch (...) {
-        errors[static_cast<size_t>(t)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(tasks));
+  runner.run(tasks, [&](int64_t t) {
+    try {
+      fn(n * t / tasks, n * (t + 1) / tasks);
+    } catch (...) {
+      errors[static_cast<size_t>(t)] = std::current_exception();
+    }
+  });
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
@@ -133,18 +144,16 @@ double int4_group_error(const float* w /* [g] */, int64_t g, float scale, int ze
 }
 
 [[noreturn]] void non_finite(const std::string& name, int64_t r, int64_t c, float v) {
-  fail(ErrorCode::kInvalidModel, "tensor '{}': element [{}, {}] is {}; cannot quantize it", name,
+  fail(kBadData, "tensor '{}': element [{}, {}] is {}; cannot quantize it", name,
        r, c, v);
 }
 
-QuantizedMatrix quantize_fp8(const Tensor& w, const std::string& name) {
-  const int64_t n = w.dim(0), k = w.dim(1);
-  QuantizedMatrix q;
-  q.data = Tensor::empty({n, k}, DType::kF8E4M3);
-  q.scales = Tensor::empty({n}, DType::kF32);
-  uint8_t* data = q.data.data<uint8_t>();
-  float* scales = q.scales.data<float>();
-  for_rows(n, k, [&](int64_t r0, int64_t r1) {
+void quantize_fp8(const MatrixView& w, const QuantizedBuffers& out, const std::string& name,
+                  cpu::TaskRunner& runner) {
+  const int64_t n = w.n, k = w.k;
+  uint8_t* data = static_cast<uint8_t*>(out.data);
+  float* scales = static_cast<float*>(out.scales);
+  for_rows(n, k, runner, [&](int64_t r0, int64_t r1) {
     std::vector<float> row(static_cast<size_t>(k));
     for (int64_t r = r0; r < r1; ++r) {
       load_row(w, r, row.data());
@@ -159,27 +168,16 @@ QuantizedMatrix quantize_fp8(const Tensor& w, const std::string& name) {
       for (int64_t c = 0; c < k; ++c) data[r * k + c] = fp8_encode(row[static_cast<size_t>(c)] / scale);
     }
   });
-  return q;
 }
 
-QuantizedMatrix quantize_int4(const Tensor& w, const QuantScheme& s, const std::string& name) {
-  const int64_t n = w.dim(0), k = w.dim(1), g = s.group_size;
-  SAMPAN_CHECK(g == 32 || g == 64 || g == 128, ErrorCode::kInvalidArgument,
-               "tensor '{}': int4 group size {} (expected 32, 64 or 128)", name, g);
-  SAMPAN_CHECK(s.scale_dtype == DType::kF16 || s.scale_dtype == DType::kBF16,
-               ErrorCode::kInvalidArgument, "tensor '{}': int4 scale type {} (expected f16 or bf16)",
-               name, dtype_name(s.scale_dtype));
-  SAMPAN_CHECK(k % g == 0, ErrorCode::kInvalidArgument,
-               "tensor '{}': {} columns are not a multiple of the int4 group size {}", name, k, g);
+void quantize_int4(const MatrixView& w, const QuantScheme& s, const QuantizedBuffers& out,
+                   const std::string& name, cpu::TaskRunner& runner) {
+  const int64_t n = w.n, k = w.k, g = s.group_size;
   const int64_t ng = k / g;
-  QuantizedMatrix q;
-  q.data = Tensor::empty({n, k}, DType::kI4);
-  q.scales = Tensor::empty({n, ng}, s.scale_dtype);
-  if (!s.symmetric) q.zeros = Tensor::empty({n, ng}, DType::kI8);
-  uint8_t* data = q.data.data<uint8_t>();
-  uint16_t* scales = q.scales.data<uint16_t>();
-  int8_t* zeros = s.symmetric ? nullptr : q.zeros.data<int8_t>();
-  for_rows(n, k, [&](int64_t r0, int64_t r1) {
+  uint8_t* data = static_cast<uint8_t*>(out.data);
+  uint16_t* scales = static_cast<uint16_t*>(out.scales);
+  int8_t* zeros = s.symmetric ? nullptr : out.zeros;
+  for_rows(n, k, runner, [&](int64_t r0, int64_t r1) {
     std::vector<float> row(static_cast<size_t>(k));
     std::vector<int> qs(static_cast<size_t>(g));
     for (int64_t r = r0; r < r1; ++r) {
@@ -198,7 +196,7 @@ QuantizedMatrix quantize_int4(const Tensor& w, const QuantScheme& s, const std::
           // Candidate c shrinks the range by kClip[c]; candidate 0 is the full range (plain
           // round-to-nearest). With scale_search the one of least squared error wins (the first
           // on ties), so the result is never worse than plain RTN on its group.
-          const int n_cand = s.scale_search == models::ScaleSearch::kOn ? kNumClip : 1;
+          const int n_cand = s.scale_search == ScaleSearch::kOn ? kNumClip : 1;
           double best = -1;
           for (int ci = 0; ci < n_cand; ++ci) {
             const auto [sc, z] = int4_candidate(lo, hi, kClip[ci], s.symmetric, s.scale_dtype);
@@ -226,78 +224,53 @@ QuantizedMatrix quantize_int4(const Tensor& w, const QuantScheme& s, const std::
       }
     }
   });
-  return q;
 }
-
-void expect(bool cond, const std::string& name, const std::string& what, const Tensor& t,
-            const std::string& wanted) {
-  SAMPAN_CHECK(cond, ErrorCode::kInvalidModel, "tensor '{}': {} is {}, expected {}", name, what,
-               t.defined() && t.numel() > 0 ? t.str() : std::string("missing"), wanted);
-}
-
-bool present(const Tensor& t) { return t.defined() && t.numel() > 0; }
 
 }  // namespace
 
-QuantizedMatrix quantize_matrix(const Tensor& w, const QuantScheme& scheme,
-                                const std::string& name) {
-  SAMPAN_CHECK(w.rank() == 2 && w.device().type == DeviceType::kCPU && w.is_contiguous() &&
-                   (w.dtype() == DType::kF32 || w.dtype() == DType::kF16 ||
-                    w.dtype() == DType::kBF16),
-               ErrorCode::kInvalidArgument,
-               "tensor '{}': cannot quantize {} (expected a contiguous 2-D f32, f16 or bf16 CPU "
-               "tensor)",
-               name, w.str());
-  switch (scheme.format) {
-    case WeightFormat::kFp8: return quantize_fp8(w, name);
-    case WeightFormat::kInt4: return quantize_int4(w, scheme, name);
-    case WeightFormat::kNone: break;
+void check_scheme(const QuantScheme& scheme, int64_t k, const std::string& name) {
+  if (scheme.format == WeightFormat::kFp8) return;
+  if (scheme.format != WeightFormat::kInt4) {
+    fail(kBadArgument, "tensor '{}': quantize_matrix needs format fp8 or int4", name);
   }
-  fail(ErrorCode::kInvalidArgument, "tensor '{}': quantize_matrix needs format fp8 or int4", name);
+  const int64_t g = scheme.group_size;
+  if (!int4_group_size_ok(g)) {
+    fail(kBadArgument, "tensor '{}': int4 group size {} (expected {})", name, g,
+         kInt4GroupSizesText);
+  }
+  if (scheme.scale_dtype != DType::kF16 && scheme.scale_dtype != DType::kBF16) {
+    fail(kBadArgument, "tensor '{}': int4 scale type {} (expected f16 or bf16)", name,
+         float_name(scheme.scale_dtype));
+  }
+  if (k % g != 0) {
+    fail(kBadArgument, "tensor '{}': {} columns are not a multiple of the int4 group size {}",
+         name, k, g);
+  }
 }
 
-Tensor dequantize_matrix(const QuantizedMatrix& q, const QuantScheme& scheme,
-                         const std::string& name) {
-  const Tensor& d = q.data;
+void quantize_matrix(const MatrixView& w, const QuantScheme& scheme, const QuantizedBuffers& out,
+                     const std::string& name, cpu::TaskRunner& runner) {
+  check_scheme(scheme, w.k, name);
   if (scheme.format == WeightFormat::kFp8) {
-    expect(present(d) && d.rank() == 2 && d.dtype() == DType::kF8E4M3 && d.is_contiguous(), name,
-           "data", d, "a contiguous f8_e4m3 [n, k] matrix");
-    const int64_t n = d.dim(0), k = d.dim(1);
-    expect(present(q.scales) && q.scales.dtype() == DType::kF32 && q.scales.shape() == Shape{n} &&
-               q.scales.is_contiguous(),
-           name, "the scale", q.scales, fmt::format("f32[{}]", n));
-    Tensor out = Tensor::empty({n, k}, DType::kF32);
-    const uint8_t* src = d.data<uint8_t>();
-    const float* s = q.scales.data<float>();
-    float* y = out.data<float>();
+    quantize_fp8(w, out, name, runner);
+  } else {
+    quantize_int4(w, scheme, out, name, runner);
+  }
+}
+
+void dequantize_matrix(const QuantizedConstBuffers& q, int64_t n, int64_t k,
+                       const QuantScheme& scheme, float* out) {
+  const uint8_t* src = static_cast<const uint8_t*>(q.data);
+  if (scheme.format == WeightFormat::kFp8) {
+    const float* s = static_cast<const float*>(q.scales);
     for (int64_t r = 0; r < n; ++r) {
-      for (int64_t c = 0; c < k; ++c) y[r * k + c] = fp8_e4m3_to_f32(src[r * k + c]) * s[r];
+      for (int64_t c = 0; c < k; ++c) out[r * k + c] = fp8_e4m3_to_f32(src[r * k + c]) * s[r];
     }
-    return out;
+    return;
   }
-  SAMPAN_CHECK(scheme.format == WeightFormat::kInt4, ErrorCode::kInvalidArgument,
-               "tensor '{}': dequantize_matrix needs format fp8 or int4", name);
-  expect(present(d) && d.rank() == 2 && d.dtype() == DType::kI4 && d.is_contiguous(), name, "data",
-         d, "a contiguous i4 [n, k] matrix");
-  const int64_t n = d.dim(0), k = d.dim(1), g = scheme.group_size;
-  SAMPAN_CHECK(g > 0 && k % g == 0, ErrorCode::kInvalidModel,
-               "tensor '{}': {} columns are not a multiple of the int4 group size {}", name, k, g);
-  const int64_t ng = k / g;
-  const std::string scale_shape = fmt::format("{}[{}, {}]", dtype_name(scheme.scale_dtype), n, ng);
-  expect(present(q.scales) && q.scales.dtype() == scheme.scale_dtype &&
-             q.scales.shape() == Shape{n, ng} && q.scales.is_contiguous(),
-         name, "the scale", q.scales, scale_shape);
-  const bool has_zero = present(q.zeros);
-  if (!scheme.symmetric || has_zero) {
-    expect(has_zero && q.zeros.dtype() == DType::kI8 && q.zeros.shape() == Shape{n, ng} &&
-               q.zeros.is_contiguous(),
-           name, "the zero point", q.zeros, fmt::format("i8[{}, {}]", n, ng));
-  }
-  Tensor out = Tensor::empty({n, k}, DType::kF32);
-  const uint8_t* src = d.data<uint8_t>();
-  const uint16_t* s = q.scales.data<uint16_t>();
-  const int8_t* z = has_zero ? q.zeros.data<int8_t>() : nullptr;
-  float* y = out.data<float>();
+  const int64_t g = scheme.group_size, ng = k / g;
+  const uint16_t* s = static_cast<const uint16_t*>(q.scales);
+  const int8_t* z = q.zeros;
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 0; c < k; ++c) {
       const uint8_t byte = src[(r * k + c) / 2];
@@ -306,10 +279,9 @@ Tensor dequantize_matrix(const QuantizedMatrix& q, const QuantScheme& scheme,
       const int64_t si = r * ng + c / g;
       const float scale =
           scheme.scale_dtype == DType::kF16 ? f16_to_f32(s[si]) : bf16_to_f32(s[si]);
-      y[r * k + c] = static_cast<float>(qv - (z ? z[si] : 0)) * scale;
+      out[r * k + c] = static_cast<float>(qv - (z ? z[si] : 0)) * scale;
     }
   }
-  return out;
 }
 
 }  // namespace sampan::quant

@@ -1,5 +1,7 @@
-// Weight quantization: the formats of models/model_options.h as tensors, and the exact
-// dequantization every kernel is tested against.
+// Weight quantization: the formats of kernels/common/quant_scheme.h (byte layouts in
+// kernels/common/gemm_weights.h) on plain host buffers, and the exact dequantization every
+// kernel is tested against. quant/ sits between the kernels and the engine: it knows no engine
+// type; engine/models/weight_quant.h offers the same on Tensors.
 //
 // FP8: data [n, k] kF8E4M3, scales [n] f32, scale = absmax(row) / 448 (1 for an all-zero row);
 //      data = fp8(w / scale) rounded to nearest even, saturated.
@@ -17,30 +19,65 @@
 //      squared error sum (w - (q - zero) * scale)^2 over the group is kept (the largest c on
 //      ties): clipping a few extreme weights buys finer steps for all the others. Never worse
 //      than c = 1, which is plain round-to-nearest.
-// Non-finite weights are Error(kInvalidModel) naming the tensor.
+// Non-finite weights are QuantError(kInvalidData) naming the tensor and the element.
 #pragma once
 
+#include <cstdint>
+#include <stdexcept>
 #include <string>
 
-#include "engine/core/tensor.h"
-#include "engine/models/model_options.h"
+#include "kernels/common/dtype.h"
+#include "kernels/common/quant_scheme.h"
+#include "kernels/cpu/task_runner.h"
 
 namespace sampan::quant {
 
-struct QuantizedMatrix {
-  Tensor data;    // see above
-  Tensor scales;
-  Tensor zeros;   // INT4 asymmetric only
+// What the quantizer throws: a one-line message naming the tensor. The engine maps kInvalidArgument
+// to Error(kInvalidArgument) (the scheme or the matrix cannot be quantized) and kInvalidData to
+// Error(kInvalidModel) (the weights themselves are bad).
+class QuantError : public std::runtime_error {
+ public:
+  enum class Kind { kInvalidArgument, kInvalidData };
+  QuantError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
 };
 
-// w: [n, k] f32, f16 or bf16 (any contiguous CPU tensor). `name` only labels errors.
-// INT4 needs k % group_size == 0 (else Error(kInvalidArgument) naming the tensor and sizes).
-QuantizedMatrix quantize_matrix(const Tensor& w, const models::QuantScheme& scheme,
-                                const std::string& name);
+// A row-major, contiguous [n, k] matrix of f32, f16 or bf16 in host memory.
+struct MatrixView {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t n = 0, k = 0;
+};
 
-// The reference dequantization: [n, k] f32. Checks shapes and dtypes (Error(kInvalidModel)
-// naming `name`: missing scales, wrong group count, shape mismatch).
-Tensor dequantize_matrix(const QuantizedMatrix& q, const models::QuantScheme& scheme,
-                         const std::string& name);
+// The quantized form of an [n, k] matrix, in buffers the caller owns and sized as above:
+//   FP8:  data [n, k] bytes, scales [n] f32, zeros null.
+//   INT4: data [n, k / 2] bytes, scales [n, k / g] of scheme.scale_dtype (2 bytes each),
+//         zeros [n, k / g] int8 when asymmetric, else null.
+struct QuantizedBuffers {
+  void* data = nullptr;
+  void* scales = nullptr;
+  int8_t* zeros = nullptr;
+};
+struct QuantizedConstBuffers {
+  const void* data = nullptr;
+  const void* scales = nullptr;
+  const int8_t* zeros = nullptr;  // null: zero point 0
+};
+
+// Checks that `scheme` can quantize a matrix of k columns (format fp8 or int4, a valid int4
+// group size dividing k, an f16/bf16 scale type); QuantError(kInvalidArgument) naming `name`.
+void check_scheme(const QuantScheme& scheme, int64_t k, const std::string& name);
+
+// Quantizes w into out (scheme checked first). Rows are spread over `runner`. `name` only labels
+// errors.
+void quantize_matrix(const MatrixView& w, const QuantScheme& scheme, const QuantizedBuffers& out,
+                     const std::string& name, cpu::TaskRunner& runner);
+
+// The reference dequantization of an [n, k] matrix quantized with `scheme` into out [n, k] f32.
+void dequantize_matrix(const QuantizedConstBuffers& q, int64_t n, int64_t k,
+                       const QuantScheme& scheme, float* out);
 
 }  // namespace sampan::quant

@@ -2,10 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <exception>
-
 #include "engine/core/error.h"
 #include "engine/core/log.h"
+#include "server/gateway.h"
 #include "server/kserve_rest.h"
 #include "server/openai_api.h"
 #include "server/request_parse.h"
@@ -69,8 +68,8 @@ void route(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& writer
     return metrics.request_done(kOther, 200);
   }
   const char* api = starts_with_segment(req.path, "/v1") ? kOpenAi : kOther;
-  send_error(*writer, metrics, api, 404, fmt::format("no route for {} {}", req.method, req.path),
-             "");
+  send_error(*writer, metrics, api,
+             Error(ErrorCode::kNotFound, fmt::format("no route for {} {}", req.method, req.path)));
 }
 
 }  // namespace
@@ -82,17 +81,11 @@ HttpHandler make_api_router(ModelHost& host, ServeMetrics& metrics) {
     // the transport. A handler throws only before it has answered or submitted.
     try {
       route(req, writer, host, metrics);
-    } catch (const RequestError& e) {
-      send_error(*writer, metrics, api, e.status(), e.what(), e.param());
-    } catch (const Error& e) {
-      const int status = http_status(e.code());
-      if (status >= 500)
+    } catch (...) {
+      const Error e = current_error();
+      if (http_status(e.code()) >= 500)
         log::warn("request {} {} {}: {}", req.request_id, req.method, req.path, e.what());
-      send_error(*writer, metrics, api, status, e.what(),
-                 status == 400 ? field_in_message(e.what()) : "");
-    } catch (const std::exception& e) {
-      log::warn("request {} {} {}: {}", req.request_id, req.method, req.path, e.what());
-      send_error(*writer, metrics, api, 500, fmt::format("internal error: {}", e.what()), "");
+      send_error(*writer, metrics, api, e);
     }
   };
 }

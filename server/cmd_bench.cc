@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include "engine/runtime/causal_lm.h"
-#include "kernels/cpu/isa.h"
 #include <set>
 
 #include "server/commands.h"
@@ -88,7 +87,7 @@ Runner add_bench(CLI::App& app) {
         "\"prompt_len\": {}, \"gen\": {}, "
         "\"prefill_s\": {:.4f}, \"prefill_tok_s\": {:.2f}, \"decode_s\": {:.4f}, "
         "\"decode_tok_s\": {:.3f}, \"decode_bytes_per_token\": {}, \"decode_gb_s\": {:.3f}}}\n",
-        a->model, lm->device().str(), lm->threads(), cpu::isa_name(cpu::active_isa()),
+        a->model, lm->device().str(), lm->threads(), cpu_isa(),
         a->prompt_len, a->gen,
         best_prefill, a->prompt_len / best_prefill, best_decode, a->gen / best_decode, streamed,
         streamed * (a->gen / best_decode) / 1e9);

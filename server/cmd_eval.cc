@@ -77,7 +77,7 @@ std::string describe_build(const models::ModelBuildOptions& b) {
                      b.quantization.symmetric ? "sym" : "asym", dtype_name(b.quantization.scale_dtype));
   }
   if (b.hadamard.enabled) w += fmt::format(" + hadamard (seed {})", b.hadamard.seed);
-  std::string kv = cpu::kv_dtype_name(b.kv_cache_dtype);
+  std::string kv = kv_dtype_name(b.kv_cache_dtype);
   if (b.kv_hadamard) kv += " + kv-hadamard";
   return fmt::format("weights {}, kv {}", w, kv);
 }
@@ -231,7 +231,7 @@ int run_eval(const EvalArgs& a) {
                   {"scale_dtype", dtype_name(q.scale_dtype)},
                   {"hadamard", a.build.hadamard.enabled},
                   {"hadamard_seed", a.build.hadamard.seed},
-                  {"kv_cache_dtype", cpu::kv_dtype_name(a.build.kv_cache_dtype)},
+                  {"kv_cache_dtype", kv_dtype_name(a.build.kv_cache_dtype)},
                   {"kv_hadamard", a.build.kv_hadamard}};
     j["ctx"] = a.ctx;
     j["max_tokens"] = a.max_tokens;

@@ -1,8 +1,8 @@
 // sampan info --model DIR: what the model is and what it costs to run.
 #include <fmt/format.h>
 
+#include "engine/models/model_options.h"
 #include "engine/runtime/causal_lm.h"
-#include "kernels/cpu/attention_cpu.h"
 #include "server/commands.h"
 
 namespace sampan::cli {
@@ -66,10 +66,10 @@ Runner add_info(CLI::App& app) {
                human_bytes(kv_token), human_bytes(kv_token * static_cast<double>(c.max_position_embeddings)),
                c.max_position_embeddings);
     std::string per_format;
-    for (cpu::KvDtype f : {cpu::KvDtype::kBF16, cpu::KvDtype::kI8, cpu::KvDtype::kF8E4M3, cpu::KvDtype::kI4}) {
+    for (KvDtype f : {KvDtype::kBF16, KvDtype::kI8, KvDtype::kF8E4M3, KvDtype::kI4}) {
       const double b = 2.0 * static_cast<double>(c.n_layer) *
-                       static_cast<double>(cpu::kv_row_bytes(f, c.n_head_kv, c.head_dim));
-      per_format += fmt::format("{}{} {}", per_format.empty() ? "" : ", ", cpu::kv_dtype_name(f), human_bytes(b));
+                       static_cast<double>(kv_row_bytes(f, c.n_head_kv, c.head_dim));
+      per_format += fmt::format("{}{} {}", per_format.empty() ? "" : ", ", kv_dtype_name(f), human_bytes(b));
     }
     fmt::print("kv per token:   {} (--kv-cache-dtype)\n", per_format);
     const graph::MemoryPlan decode = lm->plan_activations(1, 1);
@@ -79,8 +79,11 @@ Runner add_info(CLI::App& app) {
                human_bytes(static_cast<double>(decode.arena_bytes)),
                human_bytes(static_cast<double>(prefill.arena_bytes)),
                human_bytes(static_cast<double>(prefill.naive_bytes)));
+    const graph::passes::PassReport& passes = lm->pass_report();
     fmt::print("graph:          {} nodes after fusion ({})\n", lm->graph().nodes().size(),
-               lm->pass_report().str());
+               passes.str());
+    // Empty when the model was loaded without passes.
+    if (!passes.passes.empty()) fmt::print("{}", passes.table("  "));
     return 0;
   };
 }

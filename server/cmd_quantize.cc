@@ -21,6 +21,7 @@
 #include "engine/loaders/weight_store.h"
 #include "engine/models/llama.h"
 #include "server/commands.h"
+#include "server/model_flags.h"
 
 namespace sampan::cli {
 namespace {
@@ -243,7 +244,7 @@ Runner add_quantize(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"fp8", "int4", "none"}));
   a->group_opt = cmd->add_option("--group-size", a->group_size, "int4 group size: 32|64|128 (default 128)")
-                     ->check(CLI::IsMember({32, 64, 128}));
+                     ->check(int4_group_size_validator());
   a->asym_opt = cmd->add_flag("--asymmetric", a->asymmetric, "int4 with a per-group zero point");
   a->search_opt = cmd->add_option("--scale-search", a->scale_search,
                                   "int4 scales of least squared weight error: auto (with "

@@ -1,5 +1,6 @@
 #include "server/generation_flags.h"
 
+#include "engine/runtime/sampling_limits.h"
 #include "server/model_flags.h"
 
 #include <cstdio>
@@ -21,7 +22,7 @@ void GenerationFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--frequency-penalty", sampling.frequency_penalty, "OpenAI-style, 0 = off");
   cmd.add_option("--seed", seed, "random seed (same seed, same output)")->each([this](const std::string&) { has_seed = true; });
   cmd.add_option("--logprobs", sampling.top_logprobs, "print each token's logprob and this many alternatives to stderr")
-      ->check(CLI::Range(0, 20));
+      ->check(CLI::Range(0, runtime::kMaxTopLogprobs));
   cmd.add_option("--max-tokens", max_tokens, "generate at most this many tokens")->check(CLI::NonNegativeNumber);
   cmd.add_option("--stop", stop, "stop string (repeatable; not printed)");
   cmd.add_option("--stop-id", stop_ids, "stop token id (repeatable)");

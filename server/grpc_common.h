@@ -1,22 +1,21 @@
 // Private to the gRPC server (grpc_server.cc, grpc_kserve.cc, grpc_generate.cc): what the
-// services share — the serving context, API-key checks, the mapping of engine errors and
-// finishes to gRPC status codes, and the request-id and deadline helpers.
+// services share — the serving context, and gRPC's side of gateway.h (API keys from metadata,
+// errors and finishes as grpc::Status, the client's deadline), and the request-id helper.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/service_type.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/core/error.h"
 #include "engine/runtime/engine.h"
+#include "server/gateway.h"
 #include "server/model_host.h"
 #include "server/serve_metrics.h"
 
@@ -38,45 +37,28 @@ struct ServiceContext {
   std::atomic<uint64_t> next_request_id{1};
 };
 
-// OK when no keys are configured or the call carries "authorization: Bearer <key>" with one
-// of them; UNAUTHENTICATED otherwise.
+// gateway's check_api_key on the "authorization" metadata: OK, or UNAUTHENTICATED.
 grpc::Status check_auth(const ServiceContext& svc, const grpc::CallbackServerContext* ctx);
 
+// The status of `e` from gateway.h's table, its message made valid UTF-8.
 grpc::Status status_from_error(const Error& e);
-// The status a request ends with, from its final engine event: OK for stop and length; a
-// cancellation is DEADLINE_EXCEEDED once the call's deadline has passed (gRPC cancels the call
-// then), CANCELLED when the client cancelled, else UNAVAILABLE (the server is shutting down).
+// The status a request ends with, from its final engine event (gateway's finish_error): a
+// cancellation counts as the deadline's once it has passed (gRPC cancels the call then), as the
+// client's when it cancelled, else as the server's (shutting down).
 grpc::Status status_from_final(const runtime::EngineEvent& final_event,
                                const grpc::CallbackServerContext* ctx);
-// Anything a handler may throw while building a request (Error, RequestError, ...), as a status;
-// nothing may escape to gRPC's threads.
+// Anything a handler may throw while building a request, as a status (gateway's
+// current_error); nothing may escape to gRPC's threads.
 grpc::Status status_from_current_exception();
 
-// The engine serving `model` (empty names the served model), or a status: NOT_FOUND for
-// another name, UNAVAILABLE while loading or draining.
-std::shared_ptr<runtime::Engine> find_engine(const ServiceContext& svc, const std::string& model,
-                                             grpc::Status* status);
-
 // The engine timeout for a call: seconds left until the client's deadline, capped by the
-// server's default request timeout; 0 when neither is set. Sets *expired when the deadline has
-// already passed.
+// server's default request timeout; 0 when neither is set. Throws Error(kDeadlineExceeded) when
+// the deadline has already passed.
 double request_timeout_s(const grpc::CallbackServerContext* ctx,
-                         const runtime::EngineOptions& options, bool* expired);
+                         const runtime::EngineOptions& options);
 
 // The client's id, or a fresh "grpc-N".
 std::string request_id_or_new(ServiceContext& svc, const std::string& given);
-
-// The max_tokens a request runs with: the requested value or the server default, capped to what
-// fits in the context after the prompt. An over-long prompt keeps the requested value so that
-// the engine refuses it with its own message.
-int64_t max_tokens_for(const ServiceContext& svc, const runtime::Engine& engine,
-                       std::optional<int64_t> requested, size_t prompt_tokens);
-
-// Seconds between two steady-clock points.
-inline double seconds_between(std::chrono::steady_clock::time_point a,
-                              std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 // Records the finished RPC and logs it with its request id.
 void record_rpc(ServiceContext& svc, const char* method, const std::string& request_id,

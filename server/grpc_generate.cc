@@ -4,12 +4,12 @@
 // response (the proto allows several tokens per response) so the queue stays short.
 #include <nlohmann/json.hpp>
 
-#include <chrono>
 #include <deque>
 #include <mutex>
 #include <optional>
 
 #include "engine/core/log.h"
+#include "engine/runtime/sampling_limits.h"
 #include "proto/sampan_generate.grpc.pb.h"
 #include "server/grpc_common.h"
 
@@ -18,85 +18,86 @@ namespace {
 
 namespace pb = ::sampan::v1;
 
-grpc::Status invalid(const std::string& message) {
-  return {grpc::StatusCode::INVALID_ARGUMENT, message};
+[[noreturn]] void invalid(const char* field, const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, field, message);
 }
 
-// The prompt of `in` as token ids; throws Error from the tokenizer or chat template.
-grpc::Status encode_prompt(const ServiceContext& svc, const runtime::Engine& engine,
-                           const pb::GenerateRequest& in, std::vector<int32_t>* prompt) {
+// The prompt of `in` as token ids; *field names where it came from.
+std::vector<int32_t> encode_prompt(const ModelHost& host, const runtime::Engine& engine,
+                                   const pb::GenerateRequest& in, std::string* field) {
   switch (in.prompt_case()) {
     case pb::GenerateRequest::kText:
-      *prompt = engine.tokenizer().encode(in.text(), true);
-      return grpc::Status::OK;
+      *field = "text";
+      return engine.tokenizer().encode(in.text(), true);
     case pb::GenerateRequest::kTokenIds:
-      if (in.token_ids().ids().empty()) return invalid("token_ids: at least one id is required");
-      prompt->assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
-      return grpc::Status::OK;
-    case pb::GenerateRequest::kChat: {
-      if (in.chat().messages().empty()) {
-        return invalid("chat.messages: at least one message is required");
+      *field = "token_ids";
+      if (in.token_ids().ids().empty()) {
+        invalid("token_ids", "token_ids: at least one id is required");
       }
-      auto chat = svc.host.chat();
-      if (!chat) return invalid("chat: the model has no chat template; send text or token_ids");
+      return {in.token_ids().ids().begin(), in.token_ids().ids().end()};
+    case pb::GenerateRequest::kChat: {
+      *field = "chat.messages";
+      if (in.chat().messages().empty()) {
+        invalid("chat.messages", "chat.messages: at least one message is required");
+      }
       nlohmann::ordered_json messages = nlohmann::ordered_json::array();
       for (const auto& m : in.chat().messages()) {
-        if (m.role().empty()) return invalid("chat.messages.role: must not be empty");
+        if (m.role().empty()) {
+          invalid("chat.messages.role", "chat.messages.role: must not be empty");
+        }
         messages.push_back({{"role", m.role()}, {"content", m.content()}});
       }
-      *prompt = chat->encode(messages, true);
-      return grpc::Status::OK;
+      return encode_chat(host, messages, nullptr, "chat.messages", "send text or token_ids");
     }
     case pb::GenerateRequest::PROMPT_NOT_SET:
       break;
   }
-  return invalid("prompt: one of text, token_ids or chat is required");
+  invalid("prompt", "prompt: one of text, token_ids or chat is required");
 }
 
-// The engine request for `in`; range checks the engine would also make are repeated here only
-// where our field names differ from the engine's.
-grpc::Status build_request(const ServiceContext& svc, const runtime::Engine& engine,
-                           const pb::GenerateRequest& in, runtime::EngineRequest* out) {
-  grpc::Status st = encode_prompt(svc, engine, in, &out->prompt);
-  if (!st.ok()) return st;
-  runtime::SamplingParams& s = out->sampling;
-  if (in.has_temperature()) s.temperature = in.temperature();
-  if (in.has_top_k()) s.top_k = in.top_k();
-  if (in.has_top_p()) s.top_p = in.top_p();
-  if (in.has_min_p()) s.min_p = in.min_p();
-  if (in.has_repetition_penalty()) s.repetition_penalty = in.repetition_penalty();
-  if (in.has_presence_penalty()) s.presence_penalty = in.presence_penalty();
-  if (in.has_frequency_penalty()) s.frequency_penalty = in.frequency_penalty();
+// The sampling and stopping fields of `in`, checked as every front end checks them
+// (sampling_limits.h); needs no engine.
+SamplingFields sampling_fields(const pb::GenerateRequest& in) {
+  using runtime::SamplingParam;
+  SamplingFields f;
+  runtime::SamplingParams& s = f.sampling;
+  const auto take = [](SamplingParam p, auto value, auto& out) {
+    runtime::check_sampling_param(p, static_cast<double>(value));
+    out = value;
+  };
+  if (in.has_temperature()) take(SamplingParam::kTemperature, in.temperature(), s.temperature);
+  if (in.has_top_k()) take(SamplingParam::kTopK, in.top_k(), s.top_k);
+  if (in.has_top_p()) take(SamplingParam::kTopP, in.top_p(), s.top_p);
+  if (in.has_min_p()) take(SamplingParam::kMinP, in.min_p(), s.min_p);
+  if (in.has_repetition_penalty()) {
+    take(SamplingParam::kRepetitionPenalty, in.repetition_penalty(), s.repetition_penalty);
+  }
+  if (in.has_presence_penalty()) {
+    take(SamplingParam::kPresencePenalty, in.presence_penalty(), s.presence_penalty);
+  }
+  if (in.has_frequency_penalty()) {
+    take(SamplingParam::kFrequencyPenalty, in.frequency_penalty(), s.frequency_penalty);
+  }
   if (in.has_seed()) s.seed = in.seed();
   if (in.has_logprobs()) {
-    if (in.logprobs() < 0 || in.logprobs() > 20) {
-      return invalid("logprobs: must be in [0, 20] (got " + std::to_string(in.logprobs()) + ")");
-    }
+    runtime::check_sampling_param(SamplingParam::kTopLogprobs, in.logprobs(), "logprobs");
     s.top_logprobs = in.logprobs();
   }
   s.logprobs = in.has_logprobs();  // the responses carry logprobs only then
-  std::optional<int64_t> max_tokens;
   if (in.has_max_tokens()) {
     if (in.max_tokens() < 1) {
-      return invalid("max_tokens: must be >= 1 (got " + std::to_string(in.max_tokens()) + ")");
+      invalid("max_tokens",
+              "max_tokens: must be >= 1 (got " + std::to_string(in.max_tokens()) + ")");
     }
-    max_tokens = in.max_tokens();
+    f.max_tokens = in.max_tokens();
   }
-  out->max_tokens = max_tokens_for(svc, engine, max_tokens, out->prompt.size());
   for (const auto& stop : in.stop()) {
-    if (stop.empty()) return invalid("stop: stop strings must not be empty");
-    out->stop.push_back(stop);
+    if (stop.empty()) invalid("stop", "stop: stop strings must not be empty");
+    f.stop.push_back(stop);
   }
-  const int64_t vocab = engine.tokenizer().vocab_size();
-  for (int32_t id : in.stop_token_ids()) {
-    if (id < 0 || id >= vocab) {
-      return invalid("stop_token_ids: " + std::to_string(id) + " is outside the vocabulary [0, " +
-                     std::to_string(vocab) + ")");
-    }
-    out->stop_ids.push_back(id);
-  }
-  out->ignore_eos = in.ignore_eos();
-  return grpc::Status::OK;
+  f.stop_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
+  f.ignore_eos = in.ignore_eos();
+  return f;
 }
 
 class GenerateCall final : public grpc::ServerWriteReactor<pb::GenerateResponse> {
@@ -156,16 +157,14 @@ class GenerateCall final : public grpc::ServerWriteReactor<pb::GenerateResponse>
   grpc::Status start(const pb::GenerateRequest& request) {
     grpc::Status st = check_auth(svc_, ctx_);
     if (!st.ok()) return st;
-    engine_ = find_engine(svc_, request.model(), &st);
-    if (!engine_) return st;
-    runtime::EngineRequest er;
-    er.id = id_;
-    st = build_request(svc_, *engine_, request, &er);
-    if (!st.ok()) return st;
+    const SamplingFields fields = sampling_fields(request);
+    engine_ = admit(svc_.host, request.model());
+    std::string prompt_field;
+    std::vector<int32_t> prompt = encode_prompt(svc_.host, *engine_, request, &prompt_field);
+    runtime::EngineRequest er =
+        engine_request(svc_.host, *engine_, id_, std::move(prompt), fields, prompt_field);
     want_logprobs_ = request.has_logprobs();
-    bool expired = false;
-    er.timeout_s = request_timeout_s(ctx_, engine_->options(), &expired);
-    if (expired) return {grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before start"};
+    er.timeout_s = request_timeout_s(ctx_, engine_->options());
     uint64_t handle =
         engine_->submit(std::move(er), [this](const runtime::EngineEvent& ev) { on_event(ev); });
     std::lock_guard<std::mutex> lock(mu_);
@@ -176,11 +175,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<pb::GenerateResponse>
 
   // Engine thread.
   void on_event(const runtime::EngineEvent& ev) {
-    const auto now = std::chrono::steady_clock::now();
-    if (ev.token >= 0) {
-      if (last_token_at_) svc_.metrics.inter_token(seconds_between(*last_token_at_, now));
-      last_token_at_ = now;
-    }
+    svc_.metrics.observe_token(ev, clock_);
+    // Its answer is counted later, once the writes are done (pump).
     if (ev.finished) svc_.metrics.generation_done(ev);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -219,7 +215,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<pb::GenerateResponse>
     r.mutable_text()->append(valid_utf8(ev.text));
     if (ev.finished) {
       r.set_finished(true);
-      r.set_finish_reason(runtime::engine_finish_name(ev.finish));  // a fixed ASCII name
+      r.set_finish_reason(finish_reason(ev.finish));  // a fixed ASCII name
       r.set_stop_matched(valid_utf8(ev.stop_matched));
       pb::Usage* u = r.mutable_usage();
       u->set_prompt_tokens(ev.usage.prompt_tokens);
@@ -260,7 +256,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<pb::GenerateResponse>
   const std::string id_;
   std::shared_ptr<runtime::Engine> engine_;
   bool want_logprobs_ = false;
-  std::optional<std::chrono::steady_clock::time_point> last_token_at_;  // engine thread only
+  TokenClock clock_;  // engine thread only
 
   std::mutex mu_;
   uint64_t handle_ = 0;

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <bit>
-#include <chrono>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -26,28 +25,6 @@ namespace {
 
 namespace pb = ::inference;
 
-constexpr const char* kServerVersion = "0.1.0";
-constexpr const char* kModelVersion = "1";
-
-// The engine request for `spec`; throws RequestError / Error.
-runtime::EngineRequest engine_request(const ServiceContext& svc, const runtime::Engine& engine,
-                                      const KserveInferRequest& spec, const std::string& id) {
-  runtime::EngineRequest er;
-  er.id = id;
-  er.prompt = spec.text ? engine.tokenizer().encode(*spec.text, true) : spec.ids;
-  const auto n_prompt = static_cast<int64_t>(er.prompt.size());
-  if (n_prompt >= engine.max_model_len()) {
-    const char* field = spec.text ? "text_input" : "input_ids";
-    throw RequestError(400, field, fmt::format("input '{}': the prompt has {} tokens; the "
-                                               "model's context is {}", field, n_prompt,
-                                               engine.max_model_len()));
-  }
-  spec.fields.apply_to(er);
-  er.sampling.logprobs = false;  // KServe responses carry no logprobs
-  er.max_tokens = max_tokens_for(svc, engine, spec.fields.max_tokens, er.prompt.size());
-  return er;
-}
-
 // ---- building responses ------------------------------------------------------------------
 
 // The finished output of one request, or one streamed piece of it.
@@ -61,7 +38,7 @@ pb::ModelInferResponse make_response(const std::string& model, const KserveInfer
                                      const Piece& piece) {
   pb::ModelInferResponse r;
   r.set_model_name(valid_utf8(model));
-  r.set_model_version(kModelVersion);
+  r.set_model_version(kKserveModelVersion);
   r.set_id(spec.id);
   auto wanted = [&](const char* n) {
     return spec.outputs.empty() ||
@@ -93,7 +70,7 @@ pb::ModelInferResponse make_response(const std::string& model, const KserveInfer
   params["triton_final_response"].set_bool_param(piece.final_event != nullptr);
   if (const auto* ev = piece.final_event) {
     // A fixed ASCII name; text_output is BYTES (raw contents), not a string field.
-    params["finish_reason"].set_string_param(runtime::engine_finish_name(ev->finish));
+    params["finish_reason"].set_string_param(finish_reason(ev->finish));
     params["prompt_tokens"].set_int64_param(ev->usage.prompt_tokens);
     params["completion_tokens"].set_int64_param(ev->usage.completion_tokens);
     params["cached_prompt_tokens"].set_int64_param(ev->usage.cached_prompt_tokens);
@@ -139,18 +116,14 @@ class InferCall final : public grpc::ServerUnaryReactor {
     id_ = request_id_or_new(svc_, request.id());
     grpc::Status st = check_auth(svc_, ctx_);
     if (!st.ok()) return st;
-    engine_ = find_engine(svc_, request.model_name(), &st);
-    if (!engine_) return st;
     spec_ = parse_kserve_proto(request);
     if (spec_.stream) {
-      return {grpc::StatusCode::INVALID_ARGUMENT,
-              "input 'stream': streaming needs ModelStreamInfer; ModelInfer returns the whole "
-              "output"};
+      throw RequestError("stream", "input 'stream': streaming needs ModelStreamInfer; "
+                                   "ModelInfer returns the whole output");
     }
-    runtime::EngineRequest er = engine_request(svc_, *engine_, spec_, id_);
-    bool expired = false;
-    er.timeout_s = request_timeout_s(ctx_, engine_->options(), &expired);
-    if (expired) return {grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before start"};
+    engine_ = admit(svc_.host, request.model_name(), "model_name");
+    runtime::EngineRequest er = kserve_engine_request(svc_.host, *engine_, spec_, id_);
+    er.timeout_s = request_timeout_s(ctx_, engine_->options());
     const uint64_t handle =
         engine_->submit(std::move(er), [this](const runtime::EngineEvent& ev) { on_event(ev); });
     // OnCancel cannot run yet (the reactor is not returned to gRPC), but it reads these later
@@ -163,15 +136,10 @@ class InferCall final : public grpc::ServerUnaryReactor {
 
   // Engine thread.
   void on_event(const runtime::EngineEvent& ev) {
-    if (ev.token >= 0) {
-      const auto now = std::chrono::steady_clock::now();
-      if (last_token_at_) svc_.metrics.inter_token(seconds_between(*last_token_at_, now));
-      last_token_at_ = now;
-      piece_.ids.push_back(ev.token);
-    }
+    svc_.metrics.observe_token(ev, clock_);
+    if (ev.token >= 0) piece_.ids.push_back(ev.token);
     piece_.text += ev.text;
     if (!ev.finished) return;
-    svc_.metrics.generation_done(ev);
     {
       std::lock_guard<std::mutex> lock(mu_);
       final_seen_ = true;
@@ -182,6 +150,7 @@ class InferCall final : public grpc::ServerUnaryReactor {
       *response_ = make_response(svc_.host.name(), spec_, piece_);
     }
     record_rpc(svc_, "ModelInfer", id_, st);
+    svc_.metrics.generation_done(ev);
     Finish(st);  // `this` may be gone after this
   }
 
@@ -191,8 +160,8 @@ class InferCall final : public grpc::ServerUnaryReactor {
   std::string id_;
   std::shared_ptr<runtime::Engine> engine_;
   KserveInferRequest spec_;
-  Piece piece_;  // engine thread only
-  std::optional<std::chrono::steady_clock::time_point> last_token_at_;
+  Piece piece_;       // engine thread only
+  TokenClock clock_;  // engine thread only
 
   std::mutex mu_;
   uint64_t handle_ = 0;
@@ -283,7 +252,7 @@ class StreamInferCall final
     uint64_t handle = 0;
     bool submitted = false;
     Piece piece;  // non-streaming: the output so far
-    std::optional<std::chrono::steady_clock::time_point> last_token_at;
+    TokenClock clock;
   };
   struct Submitted {
     std::shared_ptr<runtime::Engine> engine;
@@ -303,18 +272,11 @@ class StreamInferCall final
 
   void start_job(const pb::ModelInferRequest& request) {
     const std::string id = request_id_or_new(svc_, request.id());
-    grpc::Status st;
     try {
-      auto engine = find_engine(svc_, request.model_name(), &st);
-      if (!engine) return fail_job(request, id, st);
       KserveInferRequest spec = parse_kserve_proto(request);
-      runtime::EngineRequest er = engine_request(svc_, *engine, spec, id);
-      bool expired = false;
-      er.timeout_s = request_timeout_s(ctx_, engine->options(), &expired);
-      if (expired) {
-        return fail_job(request, id, {grpc::StatusCode::DEADLINE_EXCEEDED,
-                                      "the deadline passed before start"});
-      }
+      auto engine = admit(svc_.host, request.model_name(), "model_name");
+      runtime::EngineRequest er = kserve_engine_request(svc_.host, *engine, spec, id);
+      er.timeout_s = request_timeout_s(ctx_, engine->options());
       uint64_t key = 0;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -372,7 +334,6 @@ class StreamInferCall final
 
   // Engine thread.
   void on_event(uint64_t key, const runtime::EngineEvent& ev) {
-    const auto now = std::chrono::steady_clock::now();
     std::optional<grpc::Status> final_status;
     std::string id;
     {
@@ -380,10 +341,7 @@ class StreamInferCall final
       auto it = jobs_.find(key);
       if (it == jobs_.end()) return;
       Job& job = it->second;
-      if (ev.token >= 0) {
-        if (job.last_token_at) svc_.metrics.inter_token(seconds_between(*job.last_token_at, now));
-        job.last_token_at = now;
-      }
+      svc_.metrics.observe_token(ev, job.clock);
       Piece piece;  // what this event adds
       if (ev.token >= 0) piece.ids.push_back(ev.token);
       piece.text = ev.text;
@@ -395,7 +353,6 @@ class StreamInferCall final
             make_response(svc_.host.name(), job.spec, piece);
       }
       if (ev.finished) {
-        svc_.metrics.generation_done(ev);
         final_status = status_from_final(ev, ctx_);
         if (!broken_ && final_status->ok()) {
           Piece& last = job.spec.stream ? piece : job.piece;
@@ -409,7 +366,10 @@ class StreamInferCall final
         jobs_.erase(it);
       }
     }
-    if (final_status) record_rpc(svc_, "ModelStreamInfer", id, *final_status);
+    if (final_status) {
+      record_rpc(svc_, "ModelStreamInfer", id, *final_status);
+      svc_.metrics.generation_done(ev);
+    }
     pump();  // may finish the call: `this` must not be touched after it
   }
 
@@ -483,7 +443,7 @@ class KserveService final : public pb::GRPCInferenceService::CallbackService {
     grpc::Status st = check_auth(svc_, ctx);
     if (st.ok()) {
       response->set_name("sampan");
-      response->set_version(kServerVersion);
+      response->set_version(kKserveServerVersion);
       // Beyond the core protocol we serve model metadata over gRPC and REST, and Triton's
       // decoupled streaming (ModelStreamInfer).
       response->add_extensions("model_metadata");
@@ -498,7 +458,7 @@ class KserveService final : public pb::GRPCInferenceService::CallbackService {
     grpc::Status st = check_model(ctx, request->name(), request->version());
     if (st.ok()) {
       response->set_name(valid_utf8(svc_.host.name()));
-      response->add_versions(kModelVersion);
+      response->add_versions(kKserveModelVersion);
       response->set_platform("sampan");
       auto tensor = [](auto* list, const char* name, const char* datatype, int64_t dim) {
         auto* t = list->Add();
@@ -533,14 +493,10 @@ class KserveService final : public pb::GRPCInferenceService::CallbackService {
                            const std::string& version) {
     grpc::Status st = check_auth(svc_, ctx);
     if (!st.ok()) return st;
-    if (name != svc_.host.name()) {
-      return {grpc::StatusCode::NOT_FOUND,
-              valid_utf8(fmt::format("name: unknown model '{}'; this server serves '{}'", name,
-                                     svc_.host.name()))};
-    }
-    if (!version.empty() && version != kModelVersion) {
-      return {grpc::StatusCode::NOT_FOUND,
-              fmt::format("version: model '{}' has no version '{}'", name, version)};
+    try {
+      check_kserve_model(svc_.host, name, version);
+    } catch (...) {
+      return status_from_current_exception();
     }
     return grpc::Status::OK;
   }

@@ -5,7 +5,6 @@
 #include <grpcpp/security/server_credentials.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <limits>
@@ -13,19 +12,10 @@
 
 #include "engine/core/log.h"
 #include "server/grpc_common.h"
-#include "server/request_parse.h"
 
 namespace sampan::server {
 namespace grpc_detail {
 namespace {
-
-// Compares without an early exit so the time taken does not reveal how much of a key matched.
-bool same_secret(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 // Length of the well-formed UTF-8 sequence at s[i] (Unicode Table 3-7: no overlong forms, no
 // surrogates, nothing above U+10FFFF), or 0 with *bad set to the length of the maximal subpart
@@ -86,120 +76,42 @@ std::string valid_utf8(std::string_view s) {
 }
 
 grpc::Status check_auth(const ServiceContext& svc, const grpc::CallbackServerContext* ctx) {
-  if (svc.api_keys.empty()) return grpc::Status::OK;
   const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end()) {
-    return {grpc::StatusCode::UNAUTHENTICATED,
-            "authorization: metadata 'authorization: Bearer <key>' is required"};
-  }
-  std::string_view value(it->second.data(), it->second.size());
-  constexpr std::string_view kBearer = "Bearer ";
-  auto same_letter = [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-  };
-  // The scheme name is case-insensitive (RFC 9110); the key is not.
-  if (value.size() < kBearer.size() ||
-      !std::equal(kBearer.begin(), kBearer.end(), value.begin(), same_letter)) {
-    return {grpc::StatusCode::UNAUTHENTICATED, "authorization: expected 'Bearer <key>'"};
-  }
-  std::string_view key = value.substr(kBearer.size());
-  bool ok = false;
-  for (const auto& k : svc.api_keys) ok |= same_secret(key, k);
-  if (!ok) return {grpc::StatusCode::UNAUTHENTICATED, "authorization: invalid API key"};
-  return grpc::Status::OK;
+  const auto it = md.find("authorization");
+  std::string_view value;
+  if (it != md.end()) value = std::string_view(it->second.data(), it->second.size());
+  const ApiKeyCheck check = check_api_key(svc.api_keys, it != md.end() ? &value : nullptr);
+  if (check == ApiKeyCheck::kOk) return grpc::Status::OK;
+  return {kUnauthenticatedStatus.grpc, api_key_message(check)};
 }
 
 grpc::Status status_from_error(const Error& e) {
-  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
-  switch (e.code()) {
-    case ErrorCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case ErrorCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
-    case ErrorCode::kResourceExhausted: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
-    case ErrorCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
-    case ErrorCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
-    case ErrorCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
-    case ErrorCode::kUnsupported: code = grpc::StatusCode::UNIMPLEMENTED; break;
-    case ErrorCode::kOutOfMemory: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
-    case ErrorCode::kInvalidModel:
-    case ErrorCode::kIo:
-    case ErrorCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
-  }
-  return {code, valid_utf8(e.what())};
+  // Messages may quote what the client sent (a BYTES input is any bytes).
+  return {grpc_status(e.code()), valid_utf8(e.what())};
 }
 
 grpc::Status status_from_final(const runtime::EngineEvent& ev,
                                const grpc::CallbackServerContext* ctx) {
-  switch (ev.finish) {
-    case runtime::EngineFinish::kStop:
-    case runtime::EngineFinish::kLength: return grpc::Status::OK;
-    case runtime::EngineFinish::kCancelled:
-      if (ctx->deadline() <= std::chrono::system_clock::now()) {
-        return {grpc::StatusCode::DEADLINE_EXCEEDED, "the request exceeded its deadline"};
-      }
-      if (ctx->IsCancelled()) return {grpc::StatusCode::CANCELLED, "the client cancelled"};
-      return {grpc::StatusCode::UNAVAILABLE, "the request was cancelled: the server is stopping"};
-    case runtime::EngineFinish::kTimeout:
-      return {grpc::StatusCode::DEADLINE_EXCEEDED, "the request exceeded its deadline"};
-    case runtime::EngineFinish::kError:
-      return {grpc::StatusCode::INTERNAL,
-              ev.error.empty() ? "generation failed" : valid_utf8(ev.error)};
+  CancelCause cause = CancelCause::kServer;
+  if (ctx->deadline() <= std::chrono::system_clock::now()) {
+    cause = CancelCause::kDeadline;
+  } else if (ctx->IsCancelled()) {
+    cause = CancelCause::kClient;
   }
-  return {grpc::StatusCode::INTERNAL, "unknown finish"};
+  const std::optional<Error> e = finish_error(ev, cause);
+  return e ? status_from_error(*e) : grpc::Status::OK;
 }
 
-grpc::Status status_from_current_exception() {
-  try {
-    throw;
-  } catch (const Error& e) {
-    return status_from_error(e);
-  } catch (const RequestError& e) {
-    // Messages may quote what the client sent (a BYTES input is any bytes).
-    return {e.status() == 404 ? grpc::StatusCode::NOT_FOUND : grpc::StatusCode::INVALID_ARGUMENT,
-            valid_utf8(e.what())};
-  } catch (const std::bad_alloc&) {
-    return {grpc::StatusCode::RESOURCE_EXHAUSTED, "out of memory"};
-  } catch (const std::exception& e) {
-    return {grpc::StatusCode::INTERNAL, valid_utf8(e.what())};
-  } catch (...) {
-    return {grpc::StatusCode::INTERNAL, "unknown error"};
-  }
-}
-
-std::shared_ptr<runtime::Engine> find_engine(const ServiceContext& svc, const std::string& model,
-                                             grpc::Status* status) {
-  if (!model.empty() && model != svc.host.name()) {
-    *status = {grpc::StatusCode::NOT_FOUND,
-               valid_utf8("model: '" + model + "' is not served here (serving '" +
-                          svc.host.name() + "')")};
-    return nullptr;
-  }
-  if (svc.host.draining()) {
-    *status = {grpc::StatusCode::UNAVAILABLE, "the server is shutting down"};
-    return nullptr;
-  }
-  auto engine = svc.host.engine();
-  if (!engine) {
-    *status = {grpc::StatusCode::UNAVAILABLE,
-               valid_utf8("model '" + svc.host.name() + "' is still loading")};
-    return nullptr;
-  }
-  *status = grpc::Status::OK;
-  return engine;
-}
+grpc::Status status_from_current_exception() { return status_from_error(current_error()); }
 
 double request_timeout_s(const grpc::CallbackServerContext* ctx,
-                         const runtime::EngineOptions& options, bool* expired) {
-  *expired = false;
+                         const runtime::EngineOptions& options) {
   double limit = options.request_timeout_s > 0 ? options.request_timeout_s : 0.0;
   auto deadline = ctx->deadline();
   // gRPC reports "no deadline" as the far future.
   if (deadline < std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
     double left = std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
-    if (left <= 0) {
-      *expired = true;
-      return 0;
-    }
+    SAMPAN_CHECK(left > 0, ErrorCode::kDeadlineExceeded, "the deadline passed before start");
     limit = limit > 0 ? std::min(limit, left) : left;
   }
   return limit;
@@ -208,14 +120,6 @@ double request_timeout_s(const grpc::CallbackServerContext* ctx,
 std::string request_id_or_new(ServiceContext& svc, const std::string& given) {
   if (!given.empty()) return given;
   return "grpc-" + std::to_string(svc.next_request_id.fetch_add(1));
-}
-
-int64_t max_tokens_for(const ServiceContext& svc, const runtime::Engine& engine,
-                       std::optional<int64_t> requested, size_t prompt_tokens) {
-  const auto n = static_cast<int64_t>(prompt_tokens);
-  if (n >= engine.max_model_len()) return requested.value_or(svc.host.default_max_tokens());
-  return server::effective_max_tokens(requested, svc.host.default_max_tokens(), n,
-                                      engine.max_model_len());
 }
 
 void record_rpc(ServiceContext& svc, const char* method, const std::string& request_id,

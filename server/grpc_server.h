@@ -8,8 +8,8 @@
 //   sampan.v1.Generate (proto/sampan_generate.proto): server-streaming Generate with every
 //     sampling parameter, token ids, text deltas, logprobs, finish reason and usage.
 // API keys are checked on the "authorization: Bearer <key>" metadata (UNAUTHENTICATED);
-// deadlines and client cancellation cancel the engine request; errors map to status codes
-// (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL).
+// deadlines and client cancellation cancel the engine request; errors get the gRPC status of
+// gateway.h's table, the same failures the HTTP API answers with the paired HTTP status.
 #pragma once
 
 #include <cstdint>

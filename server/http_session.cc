@@ -1,6 +1,8 @@
 // The HTTP connection state machine (see http_server.cc for the design).
 #include "server/http_session.h"
 
+#include "server/gateway.h"
+
 namespace sampan::server {
 
 namespace {
@@ -17,18 +19,6 @@ std::string new_request_id() {
 bool usable_request_id(std::string_view id) {
   if (id.empty() || id.size() > 128) return false;
   return std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
-}
-
-// Every byte is compared so the time does not reveal how much of a key matched.
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  const size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned>(x ^ y);
-  }
-  return diff == 0;
 }
 
 void append_header(std::string& out, std::string_view name, std::string_view value) {
@@ -181,20 +171,18 @@ void SessionBase::dispatch(http::request<http::string_body> msg) {
   resp_ = Resp::kPending;
   on_close_ = nullptr;
 
-  const auto& keys = core_->options.api_keys;
   const auto& pub = core_->options.public_paths;
-  if (!keys.empty() && std::find(pub.begin(), pub.end(), req.path) == pub.end()) {
-    auto auth = req.headers.find("authorization");
-    bool ok = false;
-    if (auth != req.headers.end() && auth->second.size() > 7 &&
-        beast::iequals(std::string_view(auth->second).substr(0, 7), "Bearer ")) {
-      std::string_view given = std::string_view(auth->second).substr(7);
-      for (const auto& k : keys) ok |= constant_time_equal(given, k);
-    }
-    if (!ok) {
+  if (std::find(pub.begin(), pub.end(), req.path) == pub.end()) {
+    const auto auth = req.headers.find("authorization");
+    std::string_view value;
+    if (auth != req.headers.end()) value = auth->second;
+    const ApiKeyCheck check =
+        check_api_key(core_->options.api_keys, auth != req.headers.end() ? &value : nullptr);
+    if (check != ApiKeyCheck::kOk) {
       do_read();  // the connection stays usable
-      return send_error(401, "missing or invalid API key (Authorization: Bearer <key>)",
-                        "authentication_error", {{"WWW-Authenticate", "Bearer"}});
+      const int status = kUnauthenticatedStatus.http;
+      return send_error(status, api_key_message(check), error_type(status),
+                        {{"WWW-Authenticate", "Bearer"}});
     }
   }
 

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "proto/grpc_service.pb.h"
+#include "server/gateway.h"
 
 namespace sampan::server {
 namespace {
@@ -27,7 +28,7 @@ void flatten(const Json& data, std::vector<const Json*>& out) {
 }
 
 [[noreturn]] void bad_tensor(const std::string& name, const std::string& what) {
-  throw RequestError(400, name, fmt::format("input '{}': {}", name, what));
+  throw RequestError(name, fmt::format("input '{}': {}", name, what));
 }
 
 // The elements of an input's "data", checked against its "shape" and "datatype" (one of
@@ -72,28 +73,45 @@ const Json& single(const std::vector<const Json*>& values, const std::string& na
 
 }  // namespace
 
+void check_kserve_model(const ModelHost& host, const std::string& name,
+                        const std::string& version) {
+  check_model_name(host, name, "name");
+  if (!version.empty() && version != kKserveModelVersion) {
+    fail_field(ErrorCode::kNotFound, "version", "model '{}' has no version '{}'", name, version);
+  }
+}
+
+runtime::EngineRequest kserve_engine_request(const ModelHost& host, const runtime::Engine& engine,
+                                             const KserveInferRequest& in, std::string id) {
+  std::vector<int32_t> prompt = in.text ? engine.tokenizer().encode(*in.text, true) : in.ids;
+  runtime::EngineRequest er = engine_request(host, engine, std::move(id), std::move(prompt),
+                                             in.fields, in.text ? "text_input" : "input_ids");
+  er.sampling.logprobs = false;
+  return er;
+}
+
 KserveInferRequest parse_kserve_json(const Json& body) {
   KserveInferRequest in;
   in.id = get_string(body, "id").value_or("");
   if (const auto it = body.find("parameters"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) throw RequestError(400, "parameters", "'parameters' must be an object");
+    if (!it->is_object()) throw RequestError("parameters", "'parameters' must be an object");
     merge_sampling_fields(*it, in.fields, "parameters.");
     if (get_bool(*it, "stream", "parameters.").value_or(false))
-      throw RequestError(400, "parameters.stream",
+      throw RequestError("parameters.stream",
                          "'parameters.stream' is not supported over REST; use gRPC "
                          "ModelStreamInfer or /v1/completions");
   }
   const auto inputs = body.find("inputs");
   if (inputs == body.end() || !inputs->is_array() || inputs->empty())
-    throw RequestError(400, "inputs", "'inputs' must be a non-empty list of tensors");
+    throw RequestError("inputs", "'inputs' must be a non-empty list of tensors");
   std::optional<int64_t> max_tokens;
   std::vector<std::string> seen;  // input names, each allowed once
   for (const Json& input : *inputs) {
-    if (!input.is_object()) throw RequestError(400, "inputs", "each input must be an object");
+    if (!input.is_object()) throw RequestError("inputs", "each input must be an object");
     const auto name = get_string(input, "name", "inputs.");
-    if (!name) throw RequestError(400, "inputs", "an input has no 'name'");
+    if (!name) throw RequestError("inputs", "an input has no 'name'");
     if (std::find(seen.begin(), seen.end(), *name) != seen.end())
-      throw RequestError(400, *name, fmt::format("input '{}' is given twice", *name));
+      throw RequestError(*name, fmt::format("input '{}' is given twice", *name));
     seen.push_back(*name);
     if (*name == "text_input") {
       const Json& v = single(tensor_data(input, *name, {"BYTES"}), *name);
@@ -125,19 +143,19 @@ KserveInferRequest parse_kserve_json(const Json& body) {
       if (v.get<bool>())
         bad_tensor(*name, "streaming is not supported over REST; use gRPC ModelStreamInfer");
     } else {
-      throw RequestError(400, *name, fmt::format("unknown input '{}'", *name));
+      throw RequestError(*name, fmt::format("unknown input '{}'", *name));
     }
   }
   if (max_tokens) in.fields.max_tokens = max_tokens;
   if (in.text && !in.ids.empty())
-    throw RequestError(400, "input_ids", "give either 'text_input' or 'input_ids', not both");
+    throw RequestError("input_ids", "give either 'text_input' or 'input_ids', not both");
   if (!in.text && in.ids.empty())
-    throw RequestError(400, "text_input", "the input 'text_input' (or 'input_ids') is required");
+    throw RequestError("text_input", "the input 'text_input' (or 'input_ids') is required");
   if (const auto it = body.find("outputs"); it != body.end() && it->is_array()) {
     for (const Json& o : *it) {
       const auto n = o.is_object() ? get_string(o, "name", "outputs.") : std::nullopt;
       if (!n || (*n != "text_output" && *n != "output_ids"))
-        throw RequestError(400, "outputs", "requested outputs must be text_output or output_ids");
+        throw RequestError("outputs", "requested outputs must be text_output or output_ids");
       in.outputs.push_back(*n);
     }
   }
@@ -156,7 +174,7 @@ static_assert(std::endian::native == std::endian::little,
               "raw tensor contents are little-endian; a big-endian host needs byte swaps");
 
 [[noreturn]] void bad_input(const std::string& name, const std::string& what) {
-  throw RequestError(400, name, fmt::format("input '{}': {}", name, what));
+  throw RequestError(name, fmt::format("input '{}': {}", name, what));
 }
 
 // ---- reading input tensors ---------------------------------------------------------------
@@ -396,10 +414,10 @@ KserveInferRequest parse_kserve_proto(const inference::ModelInferRequest& req) {
     merge_sampling_fields(params, spec.fields, "parameters.");
   }
   if (req.inputs().empty()) {
-    throw RequestError(400, "inputs", "inputs: at least the 'text_input' tensor is required");
+    throw RequestError("inputs", "inputs: at least the 'text_input' tensor is required");
   }
   if (!req.raw_input_contents().empty() && req.raw_input_contents_size() != req.inputs_size()) {
-    throw RequestError(400, "raw_input_contents",
+    throw RequestError("raw_input_contents",
                        fmt::format("raw_input_contents: {} entries for {} inputs",
                                    req.raw_input_contents_size(), req.inputs_size()));
   }
@@ -439,21 +457,21 @@ KserveInferRequest parse_kserve_proto(const inference::ModelInferRequest& req) {
       coerce_string_values(obj);
       merge_sampling_fields(obj, spec.fields, "sampling_parameters.");
     } else {
-      throw RequestError(400, name,
+      throw RequestError(name,
                          fmt::format("unknown input '{}' (expected text_input, input_ids, "
                                      "max_tokens, stream, sampling_parameters)", name));
     }
   }
   if (max_tokens) spec.fields.max_tokens = max_tokens;
   if (spec.text && !spec.ids.empty()) {
-    throw RequestError(400, "input_ids", "give either 'text_input' or 'input_ids', not both");
+    throw RequestError("input_ids", "give either 'text_input' or 'input_ids', not both");
   }
   if (!spec.text && spec.ids.empty()) {
-    throw RequestError(400, "text_input", "the input 'text_input' (or 'input_ids') is required");
+    throw RequestError("text_input", "the input 'text_input' (or 'input_ids') is required");
   }
   for (const auto& o : req.outputs()) {
     if (o.name() != "text_output" && o.name() != "output_ids") {
-      throw RequestError(400, "outputs", fmt::format("outputs: unknown output '{}' (expected "
+      throw RequestError("outputs", fmt::format("outputs: unknown output '{}' (expected "
                                                      "text_output or output_ids)", o.name()));
     }
     spec.outputs.push_back(o.name());

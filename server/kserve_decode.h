@@ -2,7 +2,8 @@
 // ModelInferRequest into one struct (one decoder per wire format, one set of rules): inputs
 // `text_input` (BYTES [1]) or `input_ids` (INT32/INT64 [n]), optional `max_tokens`, `stream`,
 // `sampling_parameters` (a JSON string) and request `parameters` (sampling fields). Every
-// refusal is a RequestError naming the input or field (HTTP 400 / gRPC INVALID_ARGUMENT).
+// refusal is a RequestError naming the input or field in Error::field() (HTTP 400 / gRPC
+// INVALID_ARGUMENT).
 // A pure function of the request, so it is unit-tested and fuzzed alone
 // (tests/fuzz/fuzz_kserve_json.cc).
 #pragma once
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "server/model_host.h"
 #include "server/request_parse.h"
 
 namespace inference {
@@ -18,6 +20,16 @@ class ModelInferRequest;
 }
 
 namespace sampan::server {
+
+// What both KServe front ends (REST and gRPC) report: the served model's one version and the
+// server's version.
+inline constexpr const char* kKserveModelVersion = "1";
+inline constexpr const char* kKserveServerVersion = "0.1.0";
+
+// Error(kNotFound) naming "name" unless `name` is the served model, or naming "version" unless
+// `version` is empty or kKserveModelVersion.
+void check_kserve_model(const ModelHost& host, const std::string& name,
+                        const std::string& version);
 
 struct KserveInferRequest {
   std::string id;
@@ -27,6 +39,11 @@ struct KserveInferRequest {
   bool stream = false;               // the `stream` input or parameters.stream
   std::vector<std::string> outputs;  // requested output names; empty: all
 };
+
+// The engine request for `in` (gateway's engine_request: the prompt named "text_input" or
+// "input_ids" as the request gave it); no logprobs, which KServe responses do not carry.
+runtime::EngineRequest kserve_engine_request(const ModelHost& host, const runtime::Engine& engine,
+                                             const KserveInferRequest& in, std::string id);
 
 // POST /v2/models/{m}/infer. Each input's "shape" (when given) must hold non-negative integers
 // whose product is the number of elements in "data" (nested or flat).

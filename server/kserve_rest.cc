@@ -2,20 +2,20 @@
 
 #include <fmt/format.h>
 
-#include <mutex>
+#include <algorithm>
+#include <optional>
 #include <string_view>
 #include <vector>
 
+#include "engine/core/log.h"
+#include "server/gateway.h"
 #include "server/kserve_decode.h"
-#include "server/openai_api.h"
 #include "server/request_parse.h"
 
 namespace sampan::server {
 namespace {
 
 constexpr const char* kApi = "kserve_rest";
-constexpr const char* kServerVersion = "0.1.0";
-constexpr const char* kModelVersion = "1";
 
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
@@ -24,8 +24,9 @@ void reply(ResponseWriter& w, ServeMetrics& metrics, int status, const Json& bod
   metrics.request_done(kApi, status);
 }
 
-void fail(ResponseWriter& w, ServeMetrics& metrics, int status, const std::string& message) {
-  w.respond(status, kserve_error_json(message));
+void fail(ResponseWriter& w, ServeMetrics& metrics, const Error& e) {
+  const int status = http_status(e.code());
+  w.respond(status, kserve_error_json(e.what()));
   metrics.request_done(kApi, status);
 }
 
@@ -37,7 +38,7 @@ Json tensor_meta(const char* name, const char* datatype, int64_t dim, bool optio
 
 Json model_metadata(const std::string& name) {
   return Json{{"name", name},
-              {"versions", Json::array({kModelVersion})},
+              {"versions", Json::array({kKserveModelVersion})},
               {"platform", "sampan"},
               {"inputs", Json::array({tensor_meta("text_input", "BYTES", 1, false),
                                       tensor_meta("input_ids", "INT32", -1, true),
@@ -55,31 +56,21 @@ struct InferCall {
   std::vector<std::string> outputs;
   std::string text;
   std::vector<int32_t> ids;
-  std::chrono::steady_clock::time_point last;
-  bool have_last = false;
+  TokenClock clock;
 
   void on_event(const runtime::EngineEvent& ev) {
-    if (ev.token >= 0) {
-      const auto now = std::chrono::steady_clock::now();
-      if (have_last) metrics->inter_token(std::chrono::duration<double>(now - last).count());
-      last = now;
-      have_last = true;
-      ids.push_back(ev.token);
-    }
+    metrics->observe_token(ev, clock);
+    if (ev.token >= 0) ids.push_back(ev.token);
     text += ev.text;
     if (!ev.finished) return;
+    answer(ev);
     metrics->generation_done(ev);
-    switch (ev.finish) {
-      case runtime::EngineFinish::kStop:
-      case runtime::EngineFinish::kLength: break;
-      case runtime::EngineFinish::kTimeout:
-        return fail(*writer, *metrics, 504, "the request exceeded its time limit");
-      case runtime::EngineFinish::kCancelled:
-        return fail(*writer, *metrics, writer->closed() ? 499 : 503,
-                    "the request was cancelled (the server is shutting down)");
-      case runtime::EngineFinish::kError:
-        return fail(*writer, *metrics, 500, "generation failed: " + ev.error);
-    }
+  }
+
+  // The response to the final event: the outputs, or the error it finished with.
+  void answer(const runtime::EngineEvent& ev) {
+    const auto cause = writer->closed() ? CancelCause::kClient : CancelCause::kServer;
+    if (const std::optional<Error> e = finish_error(ev, cause)) return fail(*writer, *metrics, *e);
     auto wanted = [&](const char* n) {
       return outputs.empty() || std::find(outputs.begin(), outputs.end(), n) != outputs.end();
     };
@@ -90,10 +81,9 @@ struct InferCall {
     if (wanted("output_ids"))
       out.push_back({{"name", "output_ids"}, {"datatype", "INT32"},
                      {"shape", Json::array({static_cast<int64_t>(ids.size())})}, {"data", ids}});
-    Json body{{"model_name", model}, {"model_version", kModelVersion}};
+    Json body{{"model_name", model}, {"model_version", kKserveModelVersion}};
     if (!id.empty()) body["id"] = id;
-    body["parameters"] = Json{{"finish_reason", ev.finish == runtime::EngineFinish::kStop
-                                                    ? "stop" : "length"},
+    body["parameters"] = Json{{"finish_reason", finish_reason(ev.finish)},
                               {"prompt_tokens", ev.usage.prompt_tokens},
                               {"completion_tokens", ev.usage.completion_tokens}};
     body["outputs"] = std::move(out);
@@ -102,39 +92,20 @@ struct InferCall {
 };
 
 void infer(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, ModelHost& host,
-           ServeMetrics& metrics) {
+           ServeMetrics& metrics, const std::string& model) {
   const KserveInferRequest in = parse_kserve_json(parse_json_object(req.body));
-  auto engine = host.engine();
-  if (!engine) return fail(*writer, metrics, 503, "the model is still loading");
-  if (host.draining()) return fail(*writer, metrics, 503, "the server is shutting down");
-  std::vector<int32_t> prompt = in.text ? engine->tokenizer().encode(*in.text, true) : in.ids;
-  const int64_t max_len = engine->max_model_len();
-  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-  if (n_prompt >= max_len)
-    return fail(*writer, metrics, 400,
-                fmt::format("input '{}': the prompt has {} tokens; the model's context is {}",
-                            in.text ? "text_input" : "input_ids", n_prompt, max_len));
-  runtime::EngineRequest er;
-  er.id = in.id.empty() ? req.request_id : in.id;
-  er.prompt = std::move(prompt);
-  in.fields.apply_to(er);
-  er.sampling.logprobs = false;  // KServe responses carry no logprobs
-  er.max_tokens =
-      effective_max_tokens(in.fields.max_tokens, host.default_max_tokens(), n_prompt, max_len);
+  auto engine = admit(host, model, "model_name");
+  runtime::EngineRequest er =
+      kserve_engine_request(host, *engine, in, in.id.empty() ? req.request_id : in.id);
   auto call = std::make_shared<InferCall>();
   call->writer = writer;
   call->metrics = &metrics;
   call->model = host.name();
   call->id = in.id;
   call->outputs = in.outputs;
-  uint64_t handle = 0;
-  try {
-    handle = engine->submit(std::move(er), [call](const runtime::EngineEvent& ev) {
-      call->on_event(ev);
-    });
-  } catch (const Error& e) {
-    return fail(*writer, metrics, http_status(e.code()), e.what());
-  }
+  const uint64_t handle = engine->submit(std::move(er), [call](const runtime::EngineEvent& ev) {
+    call->on_event(ev);
+  });
   std::weak_ptr<runtime::Engine> weak = engine;
   writer->on_close([weak, handle] {
     if (auto e = weak.lock()) e->cancel(handle);
@@ -173,7 +144,7 @@ void dispatch(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, Mo
   if (p.size() == 1) {
     if (!method_is(req, "GET", w, metrics)) return;
     return reply(w, metrics, 200,
-                 Json{{"name", "sampan"}, {"version", kServerVersion},
+                 Json{{"name", "sampan"}, {"version", kKserveServerVersion},
                       {"extensions", Json::array()}});
   }
   if (p.size() == 3 && p[1] == "health" && (p[2] == "live" || p[2] == "ready")) {
@@ -183,17 +154,10 @@ void dispatch(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, Mo
   }
   if (p.size() >= 3 && p[1] == "models") {
     const std::string model(p[2]);
-    // Optional "/versions/{v}"; the served model has the one version "1".
-    size_t rest = 3;
-    if (p.size() >= 5 && p[3] == "versions") {
-      if (p[4] != kModelVersion)
-        return fail(w, metrics, 404,
-                    fmt::format("model '{}' has no version '{}'", model, std::string(p[4])));
-      rest = 5;
-    }
-    if (model != host.name())
-      return fail(w, metrics, 404,
-                  fmt::format("unknown model '{}'; this server serves '{}'", model, host.name()));
+    // Optional "/versions/{v}"; the served model has the one version kKserveModelVersion.
+    const bool versioned = p.size() >= 5 && p[3] == "versions";
+    check_kserve_model(host, model, versioned ? std::string(p[4]) : "");
+    const size_t rest = versioned ? 5 : 3;
     if (p.size() == rest) {
       if (!method_is(req, "GET", w, metrics)) return;
       return reply(w, metrics, 200, model_metadata(model));
@@ -204,10 +168,10 @@ void dispatch(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, Mo
     }
     if (p.size() == rest + 1 && p[rest] == "infer") {
       if (!method_is(req, "POST", w, metrics)) return;
-      return infer(req, std::move(writer), host, metrics);
+      return infer(req, std::move(writer), host, metrics, model);
     }
   }
-  fail(w, metrics, 404, fmt::format("no route for {}", req.path));
+  fail(w, metrics, Error(ErrorCode::kNotFound, fmt::format("no route for {}", req.path)));
 }
 
 }  // namespace
@@ -218,10 +182,14 @@ std::string kserve_error_json(const std::string& message) {
 
 void handle_kserve(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer,
                    ModelHost& host, ServeMetrics& metrics) {
+  // Whatever a request throws before it is submitted is answered in the protocol's error shape.
   try {
     dispatch(req, writer, host, metrics);
-  } catch (const RequestError& e) {
-    fail(*writer, metrics, e.status(), e.what());
+  } catch (...) {
+    const Error e = current_error();
+    if (http_status(e.code()) >= 500)
+      log::warn("request {} {} {}: {}", req.request_id, req.method, req.path, e.what());
+    fail(*writer, metrics, e);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <exception>
 #include <map>
 
+#include "clients/bench_serve/bench_serve_cli.h"
 #include "engine/core/error.h"
 #include "engine/core/log.h"
 #include "server/commands.h"

@@ -7,6 +7,18 @@
 
 namespace sampan::cli {
 
+CLI::Validator int4_group_size_validator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        int64_t g = 0;
+        if (!CLI::detail::lexical_cast(text, g) || !int4_group_size_ok(g)) {
+          return fmt::format("{} is not one of {}", text, kInt4GroupSizesText);
+        }
+        return {};
+      },
+      "32|64|128");
+}
+
 void add_model_build_flags(CLI::App& cmd, models::ModelBuildOptions* out) {
   cmd.add_option_function<std::string>(
          "--quantization",
@@ -16,7 +28,7 @@ void add_model_build_flags(CLI::App& cmd, models::ModelBuildOptions* out) {
          "quantize float weights on load: none|fp8|int4")
       ->check(CLI::IsMember({"none", "fp8", "int4"}));
   cmd.add_option("--group-size", out->quantization.group_size, "int4 group size: 32|64|128")
-      ->check(CLI::IsMember({32, 64, 128}));
+      ->check(int4_group_size_validator());
   cmd.add_flag_function(
       "--asymmetric", [out](int64_t) { out->quantization.symmetric = false; },
       "int4 with a per-group zero point");
@@ -40,7 +52,7 @@ void add_model_build_flags(CLI::App& cmd, models::ModelBuildOptions* out) {
   cmd.add_option("--hadamard-seed", out->hadamard.seed, "seed of the rotation's random signs");
   cmd.add_option_function<std::string>(
          "--kv-cache-dtype",
-         [out](const std::string& v) { cpu::parse_kv_dtype(v.c_str(), &out->kv_cache_dtype); },
+         [out](const std::string& v) { parse_kv_dtype(v.c_str(), &out->kv_cache_dtype); },
          "KV cache format: f32|bf16|fp8|int8|int4")
       ->check(CLI::IsMember({"f32", "bf16", "fp8", "int8", "int4"}));
   cmd.add_flag_function(

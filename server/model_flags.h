@@ -16,6 +16,9 @@ namespace sampan::cli {
 // so a bad value is a usage error naming the flag).
 void add_model_build_flags(CLI::App& cmd, models::ModelBuildOptions* out);
 
+// Accepts the int4 group sizes the kernels implement (int4_group_size_ok).
+CLI::Validator int4_group_size_validator();
+
 // Adds --device cpu|cuda|cuda:N (default cpu) writing into *out. A malformed value is a usage
 // error naming the flag; whether the device exists is checked when the model loads, so the
 // message is the same for every command ("cuda:0 requested but no CUDA device is visible").

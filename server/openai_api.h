@@ -24,15 +24,8 @@ void handle_chat_completions(const HttpRequest& req, std::shared_ptr<ResponseWri
 void handle_models(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer,
                    ModelHost& host, ServeMetrics& metrics);
 
-// Shared with kserve_rest.cc: the HTTP status of an engine error (kInvalidArgument 400,
-// kNotFound 404, kResourceExhausted 429, kUnavailable 503, kDeadlineExceeded 504, others 500),
-// and the OpenAI error "type" for a status.
-int http_status(ErrorCode code);
-const char* error_type(int status);
-// Best effort: the request field an engine kInvalidArgument message is about ("" if none).
-std::string field_in_message(const std::string& message);
-// Sends error_json() with `status` and records it as `api` in the metrics.
-void send_error(ResponseWriter& writer, ServeMetrics& metrics, const char* api, int status,
-                const std::string& message, const std::string& param);
+// Sends error_json() for `e` (status from gateway.h's table, `param` from e.field()) and records
+// it as `api` in the metrics.
+void send_error(ResponseWriter& writer, ServeMetrics& metrics, const char* api, const Error& e);
 
 }  // namespace sampan::server

@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <limits>
 
+#include "engine/runtime/sampling_limits.h"
+#include "server/gateway.h"
+
 namespace sampan::server {
 namespace {
 
@@ -27,7 +30,16 @@ const char* type_name(const Json& v) {
 }
 
 [[noreturn]] void bad(const std::string& field, const std::string& message) {
-  throw RequestError(400, field, message);
+  throw RequestError(field, message);
+}
+
+// The shared range check (sampling_limits.h), refusing as the parsers do.
+void check_sampling(runtime::SamplingParam p, double value, const std::string& field) {
+  try {
+    runtime::check_sampling_param(p, value, field);
+  } catch (const Error& e) {
+    throw RequestError(e);
+  }
 }
 
 [[noreturn]] void wrong_type(const std::string& field, const char* expected, const Json& v) {
@@ -64,12 +76,9 @@ int32_t token_id(const Json& v, const std::string& field) {
   return static_cast<int32_t>(*id);
 }
 
-void check_range(const std::string& field, double v, double lo, double hi, bool lo_open = false) {
-  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi;
-  if (!ok) {
-    bad(field, fmt::format("'{}' must be in {}{}, {}], got {}", field, lo_open ? "(" : "[", lo,
-                           hi, v));
-  }
+void check_range(const std::string& field, double v, double lo, double hi) {
+  if (!(std::isfinite(v) && v >= lo && v <= hi))
+    bad(field, fmt::format("'{}' must be in [{}, {}], got {}", field, lo, hi, v));
 }
 
 std::vector<std::string> parse_stop(const Json& v, const std::string& field) {
@@ -142,7 +151,7 @@ std::optional<Json> parse_json_limited(std::string_view text, const std::string&
                 event == Json::parse_event_t::array_start) &&
                depth >= kMaxRequestJsonDepth) {
       const std::string name = key.empty() ? field : prefix + key;
-      throw RequestError(400, key.empty() ? "" : name,
+      throw RequestError(key.empty() ? "" : name,
                          fmt::format("{} nests deeper than {} levels",
                                      key.empty() ? name : "'" + name + "'", kMaxRequestJsonDepth));
     }
@@ -283,8 +292,8 @@ void refuse_unsupported(const Json& body, std::initializer_list<const char*> nam
 Json parse_json_object(std::string_view text, const std::string& what) {
   std::string syntax_error;
   std::optional<Json> j = parse_json_limited(text, what, "", &syntax_error);
-  if (!j) throw RequestError(400, "", "invalid JSON: " + syntax_error);
-  if (!j->is_object()) throw RequestError(400, "", what + " must be a JSON object");
+  if (!j) throw RequestError("", "invalid JSON: " + syntax_error);
+  if (!j->is_object()) throw RequestError("", what + " must be a JSON object");
   return std::move(*j);
 }
 
@@ -318,6 +327,8 @@ std::optional<std::string> get_string(const Json& obj, const char* name,
   return v->get<std::string>();
 }
 
+int RequestError::status() const { return http_status(code()); }
+
 void SamplingFields::apply_to(runtime::EngineRequest& req) const {
   req.sampling = sampling;
   req.stop = stop;
@@ -328,35 +339,24 @@ void SamplingFields::apply_to(runtime::EngineRequest& req) const {
 void merge_sampling_fields(const Json& obj, SamplingFields& f, const std::string& prefix) {
   auto name = [&](const char* n) { return prefix + n; };
   runtime::SamplingParams& s = f.sampling;
-  if (auto v = get_number(obj, "temperature", prefix)) {
-    check_range(name("temperature"), *v, 0, 1e6);
-    s.temperature = static_cast<float>(*v);
-  }
-  if (auto v = get_number(obj, "top_p", prefix)) {
-    check_range(name("top_p"), *v, 0, 1, /*lo_open=*/true);
-    s.top_p = static_cast<float>(*v);
-  }
+  using runtime::SamplingParam;
+  // Checked on the value as sent, before it narrows to float.
+  auto number = [&](const char* n, SamplingParam p, float& out) {
+    if (auto v = get_number(obj, n, prefix)) {
+      check_sampling(p, *v, name(n));
+      out = static_cast<float>(*v);
+    }
+  };
+  number("temperature", SamplingParam::kTemperature, s.temperature);
+  number("top_p", SamplingParam::kTopP, s.top_p);
   if (auto v = get_int(obj, "top_k", prefix)) {
-    if (*v < -1 || *v > std::numeric_limits<int32_t>::max())
-      bad(name("top_k"), fmt::format("'{}' must be >= 0 (or -1: off), got {}", name("top_k"), *v));
-    s.top_k = *v < 0 ? 0 : static_cast<int32_t>(*v);
+    check_sampling(SamplingParam::kTopK, *v == -1 ? 0 : static_cast<double>(*v), name("top_k"));
+    s.top_k = static_cast<int32_t>(*v == -1 ? 0 : *v);
   }
-  if (auto v = get_number(obj, "min_p", prefix)) {
-    check_range(name("min_p"), *v, 0, 1);
-    s.min_p = static_cast<float>(*v);
-  }
-  if (auto v = get_number(obj, "presence_penalty", prefix)) {
-    check_range(name("presence_penalty"), *v, -2, 2);
-    s.presence_penalty = static_cast<float>(*v);
-  }
-  if (auto v = get_number(obj, "frequency_penalty", prefix)) {
-    check_range(name("frequency_penalty"), *v, -2, 2);
-    s.frequency_penalty = static_cast<float>(*v);
-  }
-  if (auto v = get_number(obj, "repetition_penalty", prefix)) {
-    check_range(name("repetition_penalty"), *v, 0, 1e6, /*lo_open=*/true);
-    s.repetition_penalty = static_cast<float>(*v);
-  }
+  number("min_p", SamplingParam::kMinP, s.min_p);
+  number("presence_penalty", SamplingParam::kPresencePenalty, s.presence_penalty);
+  number("frequency_penalty", SamplingParam::kFrequencyPenalty, s.frequency_penalty);
+  number("repetition_penalty", SamplingParam::kRepetitionPenalty, s.repetition_penalty);
   if (const Json* v = find(obj, "seed")) {
     // Seeds only select a random stream: any 64-bit pattern is as good as another, so negative
     // seeds (allowed by OpenAI) wrap instead of failing.
@@ -425,8 +425,7 @@ CompletionRequest parse_completion_request(const Json& body) {
     if (!v->is_string() || !v->get<std::string>().empty())
       bad("suffix", "'suffix' is not supported");
   if (const auto lp = get_int(body, "logprobs")) {
-    if (*lp < 0 || *lp > kMaxTopLogprobs)
-      bad("logprobs", fmt::format("'logprobs' must be in [0, {}], got {}", kMaxTopLogprobs, *lp));
+    check_sampling(runtime::SamplingParam::kTopLogprobs, static_cast<double>(*lp), "logprobs");
     r.logprobs = static_cast<int32_t>(*lp);
   }
   check_logit_bias(body);
@@ -477,9 +476,8 @@ ChatRequest parse_chat_request(const Json& body) {
   }
   r.logprobs = get_bool(body, "logprobs").value_or(false);
   if (const auto tl = get_int(body, "top_logprobs")) {
-    if (*tl < 0 || *tl > kMaxTopLogprobs)
-      bad("top_logprobs",
-          fmt::format("'top_logprobs' must be in [0, {}], got {}", kMaxTopLogprobs, *tl));
+    check_sampling(runtime::SamplingParam::kTopLogprobs, static_cast<double>(*tl),
+                   "top_logprobs");
     if (*tl > 0 && !r.logprobs)
       bad("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
     r.top_logprobs = static_cast<int32_t>(*tl);

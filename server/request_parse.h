@@ -2,7 +2,8 @@
 // (KServe sampling_parameters JSON): JSON -> sampling and stopping fields of an EngineRequest,
 // and the OpenAI completion / chat bodies -> plain structs. Pure functions of the JSON (no
 // engine, no tokenizer), so every rule is unit-tested alone. Every failure is a RequestError
-// naming the offending field, which the front ends turn into their 4xx / INVALID_ARGUMENT.
+// (an Error of kind kInvalidArgument) naming the offending field, which the front ends turn into
+// their 400 / INVALID_ARGUMENT.
 //
 // Conventions: a field that is absent or JSON null takes its default (clients such as the
 // `openai` package send null for "not given"); numbers given for integer fields must be
@@ -14,29 +15,28 @@
 
 #include <cstdint>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/core/error.h"
 #include "engine/runtime/engine.h"
 
 namespace sampan::server {
 
 using Json = nlohmann::ordered_json;
 
-// A request the server refuses: HTTP `status` (400, 404, ...), the offending field (`param`,
-// empty when the whole body is at fault) and a one-line message that names it.
-class RequestError : public std::runtime_error {
+// A request the server refuses while parsing it: Error(kInvalidArgument) whose field() names
+// the offending field (empty when the whole body is at fault), with a one-line message that
+// names it too. Front ends catch it as any Error (gateway.h maps the kind to a status).
+class RequestError : public Error {
  public:
-  RequestError(int status, std::string param, const std::string& message)
-      : std::runtime_error(message), status_(status), param_(std::move(param)) {}
-  int status() const { return status_; }
-  const std::string& param() const { return param_; }
-
- private:
-  int status_;
-  std::string param_;
+  RequestError(std::string field, const std::string& message)
+      : Error(ErrorCode::kInvalidArgument, std::move(field), message) {}
+  // The same refusal from a shared check (sampling_limits.h) that throws a plain Error.
+  explicit RequestError(const Error& e) : Error(e) {}
+  int status() const;  // its HTTP status, from gateway.h's table (400)
+  const std::string& param() const { return field(); }  // OpenAI's name for field()
 };
 
 // Nesting deeper than this is refused while parsing, before anything walks the value: copies,
@@ -50,15 +50,15 @@ inline constexpr int kMaxRequestJsonDepth = 64;
 // 400 "<what> must be a JSON object" when it is another JSON value.
 Json parse_json_object(std::string_view text, const std::string& what = "request body");
 
-// Limits the OpenAI API states for its fields.
+// The OpenAI API's limit on stop strings (sampling limits are in engine/runtime/sampling_limits.h).
 inline constexpr size_t kMaxStopStrings = 4;
-inline constexpr int32_t kMaxTopLogprobs = 20;
 
 // Sampling and stopping fields every API accepts in one JSON object:
-//   temperature (>= 0), top_p (0, 1], top_k (>= 0; -1 means off, as vLLM), min_p [0, 1],
-//   presence_penalty and frequency_penalty [-2, 2], repetition_penalty (> 0), seed (integer;
-//   negative values are taken modulo 2^64), stop (string or list of at most 4 non-empty
-//   strings), stop_token_ids (list of ids >= 0), ignore_eos (bool), max_tokens (integer >= 1).
+//   temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty
+//   (ranges in engine/runtime/sampling_limits.h; top_k -1 also means off, as in vLLM), seed
+//   (integer; negative values are taken modulo 2^64), stop (string or list of at most 4
+//   non-empty strings), stop_token_ids (list of ids >= 0), ignore_eos (bool), max_tokens
+//   (integer >= 1).
 // `prefix` is prepended to field names in errors (e.g. "sampling_parameters.").
 struct SamplingFields {
   runtime::SamplingParams sampling;

@@ -46,6 +46,9 @@ struct Key {
   Field field;
   Parse parse;
   const char* help;
+  // Another flag name for the same setting (flags only, not YAML): --port, what vLLM and
+  // llama.cpp users type, for --http-port.
+  const char* alias = nullptr;
 };
 
 // The one list of settings. configs/serve.yaml documents the same keys in the same groups.
@@ -92,7 +95,7 @@ const std::vector<Key>& keys() {
       {"host", "server", +[](ServeConfig& c) -> std::string& { return c.host; }, Parse::kPlain,
        "address to listen on"},
       {"http-port", "server", +[](ServeConfig& c) -> int& { return c.http_port; }, Parse::kPlain,
-       "HTTP port (0: pick a free one)"},
+       "HTTP port (0: pick a free one)", "port"},
       {"grpc-port", "server", +[](ServeConfig& c) -> int& { return c.grpc_port; }, Parse::kPlain,
        "gRPC port (0: pick a free one, -1: no gRPC)"},
       {"http-threads", "server", +[](ServeConfig& c) -> int& { return c.http_threads; }, Parse::kPlain,
@@ -444,14 +447,14 @@ void validate(ServeConfig& c, const Origins& o) {
   check(models::parse_weight_format(c.quantization.c_str(), &b.quantization.format), o, "quantization",
         fmt::format("'{}' is not one of none, fp8, int4", c.quantization));
   const int64_t g = b.quantization.group_size;
-  check(g == 32 || g == 64 || g == 128, o, "group-size", fmt::format("{} is not one of 32, 64, 128", g));
+  check(int4_group_size_ok(g), o, "group-size", fmt::format("{} is not one of 32, 64, 128", g));
   b.quantization.symmetric = !c.asymmetric;
   check(c.scale_dtype == "f16" || c.scale_dtype == "bf16", o, "scale-dtype",
         fmt::format("'{}' is not one of f16, bf16", c.scale_dtype));
   b.quantization.scale_dtype = c.scale_dtype == "bf16" ? DType::kBF16 : DType::kF16;
   check(c.hadamard_seed >= 0, o, "hadamard-seed", fmt::format("{} must be >= 0", c.hadamard_seed));
   b.hadamard.seed = static_cast<uint64_t>(c.hadamard_seed);
-  check(cpu::parse_kv_dtype(c.kv_cache_dtype.c_str(), &b.kv_cache_dtype), o, "kv-cache-dtype",
+  check(parse_kv_dtype(c.kv_cache_dtype.c_str(), &b.kv_cache_dtype), o, "kv-cache-dtype",
         fmt::format("'{}' is not one of f32, bf16, fp8, int8, int4", c.kv_cache_dtype));
   // Only the spelling here: whether the GPU exists is the engine's check at load, one line.
   try {
@@ -477,7 +480,8 @@ void validate(ServeConfig& c, const Origins& o) {
 void add_serve_flags(CLI::App& cmd, ServeConfig& flags) {
   cmd.add_option("--config", flags.config_file, "YAML settings file (see configs/serve.yaml); flags override it");
   for (const Key& k : keys()) {
-    const std::string flag = std::string("--") + k.name;
+    std::string flag = std::string("--") + k.name;
+    if (k.alias != nullptr) flag += std::string(",--") + k.alias;  // CLI11: one option, two names
     if (k.parse == Parse::kNegated) {
       BoolField f = std::get<BoolField>(k.field);
       cmd.add_flag_callback(flag, [&flags, f] { f(flags) = false; }, k.help);

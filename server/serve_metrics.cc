@@ -3,6 +3,7 @@
 #include <exception>
 #include <mutex>
 
+#include "server/gateway.h"
 #include "server/metrics.h"
 
 namespace sampan::server {
@@ -21,19 +22,6 @@ const std::vector<double> kTokenLatencyBuckets = {0.001, 0.0025, 0.005, 0.01, 0.
 constexpr runtime::EngineFinish kAllFinishes[] = {runtime::EngineFinish::kStop, runtime::EngineFinish::kLength,
                                                   runtime::EngineFinish::kCancelled,
                                                   runtime::EngineFinish::kTimeout, runtime::EngineFinish::kError};
-
-// The engine's own engine_finish_name() lives in engine.cc; the label values are part of this
-// file's public contract, so they are spelled here.
-const char* finish_label(runtime::EngineFinish f) {
-  switch (f) {
-    case runtime::EngineFinish::kStop: return "stop";
-    case runtime::EngineFinish::kLength: return "length";
-    case runtime::EngineFinish::kCancelled: return "cancelled";
-    case runtime::EngineFinish::kTimeout: return "timeout";
-    case runtime::EngineFinish::kError: return "error";
-  }
-  return "unknown";
-}
 
 }  // namespace
 
@@ -107,7 +95,7 @@ struct ServeMetrics::Impl {
                                    metrics::exponential_buckets(1, 2, 15))
                          .get()),
         ready(reg.gauge("sampan:server_ready", "1 when the model is loaded and the server accepts work.").get()) {
-    for (runtime::EngineFinish f : kAllFinishes) finished.labels({finish_label(f)});
+    for (runtime::EngineFinish f : kAllFinishes) finished.labels({finish_reason(f)});
     reg.add_collect_hook([this] { collect(); });
   }
 
@@ -146,7 +134,7 @@ void ServeMetrics::request_done(const std::string& api, int code) {
 
 void ServeMetrics::generation_done(const runtime::EngineEvent& final_event) {
   Impl& m = *impl_;
-  m.finished.labels({finish_label(final_event.finish)}).inc();
+  m.finished.labels({finish_reason(final_event.finish)}).inc();
   m.prompt_tokens.inc(static_cast<double>(final_event.usage.prompt_tokens));
   m.generation_tokens.inc(static_cast<double>(final_event.usage.completion_tokens));
   const runtime::EngineTimings& t = final_event.timings;
@@ -155,6 +143,15 @@ void ServeMetrics::generation_done(const runtime::EngineEvent& final_event) {
   if (final_event.usage.completion_tokens > 0 && t.first_token_s > 0) m.ttft.observe(t.first_token_s);
   if (t.queue_s > 0) m.queue.observe(t.queue_s);
   m.e2e.observe(t.total_s);
+}
+
+void ServeMetrics::observe_token(const runtime::EngineEvent& ev, TokenClock& clock) {
+  if (ev.token < 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (clock.last_token) {
+    inter_token(std::chrono::duration<double>(now - *clock.last_token).count());
+  }
+  clock.last_token = now;
 }
 
 void ServeMetrics::inter_token(double seconds) { impl_->itl.observe(seconds); }

@@ -26,13 +26,20 @@
 //   sampan:server_ready                             gauge 1 when the model is loaded
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/runtime/engine.h"
 
 namespace sampan::server {
+
+// Per generation request: when its last token came (engine thread only). See observe_token.
+struct TokenClock {
+  std::optional<std::chrono::steady_clock::time_point> last_token;
+};
 
 class ServeMetrics {
  public:
@@ -41,7 +48,14 @@ class ServeMetrics {
 
   // api: "openai", "kserve_rest", "grpc", "other"; code: HTTP status or gRPC status number.
   void request_done(const std::string& api, int code);
-  // Called once per finished generation request with its final event.
+  // Where every front end times its tokens: called with each engine event of a request, in
+  // order, as it arrives. Records the gap since the request's previous token (inter-token
+  // latency); events without a token are ignored.
+  void observe_token(const runtime::EngineEvent& event, TokenClock& clock);
+  // Called once per finished generation request with its final event: time to first token,
+  // end-to-end and queue time (from the engine's timings), tokens and finish reason. Front ends
+  // that answer on the engine thread call it after counting the answer (request_done), so a
+  // scrape that sees the request finished also sees its answer.
   void generation_done(const runtime::EngineEvent& final_event);
   // Gap between two consecutive tokens of one stream.
   void inter_token(double seconds);

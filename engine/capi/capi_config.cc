@@ -5,7 +5,7 @@
 #include "engine/capi/capi_internal.h"
 #include "engine/core/error.h"
 #include "engine/runtime/device_select.h"
-#include "kernels/cpu/attention_cpu.h"
+#include "engine/models/model_options.h"
 
 namespace sampan::capi {
 
@@ -13,7 +13,7 @@ models::ModelBuildOptions ConfigData::build_options() const {
   models::ModelBuildOptions o;
   models::parse_weight_format(precision.c_str(), &o.quantization.format);
   o.quantization.group_size = int4_group_size;
-  cpu::parse_kv_dtype(kv_cache_dtype.c_str(), &o.kv_cache_dtype);
+  parse_kv_dtype(kv_cache_dtype.c_str(), &o.kv_cache_dtype);
   return o;
 }
 
@@ -130,7 +130,7 @@ SAMPAN_API SampanStatus sampan_config_set_precision(SampanConfig* config, const 
 
 SAMPAN_API SampanStatus sampan_config_set_int4_group_size(SampanConfig* config, int32_t size) {
   return set_field(config, [&](ConfigData& d) {
-    if (size != 32 && size != 64 && size != 128) {
+    if (!int4_group_size_ok(size)) {
       api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "int4 group size must be 32, 64 or 128, got {}",
                size);
     }
@@ -141,12 +141,12 @@ SAMPAN_API SampanStatus sampan_config_set_int4_group_size(SampanConfig* config, 
 SAMPAN_API SampanStatus sampan_config_set_kv_cache_dtype(SampanConfig* config, const char* dtype) {
   return set_field(config, [&](ConfigData& d) {
     const std::string value = checked_text(dtype, "dtype");
-    cpu::KvDtype parsed;
-    if (!cpu::parse_kv_dtype(value.c_str(), &parsed)) {
+    KvDtype parsed;
+    if (!parse_kv_dtype(value.c_str(), &parsed)) {
       api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
                "unknown KV cache dtype '{}' (expected f32, bf16, fp8, int8 or int4)", value);
     }
-    d.kv_cache_dtype = cpu::kv_dtype_name(parsed);
+    d.kv_cache_dtype = kv_dtype_name(parsed);
   });
 }
 

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -20,6 +19,7 @@
 #include "engine/core/error.h"
 #include "engine/runtime/device_select.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/sampling_limits.h"
 
 namespace sampan::capi {
 namespace {
@@ -45,6 +45,7 @@ struct EventData {
   float logprob = 0.0f;
   bool finished = false;
   SampanFinishReason reason = SAMPAN_FINISH_NONE;
+  const char* finish_name = "";  // runtime::engine_finish_name once finished
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_prompt_tokens = 0;
   std::string error;
 };
@@ -93,6 +94,7 @@ std::shared_ptr<EventData> convert(const runtime::EngineEvent& e) {
   d->finished = e.finished;
   if (e.finished) {
     d->reason = finish_reason(e.finish);
+    d->finish_name = runtime::engine_finish_name(e.finish);
     d->prompt_tokens = e.usage.prompt_tokens;
     d->completion_tokens = e.usage.completion_tokens;
     d->cached_prompt_tokens = e.usage.cached_prompt_tokens;
@@ -224,17 +226,6 @@ std::shared_ptr<EventData> get_event(const SampanEvent* event) {
   return lookup<EventData>(event, Kind::kEvent, "event");
 }
 
-const char* finish_name(SampanFinishReason r) {
-  switch (r) {
-    case SAMPAN_FINISH_STOP: return "stop";
-    case SAMPAN_FINISH_LENGTH: return "length";
-    case SAMPAN_FINISH_CANCELLED: return "cancelled";
-    case SAMPAN_FINISH_TIMEOUT: return "timeout";
-    case SAMPAN_FINISH_ERROR: return "error";
-    default: return "";
-  }
-}
-
 }  // namespace
 }  // namespace sampan::capi
 
@@ -281,7 +272,7 @@ SAMPAN_API SampanStatus sampan_engine_get_vocab_size(SampanEngine* engine, int64
   return guarded([&] {
     LockedEngine l = lock_engine(engine);
     require_arg(out, "out");
-    *out = l.engine->config().vocab_size;
+    *out = l.engine->model_info().vocab_size;
   });
 }
 
@@ -326,28 +317,25 @@ SAMPAN_API SampanStatus sampan_params_destroy(SampanParams* params) {
   });
 }
 
+// The setters check with the engine's own limits (sampling_limits.h): an out-of-range value is
+// SAMPAN_ERROR_INVALID_ARGUMENT naming the parameter.
 SAMPAN_API SampanStatus sampan_params_set_temperature(SampanParams* params, float temperature) {
   return with_params(params, [&](Params& p) {
-    if (!(temperature >= 0.0f) || std::isinf(temperature)) {
-      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "temperature must be finite and >= 0, got {}",
-               temperature);
-    }
+    runtime::check_sampling_param(runtime::SamplingParam::kTemperature, temperature);
     p.sampling.temperature = temperature;
   });
 }
 
 SAMPAN_API SampanStatus sampan_params_set_top_k(SampanParams* params, int32_t top_k) {
   return with_params(params, [&](Params& p) {
-    if (top_k < 0) api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "top_k must be >= 0, got {}", top_k);
+    runtime::check_sampling_param(runtime::SamplingParam::kTopK, top_k);
     p.sampling.top_k = top_k;
   });
 }
 
 SAMPAN_API SampanStatus sampan_params_set_top_p(SampanParams* params, float top_p) {
   return with_params(params, [&](Params& p) {
-    if (!(top_p > 0.0f && top_p <= 1.0f)) {
-      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "top_p must be in (0, 1], got {}", top_p);
-    }
+    runtime::check_sampling_param(runtime::SamplingParam::kTopP, top_p);
     p.sampling.top_p = top_p;
   });
 }
@@ -532,7 +520,7 @@ SAMPAN_API SampanStatus sampan_event_get_finish_name(const SampanEvent* event, c
   return guarded([&] {
     auto e = get_event(event);
     require_arg(out, "out");
-    *out = finish_name(e->reason);
+    *out = e->finish_name;
   });
 }
 

@@ -1,19 +1,20 @@
 // SampanPredictor and SampanTensor: the Paddle-Inference-shaped half of the C API.
 //
-// A predictor runs the decoder graph (models/llama.h) over a whole [batch, seq] block of ids in
+// A predictor runs a decoder Model (models/model.h) over a whole [batch, seq] block of ids in
 // ONE forward: batch row b is sequence b of the paged-attention contract, with a KV pool of one
-// block of `seq` rows per sequence (block_tables[b] = [b]), so rows never see each other. The
-// model (weights, graph) is shared by clones; each predictor has its own threads, executor
-// (activation arena) and KV pools. On a CUDA device the weights are uploaded once, at load,
-// into the shared graph (so clones do not copy them again), the KV pools and the activations
-// live on the device, and the logits come back to the host at the end of every run.
+// block of `seq` rows per sequence (block_tables[b] = [b]), so rows never see each other. Its
+// tensors are the signature's caller-facing ones, by their API names (the token ids as
+// "input_ids", the logits as "logits"). The model (weights, graph) is shared by clones; each
+// predictor has its own threads, executor (activation arena) and KV pools. On a CUDA device the
+// weights are uploaded once, at load, into the shared graph (so clones do not copy them
+// again), the KV pools and the activations live on the device, and the logits come back to the
+// host at the end of every run.
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <tuple>
 #include <vector>
 
 #include "engine/capi/capi_config.h"
@@ -21,27 +22,20 @@
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
 #include "engine/graph/executor.h"
-#include "engine/graph/passes/passes.h"
-#include "engine/loaders/hf_config.h"
-#include "engine/loaders/weight_store.h"
-#include "engine/models/llama.h"
+#include "engine/models/model.h"
 #include "engine/runtime/device_select.h"
 
 namespace sampan::capi {
 namespace {
 
-constexpr const char* kInputIds = "input_ids";
-constexpr const char* kLogits = "logits";
 constexpr int kMaxRank = 8;
 // Tokens of one run (batch * seq): the ids, positions and rows the graph takes are i32.
 constexpr int64_t kMaxRunTokens = 1 << 22;
 
 // The loaded model, read-only once built, shared by a predictor and its clones.
 struct Model {
-  HfConfig config;
-  std::optional<WeightStore> store;  // the mapped files the weights view
-  models::LlamaWeights weights;
-  graph::Graph graph;
+  std::unique_ptr<models::Model> model;
+  models::DecoderBindings bind;
   ConfigData options;
   Device device = Device::cpu();
 };
@@ -94,8 +88,8 @@ struct Predictor {
   std::unique_ptr<graph::Executor> executor;
   std::vector<TensorData> inputs, outputs;
   std::vector<uintptr_t> input_handles, output_handles;
-  // Per layer: the KV pools of the last run, kept while [batch, seq] stays the same.
-  std::vector<Tensor> k_cache, v_cache;
+  // The KV pools of the last run, kept while [batch, seq] stays the same.
+  models::KvPools kv;
   int64_t cache_batch = 0, cache_seq = 0;
 
   ~Predictor() {
@@ -112,30 +106,6 @@ struct TensorRef {
   size_t index = 0;
 };
 
-// Replaces the graph's host constants with device copies, each distinct tensor once (tied
-// weights stay one copy); the executors of the model and its clones then use them as they are.
-void upload_constants(graph::Graph& g, Device device) {
-  std::map<std::tuple<const Storage*, size_t, Shape, Shape, DType>, Tensor> uploaded;
-  for (size_t v = 0; v < g.n_values(); ++v) {
-    graph::Value& val = g.mutable_value(static_cast<graph::ValueId>(v));
-    if (val.kind != graph::ValueKind::kConstant || val.constant.device() == device) continue;
-    const Tensor& c = val.constant;
-    const auto key = std::make_tuple(c.storage().get(), c.byte_offset(), c.shape(), c.strides(),
-                                     c.dtype());
-    auto it = uploaded.find(key);
-    if (it == uploaded.end()) {
-      try {
-        it = uploaded.emplace(key, c.to(device)).first;
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::kOutOfMemory) throw;
-        fail(ErrorCode::kOutOfMemory, "uploading weight '{}' ({}, {} bytes) to {}: {}", val.name,
-             c.str(), c.nbytes(), device.str(), e.what());
-      }
-    }
-    val.constant = it->second;
-  }
-}
-
 std::shared_ptr<const Model> load_model(const ConfigData& o) {
   o.require_model_dir();
   // Checked again here (set_device checked it too) so the message comes before any file is read.
@@ -145,18 +115,12 @@ std::shared_ptr<const Model> load_model(const ConfigData& o) {
   } catch (const Error& e) {
     api_fail(SAMPAN_ERROR_UNSUPPORTED, "device '{}': {}", o.device, e.what());
   }
-  SAMPAN_CHECK(std::filesystem::is_directory(o.model_dir), ErrorCode::kNotFound,
-               "{}: model directory does not exist", o.model_dir);
   auto m = std::make_shared<Model>();
   m->options = o;
-  m->config = load_hf_config(o.model_dir);
-  m->store.emplace(WeightStore::open(o.model_dir));
-  const models::ModelBuildOptions build = o.build_options();
-  m->weights = models::load_llama_weights(m->config, *m->store, build);
-  m->graph = models::build_llama_graph(m->config, m->weights, build);
-  graph::passes::optimize(m->graph);
+  m->model = models::load_model(o.model_dir, {.build = o.build_options(), .optimize = true});
+  m->bind = models::DecoderBindings::from(m->model->signature, o.model_dir);
   m->device = device;
-  if (device.type == DeviceType::kCUDA) upload_constants(m->graph, device);
+  m->model->upload_constants(device);
   return m;
 }
 
@@ -164,15 +128,25 @@ std::shared_ptr<Predictor> make_predictor(std::shared_ptr<const Model> model) {
   auto p = std::make_shared<Predictor>();
   p->model = std::move(model);
   p->pool = std::make_unique<ThreadPool>(p->model->options.threads);
-  p->executor = std::make_unique<graph::Executor>(p->model->graph, *p->pool, p->model->device);
-  TensorData ids;
-  ids.name = kInputIds;
-  ids.is_input = true;
-  ids.accepted = {SAMPAN_DTYPE_I32, SAMPAN_DTYPE_I64};
-  p->inputs.push_back(std::move(ids));
-  TensorData logits;
-  logits.name = kLogits;
-  p->outputs.push_back(std::move(logits));
+  p->executor = std::make_unique<graph::Executor>(p->model->model->graph, *p->pool,
+                                                 p->model->device);
+  // The tensors a caller feeds and reads: the signature's token ids (i32 or i64 accepted) and
+  // logits, by their API names; the runtime inputs (positions, tables, KV pools) are the
+  // predictor's own.
+  for (const models::TensorSpec& t : p->model->model->signature.inputs) {
+    if (t.role != models::TensorRole::kTokenIds) continue;
+    TensorData in;
+    in.name = t.api_name.empty() ? t.name : t.api_name;
+    in.is_input = true;
+    in.accepted = {SAMPAN_DTYPE_I32, SAMPAN_DTYPE_I64};
+    p->inputs.push_back(std::move(in));
+  }
+  for (const models::TensorSpec& t : p->model->model->signature.outputs) {
+    if (t.role != models::TensorRole::kLogits) continue;
+    TensorData out;
+    out.name = t.api_name.empty() ? t.name : t.api_name;
+    p->outputs.push_back(std::move(out));
+  }
   // Tensor handles are registered up front so that the same name always gives the same handle.
   for (size_t i = 0; i < p->inputs.size(); ++i) {
     p->input_handles.push_back(register_handle(
@@ -223,7 +197,7 @@ std::vector<int32_t> read_ids(const TensorData& in, int64_t vocab) {
     }
     if (id < 0 || id >= vocab) {
       api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
-               "input_ids[{}][{}] = {} is outside the vocabulary [0, {})", i / in.shape[1],
+               "{}[{}][{}] = {} is outside the vocabulary [0, {})", in.name, i / in.shape[1],
                i % in.shape[1], id, vocab);
     }
     ids[static_cast<size_t>(i)] = static_cast<int32_t>(id);
@@ -231,30 +205,13 @@ std::vector<int32_t> read_ids(const TensorData& in, int64_t vocab) {
   return ids;
 }
 
-// Allocates the per-layer KV pools [batch, seq, row] in the dtype and row width the graph
-// declares for k_cache.<l> / v_cache.<l>.
+// The KV pools of a [batch, seq] run: one block of seq rows per sequence (Model's pool format).
 void ensure_kv_cache(Predictor& p, int64_t batch, int64_t seq) {
-  if (p.cache_batch == batch && p.cache_seq == seq && !p.k_cache.empty()) return;
-  p.k_cache.clear();
-  p.v_cache.clear();
+  if (p.cache_batch == batch && p.cache_seq == seq && !p.kv.k.empty()) return;
+  p.kv = {};
   p.cache_batch = p.cache_seq = 0;
-  const graph::Graph& g = p.model->graph;
-  std::map<std::string, const graph::Value*> declared;
-  for (graph::ValueId id : g.inputs()) declared[g.value(id).name] = &g.value(id);
-  for (int64_t l = 0; l < p.model->config.n_layer; ++l) {
-    for (const char* which : {"k_cache", "v_cache"}) {
-      const std::string name = fmt::format("{}.{}", which, l);
-      auto it = declared.find(name);
-      SAMPAN_CHECK(it != declared.end() && it->second->shape.size() == 3, ErrorCode::kInternal,
-                   "the model graph has no 3-d input '{}'", name);
-      const graph::Dim& row = it->second->shape[2];
-      const int64_t width = row.symbolic() ? p.model->config.kv_dim() : row.size;
-      Tensor t = runtime::allocate_named({batch, seq, width}, it->second->dtype, p.model->device,
-                                         fmt::format("predictor KV cache {}", name),
-                                         runtime::Fill::kZero);
-      (which[0] == 'k' ? p.k_cache : p.v_cache).push_back(std::move(t));
-    }
-  }
+  p.kv = p.model->model->allocate_kv_pools(batch, seq, p.model->device, /*zero=*/true,
+                                           fmt::format("predictor, batch {} seq {}", batch, seq));
   p.cache_batch = batch;
   p.cache_seq = seq;
 }
@@ -272,7 +229,8 @@ void run_predictor(Predictor& p) {
              "input '{}' must have shape [batch, seq] with batch >= 1 and seq >= 1, got {}",
              in.name, fmt::format("[{}]", fmt::join(in.shape, ", ")));
   }
-  const HfConfig& cfg = p.model->config;
+  const HfConfig& cfg = p.model->model->config;
+  const models::DecoderBindings& bind = p.model->bind;
   const int64_t batch = in.shape[0], seq = in.shape[1];
   int64_t max_seq = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : INT64_MAX;
   if (p.model->options.max_model_len > 0) {
@@ -300,21 +258,18 @@ void run_predictor(Predictor& p) {
   ensure_kv_cache(p, batch, seq);
 
   std::map<std::string, Tensor> feeds;
-  feeds["ids"] = Tensor::from_i32({n}, ids);
-  feeds["positions"] = Tensor::from_i32({n}, positions);
-  feeds["seq_ids"] = Tensor::from_i32({n}, seq_ids);
-  feeds["block_tables"] = Tensor::from_i32({batch, 1}, tables);
-  feeds["logit_rows"] = Tensor::from_i32({n}, rows);
-  for (int64_t l = 0; l < cfg.n_layer; ++l) {
-    feeds[fmt::format("k_cache.{}", l)] = p.k_cache[static_cast<size_t>(l)];
-    feeds[fmt::format("v_cache.{}", l)] = p.v_cache[static_cast<size_t>(l)];
-  }
+  feeds[bind.ids] = Tensor::from_i32({n}, ids);
+  feeds[bind.positions] = Tensor::from_i32({n}, positions);
+  feeds[bind.seq_ids] = Tensor::from_i32({n}, seq_ids);
+  feeds[bind.block_tables] = Tensor::from_i32({batch, 1}, tables);
+  feeds[bind.logit_rows] = Tensor::from_i32({n}, rows);
+  p.model->model->bind_kv_pools(p.kv, feeds);
   const std::vector<Tensor> results = p.executor->run(feeds);
-  SAMPAN_CHECK(!results.empty(), ErrorCode::kInternal, "the model graph returned no output");
-  const Tensor logits = (results[0].device().type == DeviceType::kCPU
-                             ? results[0]
-                             : results[0].to(Device::cpu()))
-                            .to_f32();
+  SAMPAN_CHECK(results.size() > bind.logits_output, ErrorCode::kInternal,
+               "the model graph returned no logits");
+  const Tensor& result = results[bind.logits_output];
+  const Tensor logits =
+      (result.device().type == DeviceType::kCPU ? result : result.to(Device::cpu())).to_f32();
   SAMPAN_CHECK(logits.numel() == n * cfg.vocab_size, ErrorCode::kInternal,
                "logits have {} values, expected {} x {}", logits.numel(), n, cfg.vocab_size);
   TensorData& out = p.outputs[0];

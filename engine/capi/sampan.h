@@ -253,7 +253,7 @@ SAMPAN_API SampanStatus sampan_engine_tokenize(SampanEngine* engine, const char*
  * no stop strings, ignore_eos 0. */
 SAMPAN_API SampanStatus sampan_params_create(SampanParams** out);
 SAMPAN_API SampanStatus sampan_params_destroy(SampanParams* params);
-/* >= 0; 0 is greedy. */
+/* In [0, 1e6]; 0 is greedy. */
 SAMPAN_API SampanStatus sampan_params_set_temperature(SampanParams* params, float temperature);
 /* >= 0; 0 is off. */
 SAMPAN_API SampanStatus sampan_params_set_top_k(SampanParams* params, int32_t top_k);

@@ -4,8 +4,11 @@
 #include <new>
 
 #include "engine/core/error.h"
+#include "kernels/cpu/isa.h"
 
 namespace sampan {
+
+std::string cpu_isa() { return std::string(cpu::isa_name(cpu::active_isa())); }
 
 std::string Device::str() const {
   return type == DeviceType::kCPU ? std::string("cpu") : fmt::format("cuda:{}", index);

@@ -36,4 +36,8 @@ Allocator& allocator_for(Device device);
 bool cuda_compiled();
 int cuda_device_count();  // 0 when not compiled or no GPU/driver is present
 
+// The instruction set the CPU kernels run with ("avx2", "avx512", "amx"): what this CPU has,
+// lowered by SAMPAN_CPU_ISA. For reports; front-ends need not know the kernels.
+std::string cpu_isa();
+
 }  // namespace sampan

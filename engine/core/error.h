@@ -1,6 +1,8 @@
-// The engine's one error type. Inside the engine failures are exceptions carrying a precise,
-// single-line message (what, where); the CLI, server and C API turn them into exit codes and
-// statuses at their boundary.
+// The engine's one error type. Inside the engine failures are exceptions carrying a kind, a
+// precise single-line message (what, where) and, when a request field is at fault, that field's
+// name; the CLI, server and C API turn them into exit codes and statuses at their boundary
+// (server/gateway.h holds the one table of HTTP and gRPC statuses). Nobody parses the message to
+// recover the kind or the field.
 #pragma once
 
 #include <fmt/format.h>
@@ -29,15 +31,29 @@ const char* error_code_name(ErrorCode code);
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, std::string message) : std::runtime_error(std::move(message)), code_(code) {}
+  // `field`: the request field at fault, spelled as the caller sent it ("top_p",
+  // "sampling_parameters.top_p", "messages[0].content"); the message should name it too.
+  Error(ErrorCode code, std::string field, std::string message)
+      : std::runtime_error(std::move(message)), code_(code), field_(std::move(field)) {}
   ErrorCode code() const { return code_; }
+  // The request field the error is about; empty when none is (the whole request, or no request).
+  const std::string& field() const { return field_; }
 
  private:
   ErrorCode code_;
+  std::string field_;
 };
 
 template <typename... Args>
 [[noreturn]] void fail(ErrorCode code, fmt::format_string<Args...> f, Args&&... args) {
   throw Error(code, fmt::format(f, std::forward<Args>(args)...));
+}
+
+// fail() naming the request field at fault.
+template <typename... Args>
+[[noreturn]] void fail_field(ErrorCode code, std::string field, fmt::format_string<Args...> f,
+                             Args&&... args) {
+  throw Error(code, std::move(field), fmt::format(f, std::forward<Args>(args)...));
 }
 
 }  // namespace sampan

@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/core/device.h"
@@ -116,5 +117,13 @@ class Tensor {
   Shape strides_;
   DType dtype_ = DType::kF32;
 };
+
+enum class Fill { kUninitialized, kZero };
+
+// Tensor::empty / Tensor::zeros, except that running out of memory throws Error(kOutOfMemory)
+// whose one line names `what` (e.g. "KV cache pool k_cache.3"), the shape and the bytes: what
+// an operator needs to pick a smaller --max-context or kv_cache_bytes.
+Tensor allocate_named(const Shape& shape, DType dtype, Device device, std::string_view what,
+                      Fill fill);
 
 }  // namespace sampan

@@ -18,6 +18,7 @@ Executor::Executor(const Graph& graph, cpu::TaskRunner& runner, Device device)
     const ops::OpSchema& schema = registry.schema(n.op);
     schemas_.push_back(&schema);
     kernels_.push_back(schema.view ? nullptr : &registry.kernel(n.op, device.type));
+    attrs_.push_back(schema.parse_attrs ? schema.parse_attrs(n) : nullptr);
   }
   const size_t nv = graph_.n_values();
   tensors_.resize(nv);
@@ -29,14 +30,34 @@ Executor::Executor(const Graph& graph, cpu::TaskRunner& runner, Device device)
       tensors_[v] = val.constant;
       shapes_[v] = val.constant.shape();
       dtypes_[v] = val.constant.dtype();
+    } else if (val.kind == ValueKind::kInput) {
+      dtypes_[v] = val.dtype;  // a run binds only tensors of this dtype
     }
   }
+  resolve_symbols();
   if (device_.type == DeviceType::kCUDA) {
     stream_ = std::make_unique<CudaStream>(device_.index);
     fault_ = Storage::allocate(2 * sizeof(int32_t), device_);
     find_written_inputs();
     input_buffers_.resize(graph_.inputs().size());
   }
+}
+
+void Executor::resolve_symbols() {
+  std::map<std::string, int> index;
+  for (ValueId id : graph_.inputs()) {
+    std::vector<int>& dims = symbol_of_.emplace_back();
+    for (const Dim& dim : graph_.value(id).shape) {
+      if (!dim.symbolic()) {
+        dims.push_back(-1);
+        continue;
+      }
+      auto [it, fresh] = index.emplace(dim.symbol, static_cast<int>(symbol_names_.size()));
+      if (fresh) symbol_names_.push_back(dim.symbol);
+      dims.push_back(it->second);
+    }
+  }
+  symbol_values_.assign(symbol_names_.size(), -1);
 }
 
 void Executor::find_written_inputs() {
@@ -131,8 +152,8 @@ Tensor Executor::stage_input(size_t index, const Tensor& host) {
   return Tensor::from_storage(buf, 0, src.shape(), src.dtype());
 }
 
-void Executor::bind_and_infer(const std::map<std::string, Tensor>& inputs) {
-  std::map<std::string, int64_t> symbols;
+void Executor::bind_inputs(const std::map<std::string, Tensor>& inputs) {
+  std::fill(symbol_values_.begin(), symbol_values_.end(), -1);
   for (size_t index = 0; index < graph_.inputs().size(); ++index) {
     const ValueId id = graph_.inputs()[index];
     const Value& val = graph_.value(id);
@@ -147,17 +168,19 @@ void Executor::bind_and_infer(const std::map<std::string, Tensor>& inputs) {
                  "graph input '{}' has shape {}, expected rank {}", val.name,
                  shape_str(t.shape()), val.shape.size());
     for (size_t d = 0; d < val.shape.size(); ++d) {
-      const Dim& dim = val.shape[d];
       const int64_t got = t.shape()[d];
-      if (!dim.symbolic()) {
-        SAMPAN_CHECK(got == dim.size, ErrorCode::kInvalidArgument,
-                     "graph input '{}' has dim {} = {}, expected {}", val.name, d, got, dim.size);
+      const int sym = symbol_of_[index][d];
+      if (sym < 0) {
+        SAMPAN_CHECK(got == val.shape[d].size, ErrorCode::kInvalidArgument,
+                     "graph input '{}' has dim {} = {}, expected {}", val.name, d, got,
+                     val.shape[d].size);
         continue;
       }
-      auto [sit, fresh] = symbols.emplace(dim.symbol, got);
-      SAMPAN_CHECK(fresh || sit->second == got, ErrorCode::kInvalidArgument,
+      int64_t& bound = symbol_values_[static_cast<size_t>(sym)];
+      SAMPAN_CHECK(bound < 0 || bound == got, ErrorCode::kInvalidArgument,
                    "graph input '{}' has dim {} = {} but '{}' is {} elsewhere", val.name, d, got,
-                   dim.symbol, sit->second);
+                   symbol_names_[static_cast<size_t>(sym)], bound);
+      bound = got;
     }
     const bool on_device = t.device() == device_;
     const bool host_to_cuda =
@@ -170,13 +193,16 @@ void Executor::bind_and_infer(const std::map<std::string, Tensor>& inputs) {
                  "graph input '{}' is written in place by the graph and must be on {}, not {}",
                  val.name, device_.str(), t.device().str());
     tensors_[static_cast<size_t>(id)] = on_device ? t : stage_input(index, t);
-    shapes_[static_cast<size_t>(id)] = t.shape();
-    dtypes_[static_cast<size_t>(id)] = t.dtype();
+    Shape& shape = shapes_[static_cast<size_t>(id)];
+    if (shape != t.shape()) {
+      shape = t.shape();
+      planned_ = false;
+    }
   }
-  infer_shapes();
 }
 
 void Executor::infer_shapes() {
+  ++inferences_;
   std::vector<ops::TensorDesc> in;
   for (size_t ni = 0; ni < graph_.nodes().size(); ++ni) {
     const Node& n = graph_.nodes()[ni];
@@ -188,7 +214,7 @@ void Executor::infer_shapes() {
         in.push_back({shapes_[static_cast<size_t>(v)], dtypes_[static_cast<size_t>(v)], true});
       }
     }
-    std::vector<ops::TensorDesc> out = schemas_[ni]->infer(n, in);
+    std::vector<ops::TensorDesc> out = schemas_[ni]->infer_typed(n, attrs_[ni].get(), in);
     SAMPAN_CHECK(out.size() == n.outputs.size(), ErrorCode::kInternal,
                  "node '{}': op '{}' inferred {} outputs, node has {}", n.name, n.op, out.size(),
                  n.outputs.size());
@@ -250,24 +276,23 @@ MemoryPlan Executor::plan_for(const std::map<std::string, Shape>& input_shapes) 
     SAMPAN_CHECK(it != input_shapes.end(), ErrorCode::kInvalidArgument,
                  "graph input '{}' has no shape", val.name);
     shapes_[static_cast<size_t>(id)] = it->second;
-    dtypes_[static_cast<size_t>(id)] = val.dtype;
   }
+  planned_ = false;  // the next run() infers and plans for its own shapes
   infer_shapes();
   make_plan();
-  MemoryPlan result = plan_;
-  planned_input_shapes_.clear();  // the next run() plans for its own shapes
-  return result;
+  return plan_;
 }
 
 void Executor::launch(size_t ni, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
   const Node& n = graph_.nodes()[ni];
   if (!stream_) {
-    (*kernels_[ni])(ops::KernelContext{n, in, out, runner_});
+    (*kernels_[ni])(ops::KernelContext{n, attrs_[ni].get(), in, out, runner_});
     return;
   }
   last_launched_ = &n;
   try {
-    (*kernels_[ni])(ops::KernelContext{n, in, out, runner_, stream_->handle(), capturing_,
+    (*kernels_[ni])(ops::KernelContext{n, attrs_[ni].get(), in, out, runner_,
+                                       stream_->handle(), capturing_,
                                        static_cast<int32_t*>(fault_->data()),
                                        static_cast<int32_t>(ni + 1)});
 #ifndef NDEBUG
@@ -395,14 +420,14 @@ std::vector<Tensor> Executor::capture(CapturedRun& entry) {
 }
 
 void Executor::prepare(const std::map<std::string, Tensor>& inputs) {
-  bind_and_infer(inputs);
-  std::vector<Shape> input_shapes;
-  for (ValueId id : graph_.inputs()) input_shapes.push_back(shapes_[static_cast<size_t>(id)]);
-  if (input_shapes != planned_input_shapes_ || !arena_) {
-    make_plan();
-    ensure_arena();
-    planned_input_shapes_ = std::move(input_shapes);
-  }
+  bind_inputs(inputs);
+  // Inference and the plan depend only on the input shapes (dtypes and attributes are fixed):
+  // the same shapes as the last run that got this far give the same results.
+  if (planned_) return;
+  infer_shapes();
+  make_plan();
+  ensure_arena();
+  planned_ = true;
 }
 
 std::vector<Tensor> Executor::launch_nodes() {
@@ -413,7 +438,7 @@ std::vector<Tensor> Executor::launch_nodes() {
     out.clear();
     for (ValueId v : n.inputs) in.push_back(v == kNoValue ? Tensor() : tensors_[static_cast<size_t>(v)]);
     if (!kernels_[ni]) {
-      out = schemas_[ni]->view(n, in);
+      out = schemas_[ni]->view(n, attrs_[ni].get(), in);
     } else {
       for (ValueId v : n.outputs) {
         const int b = buffer_of_[static_cast<size_t>(v)];

@@ -1,7 +1,9 @@
 // Runs a Graph on one backend. At construction it checks that the backend has a kernel for
-// every op (a missing one is an error before anything runs). Each run binds the input tensors,
-// infers every shape, and (when the input shapes changed) plans intermediate memory into one
-// reused arena.
+// every op and parses every node's attributes into its op's typed struct (a missing kernel or a
+// bad attribute is an error before anything runs; launches never look an attribute up by name).
+// Each run binds the input tensors; when their shapes differ from the previous run's it infers
+// every shape again and plans intermediate memory into one reused arena, and otherwise reuses
+// both (a decode step, CUDA-graph replays included, costs no inference).
 //
 // On a CUDA device the executor owns one non-blocking stream and launches every kernel on it.
 // Graph constants (weights) are copied to the device on the first run and kept for the
@@ -72,6 +74,10 @@ class Executor {
   // reporting). Every graph input must be named.
   MemoryPlan plan_for(const std::map<std::string, Shape>& input_shapes);
 
+  // Times shape inference ran over the whole graph (a run with the previous run's input shapes
+  // reuses its shapes; plan_for always infers).
+  int64_t inferences() const { return inferences_; }
+
   const MemoryPlan& plan() const { return plan_; }
   const Graph& graph() const { return graph_; }
   Device device() const { return device_; }
@@ -87,7 +93,8 @@ class Executor {
     std::vector<Tensor> outputs;  // what a replay leaves in the arena
   };
 
-  void bind_and_infer(const std::map<std::string, Tensor>& inputs);
+  void resolve_symbols();
+  void bind_inputs(const std::map<std::string, Tensor>& inputs);
   void infer_shapes();
   void make_plan();
   void ensure_arena();
@@ -109,10 +116,18 @@ class Executor {
   std::vector<Tensor> tensors_;   // by ValueId: bound inputs, constants, current intermediates
   std::vector<Shape> shapes_;     // by ValueId: inferred shapes of this run
   std::vector<DType> dtypes_;
-  std::vector<Shape> planned_input_shapes_;
+  // shapes_ and plan_ hold the inference and plan for the graph inputs' shapes in shapes_; false
+  // from the moment an input's shape changes (or plan_for replaces them) until both are redone.
+  bool planned_ = false;
+  int64_t inferences_ = 0;
+  // By graph input index and dimension: index of its symbol in symbol_names_, or -1 (fixed).
+  std::vector<std::vector<int>> symbol_of_;
+  std::vector<std::string> symbol_names_;
+  std::vector<int64_t> symbol_values_;  // this run's bindings; -1 while unbound
   // By node index, resolved once at construction so runs do no name lookups.
   std::vector<const ops::OpSchema*> schemas_;
   std::vector<const ops::KernelFn*> kernels_;  // null for view ops
+  std::vector<std::unique_ptr<const ops::OpAttrs>> attrs_;  // null for ops without attributes
   std::vector<int> buffer_of_;    // by ValueId: planned buffer index, or -1 (view/input/const)
   MemoryPlan plan_;
   std::shared_ptr<Storage> arena_;

@@ -280,9 +280,7 @@ HfQuantConfig parse_quant(const Keys& top, const HfConfig& c) {
                top.source(), printable(*format));
   if (q.scheme.format == models::WeightFormat::kInt4) {
     q.scheme.group_size = keys.req_positive_int("group_size");
-    SAMPAN_CHECK(q.scheme.group_size == 32 || q.scheme.group_size == 64 ||
-                     q.scheme.group_size == 128,
-                 ErrorCode::kInvalidModel,
+    SAMPAN_CHECK(int4_group_size_ok(q.scheme.group_size), ErrorCode::kInvalidModel,
                  "{}: key 'quantization_config.group_size' is {}, expected 32, 64 or 128",
                  top.source(), q.scheme.group_size);
     const json* sym = keys.find("symmetric");

@@ -1,6 +1,6 @@
 #include "engine/models/blocks.h"
 
-#include "kernels/cpu/hadamard_cpu.h"
+#include "kernels/common/hadamard_block.h"
 
 namespace sampan::models {
 
@@ -45,7 +45,7 @@ ValueId attention(Graph& g, const std::string& name, ValueId x, const AttentionW
   if (p.qk_hadamard) {
     // The same orthogonal transform on every Q and K head leaves q·k unchanged; blocks stay
     // inside a head (a power of two dividing head_dim).
-    const graph::Attributes h = {{"block", cpu::hadamard_block_for(p.head_dim)}};
+    const graph::Attributes h = {{"block", hadamard_block_for(p.head_dim)}};
     qr = g.add("hadamard", name + ".q_hadamard", {qr}, h);
     kr = g.add("hadamard", name + ".k_hadamard", {kr}, h);
   }
@@ -56,7 +56,7 @@ ValueId attention(Graph& g, const std::string& name, ValueId x, const AttentionW
                            {"head_dim", p.head_dim},
                            {"scale", p.scale},
                            {"sliding_window", p.sliding_window},
-                           {"kv_dtype", std::string(cpu::kv_dtype_name(p.kv_dtype))}});
+                           {"kv_dtype", std::string(kv_dtype_name(p.kv_dtype))}});
   return linear(g, name + ".o_proj", a, w.o);
 }
 

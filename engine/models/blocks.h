@@ -7,7 +7,7 @@
 
 #include "engine/core/tensor.h"
 #include "engine/graph/graph.h"
-#include "kernels/cpu/attention_cpu.h"
+#include "kernels/common/kv_format.h"
 
 namespace sampan::models {
 
@@ -35,7 +35,7 @@ struct AttentionParams {
   double scale = 0;
   int64_t sliding_window = 0;  // 0: none
   double rope_attn_factor = 1.0;
-  cpu::KvDtype kv_dtype = cpu::KvDtype::kF32;  // format of the KV pools (attention "kv_dtype")
+  KvDtype kv_dtype = KvDtype::kF32;  // format of the KV pools (attention "kv_dtype")
   // Online Walsh-Hadamard on every Q and K head after RoPE (q·k unchanged; K cached rotated).
   bool qk_hadamard = false;
 };

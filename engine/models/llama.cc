@@ -4,10 +4,11 @@
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
+#include "engine/core/thread_pool.h"
 #include "engine/models/llama_rotate.h"
+#include "engine/models/model.h"
 #include "engine/models/rope_freqs.h"
-#include "kernels/cpu/attention_cpu.h"
-#include "quant/quantize.h"
+#include "engine/models/weight_quant.h"
 
 namespace sampan::models {
 namespace {
@@ -100,10 +101,11 @@ bool is_float(const Tensor& t) {
 }
 
 // Quantizes a float linear in place; false when int4 cannot group its input width.
-bool quantize_linear(Linear& l, const QuantScheme& s, const std::string& name) {
+bool quantize_linear(Linear& l, const QuantScheme& s, const std::string& name,
+                     cpu::TaskRunner& runner) {
   if (!is_float(l.weight)) return false;
   if (s.format == WeightFormat::kInt4 && l.weight.dim(1) % s.group_size != 0) return false;
-  quant::QuantizedMatrix q = quant::quantize_matrix(l.weight, s, name + ".weight");
+  QuantizedMatrix q = quantize_matrix(l.weight, s, name + ".weight", &runner);
   l.weight = std::move(q.data);
   l.scales = std::move(q.scales);
   l.zeros = std::move(q.zeros);
@@ -112,12 +114,14 @@ bool quantize_linear(Linear& l, const QuantScheme& s, const std::string& name) {
 }
 
 void quantize_weights(const HfConfig& c, LlamaWeights& w, const QuantScheme& s) {
-  SAMPAN_CHECK(s.format != WeightFormat::kInt4 ||
-                   (s.group_size == 32 || s.group_size == 64 || s.group_size == 128),
-               ErrorCode::kInvalidArgument, "int4 group size {} (expected 32, 64 or 128)",
-               s.group_size);
+  SAMPAN_CHECK(s.format != WeightFormat::kInt4 || int4_group_size_ok(s.group_size),
+               ErrorCode::kInvalidArgument, "int4 group size {} (expected {})", s.group_size,
+               kInt4GroupSizesText);
   int done = 0, kept = 0;
-  auto one = [&](Linear& l, const std::string& name) { (quantize_linear(l, s, name) ? done : kept)++; };
+  ThreadPool pool(0);  // one worker per core for the whole pass
+  auto one = [&](Linear& l, const std::string& name) {
+    (quantize_linear(l, s, name, pool) ? done : kept)++;
+  };
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     LlamaLayerWeights& l = w.layers[static_cast<size_t>(i)];
@@ -197,17 +201,25 @@ LlamaWeights load_llama_weights(const HfConfig& c, const WeightStore& store,
 }
 
 graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w,
-                               const ModelBuildOptions& options) {
+                               const ModelBuildOptions& options, Signature* signature) {
   using graph::Dim;
   graph::Graph g;
+  Signature sig;
+  // Every input is added to the graph and the signature together (the input contract, llama.h).
+  auto input = [&](const std::string& name, TensorRole role, DType dtype, std::vector<Dim> shape,
+                   int64_t layer = -1, const std::string& api_name = {}) {
+    sig.inputs.push_back({name, api_name, role, dtype, shape, layer});
+    return g.add_input(name, dtype, std::move(shape));
+  };
   const Dim n_tokens = Dim::sym("n_tokens");
-  const ValueId ids = g.add_input("ids", DType::kI32, {n_tokens});
+  const ValueId ids = input("ids", TensorRole::kTokenIds, DType::kI32, {n_tokens}, -1, "input_ids");
   DecoderInputs in;
-  in.positions = g.add_input("positions", DType::kI32, {n_tokens});
-  in.seq_ids = g.add_input("seq_ids", DType::kI32, {n_tokens});
-  in.block_tables =
-      g.add_input("block_tables", DType::kI32, {Dim::sym("n_seqs"), Dim::sym("max_blocks")});
-  const ValueId logit_rows = g.add_input("logit_rows", DType::kI32, {Dim::sym("n_out")});
+  in.positions = input("positions", TensorRole::kPositions, DType::kI32, {n_tokens});
+  in.seq_ids = input("seq_ids", TensorRole::kSeqIds, DType::kI32, {n_tokens});
+  in.block_tables = input("block_tables", TensorRole::kBlockTables, DType::kI32,
+                          {Dim::sym("n_seqs"), Dim::sym("max_blocks")});
+  const ValueId logit_rows =
+      input("logit_rows", TensorRole::kLogitRows, DType::kI32, {Dim::sym("n_out")});
 
   const RopeFreqs rope = compute_rope_freqs(c);
   in.inv_freq = g.add_constant(
@@ -223,18 +235,18 @@ graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w,
   ap.qk_hadamard = options.kv_hadamard;
 
   // KV pools (llama.h): f32 rows for kF32, else raw bytes in the kernels' row format.
-  const bool f32_kv = options.kv_cache_dtype == cpu::KvDtype::kF32;
+  const bool f32_kv = options.kv_cache_dtype == KvDtype::kF32;
   const DType pool_type = f32_kv ? DType::kF32 : DType::kI8;
   const int64_t row = f32_kv ? c.kv_dim()
-                             : cpu::kv_row_bytes(options.kv_cache_dtype, c.n_head_kv, c.head_dim);
+                             : kv_row_bytes(options.kv_cache_dtype, c.n_head_kv, c.head_dim);
 
   ValueId h = g.add("embedding", "tok_embd", {ids, g.add_constant("tok_embd.weight", w.tok_embd)});
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = fmt::format("layers.{}", i);
     const LlamaLayerWeights& l = w.layers[static_cast<size_t>(i)];
     const std::vector<Dim> pool = {Dim::sym("n_blocks"), Dim::sym("block_size"), Dim::fixed(row)};
-    const ValueId k_cache = g.add_input(fmt::format("k_cache.{}", i), pool_type, pool);
-    const ValueId v_cache = g.add_input(fmt::format("v_cache.{}", i), pool_type, pool);
+    const ValueId k_cache = input(fmt::format("k_cache.{}", i), TensorRole::kKCache, pool_type, pool, i);
+    const ValueId v_cache = input(fmt::format("v_cache.{}", i), TensorRole::kVCache, pool_type, pool, i);
     ap.sliding_window = c.layer_is_sliding(i) ? *c.sliding_window : 0;
     const ValueId x = rms_norm(g, p + ".attn_norm", h, l.attn_norm, c.rms_norm_eps);
     const ValueId a = attention(g, p + ".attn", x, l.attn, ap, in, k_cache, v_cache);
@@ -245,8 +257,38 @@ graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w,
   }
   const ValueId rows = g.add("gather_rows", "logit_rows", {h, logit_rows});
   const ValueId n = rms_norm(g, "output_norm", rows, w.output_norm, c.rms_norm_eps);
-  g.mark_output(linear(g, "lm_head", n, w.output));
+  const ValueId logits = linear(g, "lm_head", n, w.output);
+  g.mark_output(logits);
+  sig.outputs.push_back({g.value(logits).name, "logits", TensorRole::kLogits, DType::kF32,
+                         {Dim::sym("n_out"), Dim::fixed(c.vocab_size)}});
+  if (signature != nullptr) *signature = std::move(sig);
   return g;
 }
+
+namespace {
+
+// The builder of the registry (model.h): the three architectures share this file.
+void build_llama_model(const ModelSource& src, const LoadOptions& options, Model& m) {
+  auto weights = std::make_shared<LlamaWeights>(
+      load_llama_weights(src.config, *src.store, options.build));
+  m.graph = build_llama_graph(src.config, *weights, options.build, &m.signature);
+  m.builder_state = weights;
+  // The pools as the graph declares them: [n_blocks, block_size, row] of the pool dtype.
+  m.kv_dtype = options.build.kv_cache_dtype;
+  if (const TensorSpec* pool = m.signature.find_input(TensorRole::kKCache, 0)) {
+    m.kv_pool_dtype = pool->dtype;
+    m.kv_row_width = pool->shape[2].size;
+    m.n_kv_layers = src.config.n_layer;
+  }
+}
+
+const bool kRegistered = [] {
+  for (ModelArch a : {ModelArch::kLlama, ModelArch::kMistral, ModelArch::kQwen2}) {
+    register_model_builder("hf", model_arch_name(a), build_llama_model);
+  }
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace sampan::models

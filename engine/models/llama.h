@@ -42,6 +42,8 @@
 
 namespace sampan::models {
 
+struct Signature;  // model.h
+
 struct LlamaLayerWeights {
   Tensor attn_norm;  // [hidden] f32
   AttentionWeights attn;
@@ -68,9 +70,12 @@ LlamaWeights load_llama_weights(const HfConfig& config, const WeightStore& store
 
 // The graph of the input contract above. options.kv_cache_dtype sets the KV pools' format
 // (k_cache.<l> / v_cache.<l> are [n_blocks, block_size, kv_dim] f32 for kF32, else
-// [n_blocks, block_size, cpu::kv_row_bytes(...)] kI8 raw bytes); options.kv_hadamard adds the
+// [n_blocks, block_size, kv_row_bytes(...)] kI8 raw bytes); options.kv_hadamard adds the
 // online transform on Q/K heads.
+// `signature`, when given, receives the typed description of the contract above (model.h); the
+// registry's builder (load_model) passes it, so runtimes bind inputs by role.
 graph::Graph build_llama_graph(const HfConfig& config, const LlamaWeights& weights,
-                               const ModelBuildOptions& options = {});
+                               const ModelBuildOptions& options = {},
+                               Signature* signature = nullptr);
 
 }  // namespace sampan::models

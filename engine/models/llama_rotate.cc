@@ -1,11 +1,6 @@
-// QuaRot-style offline rotation of Llama weights (llama_rotate.h).
-//
-// Conventions: a linear computes y = x·Wᵀ + b with W [out, in]. A transform that acts on the
-// input side of W (W·M) is a transform of W's rows; one on the output side (Mᵀ·W) is the same
-// transform down W's columns. Every transform here is the block-diagonal normalised
-// Walsh-Hadamard of the FWHT kernel (symmetric, its own inverse), optionally after ±1 signs or
-// norm scales per channel, so no dense matrix is ever built or multiplied: a 1B model rotates in
-// seconds, dominated by the conversion to f32 and memory traffic.
+// QuaRot-style offline rotation of Llama weights (llama_rotate.h): which transform goes where.
+// The weight math itself (conversion to f32, the Walsh-Hadamard along rows or down columns) is
+// quant/rotate.h's, so this builder calls no kernel.
 #include "engine/models/llama_rotate.h"
 
 #include <algorithm>
@@ -16,24 +11,11 @@
 
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
-#include "kernels/cpu/convert_cpu.h"
-#include "kernels/cpu/hadamard_cpu.h"
+#include "kernels/common/hadamard_block.h"
+#include "quant/rotate.h"
 
 namespace sampan::models {
 namespace {
-
-// Calls fn(begin, end) over [0, n) in chunks spread over the pool (a few per worker so uneven
-// chunks still balance). fn runs inside pool tasks, so it must not use the pool itself.
-template <class Fn>
-void for_chunks(ThreadPool& pool, int64_t n, const Fn& fn) {
-  if (n <= 0) return;
-  const int64_t n_chunks = std::min<int64_t>(n, 4 * static_cast<int64_t>(pool.concurrency()));
-  const int64_t chunk = (n + n_chunks - 1) / n_chunks;
-  pool.run((n + chunk - 1) / chunk, [&](int64_t c) {
-    const int64_t begin = c * chunk;
-    fn(begin, std::min(n, begin + chunk));
-  });
-}
 
 bool is_plain_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
@@ -46,16 +28,7 @@ Tensor owned_f32(const Tensor& t, const std::string& what, ThreadPool& pool) {
                what, dtype_name(t.dtype()), t.str());
   const Tensor src = t.contiguous();
   Tensor out = Tensor::empty(t.shape(), DType::kF32);
-  const int64_t n = t.numel();
-  const size_t esize = t.dtype() == DType::kF32 ? 4 : 2;
-  const char* s = static_cast<const char*>(src.raw());
-  float* d = out.data<float>();
-  // Converted in slices of 64k elements so that a large matrix uses every core.
-  constexpr int64_t kSlice = 1 << 16;
-  for_chunks(pool, (n + kSlice - 1) / kSlice, [&](int64_t c0, int64_t c1) {
-    const int64_t begin = c0 * kSlice, end = std::min(n, c1 * kSlice);
-    cpu::convert_to_f32(t.dtype(), s + static_cast<size_t>(begin) * esize, d + begin, end - begin);
-  });
+  quant::convert_to_f32(t.dtype(), src.raw(), out.data<float>(), t.numel(), pool);
   return out;
 }
 
@@ -65,48 +38,14 @@ void expect_shape(const Tensor& t, const Shape& shape, const std::string& what) 
                t.defined() ? t.str() : std::string("undefined"), shape_str(shape));
 }
 
-// m: [rows, n] contiguous. Each row is multiplied by col_scale (may be null) and then
-// transformed by the block-diagonal Walsh-Hadamard of `block`: m becomes m·diag(s)·Hb.
+// m·diag(col_scale)·Hb over rows, Hb·diag(row_scale)·m down columns (quant/rotate.h).
 void transform_rows(float* m, int64_t rows, int64_t n, const float* col_scale, int64_t block,
                     ThreadPool& pool) {
-  for_chunks(pool, rows, [&](int64_t r0, int64_t r1) {
-    cpu::SerialRunner serial;
-    for (int64_t r = r0; r < r1; ++r) {
-      float* row = m + r * n;
-      if (col_scale != nullptr) {
-        for (int64_t j = 0; j < n; ++j) row[j] *= col_scale[j];
-      }
-      // Row by row (not one call per chunk) so the scaled row is still in cache.
-      cpu::hadamard_rows(1, n, block, row, n, serial);
-    }
-  });
+  quant::hadamard_rows_scaled(m, rows, n, col_scale, block, pool);
 }
-
-// m: [rows, cols] contiguous. Every column is multiplied by row_scale (may be null) and then
-// transformed: m becomes Hb·diag(s)·m. Strips of 16 columns (one cache line per row) are
-// gathered into rows of a buffer, transformed by the row kernel and scattered back.
 void transform_columns(float* m, int64_t rows, int64_t cols, const float* row_scale,
                        int64_t block, ThreadPool& pool) {
-  if (block <= 1 && row_scale == nullptr) return;  // H_1: nothing to do
-  constexpr int64_t kStrip = 16;
-  const int64_t n_strips = (cols + kStrip - 1) / kStrip;
-  for_chunks(pool, n_strips, [&](int64_t s0, int64_t s1) {
-    cpu::SerialRunner serial;
-    std::vector<float> buf(static_cast<size_t>(kStrip * rows));  // [kStrip, rows]
-    for (int64_t s = s0; s < s1; ++s) {
-      const int64_t c0 = s * kStrip, w = std::min(kStrip, cols - c0);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float f = row_scale != nullptr ? row_scale[r] : 1.0f;
-        const float* src = m + r * cols + c0;
-        for (int64_t c = 0; c < w; ++c) buf[static_cast<size_t>(c * rows + r)] = src[c] * f;
-      }
-      cpu::hadamard_rows(w, rows, block, buf.data(), rows, serial);
-      for (int64_t r = 0; r < rows; ++r) {
-        float* dst = m + r * cols + c0;
-        for (int64_t c = 0; c < w; ++c) dst[c] = buf[static_cast<size_t>(c * rows + r)];
-      }
-    }
-  });
+  quant::hadamard_columns_scaled(m, rows, cols, row_scale, block, pool);
 }
 
 // The rotation's parameters, shared by every layer.
@@ -214,9 +153,9 @@ void rotate_llama_weights(const HfConfig& c, LlamaWeights& w, uint64_t seed) {
 
   Rotation rot;
   rot.hidden = d;
-  rot.block = cpu::hadamard_block_for(d);
-  rot.head_block = cpu::hadamard_block_for(c.head_dim);
-  rot.ffn_block = cpu::hadamard_block_for(c.intermediate_size);
+  rot.block = hadamard_block_for(d);
+  rot.head_block = hadamard_block_for(c.head_dim);
+  rot.ffn_block = hadamard_block_for(c.intermediate_size);
   rot.signs = random_signs(d, seed);
 
   ThreadPool pool(0);

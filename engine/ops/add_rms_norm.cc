@@ -1,12 +1,14 @@
 // add_rms_norm(x [rows, dim], residual [rows, dim], weight [dim]) -> (sum [rows, dim],
 // normed [rows, dim]); attribute eps. Made by the fuse_add_rms_norm pass from add + rms_norm.
 #include "engine/ops/op_registry.h"
+#include "engine/ops/rms_norm.h"
 #include "kernels/cpu/rms_norm_cpu.h"
 
 namespace sampan::ops {
 namespace {
 
-std::vector<TensorDesc> infer(const graph::Node& node, const std::vector<TensorDesc>& in) {
+std::vector<TensorDesc> infer(const graph::Node& node, const RmsNormAttrs&,
+                              const std::vector<TensorDesc>& in) {
   expect_rank(node, in[0], 0, 2);
   expect_dtype(node, in[0], 0, DType::kF32);
   expect_rank(node, in[1], 1, 2);
@@ -26,12 +28,13 @@ void run_cpu(const KernelContext& ctx) {
   const Tensor& y = ctx.outputs[1];
   cpu::add_rms_norm(x.dim(0), x.dim(1), x.data<float>(), row_stride(x), r.data<float>(),
                     row_stride(r), ctx.inputs[2].data<float>(),
-                    static_cast<float>(ctx.node.attrs.get_float("eps")), sum.data<float>(),
+                    ctx.attrs_as<RmsNormAttrs>().eps, sum.data<float>(),
                     row_stride(sum), y.data<float>(), row_stride(y), ctx.runner);
 }
 
-const RegisterOp kSchema({.name = "add_rms_norm", .min_inputs = 3, .max_inputs = 3, .n_outputs = 2,
-                          .infer = infer});
+const RegisterOp kSchema(with_attrs<RmsNormAttrs>(
+    {.name = "add_rms_norm", .min_inputs = 3, .max_inputs = 3, .n_outputs = 2},
+    {{"eps", AttrType::kFloat}}, parse_rms_norm_attrs, infer));
 const RegisterKernel kCpu("add_rms_norm", DeviceType::kCPU, run_cpu);
 
 }  // namespace

@@ -14,6 +14,8 @@
 // K and V are written into the caches first, then each token attends causally (and within the
 // sliding window) to positions up to its own of its own sequence. Table entries no token needs
 // are never read (-1 by convention).
+#include "engine/ops/attention.h"
+
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -26,17 +28,9 @@
 namespace sampan::ops {
 namespace {
 
-cpu::KvDtype kv_dtype_of(const graph::Node& node) {
-  const std::string text = node.attrs.get_string("kv_dtype", "f32");
-  cpu::KvDtype d = cpu::KvDtype::kF32;
-  SAMPAN_CHECK(cpu::parse_kv_dtype(text.c_str(), &d), ErrorCode::kInvalidArgument,
-               "node '{}' (attention): unknown kv_dtype '{}' (f32, bf16, fp8, int8, int4)",
-               node.name, text);
-  return d;
-}
-
-cpu::AttentionShape shape_of(const graph::Node& node) {
-  cpu::AttentionShape s;
+AttentionAttrs parse(const graph::Node& node) {
+  AttentionAttrs a;
+  cpu::AttentionShape& s = a.shape;
   s.n_heads = node.attrs.get_int("n_heads");
   s.n_kv_heads = node.attrs.get_int("n_kv_heads");
   s.head_dim = node.attrs.get_int("head_dim");
@@ -47,11 +41,16 @@ cpu::AttentionShape shape_of(const graph::Node& node) {
                ErrorCode::kInvalidArgument,
                "node '{}' (attention): n_heads {} must be a positive multiple of n_kv_heads {}",
                node.name, s.n_heads, s.n_kv_heads);
-  return s;
+  const std::string text = node.attrs.get_string("kv_dtype", "f32");
+  SAMPAN_CHECK(cpu::parse_kv_dtype(text.c_str(), &a.kv_dtype), ErrorCode::kInvalidArgument,
+               "node '{}' (attention): unknown kv_dtype '{}' (f32, bf16, fp8, int8, int4)",
+               node.name, text);
+  return a;
 }
 
-std::vector<TensorDesc> infer(const graph::Node& node, const std::vector<TensorDesc>& in) {
-  const cpu::AttentionShape s = shape_of(node);
+std::vector<TensorDesc> infer(const graph::Node& node, const AttentionAttrs& a,
+                              const std::vector<TensorDesc>& in) {
+  const cpu::AttentionShape& s = a.shape;
   const int64_t q_width = s.n_heads * s.head_dim, kv_width = s.n_kv_heads * s.head_dim;
   for (int i = 0; i < 3; ++i) {
     expect_rank(node, in[static_cast<size_t>(i)], i, 2);
@@ -63,7 +62,7 @@ std::vector<TensorDesc> infer(const graph::Node& node, const std::vector<TensorD
   expect_dim(node, in[1], 1, 1, kv_width);
   expect_dim(node, in[2], 2, 0, t);
   expect_dim(node, in[2], 2, 1, kv_width);
-  const cpu::KvDtype kv = kv_dtype_of(node);
+  const cpu::KvDtype kv = a.kv_dtype;
   const int64_t row_bytes = cpu::kv_row_bytes(kv, s.n_kv_heads, s.head_dim);
   for (int i = 3; i < 5; ++i) {
     const TensorDesc& c = in[static_cast<size_t>(i)];
@@ -139,7 +138,8 @@ void check_paged_indices(const graph::Node& node, const cpu::AttentionShape& s,
 }
 
 void run_cpu(const KernelContext& ctx) {
-  const cpu::AttentionShape s = shape_of(ctx.node);
+  const AttentionAttrs& a = ctx.attrs_as<AttentionAttrs>();
+  const cpu::AttentionShape& s = a.shape;
   const Tensor& q = ctx.inputs[0];
   const Tensor& k = ctx.inputs[1];
   const Tensor& v = ctx.inputs[2];
@@ -159,7 +159,7 @@ void run_cpu(const KernelContext& ctx) {
   cpu::PagedKvCache cache;
   cache.k = k_cache.raw();
   cache.v = v_cache.raw();
-  cache.dtype = kv_dtype_of(ctx.node);
+  cache.dtype = a.kv_dtype;
   cache.n_blocks = k_cache.dim(0);
   cache.block_size = k_cache.dim(1);
   cache.block_tables = tables.data<int32_t>();
@@ -178,8 +178,15 @@ void run_cpu(const KernelContext& ctx) {
                  row_stride(out), ctx.runner);
 }
 
-const RegisterOp kSchema({.name = "attention", .min_inputs = 8, .max_inputs = 8,
-                          .has_side_effects = true, .infer = infer});
+const RegisterOp kSchema(with_attrs<AttentionAttrs>(
+    {.name = "attention", .min_inputs = 8, .max_inputs = 8, .has_side_effects = true},
+    {{"n_heads", AttrType::kInt},
+     {"n_kv_heads", AttrType::kInt},
+     {"head_dim", AttrType::kInt},
+     {"scale", AttrType::kFloat},
+     {"sliding_window", AttrType::kInt, false},
+     {"kv_dtype", AttrType::kString, false}},
+    parse, infer));
 const RegisterKernel kCpu("attention", DeviceType::kCPU, run_cpu);
 
 }  // namespace

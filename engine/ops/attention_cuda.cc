@@ -38,6 +38,7 @@
 
 #include "engine/core/cuda_stream.h"
 #include "engine/core/error.h"
+#include "engine/ops/attention.h"
 #include "engine/ops/op_registry.h"
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/cpu/kv_quant.h"
@@ -49,25 +50,8 @@
 namespace sampan::ops {
 namespace {
 
-// The CUDA kernels read the CPU's formats byte for byte.
-static_assert(static_cast<int>(cpu::KvDtype::kF32) == static_cast<int>(cuda::KvFormat::kF32) &&
-              static_cast<int>(cpu::KvDtype::kBF16) == static_cast<int>(cuda::KvFormat::kBF16) &&
-              static_cast<int>(cpu::KvDtype::kF8E4M3) == static_cast<int>(cuda::KvFormat::kF8E4M3) &&
-              static_cast<int>(cpu::KvDtype::kI8) == static_cast<int>(cuda::KvFormat::kI8) &&
-              static_cast<int>(cpu::KvDtype::kI4) == static_cast<int>(cuda::KvFormat::kI4));
-static_assert(cpu::kKvI4Group == cuda::kKvI4Group);
-constexpr bool same_head_bytes(int64_t hd) {
-  for (int f = 0; f < 5; ++f) {
-    if (cpu::kv_head_bytes(static_cast<cpu::KvDtype>(f), hd) !=
-        cuda::kv_head_bytes(static_cast<cuda::KvFormat>(f), hd)) {
-      return false;
-    }
-  }
-  return true;
-}
-static_assert(same_head_bytes(1) && same_head_bytes(7) && same_head_bytes(48) &&
-              same_head_bytes(64) && same_head_bytes(80) && same_head_bytes(128) &&
-              same_head_bytes(200) && same_head_bytes(256));
+// The CUDA kernels read the CPU's formats byte for byte: both backends take the KV formats and
+// their sizes from one definition (kernels/common/kv_format.h); the CUDA tests compare the bytes.
 
 constexpr size_t kScratchAlign = 256;
 
@@ -143,25 +127,24 @@ void run_cuda(const KernelContext& ctx) {
                node.name);
   SAMPAN_CHECK(!k_cache.storage()->read_only() && !v_cache.storage()->read_only(),
                ErrorCode::kInvalidArgument, "node '{}': KV cache is read-only memory", node.name);
-  // The schema (attention.cc) has validated these attributes and the kv_dtype spelling.
-  cpu::KvDtype dtype = cpu::KvDtype::kF32;
-  cpu::parse_kv_dtype(node.attrs.get_string("kv_dtype", "f32").c_str(), &dtype);
+  // Parsed and validated when the executor planned (attention.cc).
+  const AttentionAttrs& a = ctx.attrs_as<AttentionAttrs>();
   cuda::AttentionBatch b;
   b.n_tokens = n;
   b.pos = pos.data<int32_t>();
   b.seq_ids = seq.data<int32_t>();
-  b.n_heads = node.attrs.get_int("n_heads");
-  b.n_kv_heads = node.attrs.get_int("n_kv_heads");
-  b.head_dim = node.attrs.get_int("head_dim");
-  b.scale = static_cast<float>(node.attrs.get_float("scale"));
-  b.sliding_window = node.attrs.get_int("sliding_window", 0);
+  b.n_heads = a.shape.n_heads;
+  b.n_kv_heads = a.shape.n_kv_heads;
+  b.head_dim = a.shape.head_dim;
+  b.scale = a.shape.scale;
+  b.sliding_window = a.shape.sliding_window;
   SAMPAN_CHECK(b.head_dim <= 256, ErrorCode::kUnsupported,
                "node '{}': attention on CUDA supports head_dim up to 256, not {}", node.name,
                b.head_dim);
   cuda::PagedKv c;
   c.k = k_cache.raw();
   c.v = v_cache.raw();
-  c.format = static_cast<cuda::KvFormat>(dtype);
+  c.format = static_cast<cuda::KvFormat>(a.kv_dtype);
   c.n_blocks = k_cache.dim(0);
   c.block_size = k_cache.dim(1);
   c.block_tables = tables.data<int32_t>();

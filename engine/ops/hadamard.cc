@@ -1,6 +1,8 @@
 // hadamard(x [rows, n] f32) -> [rows, n] f32: the normalised block-diagonal Walsh-Hadamard of
 // each row (kernels/cpu/hadamard_cpu.h); attribute block (int, a power of two dividing n). x may
 // be a column slice (row stride > n). Online half of the rotations in models/llama_rotate.h.
+#include "engine/ops/hadamard.h"
+
 #include <cstring>
 
 #include "engine/core/error.h"
@@ -10,15 +12,20 @@
 namespace sampan::ops {
 namespace {
 
-std::vector<TensorDesc> infer(const graph::Node& node, const std::vector<TensorDesc>& in) {
+HadamardAttrs parse(const graph::Node& node) {
+  HadamardAttrs a;
+  a.block = node.attrs.get_int("block");
+  SAMPAN_CHECK(a.block >= 1 && (a.block & (a.block - 1)) == 0, ErrorCode::kInvalidArgument,
+               "node '{}' (hadamard): block {} is not a power of two", node.name, a.block);
+  return a;
+}
+
+std::vector<TensorDesc> infer(const graph::Node& node, const HadamardAttrs& a,
+                              const std::vector<TensorDesc>& in) {
   expect_rank(node, in[0], 0, 2);
   expect_dtype(node, in[0], 0, DType::kF32);
-  SAMPAN_CHECK(node.attrs.has("block"), ErrorCode::kInvalidArgument,
-               "node '{}' (hadamard): missing attribute 'block'", node.name);
-  const int64_t block = node.attrs.get_int("block");
+  const int64_t block = a.block;
   const int64_t n = in[0].shape[1];
-  SAMPAN_CHECK(block >= 1 && (block & (block - 1)) == 0, ErrorCode::kInvalidArgument,
-               "node '{}' (hadamard): block {} is not a power of two", node.name, block);
   // A width of 0 has no block to check (an empty batch still plans).
   SAMPAN_CHECK(n % block == 0, ErrorCode::kInvalidArgument,
                "node '{}' (hadamard): block {} does not divide the row width {}", node.name, block,
@@ -40,10 +47,12 @@ void run_cpu(const KernelContext& ctx) {
       std::memcpy(dst + r * ldy, src + r * ldx, static_cast<size_t>(n) * sizeof(float));
     }
   }
-  cpu::hadamard_rows(rows, n, ctx.node.attrs.get_int("block"), dst, ldy, ctx.runner);
+  cpu::hadamard_rows(rows, n, ctx.attrs_as<HadamardAttrs>().block, dst, ldy, ctx.runner);
 }
 
-const RegisterOp kSchema({.name = "hadamard", .min_inputs = 1, .max_inputs = 1, .infer = infer});
+const RegisterOp kSchema(with_attrs<HadamardAttrs>({.name = "hadamard", .min_inputs = 1,
+                                                    .max_inputs = 1},
+                                                   {{"block", AttrType::kInt}}, parse, infer));
 const RegisterKernel kCpu("hadamard", DeviceType::kCPU, run_cpu);
 
 }  // namespace

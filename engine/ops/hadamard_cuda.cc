@@ -2,6 +2,7 @@
 // width) are in hadamard.cc.
 #include "engine/core/cuda_stream.h"
 #include "engine/core/error.h"
+#include "engine/ops/hadamard.h"
 #include "engine/ops/op_registry.h"
 #include "kernels/cuda/hadamard.cuh"
 
@@ -15,7 +16,7 @@ constexpr int64_t kAlwaysSupportedBlock = 8192;
 void run_cuda(const KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];   // [rows, n], rows may be spaced
   const Tensor& y = ctx.outputs[0];  // [rows, n]
-  const int64_t block = ctx.node.attrs.get_int("block");
+  const int64_t block = ctx.attrs_as<HadamardAttrs>().block;
   if (block > kAlwaysSupportedBlock) {
     const int64_t max_block = cuda::hadamard_max_block();
     SAMPAN_CHECK(block <= max_block, ErrorCode::kUnsupported,

@@ -13,14 +13,18 @@
 //   f8_e4m3 [n_i, k] with scales_i f32 [n_i];
 //   i4 [n_i, k] (packed) with scales_i f16|bf16 [n_i, k / group_size] (one scale type for all
 //   blocks) and optional zeros_i i8 [n_i, k / group_size].
+#include "engine/ops/linear.h"
+
 #include "engine/core/error.h"
 #include "engine/ops/op_registry.h"
+#include "kernels/common/quant_scheme.h"
 #include "kernels/cpu/gemm_cpu.h"
 
 namespace sampan::ops {
 namespace {
 
-int n_blocks(const graph::Node& node) {
+LinearAttrs parse(const graph::Node& node) {
+  LinearAttrs a;
   const int64_t b = node.attrs.get_int("n_blocks", 1);
   SAMPAN_CHECK(b >= 1 && b <= cpu::kMaxGemmBlocks, ErrorCode::kInvalidArgument,
                "node '{}' (linear): n_blocks = {} outside 1..{}", node.name, b,
@@ -29,14 +33,13 @@ int n_blocks(const graph::Node& node) {
   SAMPAN_CHECK(n_in == 1 + b || n_in == 1 + 2 * b || n_in == 1 + 3 * b || n_in == 1 + 4 * b,
                ErrorCode::kInvalidArgument, "node '{}' (linear): {} inputs for {} weight blocks",
                node.name, n_in, b);
-  return static_cast<int>(b);
-}
-
-bool silu_mul_epilogue(const graph::Node& node) {
+  a.n_blocks = static_cast<int>(b);
   const std::string ep = node.attrs.get_string("epilogue", "store");
   SAMPAN_CHECK(ep == "store" || ep == "silu_mul", ErrorCode::kInvalidArgument,
                "node '{}' (linear): unknown epilogue '{}'", node.name, ep);
-  return ep == "silu_mul";
+  a.epilogue = ep == "silu_mul" ? GemmEpilogue::kSiluMul : GemmEpilogue::kStore;
+  a.group_size = node.attrs.get_int("group_size", 0);
+  return a;
 }
 
 enum class Slot { kBias = 1, kScales = 2, kZeros = 3 };
@@ -77,15 +80,16 @@ void check_slot(const graph::Node& node, const std::vector<TensorDesc>& in, int 
                dtype_name(dtype), shape_str(shape));
 }
 
-std::vector<TensorDesc> infer(const graph::Node& node, const std::vector<TensorDesc>& in) {
-  const int b = n_blocks(node);
+std::vector<TensorDesc> infer(const graph::Node& node, const LinearAttrs& a,
+                              const std::vector<TensorDesc>& in) {
+  const int b = a.n_blocks;
   expect_rank(node, in[0], 0, 2);
   expect_dtype(node, in[0], 0, DType::kF32);
   const int64_t k = in[0].shape[1];
   const DType wtype = in[1].dtype;
-  const int64_t g = node.attrs.get_int("group_size", 0);
+  const int64_t g = a.group_size;
   if (wtype == DType::kI4) {
-    SAMPAN_CHECK(g == 32 || g == 64 || g == 128, ErrorCode::kInvalidArgument,
+    SAMPAN_CHECK(int4_group_size_ok(g), ErrorCode::kInvalidArgument,
                  "node '{}' (linear): int4 weights need group_size 32, 64 or 128, got {}",
                  node.name, g);
     SAMPAN_CHECK(k % g == 0, ErrorCode::kInvalidArgument,
@@ -133,7 +137,7 @@ std::vector<TensorDesc> infer(const graph::Node& node, const std::vector<TensorD
         break;
     }
   }
-  if (silu_mul_epilogue(node)) {
+  if (a.epilogue == GemmEpilogue::kSiluMul) {
     SAMPAN_CHECK(b == 2 && in[1].shape[0] == in[2].shape[0], ErrorCode::kInvalidArgument,
                  "node '{}' (linear): silu_mul needs two weight blocks of equal rows", node.name);
     n = in[1].shape[0];
@@ -153,13 +157,14 @@ const Tensor* slot_tensor(const KernelContext& ctx, int b, int i, Slot s) {
 }
 
 void run_cpu(const KernelContext& ctx) {
-  const int b = n_blocks(ctx.node);
+  const LinearAttrs& a = ctx.attrs_as<LinearAttrs>();
+  const int b = a.n_blocks;
   const Tensor& x = ctx.inputs[0];
   cpu::GemmWeights w;
   w.dtype = ctx.inputs[1].dtype();
   w.k = x.dim(1);
   w.n_blocks = b;
-  w.group_size = ctx.node.attrs.get_int("group_size", 0);
+  w.group_size = a.group_size;
   for (int i = 0; i < b; ++i) {
     const Tensor& wi = ctx.inputs[static_cast<size_t>(1 + i)];
     SAMPAN_CHECK(wi.is_contiguous(), ErrorCode::kInternal, "node '{}': weight {} not contiguous",
@@ -174,13 +179,16 @@ void run_cpu(const KernelContext& ctx) {
     if (const Tensor* z = slot_tensor(ctx, b, i, Slot::kZeros)) w.zeros[i] = z->data<int8_t>();
   }
   const Tensor& y = ctx.outputs[0];
-  cpu::gemm(x.dim(0), x.data<float>(), row_stride(x), w,
-            silu_mul_epilogue(ctx.node) ? cpu::GemmEpilogue::kSiluMul : cpu::GemmEpilogue::kStore,
-            y.data<float>(), row_stride(y), ctx.runner);
+  cpu::gemm(x.dim(0), x.data<float>(), row_stride(x), w, a.epilogue, y.data<float>(),
+            row_stride(y), ctx.runner);
 }
 
-const RegisterOp kSchema({.name = "linear", .min_inputs = 2, .max_inputs = 1 + 4 * cpu::kMaxGemmBlocks,
-                          .infer = infer});
+const RegisterOp kSchema(with_attrs<LinearAttrs>(
+    {.name = "linear", .min_inputs = 2, .max_inputs = 1 + 4 * cpu::kMaxGemmBlocks},
+    {{"n_blocks", AttrType::kInt, false},
+     {"epilogue", AttrType::kString, false},
+     {"group_size", AttrType::kInt, false}},
+    parse, infer));
 const RegisterKernel kCpu("linear", DeviceType::kCPU, run_cpu);
 
 }  // namespace

@@ -2,6 +2,7 @@
 // per weight format (cuBLASLt, W4A16/W8A16 GEMV, FP8 tensor cores) in kernels/cuda/gemm.cuh.
 #include "engine/core/cuda_stream.h"
 #include "engine/core/error.h"
+#include "engine/ops/linear.h"
 #include "engine/ops/op_registry.h"
 #include "kernels/cuda/gemm.cuh"
 
@@ -24,8 +25,8 @@ const Tensor* slot_tensor(const KernelContext& ctx, int b, int i, Slot s) {
 
 void run_cuda(const KernelContext& ctx) {
   // The schema has checked n_blocks, the epilogue name and every slot's dtype and shape.
-  const int b = static_cast<int>(ctx.node.attrs.get_int("n_blocks", 1));
-  const bool silu_mul = ctx.node.attrs.get_string("epilogue", "store") == "silu_mul";
+  const LinearAttrs& a = ctx.attrs_as<LinearAttrs>();
+  const int b = a.n_blocks;
   const Tensor& x = ctx.inputs[0];   // [rows, k] f32, rows contiguous
   const Tensor& y = ctx.outputs[0];  // [rows, n] or [rows, n_0] for silu_mul
   if (x.dim(0) == 0) return;
@@ -33,7 +34,7 @@ void run_cuda(const KernelContext& ctx) {
   w.dtype = ctx.inputs[1].dtype();
   w.k = x.dim(1);
   w.n_blocks = b;
-  w.group_size = ctx.node.attrs.get_int("group_size", 0);
+  w.group_size = a.group_size;
   for (int i = 0; i < b; ++i) {
     const Tensor& wi = ctx.inputs[static_cast<size_t>(1 + i)];  // [rows_i, k]
     SAMPAN_CHECK(wi.is_contiguous(), ErrorCode::kInternal, "node '{}': weight {} not contiguous",
@@ -48,9 +49,8 @@ void run_cuda(const KernelContext& ctx) {
     if (const Tensor* z = slot_tensor(ctx, b, i, Slot::kZeros)) w.zeros[i] = z->data<int8_t>();
   }
   const cuda::GemmStatus status =
-      cuda::gemm(x.dim(0), x.data<float>(), row_stride(x), w,
-                 silu_mul ? cuda::GemmEpilogue::kSiluMul : cuda::GemmEpilogue::kStore,
-                 y.data<float>(), row_stride(y), static_cast<cudaStream_t>(ctx.stream));
+      cuda::gemm(x.dim(0), x.data<float>(), row_stride(x), w, a.epilogue, y.data<float>(),
+                 row_stride(y), static_cast<cudaStream_t>(ctx.stream));
   SAMPAN_CHECK(status.cublas == 0, ErrorCode::kInternal, "linear on CUDA ({} weights, k {}): {}",
                dtype_name(w.dtype), w.k, cuda::cublas_status_name(status.cublas));
   check_cuda(status.cuda, "linear launch");

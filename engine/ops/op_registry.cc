@@ -12,6 +12,14 @@ OpRegistry& OpRegistry::instance() {
 void OpRegistry::add_schema(OpSchema schema) {
   SAMPAN_CHECK(!schemas_.count(schema.name), ErrorCode::kInternal, "op '{}' registered twice",
                schema.name);
+  SAMPAN_CHECK(schema.attrs.empty() || schema.parse_attrs, ErrorCode::kInternal,
+               "op '{}' declares attributes but no parse_attrs", schema.name);
+  if (!schema.infer_typed) {
+    schema.infer_typed = [infer = schema.infer](const graph::Node& node, const OpAttrs*,
+                                                const std::vector<TensorDesc>& in) {
+      return infer(node, in);
+    };
+  }
   schemas_.emplace(schema.name, std::move(schema));
 }
 
@@ -53,6 +61,54 @@ std::vector<std::string> OpRegistry::op_names() const {
   std::vector<std::string> names;
   for (const auto& [name, _] : schemas_) names.push_back(name);
   return names;
+}
+
+namespace {
+
+const char* attr_type_name(AttrType t) {
+  switch (t) {
+    case AttrType::kInt: return "an integer";
+    case AttrType::kFloat: return "a number";
+    case AttrType::kString: return "a string";
+    case AttrType::kInts: return "an integer list";
+  }
+  return "?";
+}
+
+const char* attr_value_type_name(const graph::AttrValue& v) {
+  if (std::holds_alternative<int64_t>(v)) return "an integer";
+  if (std::holds_alternative<double>(v)) return "a float";
+  if (std::holds_alternative<std::string>(v)) return "a string";
+  if (std::holds_alternative<std::vector<int64_t>>(v)) return "an integer list";
+  return "a float list";
+}
+
+bool has_type(const graph::AttrValue& v, AttrType t) {
+  switch (t) {
+    case AttrType::kInt: return std::holds_alternative<int64_t>(v);
+    case AttrType::kFloat:  // an integer reads as a number, as Attributes::get_float does
+      return std::holds_alternative<double>(v) || std::holds_alternative<int64_t>(v);
+    case AttrType::kString: return std::holds_alternative<std::string>(v);
+    case AttrType::kInts: return std::holds_alternative<std::vector<int64_t>>(v);
+  }
+  return false;
+}
+
+}  // namespace
+
+void check_attrs(const graph::Node& node, const std::vector<AttrDecl>& decls) {
+  const auto& all = node.attrs.all();
+  for (const AttrDecl& d : decls) {
+    auto it = all.find(d.name);
+    if (it == all.end()) {
+      SAMPAN_CHECK(!d.required, ErrorCode::kInvalidArgument,
+                   "node '{}' ({}): missing attribute '{}'", node.name, node.op, d.name);
+      continue;
+    }
+    SAMPAN_CHECK(has_type(it->second, d.type), ErrorCode::kInvalidArgument,
+                 "node '{}' ({}): attribute '{}' is {}, expected {}", node.name, node.op, d.name,
+                 attr_value_type_name(it->second), attr_type_name(d.type));
+  }
 }
 
 void expect_rank(const graph::Node& node, const TensorDesc& t, int index, int rank) {

@@ -1,15 +1,25 @@
 // Op schemas and per-backend kernels.
 //
-// Each op file in engine/ops registers one OpSchema (input counts, shape/dtype inference, shape
-// checks shared by every backend) and one kernel launcher per backend it supports. A launcher
-// turns Tensors into raw pointers and calls a kernel in kernels/<backend>. Registration happens
-// in static initialisers inside libsampan, so there is no central table to keep by hand; the
-// executor asks `supports()` at plan time so a missing kernel is an error before anything runs.
+// Each op file in engine/ops registers one OpSchema (input counts, declared attributes,
+// shape/dtype inference, shape checks shared by every backend) and one kernel launcher per
+// backend it supports. A launcher turns Tensors into raw pointers and calls a kernel in
+// kernels/<backend>. Registration happens in static initialisers inside libsampan, so there is no
+// central table to keep by hand; the executor asks `supports()` at plan time so a missing kernel
+// is an error before anything runs.
+//
+// Attributes. An op with attributes declares each one (name, type, required or not) in its
+// schema and parses a node's attributes into its own struct deriving OpAttrs (declared in the
+// op's header, engine/ops/<op>.h, where its backend files read it). The executor parses every
+// node once when it plans and hands the struct to each shape inference and launch, so nothing on
+// the per-step path looks an attribute up by name; a bad attribute is a one-line
+// Error(kInvalidArgument) naming the node and the attribute before anything runs.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/core/tensor.h"
@@ -24,9 +34,25 @@ struct TensorDesc {
   bool present = true;  // false for an absent optional input
 };
 
+// A node's attributes parsed by its op (see the top of the file); each op derives its own.
+struct OpAttrs {
+  virtual ~OpAttrs() = default;
+};
+
+enum class AttrType { kInt, kFloat, kString, kInts };
+
+// One attribute an op reads. A float attribute may be given as an integer (as
+// Attributes::get_float reads it); attributes a node has beyond those declared are ignored.
+struct AttrDecl {
+  std::string name;
+  AttrType type = AttrType::kInt;
+  bool required = true;  // false: the op's parse supplies a default
+};
+
 // Everything a kernel launcher sees for one node execution.
 struct KernelContext {
   const graph::Node& node;
+  const OpAttrs* attrs;  // the node's parsed attributes; null for an op that declares none
   const std::vector<Tensor>& inputs;   // absent optional inputs are undefined Tensors
   const std::vector<Tensor>& outputs;  // preallocated with the inferred shapes (or views)
   cpu::TaskRunner& runner;
@@ -45,15 +71,26 @@ struct KernelContext {
   // words of the op's RegisterFaultText. Null on the CPU, whose kernels check on the host.
   int32_t* fault = nullptr;
   int32_t fault_tag = 0;
+
+  // The op's own attribute struct (the executor parsed it with that op's parse_attrs).
+  template <class A>
+  const A& attrs_as() const {
+    return static_cast<const A&>(*attrs);
+  }
 };
 
 using InferFn = std::function<std::vector<TensorDesc>(const graph::Node&,
                                                       const std::vector<TensorDesc>& inputs)>;
+// Inference with the node's attributes already parsed (`attrs` is null for an op that declares
+// none).
+using TypedInferFn = std::function<std::vector<TensorDesc>(
+    const graph::Node&, const OpAttrs* attrs, const std::vector<TensorDesc>& inputs)>;
+using ParseAttrsFn = std::function<std::unique_ptr<const OpAttrs>(const graph::Node&)>;
 using KernelFn = std::function<void(const KernelContext&)>;
 // What a device kernel's fault reason bits mean, for the executor's error message.
 using FaultTextFn = std::string (*)(int32_t reason);
 // View ops produce outputs that alias an input's memory (no kernel runs, no buffer planned).
-using ViewFn = std::function<std::vector<Tensor>(const graph::Node&,
+using ViewFn = std::function<std::vector<Tensor>(const graph::Node&, const OpAttrs* attrs,
                                                  const std::vector<Tensor>& inputs)>;
 
 struct OpSchema {
@@ -62,9 +99,46 @@ struct OpSchema {
   int max_inputs = 1;
   int n_outputs = 1;
   bool has_side_effects = false;  // writes a graph input in place (e.g. a KV cache)
-  InferFn infer;                  // throws Error(kInvalidArgument) naming the node on bad shapes
-  ViewFn view;                    // set for view ops only
+  // (node, inputs): parses the node's attributes first, for callers without a plan (tools,
+  // tests); throws Error(kInvalidArgument) naming the node on bad shapes or attributes.
+  InferFn infer;
+  ViewFn view;  // set for view ops only
+  // Set by with_attrs() for an op with attributes, left empty by one without.
+  std::vector<AttrDecl> attrs;
+  ParseAttrsFn parse_attrs;  // checks the node against `attrs`, then parses them
+  // What the executor calls; add_schema() makes it call `infer` for an op without attributes.
+  TypedInferFn infer_typed;
 };
+
+// Checks node.attrs against `decls`: "node 'n' (op): missing attribute 'a'" or "node 'n' (op):
+// attribute 'a' is a string, expected an integer", Error(kInvalidArgument).
+void check_attrs(const graph::Node& node, const std::vector<AttrDecl>& decls);
+
+// An op's schema with typed attributes: `parse` reads a node's attributes (already checked
+// against `decls`, so its getters cannot fail on type or presence) into the op's Attrs and
+// checks their values; `infer` takes them parsed.
+template <class Attrs>
+OpSchema with_attrs(OpSchema schema, std::vector<AttrDecl> decls,
+                    Attrs (*parse)(const graph::Node&),
+                    std::vector<TensorDesc> (*infer)(const graph::Node&, const Attrs&,
+                                                     const std::vector<TensorDesc>&)) {
+  static_assert(std::is_base_of_v<OpAttrs, Attrs>);
+  schema.attrs = decls;
+  schema.parse_attrs = [parse, decls = std::move(decls)](const graph::Node& node) {
+    check_attrs(node, decls);
+    return std::unique_ptr<const OpAttrs>(std::make_unique<const Attrs>(parse(node)));
+  };
+  schema.infer_typed = [infer](const graph::Node& node, const OpAttrs* attrs,
+                               const std::vector<TensorDesc>& in) {
+    return infer(node, static_cast<const Attrs&>(*attrs), in);
+  };
+  schema.infer = [parse_attrs = schema.parse_attrs, infer](const graph::Node& node,
+                                                          const std::vector<TensorDesc>& in) {
+    const std::unique_ptr<const OpAttrs> attrs = parse_attrs(node);
+    return infer(node, static_cast<const Attrs&>(*attrs), in);
+  };
+  return schema;
+}
 
 class OpRegistry {
  public:

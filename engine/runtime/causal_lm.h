@@ -1,7 +1,7 @@
-// CausalLm: a loaded decoder model ready to run — config, mapped weights, the optimised graph,
-// its executor and a single-sequence KV cache. The batched, paged runtime of the serving stack
-// (runtime::Engine) feeds the same graph with many sequences and real block tables; this is the
-// one-sequence path used by the CLI and benchmarks.
+// CausalLm: a loaded decoder model (models::Model: config, graph, signature, weights) ready to
+// run — its executor and a single-sequence KV cache. The batched, paged runtime of the serving
+// stack (runtime::Engine) feeds the same kind of Model with many sequences and real block tables;
+// this is the one-sequence path used by the CLI and benchmarks.
 #pragma once
 
 #include <memory>
@@ -11,10 +11,7 @@
 
 #include "engine/core/thread_pool.h"
 #include "engine/graph/executor.h"
-#include "engine/graph/passes/passes.h"
-#include "engine/loaders/hf_config.h"
-#include "engine/loaders/weight_store.h"
-#include "engine/models/llama.h"
+#include "engine/models/model.h"
 
 namespace sampan::runtime {
 
@@ -51,10 +48,11 @@ class CausalLm {
   int64_t n_past() const { return n_past_; }
   int64_t capacity() const { return capacity_; }
 
-  const HfConfig& config() const { return config_; }
-  const WeightStore& weights() const { return store_; }
-  const graph::Graph& graph() const { return graph_; }
-  const graph::passes::PassReport& pass_report() const { return pass_report_; }
+  const HfConfig& config() const { return model_->config; }
+  const models::Model& model() const { return *model_; }
+  const WeightStore& weights() const { return *model_->store; }
+  const graph::Graph& graph() const { return model_->graph; }
+  const graph::passes::PassReport& pass_report() const { return model_->pass_report; }
   // The activation memory plan of a forward over n_tokens tokens with n_out logit rows.
   graph::MemoryPlan plan_activations(int64_t n_tokens, int64_t n_out);
   int64_t kv_cache_bytes() const;
@@ -63,20 +61,16 @@ class CausalLm {
   const graph::Executor::GraphStats& graph_stats() const { return executor_->graph_stats(); }
 
  private:
-  CausalLm(HfConfig config, WeightStore store, const CausalLmOptions& options);
+  CausalLm(std::unique_ptr<models::Model> model, const CausalLmOptions& options);
 
-  HfConfig config_;
-  WeightStore store_;
-  models::LlamaWeights weights_;
-  graph::Graph graph_;
-  graph::passes::PassReport pass_report_;
+  std::unique_ptr<models::Model> model_;
+  models::DecoderBindings bind_;  // the graph's input names, by role
   ThreadPool pool_;
   std::unique_ptr<graph::Executor> executor_;
   int64_t capacity_ = 0;
-  // Per layer [1, capacity, kv_dim] f32 (or [1, capacity, kv_row_bytes] i8 for a quantized
-  // cache), on the model's device: the paged graph's pool with a single block that holds the
-  // whole sequence (block_tables [[0]]).
-  std::vector<Tensor> k_cache_, v_cache_;
+  // One block of `capacity_` rows per layer, on the model's device: the paged graph's pools
+  // with a single block that holds the whole sequence (block_tables [[0]]).
+  models::KvPools kv_;
   int64_t n_past_ = 0;
   std::vector<int32_t> cached_ids_;
 };

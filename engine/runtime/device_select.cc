@@ -39,20 +39,4 @@ void require_device(Device device) {
   }
 }
 
-Tensor allocate_named(const Shape& shape, DType dtype, Device device, std::string_view what,
-                      Fill fill) {
-  try {
-    switch (fill) {
-      case Fill::kUninitialized: return Tensor::empty(shape, dtype, device);
-      case Fill::kZero: return Tensor::zeros(shape, dtype, device);
-    }
-    fail(ErrorCode::kInternal, "unknown fill");
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::kOutOfMemory) throw;
-    fail(ErrorCode::kOutOfMemory, "{} {}{} ({} bytes on {}): {}", what, dtype_name(dtype),
-         shape_str(shape), dtype_storage_bytes(dtype, shape_numel(shape)), device.str(),
-         e.what());
-  }
-}
-
 }  // namespace sampan::runtime

@@ -19,12 +19,8 @@ Device parse_device(std::string_view text);
 // visible" (or, for an index beyond the visible devices, how many there are).
 void require_device(Device device);
 
-enum class Fill { kUninitialized, kZero };
-
-// Tensor::empty / Tensor::zeros, except that running out of memory throws Error(kOutOfMemory)
-// whose one line names `what` (e.g. "KV cache pool k_cache.3"), the shape and the bytes: what
-// an operator needs to pick a smaller --max-context or kv_cache_bytes.
-Tensor allocate_named(const Shape& shape, DType dtype, Device device, std::string_view what,
-                      Fill fill);
+// Named allocation lives with the tensors (engine/core/tensor.h); the runtime's spelling stays.
+using sampan::allocate_named;
+using sampan::Fill;
 
 }  // namespace sampan::runtime

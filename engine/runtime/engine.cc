@@ -14,12 +14,6 @@
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
-#include "engine/core/thread_pool.h"
-#include "engine/graph/executor.h"
-#include "engine/graph/passes/passes.h"
-#include "engine/loaders/weight_store.h"
-#include "engine/models/llama.h"
-#include "engine/runtime/device_sampler.h"
 #include "engine/runtime/device_select.h"
 #include "engine/runtime/engine_impl.h"
 #include "engine/runtime/sequence.h"
@@ -61,20 +55,14 @@ void Engine::Impl::load_model() {
                "num_kv_blocks must be >= 0, got {}", o.num_kv_blocks);
 
   require_device(o.device);  // before any file is read: one line when there is no GPU
-  config = load_hf_config(model_dir);
-  store.emplace(WeightStore::open(model_dir));
+  runner = std::make_unique<ModelRunner>(
+      models::load_model(model_dir, {.build = o.build, .optimize = o.optimize}), options);
+  const models::Model& model = runner->model();
+  const HfConfig& config = model.config;
+  info = {model.architecture, config.vocab_size,       config.n_layer,
+          config.n_head,      config.n_head_kv,        config.head_dim,
+          config.max_position_embeddings};
   tokenizer = tok::load_tokenizer(model_dir);
-  weights = models::load_llama_weights(config, *store, o.build);
-  graph = models::build_llama_graph(config, weights, o.build);
-  if (o.optimize) graph::passes::optimize(graph);
-  pool = std::make_unique<ThreadPool>(o.threads);
-  executor = std::make_unique<graph::Executor>(graph, *pool, o.device);
-  executor->load_constants();
-  executor->set_cuda_graphs(o.cuda_graphs);
-  pad_decode = o.pad_decode_steps || (o.cuda_graphs && o.device.type == DeviceType::kCUDA);
-  if (o.device_sampling && o.device.type == DeviceType::kCUDA) {
-    device_sampler = std::make_unique<DeviceSampler>(o.device);
-  }
 
   const int64_t model_max = config.max_position_embeddings;
   if (o.max_model_len > 0) {
@@ -90,9 +78,7 @@ void Engine::Impl::load_model() {
 
   // One K and one V row per layer and token, in the chosen format: a quantized cache fits more
   // blocks into the same kv_cache_bytes.
-  const cpu::KvDtype kv_dtype = o.build.kv_cache_dtype;
-  const int64_t row_bytes = cpu::kv_row_bytes(kv_dtype, config.n_head_kv, config.head_dim);
-  const int64_t block_bytes = 2 * config.n_layer * o.block_size * row_bytes;
+  const int64_t block_bytes = model.kv_block_bytes(o.block_size);
   const int64_t need = (max_model_len + o.block_size - 1) / o.block_size;
   if (o.num_kv_blocks > 0) {
     num_blocks = o.num_kv_blocks;
@@ -107,25 +93,24 @@ void Engine::Impl::load_model() {
                  block_bytes);
   }
   // The pools first: an absurd kv_cache_bytes then fails on the device allocation, named, before
-  // the block manager sizes its host tables for that many blocks. Padded decode steps write
-  // their padding tokens into block num_blocks, which the block manager never hands out.
-  const int64_t pool_blocks = num_blocks + (pad_decode ? 1 : 0);
-  for (int64_t l = 0; l < config.n_layer; ++l) {
-    // The graph's pool contract (models/llama.h): f32 values, or raw i8 rows for the others.
-    const bool f32 = kv_dtype == cpu::KvDtype::kF32;
-    const Shape pool = {pool_blocks, o.block_size, f32 ? config.kv_dim() : row_bytes};
-    const DType dtype = f32 ? DType::kF32 : DType::kI8;
-    auto what = [&](const char* name) {
-      return fmt::format("KV cache pool {}.{} ({} blocks of {} tokens)", name, l, pool_blocks,
-                         o.block_size);
-    };
-    k_cache.push_back(allocate_named(pool, dtype, o.device, what("k_cache"), Fill::kZero));
-    v_cache.push_back(allocate_named(pool, dtype, o.device, what("v_cache"), Fill::kZero));
-    inputs[fmt::format("k_cache.{}", l)] = k_cache.back();
-    inputs[fmt::format("v_cache.{}", l)] = v_cache.back();
-  }
+  // the block manager sizes its host tables for that many blocks.
+  runner->allocate_kv(num_blocks, max_model_len);
 
   blocks = std::make_unique<BlockManager>(num_blocks, o.block_size, o.prefix_cache);
+  scheduler = std::make_unique<Scheduler>(options, *blocks);
+  output = std::make_unique<OutputProcessor>(*blocks, config.vocab_size, max_model_len,
+                                             [this] { on_final_event(); });
+  waiting_queue.pop_front = [this]() -> std::unique_ptr<Sequence> {
+    std::lock_guard<std::mutex> lock(mu);
+    if (waiting.empty()) return nullptr;
+    std::unique_ptr<Sequence> s = std::move(waiting.front());
+    waiting.pop_front();
+    return s;
+  };
+  waiting_queue.push_front = [this](std::unique_ptr<Sequence> s) {
+    std::lock_guard<std::mutex> lock(mu);
+    waiting.push_front(std::move(s));
+  };
 
   const tok::SpecialTokens& sp = tokenizer->special();
   eos_ids.insert(eos_ids.end(), sp.eos_ids.begin(), sp.eos_ids.end());
@@ -133,11 +118,11 @@ void Engine::Impl::load_model() {
   for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
 
   published.kv_blocks_total = num_blocks;
-  published.kv_cache_bytes = pool_blocks * block_bytes;
-  published.kv_bytes_per_token = 2 * config.n_layer * row_bytes;
+  published.kv_cache_bytes = runner->kv_pool_bytes();
+  published.kv_bytes_per_token = 2 * model.n_kv_layers * model.kv_row_bytes();
   log::info("engine: {} KV blocks of {} tokens ({:.1f} MiB, {}), max_model_len {}", num_blocks,
             o.block_size, static_cast<double>(num_blocks * block_bytes) / (1 << 20),
-            cpu::kv_dtype_name(kv_dtype), max_model_len);
+            kv_dtype_name(model.kv_dtype), max_model_len);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -149,7 +134,7 @@ std::unique_ptr<Sequence> Engine::Impl::validate(EngineRequest&& req, EventCallb
   SAMPAN_CHECK(n_prompt < max_model_len, ErrorCode::kInvalidArgument,
                "prompt has {} tokens; max_model_len {} allows at most {}", n_prompt,
                max_model_len, max_model_len - 1);
-  const int64_t vocab = config.vocab_size;
+  const int64_t vocab = info.vocab_size;
   for (size_t i = 0; i < req.prompt.size(); ++i) {
     SAMPAN_CHECK(req.prompt[i] >= 0 && req.prompt[i] < vocab, ErrorCode::kInvalidArgument,
                  "prompt token {} ({}) is outside the vocabulary of {}", i, req.prompt[i], vocab);
@@ -167,7 +152,7 @@ std::unique_ptr<Sequence> Engine::Impl::validate(EngineRequest&& req, EventCallb
   }
   auto s = std::make_unique<Sequence>();
   s->sampler = std::make_unique<Sampler>(req.sampling);  // throws naming the bad parameter
-  s->device_sampling = device_sampler && device_sampling_eligible(req.sampling);
+  s->device_sampling = runner->device_sampling() && device_sampling_eligible(req.sampling);
   if (req.sampling.seed) {
     s->device_seed = *req.sampling.seed;
   } else if (s->device_sampling) {
@@ -277,7 +262,7 @@ bool Engine::wait_idle(std::chrono::milliseconds timeout) {
   return impl_->idle.wait_for(lock, timeout, [&] { return impl_->n_active == 0; });
 }
 
-const HfConfig& Engine::config() const { return impl_->config; }
+const Engine::ModelInfo& Engine::model_info() const { return impl_->info; }
 const tok::Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
 const std::string& Engine::model_dir() const { return impl_->model_dir; }
 int64_t Engine::max_model_len() const { return impl_->max_model_len; }
@@ -293,7 +278,7 @@ void Engine::Impl::thread_main() {
       // Sleep while there is nothing to run; running sequences always have a next step.
       wake.wait(lock, [&] {
         return stop || !waiting.empty() || !cancel_requests.empty() || cancel_everything ||
-               !running.empty() || !preempted.empty();
+               !scheduler->running().empty() || !scheduler->preempted().empty();
       });
       if (stop) {
         cancel_everything = true;
@@ -301,36 +286,18 @@ void Engine::Impl::thread_main() {
     }
     step();
     std::lock_guard<std::mutex> lock(mu);
-    if (stop && running.empty() && preempted.empty() && waiting.empty()) break;
+    if (stop && scheduler->running().empty() && scheduler->preempted().empty() &&
+        waiting.empty()) {
+      break;
+    }
   }
 }
 
-void Engine::Impl::emit(Sequence& s, const EngineEvent& ev) {
-  if (!s.on_event) return;
-  try {
-    s.on_event(ev);
-  } catch (const std::exception& e) {
-    // A caller's callback must not take the engine down with it.
-    log::warn("request {}: event callback threw: {}", s.request.id, e.what());
-  }
-}
-
-// Sends the final event and drops the sequence's blocks. The caller removes it from its list.
-void Engine::Impl::finish(Sequence& s, EngineFinish why, EngineEvent ev) {
-  blocks->release(s.blocks);
-  s.finished = true;
-  ev.finished = true;
-  ev.finish = why;
-  ev.usage.prompt_tokens = s.n_prompt;
-  ev.usage.completion_tokens = s.n_generated();
-  ev.usage.cached_prompt_tokens = s.cached_prompt_tokens;
-  ev.timings.queue_s = s.admitted_once ? s.queue_s : seconds_since(s.submitted);
-  ev.timings.first_token_s = s.first_token_s;
-  ev.timings.total_s = seconds_since(s.submitted);
-  emit(s, ev);
+// After every final event (OutputProcessor::finish): published with the count so that a caller
+// woken by wait_idle() sees the freed blocks.
+void Engine::Impl::on_final_event() {
   const BlockManagerStats b = blocks->stats();
   {
-    // Published with the count so that a caller woken by wait_idle() sees the freed blocks.
     std::lock_guard<std::mutex> lock(mu);
     --n_active;
     published.kv_blocks_used = b.used_blocks;
@@ -368,43 +335,59 @@ void Engine::Impl::take_cancellations() {
     return std::nullopt;
   };
   for (auto& q : queued) {
-    finish(*q, why(*q).value_or(EngineFinish::kCancelled), {});
+    output->finish(*q, why(*q).value_or(EngineFinish::kCancelled), {});
   }
   auto sweep = [&](auto& list) {
     for (auto it = list.begin(); it != list.end();) {
       if (auto w = why(**it)) {
-        finish(**it, *w, {});
+        output->finish(**it, *w, {});
         it = list.erase(it);
       } else {
         ++it;
       }
     }
   };
-  sweep(running);
-  sweep(preempted);
+  sweep(scheduler->running());
+  sweep(scheduler->preempted());
 }
 
 void Engine::Impl::publish_stats() {
   const BlockManagerStats b = blocks->stats();
+  const size_t n_running = scheduler->running().size();
+  const size_t n_preempted = scheduler->preempted().size();
   std::lock_guard<std::mutex> lock(mu);
-  n_preempted_shared = static_cast<int>(preempted.size());
-  published.running = static_cast<int>(running.size());
-  published.waiting = static_cast<int>(waiting.size() + preempted.size());
+  n_preempted_shared = static_cast<int>(n_preempted);
+  published.running = static_cast<int>(n_running);
+  published.waiting = static_cast<int>(waiting.size() + n_preempted);
   published.kv_blocks_total = b.num_blocks;
   published.kv_blocks_used = b.used_blocks;
   published.kv_usage = blocks->usage();
   published.prefix_query_tokens = b.prefix_query_tokens;
   published.prefix_hit_tokens = b.prefix_hit_tokens;
-  published.preemptions = preemptions;
+  published.preemptions = scheduler->preemptions();
   published.steps = steps;
-  published.cuda_graph_replays = executor->graph_stats().replays;
-  published.cuda_graph_captures = executor->graph_stats().captures;
+  published.cuda_graph_replays = runner->graph_stats().replays;
+  published.cuda_graph_captures = runner->graph_stats().captures;
 }
 
+// One step: cancellations and timeouts, the plan, the forward, the outputs.
 void Engine::Impl::step() {
   take_cancellations();
-  schedule();
-  if (!batch.empty()) run_batch();
+  StepPlan plan = scheduler->plan(waiting_queue);
+  if (!plan.batch.empty()) {
+    const auto t0 = EngineClock::now();
+    const StepOutput out = runner->run(plan);
+    scheduler->remove_finished(output->process(plan, out));
+    ++steps;
+    const StepStats st{static_cast<int>(plan.batch.size()), plan.n_decode, plan.n_tokens,
+                       std::chrono::duration<double>(EngineClock::now() - t0).count()};
+    std::function<void(const StepStats&)> observer;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      observer = step_observer;
+    }
+    if (observer) observer(st);
+  }
   publish_stats();
 }
 

@@ -33,7 +33,6 @@
 #include <vector>
 
 #include "engine/core/device.h"
-#include "engine/loaders/hf_config.h"
 #include "engine/models/model_options.h"
 #include "engine/runtime/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -179,7 +178,17 @@ class Engine {
   // Cancels everything in flight (final events kCancelled).
   void cancel_all();
 
-  const HfConfig& config() const;
+  // What callers may know of the loaded model (no loader types cross this header).
+  struct ModelInfo {
+    std::string architecture;  // "LlamaForCausalLM", ...
+    int64_t vocab_size = 0;
+    int64_t n_layer = 0;
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;
+    int64_t max_position_embeddings = 0;  // 0: not stated
+  };
+  const ModelInfo& model_info() const;
   const tok::Tokenizer& tokenizer() const;
   const std::string& model_dir() const;
   int64_t max_model_len() const;

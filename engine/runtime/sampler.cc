@@ -7,6 +7,7 @@
 #include <random>
 
 #include "engine/core/error.h"
+#include "engine/runtime/sampling_limits.h"
 
 namespace sampan::runtime {
 
@@ -15,7 +16,6 @@ namespace {
 // Below this, logits / temperature overflows or amplifies rounding noise into the ranking;
 // treating it as greedy is what such a temperature asks for anyway.
 constexpr float kGreedyTemperature = 1e-5f;
-constexpr int32_t kMaxTopLogprobs = 20;
 // top_p without top_k sorts the ranking lazily in chunks growing from this size, so a peaked
 // distribution costs O(vocab) and a flat one O(vocab log vocab) at worst.
 constexpr size_t kFirstNucleusChunk = 64;
@@ -38,33 +38,36 @@ struct Ranks {
 
 }  // namespace
 
+void check_sampling_param(SamplingParam p, double value, const std::string& field) {
+  const SamplingLimit l = sampling_limit(p);
+  const bool ok = std::isfinite(value) && (l.lo_open ? value > l.lo : value >= l.lo) &&
+                  value <= l.hi;
+  if (ok) return;
+  const std::string name = field.empty() ? std::string(l.name) : field;
+  fail_field(ErrorCode::kInvalidArgument, name, "'{}' must be in {}{}, {}], got {}", name,
+             l.lo_open ? "(" : "[", l.lo, l.hi, value);
+}
+
+void validate_sampling(const SamplingParams& p, std::string_view prefix) {
+  const auto check = [&](SamplingParam which, double value) {
+    check_sampling_param(which, value, std::string(prefix) + sampling_limit(which).name);
+  };
+  check(SamplingParam::kTemperature, p.temperature);
+  check(SamplingParam::kTopK, p.top_k);
+  check(SamplingParam::kTopP, p.top_p);
+  check(SamplingParam::kMinP, p.min_p);
+  check(SamplingParam::kRepetitionPenalty, p.repetition_penalty);
+  check(SamplingParam::kPresencePenalty, p.presence_penalty);
+  check(SamplingParam::kFrequencyPenalty, p.frequency_penalty);
+  check(SamplingParam::kTopLogprobs, p.top_logprobs);
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params) {
-  const SamplingParams& p = params;
-  SAMPAN_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.0f, ErrorCode::kInvalidArgument,
-               "sampling: temperature must be finite and >= 0 (got {})", p.temperature);
-  SAMPAN_CHECK(p.top_k >= 0, ErrorCode::kInvalidArgument,
-               "sampling: top_k must be >= 0 (got {})", p.top_k);
-  SAMPAN_CHECK(p.top_p > 0.0f && p.top_p <= 1.0f, ErrorCode::kInvalidArgument,
-               "sampling: top_p must be in (0, 1] (got {})", p.top_p);
-  SAMPAN_CHECK(p.min_p >= 0.0f && p.min_p <= 1.0f, ErrorCode::kInvalidArgument,
-               "sampling: min_p must be in [0, 1] (got {})", p.min_p);
-  SAMPAN_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f,
-               ErrorCode::kInvalidArgument,
-               "sampling: repetition_penalty must be finite and > 0 (got {})",
-               p.repetition_penalty);
-  SAMPAN_CHECK(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f,
-               ErrorCode::kInvalidArgument, "sampling: presence_penalty must be in [-2, 2] (got {})",
-               p.presence_penalty);
-  SAMPAN_CHECK(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f,
-               ErrorCode::kInvalidArgument,
-               "sampling: frequency_penalty must be in [-2, 2] (got {})", p.frequency_penalty);
-  SAMPAN_CHECK(p.top_logprobs >= 0 && p.top_logprobs <= kMaxTopLogprobs,
-               ErrorCode::kInvalidArgument, "sampling: top_logprobs must be in [0, {}] (got {})",
-               kMaxTopLogprobs, p.top_logprobs);
+  validate_sampling(params);
 
   uint64_t seed = 0;
-  if (p.seed) {
-    seed = *p.seed;
+  if (params.seed) {
+    seed = *params.seed;
   } else {
     std::random_device rd;
     seed = (static_cast<uint64_t>(rd()) << 32) ^ static_cast<uint64_t>(rd());

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/runtime/sampling_limits.h"
+
 namespace sampan::runtime {
 
 // Order of operations in Sampler::sample():
@@ -32,7 +34,7 @@ struct SamplingParams {
   float presence_penalty = 0.0f;   // OpenAI: minus this once per seen id, in [-2, 2]
   float frequency_penalty = 0.0f;  // OpenAI: minus this times the count of the id, in [-2, 2]
   std::optional<uint64_t> seed;    // same seed + same logits sequence -> same tokens
-  int32_t top_logprobs = 0;        // how many alternatives to report (0..20)
+  int32_t top_logprobs = 0;        // how many alternatives to report (0..kMaxTopLogprobs)
   // Whether the caller reads SampleResult::logprob. The CPU Sampler always computes it; false
   // lets an engine on a GPU sample there (runtime/device_sampler.h), which computes none.
   bool logprobs = true;
@@ -51,8 +53,8 @@ struct SampleResult {
 
 class Sampler {
  public:
-  // Throws Error(kInvalidArgument) naming the parameter when out of range (temperature < 0,
-  // top_p outside (0, 1], min_p outside [0, 1], repetition_penalty <= 0, top_logprobs > 20...).
+  // Throws Error(kInvalidArgument) with field() naming the parameter when it is outside its
+  // range in sampling_limits.h (validate_sampling).
   explicit Sampler(const SamplingParams& params);
 
   // logits: [vocab] (not modified). seen: ids the penalties apply to (prompt + generated, as

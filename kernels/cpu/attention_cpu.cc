@@ -17,11 +17,6 @@
 
 namespace sampan::cpu {
 
-int64_t kv_row_bytes(KvDtype dtype, int64_t n_kv_heads, int64_t head_dim) {
-  // Head records back to back (kv_quant.h), so a head's record is found without the others.
-  return n_kv_heads * kv_head_bytes(dtype, head_dim);
-}
-
 namespace detail {
 
 void attention_range_avx2(const AttentionRange& a) { attention_range_any<Avx2>(a); }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/kv_format.h"
 #include "kernels/cpu/task_runner.h"
 
 namespace sampan::cpu {
@@ -23,32 +24,14 @@ struct AttentionShape {
   int64_t sliding_window = 0;    // 0: none; else a query at position p sees keys at p-window+1 .. p
 };
 
-// Element format of the KV cache. Every token row of one cache (K or V) is self-contained:
-// kv_row_bytes() bytes holding its n_kv_heads * head_dim values and whatever scales its format
-// needs, so the pools keep the [n_blocks, block_size, row] layout for every format.
-//  - kF32: the values as f32 (row = kv_dim f32; the pools are f32 tensors).
-//  - kBF16: values as bf16 (round to nearest even), no scales.
-//  - kF8E4M3: one f32 scale per (token, head) = absmax / 448, values E4M3 of value / scale.
-//  - kI8: one f32 scale per (token, head) = absmax / 127, values int8 round(value / scale).
-//  - kI4: asymmetric groups of kv_i4_group(head_dim) values per (token, head):
-//    an f16 scale and an f16 minimum per group, values 4-bit unsigned u in [0, 15] (two per
-//    byte, element 2j in the low nibble), value = min + u * scale.
-// The byte layout inside a row is private to the kernels (kv_cache_write writes it, attention
-// reads it); callers only size pools with kv_row_bytes().
-enum class KvDtype : uint8_t { kF32, kBF16, kF8E4M3, kI8, kI4 };
-constexpr int64_t kKvI4Group = 32;
-// kKvI4Group when it divides head_dim, else head_dim (one group per head).
-constexpr int64_t kv_i4_group(int64_t head_dim) {
-  return head_dim % kKvI4Group == 0 ? kKvI4Group : head_dim;
-}
-
-// Bytes of one token row of one cache (K or V) of n_kv_heads heads of head_dim values.
-int64_t kv_row_bytes(KvDtype dtype, int64_t n_kv_heads, int64_t head_dim);
-// "f32" "bf16" "fp8" "int8" "int4".
-const char* kv_dtype_name(KvDtype dtype);
-// Accepts kv_dtype_name() spellings (and "float32", "bfloat16", "f8_e4m3", "i8", "i4"); false if
-// unknown.
-bool parse_kv_dtype(const char* text, KvDtype* out);
+// The KV-cache formats (KvDtype, kv_row_bytes, ...) are defined once for every backend in
+// kernels/common/kv_format.h.
+using sampan::KvDtype;
+using sampan::kKvI4Group;
+using sampan::kv_i4_group;
+using sampan::kv_row_bytes;
+using sampan::kv_dtype_name;
+using sampan::parse_kv_dtype;
 
 // One layer's paged cache. The kernels trust it: seq_ids, positions and every block id a token
 // needs must have been checked by the caller (the engine op does).

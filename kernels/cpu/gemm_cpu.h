@@ -1,55 +1,20 @@
-// y = x · Wᵀ for a linear layer, on the CPU. Row-major everywhere.
-//
-// W is the virtual concatenation of up to three row blocks that live in separate memory (for
-// example q_proj, k_proj and v_proj straight from the mmapped model file): fusing Q/K/V or
-// gate/up into one GEMM never copies a weight.
+// y = x · Wᵀ for a linear layer, on the CPU. Row-major everywhere; the weights are a
+// GemmWeights view (kernels/common/gemm_weights.h): up to three row blocks in separate memory.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common/dtype.h"
+#include "kernels/common/gemm_weights.h"
 #include "kernels/cpu/task_runner.h"
 
 namespace sampan::cpu {
 
-constexpr int kMaxGemmBlocks = 3;
-
-// Weight formats. Plain: kF32, kF16, kBF16. Quantized (weight-only; x and y stay f32):
-//  - kF8E4M3: block i data [rows[i], k] bytes (OCP E4M3), scales[i] [rows[i]] f32 (one per
-//    output channel): w[r][c] = fp8_to_f32(data[r][c]) * scale[r].
-//  - kI4: block i data [rows[i], k / 2] bytes, two signed 4-bit values q in [-8, 7] per byte,
-//    element 2j in the low nibble; k % group_size == 0, group_size in {32, 64, 128};
-//    scales[i] [rows[i], k / group_size] of scale_dtype (kF16 or kBF16);
-//    zeros[i] [rows[i], k / group_size] int8 or nullptr (symmetric: zero 0):
-//    w[r][c] = (q[r][c] - zero[r][c / g]) * scale[r][c / g].
-// Every block of one call has the same format (and group_size / scale_dtype).
-struct GemmWeights {
-  DType dtype = DType::kF32;  // kF32, kF16, kBF16, kF8E4M3 or kI4
-  int64_t k = 0;              // reduction length: columns of every block
-  int n_blocks = 0;
-  const void* data[kMaxGemmBlocks] = {};    // block i: [rows[i], k] elements, row-major, contiguous
-  int64_t rows[kMaxGemmBlocks] = {};
-  const float* bias[kMaxGemmBlocks] = {};   // block i: [rows[i]] or nullptr
-  // Quantized formats only (see above); ignored for plain weights.
-  const void* scales[kMaxGemmBlocks] = {};
-  const int8_t* zeros[kMaxGemmBlocks] = {};
-  DType scale_dtype = DType::kF16;
-  int64_t group_size = 0;
-
-  int64_t n() const {
-    int64_t s = 0;
-    for (int i = 0; i < n_blocks; ++i) s += rows[i];
-    return s;
-  }
-};
-
-enum class GemmEpilogue {
-  // y[m, 0:n()] = x·Wᵀ + bias
-  kStore,
-  // Needs n_blocks == 2 and rows[0] == rows[1] == F (gate, up). y[m, 0:F] =
-  // silu(x·W0ᵀ + b0) * (x·W1ᵀ + b1); the [m, 2F] intermediate is never written.
-  kSiluMul,
-};
+// The weight view and epilogues are shared with the CUDA backend (kernels/common/gemm_weights.h,
+// which also states the weight formats).
+using sampan::GemmEpilogue;
+using sampan::GemmWeights;
+using sampan::kMaxGemmBlocks;
 
 // How the AMX path treats the f32 activations x (it only exists for bf16/f16 weights, m >= 6, on
 // CPUs with AMX-BF16; every other path keeps x in f32).

@@ -81,13 +81,6 @@ void hadamard_rows_avx2(int64_t rows, int64_t n, int64_t block, float* x, int64_
 
 }  // namespace detail
 
-int64_t hadamard_block_for(int64_t n, int64_t max_block) {
-  if (n < 1) return 1;
-  int64_t b = n & -n;  // lowest set bit: the largest power of two dividing n
-  while (max_block >= 1 && b > max_block) b >>= 1;
-  return b;
-}
-
 void hadamard_rows(int64_t rows, int64_t n, int64_t block, float* x, int64_t ldx,
                    TaskRunner& runner) {
   if (rows <= 0 || n <= 0 || block <= 1) return;  // H_1 = [1]: nothing to do

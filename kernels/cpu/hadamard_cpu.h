@@ -8,12 +8,13 @@
 
 #include <cstdint>
 
+#include "kernels/common/hadamard_block.h"
 #include "kernels/cpu/task_runner.h"
 
 namespace sampan::cpu {
 
-// The largest power of two dividing n, capped at max_block (n >= 1).
-int64_t hadamard_block_for(int64_t n, int64_t max_block = 1 << 14);
+// The largest power of two dividing n, capped at max_block (kernels/common/hadamard_block.h).
+using sampan::hadamard_block_for;
 
 // In place. x: [rows, n] f32, row stride ldx >= n; block: a power of two dividing n.
 // O(n log B) per row; rows (and, for few long rows, nothing else) are split over the runner.

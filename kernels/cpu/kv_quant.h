@@ -30,16 +30,7 @@
 
 namespace sampan::cpu {
 
-constexpr int64_t kv_head_bytes(KvDtype dtype, int64_t head_dim) {
-  switch (dtype) {
-    case KvDtype::kF32: return head_dim * 4;
-    case KvDtype::kBF16: return head_dim * 2;
-    case KvDtype::kF8E4M3:
-    case KvDtype::kI8: return head_dim + 4;
-    case KvDtype::kI4: return (head_dim + 1) / 2 + head_dim / kv_i4_group(head_dim) * 4;
-  }
-  return 0;
-}
+using sampan::kv_head_bytes;  // kernels/common/kv_format.h
 
 // Writes one token row: x [n_kv_heads * head_dim] -> dst [kv_row_bytes(...)] bytes.
 void kv_quantize_row(KvDtype dtype, const float* x, int64_t n_kv_heads, int64_t head_dim,

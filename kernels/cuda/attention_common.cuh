@@ -12,29 +12,16 @@
 
 #include <cstdint>
 
+#include "kernels/common/kv_format.h"
 #include "kernels/cuda/fault.cuh"
 
 namespace sampan::cuda {
 
-// Same values and meaning as cpu::KvDtype.
-enum class KvFormat : uint8_t { kF32, kBF16, kF8E4M3, kI8, kI4 };
-
-constexpr int64_t kKvI4Group = 32;
-__host__ __device__ constexpr int64_t kv_i4_group(int64_t head_dim) {
-  return head_dim % kKvI4Group == 0 ? kKvI4Group : head_dim;
-}
-
-// Bytes of one head record; a token row is n_kv_heads records back to back.
-__host__ __device__ constexpr int64_t kv_head_bytes(KvFormat f, int64_t head_dim) {
-  switch (f) {
-    case KvFormat::kF32: return head_dim * 4;
-    case KvFormat::kBF16: return head_dim * 2;
-    case KvFormat::kF8E4M3:
-    case KvFormat::kI8: return head_dim + 4;
-    case KvFormat::kI4: return (head_dim + 1) / 2 + head_dim / kv_i4_group(head_dim) * 4;
-  }
-  return 0;
-}
+// The formats of kernels/common/kv_format.h, one definition for both backends.
+using KvFormat = sampan::KvDtype;
+using sampan::kKvI4Group;
+using sampan::kv_i4_group;
+using sampan::kv_head_bytes;
 
 // One layer's paged K/V pools, device memory: [n_blocks, block_size, n_kv_heads records].
 // Position j of sequence s is row j % block_size of block block_tables[s * max_blocks +

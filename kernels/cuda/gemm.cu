@@ -2,6 +2,7 @@
 // handles fused blocks, bias and the silu_mul epilogue, and owns the scratch of each call.
 #include <cublasLt.h>
 
+#include "kernels/common/quant_scheme.h"
 #include "kernels/cuda/fp8_gemm.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_dequant.cuh"
@@ -180,8 +181,7 @@ bool valid(const GemmWeights& w) {
   for (int b = 0; b < w.n_blocks; ++b) {
     if (!w.data[b] || w.rows[b] < 1 || (quantized && !w.scales[b])) return false;
   }
-  return w.dtype != DType::kI4 || ((w.group_size == 32 || w.group_size == 64 ||
-                                    w.group_size == 128) && w.k % w.group_size == 0);
+  return w.dtype != DType::kI4 || (int4_group_size_ok(w.group_size) && w.k % w.group_size == 0);
 }
 
 }  // namespace

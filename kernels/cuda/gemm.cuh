@@ -1,7 +1,7 @@
 // y = x · Wᵀ (+ bias) on the GPU: the CUDA kernel of the `linear` op. Row-major everywhere.
 //
 // W is the virtual concatenation of up to three row blocks that live in separate memory (fused
-// Q/K/V, fused gate/up), in the weight formats of kernels/cpu/gemm_cpu.h (same numerics
+// Q/K/V, fused gate/up), in the weight formats of kernels/common/gemm_weights.h (same numerics
 // contract: f32, f16, bf16; kF8E4M3 with one f32 scale per output row; kI4 two per byte, low
 // nibble first, q in [-8, 7], f16|bf16 scales per group of 32/64/128 along k, optional int8
 // zeros, w = (q - z) * s). Activations and outputs are f32.
@@ -29,38 +29,18 @@
 #include <cstdint>
 
 #include "kernels/common/dtype.h"
+#include "kernels/common/gemm_weights.h"
 #include "kernels/cuda/gemm_cublas.cuh"
 
 namespace sampan::cuda {
 
-constexpr int kMaxGemmBlocks = 3;
+// The weight view and epilogues of kernels/common/gemm_weights.h (device pointers here).
+using sampan::GemmEpilogue;
+using sampan::GemmWeights;
+using sampan::kMaxGemmBlocks;
+
 // Largest m served by the GEMV kernels (decode batches); larger m is compute-bound: tensor cores.
 constexpr int64_t kGemvMaxM = 8;
-
-// Device pointers. Same fields and meaning as cpu::GemmWeights.
-struct GemmWeights {
-  DType dtype = DType::kF32;  // kF32, kF16, kBF16, kF8E4M3 or kI4 (every block)
-  int64_t k = 0;
-  int n_blocks = 0;
-  const void* data[kMaxGemmBlocks] = {};    // block i: [rows[i], k] elements, contiguous
-  int64_t rows[kMaxGemmBlocks] = {};
-  const float* bias[kMaxGemmBlocks] = {};   // block i: [rows[i]] or null
-  const void* scales[kMaxGemmBlocks] = {};  // kF8E4M3: [rows[i]] f32; kI4: [rows[i], k / g]
-  const int8_t* zeros[kMaxGemmBlocks] = {}; // kI4: [rows[i], k / g] or null (symmetric)
-  DType scale_dtype = DType::kF16;          // kI4: kF16 or kBF16
-  int64_t group_size = 0;                   // kI4: 32, 64 or 128
-
-  int64_t n() const {
-    int64_t s = 0;
-    for (int i = 0; i < n_blocks; ++i) s += rows[i];
-    return s;
-  }
-};
-
-enum class GemmEpilogue {
-  kStore,    // y[m, 0:n()] = x·Wᵀ + bias
-  kSiluMul,  // n_blocks == 2, rows[0] == rows[1] == F: y[m, 0:F] = silu(x·W0ᵀ + b0) * (x·W1ᵀ + b1)
-};
 
 // x: [m, w.k] f32, row stride ldx >= k; y: [m, n_out] f32, row stride ldy >= n_out (n_out = n()
 // or rows[0] for kSiluMul); x and y must not overlap. Device pointers; everything is queued on

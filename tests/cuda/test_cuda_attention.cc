@@ -52,11 +52,11 @@ struct Config {
   int64_t head_dim = 128;
   int64_t block_size = 16;
   int64_t window = 0;
-  cpu::KvDtype dtype = cpu::KvDtype::kF32;
+  KvDtype dtype = KvDtype::kF32;
 
   std::string str() const {
     std::ostringstream s;
-    s << cpu::kv_dtype_name(dtype) << " heads " << n_heads << "/" << n_kv << " head_dim "
+    s << kv_dtype_name(dtype) << " heads " << n_heads << "/" << n_kv << " head_dim "
       << head_dim << " block " << block_size << " window " << window;
     return s.str();
   }
@@ -72,10 +72,10 @@ struct SeqStep {
 Graph attention_graph(const Config& c) {
   Graph g;
   const Dim t = Dim::sym("t");
-  const int64_t row = c.dtype == cpu::KvDtype::kF32
+  const int64_t row = c.dtype == KvDtype::kF32
                           ? c.n_kv * c.head_dim
-                          : cpu::kv_row_bytes(c.dtype, c.n_kv, c.head_dim);
-  const DType pool_type = c.dtype == cpu::KvDtype::kF32 ? DType::kF32 : DType::kI8;
+                          : kv_row_bytes(c.dtype, c.n_kv, c.head_dim);
+  const DType pool_type = c.dtype == KvDtype::kF32 ? DType::kF32 : DType::kI8;
   const std::vector<Dim> pool_dims = {Dim::sym("nb"), Dim::sym("bs"), Dim::fixed(row)};
   const ValueId q = g.add_input("q", DType::kF32, {t, Dim::fixed(c.n_heads * c.head_dim)});
   const ValueId k = g.add_input("k", DType::kF32, {t, Dim::fixed(c.n_kv * c.head_dim)});
@@ -92,7 +92,7 @@ Graph attention_graph(const Config& c) {
                        {"head_dim", c.head_dim},
                        {"scale", 1.0 / std::sqrt(static_cast<double>(c.head_dim))},
                        {"sliding_window", c.window},
-                       {"kv_dtype", std::string(cpu::kv_dtype_name(c.dtype))}}));
+                       {"kv_dtype", std::string(kv_dtype_name(c.dtype))}}));
   return g;
 }
 
@@ -100,8 +100,8 @@ Graph attention_graph(const Config& c) {
 // kv_cache_write would have stored it), so cached positions read as real data.
 Tensor random_pool(const Config& c, int64_t n_blocks, std::mt19937& rng) {
   const int64_t rows = n_blocks * c.block_size, width = c.n_kv * c.head_dim;
-  if (c.dtype == cpu::KvDtype::kF32) return random_f32({n_blocks, c.block_size, width}, rng);
-  const int64_t row_bytes = cpu::kv_row_bytes(c.dtype, c.n_kv, c.head_dim);
+  if (c.dtype == KvDtype::kF32) return random_f32({n_blocks, c.block_size, width}, rng);
+  const int64_t row_bytes = kv_row_bytes(c.dtype, c.n_kv, c.head_dim);
   Tensor p = Tensor::zeros({n_blocks, c.block_size, row_bytes}, DType::kI8);
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(width));
@@ -182,8 +182,8 @@ class Pair {
   Tensor tables_, k_cpu_, v_cpu_, k_gpu_, v_gpu_;
 };
 
-constexpr cpu::KvDtype kFormats[] = {cpu::KvDtype::kF32, cpu::KvDtype::kBF16,
-                                     cpu::KvDtype::kF8E4M3, cpu::KvDtype::kI8, cpu::KvDtype::kI4};
+constexpr KvDtype kFormats[] = {KvDtype::kF32, KvDtype::kBF16,
+                                     KvDtype::kF8E4M3, KvDtype::kI8, KvDtype::kI4};
 
 // A step the scheduler could make: decode tokens of sequences of length 17, 4097 (many
 // splits), 1 and 300, a fresh 300-token prefill and a 100-token chunk after 200 cached
@@ -207,7 +207,7 @@ void mixed_then_decode(const Config& c, std::mt19937& rng) {
 TEST_CASE("attention on CUDA matches the CPU: mixed batches, GQA, head dims, block sizes",
           "[cuda]") {
   std::mt19937 rng(1);
-  for (cpu::KvDtype dtype : kFormats) {
+  for (KvDtype dtype : kFormats) {
     for (int64_t group : {1, 2, 4, 8}) {
       for (int64_t hd : {64, 128}) {
         for (int64_t bs : {16, 1}) {
@@ -226,7 +226,7 @@ TEST_CASE("attention on CUDA matches the CPU: mixed batches, GQA, head dims, blo
 
 TEST_CASE("attention on CUDA matches the CPU: prefill only and decode only", "[cuda]") {
   std::mt19937 rng(2);
-  for (cpu::KvDtype dtype : kFormats) {
+  for (KvDtype dtype : kFormats) {
     for (int64_t bs : {16, 1}) {
       Config c;
       c.dtype = dtype;
@@ -251,7 +251,7 @@ TEST_CASE("attention on CUDA matches the CPU: prefill only and decode only", "[c
 
 TEST_CASE("attention on CUDA matches the CPU: awkward shapes and a sliding window", "[cuda]") {
   std::mt19937 rng(3);
-  for (cpu::KvDtype dtype : kFormats) {
+  for (KvDtype dtype : kFormats) {
     // head_dim 80 (padded to 128; one int4 group per head) and 36 (int4 and bf16 read value by
     // value); a group of 16 query heads (several rows per warp in the decode kernel); 32 and
     // 256 head dims; a window shorter than the sequences.

@@ -140,7 +140,7 @@ EngineOptions engine_options(Device device) {
 
 // 4 requests submitted together (one batch from the first step), greedy, 32 tokens each.
 std::vector<std::vector<int32_t>> run_engine(Engine& engine) {
-  const int64_t vocab = engine.config().vocab_size;
+  const int64_t vocab = engine.model_info().vocab_size;
   std::vector<std::unique_ptr<Collected>> got;
   for (uint32_t r = 0; r < 4; ++r) {
     EngineRequest req;
@@ -303,7 +303,7 @@ TEST_CASE("cuda e2e: quantized loads match across devices", "[cuda][e2e]") {
   models::ModelBuildOptions fp8;
   fp8.quantization.format = models::WeightFormat::kFp8;
   models::ModelBuildOptions kv4;
-  kv4.kv_cache_dtype = cpu::KvDtype::kI4;
+  kv4.kv_cache_dtype = KvDtype::kI4;
   SECTION("int4") { check_model(tiny_model("tiny_llama3"), int4); }
   SECTION("fp8") { check_model(tiny_model("tiny_qwen2"), fp8, Measures{0.99, 0.90}); }
   SECTION("kv int4") { check_model(tiny_model("tiny_llama3"), kv4); }

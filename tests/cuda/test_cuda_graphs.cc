@@ -126,7 +126,7 @@ std::vector<std::vector<int32_t>> run_engine(Device device, bool graphs, EngineS
   o.device = device;
   o.cuda_graphs = graphs;
   auto engine = Engine::load(serve_model(), o);
-  const int64_t vocab = engine->config().vocab_size;
+  const int64_t vocab = engine->model_info().vocab_size;
   std::vector<std::unique_ptr<Collected>> got;
   for (uint32_t r = 0; r < 9; ++r) {
     EngineRequest req;
@@ -164,7 +164,7 @@ TEST_CASE("cuda graphs: INT4 weights and an INT4 KV cache inside a graph", "[cud
   models::ModelBuildOptions b;
   b.quantization.format = models::WeightFormat::kInt4;
   b.quantization.group_size = 32;
-  b.kv_cache_dtype = cpu::KvDtype::kI4;
+  b.kv_cache_dtype = KvDtype::kI4;
   check_decode_matches(tiny_model("tiny_llama3"), b);
 }
 

@@ -41,7 +41,7 @@
 #include "engine/models/model_options.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cuda/gemm.cuh"
-#include "quant/quantize.h"
+#include "engine/models/weight_quant.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace sampan;
@@ -94,11 +94,11 @@ Block make_block(const Format& f, int64_t n, int64_t k, bool with_bias, std::mt1
   Block b;
   const Tensor w = random_f32({n, k}, rng, 0.5f);
   if (f.scheme.format != models::WeightFormat::kNone) {
-    const quant::QuantizedMatrix q = quant::quantize_matrix(w, f.scheme, "w");
+    const models::QuantizedMatrix q = models::quantize_matrix(w, f.scheme, "w");
     b.data = q.data;
     b.scales = q.scales;
     b.zeros = q.zeros;
-    b.dequantized = quant::dequantize_matrix(q, f.scheme, "w");
+    b.dequantized = models::dequantize_matrix(q, f.scheme, "w");
   } else if (f.wtype == DType::kF32) {
     b.data = w;
     b.dequantized = w;

@@ -258,6 +258,20 @@ TEST_CASE("flags override the file, the file overrides defaults", "[serve_config
   CHECK(resolve({"--config", path, "--model", s.model, "--grpc-port", "8001"}).grpc_port == 8001);
 }
 
+TEST_CASE("--port is --http-port, as vLLM and llama.cpp spell it", "[serve_config]") {
+  EnvGuard env;
+  Scratch s;
+  const std::string path = s.write("p.yaml", "server:\n  http-port: 9000\n");
+  CHECK(resolve({"--model", s.model, "--port", "9200"}).http_port == 9200);
+  // A flag over the file, whichever name it is given by.
+  CHECK(resolve({"--config", path, "--model", s.model, "--port", "9300"}).http_port == 9300);
+  CHECK(resolve({"--config", path, "--model", s.model}).http_port == 9000);
+  // Range-checked like --http-port, the message naming the flag.
+  const std::string e = error_of({"--model", s.model, "--port", "70000"});
+  CHECK(e.find("--http-port") != std::string::npos);
+  CHECK(e.find("70000") != std::string::npos);
+}
+
 TEST_CASE("API keys: SAMPAN_API_KEY over the file, --api-key over both", "[serve_config]") {
   EnvGuard env;
   Scratch s;

@@ -22,8 +22,10 @@
 
 #include "engine/capi/sampan.h"
 #include "engine/core/device.h"
+#include "engine/core/error.h"
 #include "engine/core/npy.h"
 #include "engine/runtime/generate.h"
+#include "engine/runtime/sampling_limits.h"
 
 namespace {
 
@@ -966,4 +968,38 @@ TEST_CASE("capi: bad generation input gives error codes", "[capi][engine][bad]")
   CHECK_FAILS(sampan_request_cancel(req), SAMPAN_ERROR_INVALID_HANDLE);
   CHECK_FAILS(sampan_request_destroy(req), SAMPAN_ERROR_INVALID_HANDLE);
   REQUIRE_OK(sampan_params_destroy(p));
+}
+
+TEST_CASE("capi: sampling setters take exactly what the engine's limits take", "[capi][bad]") {
+  using sampan::runtime::SamplingParam;
+  SampanParams* params = nullptr;
+  REQUIRE_OK(sampan_params_create(&params));
+  const auto engine_takes = [](SamplingParam p, double v) {
+    try {
+      sampan::runtime::check_sampling_param(p, v);
+      return true;
+    } catch (const sampan::Error&) {
+      return false;
+    }
+  };
+  for (float t : {0.0f, 1.0f, 1e6f, 2e6f, -0.5f, INFINITY}) {
+    INFO("temperature " << t);
+    const SampanStatus st = sampan_params_set_temperature(params, t);
+    CHECK((st == SAMPAN_OK) == engine_takes(SamplingParam::kTemperature, t));
+    if (st != SAMPAN_OK) {
+      CHECK(st == SAMPAN_ERROR_INVALID_ARGUMENT);
+      CHECK(std::string(sampan_last_error()).find("temperature") != std::string::npos);
+    }
+  }
+  for (float p : {0.0f, 0.5f, 1.0f, 1.0001f}) {
+    INFO("top_p " << p);
+    CHECK((sampan_params_set_top_p(params, p) == SAMPAN_OK) ==
+          engine_takes(SamplingParam::kTopP, p));
+  }
+  for (int32_t k : {-1, 0, 40}) {
+    INFO("top_k " << k);
+    CHECK((sampan_params_set_top_k(params, k) == SAMPAN_OK) ==
+          engine_takes(SamplingParam::kTopK, k));
+  }
+  REQUIRE_OK(sampan_params_destroy(params));
 }

@@ -46,10 +46,10 @@ struct Reference {
 
 // One single-sequence reference per KV-cache format: a quantized engine must match CausalLm
 // with the same format (the same rows, quantized the same way), not the f32 one.
-Reference& reference(cpu::KvDtype kv = cpu::KvDtype::kF32) {
+Reference& reference(KvDtype kv = KvDtype::kF32) {
   // Never destroyed: the models' tensors must not outlive the allocator they came from, and a
   // function-local static here could be destroyed after it at exit.
-  static auto* refs = new std::map<cpu::KvDtype, Reference>;
+  static auto* refs = new std::map<KvDtype, Reference>;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
   Reference& r = (*refs)[kv];
@@ -71,7 +71,7 @@ struct Expected {
   std::string stop_matched;
 };
 
-Expected run_reference(const EngineRequest& req, cpu::KvDtype kv = cpu::KvDtype::kF32) {
+Expected run_reference(const EngineRequest& req, KvDtype kv = KvDtype::kF32) {
   Reference& r = reference(kv);
   GenerationRequest g;
   g.prompt = req.prompt;
@@ -157,7 +157,7 @@ EngineOptions small_options() {
 
 // Submits every request at once and checks each against the single-sequence reference.
 void check_against_reference(Engine& engine, const std::vector<EngineRequest>& reqs) {
-  const cpu::KvDtype kv = engine.options().build.kv_cache_dtype;
+  const KvDtype kv = engine.options().build.kv_cache_dtype;
   std::vector<std::unique_ptr<Collected>> got;
   for (const EngineRequest& r : reqs) {
     got.push_back(std::make_unique<Collected>());
@@ -589,8 +589,8 @@ TEST_CASE("engine: a failing forward ends that step's requests with kError, then
 }
 
 TEST_CASE("engine: int8 and int4 KV caches equal generate() with the same format", "[engine]") {
-  for (cpu::KvDtype kv : {cpu::KvDtype::kI8, cpu::KvDtype::kI4}) {
-    INFO("kv_cache_dtype " << cpu::kv_dtype_name(kv));
+  for (KvDtype kv : {KvDtype::kI8, KvDtype::kI4}) {
+    INFO("kv_cache_dtype " << kv_dtype_name(kv));
     EngineOptions o = small_options();
     o.build.kv_cache_dtype = kv;
     o.block_size = 7;
@@ -606,33 +606,33 @@ TEST_CASE("engine: int8 and int4 KV caches equal generate() with the same format
 // usual head_dim 128: 3.9x and 6.4x).
 TEST_CASE("engine: a quantized KV cache fits more blocks in kv_cache_bytes", "[engine]") {
   const int64_t kBytes = 4 << 20, kBlock = 16;
-  std::map<cpu::KvDtype, int64_t> blocks;
-  for (auto [kv, row] : std::vector<std::pair<cpu::KvDtype, int64_t>>{
-           {cpu::KvDtype::kF32, 128}, {cpu::KvDtype::kBF16, 64}, {cpu::KvDtype::kI8, 40},
-           {cpu::KvDtype::kF8E4M3, 40}, {cpu::KvDtype::kI4, 24}}) {
-    INFO("kv_cache_dtype " << cpu::kv_dtype_name(kv));
+  std::map<KvDtype, int64_t> blocks;
+  for (auto [kv, row] : std::vector<std::pair<KvDtype, int64_t>>{
+           {KvDtype::kF32, 128}, {KvDtype::kBF16, 64}, {KvDtype::kI8, 40},
+           {KvDtype::kF8E4M3, 40}, {KvDtype::kI4, 24}}) {
+    INFO("kv_cache_dtype " << kv_dtype_name(kv));
     EngineOptions o = small_options();
     o.build.kv_cache_dtype = kv;
     o.num_kv_blocks = 0;
     o.kv_cache_bytes = kBytes;
     o.block_size = kBlock;
     auto engine = Engine::load(model_dir(), o);
-    REQUIRE(engine->config().n_layer == 2);
-    REQUIRE(engine->config().n_head_kv == 2);
-    REQUIRE(engine->config().head_dim == 16);
+    REQUIRE(engine->model_info().n_layer == 2);
+    REQUIRE(engine->model_info().n_head_kv == 2);
+    REQUIRE(engine->model_info().head_dim == 16);
     blocks[kv] = engine->stats().kv_blocks_total;
     // K and V, 2 layers, kBlock rows per block.
     CHECK(blocks[kv] == kBytes / (2 * 2 * kBlock * row));
   }
-  CHECK(blocks[cpu::KvDtype::kI8] > 3 * blocks[cpu::KvDtype::kF32]);
-  CHECK(blocks[cpu::KvDtype::kI4] > 5 * blocks[cpu::KvDtype::kF32]);
+  CHECK(blocks[KvDtype::kI8] > 3 * blocks[KvDtype::kF32]);
+  CHECK(blocks[KvDtype::kI4] > 5 * blocks[KvDtype::kF32]);
 }
 
 // CausalLm's single-block cache holds the format's real bytes.
 TEST_CASE("causal_lm: kv_cache_bytes reports the quantized size", "[engine]") {
-  for (auto [kv, row] : std::vector<std::pair<cpu::KvDtype, int64_t>>{
-           {cpu::KvDtype::kF32, 128}, {cpu::KvDtype::kI8, 40}, {cpu::KvDtype::kI4, 24}}) {
-    INFO("kv_cache_dtype " << cpu::kv_dtype_name(kv));
+  for (auto [kv, row] : std::vector<std::pair<KvDtype, int64_t>>{
+           {KvDtype::kF32, 128}, {KvDtype::kI8, 40}, {KvDtype::kI4, 24}}) {
+    INFO("kv_cache_dtype " << kv_dtype_name(kv));
     CHECK(reference(kv).lm->kv_cache_bytes() == 2 * 2 * kMaxModelLen * row);
   }
 }

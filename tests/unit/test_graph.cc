@@ -229,3 +229,306 @@ TEST_CASE("plan_for predicts the plan a run makes", "[graph]") {
   CHECK(predicted.offsets == ex.plan().offsets);
   CHECK_THROWS_WITH(ex.plan_for({}), Catch::Contains("graph input 'x' has no shape"));
 }
+
+// ---- typed attributes ----------------------------------------------------------------------
+
+namespace {
+
+// A test op with one typed attribute: y = x * factor. parse_scale counts its calls, so a test can
+// see that attributes are parsed once per executor, not per run.
+struct ScaleAttrs final : ops::OpAttrs {
+  float factor = 1.0f;
+};
+
+int g_scale_parses = 0;
+
+ScaleAttrs parse_scale(const Node& node) {
+  ++g_scale_parses;
+  ScaleAttrs a;
+  a.factor = static_cast<float>(node.attrs.get_float("factor"));
+  return a;
+}
+
+std::vector<ops::TensorDesc> infer_scale(const Node&, const ScaleAttrs&,
+                                         const std::vector<ops::TensorDesc>& in) {
+  return {in[0]};
+}
+
+void run_scale(const ops::KernelContext& ctx) {
+  const Tensor x = ctx.inputs[0].contiguous();  // any shape
+  const float f = ctx.attrs_as<ScaleAttrs>().factor;
+  for (int64_t i = 0; i < x.numel(); ++i) ctx.outputs[0].data<float>()[i] = x.data<float>()[i] * f;
+}
+
+const ops::RegisterOp kScaleSchema(ops::with_attrs<ScaleAttrs>(
+    {.name = "test_scale"}, {{"factor", ops::AttrType::kFloat}}, parse_scale, infer_scale));
+const ops::RegisterKernel kScaleCpu("test_scale", DeviceType::kCPU, run_scale);
+
+// The message of the error `f` throws ("" when it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidArgument);
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("op attributes are declared with types and parsed once per executor", "[graph]") {
+  const ops::OpSchema& schema = ops::OpRegistry::instance().schema("test_scale");
+  REQUIRE(schema.attrs.size() == 1);
+  CHECK(schema.attrs[0].name == "factor");
+  CHECK(schema.attrs[0].type == ops::AttrType::kFloat);
+  CHECK(schema.attrs[0].required);
+  // Every registered op that declares attributes parses them; the built-in ops with attributes
+  // declare them.
+  for (const std::string& op : ops::OpRegistry::instance().op_names()) {
+    const ops::OpSchema& s = ops::OpRegistry::instance().schema(op);
+    INFO(op);
+    CHECK((s.attrs.empty() || s.parse_attrs != nullptr));
+    CHECK(s.infer_typed != nullptr);
+  }
+  for (const char* op : {"attention", "linear", "rope", "rms_norm", "add_rms_norm", "hadamard",
+                         "split"}) {
+    INFO(op);
+    CHECK_FALSE(ops::OpRegistry::instance().schema(op).attrs.empty());
+  }
+
+  ThreadPool pool(1);
+  Graph g;
+  const ValueId x = g.add_input("x", DType::kF32, {Dim::sym("n")});
+  const ValueId a = g.add("test_scale", "triple", {x}, {{"factor", int64_t{3}}});  // int reads as float
+  g.mark_output(g.add("test_scale", "half", {a}, {{"factor", 0.5}}));
+  g_scale_parses = 0;
+  Executor ex(g, pool);
+  CHECK(g_scale_parses == 2);  // one per node, at construction
+  for (int64_t n : {1, 4, 4, 9}) {
+    std::vector<float> xv(static_cast<size_t>(n));
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(i) - 2.0f;
+    const Tensor y = ex.run({{"x", Tensor::from_f32({n}, xv)}})[0];
+    REQUIRE(y.shape() == Shape{n});
+    for (int64_t i = 0; i < n; ++i) CHECK(y.data<float>()[i] == xv[static_cast<size_t>(i)] * 1.5f);
+  }
+  CHECK(g_scale_parses == 2);  // runs (and re-inference for new shapes) never parse again
+}
+
+TEST_CASE("runs never read attributes by name: the parsed ones stay in force", "[graph]") {
+  // Erasing a node's attributes after the executor was built changes nothing, for runs of the
+  // same shapes and for new shapes (which infer again, from the parsed attributes too).
+  ThreadPool pool(1);
+  Graph g;
+  const ValueId x = g.add_input("x", DType::kF32, {Dim::sym("n"), Dim::fixed(4)});
+  const ValueId w = g.add_constant("w", Tensor::from_f32({4}, {1.0f, 2.0f, 0.5f, -1.0f}));
+  g.mark_output(g.add("rms_norm", "norm", {x, w}, {{"eps", 1e-5}}));
+  Executor ex(g, pool);
+  const std::vector<float> xv = {1, 2, 3, 4, -1, 0, 2, 5, 0.5f, 0.25f, 3, 1};
+  const Tensor want = ex.run({{"x", Tensor::from_f32({3, 4}, xv)}})[0].clone();
+  g.mutable_node(0).attrs = Attributes();
+  for (int64_t rows : {3, 2, 3}) {
+    const std::vector<float> part(xv.begin(), xv.begin() + rows * 4);
+    const Tensor got = ex.run({{"x", Tensor::from_f32({rows, 4}, part)}})[0];
+    REQUIRE(got.shape() == Shape{rows, 4});
+    for (int64_t i = 0; i < rows * 4; ++i) CHECK(got.data<float>()[i] == want.data<float>()[i]);
+  }
+  // A new executor parses the node as it is now.
+  CHECK_THROWS_WITH(Executor(g, pool), Catch::Contains("node 'norm' (rms_norm): missing attribute 'eps'"));
+}
+
+TEST_CASE("bad attributes are one-line errors naming node and attribute, before any run",
+          "[graph]") {
+  ThreadPool pool(1);
+  const int64_t d = 8;
+  auto norm_graph = [&](Attributes attrs) {
+    Graph g;
+    const ValueId x = g.add_input("x", DType::kF32, {Dim::sym("n"), Dim::fixed(d)});
+    const ValueId w = g.add_constant("w", Tensor::zeros({d}, DType::kF32));
+    g.mark_output(g.add("rms_norm", "norm", {x, w}, std::move(attrs)));
+    return g;
+  };
+  auto build = [&](const Graph& g) { return error_of([&] { Executor ex(g, pool); }); };
+  std::vector<std::pair<std::string, std::string>> cases;  // message, expected part
+
+  cases.emplace_back(build(norm_graph({})), "node 'norm' (rms_norm): missing attribute 'eps'");
+  cases.emplace_back(build(norm_graph({{"eps", std::string("tiny")}})),
+                     "node 'norm' (rms_norm): attribute 'eps' is a string, expected a number");
+  {
+    Graph g;
+    const ValueId x = g.add_input("x", DType::kF32, {Dim::sym("n"), Dim::fixed(d)});
+    const ValueId pos = g.add_input("pos", DType::kI32, {Dim::sym("n")});
+    const ValueId f = g.add_constant("f", Tensor::zeros({2}, DType::kF32));
+    g.mark_output(g.add("rope", "q_rope", {x, pos, f}, {{"n_heads", 2.0}, {"head_dim", int64_t{4}}}));
+    cases.emplace_back(build(g),
+                       "node 'q_rope' (rope): attribute 'n_heads' is a float, expected an integer");
+  }
+  {
+    Graph g;
+    const ValueId x = g.add_input("x", DType::kF32, {Dim::sym("n"), Dim::fixed(d)});
+    const ValueId w = g.add_constant("w", Tensor::zeros({4, d}, DType::kF32));
+    g.mark_output(g.add("linear", "proj", {x, w}, {{"epilogue", std::string("relu")}}));
+    cases.emplace_back(build(g), "node 'proj' (linear): unknown epilogue 'relu'");
+  }
+  {
+    Graph g;
+    const ValueId x = g.add_input("x", DType::kF32, {Dim::sym("n"), Dim::fixed(d)});
+    const auto parts = g.add_node("split", "qkv.split", {x}, {{"sizes", int64_t{4}}}, 2);
+    g.mark_output(parts[0]);
+    cases.emplace_back(build(g), "node 'qkv.split' (split): attribute 'sizes' is an integer, "
+                                 "expected an integer list");
+  }
+  for (const auto& [msg, want] : cases) {
+    INFO(msg);
+    CHECK_THAT(msg, Catch::Contains(want));
+    CHECK(msg.find('\n') == std::string::npos);
+  }
+
+  // The same checks serve callers of the schema's own inference (no executor).
+  const Graph g = norm_graph({});
+  const std::vector<ops::TensorDesc> in = {{{2, d}, DType::kF32}, {{d}, DType::kF32}};
+  CHECK_THROWS_WITH(ops::OpRegistry::instance().schema("rms_norm").infer(g.node(0), in),
+                    Catch::Contains("node 'norm' (rms_norm): missing attribute 'eps'"));
+}
+
+// ---- shape inference reuse -----------------------------------------------------------------
+
+TEST_CASE("shape inference runs only when the input shapes change", "[graph]") {
+  std::mt19937 rng(11);
+  const int64_t d = 16, f = 24;
+  Net net = build_net(rng, d, f);
+  passes::optimize(net.g);
+  ThreadPool pool(2);
+  Executor ex(net.g, pool);
+  CHECK(ex.inferences() == 0);
+  const Tensor x5 = random_f32({5, d}, rng), x7 = random_f32({7, d}, rng);
+  const Tensor first = ex.run({{"x", x5}})[0].clone();
+  CHECK(ex.inferences() == 1);
+  // Same shapes, new values: shapes and plan are reused, the values are computed afresh.
+  const Tensor x5b = random_f32({5, d}, rng);
+  const Tensor second = ex.run({{"x", x5b}})[0].clone();
+  CHECK(ex.inferences() == 1);
+  const Tensor again = ex.run({{"x", x5}})[0].clone();
+  CHECK(ex.inferences() == 1);
+  const Tensor seven = ex.run({{"x", x7}})[0].clone();
+  CHECK(ex.inferences() == 2);
+  const Tensor back = ex.run({{"x", x5}})[0].clone();
+  CHECK(ex.inferences() == 3);  // only the last run's shapes are kept
+
+  // Every result equals a fresh executor's, bit for bit.
+  auto fresh = [&](const Tensor& x) {
+    Executor other(net.g, pool);
+    return other.run({{"x", x}})[0].clone();
+  };
+  auto same = [](const Tensor& a, const Tensor& b) {
+    REQUIRE(a.shape() == b.shape());
+    for (int64_t i = 0; i < a.numel(); ++i) CHECK(a.data<float>()[i] == b.data<float>()[i]);
+  };
+  same(first, fresh(x5));
+  same(second, fresh(x5b));
+  same(again, first);
+  same(seven, fresh(x7));
+  same(back, first);
+
+  // plan_for infers for its own shapes; the next run infers again for its shapes.
+  const MemoryPlan p = ex.plan_for({{"x", {9, d}}});
+  CHECK(ex.inferences() == 4);
+  CHECK(p.arena_bytes > 0);
+  same(ex.run({{"x", x5}})[0].clone(), first);
+  CHECK(ex.inferences() == 5);
+  CHECK(ex.plan().arena_bytes < p.arena_bytes);  // planned for 5 rows again, not 9
+}
+
+TEST_CASE("shapes that fail inference fail on every run", "[graph]") {
+  ThreadPool pool(1);
+  Graph g;
+  const ValueId x = g.add_input("x", DType::kF32, {Dim::sym("n"), Dim::sym("k")});
+  const ValueId w = g.add_constant("w", Tensor::zeros({3, 5}, DType::kF32));
+  g.mark_output(g.add("linear", "proj", {x, w}));
+  Executor ex(g, pool);
+  for (int i = 0; i < 2; ++i) {
+    CHECK_THROWS_WITH(ex.run({{"x", Tensor::zeros({2, 4}, DType::kF32)}}),
+                      Catch::Contains("node 'proj' (linear)"));
+  }
+  CHECK(ex.inferences() == 2);
+  CHECK(ex.run({{"x", Tensor::zeros({2, 5}, DType::kF32)}})[0].shape() == Shape{2, 3});
+  CHECK(ex.run({{"x", Tensor::zeros({2, 5}, DType::kF32)}})[0].shape() == Shape{2, 3});
+  CHECK(ex.inferences() == 3);
+  // A binding error leaves nothing half-bound: the good shapes still reuse their inference, and
+  // a symbol bound inconsistently is refused as before.
+  CHECK_THROWS_WITH(ex.run({{"x", Tensor::zeros({2, 5}, DType::kI32)}}),
+                    Catch::Contains("graph input 'x' is i32, expected f32"));
+  CHECK(ex.run({{"x", Tensor::zeros({2, 5}, DType::kF32)}})[0].shape() == Shape{2, 3});
+  CHECK(ex.inferences() == 3);
+}
+
+TEST_CASE("inputs sharing a symbol must agree on it, on every run", "[graph]") {
+  ThreadPool pool(1);
+  Graph g;
+  const ValueId a = g.add_input("a", DType::kF32, {Dim::sym("n"), Dim::fixed(3)});
+  const ValueId b = g.add_input("b", DType::kF32, {Dim::sym("n"), Dim::fixed(3)});
+  g.mark_output(g.add("add", "sum", {a, b}));
+  Executor ex(g, pool);
+  const Tensor two = Tensor::from_f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  CHECK(ex.run({{"a", two}, {"b", two}})[0].data<float>()[5] == 12.0f);
+  CHECK_THROWS_WITH(ex.run({{"a", two}, {"b", Tensor::zeros({4, 3}, DType::kF32)}}),
+                    Catch::Contains("graph input 'b' has dim 0 = 4 but 'n' is 2 elsewhere"));
+  CHECK(ex.run({{"a", two}, {"b", two}})[0].data<float>()[0] == 2.0f);
+}
+
+// ---- pass pipeline -------------------------------------------------------------------------
+
+TEST_CASE("the pass pipeline reports each named pass and the ops before and after", "[graph]") {
+  std::mt19937 rng(5);
+  Net net = build_net(rng, 8, 16);
+  const int nodes_before = static_cast<int>(net.g.nodes().size());
+  const passes::PassReport r = passes::optimize(net.g);
+  REQUIRE(r.passes.size() == 3);
+  CHECK(r.passes[0].name == "fuse_gate_up_silu");
+  CHECK(r.passes[1].name == "fuse_sibling_linears");
+  CHECK(r.passes[2].name == "fuse_add_rms_norm");
+  CHECK(r.passes[0].rewrites == 1);
+  CHECK(r.passes[1].rewrites == 1);
+  CHECK(r.passes[2].rewrites == 1);
+  CHECK(r.rewrites("fuse_sibling_linears") == 1);
+  CHECK(r.rewrites("no_such_pass") == 0);
+  // Node counts chain from the graph given to the graph left.
+  CHECK(r.passes[0].nodes_before == nodes_before);
+  for (size_t i = 1; i < r.passes.size(); ++i) CHECK(r.passes[i].nodes_before == r.passes[i - 1].nodes_after);
+  CHECK(r.passes.back().nodes_after == static_cast<int>(net.g.nodes().size()));
+  // gate+up+silu_mul -> 1 node; q,k,v -> linear + split; add+rms_norm -> 1 node.
+  CHECK(r.passes[0].nodes_after == nodes_before - 2);
+  CHECK(r.passes[1].nodes_after == nodes_before - 3);
+  CHECK(r.passes[2].nodes_after == nodes_before - 4);
+
+  CHECK(r.ops_before == passes::OpHistogram{{"add", 4}, {"linear", 6}, {"rms_norm", 2}, {"silu_mul", 1}});
+  CHECK(r.ops_after == passes::OpHistogram{{"add", 3}, {"add_rms_norm", 1}, {"linear", 3},
+                                           {"rms_norm", 1}, {"split", 1}});
+  CHECK(r.ops_after == passes::op_histogram(net.g));
+
+  const std::string table = r.table("  ");
+  CHECK_THAT(table, Catch::Contains("  fuse_gate_up_silu: 1 rewrite, 13 -> 11 nodes\n"));
+  CHECK_THAT(table, Catch::Contains("  ops after:  add 3, add_rms_norm 1, linear 3, rms_norm 1, split 1\n"));
+  CHECK(r.str() == "add+rms_norm: 1, gate/up+silu: 1, sibling linears (qkv): 1");
+}
+
+TEST_CASE("a custom pipeline runs only its passes and reports them", "[graph]") {
+  std::mt19937 rng(6);
+  Net net = build_net(rng, 8, 16);
+  const passes::PassReport r =
+      passes::run_passes(net.g, {{"fuse_add_rms_norm", passes::fuse_add_rms_norm}});
+  REQUIRE(r.passes.size() == 1);
+  CHECK(r.passes[0].name == "fuse_add_rms_norm");
+  CHECK(r.add_rms_norm == 1);
+  CHECK(r.gate_up_silu == 0);
+  CHECK(r.sibling_linears == 0);
+  CHECK(r.ops_after.at("linear") == 6);
+  CHECK(r.ops_after.at("add_rms_norm") == 1);
+  CHECK(r.passes[0].nodes_after == r.passes[0].nodes_before - 1);
+  // An empty pipeline changes nothing and reports no pass.
+  Net other = build_net(rng, 8, 16);
+  const passes::PassReport none = passes::run_passes(other.g, {});
+  CHECK(none.passes.empty());
+  CHECK(none.ops_before == none.ops_after);
+}

@@ -9,7 +9,7 @@
 
 #include "engine/core/error.h"
 #include "kernels/common/half.h"
-#include "quant/quantize.h"
+#include "engine/models/weight_quant.h"
 
 namespace {
 
@@ -19,9 +19,9 @@ using sampan::ErrorCode;
 using sampan::Tensor;
 using sampan::models::QuantScheme;
 using sampan::models::WeightFormat;
-using sampan::quant::dequantize_matrix;
-using sampan::quant::quantize_matrix;
-using sampan::quant::QuantizedMatrix;
+using sampan::models::dequantize_matrix;
+using sampan::models::quantize_matrix;
+using sampan::models::QuantizedMatrix;
 
 // OCP E4M3 decoded from the bit fields, written out independently of quant/fp8.cc.
 double fp8_ref(uint8_t code) {

@@ -20,7 +20,7 @@
 #include "engine/models/blocks.h"
 #include "engine/models/llama.h"
 #include "loader_test_util.h"
-#include "quant/quantize.h"
+#include "engine/models/weight_quant.h"
 
 using namespace sampan;
 using graph::Dim;
@@ -50,7 +50,7 @@ QuantScheme scheme(WeightFormat f, int64_t g = 32, bool sym = true, DType sd = D
 }
 
 Linear quantized_linear(const Tensor& w, const QuantScheme& s) {
-  quant::QuantizedMatrix q = quant::quantize_matrix(w, s, "w");
+  models::QuantizedMatrix q = models::quantize_matrix(w, s, "w");
   Linear l;
   l.weight = q.data;
   l.scales = q.scales;
@@ -142,7 +142,7 @@ ModelFiles quantized_model(const QuantScheme& s) {
   for (const char* name : kLinears) {
     const std::string w = std::string(name) + ".weight";
     if (s.format == WeightFormat::kInt4 && m.tensors[w].dim(1) % s.group_size != 0) continue;
-    quant::QuantizedMatrix q = quant::quantize_matrix(m.tensors[w], s, w);
+    models::QuantizedMatrix q = models::quantize_matrix(m.tensors[w], s, w);
     m.tensors[w] = q.data;
     m.tensors[std::string(name) + ".weight_scale"] = q.scales;
     if (q.zeros.defined() && q.zeros.numel() > 0) m.tensors[std::string(name) + ".weight_zero"] = q.zeros;
@@ -396,8 +396,8 @@ TEST_CASE("quantized linear op equals the float op over the dequantized weights"
   const Tensor bias = random_f32({n}, 12);
   for (const Form& f : forms) {
     const Linear lg = quantized_linear(w_gate, f.s), lu = quantized_linear(w_up, f.s);
-    const Tensor dg = quant::dequantize_matrix({lg.weight, lg.scales, lg.zeros}, f.s, "gate");
-    const Tensor du = quant::dequantize_matrix({lu.weight, lu.scales, lu.zeros}, f.s, "up");
+    const Tensor dg = models::dequantize_matrix({lg.weight, lg.scales, lg.zeros}, f.s, "gate");
+    const Tensor du = models::dequantize_matrix({lu.weight, lu.scales, lu.zeros}, f.s, "up");
     for (int64_t m : {1, 7, 33}) {
       const Tensor x = random_f32({m, k}, 13, 1.0f);
       // sum_c |x[r, c]| |w[j, c]| per output: the scale of f32 summation error.

@@ -14,6 +14,7 @@
 #include "engine/core/error.h"
 #include "engine/runtime/device_sampler.h"
 #include "engine/runtime/sampler.h"
+#include "engine/runtime/sampling_limits.h"
 
 using namespace sampan;
 using namespace sampan::runtime;
@@ -404,6 +405,13 @@ TEST_CASE("bad parameters and inputs are rejected naming the culprit") {
                   "frequency_penalty");
   require_invalid(with([](SamplingParams& p) { p.top_logprobs = 21; }), "top_logprobs");
   require_invalid(with([](SamplingParams& p) { p.top_logprobs = -1; }), "top_logprobs");
+  // The refusal carries the parameter as a field, not only in its text.
+  try {
+    Sampler s(SamplingParams{.top_p = 1.5f});
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.field() == "top_p");
+  }
 
   Sampler s(SamplingParams{});
   const std::vector<float> ok = {0.0f, 1.0f};
@@ -561,4 +569,49 @@ TEST_CASE("device sampling takes only requests without penalties or logprobs") {
   CHECK_FALSE(with([](SamplingParams& q) { q.presence_penalty = 0.5f; }));
   CHECK_FALSE(with([](SamplingParams& q) { q.frequency_penalty = -0.5f; }));
   CHECK(!device_sampling_eligible(SamplingParams{}));  // logprobs are read unless said otherwise
+}
+
+// ---- sampling_limits.h: the one definition of every range -------------------------------------
+
+TEST_CASE("sampling limits: bounds, open ends, field names and prefixes") {
+  constexpr SamplingParam kAll[] = {
+      SamplingParam::kTemperature,       SamplingParam::kTopK,
+      SamplingParam::kTopP,              SamplingParam::kMinP,
+      SamplingParam::kRepetitionPenalty, SamplingParam::kPresencePenalty,
+      SamplingParam::kFrequencyPenalty,  SamplingParam::kTopLogprobs};
+  for (SamplingParam p : kAll) {
+    const SamplingLimit l = sampling_limit(p);
+    INFO(l.name);
+    REQUIRE(l.lo < l.hi);
+    check_sampling_param(p, l.hi);
+    if (l.lo_open) {
+      CHECK_THROWS_AS(check_sampling_param(p, l.lo), Error);
+    } else {
+      check_sampling_param(p, l.lo);
+    }
+    for (double bad : {l.hi * 1.5 + 1, l.lo - 1, double(NAN), double(INFINITY)}) {
+      try {
+        check_sampling_param(p, bad);
+        FAIL("accepted " << bad);
+      } catch (const Error& e) {
+        CHECK(e.code() == ErrorCode::kInvalidArgument);
+        CHECK(e.field() == l.name);
+        CHECK(std::string(e.what()).find(std::string("'") + l.name + "'") != std::string::npos);
+      }
+    }
+  }
+  try {
+    check_sampling_param(SamplingParam::kTopLogprobs, 21, "logprobs");
+    FAIL("accepted 21");
+  } catch (const Error& e) {
+    CHECK(e.field() == "logprobs");
+  }
+  try {
+    validate_sampling(SamplingParams{.min_p = 2.0f}, "sampling_parameters.");
+    FAIL("accepted min_p 2");
+  } catch (const Error& e) {
+    CHECK(e.field() == "sampling_parameters.min_p");
+  }
+  validate_sampling(SamplingParams{});  // the defaults are valid
+  CHECK(sampling_limit(SamplingParam::kTopLogprobs).hi == kMaxTopLogprobs);
 }

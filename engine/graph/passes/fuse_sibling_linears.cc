@@ -1,7 +1,7 @@
 #include <algorithm>
 
 #include "engine/graph/passes/passes.h"
-#include "kernels/cpu/gemm_cpu.h"
+#include "kernels/common/gemm_weights.h"
 
 namespace sampan::graph::passes {
 namespace {
@@ -32,7 +32,7 @@ bool fuse_one(Graph& graph) {
     const Node& first = nodes[static_cast<size_t>(a)];
     std::vector<NodeId> group = {a};
     for (NodeId b = a + 1; b < static_cast<NodeId>(nodes.size()) &&
-                           static_cast<int>(group.size()) < cpu::kMaxGemmBlocks;
+                           static_cast<int>(group.size()) < kMaxGemmBlocks;
          ++b) {
       const Node& n = nodes[static_cast<size_t>(b)];
       if (plain_linear(n) && n.inputs[0] == first.inputs[0] && same_format(graph, first, n)) {

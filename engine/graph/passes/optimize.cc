@@ -3,22 +3,80 @@
 #include "engine/graph/passes/passes.h"
 
 namespace sampan::graph::passes {
+namespace {
+
+int live_nodes(const Graph& graph) {
+  int n = 0;
+  for (const Node& node : graph.nodes()) n += node.dead ? 0 : 1;
+  return n;
+}
+
+std::string histogram_str(const OpHistogram& ops) {
+  std::string s;
+  for (const auto& [op, count] : ops) s += fmt::format("{}{} {}", s.empty() ? "" : ", ", op, count);
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+OpHistogram op_histogram(const Graph& graph) {
+  OpHistogram ops;
+  for (const Node& node : graph.nodes()) {
+    if (!node.dead) ++ops[node.op];
+  }
+  return ops;
+}
+
+int PassReport::rewrites(const std::string& pass) const {
+  int n = 0;
+  for (const PassStats& p : passes) n += p.name == pass ? p.rewrites : 0;
+  return n;
+}
 
 std::string PassReport::str() const {
   return fmt::format("add+rms_norm: {}, gate/up+silu: {}, sibling linears (qkv): {}", add_rms_norm,
                      gate_up_silu, sibling_linears);
 }
 
-PassReport optimize(Graph& graph) {
+std::string PassReport::table(const std::string& indent) const {
+  std::string s;
+  for (const PassStats& p : passes) {
+    s += fmt::format("{}{}: {} rewrite{}, {} -> {} nodes\n", indent, p.name, p.rewrites,
+                     p.rewrites == 1 ? "" : "s", p.nodes_before, p.nodes_after);
+  }
+  s += fmt::format("{}ops before: {}\n", indent, histogram_str(ops_before));
+  s += fmt::format("{}ops after:  {}\n", indent, histogram_str(ops_after));
+  return s;
+}
+
+const std::vector<Pass>& default_passes() {
+  static const std::vector<Pass> pipeline = {
+      {"fuse_gate_up_silu", fuse_gate_up_silu},
+      {"fuse_sibling_linears", fuse_sibling_linears},
+      {"fuse_add_rms_norm", fuse_add_rms_norm},
+  };
+  return pipeline;
+}
+
+PassReport run_passes(Graph& graph, const std::vector<Pass>& pipeline) {
   PassReport r;
-  // gate/up first: afterwards the only sibling linears left sharing an input are Q/K/V.
-  r.gate_up_silu = fuse_gate_up_silu(graph);
-  graph.compact();
-  r.sibling_linears = fuse_sibling_linears(graph);
-  r.add_rms_norm = fuse_add_rms_norm(graph);
-  graph.compact();
+  r.ops_before = op_histogram(graph);
+  for (const Pass& pass : pipeline) {
+    PassStats& st = r.passes.emplace_back();
+    st.name = pass.name;
+    st.nodes_before = live_nodes(graph);
+    st.rewrites = pass.run(graph);
+    graph.compact();
+    st.nodes_after = live_nodes(graph);
+  }
   graph.validate();
+  r.ops_after = op_histogram(graph);
+  r.gate_up_silu = r.rewrites("fuse_gate_up_silu");
+  r.sibling_linears = r.rewrites("fuse_sibling_linears");
+  r.add_rms_norm = r.rewrites("fuse_add_rms_norm");
   return r;
 }
+
+PassReport optimize(Graph& graph) { return run_passes(graph, default_passes()); }
 
 }  // namespace sampan::graph::passes

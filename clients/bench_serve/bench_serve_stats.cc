@@ -1,4 +1,4 @@
-#include "server/bench_serve_stats.h"
+#include "clients/bench_serve/bench_serve_stats.h"
 
 #include <algorithm>
 #include <cmath>

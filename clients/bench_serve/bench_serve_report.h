@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "server/bench_serve_stats.h"
+#include "clients/bench_serve/bench_serve_stats.h"
 
 namespace sampan::bench {
 

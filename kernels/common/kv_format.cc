@@ -1,10 +1,9 @@
-// Names of the KV-cache formats (declared in attention_cpu.h): kept apart from the attention
-// kernels so that option parsing (serve configs, the C API) needs no kernel code.
+// Names of the KV-cache formats: option parsing (serve configs, the C API) needs no kernel code.
+#include "kernels/common/kv_format.h"
+
 #include <string>
 
-#include "kernels/cpu/attention_cpu.h"
-
-namespace sampan::cpu {
+namespace sampan {
 
 const char* kv_dtype_name(KvDtype dtype) {
   switch (dtype) {
@@ -28,4 +27,4 @@ bool parse_kv_dtype(const char* text, KvDtype* out) {
   return true;
 }
 
-}  // namespace sampan::cpu
+}  // namespace sampan

@@ -1,4 +1,4 @@
-#include "server/bench_serve_sse.h"
+#include "clients/bench_serve/bench_serve_sse.h"
 
 #include <nlohmann/json.hpp>
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "server/bench_serve_stats.h"
+#include "clients/bench_serve/bench_serve_stats.h"
 
 namespace sampan::bench {
 

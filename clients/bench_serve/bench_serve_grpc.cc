@@ -9,7 +9,7 @@
 
 #include "engine/core/error.h"
 #include "proto/sampan_generate.grpc.pb.h"
-#include "server/bench_serve_client.h"
+#include "clients/bench_serve/bench_serve_client.h"
 
 namespace sampan::bench {
 namespace {

@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "server/bench_serve_stats.h"
-#include "server/bench_serve_workload.h"
+#include "clients/bench_serve/bench_serve_stats.h"
+#include "clients/bench_serve/bench_serve_workload.h"
 
 namespace sampan::bench {
 

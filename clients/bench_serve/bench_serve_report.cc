@@ -1,4 +1,4 @@
-#include "server/bench_serve_report.h"
+#include "clients/bench_serve/bench_serve_report.h"
 
 #include <fmt/format.h>
 

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "server/bench_serve_report.h"
-#include "server/bench_serve_sse.h"
-#include "server/bench_serve_stats.h"
-#include "server/bench_serve_workload.h"
+#include "clients/bench_serve/bench_serve_report.h"
+#include "clients/bench_serve/bench_serve_sse.h"
+#include "clients/bench_serve/bench_serve_stats.h"
+#include "clients/bench_serve/bench_serve_workload.h"
 
 using namespace sampan::bench;
 

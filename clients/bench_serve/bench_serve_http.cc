@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "engine/core/error.h"
-#include "server/bench_serve_client.h"
-#include "server/bench_serve_sse.h"
+#include "clients/bench_serve/bench_serve_client.h"
+#include "clients/bench_serve/bench_serve_sse.h"
 
 namespace sampan::bench {
 namespace {

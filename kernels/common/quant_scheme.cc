@@ -1,8 +1,9 @@
-#include "engine/models/model_options.h"
+// Names of the weight formats and scale-search modes (quant_scheme.h).
+#include "kernels/common/quant_scheme.h"
 
 #include <string_view>
 
-namespace sampan::models {
+namespace sampan {
 
 const char* weight_format_name(WeightFormat f) {
   switch (f) {
@@ -40,4 +41,4 @@ bool parse_scale_search(const char* text, ScaleSearch* out) {
   return true;
 }
 
-}  // namespace sampan::models
+}  // namespace sampan

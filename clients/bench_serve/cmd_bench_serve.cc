@@ -20,10 +20,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "clients/bench_serve/bench_serve_cli.h"
+#include "clients/bench_serve/bench_serve_client.h"
+#include "clients/bench_serve/bench_serve_report.h"
 #include "engine/core/error.h"
-#include "server/bench_serve_client.h"
-#include "server/bench_serve_report.h"
-#include "server/commands.h"
 
 namespace sampan::cli {
 namespace {
@@ -371,7 +371,7 @@ int run_bench_serve(const BenchFlags& f) {
 
 }  // namespace
 
-Runner add_bench_serve(CLI::App& app) {
+std::function<int()> add_bench_serve(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   auto* cmd = app.add_subcommand(
       "bench-serve", "Load-test an OpenAI-compatible HTTP or Sampan gRPC endpoint");

@@ -1,4 +1,4 @@
-#include "server/bench_serve_workload.h"
+#include "clients/bench_serve/bench_serve_workload.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,0 +1,238 @@
+#include "engine/models/model.h"
+
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.h"
+#include "engine/core/log.h"
+
+namespace sampan::models {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::tuple<std::string, std::string, ModelBuildFn>> builders;  // format, arch, fn
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+const ModelBuildFn* find_builder(const std::string& format, const std::string& architecture) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const auto& [f, a, fn] : r.builders) {
+    if (f == format && a == architecture) return &fn;
+  }
+  return nullptr;
+}
+
+std::string dims_str(const std::vector<graph::Dim>& shape) {
+  std::vector<std::string> parts;
+  for (const graph::Dim& d : shape) parts.push_back(d.symbolic() ? d.symbol : std::to_string(d.size));
+  return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
+// The signature must describe the graph as built (and as the passes left it): every input the
+// graph declares is in the signature with its dtype and rank, and the other way round.
+void check_signature(const Model& m) {
+  std::map<std::string, const graph::Value*> inputs;
+  for (graph::ValueId id : m.graph.inputs()) inputs[m.graph.value(id).name] = &m.graph.value(id);
+  SAMPAN_CHECK(inputs.size() == m.signature.inputs.size(), ErrorCode::kInternal,
+               "{}: the graph has {} inputs, its signature {}", m.path, inputs.size(),
+               m.signature.inputs.size());
+  for (const TensorSpec& t : m.signature.inputs) {
+    auto it = inputs.find(t.name);
+    SAMPAN_CHECK(it != inputs.end(), ErrorCode::kInternal,
+                 "{}: signature input '{}' is not a graph input", m.path, t.name);
+    SAMPAN_CHECK(it->second->dtype == t.dtype && it->second->shape.size() == t.shape.size(),
+                 ErrorCode::kInternal, "{}: signature input '{}' is {}{}, the graph's {}{}",
+                 m.path, t.name, dtype_name(t.dtype), dims_str(t.shape),
+                 dtype_name(it->second->dtype), dims_str(it->second->shape));
+  }
+  SAMPAN_CHECK(m.graph.outputs().size() == m.signature.outputs.size(), ErrorCode::kInternal,
+               "{}: the graph has {} outputs, its signature {}", m.path, m.graph.outputs().size(),
+               m.signature.outputs.size());
+}
+
+}  // namespace
+
+const char* tensor_role_name(TensorRole role) {
+  switch (role) {
+    case TensorRole::kTokenIds: return "token_ids";
+    case TensorRole::kPositions: return "positions";
+    case TensorRole::kSeqIds: return "seq_ids";
+    case TensorRole::kBlockTables: return "block_tables";
+    case TensorRole::kLogitRows: return "logit_rows";
+    case TensorRole::kKCache: return "k_cache";
+    case TensorRole::kVCache: return "v_cache";
+    case TensorRole::kLogits: return "logits";
+    case TensorRole::kData: return "data";
+  }
+  return "?";
+}
+
+const TensorSpec* Signature::find_input(TensorRole role, int64_t layer) const {
+  for (const TensorSpec& t : inputs) {
+    if (t.role == role && t.layer == layer) return &t;
+  }
+  return nullptr;
+}
+
+const TensorSpec* Signature::find_output(TensorRole role) const {
+  for (const TensorSpec& t : outputs) {
+    if (t.role == role) return &t;
+  }
+  return nullptr;
+}
+
+std::string Signature::str() const {
+  std::string s;
+  auto line = [&](const char* kind, const TensorSpec& t) {
+    s += fmt::format("{} {} '{}'{} {}{}\n", kind, tensor_role_name(t.role), t.name,
+                     t.api_name.empty() || t.api_name == t.name ? "" : " (" + t.api_name + ")",
+                     dtype_name(t.dtype), dims_str(t.shape));
+  };
+  for (const TensorSpec& t : inputs) line("input", t);
+  for (const TensorSpec& t : outputs) line("output", t);
+  return s;
+}
+
+DecoderBindings DecoderBindings::from(const Signature& sig, const std::string& model) {
+  DecoderBindings b;
+  auto need = [&](TensorRole role, int64_t layer = -1) -> std::string {
+    const TensorSpec* t = sig.find_input(role, layer);
+    SAMPAN_CHECK(t != nullptr, ErrorCode::kUnsupported,
+                 "{}: not a decoder model (its graph has no {} input{})", model,
+                 tensor_role_name(role), layer >= 0 ? fmt::format(" for layer {}", layer) : "");
+    return t->name;
+  };
+  b.ids = need(TensorRole::kTokenIds);
+  b.positions = need(TensorRole::kPositions);
+  b.seq_ids = need(TensorRole::kSeqIds);
+  b.block_tables = need(TensorRole::kBlockTables);
+  b.logit_rows = need(TensorRole::kLogitRows);
+  for (int64_t l = 0; sig.find_input(TensorRole::kKCache, l) != nullptr; ++l) {
+    b.k_cache.push_back(need(TensorRole::kKCache, l));
+    b.v_cache.push_back(need(TensorRole::kVCache, l));
+  }
+  bool found = false;
+  for (size_t i = 0; i < sig.outputs.size(); ++i) {
+    if (sig.outputs[i].role == TensorRole::kLogits) {
+      b.logits_output = i;
+      found = true;
+      break;
+    }
+  }
+  SAMPAN_CHECK(found, ErrorCode::kUnsupported,
+               "{}: not a decoder model (its graph has no logits output)", model);
+  return b;
+}
+
+int64_t KvPools::bytes() const {
+  int64_t b = 0;
+  for (const Tensor& t : k) b += t.nbytes();
+  for (const Tensor& t : v) b += t.nbytes();
+  return b;
+}
+
+KvPools Model::allocate_kv_pools(int64_t n_blocks, int64_t block_size, Device device, bool zero,
+                                 const std::string& what) const {
+  KvPools pools;
+  const Shape shape = {n_blocks, block_size, kv_row_width};
+  const Fill fill = zero ? Fill::kZero : Fill::kUninitialized;
+  for (int64_t l = 0; l < n_kv_layers; ++l) {
+    pools.k.push_back(allocate_named(shape, kv_pool_dtype, device,
+                                     fmt::format("KV cache pool k_cache.{} ({})", l, what), fill));
+    pools.v.push_back(allocate_named(shape, kv_pool_dtype, device,
+                                     fmt::format("KV cache pool v_cache.{} ({})", l, what), fill));
+  }
+  return pools;
+}
+
+void Model::bind_kv_pools(const KvPools& pools, std::map<std::string, Tensor>& feeds) const {
+  for (int64_t l = 0; l < n_kv_layers; ++l) {
+    const TensorSpec* k = signature.find_input(TensorRole::kKCache, l);
+    const TensorSpec* v = signature.find_input(TensorRole::kVCache, l);
+    SAMPAN_CHECK(k != nullptr && v != nullptr, ErrorCode::kInternal,
+                 "{}: the signature has no KV pool inputs for layer {}", path, l);
+    feeds[k->name] = pools.k[static_cast<size_t>(l)];
+    feeds[v->name] = pools.v[static_cast<size_t>(l)];
+  }
+}
+
+void Model::upload_constants(Device device) {
+  if (device.type == DeviceType::kCPU) return;
+  std::map<std::tuple<const Storage*, size_t, Shape, Shape, DType>, Tensor> uploaded;
+  for (size_t v = 0; v < graph.n_values(); ++v) {
+    graph::Value& val = graph.mutable_value(static_cast<graph::ValueId>(v));
+    if (val.kind != graph::ValueKind::kConstant || val.constant.device() == device) continue;
+    const Tensor& c = val.constant;
+    // Tied weights (the embedding table reused as the LM head) are one tensor in two places.
+    const auto key = std::make_tuple(c.storage().get(), c.byte_offset(), c.shape(), c.strides(),
+                                     c.dtype());
+    auto it = uploaded.find(key);
+    if (it == uploaded.end()) {
+      try {
+        it = uploaded.emplace(key, c.to(device)).first;
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kOutOfMemory) throw;
+        fail(ErrorCode::kOutOfMemory, "uploading weight '{}' ({}, {} bytes) to {}: {}", val.name,
+             c.str(), c.nbytes(), device.str(), e.what());
+      }
+    }
+    val.constant = it->second;
+  }
+}
+
+void register_model_builder(const std::string& format, const std::string& architecture,
+                            ModelBuildFn build) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.builders.emplace_back(format, architecture, std::move(build));
+}
+
+std::vector<std::string> registered_model_builders() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> out;
+  for (const auto& [f, a, fn] : r.builders) out.push_back(f + "/" + a);
+  return out;
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
+  // The one format today: a Hugging Face directory (config.json, *.safetensors). GGUF, ONNX and
+  // Paddle readers go here, each producing a ModelSource.
+  SAMPAN_CHECK(std::filesystem::is_directory(path), ErrorCode::kNotFound,
+               "{}: model directory does not exist", path);
+  ModelSource src;
+  src.path = path;
+  src.format = "hf";
+  src.config = load_hf_config(path);
+  src.architecture = model_arch_name(src.config.arch);
+  src.store = std::make_shared<const WeightStore>(WeightStore::open(path));
+
+  const ModelBuildFn* build = find_builder(src.format, src.architecture);
+  SAMPAN_CHECK(build != nullptr, ErrorCode::kUnsupported,
+               "{}: no model builder for format '{}' architecture '{}' (registered: {})", path,
+               src.format, src.architecture, fmt::join(registered_model_builders(), ", "));
+  auto m = std::make_unique<Model>();
+  m->path = path;
+  m->format = src.format;
+  m->architecture = src.architecture;
+  m->config = src.config;
+  m->store = src.store;
+  (*build)(src, options, *m);
+  if (options.optimize) m->pass_report = graph::passes::optimize(m->graph);
+  check_signature(*m);
+  log::debug("{}: {} {} model, signature:\n{}", path, m->format, m->architecture,
+             m->signature.str());
+  return m;
+}
+
+}  // namespace sampan::models

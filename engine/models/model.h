@@ -1,0 +1,144 @@
+// One Model for every runtime: a graph, its typed signature and its weight source, made by
+// load_model() through a registry of builders keyed by format and architecture.
+//
+// Every runtime starts here: runtime::Engine (continuous batching), runtime::CausalLm (one
+// sequence, the CLI) and the C API predictor. None of them names a graph input by string or
+// calls a builder: they find inputs by role in the signature, upload constants with
+// Model::upload_constants and size KV pools with Model::allocate_kv_pools.
+//
+// Adding an architecture is one builder file that calls register_model_builder (see llama.cc);
+// adding a format (GGUF, ONNX, Paddle) is one source reader in model.cc plus its builders.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/device.h"
+#include "engine/core/tensor.h"
+#include "engine/graph/graph.h"
+#include "engine/graph/passes/passes.h"
+#include "engine/loaders/hf_config.h"
+#include "engine/loaders/weight_store.h"
+#include "engine/models/model_options.h"
+
+namespace sampan::models {
+
+// What a graph input or output is for, so that runtimes bind by meaning, not by name.
+enum class TensorRole : uint8_t {
+  kTokenIds,     // [n_tokens] i32: the tokens of one forward (any number of sequences)
+  kPositions,    // [n_tokens] i32: each token's position in its sequence
+  kSeqIds,       // [n_tokens] i32: each token's row of the block tables
+  kBlockTables,  // [n_seqs, max_blocks] i32: physical KV blocks per sequence
+  kLogitRows,    // [n_out] i32: the rows whose logits are returned
+  kKCache,       // [n_blocks, block_size, row] one layer's K pool, written in place
+  kVCache,       // [n_blocks, block_size, row] one layer's V pool, written in place
+  kLogits,       // [n_out, vocab] f32
+  kData,         // anything else a caller feeds or reads (classic models)
+};
+const char* tensor_role_name(TensorRole role);
+
+struct TensorSpec {
+  std::string name;      // the graph value's name
+  std::string api_name;  // the name callers see (C API predictor): "input_ids", "logits"
+  TensorRole role = TensorRole::kData;
+  DType dtype = DType::kF32;
+  std::vector<graph::Dim> shape;  // symbolic dimensions by name ("n_tokens")
+  int64_t layer = -1;             // kKCache / kVCache: the layer
+};
+
+struct Signature {
+  std::vector<TensorSpec> inputs, outputs;
+
+  // The input (output) with `role` (and `layer` for the KV pools); nullptr when there is none.
+  const TensorSpec* find_input(TensorRole role, int64_t layer = -1) const;
+  const TensorSpec* find_output(TensorRole role) const;
+  std::string str() const;  // one line per tensor: role name dtype shape
+};
+
+// The names a decoder runtime binds every forward, resolved once from the signature. Throws
+// Error(kUnsupported) naming the model when the signature lacks a decoder role.
+struct DecoderBindings {
+  std::string ids, positions, seq_ids, block_tables, logit_rows;
+  std::vector<std::string> k_cache, v_cache;  // per layer
+  size_t logits_output = 0;                   // index among the graph's outputs
+
+  static DecoderBindings from(const Signature& sig, const std::string& model);
+};
+
+// The KV pools of a decoder: one K and one V tensor per layer, in the graph's pool contract.
+struct KvPools {
+  std::vector<Tensor> k, v;
+  int64_t bytes() const;
+};
+
+struct LoadOptions {
+  ModelBuildOptions build;  // quantization, rotation, KV-cache format
+  bool optimize = true;     // run the graph passes
+};
+
+class Model {
+ public:
+  std::string path;          // as given to load_model
+  std::string format;        // "hf" (config.json + safetensors)
+  std::string architecture;  // "LlamaForCausalLM", ...
+  HfConfig config;           // decoder hyper-parameters
+  graph::Graph graph;
+  Signature signature;
+  graph::passes::PassReport pass_report;
+  // A decoder's KV pool format: one token row per layer and cache of kv_row_width elements of
+  // kv_pool_dtype (f32 values, or the raw bytes of a quantized KvDtype as i8).
+  KvDtype kv_dtype = KvDtype::kF32;
+  DType kv_pool_dtype = DType::kF32;
+  int64_t kv_row_width = 0;
+  int64_t n_kv_layers = 0;
+
+  // Bytes of one token row of one cache (K or V) of one layer.
+  int64_t kv_row_bytes() const { return kv_row_width * dtype_storage_bytes(kv_pool_dtype, 1); }
+  // Bytes of one block of block_size tokens over every layer, K and V.
+  int64_t kv_block_bytes(int64_t block_size) const {
+    return 2 * n_kv_layers * block_size * kv_row_bytes();
+  }
+  // [n_blocks, block_size, kv_row_width] per layer on `device`; an allocation failure is
+  // Error(kOutOfMemory) naming `what`, the pool and the sizes.
+  KvPools allocate_kv_pools(int64_t n_blocks, int64_t block_size, Device device, bool zero,
+                            const std::string& what) const;
+  // Feeds for the pools: name of layer l's K (V) input -> pools.k[l] (v[l]).
+  void bind_kv_pools(const KvPools& pools, std::map<std::string, Tensor>& feeds) const;
+
+  // Replaces the graph's host constants with copies on `device`, each distinct tensor once
+  // (tied weights stay one copy), so every executor over this model (and clones of a C API
+  // predictor) uses them as they are. Nothing to do on the CPU. An allocation failure is
+  // Error(kOutOfMemory) naming the weight; what was uploaded before stays.
+  void upload_constants(Device device);
+
+  // What keeps the graph's constants valid: the mapped files and the builder's own tensors.
+  std::shared_ptr<const WeightStore> store;
+  std::shared_ptr<const void> builder_state;
+};
+
+// Reads the model at `path` (today: a directory with config.json and safetensors files) and
+// builds it with the registered builder of its format and architecture. Errors name the file.
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options);
+
+// What a format reader found, handed to the builder.
+struct ModelSource {
+  std::string path, format, architecture;
+  HfConfig config;
+  std::shared_ptr<const WeightStore> store;
+};
+// Fills model.graph, model.signature and the KV fields (and builder_state); load_model runs
+// the passes and checks the signature against the graph afterwards.
+using ModelBuildFn = std::function<void(const ModelSource& source, const LoadOptions& options,
+                                        Model& model)>;
+
+// Registers a builder; static registration from the builder's file (see llama.cc).
+void register_model_builder(const std::string& format, const std::string& architecture,
+                            ModelBuildFn build);
+// "hf/LlamaForCausalLM", ... in registration order.
+std::vector<std::string> registered_model_builders();
+
+}  // namespace sampan::models

@@ -1,0 +1,18 @@
+// The linear op's parsed attributes (the op itself: linear.cc; its CUDA kernel: linear_cuda.cc).
+// Parsed once per node when the executor plans (op_registry.h).
+#pragma once
+
+#include <cstdint>
+
+#include "engine/ops/op_registry.h"
+#include "kernels/common/gemm_weights.h"
+
+namespace sampan::ops {
+
+struct LinearAttrs final : OpAttrs {
+  int n_blocks = 1;  // 1..kMaxGemmBlocks, and the node's input count fits it
+  GemmEpilogue epilogue = GemmEpilogue::kStore;
+  int64_t group_size = 0;  // int4 weights only (checked against the weights by inference)
+};
+
+}  // namespace sampan::ops

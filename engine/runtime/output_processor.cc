@@ -1,0 +1,139 @@
+#include "engine/runtime/output_processor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "engine/core/log.h"
+
+namespace sampan::runtime {
+namespace {
+
+double seconds_since(EngineClock::time_point t0) {
+  return std::chrono::duration<double>(EngineClock::now() - t0).count();
+}
+
+}  // namespace
+
+OutputProcessor::OutputProcessor(BlockManager& blocks, int64_t vocab, int64_t max_model_len,
+                                 std::function<void()> on_final)
+    : blocks_(blocks), vocab_(vocab), max_model_len_(max_model_len),
+      on_final_(std::move(on_final)) {}
+
+std::unordered_set<const Sequence*> OutputProcessor::process(const StepPlan& plan,
+                                                             const StepOutput& out) {
+  std::unordered_set<const Sequence*> done;
+  if (!out.error.empty()) {
+    log::error("engine step over {} sequences failed: {}", plan.batch.size(), out.error);
+    for (const Scheduled& b : plan.batch) {
+      EngineEvent ev;
+      ev.error = out.error;
+      finish(*b.seq, EngineFinish::kError, std::move(ev));
+      done.insert(b.seq);
+    }
+    return done;
+  }
+  for (const Scheduled& b : plan.batch) {
+    Sequence& s = *b.seq;
+    s.n_computed += b.n_tokens;
+    blocks_.commit(s.blocks, s.tokens, s.n_computed);
+    if (b.logit_row < 0) continue;
+    if (s.device_sampling) {
+      handle_device_sample(s, out.device_ids[static_cast<size_t>(b.logit_row)]);
+    } else {
+      handle_logits(s, out.host_logits.data<float>() + static_cast<int64_t>(b.logit_row) * vocab_);
+    }
+    if (s.finished) done.insert(&s);
+  }
+  return done;
+}
+
+void OutputProcessor::emit(Sequence& s, const EngineEvent& ev) {
+  if (!s.on_event) return;
+  try {
+    s.on_event(ev);
+  } catch (const std::exception& e) {
+    // A caller's callback must not take the engine down with it.
+    log::warn("request {}: event callback threw: {}", s.request.id, e.what());
+  }
+}
+
+void OutputProcessor::finish(Sequence& s, EngineFinish why, EngineEvent ev) {
+  blocks_.release(s.blocks);
+  s.finished = true;
+  ev.finished = true;
+  ev.finish = why;
+  ev.usage.prompt_tokens = s.n_prompt;
+  ev.usage.completion_tokens = s.n_generated();
+  ev.usage.cached_prompt_tokens = s.cached_prompt_tokens;
+  ev.timings.queue_s = s.admitted_once ? s.queue_s : seconds_since(s.submitted);
+  ev.timings.first_token_s = s.first_token_s;
+  ev.timings.total_s = seconds_since(s.submitted);
+  emit(s, ev);
+  if (on_final_) on_final_();
+}
+
+// Samples the next token of `s` on the host and streams it (handle_sample).
+void OutputProcessor::handle_logits(Sequence& s, const float* logits) {
+  SampleResult r;
+  try {
+    r = s.sampler->sample(std::span<const float>(logits, static_cast<size_t>(vocab_)), s.tokens);
+  } catch (const std::exception& e) {
+    EngineEvent ev;
+    ev.error = e.what();
+    finish(s, EngineFinish::kError, std::move(ev));
+    return;
+  }
+  handle_sample(s, std::move(r));
+}
+
+void OutputProcessor::handle_device_sample(Sequence& s, int32_t id) {
+  if (id < 0) {
+    // The kernel's answer for what the CPU Sampler refuses (sampler.cc, check_inputs).
+    EngineEvent ev;
+    ev.error = "sampling: the logits hold a NaN or +inf, or every logit is -inf";
+    finish(s, EngineFinish::kError, std::move(ev));
+    return;
+  }
+  SampleResult r;
+  r.id = id;  // no logprob: the request did not ask for one (device_sampling_eligible)
+  handle_sample(s, std::move(r));
+}
+
+// Streams the sampled token of `s`; on finishing, sends the final event (which marks the
+// sequence finished for removal).
+void OutputProcessor::handle_sample(Sequence& s, SampleResult r) {
+  auto tail = [&](EngineEvent& ev) {
+    if (s.stops->stopped()) return;
+    ev.text += s.stops->push(s.decoder->flush());
+    ev.text += s.stops->flush();
+  };
+  if (std::find(s.stop_ids.begin(), s.stop_ids.end(), r.id) != s.stop_ids.end()) {
+    EngineEvent ev;
+    tail(ev);
+    finish(s, EngineFinish::kStop, std::move(ev));
+    return;
+  }
+  s.tokens.push_back(r.id);
+  if (s.n_generated() == 1) s.first_token_s = seconds_since(s.submitted);
+  EngineEvent ev;
+  ev.token = r.id;
+  ev.text = s.stops->push(s.decoder->push(r.id));
+  ev.sample = std::move(r);
+  std::optional<EngineFinish> why;
+  if (s.stops->stopped()) {
+    why = EngineFinish::kStop;
+    ev.stop_matched = s.stops->matched();
+  } else if (s.n_generated() >= s.request.max_tokens ||
+             static_cast<int64_t>(s.tokens.size()) >= max_model_len_) {
+    why = EngineFinish::kLength;
+  }
+  if (!why) {
+    emit(s, ev);
+    return;
+  }
+  tail(ev);
+  finish(s, *why, std::move(ev));
+}
+
+}  // namespace sampan::runtime
