@@ -258,7 +258,7 @@ TEST_CASE("flags override the file, the file overrides defaults", "[serve_config
   CHECK(resolve({"--config", path, "--model", s.model, "--grpc-port", "8001"}).grpc_port == 8001);
 }
 
-TEST_CASE("--port is --http-port, as vLLM and llama.cpp spell it", "[serve_config]") {
+TEST_CASE("serve flag port is http-port, as vLLM and llama.cpp spell it", "[serve_config]") {
   EnvGuard env;
   Scratch s;
   const std::string path = s.write("p.yaml", "server:\n  http-port: 9000\n");
