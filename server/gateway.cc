@@ -214,4 +214,26 @@ const char* api_key_message(ApiKeyCheck result) {
   return "authorization: invalid API key";
 }
 
+// Defined here, with the table, so the parsers (and their fuzz targets) need no gateway code.
+int RequestError::status() const { return http_status(code()); }
+
+// ---- KServe admission (both KServe fronts; the decoding itself is kserve_decode.cc) --------
+
+void check_kserve_model(const ModelHost& host, const std::string& name,
+                        const std::string& version) {
+  check_model_name(host, name, "name");
+  if (!version.empty() && version != kKserveModelVersion) {
+    fail_field(ErrorCode::kNotFound, "version", "model '{}' has no version '{}'", name, version);
+  }
+}
+
+runtime::EngineRequest kserve_engine_request(const ModelHost& host, const runtime::Engine& engine,
+                                             const KserveInferRequest& in, std::string id) {
+  std::vector<int32_t> prompt = in.text ? engine.tokenizer().encode(*in.text, true) : in.ids;
+  runtime::EngineRequest er = engine_request(host, engine, std::move(id), std::move(prompt),
+                                             in.fields, in.text ? "text_input" : "input_ids");
+  er.sampling.logprobs = false;
+  return er;
+}
+
 }  // namespace sampan::server

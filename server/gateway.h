@@ -21,6 +21,7 @@
 
 #include "engine/core/error.h"
 #include "engine/runtime/engine.h"
+#include "server/kserve_decode.h"
 #include "server/model_host.h"
 #include "server/request_parse.h"
 
@@ -106,5 +107,17 @@ ApiKeyCheck check_api_key(const std::vector<std::string>& keys,
                           const std::string_view* authorization);
 // The message for a failed check, naming what the client must send.
 const char* api_key_message(ApiKeyCheck result);
+
+// ---- KServe admission (REST and gRPC; the decoders are kserve_decode.h) ----------------------
+
+// Error(kNotFound) naming "name" unless `name` is the served model, or naming "version" unless
+// `version` is empty or kKserveModelVersion.
+void check_kserve_model(const ModelHost& host, const std::string& name,
+                        const std::string& version);
+
+// The engine request for `in` (engine_request: the prompt named "text_input" or "input_ids" as
+// the request gave it); no logprobs, which KServe responses do not carry.
+runtime::EngineRequest kserve_engine_request(const ModelHost& host, const runtime::Engine& engine,
+                                             const KserveInferRequest& in, std::string id);
 
 }  // namespace sampan::server

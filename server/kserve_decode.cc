@@ -13,7 +13,6 @@
 #include <string_view>
 
 #include "proto/grpc_service.pb.h"
-#include "server/gateway.h"
 
 namespace sampan::server {
 namespace {
@@ -72,23 +71,6 @@ const Json& single(const std::vector<const Json*>& values, const std::string& na
 }
 
 }  // namespace
-
-void check_kserve_model(const ModelHost& host, const std::string& name,
-                        const std::string& version) {
-  check_model_name(host, name, "name");
-  if (!version.empty() && version != kKserveModelVersion) {
-    fail_field(ErrorCode::kNotFound, "version", "model '{}' has no version '{}'", name, version);
-  }
-}
-
-runtime::EngineRequest kserve_engine_request(const ModelHost& host, const runtime::Engine& engine,
-                                             const KserveInferRequest& in, std::string id) {
-  std::vector<int32_t> prompt = in.text ? engine.tokenizer().encode(*in.text, true) : in.ids;
-  runtime::EngineRequest er = engine_request(host, engine, std::move(id), std::move(prompt),
-                                             in.fields, in.text ? "text_input" : "input_ids");
-  er.sampling.logprobs = false;
-  return er;
-}
 
 KserveInferRequest parse_kserve_json(const Json& body) {
   KserveInferRequest in;

@@ -26,11 +26,6 @@ namespace sampan::server {
 inline constexpr const char* kKserveModelVersion = "1";
 inline constexpr const char* kKserveServerVersion = "0.1.0";
 
-// Error(kNotFound) naming "name" unless `name` is the served model, or naming "version" unless
-// `version` is empty or kKserveModelVersion.
-void check_kserve_model(const ModelHost& host, const std::string& name,
-                        const std::string& version);
-
 struct KserveInferRequest {
   std::string id;
   std::optional<std::string> text;   // text_input
@@ -39,11 +34,6 @@ struct KserveInferRequest {
   bool stream = false;               // the `stream` input or parameters.stream
   std::vector<std::string> outputs;  // requested output names; empty: all
 };
-
-// The engine request for `in` (gateway's engine_request: the prompt named "text_input" or
-// "input_ids" as the request gave it); no logprobs, which KServe responses do not carry.
-runtime::EngineRequest kserve_engine_request(const ModelHost& host, const runtime::Engine& engine,
-                                             const KserveInferRequest& in, std::string id);
 
 // POST /v2/models/{m}/infer. Each input's "shape" (when given) must hold non-negative integers
 // whose product is the number of elements in "data" (nested or flat).

@@ -8,7 +8,6 @@
 #include <limits>
 
 #include "engine/runtime/sampling_limits.h"
-#include "server/gateway.h"
 
 namespace sampan::server {
 namespace {
@@ -327,7 +326,6 @@ std::optional<std::string> get_string(const Json& obj, const char* name,
   return v->get<std::string>();
 }
 
-int RequestError::status() const { return http_status(code()); }
 
 void SamplingFields::apply_to(runtime::EngineRequest& req) const {
   req.sampling = sampling;

@@ -1,0 +1,34 @@
+#include "engine/runtime/sampling_limits.h"
+
+#include <cmath>
+
+#include "engine/core/error.h"
+#include "engine/runtime/sampler.h"
+
+namespace sampan::runtime {
+
+void check_sampling_param(SamplingParam p, double value, const std::string& field) {
+  const SamplingLimit l = sampling_limit(p);
+  const bool ok = std::isfinite(value) && (l.lo_open ? value > l.lo : value >= l.lo) &&
+                  value <= l.hi;
+  if (ok) return;
+  const std::string name = field.empty() ? std::string(l.name) : field;
+  fail_field(ErrorCode::kInvalidArgument, name, "'{}' must be in {}{}, {}], got {}", name,
+             l.lo_open ? "(" : "[", l.lo, l.hi, value);
+}
+
+void validate_sampling(const SamplingParams& p, std::string_view prefix) {
+  const auto check = [&](SamplingParam which, double value) {
+    check_sampling_param(which, value, std::string(prefix) + sampling_limit(which).name);
+  };
+  check(SamplingParam::kTemperature, p.temperature);
+  check(SamplingParam::kTopK, p.top_k);
+  check(SamplingParam::kTopP, p.top_p);
+  check(SamplingParam::kMinP, p.min_p);
+  check(SamplingParam::kRepetitionPenalty, p.repetition_penalty);
+  check(SamplingParam::kPresencePenalty, p.presence_penalty);
+  check(SamplingParam::kFrequencyPenalty, p.frequency_penalty);
+  check(SamplingParam::kTopLogprobs, p.top_logprobs);
+}
+
+}  // namespace sampan::runtime
