@@ -373,14 +373,14 @@ void Engine::Impl::publish_stats() {
 // One step: cancellations and timeouts, the plan, the forward, the outputs.
 void Engine::Impl::step() {
   take_cancellations();
-  StepPlan plan = scheduler->plan(waiting_queue);
+  StepPlan& plan = scheduler->plan(waiting_queue);
   if (!plan.batch.empty()) {
     const auto t0 = EngineClock::now();
     const StepOutput out = runner->run(plan);
     scheduler->remove_finished(output->process(plan, out));
     ++steps;
     const StepStats st{static_cast<int>(plan.batch.size()), plan.n_decode, plan.n_tokens,
-                       std::chrono::duration<double>(EngineClock::now() - t0).count()};
+                       seconds_since(t0)};
     std::function<void(const StepStats&)> observer;
     {
       std::lock_guard<std::mutex> lock(mu);

@@ -7,14 +7,6 @@
 #include "engine/core/log.h"
 
 namespace sampan::runtime {
-namespace {
-
-double seconds_since(EngineClock::time_point t0) {
-  return std::chrono::duration<double>(EngineClock::now() - t0).count();
-}
-
-}  // namespace
-
 OutputProcessor::OutputProcessor(BlockManager& blocks, int64_t vocab, int64_t max_model_len,
                                  std::function<void()> on_final)
     : blocks_(blocks), vocab_(vocab), max_model_len_(max_model_len),

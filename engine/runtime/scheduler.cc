@@ -6,10 +6,6 @@
 namespace sampan::runtime {
 namespace {
 
-double seconds_since(EngineClock::time_point t0) {
-  return std::chrono::duration<double>(EngineClock::now() - t0).count();
-}
-
 // Inserts `s` keeping `list` in arrival (handle) order.
 template <class List>
 void insert_by_arrival(List& list, std::unique_ptr<Sequence> s) {
@@ -74,7 +70,7 @@ bool Scheduler::admit_one(WaitingQueue& waiting, int64_t& budget) {
   return true;
 }
 
-const StepPlan& Scheduler::plan(WaitingQueue& waiting) {
+StepPlan& Scheduler::plan(WaitingQueue& waiting) {
   plan_ = {};
   int64_t budget = options_.max_batched_tokens;
   for (size_t i = 0; i < running_.size() && budget > 0;) {

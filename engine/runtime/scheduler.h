@@ -47,7 +47,8 @@ class Scheduler {
 
   // The next step's plan (empty batch when nothing can run). Sequences admitted for the first
   // time get their queue time and cached prompt tokens set.
-  const StepPlan& plan(WaitingQueue& waiting);
+  // The runner may fill in logit rows (padded decode steps); valid until the next call.
+  StepPlan& plan(WaitingQueue& waiting);
 
   // Drops sequences that received their final event.
   void remove_finished(const std::unordered_set<const Sequence*>& done);

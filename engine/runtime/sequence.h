@@ -17,6 +17,10 @@ namespace sampan::runtime {
 
 using EngineClock = std::chrono::steady_clock;
 
+inline double seconds_since(EngineClock::time_point t0) {
+  return std::chrono::duration<double>(EngineClock::now() - t0).count();
+}
+
 struct Sequence {
   uint64_t handle = 0;  // also the arrival order: handles increase with every submit()
   EngineRequest request;
