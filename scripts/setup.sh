@@ -49,7 +49,7 @@ if ((build_only)); then
 fi
 
 # Light reference peers the tests run against: numpy (model references), jinja2 (chat
-# templates), tokenizers (HF tokenizers), and the real clients of the serving tests: openai,
+# templates), tokenizers (HF tokenizers), onnxruntime and onnx (classic models), and the real clients of the serving tests: openai,
 # tritonclient[grpc], grpcio(-tools), prometheus_client. torch/transformers are used once, offline, to make the
 # committed golden files and are not needed here.
 need=()
@@ -60,6 +60,9 @@ python3 -c "import openai" >/dev/null 2>&1 || need+=(openai)
 python3 -c "import tritonclient.grpc" >/dev/null 2>&1 || need+=("tritonclient[grpc]")
 python3 -c "import grpc_tools" >/dev/null 2>&1 || need+=(grpcio-tools)
 python3 -c "import prometheus_client" >/dev/null 2>&1 || need+=(prometheus_client)
+# Classic models: onnxruntime runs live against `sampan infer`; onnx builds the bad-file cases.
+python3 -c "import onnxruntime" >/dev/null 2>&1 || need+=(onnxruntime)
+python3 -c "import onnx" >/dev/null 2>&1 || need+=(onnx)
 if ((${#need[@]})); then
   python3 -m pip install -q "${need[@]}" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages "${need[@]}"

@@ -1,6 +1,10 @@
 // sampan info --model DIR: what the model is and what it costs to run.
 #include <fmt/format.h>
 
+#include <map>
+#include <set>
+
+#include "engine/models/model.h"
 #include "engine/models/model_options.h"
 #include "engine/runtime/causal_lm.h"
 #include "server/commands.h"
@@ -28,13 +32,53 @@ std::string rope_str(const RopeScaling& r) {
   return s + ")";
 }
 
+std::string dims_text(const std::vector<graph::Dim>& shape) {
+  std::vector<std::string> parts;
+  for (const graph::Dim& d : shape) parts.push_back(d.symbolic() ? d.symbol : std::to_string(d.size));
+  return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
+// A classic model (ONNX): its signature, weights and graph.
+int info_classic(const std::string& path) {
+  auto m = models::load_model(path, {});
+  fmt::print("model:          {}\n", m->path);
+  fmt::print("format:         {}\n", m->architecture);
+  for (const auto& t : m->signature.inputs) {
+    fmt::print("input:          {} {} {}\n", t.api_name, dtype_name(t.dtype), dims_text(t.shape));
+  }
+  for (const auto& t : m->signature.outputs) {
+    fmt::print("output:         {} {} {}\n", t.api_name, dtype_name(t.dtype), dims_text(t.shape));
+  }
+  std::map<DType, int64_t> bytes;
+  int64_t total = 0, params = 0;
+  std::set<const void*> seen;
+  for (size_t v = 0; v < m->graph.n_values(); ++v) {
+    const graph::Value& val = m->graph.value(static_cast<graph::ValueId>(v));
+    if (val.kind != graph::ValueKind::kConstant || !val.constant.defined()) continue;
+    if (!seen.insert(val.constant.raw()).second) continue;  // shared (tied) tensors count once
+    bytes[val.constant.dtype()] += val.constant.nbytes();
+    total += val.constant.nbytes();
+    params += val.constant.numel();
+  }
+  fmt::print("parameters:     {} ({:.3f} M)\n", params, static_cast<double>(params) / 1e6);
+  for (const auto& [dtype, b] : bytes) {
+    fmt::print("weights {:<7} {}\n", std::string(dtype_name(dtype)) + ":", human_bytes(static_cast<double>(b)));
+  }
+  fmt::print("weights total:  {}\n", human_bytes(static_cast<double>(total)));
+  const graph::passes::PassReport& passes = m->pass_report;
+  fmt::print("graph:          {} nodes after the passes\n", m->graph.nodes().size());
+  fmt::print("{}", passes.table("  "));
+  return 0;
+}
+
 }  // namespace
 
 Runner add_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Describe a model: architecture, parameters, memory");
   auto model = std::make_shared<std::string>();
-  cmd->add_option("--model", *model, "model directory (config.json + safetensors)")->required();
+  cmd->add_option("--model", *model, "model directory (config.json + safetensors) or .onnx file")->required();
   return [model] {
+    if (models::model_format_of(*model) != "hf") return info_classic(*model);
     runtime::CausalLmOptions opt;
     opt.threads = 1;
     opt.max_context = 1;  // info needs no cache

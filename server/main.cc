@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   add(sampan::cli::add_serve);
   add(sampan::cli::add_quantize);
   add(sampan::cli::add_eval);
+  add(sampan::cli::add_infer);
   add(sampan::cli::add_bench_serve);
   try {
     app.parse(argc, argv);

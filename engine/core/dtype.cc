@@ -12,6 +12,8 @@ const char* dtype_name(DType t) {
     case DType::kI4: return "i4";
     case DType::kI32: return "i32";
     case DType::kI64: return "i64";
+    case DType::kU8: return "u8";
+    case DType::kBool: return "bool";
   }
   return "?";
 }
@@ -26,6 +28,8 @@ const char* dtype_safetensors_name(DType t) {
     case DType::kI4: return "I4";  // not a safetensors type: packed nibbles are stored as U8
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
+    case DType::kU8: return "U8";
+    case DType::kBool: return "BOOL";
   }
   return "?";
 }
@@ -39,6 +43,8 @@ std::optional<DType> parse_dtype(std::string_view s) {
   if (s == "i4" || s == "int4") return DType::kI4;
   if (s == "i32" || s == "int32") return DType::kI32;
   if (s == "i64" || s == "int64") return DType::kI64;
+  if (s == "u8" || s == "uint8") return DType::kU8;
+  if (s == "bool") return DType::kBool;
   return std::nullopt;
 }
 

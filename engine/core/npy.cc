@@ -15,6 +15,8 @@ const char* descr(DType t) {
     case DType::kF32: return "<f4";
     case DType::kI32: return "<i4";
     case DType::kI64: return "<i8";
+    case DType::kU8: return "|u1";
+    case DType::kBool: return "|b1";
     default: return nullptr;
   }
 }
@@ -59,6 +61,8 @@ Tensor read_npy(const std::string& path) {
   std::memcpy(&len, magic + 8, 2);
   std::string header(len, '\0');
   in.read(header.data(), len);
+  SAMPAN_CHECK(in.gcount() == len, ErrorCode::kInvalidArgument, "{}: .npy header is truncated",
+               path);
   std::smatch m;
   SAMPAN_CHECK(std::regex_search(header, m, std::regex("'descr': *'([<|]?[a-z][0-9])'")),
                ErrorCode::kInvalidArgument, "{}: .npy header has no descr", path);
@@ -67,7 +71,9 @@ Tensor read_npy(const std::string& path) {
   if (d == "<f4") dtype = DType::kF32;
   else if (d == "<i4") dtype = DType::kI32;
   else if (d == "<i8") dtype = DType::kI64;
-  else fail(ErrorCode::kUnsupported, "{}: .npy dtype '{}' is not supported", path, d);
+  else if (d == "|u1") dtype = DType::kU8;
+  else if (d == "|b1") dtype = DType::kBool;
+  else fail(ErrorCode::kUnsupported, "{}: .npy dtype '{}' is not supported (f32, i32, i64, u8, bool)", path, d);
   SAMPAN_CHECK(header.find("'fortran_order': False") != std::string::npos,
                ErrorCode::kUnsupported, "{}: Fortran-order .npy is not supported", path);
   SAMPAN_CHECK(std::regex_search(header, m, std::regex("'shape': *\\(([0-9, ]*)\\)")),
@@ -76,7 +82,29 @@ Tensor read_npy(const std::string& path) {
   const std::string dims = m[1];
   const std::regex number("[0-9]+");
   std::sregex_iterator it(dims.begin(), dims.end(), number), end;
-  for (; it != end; ++it) shape.push_back(std::stoll(it->str()));
+  // Sizes come from a file anyone may hand us: bound each dimension and the total by what the
+  // file can hold before allocating anything.
+  in.seekg(0, std::ios::end);
+  const int64_t file_bytes = static_cast<int64_t>(in.tellg());
+  const int64_t data_bytes = file_bytes - 10 - len;
+  int64_t numel = 1;
+  for (; it != end; ++it) {
+    const std::string s = it->str();
+    SAMPAN_CHECK(s.size() <= 12, ErrorCode::kInvalidArgument, "{}: .npy dimension {} is too large",
+                 path, s);
+    const int64_t dim = std::stoll(s);
+    SAMPAN_CHECK(dim == 0 || numel <= (int64_t{1} << 40) / dim, ErrorCode::kInvalidArgument,
+                 "{}: .npy shape holds too many elements", path);
+    numel *= dim;
+    shape.push_back(dim);
+  }
+  SAMPAN_CHECK(shape.size() <= 16, ErrorCode::kInvalidArgument, "{}: .npy has more than 16 dimensions",
+               path);
+  const int64_t need = dtype_storage_bytes(dtype, numel);
+  SAMPAN_CHECK(data_bytes >= need, ErrorCode::kInvalidArgument,
+               "{}: .npy data is truncated ({} bytes for shape {}, {} in the file)", path, need,
+               shape_str(shape), std::max<int64_t>(data_bytes, 0));
+  in.seekg(10 + len, std::ios::beg);
   Tensor t = Tensor::empty(shape, dtype);
   in.read(static_cast<char*>(t.raw()), t.nbytes());
   SAMPAN_CHECK(in.gcount() == t.nbytes(), ErrorCode::kInvalidArgument,

@@ -297,6 +297,10 @@ Tensor Tensor::to_f32() const {
     case DType::kI64:
       for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(src.data<int64_t>()[i]);
       break;
+    case DType::kU8:
+    case DType::kBool:
+      for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(src.data<uint8_t>()[i]);
+      break;
   }
   return out;
 }

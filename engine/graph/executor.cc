@@ -8,6 +8,9 @@
 
 namespace sampan::graph {
 
+using ops::KnownValue;
+using ops::known_value;
+
 Executor::Executor(const Graph& graph, cpu::TaskRunner& runner, Device device)
     : graph_(graph), runner_(runner), device_(device) {
   graph_.validate();
@@ -24,12 +27,14 @@ Executor::Executor(const Graph& graph, cpu::TaskRunner& runner, Device device)
   tensors_.resize(nv);
   shapes_.resize(nv);
   dtypes_.resize(nv);
+  values_.resize(nv);
   for (size_t v = 0; v < nv; ++v) {
     const Value& val = graph_.value(static_cast<ValueId>(v));
     if (val.kind == ValueKind::kConstant) {
       tensors_[v] = val.constant;
       shapes_[v] = val.constant.shape();
       dtypes_[v] = val.constant.dtype();
+      values_[v] = known_value(val.constant);
     } else if (val.kind == ValueKind::kInput) {
       dtypes_[v] = val.dtype;  // a run binds only tensors of this dtype
     }
@@ -211,7 +216,8 @@ void Executor::infer_shapes() {
       if (v == kNoValue) {
         in.push_back({{}, DType::kF32, false});
       } else {
-        in.push_back({shapes_[static_cast<size_t>(v)], dtypes_[static_cast<size_t>(v)], true});
+        in.push_back({shapes_[static_cast<size_t>(v)], dtypes_[static_cast<size_t>(v)], true,
+                      values_[static_cast<size_t>(v)]});
       }
     }
     std::vector<ops::TensorDesc> out = schemas_[ni]->infer_typed(n, attrs_[ni].get(), in);
@@ -221,6 +227,11 @@ void Executor::infer_shapes() {
     for (size_t i = 0; i < out.size(); ++i) {
       shapes_[static_cast<size_t>(n.outputs[i])] = out[i].shape;
       dtypes_[static_cast<size_t>(n.outputs[i])] = out[i].dtype;
+      KnownValue& known = values_[static_cast<size_t>(n.outputs[i])];
+      known = std::move(out[i].value);
+      SAMPAN_CHECK(!known || static_cast<int64_t>(known->size()) == shape_numel(out[i].shape),
+                   ErrorCode::kInternal, "node '{}': op '{}' inferred {} values for shape {}",
+                   n.name, n.op, known->size(), shape_str(out[i].shape));
     }
   }
 }

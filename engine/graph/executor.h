@@ -116,6 +116,7 @@ class Executor {
   std::vector<Tensor> tensors_;   // by ValueId: bound inputs, constants, current intermediates
   std::vector<Shape> shapes_;     // by ValueId: inferred shapes of this run
   std::vector<DType> dtypes_;
+  std::vector<ops::KnownValue> values_;  // by ValueId: contents known at inference (TensorDesc)
   // shapes_ and plan_ hold the inference and plan for the graph inputs' shapes in shapes_; false
   // from the moment an input's shape changes (or plan_for replaces them) until both are redone.
   bool planned_ = false;

@@ -16,6 +16,7 @@ namespace {
 struct Registry {
   std::mutex mu;
   std::vector<std::tuple<std::string, std::string, ModelBuildFn>> builders;  // format, arch, fn
+  std::vector<ModelFormat> formats;
 };
 
 Registry& registry() {
@@ -205,9 +206,45 @@ std::vector<std::string> registered_model_builders() {
   return out;
 }
 
+void register_model_format(ModelFormat format) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.formats.push_back(std::move(format));
+}
+
+std::string model_format_of(const std::string& path) {
+  Registry& r = registry();
+  std::vector<ModelFormat> formats;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    formats = r.formats;
+  }
+  for (const ModelFormat& f : formats) {
+    if (f.detect(path)) return f.name;
+  }
+  return "hf";
+}
+
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
-  // The one format today: a Hugging Face directory (config.json, *.safetensors). GGUF, ONNX and
-  // Paddle readers go here, each producing a ModelSource.
+  std::vector<ModelFormat> formats;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    formats = r.formats;
+  }
+  for (const ModelFormat& f : formats) {
+    const std::optional<std::string> file = f.detect(path);
+    if (!file) continue;
+    auto m = std::make_unique<Model>();
+    m->path = *file;
+    m->format = f.name;
+    f.load(*file, options, *m);
+    if (options.optimize) m->pass_report = graph::passes::optimize(m->graph);
+    check_signature(*m);
+    log::debug("{}: {} model, signature:\n{}", *file, m->format, m->signature.str());
+    return m;
+  }
+  // A Hugging Face directory (config.json, *.safetensors).
   SAMPAN_CHECK(std::filesystem::is_directory(path), ErrorCode::kNotFound,
                "{}: model directory does not exist", path);
   ModelSource src;

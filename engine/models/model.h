@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,9 +84,9 @@ struct LoadOptions {
 class Model {
  public:
   std::string path;          // as given to load_model
-  std::string format;        // "hf" (config.json + safetensors)
-  std::string architecture;  // "LlamaForCausalLM", ...
-  HfConfig config;           // decoder hyper-parameters
+  std::string format;        // "hf" (config.json + safetensors), "onnx"
+  std::string architecture;  // "LlamaForCausalLM", ...; "onnx (pytorch)" for an imported graph
+  HfConfig config;           // decoder hyper-parameters (hf only)
   graph::Graph graph;
   Signature signature;
   graph::passes::PassReport pass_report;
@@ -120,8 +121,9 @@ class Model {
   std::shared_ptr<const void> builder_state;
 };
 
-// Reads the model at `path` (today: a directory with config.json and safetensors files) and
-// builds it with the registered builder of its format and architecture. Errors name the file.
+// Reads the model at `path` (a registered format's file, see ModelFormat, or a directory with
+// config.json and safetensors files) and builds it with the registered builder of its format and
+// architecture, then runs the passes. Errors name the file.
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options);
 
 // What a format reader found, handed to the builder.
@@ -134,6 +136,20 @@ struct ModelSource {
 // the passes and checks the signature against the graph afterwards.
 using ModelBuildFn = std::function<void(const ModelSource& source, const LoadOptions& options,
                                         Model& model)>;
+
+// A model format with its own files (ONNX, Paddle): `detect` returns the file to read when
+// `path` is in the format (a file, or a directory holding one), nullopt otherwise; `load` fills
+// the Model's graph, signature, format, architecture and builder_state from that file.
+// load_model asks each registered format in order and falls back to a Hugging Face directory.
+struct ModelFormat {
+  std::string name;
+  std::optional<std::string> (*detect)(const std::string& path);
+  void (*load)(const std::string& file, const LoadOptions& options, Model& model);
+};
+void register_model_format(ModelFormat format);
+// The name of the registered format that claims `path`, or "hf" when none does (reads no
+// weights; a directory holding several candidate files is an error naming them).
+std::string model_format_of(const std::string& path);
 
 // Registers a builder; static registration from the builder's file (see llama.cc).
 void register_model_builder(const std::string& format, const std::string& architecture,

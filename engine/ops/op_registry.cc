@@ -138,4 +138,20 @@ int64_t row_stride(const Tensor& t) {
   return t.rank() >= 2 ? t.stride(-2) : t.dim(-1);
 }
 
+KnownValue known_value(const Tensor& t) {
+  const DType d = t.dtype();
+  if (d != DType::kI32 && d != DType::kI64 && d != DType::kU8 && d != DType::kBool) return std::nullopt;
+  if (t.numel() > kMaxKnownValue) return std::nullopt;
+  const Tensor host = t.device().type == DeviceType::kCPU ? t.contiguous() : t.to(Device::cpu()).contiguous();
+  std::vector<int64_t> v(static_cast<size_t>(host.numel()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    switch (d) {
+      case DType::kI32: v[i] = host.data<int32_t>()[i]; break;
+      case DType::kI64: v[i] = host.data<int64_t>()[i]; break;
+      default: v[i] = host.data<uint8_t>()[i]; break;
+    }
+  }
+  return v;
+}
+
 }  // namespace sampan::ops

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -28,10 +29,23 @@
 
 namespace sampan::ops {
 
+// Integer contents the executor tracks while it infers shapes (see TensorDesc::value).
+using KnownValue = std::optional<std::vector<int64_t>>;
+// Longest integer tensor whose contents inference tracks: shape vectors and their pieces.
+constexpr int64_t kMaxKnownValue = 64;
+
 struct TensorDesc {
   Shape shape;
   DType dtype = DType::kF32;
   bool present = true;  // false for an absent optional input
+  // The contents, when known before the run ("shape values"): integer or bool constants of at
+  // most kMaxKnownValue elements, and what ops compute from shapes and such values (shape,
+  // gather, concat, unsqueeze, slice, integer arithmetic, cast, ...), row-major. An op whose
+  // output shape depends on an input's contents (reshape, expand, constant_of_shape, range)
+  // reads it here; when it is absent the op refuses the node with a one-line error, since a
+  // plan cannot depend on data only the run computes. An op that can compute its output's
+  // contents from known inputs sets them, so chains of shape arithmetic fold at plan time.
+  KnownValue value;
 };
 
 // A node's attributes parsed by its op (see the top of the file); each op derives its own.
@@ -174,6 +188,10 @@ struct RegisterFaultText {
     OpRegistry::instance().add_fault_text(op, device, fn);
   }
 };
+
+// The contents of an i32/i64/u8/bool tensor of at most kMaxKnownValue elements (copied from the
+// device when it lives there); nullopt for anything else.
+KnownValue known_value(const Tensor& t);
 
 // Shared shape-check helpers for schemas; each throws one line naming the node and input.
 void expect_rank(const graph::Node& node, const TensorDesc& t, int index, int rank);

@@ -15,6 +15,8 @@ enum class DType : uint8_t {
   kI4,      // two signed 4-bit values per byte, element 2i in the low nibble
   kI32,
   kI64,
+  kU8,
+  kBool,  // one byte per element, 0 or 1 (ONNX/Paddle masks and comparisons)
 };
 
 // Bits per element; kI4 is 4, every other type a whole number of bytes.
@@ -28,6 +30,8 @@ constexpr int dtype_bits(DType t) {
     case DType::kI4: return 4;
     case DType::kI32: return 32;
     case DType::kI64: return 64;
+    case DType::kU8: return 8;
+    case DType::kBool: return 8;
   }
   return 0;
 }

@@ -114,6 +114,8 @@ void convert_to_f32(DType src_type, const void* src, float* dst, int64_t n) {
     case DType::kI4:
     case DType::kI32:
     case DType::kI64:
+    case DType::kU8:
+    case DType::kBool:
       // Not a float format this kernel handles; callers check the type before calling. Kernels
       // do not throw, so the output is filled with NaN to make the misuse visible downstream.
       for (int64_t i = 0; i < n; ++i) dst[i] = __builtin_nanf("");

@@ -90,7 +90,9 @@ int embedding(int64_t n_tokens, const int32_t* ids, const void* table, DType tab
     case DType::kI8:
     case DType::kI4:
     case DType::kI32:
-    case DType::kI64: return cudaErrorInvalidValue;
+    case DType::kI64:
+    case DType::kU8:
+    case DType::kBool: return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;
 }

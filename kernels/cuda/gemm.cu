@@ -170,6 +170,8 @@ GemmStatus gemm_store(int64_t m, const float* x, int64_t ldx, const GemmWeights&
     case DType::kI8:
     case DType::kI32:
     case DType::kI64:
+    case DType::kU8:
+    case DType::kBool:
       break;
   }
   return cuda_status(cudaErrorInvalidValue);

@@ -92,7 +92,9 @@ cudaDataType_t cuda_type(DType t) {
     case DType::kI8:
     case DType::kI4:
     case DType::kI32:
-    case DType::kI64: break;
+    case DType::kI64:
+    case DType::kU8:
+    case DType::kBool: break;
   }
   return CUDA_R_32F;  // unreachable: lt_gemm checks the type first
 }

@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 
 #include "engine/graph/passes/passes.h"
+#include "engine/graph/passes/conv_passes.h"
+#include "engine/graph/passes/matmul_passes.h"
 
 namespace sampan::graph::passes {
 namespace {
@@ -51,6 +53,14 @@ std::string PassReport::table(const std::string& indent) const {
 
 const std::vector<Pass>& default_passes() {
   static const std::vector<Pass> pipeline = {
+      {"fold_constants", fold_constants},
+      {"fold_conv_batch_norm", fold_conv_batch_norm},
+      {"fuse_conv_residual", fuse_conv_residual},
+      {"fuse_conv_activation", fuse_conv_activation},
+      {"fuse_gelu", fuse_gelu},
+      {"matmul_weights_as_rows", matmul_weights_as_rows},
+      {"fuse_matmul_bias", fuse_matmul_bias},
+      {"fuse_matmul_activation", fuse_matmul_activation},
       {"fuse_gate_up_silu", fuse_gate_up_silu},
       {"fuse_sibling_linears", fuse_sibling_linears},
       {"fuse_add_rms_norm", fuse_add_rms_norm},

@@ -24,6 +24,10 @@ int fuse_gate_up_silu(Graph& graph);
 // the concatenated weights (no weight copy) followed by a zero-copy split.
 int fuse_sibling_linears(Graph& graph);
 
+// Nodes whose inputs are all constants run once on the CPU and become constants (outputs over
+// 4M elements stay computed at run time).
+int fold_constants(Graph& graph);
+
 // One pass of a pipeline.
 struct Pass {
   std::string name;  // the function's name, e.g. "fuse_add_rms_norm"

@@ -1,0 +1,89 @@
+// conv2d throughput on ResNet50's layer shapes (batch 1 and 8), f32, printed as GFLOP/s
+// (2 * N * O * Ho * Wo * C/g * kh * kw per call). Usage: bench_conv [threads] [isa].
+// threads: 0 (default) = one per core; isa: avx2 | avx512 to force a kernel.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
+#include "kernels/cpu/conv_cpu.h"
+#include "kernels/cpu/isa.h"
+
+using namespace sampan;
+using namespace sampan::cpu;
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Layer {
+  const char* name;
+  int64_t c, hw, o, k, stride, pad;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 0;
+  if (argc > 2) {
+    const std::string want = argv[2];
+    for (Isa i : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+      if (isa_name(i) == want) set_isa(i);
+    }
+  }
+  ThreadPool pool(threads);
+  std::printf("threads %d, isa %s\n", pool.concurrency(), std::string(isa_name(active_isa())).c_str());
+  const Layer layers[] = {
+      {"stem 7x7 s2 3->64 @224", 3, 224, 64, 7, 2, 3},
+      {"3x3 64->64 @56", 64, 56, 64, 3, 1, 1},
+      {"1x1 256->64 @56", 256, 56, 64, 1, 1, 0},
+      {"1x1 64->256 @56", 64, 56, 256, 1, 1, 0},
+      {"3x3 s2 128->128 @56", 128, 56, 128, 3, 2, 1},
+      {"3x3 128->128 @28", 128, 28, 128, 3, 1, 1},
+      {"1x1 512->128 @28", 512, 28, 128, 1, 1, 0},
+      {"3x3 256->256 @14", 256, 14, 256, 3, 1, 1},
+      {"1x1 1024->256 @14", 1024, 14, 256, 1, 1, 0},
+      {"3x3 512->512 @7", 512, 7, 512, 3, 1, 1},
+      {"1x1 512->2048 @7", 512, 7, 2048, 1, 1, 0},
+  };
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (int64_t batch : {1, 8}) {
+    for (const Layer& l : layers) {
+      ConvShape s;
+      s.n = batch, s.c = l.c, s.h = s.w = l.hw, s.o = l.o, s.kh = s.kw = l.k;
+      s.stride_h = s.stride_w = l.stride;
+      s.pad_t = s.pad_l = s.pad_b = s.pad_r = l.pad;
+      std::vector<float> x(static_cast<size_t>(s.n * s.c * s.h * s.w));
+      std::vector<float> w(static_cast<size_t>(s.o * s.c * s.kh * s.kw));
+      std::vector<float> b(static_cast<size_t>(s.o));
+      for (float& v : x) v = d(rng);
+      for (float& v : w) v = d(rng);
+      for (float& v : b) v = d(rng);
+      std::vector<float> y(static_cast<size_t>(s.n * s.o * s.out_h() * s.out_w()));
+      const ConvEpilogue ep{ConvActivation::kRelu};
+      const double flops =
+          2.0 * s.n * s.o * s.out_h() * s.out_w() * static_cast<double>(s.c * s.kh * s.kw);
+      conv2d(s, x.data(), w.data(), b.data(), nullptr, ep, y.data(), pool);  // warm
+      int iters = std::max(3, static_cast<int>(2e9 / flops));
+      double best = 1e9;
+      for (int rep = 0; rep < 3; ++rep) {
+        const double t0 = now();
+        for (int i = 0; i < iters; ++i) {
+          conv2d(s, x.data(), w.data(), b.data(), nullptr, ep, y.data(), pool);
+        }
+        best = std::min(best, (now() - t0) / iters);
+      }
+      std::printf("batch %ld  %-26s %8.3f ms  %7.1f GFLOP/s\n", static_cast<long>(batch), l.name,
+                  best * 1e3, flops / best * 1e-9);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,24 @@
+// Passes for imported transformer encoders (matmul_passes.cc). Each returns its rewrites.
+#pragma once
+
+#include "engine/graph/graph.h"
+
+namespace sampan::graph::passes {
+
+// x·0.5·(1 + erf(x/√2)) written out in binary/unary nodes (as ONNX exporters emit GELU before
+// opset 20) -> unary gelu(x). Either association of the products, and x·(1/√2) for x/√2.
+int fuse_gelu(Graph& graph);
+
+// matmul with a constant 2-D f32 b [k, n] -> matmul with the constant alpha·bᵀ [n, k] and
+// trans_b = 1: the GEMM reads weights as rows, so the transpose happens once at load (a weight
+// shared by several matmuls with one alpha is transposed once).
+int matmul_weights_as_rows(Graph& graph);
+
+// matmul(a, constant 2-D b) followed by binary add of a constant [n] -> matmul with that bias
+// (added in the GEMM's epilogue).
+int fuse_matmul_bias(Graph& graph);
+
+// matmul followed by its only reader unary relu/gelu/gelu_tanh -> matmul's activation.
+int fuse_matmul_activation(Graph& graph);
+
+}  // namespace sampan::graph::passes

@@ -1,0 +1,28 @@
+// The conv2d op's parsed attributes (the op: conv2d.cc; its CPU kernel: kernels/cpu/conv_cpu.h).
+// Parsed once per node when the executor plans (op_registry.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "engine/ops/op_registry.h"
+#include "kernels/cpu/conv_cpu.h"
+
+namespace sampan::ops {
+
+struct Conv2dAttrs final : OpAttrs {
+  std::array<int64_t, 2> strides{1, 1};       // >= 1
+  std::array<int64_t, 4> pads{0, 0, 0, 0};    // top, left, bottom, right; >= 0
+  std::array<int64_t, 2> dilations{1, 1};     // >= 1
+  int64_t group = 1;                          // >= 1
+  cpu::ConvEpilogue epilogue;                 // activation, act_min/act_max for clip
+};
+
+// Reads strides, pads, dilations, group, activation, act_min, act_max (all optional).
+Conv2dAttrs parse_conv2d_attrs(const graph::Node& node);
+
+// "none", "relu", "clip", "sigmoid", "hard_swish"; false for anything else.
+bool conv_activation_from_name(const std::string& name, cpu::ConvActivation* out);
+
+}  // namespace sampan::ops

@@ -1,0 +1,79 @@
+#include "kernels/cpu/softmax_cpu.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "kernels/cpu/vec_avx2.h"
+#include "kernels/cpu/vec_util.h"
+
+namespace sampan::cpu {
+namespace {
+
+inline int tail(int64_t n, int64_t i) { return n - i < 8 ? static_cast<int>(n - i) : 8; }
+
+void softmax_row(int64_t n, const float* x, float* y) {
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+  float mx = Avx2::reduce_max(vmax);
+  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  const __m256 vm = _mm256_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  for (i = 0; i + 8 <= n; i += 8) {
+    const __m256 e = Avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    _mm256_storeu_ps(y + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (i < n) {
+    const int r = tail(n, i);
+    const __m256 e = _mm256_and_ps(Avx2::exp(_mm256_sub_ps(Avx2::load_n(x + i, r), vm)),
+                                   _mm256_castsi256_ps(Avx2::lane_mask(r)));
+    Avx2::store_n(y + i, e, r);
+    acc = _mm256_add_ps(acc, e);
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / Avx2::reduce_add(acc));
+  for (i = 0; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), inv));
+  if (i < n) Avx2::store_n(y + i, _mm256_mul_ps(Avx2::load_n(y + i, tail(n, i)), inv), tail(n, i));
+}
+
+// Up to 8 adjacent columns c..c+w of one outer slice: rows of the axis are `inner` apart.
+void softmax_cols(int64_t n, int64_t inner, int w, const float* x, float* y) {
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < n; ++j) vmax = _mm256_max_ps(vmax, Avx2::load_n(x + j * inner, w));
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const __m256 e = Avx2::exp(_mm256_sub_ps(Avx2::load_n(x + j * inner, w), vmax));
+    Avx2::store_n(y + j * inner, e, w);
+    acc = _mm256_add_ps(acc, e);
+  }
+  const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), acc);
+  for (int64_t j = 0; j < n; ++j) {
+    Avx2::store_n(y + j * inner, _mm256_mul_ps(Avx2::load_n(y + j * inner, w), inv), w);
+  }
+}
+
+}  // namespace
+
+void softmax(int64_t outer, int64_t n, int64_t inner, const float* x, float* y,
+             TaskRunner& runner) {
+  if (outer <= 0 || n <= 0 || inner <= 0) return;
+  if (inner == 1) {
+    util::parallel_for(runner, outer, util::ceil_div(8192, n), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) softmax_row(n, x + r * n, y + r * n);
+    });
+    return;
+  }
+  const int64_t groups = util::ceil_div(inner, 8);
+  util::parallel_for(runner, outer * groups, util::ceil_div(8192, n * 8),
+                     [&](int64_t u0, int64_t u1) {
+                       for (int64_t u = u0; u < u1; ++u) {
+                         const int64_t o = u / groups, c = (u % groups) * 8;
+                         const int64_t off = o * n * inner + c;
+                         softmax_cols(n, inner, tail(inner, c), x + off, y + off);
+                       }
+                     });
+}
+
+}  // namespace sampan::cpu

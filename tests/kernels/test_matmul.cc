@@ -1,0 +1,203 @@
+// Kernel-level checks for matmul's pieces: the fused bias/activation epilogue
+// (kernels/cpu/binary_cpu.h) against double formulas, and, hidden behind [bench], the speed of
+// the matmul op on BERT-base shapes and of the two ways to run attention's batched products.
+// Run the timings with `test_matmul "[bench]"`.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "engine/core/thread_pool.h"
+#include "engine/graph/executor.h"
+#include "kernels/cpu/binary_cpu.h"
+#include "kernels/cpu/gemm_cpu.h"
+
+using namespace sampan;
+using namespace sampan::graph;
+
+namespace {
+
+Tensor random_f32(const Shape& shape, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  for (float& x : v) x = d(rng);
+  return Tensor::from_f32(shape, v);
+}
+
+}  // namespace
+
+TEST_CASE("bias_activation matches relu, erf gelu and tanh gelu in double", "[matmul]") {
+  // 1000 columns (a masked tail of 0 mod 8 ... 7 across the row lengths below), x over
+  // [-12, 12]: both tails of gelu and the saturation of tanh.
+  sampan::cpu::SerialRunner serial;
+  ThreadPool pool(2);
+  for (int64_t n : {1000, 13, 8, 3}) {
+    const int64_t rows = 7, ld = n + 5;
+    std::vector<float> x(static_cast<size_t>(rows * ld)), bias(static_cast<size_t>(n));
+    for (int64_t i = 0; i < rows * ld; ++i)
+      x[static_cast<size_t>(i)] = -12.0f + 24.0f * static_cast<float>(i % 997) / 996.0f;
+    for (int64_t j = 0; j < n; ++j)
+      bias[static_cast<size_t>(j)] = 0.01f * static_cast<float>(j % 7);
+    using sampan::cpu::Activation;
+    for (Activation act :
+         {Activation::kNone, Activation::kRelu, Activation::kGelu, Activation::kGeluTanh}) {
+      for (sampan::cpu::TaskRunner* r : {static_cast<sampan::cpu::TaskRunner*>(&serial),
+                                         static_cast<sampan::cpu::TaskRunner*>(&pool)}) {
+        std::vector<float> y = x;
+        sampan::cpu::bias_activation(rows, n, y.data(), ld, 0.5f, bias.data(), act, *r);
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t j = 0; j < ld; ++j) {
+            const size_t u = static_cast<size_t>(i * ld + j);
+            if (j >= n) {  // padding between rows is never written
+              CHECK(y[u] == x[u]);
+              continue;
+            }
+            const double v = 0.5 * x[u] + bias[static_cast<size_t>(j)];
+            double want = v;
+            if (act == Activation::kRelu) want = std::max(v, 0.0);
+            if (act == Activation::kGelu) want = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+            if (act == Activation::kGeluTanh) {
+              want =
+                  0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+            }
+            // erf to 1.5e-7 absolute (Abramowitz-Stegun 7.1.26) times |v| / 2 <= 3, plus f32
+            // rounding of the result.
+            INFO("n " << n << " act " << static_cast<int>(act) << " v " << v);
+            CHECK(std::abs(y[u] - want) <= 6e-7 + 2e-7 * std::abs(want));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul speed on BERT-base shapes", "[.][bench]") {
+  std::mt19937 rng(12);
+  ThreadPool pool(0);
+  struct Shape2 {
+    const char* what;
+    Shape a, b;
+    bool trans_b;
+    std::string act;
+  };
+  const std::vector<Shape2> shapes = {
+      {"qkv/out proj", {1, 128, 768}, {768, 768}, false, "none"},
+      {"ffn up + gelu", {1, 128, 768}, {768, 3072}, false, "gelu"},
+      {"ffn down", {1, 128, 3072}, {3072, 768}, false, "none"},
+      {"ffn up, trans_b", {1, 128, 768}, {3072, 768}, true, "none"},
+      {"ffn up, B=4", {4, 128, 768}, {768, 3072}, false, "none"},
+      {"q.kT", {1, 12, 128, 64}, {1, 12, 64, 128}, false, "none"},
+      {"p.v", {1, 12, 128, 128}, {1, 12, 128, 64}, false, "none"},
+      {"q.kT B=8", {8, 12, 128, 64}, {8, 12, 64, 128}, false, "none"},
+  };
+  for (const Shape2& s : shapes) {
+    Graph g;
+    std::vector<Dim> dims;
+    for (int64_t d : s.a) dims.push_back(Dim::fixed(d));
+    const ValueId a = g.add_input("a", DType::kF32, dims);
+    const bool batched = s.b.size() > 2;
+    ValueId b;
+    std::map<std::string, Tensor> in{{"a", random_f32(s.a, rng)}};
+    if (batched) {
+      std::vector<Dim> bd;
+      for (int64_t d : s.b) bd.push_back(Dim::fixed(d));
+      b = g.add_input("b", DType::kF32, bd);
+      in["b"] = random_f32(s.b, rng);
+    } else {
+      b = g.add_constant("b", random_f32(s.b, rng));
+    }
+    g.mark_output(
+        g.add("matmul", "mm", {a, b}, {{"trans_b", int64_t{s.trans_b}}, {"activation", s.act}}));
+    Executor ex(g, pool);
+    ex.run(in);
+    const int64_t k = s.a.back();
+    const int64_t n = s.trans_b ? s.b[0] : s.b.back();
+    const double flops =
+        2.0 * static_cast<double>(shape_numel(s.a) / k) * k * n * (batched ? 1.0 : 1.0);
+    int reps = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    double secs = 0;
+    while (secs < 0.5 || reps < 3) {
+      ex.run(in);
+      ++reps;
+      secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    if (!batched && !s.trans_b) {  // the bare GEMM on pre-transposed weights, for reference
+      const Tensor bt = random_f32({n, k}, rng);
+      Graph gl;
+      const ValueId x =
+          gl.add_input("x", DType::kF32, {Dim::fixed(shape_numel(s.a) / k), Dim::fixed(k)});
+      gl.mark_output(gl.add("linear", "lin", {x, gl.add_constant("w", bt)}));
+      Executor el(gl, pool);
+      const std::map<std::string, Tensor> lin{{"x", in["a"].reshape({shape_numel(s.a) / k, k})}};
+      el.run(lin);
+      int lr = 0;
+      const auto l0 = std::chrono::steady_clock::now();
+      double ls = 0;
+      while (ls < 0.5 || lr < 3) {
+        el.run(lin);
+        ++lr;
+        ls = std::chrono::duration<double>(std::chrono::steady_clock::now() - l0).count();
+      }
+      std::printf("  (linear, same GEMM: %8.3f ms  %7.1f GFLOP/s)\n", 1e3 * ls / lr,
+                  flops * lr / ls * 1e-9);
+    }
+    std::printf("%-18s %-18s x %-16s %8.3f ms  %7.1f GFLOP/s (%d threads)\n", s.what,
+                shape_str(s.a).c_str(), shape_str(s.b).c_str(), 1e3 * secs / reps,
+                flops * reps / secs * 1e-9, pool.concurrency());
+    CHECK(secs > 0);
+  }
+}
+
+// The two ways to run attention's batched products on the GEMM, timed side by side: items in
+// parallel (one worker each, serial GEMM) versus items one after another (GEMM on all workers).
+// matmul takes the first when there are at least as many items as workers.
+TEST_CASE("batched GEMM policy for attention shapes", "[.][bench]") {
+  std::mt19937 rng(13);
+  ThreadPool pool(0);
+  const int64_t items = 12, m = 128;
+  for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{{64, 128}, {128, 64}}) {
+    const Tensor a = random_f32({items, m, k}, rng), w = random_f32({items, n, k}, rng);
+    Tensor y = Tensor::empty({items, m, n}, DType::kF32);
+    auto one = [&](int64_t t, sampan::cpu::TaskRunner& r) {
+      sampan::cpu::GemmWeights g;
+      g.k = k;
+      g.n_blocks = 1;
+      g.data[0] = w.data<float>() + t * n * k;
+      g.rows[0] = n;
+      sampan::cpu::gemm(m, a.data<float>() + t * m * k, k, g, sampan::cpu::GemmEpilogue::kStore,
+                        y.data<float>() + t * m * n, n, r);
+    };
+    auto time = [&](const std::function<void()>& f) {
+      f();
+      int reps = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      double secs = 0;
+      while (secs < 0.3 || reps < 3) {
+        f();
+        ++reps;
+        secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+      return secs / reps;
+    };
+    const double flops = 2.0 * items * m * n * k;
+    const double par = time([&] {
+      pool.run(items, [&](int64_t t) {
+        sampan::cpu::SerialRunner serial;
+        one(t, serial);
+      });
+    });
+    const double seq = time([&] {
+      for (int64_t t = 0; t < items; ++t) one(t, pool);
+    });
+    std::printf(
+        "12 x [128, %ld] x [%ld, %ld]: items in parallel %.3f ms (%.1f GFLOP/s), "
+        "items in turn %.3f ms (%.1f GFLOP/s)\n",
+        static_cast<long>(k), static_cast<long>(k), static_cast<long>(n), par * 1e3,
+        flops / par * 1e-9, seq * 1e3, flops / seq * 1e-9);
+    CHECK(par > 0);
+  }
+}
