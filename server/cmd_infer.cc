@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -77,6 +78,29 @@ void check_shape(const models::TensorSpec& spec, const Tensor& t, const std::str
                file, spec.api_name, shape_str(t.shape()), fmt::join(want, ", "));
 }
 
+// Time per op type and the ten slowest nodes, averaged over the runs.
+void print_profile(const graph::Graph& g, const std::vector<double>& seconds, int runs) {
+  std::map<std::string, double> by_op;
+  std::vector<std::pair<double, size_t>> by_node;
+  double total = 0;
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    const double ms = seconds[i] * 1e3 / runs;
+    by_op[g.nodes()[i].op] += ms;
+    by_node.push_back({ms, i});
+    total += ms;
+  }
+  std::vector<std::pair<double, std::string>> ops;
+  for (const auto& [op, ms] : by_op) ops.push_back({ms, op});
+  std::sort(ops.rbegin(), ops.rend());
+  fmt::print("profile: {:.3f} ms per run in kernels\n", total);
+  for (const auto& [ms, op] : ops) fmt::print("  {:<20} {:9.3f} ms {:5.1f} %\n", op, ms, total > 0 ? 100 * ms / total : 0.0);
+  std::sort(by_node.rbegin(), by_node.rend());
+  for (size_t k = 0; k < by_node.size() && k < 10; ++k) {
+    const graph::Node& n = g.nodes()[by_node[k].second];
+    fmt::print("  node {:<40} {:<12} {:9.3f} ms\n", n.name, n.op, by_node[k].first);
+  }
+}
+
 }  // namespace
 
 Runner add_infer(CLI::App& app) {
@@ -85,6 +109,7 @@ Runner add_infer(CLI::App& app) {
     std::string model, output_dir, precision = "f32";
     std::vector<std::string> inputs;
     int threads = 0, repeat = 1;
+    bool profile = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "model file (.onnx) or a directory holding one")->required();
@@ -94,6 +119,7 @@ Runner add_infer(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: one per core)")->check(CLI::Range(0, 1024));
   cmd->add_option("--precision", o->precision, "f32 (bf16: not implemented yet)")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_flag("--profile", o->profile, "print the time spent per op type and the slowest nodes");
   cmd->add_option("--repeat", o->repeat, "runs; with more than one, prints the median latency")
       ->check(CLI::Range(1, 100000));
   return [o] {
@@ -139,6 +165,7 @@ Runner add_infer(CLI::App& app) {
 
     ThreadPool pool(o->threads);
     graph::Executor exec(model->graph, pool);
+    exec.set_profiling(o->profile);
     std::vector<double> ms;
     std::vector<Tensor> outputs;
     for (int r = 0; r < o->repeat; ++r) {
@@ -163,6 +190,7 @@ Runner add_infer(CLI::App& app) {
       write_npy(path, outputs[i].contiguous());
       fmt::print("{} {}{} -> {}\n", name, dtype_name(outputs[i].dtype()), shape_str(outputs[i].shape()), path);
     }
+    if (o->profile) print_profile(model->graph, exec.node_seconds(), o->repeat);
     if (o->repeat > 1) {
       std::sort(ms.begin(), ms.end());
       fmt::print("latency: median {:.3f} ms over {} runs (min {:.3f}, max {:.3f}), {} threads\n",

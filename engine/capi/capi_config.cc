@@ -20,7 +20,8 @@ models::ModelBuildOptions ConfigData::build_options() const {
 void ConfigData::require_model_dir() const {
   if (model_dir.empty()) {
     api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
-             "the config has no model dir (call sampan_config_set_model_dir)");
+             "the config has no model (call sampan_config_set_model_dir or "
+             "sampan_config_set_model)");
   }
 }
 
@@ -83,6 +84,23 @@ SAMPAN_API SampanStatus sampan_config_set_model_dir(SampanConfig* config, const 
     const std::string value = checked_text(dir, "dir");
     if (value.empty()) api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "model dir is empty");
     d.model_dir = value;
+  });
+}
+
+SAMPAN_API SampanStatus sampan_config_set_model(SampanConfig* config, const char* model,
+                                                const char* params_file) {
+  return set_field(config, [&](ConfigData& d) {
+    const std::string value = checked_text(model, "model");
+    if (value.empty()) api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "model path is empty");
+    d.model_dir = value;
+    d.params_file = params_file != nullptr ? params_file : "";
+  });
+}
+
+SAMPAN_API SampanStatus sampan_config_set_params_file(SampanConfig* config,
+                                                      const char* params_file) {
+  return set_field(config, [&](ConfigData& d) {
+    d.params_file = checked_text(params_file, "params_file");
   });
 }
 
@@ -177,6 +195,10 @@ SAMPAN_API SampanStatus sampan_config_set_max_batch_size(SampanConfig* config, i
 
 SAMPAN_API SampanStatus sampan_config_get_model_dir(const SampanConfig* config, const char** out) {
   return get_field(config, out, [](const ConfigData& d) { return d.model_dir.c_str(); });
+}
+SAMPAN_API SampanStatus sampan_config_get_params_file(const SampanConfig* config,
+                                                      const char** out) {
+  return get_field(config, out, [](const ConfigData& d) { return d.params_file.c_str(); });
 }
 SAMPAN_API SampanStatus sampan_config_get_device(const SampanConfig* config, const char** out) {
   return get_field(config, out, [](const ConfigData& d) { return d.device.c_str(); });

@@ -11,7 +11,8 @@ namespace sampan::capi {
 
 // A snapshot of the options; predictors and engines copy one at creation.
 struct ConfigData {
-  std::string model_dir;
+  std::string model_dir;    // the model: a directory or a model file (.onnx)
+  std::string params_file;  // Paddle's separate params file; "" for none (the only form today)
   std::string device = "cpu";
   int32_t threads = 0;
   std::string precision = "bf16";

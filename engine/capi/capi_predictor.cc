@@ -1,6 +1,15 @@
 // SampanPredictor and SampanTensor: the Paddle-Inference-shaped half of the C API.
 //
-// A predictor runs a decoder Model (models/model.h) over a whole [batch, seq] block of ids in
+// Two kinds of model, told apart at load:
+//   - a classic model (ONNX today: models::load_model's formats other than "hf", whose
+//     signature has no token-ids role): every signature input and output is a tensor by its API
+//     name, in the signature's dtype (i32 <-> i64 and bool <-> u8 are converted on the way in),
+//     any rank, symbolic dims bound by what the caller reshapes to. A run checks every input
+//     against the signature (rank, fixed dims, one value per symbolic dim across inputs), feeds
+//     the graph as is and copies every output back.
+//   - a decoder (below).
+//
+// A decoder predictor runs a decoder Model (models/model.h) over a whole [batch, seq] block of ids in
 // ONE forward: batch row b is sequence b of the paged-attention contract, with a KV pool of one
 // block of `seq` rows per sequence (block_tables[b] = [b]), so rows never see each other. Its
 // tensors are the signature's caller-facing ones, by their API names (the token ids as
@@ -35,7 +44,8 @@ constexpr int64_t kMaxRunTokens = 1 << 22;
 // The loaded model, read-only once built, shared by a predictor and its clones.
 struct Model {
   std::unique_ptr<models::Model> model;
-  models::DecoderBindings bind;
+  bool decoder = false;            // an LLM: "input_ids" -> "logits" (else a classic model)
+  models::DecoderBindings bind;    // decoder only
   ConfigData options;
   Device device = Device::cpu();
 };
@@ -45,6 +55,8 @@ int64_t dtype_size(SampanDType dtype) {
     case SAMPAN_DTYPE_F32: return 4;
     case SAMPAN_DTYPE_I32: return 4;
     case SAMPAN_DTYPE_I64: return 8;
+    case SAMPAN_DTYPE_BOOL: return 1;
+    case SAMPAN_DTYPE_U8: return 1;
     default: return 0;
   }
 }
@@ -54,8 +66,22 @@ const char* dtype_text(SampanDType dtype) {
     case SAMPAN_DTYPE_F32: return "f32";
     case SAMPAN_DTYPE_I32: return "i32";
     case SAMPAN_DTYPE_I64: return "i64";
+    case SAMPAN_DTYPE_BOOL: return "bool";
+    case SAMPAN_DTYPE_U8: return "u8";
     case SAMPAN_DTYPE_UNDEFINED: return "undefined";
     default: return "unknown";
+  }
+}
+
+// The C dtype of an engine dtype; UNDEFINED for one the C API does not carry (f16, bf16, i8...).
+SampanDType sampan_dtype_of(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return SAMPAN_DTYPE_F32;
+    case DType::kI32: return SAMPAN_DTYPE_I32;
+    case DType::kI64: return SAMPAN_DTYPE_I64;
+    case DType::kBool: return SAMPAN_DTYPE_BOOL;
+    case DType::kU8: return SAMPAN_DTYPE_U8;
+    default: return SAMPAN_DTYPE_UNDEFINED;
   }
 }
 
@@ -63,6 +89,12 @@ struct TensorData {
   std::string name;
   bool is_input = false;
   std::vector<SampanDType> accepted;  // inputs: dtypes copy_from_cpu takes
+  // What the model declares: dims (-1 where the caller chooses: a symbolic dim, named in
+  // dim_names; "" for a fixed one) and the dtype it takes or gives back.
+  std::vector<int64_t> model_shape;
+  std::vector<std::string> dim_names;
+  SampanDType model_dtype = SAMPAN_DTYPE_UNDEFINED;
+  size_t spec = 0;                    // classic models: index in the signature's inputs/outputs
   std::vector<int64_t> shape;          // empty: none yet
   SampanDType dtype = SAMPAN_DTYPE_UNDEFINED;
   std::vector<uint8_t> bytes;
@@ -115,13 +147,99 @@ std::shared_ptr<const Model> load_model(const ConfigData& o) {
   } catch (const Error& e) {
     api_fail(SAMPAN_ERROR_UNSUPPORTED, "device '{}': {}", o.device, e.what());
   }
+  if (!o.params_file.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(o.params_file, ec)) {
+      api_fail(SAMPAN_ERROR_NOT_FOUND, "params file {} does not exist", o.params_file);
+    }
+    api_fail(SAMPAN_ERROR_UNSUPPORTED,
+             "params file {}: no format Sampan loads takes a separate params file yet (an ONNX "
+             "model is its .onnx file alone; Paddle program + params files are not supported)",
+             o.params_file);
+  }
   auto m = std::make_shared<Model>();
   m->options = o;
   m->model = models::load_model(o.model_dir, {.build = o.build_options(), .optimize = true});
-  m->bind = models::DecoderBindings::from(m->model->signature, o.model_dir);
+  m->decoder = m->model->format == "hf" ||
+               m->model->signature.find_input(models::TensorRole::kTokenIds) != nullptr;
+  if (m->decoder) {
+    m->bind = models::DecoderBindings::from(m->model->signature, o.model_dir);
+  } else if (o.precision == "fp8" || o.precision == "int4") {
+    api_fail(SAMPAN_ERROR_UNSUPPORTED,
+             "{}: precision '{}' is not supported for {} models yet (use f32)", m->model->path,
+             o.precision, m->model->format);
+  }
   m->device = device;
   m->model->upload_constants(device);
   return m;
+}
+
+// The decoder's tensors: the signature's token ids (i32 or i64 accepted) and logits, by their
+// API names; the runtime inputs (positions, tables, KV pools) are the predictor's own.
+void add_decoder_tensors(Predictor& p) {
+  for (const models::TensorSpec& t : p.model->model->signature.inputs) {
+    if (t.role != models::TensorRole::kTokenIds) continue;
+    TensorData in;
+    in.name = t.api_name.empty() ? t.name : t.api_name;
+    in.is_input = true;
+    in.accepted = {SAMPAN_DTYPE_I32, SAMPAN_DTYPE_I64};
+    in.model_shape = {-1, -1};
+    in.dim_names = {"batch", "seq"};
+    in.model_dtype = SAMPAN_DTYPE_I64;
+    p.inputs.push_back(std::move(in));
+  }
+  for (const models::TensorSpec& t : p.model->model->signature.outputs) {
+    if (t.role != models::TensorRole::kLogits) continue;
+    TensorData out;
+    out.name = t.api_name.empty() ? t.name : t.api_name;
+    out.model_shape = {-1, -1, p.model->model->config.vocab_size};
+    out.dim_names = {"batch", "seq", ""};
+    out.model_dtype = SAMPAN_DTYPE_F32;
+    p.outputs.push_back(std::move(out));
+  }
+}
+
+void set_declared_shape(TensorData& t, const std::vector<graph::Dim>& dims) {
+  for (const graph::Dim& d : dims) {
+    t.model_shape.push_back(d.symbolic() ? -1 : d.size);
+    t.dim_names.push_back(d.symbolic() ? d.symbol : std::string());
+  }
+}
+
+// A classic model's tensors: every signature input and output, by API name.
+void add_classic_tensors(Predictor& p) {
+  const models::Signature& sig = p.model->model->signature;
+  for (size_t i = 0; i < sig.inputs.size(); ++i) {
+    const models::TensorSpec& t = sig.inputs[i];
+    TensorData in;
+    in.name = t.api_name.empty() ? t.name : t.api_name;
+    in.is_input = true;
+    in.spec = i;
+    in.model_dtype = sampan_dtype_of(t.dtype);
+    set_declared_shape(in, t.shape);
+    // The model's dtype, and its twin converted on the way in (numpy's default integer type
+    // rarely matches a model's; bool and u8 are both one byte).
+    switch (in.model_dtype) {
+      case SAMPAN_DTYPE_I32: in.accepted = {SAMPAN_DTYPE_I32, SAMPAN_DTYPE_I64}; break;
+      case SAMPAN_DTYPE_I64: in.accepted = {SAMPAN_DTYPE_I64, SAMPAN_DTYPE_I32}; break;
+      case SAMPAN_DTYPE_BOOL: in.accepted = {SAMPAN_DTYPE_BOOL, SAMPAN_DTYPE_U8}; break;
+      case SAMPAN_DTYPE_U8: in.accepted = {SAMPAN_DTYPE_U8, SAMPAN_DTYPE_BOOL}; break;
+      case SAMPAN_DTYPE_F32: in.accepted = {SAMPAN_DTYPE_F32}; break;
+      default: break;  // f16, bf16, i8...: not fed through the C API yet (copy_from_cpu says so)
+    }
+    p.inputs.push_back(std::move(in));
+  }
+  for (size_t i = 0; i < sig.outputs.size(); ++i) {
+    const models::TensorSpec& t = sig.outputs[i];
+    TensorData out;
+    out.name = t.api_name.empty() ? t.name : t.api_name;
+    out.spec = i;
+    // Outputs of a dtype the C API does not carry come back as f32.
+    out.model_dtype = sampan_dtype_of(t.dtype);
+    if (out.model_dtype == SAMPAN_DTYPE_UNDEFINED) out.model_dtype = SAMPAN_DTYPE_F32;
+    set_declared_shape(out, t.shape);
+    p.outputs.push_back(std::move(out));
+  }
 }
 
 std::shared_ptr<Predictor> make_predictor(std::shared_ptr<const Model> model) {
@@ -130,22 +248,10 @@ std::shared_ptr<Predictor> make_predictor(std::shared_ptr<const Model> model) {
   p->pool = std::make_unique<ThreadPool>(p->model->options.threads);
   p->executor = std::make_unique<graph::Executor>(p->model->model->graph, *p->pool,
                                                  p->model->device);
-  // The tensors a caller feeds and reads: the signature's token ids (i32 or i64 accepted) and
-  // logits, by their API names; the runtime inputs (positions, tables, KV pools) are the
-  // predictor's own.
-  for (const models::TensorSpec& t : p->model->model->signature.inputs) {
-    if (t.role != models::TensorRole::kTokenIds) continue;
-    TensorData in;
-    in.name = t.api_name.empty() ? t.name : t.api_name;
-    in.is_input = true;
-    in.accepted = {SAMPAN_DTYPE_I32, SAMPAN_DTYPE_I64};
-    p->inputs.push_back(std::move(in));
-  }
-  for (const models::TensorSpec& t : p->model->model->signature.outputs) {
-    if (t.role != models::TensorRole::kLogits) continue;
-    TensorData out;
-    out.name = t.api_name.empty() ? t.name : t.api_name;
-    p->outputs.push_back(std::move(out));
+  if (p->model->decoder) {
+    add_decoder_tensors(*p);
+  } else {
+    add_classic_tensors(*p);
   }
   // Tensor handles are registered up front so that the same name always gives the same handle.
   for (size_t i = 0; i < p->inputs.size(); ++i) {
@@ -280,6 +386,125 @@ void run_predictor(Predictor& p) {
   out.has_data = true;
 }
 
+std::string dims_text(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+// The declared shape as text: "[batch, 3, h, w]".
+std::string declared_text(const TensorData& t) {
+  std::vector<std::string> dims;
+  for (size_t d = 0; d < t.model_shape.size(); ++d) {
+    dims.push_back(t.model_shape[d] < 0 ? t.dim_names[d] : std::to_string(t.model_shape[d]));
+  }
+  return fmt::format("[{}]", fmt::join(dims, ", "));
+}
+
+// An input's data as the graph's dtype (converted between i32 and i64, bool and u8).
+Tensor classic_feed(const TensorData& in, DType want) {
+  Tensor t = Tensor::empty(in.shape, want);
+  const int64_t n = in.numel();
+  const uint8_t* src = in.bytes.data();
+  const SampanDType have = in.dtype;
+  if (have == sampan_dtype_of(want) && want != DType::kBool) {
+    if (!in.bytes.empty()) std::memcpy(t.raw(), src, in.bytes.size());
+  } else if (want == DType::kBool || want == DType::kU8) {
+    // bool stored as 0 / 1, whatever non-zero byte the caller used.
+    uint8_t* dst = t.data<uint8_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      dst[i] = want == DType::kBool ? static_cast<uint8_t>(src[i] != 0) : src[i];
+    }
+  } else if (have == SAMPAN_DTYPE_I32 && want == DType::kI64) {
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t v;
+      std::memcpy(&v, src + i * 4, 4);
+      t.data<int64_t>()[i] = v;
+    }
+  } else if (have == SAMPAN_DTYPE_I64 && want == DType::kI32) {
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v;
+      std::memcpy(&v, src + i * 8, 8);
+      if (v < INT32_MIN || v > INT32_MAX) {
+        api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+                 "input '{}': value {} at flat index {} does not fit the model's i32", in.name,
+                 v, i);
+      }
+      t.data<int32_t>()[i] = static_cast<int32_t>(v);
+    }
+  } else {
+    // copy_from_cpu admits only the pairs above.
+    api_fail(SAMPAN_ERROR_INTERNAL, "input '{}': no conversion from {} to {}", in.name,
+             dtype_text(have), dtype_name(want));
+  }
+  return t;
+}
+
+void run_classic(Predictor& p) {
+  for (TensorData& out : p.outputs) out.clear();
+  const models::Signature& sig = p.model->model->signature;
+  // Symbolic dims: the value each takes in this run and the input that set it.
+  std::map<std::string, std::pair<int64_t, const TensorData*>> bound;
+  std::map<std::string, Tensor> feeds;
+  for (const TensorData& in : p.inputs) {
+    const models::TensorSpec& spec = sig.inputs[in.spec];
+    if (!in.has_data) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+               "input '{}' has no data (reshape it to {} and call sampan_tensor_copy_from_cpu)",
+               in.name, declared_text(in));
+    }
+    if (in.shape.size() != in.model_shape.size()) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+               "input '{}' has shape {} (rank {}), the model takes {} (rank {})", in.name,
+               dims_text(in.shape), in.shape.size(), declared_text(in), in.model_shape.size());
+    }
+    for (size_t d = 0; d < in.shape.size(); ++d) {
+      const int64_t got = in.shape[d];
+      if (in.model_shape[d] >= 0) {
+        if (got != in.model_shape[d]) {
+          api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+                   "input '{}' has shape {}, the model takes {}: dim {} must be {}", in.name,
+                   dims_text(in.shape), declared_text(in), d, in.model_shape[d]);
+        }
+        continue;
+      }
+      const std::string& sym = in.dim_names[d];
+      if (got < 1) {
+        api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+                 "input '{}' has shape {}: dim {} ({}) must be >= 1", in.name,
+                 dims_text(in.shape), d, sym);
+      }
+      auto [it, fresh] = bound.try_emplace(sym, got, &in);
+      if (!fresh && it->second.first != got) {
+        api_fail(SAMPAN_ERROR_INVALID_ARGUMENT,
+                 "input '{}' has shape {}: dim {} ({}) is {}, but input '{}' has {} = {}",
+                 in.name, dims_text(in.shape), d, sym, got, it->second.second->name, sym,
+                 it->second.first);
+      }
+    }
+    feeds[spec.name] = classic_feed(in, spec.dtype);
+  }
+  const std::vector<Tensor> results = p.executor->run(feeds);
+  SAMPAN_CHECK(results.size() == p.outputs.size(), ErrorCode::kInternal,
+               "the model graph returned {} outputs, its signature lists {}", results.size(),
+               p.outputs.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    Tensor r = results[i].device().type == DeviceType::kCPU ? results[i]
+                                                            : results[i].to(Device::cpu());
+    SampanDType dt = sampan_dtype_of(r.dtype());
+    if (dt == SAMPAN_DTYPE_UNDEFINED) {
+      r = r.to_f32();
+      dt = SAMPAN_DTYPE_F32;
+    } else if (!r.is_contiguous()) {
+      r = r.contiguous();
+    }
+    TensorData& out = p.outputs[i];
+    out.bytes.resize(static_cast<size_t>(r.nbytes()));
+    if (!out.bytes.empty()) std::memcpy(out.bytes.data(), r.raw(), out.bytes.size());
+    out.shape = r.shape();
+    out.dtype = dt;
+    out.has_data = true;
+  }
+}
+
 std::shared_ptr<Predictor> get_predictor(const SampanPredictor* handle) {
   return lookup<Predictor>(handle, Kind::kPredictor, "predictor");
 }
@@ -391,7 +616,16 @@ SAMPAN_API SampanStatus sampan_predictor_run(SampanPredictor* predictor) {
   return guarded([&] {
     auto p = get_predictor(predictor);
     std::lock_guard<std::mutex> lock(p->mu);
-    run_predictor(*p);
+    if (p->model->decoder) {
+      run_predictor(*p);
+    } else {
+      try {
+        run_classic(*p);
+      } catch (...) {
+        for (TensorData& out : p->outputs) out.clear();  // a failed run leaves no outputs
+        throw;
+      }
+    }
   });
 }
 
@@ -436,6 +670,11 @@ SAMPAN_API SampanStatus sampan_tensor_copy_from_cpu(SampanTensor* tensor, Sampan
     if (!d.is_input) {
       api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "'{}' is an output; copy_from_cpu takes inputs",
                d.name);
+    }
+    if (d.accepted.empty()) {
+      api_fail(SAMPAN_ERROR_UNSUPPORTED,
+               "input '{}' is {}, a dtype the C API cannot feed yet (f32, i32, i64, bool, u8)",
+               d.name, dtype_name(t.predictor->model->model->signature.inputs[d.spec].dtype));
     }
     if (std::find(d.accepted.begin(), d.accepted.end(), dtype) == d.accepted.end()) {
       std::vector<std::string> ok;
@@ -505,6 +744,45 @@ SAMPAN_API SampanStatus sampan_tensor_get_dtype(SampanTensor* tensor, SampanDTyp
     LockedTensor t = lock_tensor(tensor);
     require_arg(out, "out");
     *out = t.data->dtype;
+  });
+}
+
+SAMPAN_API SampanStatus sampan_tensor_get_model_shape(SampanTensor* tensor, int64_t* dims,
+                                                      int32_t capacity, int32_t* rank) {
+  return guarded([&] {
+    LockedTensor t = lock_tensor(tensor);
+    require_arg(rank, "rank");
+    const int32_t r = static_cast<int32_t>(t.data->model_shape.size());
+    *rank = r;
+    if (dims == nullptr && capacity == 0) return;  // a query of the rank
+    if (capacity < r) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "'{}' has rank {}, dims has room for {}",
+               t.data->name, r, capacity);
+    }
+    if (r > 0) require_arg(dims, "dims");
+    std::copy(t.data->model_shape.begin(), t.data->model_shape.end(), dims);
+  });
+}
+
+SAMPAN_API SampanStatus sampan_tensor_get_dim_name(SampanTensor* tensor, int32_t dim,
+                                                   const char** out) {
+  return guarded([&] {
+    LockedTensor t = lock_tensor(tensor);
+    require_arg(out, "out");
+    const size_t r = t.data->dim_names.size();
+    if (dim < 0 || static_cast<size_t>(dim) >= r) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "'{}': dim {} is out of range [0, {})",
+               t.data->name, dim, r);
+    }
+    *out = t.data->dim_names[static_cast<size_t>(dim)].c_str();
+  });
+}
+
+SAMPAN_API SampanStatus sampan_tensor_get_model_dtype(SampanTensor* tensor, SampanDType* out) {
+  return guarded([&] {
+    LockedTensor t = lock_tensor(tensor);
+    require_arg(out, "out");
+    *out = t.data->model_dtype;
   });
 }
 

@@ -7,10 +7,16 @@
  *
  * Two families of calls:
  *   - Tensor models, in the shape Paddle Inference users know: SampanConfig -> SampanPredictor
- *     -> SampanTensor handles by name -> run. For the decoder models Sampan loads today the
- *     predictor has one input "input_ids" [batch, seq] (i32 or i64) and one output "logits"
- *     [batch, seq, vocab] (f32); every batch row is an independent sequence starting at
- *     position 0.
+ *     -> SampanTensor handles by name -> reshape -> copy_from_cpu -> run -> copy_to_cpu.
+ *     Two kinds of model:
+ *       - classic models (ONNX today): the predictor's inputs and outputs are the model's own,
+ *         by name, in its dtypes (f32, i32, i64, bool, u8), any rank; a dim the model leaves
+ *         symbolic ("batch", "sequence") is whatever the caller reshapes to, the same value in
+ *         every input that names it. sampan_tensor_get_model_shape/_dtype/_dim_name tell what
+ *         the model declares.
+ *       - decoder language models (a Hugging Face directory): one input "input_ids"
+ *         [batch, seq] (i32 or i64) and one output "logits" [batch, seq, vocab] (f32); every
+ *         batch row is an independent sequence starting at position 0.
  *   - Generation: SampanEngine (continuous batching over a paged KV cache, one engine thread)
  *     -> SampanRequest per prompt, tokens delivered through a callback or by polling.
  *
@@ -109,9 +115,22 @@ typedef struct SampanEvent SampanEvent;         /* one streamed generation event
  * kv_cache_bytes 1 GiB, max_batch_size 64, int4 group size 128. */
 SAMPAN_API SampanStatus sampan_config_create(SampanConfig** out);
 SAMPAN_API SampanStatus sampan_config_destroy(SampanConfig* config);
-/* A directory with config.json and *.safetensors (+ tokenizer.json for an engine). Not checked
- * here: creating a predictor or engine reports SAMPAN_ERROR_NOT_FOUND. */
+/* The model (Paddle's SetModel(dir)). Accepted today:
+ *   - a directory with config.json and *.safetensors (+ tokenizer.json for an engine): a
+ *     decoder language model;
+ *   - an ONNX file (a path ending in .onnx), or a directory without config.json holding exactly
+ *     one .onnx file: a classic model (predictor only).
+ * Not checked here: creating a predictor or engine reports SAMPAN_ERROR_NOT_FOUND. */
 SAMPAN_API SampanStatus sampan_config_set_model_dir(SampanConfig* config, const char* dir);
+/* Paddle's SetModel(prog_file, params_file): the model (as sampan_config_set_model_dir) and a
+ * separate params file (NULL or "": none). No format Sampan loads today takes a params file:
+ * a predictor made from a config with one fails with UNSUPPORTED (NOT_FOUND if the file does
+ * not exist); it is reserved for Paddle's program + params files. */
+SAMPAN_API SampanStatus sampan_config_set_model(SampanConfig* config, const char* model,
+                                                const char* params_file);
+/* Paddle's SetParamsFile: only the params file ("" clears it). */
+SAMPAN_API SampanStatus sampan_config_set_params_file(SampanConfig* config,
+                                                      const char* params_file);
 /* "cpu", "cuda" (or "gpu", "cuda:N"). A CUDA device is SAMPAN_ERROR_UNSUPPORTED in a build
  * without CUDA or where that GPU is not visible (the message says which). Predictors and
  * engines both run on it: weights and KV caches live on the GPU, outputs come back to the host.
@@ -137,6 +156,8 @@ SAMPAN_API SampanStatus sampan_config_set_max_batch_size(SampanConfig* config, i
 /* Getters. Returned strings are owned by the config and valid until the same field is set
  * again or the config is destroyed. */
 SAMPAN_API SampanStatus sampan_config_get_model_dir(const SampanConfig* config, const char** out);
+SAMPAN_API SampanStatus sampan_config_get_params_file(const SampanConfig* config,
+                                                      const char** out);
 SAMPAN_API SampanStatus sampan_config_get_device(const SampanConfig* config, const char** out);
 SAMPAN_API SampanStatus sampan_config_get_threads(const SampanConfig* config, int32_t* out);
 SAMPAN_API SampanStatus sampan_config_get_precision(const SampanConfig* config, const char** out);
@@ -161,12 +182,16 @@ enum {
   SAMPAN_DTYPE_UNDEFINED = 0, /* an input no data was copied into yet */
   SAMPAN_DTYPE_F32 = 1,
   SAMPAN_DTYPE_I32 = 2,
-  SAMPAN_DTYPE_I64 = 3
+  SAMPAN_DTYPE_I64 = 3,
+  SAMPAN_DTYPE_BOOL = 4, /* one byte per element, 0 or 1 (any non-zero byte fed in is 1) */
+  SAMPAN_DTYPE_U8 = 5
 };
 
 /* Loads the model of `config` (weights memory-mapped, quantized on load if asked). Errors:
- * NOT_FOUND (no model dir), INVALID_MODEL, UNSUPPORTED (architecture, device), INVALID_ARGUMENT
- * (no model dir set, an option the model cannot take). */
+ * NOT_FOUND (no model dir or file), INVALID_MODEL, UNSUPPORTED (architecture, an op, device,
+ * precision fp8/int4 for a classic model, a params file), INVALID_ARGUMENT (no model set, an
+ * option the model cannot take, a malformed ONNX file). A classic model uses device and
+ * threads; precision "f32" or "bf16" (the default) both keep its weights as stored. */
 SAMPAN_API SampanStatus sampan_predictor_create(const SampanConfig* config,
                                                 SampanPredictor** out);
 /* A predictor sharing this one's weights with its own buffers and threads; inputs are not
@@ -188,9 +213,13 @@ SAMPAN_API SampanStatus sampan_predictor_get_input_handle(SampanPredictor* predi
 SAMPAN_API SampanStatus sampan_predictor_get_output_handle(SampanPredictor* predictor,
                                                            const char* name, SampanTensor** out);
 /* Runs the model on the data copied into every input; fills the outputs. INVALID_ARGUMENT when
- * an input has no data, a shape the model cannot take (input_ids: rank 2, batch >= 1,
- * 1 <= seq <= the model's max_position_embeddings) or a token id outside [0, vocab). On failure
- * the outputs are left empty (rank 0). */
+ * an input has no data, a shape the model cannot take, or a value it cannot take; the one-line
+ * message names the input (or, for a fault found while running, the node: e.g. a Gather index
+ * out of range). Decoders: input_ids has rank 2, batch >= 1, 1 <= seq <= the model's
+ * max_position_embeddings, ids in [0, vocab). Classic models: every input's rank and fixed dims
+ * are the model's, every symbolic dim is >= 1 and has one value across the inputs naming it.
+ * Other run failures keep their status (UNSUPPORTED, OUT_OF_MEMORY, ...). On failure the
+ * outputs are left empty (rank 0). */
 SAMPAN_API SampanStatus sampan_predictor_run(SampanPredictor* predictor);
 
 /* ---- tensor ---------------------------------------------------------------------------------
@@ -202,8 +231,10 @@ SAMPAN_API SampanStatus sampan_tensor_reshape(SampanTensor* tensor, const int64_
                                               int32_t rank);
 /* Copies `byte_size` bytes of `dtype` elements into an input. The byte size must equal
  * numel(shape) * element size (INVALID_ARGUMENT otherwise, naming both), so reshape first;
- * the dtype must be one the input takes (input_ids: I32 or I64). `data` may be NULL only when
- * byte_size is 0. */
+ * the dtype must be one the input takes (INVALID_ARGUMENT otherwise): input_ids of a decoder
+ * I32 or I64; a classic model's input its model dtype, or for an I64 (I32) input also I32
+ * (I64, checked to fit at run), for a BOOL (U8) input also U8 (BOOL). An input of a dtype
+ * outside the enum (f16, ...) is UNSUPPORTED. `data` may be NULL only when byte_size is 0. */
 SAMPAN_API SampanStatus sampan_tensor_copy_from_cpu(SampanTensor* tensor, SampanDType dtype,
                                                     const void* data, uint64_t byte_size);
 /* Copies the tensor's data out: `dtype` must be the tensor's dtype and byte_size exactly its
@@ -221,6 +252,20 @@ SAMPAN_API SampanStatus sampan_tensor_get_shape(SampanTensor* tensor, int64_t* d
 SAMPAN_API SampanStatus sampan_tensor_get_dtype(SampanTensor* tensor, SampanDType* out);
 /* Valid while the predictor lives. */
 SAMPAN_API SampanStatus sampan_tensor_get_name(SampanTensor* tensor, const char** out);
+/* What the model declares for this tensor, readable at any time: the shape with -1 for every
+ * dim the caller chooses (a symbolic dim; input_ids: [-1, -1], logits: [-1, -1, vocab]);
+ * arguments as sampan_tensor_get_shape. A classic model's output shape may be declared
+ * partly or not at all (rank 0): the shape after a run is the truth. */
+SAMPAN_API SampanStatus sampan_tensor_get_model_shape(SampanTensor* tensor, int64_t* dims,
+                                                      int32_t capacity, int32_t* rank);
+/* The name of a symbolic dim ("batch", "sequence"), "" for a fixed one; dim in [0, rank of the
+ * model shape) (else INVALID_ARGUMENT). Valid while the predictor lives. */
+SAMPAN_API SampanStatus sampan_tensor_get_dim_name(SampanTensor* tensor, int32_t dim,
+                                                   const char** out);
+/* The dtype the model takes (an input; see copy_from_cpu for the others it accepts) or gives
+ * back (an output; a model output of a dtype outside the enum comes back as F32). UNDEFINED
+ * for an input of a dtype the C API cannot feed. */
+SAMPAN_API SampanStatus sampan_tensor_get_model_dtype(SampanTensor* tensor, SampanDType* out);
 
 /* ---- generation engine ---------------------------------------------------------------------
  * Thread-safety: every engine and request function may be called from any thread, concurrently,

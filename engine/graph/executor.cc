@@ -1,6 +1,7 @@
 #include "engine/graph/executor.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
@@ -457,7 +458,14 @@ std::vector<Tensor> Executor::launch_nodes() {
                                            shapes_[static_cast<size_t>(v)],
                                            dtypes_[static_cast<size_t>(v)]));
       }
-      launch(ni, in, out);
+      if (profiling_ && !stream_) {
+        const auto t0 = std::chrono::steady_clock::now();
+        launch(ni, in, out);
+        node_seconds_.resize(graph_.nodes().size(), 0.0);
+        node_seconds_[ni] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      } else {
+        launch(ni, in, out);
+      }
     }
     for (size_t i = 0; i < n.outputs.size(); ++i) tensors_[static_cast<size_t>(n.outputs[i])] = out[i];
   }

@@ -74,6 +74,12 @@ class Executor {
   // reporting). Every graph input must be named.
   MemoryPlan plan_for(const std::map<std::string, Shape>& input_shapes);
 
+  // Per-node wall time (CPU only): when on, every run adds each node's time to node_seconds()
+  // (by node index; view ops cost nothing and stay 0). Off by default: timing costs two clock
+  // reads per node.
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::vector<double>& node_seconds() const { return node_seconds_; }
+
   // Times shape inference ran over the whole graph (a run with the previous run's input shapes
   // reuses its shapes; plan_for always infers).
   int64_t inferences() const { return inferences_; }
@@ -144,6 +150,8 @@ class Executor {
   bool constants_uploaded_ = false;
   int64_t uploaded_constants_ = 0;
   const Node* last_launched_ = nullptr;
+  bool profiling_ = false;
+  std::vector<double> node_seconds_;
 
   // CUDA graphs, by (input shapes and strides, input addresses); see the top of the file.
   bool cuda_graphs_ = true;

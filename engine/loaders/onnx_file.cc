@@ -154,17 +154,20 @@ DType onnx_dtype(int32_t t, const std::string& what) {
 }
 
 OnnxFile read_onnx(const std::string& path) {
+  const auto mapped = MappedFile::open(path);
+  return parse_onnx(mapped->data(), mapped->size(), path);
+}
+
+OnnxFile parse_onnx(const void* data, size_t size, const std::string& path) {
   OnnxFile file;
   file.path = path;
   file.directory = fs::path(path).parent_path().string();
   if (file.directory.empty()) file.directory = ".";
-  const auto mapped = MappedFile::open(path);
-  SAMPAN_CHECK(mapped->size() < static_cast<size_t>(INT_MAX), ErrorCode::kUnsupported,
+  SAMPAN_CHECK(size < static_cast<size_t>(INT_MAX), ErrorCode::kUnsupported,
                "{}: {} bytes; ONNX files over 2 GiB must keep their weights in external data",
-               path, mapped->size());
+               path, size);
   auto model = std::make_shared<pb::ModelProto>();
-  SAMPAN_CHECK(mapped->size() > 0 &&
-                   model->ParseFromArray(mapped->data(), static_cast<int>(mapped->size())),
+  SAMPAN_CHECK(size > 0 && model->ParseFromArray(data, static_cast<int>(size)),
                ErrorCode::kInvalidArgument,
                "{}: not an ONNX model (the file does not parse as a ModelProto: truncated or "
                "another format)", path);

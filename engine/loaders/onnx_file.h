@@ -35,6 +35,9 @@ struct OnnxFile {
 // Reads and parses `path`; checks the IR version, the default opset (7..kMaxOpset) and that no
 // model-local functions or other operator domains are used.
 OnnxFile read_onnx(const std::string& path);
+// The same checks on bytes already in memory (`path` names them in messages and locates
+// external data); the fuzz target's entry point.
+OnnxFile parse_onnx(const void* data, size_t size, const std::string& path);
 
 constexpr int64_t kMinOpset = 7;
 constexpr int64_t kMaxOpset = 21;

@@ -4,6 +4,17 @@
     cfg = sampan.Config("path/to/model", threads=2)
     with sampan.Predictor(cfg) as p:
         logits = p.run(np.array([[1, 2, 3]], dtype=np.int64))   # [batch, seq, vocab] f32
+
+    # A classic model (an .onnx file, or a directory holding one): its own inputs and outputs.
+    with sampan.Predictor(sampan.Config("resnet.onnx", threads=2)) as p:
+        print(p.input_names, p.get_input_handle("images").declared_shape)  # ('batch', 3, 'h', 'w')
+        out = p.run({"images": np.zeros((1, 3, 32, 32), np.float32)})   # {"logits": array}
+        # Paddle style: handle -> reshape -> copy_from_cpu -> run() -> copy_to_cpu
+        t = p.get_input_handle("images")
+        t.reshape((1, 3, 32, 32))
+        t.copy_from_cpu(np.zeros((1, 3, 32, 32), np.float32))
+        p.run()
+        logits = p.get_output_handle("logits").copy_to_cpu()
     with sampan.Engine(cfg) as e:
         for ev in e.generate("Hello", max_tokens=8, temperature=0):
             print(ev.text, end="")
@@ -31,11 +42,12 @@ __all__ = [
 ]
 
 lib = _capi.load_library()
+_LITTLE = np.little_endian
 _NO_CALLBACK = _capi.EVENT_CALLBACK()  # NULL: events are queued for polling
 
-_NP_DTYPES = {_capi.DTYPE_F32: np.float32, _capi.DTYPE_I32: np.int32, _capi.DTYPE_I64: np.int64}
-_DTYPE_OF_NP = {np.dtype(np.float32): _capi.DTYPE_F32, np.dtype(np.int32): _capi.DTYPE_I32,
-                np.dtype(np.int64): _capi.DTYPE_I64}
+_NP_DTYPES = {_capi.DTYPE_F32: np.float32, _capi.DTYPE_I32: np.int32, _capi.DTYPE_I64: np.int64,
+              _capi.DTYPE_BOOL: np.bool_, _capi.DTYPE_U8: np.uint8}
+_DTYPE_OF_NP = {np.dtype(v): k for k, v in _NP_DTYPES.items()}
 
 
 class SampanError(Exception):
@@ -96,12 +108,15 @@ class Config(_Handle):
 
     def __init__(self, model_dir=None, device=None, threads=None, precision=None,
                  kv_cache_dtype=None, max_model_len=None, kv_cache_bytes=None,
-                 max_batch_size=None, int4_group_size=None):
+                 max_batch_size=None, int4_group_size=None, params_file=None):
+        """model_dir: a Hugging Face model directory, an .onnx file or a directory holding one.
+        params_file: Paddle's separate params file (no format takes one yet: a predictor made
+        with it fails with UNSUPPORTED)."""
         h = ctypes.c_void_p()
         _call("sampan_config_create", ctypes.byref(h))
         super().__init__(h)
         strings = {"model_dir": model_dir, "device": device, "precision": precision,
-                   "kv_cache_dtype": kv_cache_dtype}
+                   "kv_cache_dtype": kv_cache_dtype, "params_file": params_file}
         for key, value in strings.items():
             if value is not None:
                 _call(f"sampan_config_set_{key}", self.handle, str(value).encode())
@@ -114,7 +129,7 @@ class Config(_Handle):
 
     def get(self, key):
         """One option's current value, e.g. get("threads")."""
-        if key in ("model_dir", "device", "precision", "kv_cache_dtype"):
+        if key in ("model_dir", "device", "precision", "kv_cache_dtype", "params_file"):
             out = ctypes.c_char_p()
         elif key in ("max_model_len", "kv_cache_bytes"):
             out = ctypes.c_int64()
@@ -152,13 +167,48 @@ class Tensor:
         _call("sampan_tensor_get_dtype", self.handle, ctypes.byref(out))
         return np.dtype(_NP_DTYPES[out.value]) if out.value in _NP_DTYPES else None
 
+    @property
+    def model_shape(self):
+        """The shape the model declares, -1 for every dim the caller chooses (symbolic)."""
+        rank = ctypes.c_int32()
+        _call("sampan_tensor_get_model_shape", self.handle, None, 0, ctypes.byref(rank))
+        dims = (ctypes.c_int64 * max(rank.value, 1))()
+        _call("sampan_tensor_get_model_shape", self.handle, dims, rank.value, ctypes.byref(rank))
+        return tuple(dims[i] for i in range(rank.value))
+
+    @property
+    def dim_names(self):
+        """Per declared dim: its symbol ("batch", "sequence"), or "" for a fixed one."""
+        names = []
+        for i in range(len(self.model_shape)):
+            s = ctypes.c_char_p()
+            _call("sampan_tensor_get_dim_name", self.handle, i, ctypes.byref(s))
+            names.append(s.value.decode())
+        return tuple(names)
+
+    @property
+    def declared_shape(self):
+        """The declared shape with symbolic dims by name: ("batch", 3, "h", "w")."""
+        return tuple(n if d < 0 else d for d, n in zip(self.model_shape, self.dim_names))
+
+    @property
+    def model_dtype(self):
+        """numpy dtype the model takes (an input) or gives back (an output); None for an input
+        the C API cannot feed."""
+        out = ctypes.c_int32()
+        _call("sampan_tensor_get_model_dtype", self.handle, ctypes.byref(out))
+        return np.dtype(_NP_DTYPES[out.value]) if out.value in _NP_DTYPES else None
+
     def reshape(self, shape):
         dims = (ctypes.c_int64 * max(len(shape), 1))(*[int(d) for d in shape])
         _call("sampan_tensor_reshape", self.handle, dims, len(shape))
 
     def copy_from_cpu(self, array):
-        """Copies a float32/int32/int64 array in; its shape must be the one set by reshape()."""
+        """Copies a float32/int32/int64/bool/uint8 array in; its shape must be the one set by
+        reshape()."""
         a = np.ascontiguousarray(array)
+        if a.dtype.byteorder == ">" or (a.dtype.byteorder == "<" and not _LITTLE):
+            a = a.astype(a.dtype.newbyteorder("="))
         if a.dtype not in _DTYPE_OF_NP:
             raise SampanError(INVALID_ARGUMENT, f"unsupported numpy dtype {a.dtype}")
         _call("sampan_tensor_copy_from_cpu", self.handle, _DTYPE_OF_NP[a.dtype],
@@ -176,8 +226,9 @@ class Tensor:
 
 
 class Predictor(_Handle):
-    """A loaded tensor model (sampan_predictor_*): input "input_ids" [batch, seq], output
-    "logits" [batch, seq, vocab]."""
+    """A loaded tensor model (sampan_predictor_*). A decoder language model: input "input_ids"
+    [batch, seq], output "logits" [batch, seq, vocab]. A classic model (ONNX): the model's own
+    inputs and outputs by name (see Tensor.declared_shape and Tensor.model_dtype)."""
     _destroy = "sampan_predictor_destroy"
 
     def __init__(self, config=None, _handle=None):
@@ -215,22 +266,56 @@ class Predictor(_Handle):
         _call("sampan_predictor_get_output_handle", self.handle, name.encode(), ctypes.byref(h))
         return Tensor(self, h)
 
-    def run(self, input_ids=None):
-        """Without arguments: runs on the inputs already copied in. With an array of ids
-        ([batch, seq], or [seq] for one sequence): copies it in, runs, returns the logits."""
-        if input_ids is None:
+    def _feed(self, name, array):
+        t = self.get_input_handle(name)
+        t.reshape(array.shape)
+        t.copy_from_cpu(array)
+
+    def outputs(self):
+        """{output name: array} of the last run."""
+        return {n: self.get_output_handle(n).copy_to_cpu() for n in self.output_names}
+
+    def run(self, inputs=None):
+        """run(): runs on the inputs already copied in (Paddle style); returns None.
+        run({name: array, ...}): copies every input in (reshape + copy_from_cpu), runs, returns
+        {output name: array}.
+        run([array, ...]) (a list or tuple of numpy arrays): the inputs in input_names order;
+        returns the outputs as a list in output_names order.
+        run(array): the model's first input (a decoder's input_ids). When the array has one dim
+        fewer than the model declares and the model's first dim is symbolic (a decoder's [seq]
+        for one sequence), a batch of one is added and taken off the outputs again. Returns the
+        first output (a decoder's logits), or a list when the model has several."""
+        if inputs is None:
             _call("sampan_predictor_run", self.handle)
             return None
-        ids = np.asarray(input_ids)
-        squeeze = ids.ndim == 1
-        if squeeze:
-            ids = ids[None, :]
+        if isinstance(inputs, dict):
+            for name, a in inputs.items():
+                self._feed(name, np.asarray(a))
+            _call("sampan_predictor_run", self.handle)
+            return self.outputs()
+        if isinstance(inputs, (list, tuple)) and inputs and all(
+                isinstance(a, np.ndarray) for a in inputs):
+            names = self.input_names
+            if len(inputs) != len(names):
+                raise SampanError(INVALID_ARGUMENT, f"{len(inputs)} arrays for the model's "
+                                  f"{len(names)} inputs ({', '.join(names)})")
+            for name, a in zip(names, inputs):
+                self._feed(name, a)
+            _call("sampan_predictor_run", self.handle)
+            return [self.get_output_handle(n).copy_to_cpu() for n in self.output_names]
+        a = np.asarray(inputs)
         t = self.get_input_handle(self.input_names[0])
-        t.reshape(ids.shape)
-        t.copy_from_cpu(ids)
+        declared = t.model_shape
+        squeeze = a.ndim >= 1 and len(declared) == a.ndim + 1 and declared[0] < 0
+        if squeeze:
+            a = a[None, ...]
+        t.reshape(a.shape)
+        t.copy_from_cpu(a)
         _call("sampan_predictor_run", self.handle)
-        out = self.get_output_handle(self.output_names[0]).copy_to_cpu()
-        return out[0] if squeeze else out
+        outs = [self.get_output_handle(n).copy_to_cpu() for n in self.output_names]
+        if squeeze:
+            outs = [o[0] if o.ndim >= 1 and o.shape[0] == 1 else o for o in outs]
+        return outs[0] if len(outs) == 1 else outs
 
     def clone(self):
         """A predictor sharing the weights, for another thread."""

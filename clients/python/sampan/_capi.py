@@ -31,6 +31,8 @@ DTYPE_UNDEFINED = 0
 DTYPE_F32 = 1
 DTYPE_I32 = 2
 DTYPE_I64 = 3
+DTYPE_BOOL = 4
+DTYPE_U8 = 5
 
 FINISH_NAMES = {0: None, 1: "stop", 2: "length", 3: "cancelled", 4: "timeout", 5: "error"}
 
@@ -47,6 +49,8 @@ _PROTOTYPES = {
     "sampan_config_create": (STATUS, [_P(H)]),
     "sampan_config_destroy": (STATUS, [H]),
     "sampan_config_set_model_dir": (STATUS, [H, _c.c_char_p]),
+    "sampan_config_set_model": (STATUS, [H, _c.c_char_p, _c.c_char_p]),
+    "sampan_config_set_params_file": (STATUS, [H, _c.c_char_p]),
     "sampan_config_set_device": (STATUS, [H, _c.c_char_p]),
     "sampan_config_set_threads": (STATUS, [H, _c.c_int32]),
     "sampan_config_set_precision": (STATUS, [H, _c.c_char_p]),
@@ -56,6 +60,7 @@ _PROTOTYPES = {
     "sampan_config_set_kv_cache_bytes": (STATUS, [H, _c.c_int64]),
     "sampan_config_set_max_batch_size": (STATUS, [H, _c.c_int32]),
     "sampan_config_get_model_dir": (STATUS, [H, _P(_c.c_char_p)]),
+    "sampan_config_get_params_file": (STATUS, [H, _P(_c.c_char_p)]),
     "sampan_config_get_device": (STATUS, [H, _P(_c.c_char_p)]),
     "sampan_config_get_threads": (STATUS, [H, _P(_c.c_int32)]),
     "sampan_config_get_precision": (STATUS, [H, _P(_c.c_char_p)]),
@@ -81,6 +86,9 @@ _PROTOTYPES = {
     "sampan_tensor_get_shape": (STATUS, [H, _P(_c.c_int64), _c.c_int32, _P(_c.c_int32)]),
     "sampan_tensor_get_dtype": (STATUS, [H, _P(_c.c_int32)]),
     "sampan_tensor_get_name": (STATUS, [H, _P(_c.c_char_p)]),
+    "sampan_tensor_get_model_shape": (STATUS, [H, _P(_c.c_int64), _c.c_int32, _P(_c.c_int32)]),
+    "sampan_tensor_get_dim_name": (STATUS, [H, _c.c_int32, _P(_c.c_char_p)]),
+    "sampan_tensor_get_model_dtype": (STATUS, [H, _P(_c.c_int32)]),
     # engine
     "sampan_engine_create": (STATUS, [H, _P(H)]),
     "sampan_engine_destroy": (STATUS, [H]),

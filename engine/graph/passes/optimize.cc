@@ -2,6 +2,7 @@
 
 #include "engine/graph/passes/passes.h"
 #include "engine/graph/passes/conv_passes.h"
+#include "engine/graph/passes/encoder_passes.h"
 #include "engine/graph/passes/matmul_passes.h"
 
 namespace sampan::graph::passes {
@@ -61,6 +62,8 @@ const std::vector<Pass>& default_passes() {
       {"matmul_weights_as_rows", matmul_weights_as_rows},
       {"fuse_matmul_bias", fuse_matmul_bias},
       {"fuse_matmul_activation", fuse_matmul_activation},
+      {"fuse_encoder_attention", fuse_encoder_attention},
+      {"fuse_add_layer_norm", fuse_add_layer_norm},
       {"fuse_gate_up_silu", fuse_gate_up_silu},
       {"fuse_sibling_linears", fuse_sibling_linears},
       {"fuse_add_rms_norm", fuse_add_rms_norm},
