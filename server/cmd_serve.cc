@@ -1,5 +1,16 @@
 // sampan serve --model DIR [--config FILE.yaml] [flags]: the model server.
 //
+// A language model (a Hugging Face directory) is served by runtime::Engine over every API. A
+// classic model (--model FILE.onnx, or a directory holding one) is served by a
+// runtime::TensorSession over KServe v2 only (HTTP /v2/models/<name>/infer and gRPC
+// ModelInfer; the LLM endpoints answer 400 naming the KServe route). For a classic model the
+// flags that would change what the model computes (--quantization, --hadamard, --kv-cache-dtype,
+// --kv-hadamard, a --device other than cpu) are refused with one line; the LLM engine's
+// scheduling and cache flags (--max-model-len, --block-size, --num-kv-blocks, --kv-cache-bytes,
+// --max-running, --max-batched-tokens, --no-prefix-cache, --default-max-tokens,
+// --request-timeout, ...) are ignored with one warning naming them. --threads (kernel threads)
+// and --max-waiting (queued requests) apply to both.
+//
 // Start-up order matters to orchestrators: the HTTP and gRPC listeners come up first (liveness
 // answers 200 at once, readiness 503), then the model loads, then readiness turns 200. SIGTERM
 // (or SIGINT) starts a graceful shutdown: readiness goes 503, the HTTP listener closes, new
@@ -9,12 +20,19 @@
 
 #include <chrono>
 #include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <thread>
 
 #include <cstdlib>
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
+#include "engine/models/model.h"
+#include "engine/runtime/tensor_session.h"
 #include "server/api_routes.h"
 #include "server/commands.h"
 #include "server/grpc_server.h"
@@ -40,6 +58,88 @@ sigset_t block_shutdown_signals() {
   // Writes to a peer that has gone must fail with EPIPE, not kill the server.
   signal(SIGPIPE, SIG_IGN);
   return set;
+}
+
+// Requests run by a classic model's session at the same time; later ones queue.
+constexpr int kTensorExecutors = 2;
+
+// For a classic model: refuses the flags that would change what it computes, warns once about
+// the LLM engine's flags that do not apply (values other than their defaults).
+void check_classic_flags(const server::ServeConfig& cfg) {
+  const server::ServeConfig def;
+  std::vector<std::string> refused, ignored;
+  if (cfg.quantization != def.quantization) refused.push_back("--quantization");
+  if (cfg.asymmetric != def.asymmetric) refused.push_back("--asymmetric");
+  if (cfg.engine.build.hadamard.enabled != def.engine.build.hadamard.enabled)
+    refused.push_back("--hadamard");
+  if (cfg.kv_cache_dtype != def.kv_cache_dtype) refused.push_back("--kv-cache-dtype");
+  if (cfg.engine.build.kv_hadamard != def.engine.build.kv_hadamard) refused.push_back("--kv-hadamard");
+  if (cfg.device != def.device) refused.push_back("--device " + cfg.device);
+  SAMPAN_CHECK(refused.empty(), ErrorCode::kInvalidArgument,
+               "{}: a classic model (ONNX) is served as it is, on the CPU; {} appl{} to language "
+               "models only", cfg.model, fmt::join(refused, ", "), refused.size() == 1 ? "ies" : "y");
+  const runtime::EngineOptions& e = cfg.engine;
+  const runtime::EngineOptions& d = def.engine;
+  if (e.max_model_len != d.max_model_len) ignored.push_back("--max-model-len");
+  if (e.block_size != d.block_size) ignored.push_back("--block-size");
+  if (e.num_kv_blocks != d.num_kv_blocks) ignored.push_back("--num-kv-blocks");
+  if (e.kv_cache_bytes != d.kv_cache_bytes) ignored.push_back("--kv-cache-bytes");
+  if (e.max_running != d.max_running) ignored.push_back("--max-running");
+  if (e.max_batched_tokens != d.max_batched_tokens) ignored.push_back("--max-batched-tokens");
+  if (e.prefix_cache != d.prefix_cache) ignored.push_back("--no-prefix-cache");
+  if (e.request_timeout_s != d.request_timeout_s) ignored.push_back("--request-timeout");
+  if (e.cuda_graphs != d.cuda_graphs) ignored.push_back("--no-cuda-graphs");
+  if (e.device_sampling != d.device_sampling) ignored.push_back("--no-device-sampling");
+  if (cfg.default_max_tokens != def.default_max_tokens) ignored.push_back("--default-max-tokens");
+  if (!ignored.empty()) {
+    log::warn("{} appl{} to language models only; ignored for the classic model {}",
+              fmt::join(ignored, ", "), ignored.size() == 1 ? "ies" : "y", cfg.model);
+  }
+}
+
+// The classic model's part of run_serve: load, serve until SIGTERM/SIGINT, drain.
+int serve_classic(const server::ServeConfig& cfg, const std::string& name, server::ModelHost& host,
+                  server::ServeMetrics& metrics, server::HttpServer& http,
+                  server::GrpcServer* grpc, const sigset_t& signals, Clock::time_point t0) {
+  check_classic_flags(cfg);
+  std::shared_ptr<const models::Model> model = models::load_model(cfg.model, {});
+  runtime::TensorSessionOptions so;
+  so.threads = cfg.engine.threads;
+  so.executors = kTensorExecutors;
+  so.max_waiting = cfg.engine.max_waiting;
+  auto session = std::make_shared<runtime::TensorSession>(model, so);
+  host.set_tensor_session(session);
+  metrics.set_ready(true);
+  log::info("ready in {:.2f} s: classic model '{}' ({}, {}), {} inputs, {} outputs, {} concurrent "
+            "runs, max waiting {}; served over KServe v2 (HTTP /v2/models/{}/infer, gRPC "
+            "ModelInfer)", std::chrono::duration<double>(Clock::now() - t0).count(), name,
+            model->format, model->architecture, model->signature.inputs.size(),
+            model->signature.outputs.size(), so.executors, so.max_waiting, name);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  log::info("received {}: draining (grace {:.1f} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+            cfg.shutdown_grace_s);
+  const auto t_stop = Clock::now();
+  host.set_draining();
+  metrics.set_ready(false);
+  http.stop_accepting();
+  session->shutdown();
+  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(cfg.shutdown_grace_s * 1000));
+  if (!session->wait_idle(grace)) {
+    // Runs cannot be cancelled half-way; the answers reach the servers, which must still exist.
+    log::warn("grace period over with {} running and {} waiting requests; waiting for them",
+              session->running(), session->waiting());
+    session->wait_idle(std::chrono::seconds(60));
+  }
+  const auto flush_deadline = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < flush_deadline && http.open_connections() > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (grpc) grpc->shutdown(1.0);
+  http.stop();
+  log::info("stopped after {:.2f} s", std::chrono::duration<double>(Clock::now() - t_stop).count());
+  return 0;
 }
 
 int run_serve(const server::ServeConfig& cfg) {
@@ -87,6 +187,9 @@ int run_serve(const server::ServeConfig& cfg) {
 
   const auto t0 = Clock::now();
   log::info("loading model '{}' from {}", name, cfg.model);
+  if (models::model_format_of(cfg.model) != "hf") {
+    return serve_classic(cfg, name, host, metrics, http, grpc.get(), signals, t0);
+  }
   // Fault injection for the tests (tests/e2e/test_serve_faults.py); never set in production.
   runtime::EngineOptions engine_options = cfg.engine;
   if (const char* f = std::getenv("SAMPAN_TEST_FAULT_EVERY_N_STEPS"); f && *f) {

@@ -1,6 +1,7 @@
 #include "server/gateway.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -76,6 +77,9 @@ std::shared_ptr<runtime::Engine> admit(const ModelHost& host, const std::string&
   if (!model.empty()) check_model_name(host, model, model_field);
   SAMPAN_CHECK(!host.draining(), ErrorCode::kUnavailable, "the server is shutting down");
   std::shared_ptr<runtime::Engine> engine = host.engine();
+  if (engine == nullptr && host.tensor_session() != nullptr) {
+    fail_field(ErrorCode::kInvalidArgument, model_field, "{}", tensor_model_message(host));
+  }
   SAMPAN_CHECK(engine != nullptr, ErrorCode::kUnavailable, "model '{}' is still loading",
                host.name());
   return engine;
@@ -234,6 +238,85 @@ runtime::EngineRequest kserve_engine_request(const ModelHost& host, const runtim
                                              in.fields, in.text ? "text_input" : "input_ids");
   er.sampling.logprobs = false;
   return er;
+}
+
+// ---- classic (tensor) models over KServe v2 --------------------------------------------------
+
+std::string tensor_model_message(const ModelHost& host) {
+  return fmt::format("model '{}' is a tensor model (a classic model, not a language model); use "
+                     "KServe v2 inference: POST /v2/models/{}/infer or gRPC ModelInfer",
+                     host.name(), host.name());
+}
+
+std::shared_ptr<runtime::TensorSession> admit_tensor(const ModelHost& host,
+                                                     const std::string& model,
+                                                     const std::string& model_field) {
+  if (!model.empty()) check_model_name(host, model, model_field);
+  std::shared_ptr<runtime::TensorSession> session = host.tensor_session();
+  if (session == nullptr) return nullptr;
+  SAMPAN_CHECK(!host.draining(), ErrorCode::kUnavailable, "the server is shutting down");
+  return session;
+}
+
+std::map<std::string, Tensor> kserve_tensor_feeds(const runtime::TensorSession& session,
+                                                  KserveTensorRequest& request) {
+  const models::Signature& sig = session.signature();
+  std::map<std::string, Tensor> feeds;
+  for (KserveTensorInput& in : request.inputs) {
+    const auto spec = std::find_if(sig.inputs.begin(), sig.inputs.end(),
+                                   [&](const models::TensorSpec& s) { return s.api_name == in.name; });
+    if (spec == sig.inputs.end()) {
+      std::vector<std::string> names;
+      for (const auto& s : sig.inputs) names.push_back(s.api_name);
+      fail_field(ErrorCode::kInvalidArgument, in.name, "unknown input '{}'; the model takes {}",
+                 in.name, fmt::join(names, ", "));
+    }
+    const std::string want = kserve_spec_datatype(*spec);
+    if (in.datatype != want) {
+      fail_field(ErrorCode::kInvalidArgument, in.name,
+                 "input '{}' has datatype {}; the model takes {}", in.name, in.datatype, want);
+    }
+    feeds[in.name] = std::move(in.value);
+  }
+  return feeds;
+}
+
+std::vector<TensorOutputChoice> kserve_tensor_outputs(const runtime::TensorSession& session,
+                                                      const KserveTensorRequest& request) {
+  const models::Signature& sig = session.signature();
+  std::vector<TensorOutputChoice> out;
+  if (request.outputs.empty()) {
+    for (size_t i = 0; i < sig.outputs.size(); ++i) out.push_back({i, request.binary_output});
+    return out;
+  }
+  for (const KserveTensorRequest::Output& o : request.outputs) {
+    size_t i = 0;
+    while (i < sig.outputs.size() && sig.outputs[i].api_name != o.name) ++i;
+    if (i == sig.outputs.size()) {
+      std::vector<std::string> names;
+      for (const auto& s : sig.outputs) names.push_back(s.api_name);
+      fail_field(ErrorCode::kInvalidArgument, o.name, "unknown output '{}'; the model has {}",
+                 o.name, fmt::join(names, ", "));
+    }
+    for (const TensorOutputChoice& c : out) {
+      if (c.index == i) {
+        fail_field(ErrorCode::kInvalidArgument, o.name, "output '{}' is requested twice", o.name);
+      }
+    }
+    out.push_back({i, o.binary});
+  }
+  return out;
+}
+
+std::vector<int64_t> kserve_shape(const models::TensorSpec& spec) {
+  std::vector<int64_t> dims;
+  for (const graph::Dim& d : spec.shape) dims.push_back(d.symbolic() ? -1 : d.size);
+  return dims;
+}
+
+std::string kserve_spec_datatype(const models::TensorSpec& spec) {
+  const char* name = kserve_datatype(spec.dtype);
+  return name ? name : dtype_name(spec.dtype);
 }
 
 }  // namespace sampan::server

@@ -21,6 +21,7 @@
 
 #include "engine/core/error.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/tensor_session.h"
 #include "server/kserve_decode.h"
 #include "server/model_host.h"
 #include "server/request_parse.h"
@@ -58,7 +59,8 @@ void check_model_name(const ModelHost& host, const std::string& model,
 
 // The engine for a generation request naming `model` (empty: the served one), checked in this
 // order: the name (kNotFound naming `model_field`: a wrong name is wrong in every state), not
-// draining (kUnavailable), loaded (kUnavailable).
+// draining (kUnavailable), a language model (kInvalidArgument when a classic model is served:
+// "model 'x' is a tensor model; use /v2/models/x/infer"), loaded (kUnavailable).
 std::shared_ptr<runtime::Engine> admit(const ModelHost& host, const std::string& model,
                                        const std::string& model_field = "model");
 
@@ -119,5 +121,37 @@ void check_kserve_model(const ModelHost& host, const std::string& name,
 // the request gave it); no logprobs, which KServe responses do not carry.
 runtime::EngineRequest kserve_engine_request(const ModelHost& host, const runtime::Engine& engine,
                                              const KserveInferRequest& in, std::string id);
+
+// ---- classic (tensor) models over KServe v2 --------------------------------------------------
+
+// The message every LLM endpoint answers a classic model's server with (400 / INVALID_ARGUMENT).
+std::string tensor_model_message(const ModelHost& host);
+
+// The session for a KServe infer request on a classic model, checked as admit() checks: the
+// name, not draining, loaded. Null when the served model is a language model (the caller takes
+// its LLM path).
+std::shared_ptr<runtime::TensorSession> admit_tensor(const ModelHost& host,
+                                                     const std::string& model,
+                                                     const std::string& model_field);
+
+// The request's inputs keyed by name, each checked to be a model input of the model's datatype
+// (kInvalidArgument naming the input); the session then checks presence and shapes.
+std::map<std::string, Tensor> kserve_tensor_feeds(const runtime::TensorSession& session,
+                                                  KserveTensorRequest& request);
+
+// Indexes into the signature's outputs of the requested outputs (all when none is named), with
+// whether each goes out as binary data (REST; gRPC always sends raw contents). An unknown or
+// repeated name is kInvalidArgument naming it.
+struct TensorOutputChoice {
+  size_t index;
+  bool binary;
+};
+std::vector<TensorOutputChoice> kserve_tensor_outputs(const runtime::TensorSession& session,
+                                                      const KserveTensorRequest& request);
+
+// A signature tensor's KServe shape: its dimensions, -1 for a symbolic one.
+std::vector<int64_t> kserve_shape(const models::TensorSpec& spec);
+// Its KServe datatype ("FP32", ...; the dtype's own name when KServe has none).
+std::string kserve_spec_datatype(const models::TensorSpec& spec);
 
 }  // namespace sampan::server

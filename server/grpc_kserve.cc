@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -169,6 +170,89 @@ class InferCall final : public grpc::ServerUnaryReactor {
   bool final_seen_ = false;
 };
 
+// ---- ModelInfer on a classic (tensor) model ----------------------------------------------------
+
+// Decodes and checks the request on gRPC's thread, runs it on the tensor session and answers
+// from the session's worker. Outputs always go out as raw_output_contents, as Triton sends them
+// and tritonclient's as_numpy() reads them.
+class TensorInferCall final : public grpc::ServerUnaryReactor {
+ public:
+  TensorInferCall(ServiceContext& svc, grpc::CallbackServerContext* ctx,
+                  const pb::ModelInferRequest& request, pb::ModelInferResponse* response)
+      : svc_(svc), ctx_(ctx), response_(response) {
+    grpc::Status st;
+    try {
+      st = start(request);
+    } catch (...) {
+      st = status_from_current_exception();
+    }
+    if (!st.ok()) {
+      record_rpc(svc_, "ModelInfer", id_, st);
+      Finish(st);
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  grpc::Status start(const pb::ModelInferRequest& request) {
+    id_ = request_id_or_new(svc_, request.id());
+    grpc::Status st = check_auth(svc_, ctx_);
+    if (!st.ok()) return st;
+    std::shared_ptr<runtime::TensorSession> session =
+        admit_tensor(svc_.host, request.model_name(), "model_name");
+    SAMPAN_CHECK(session != nullptr, ErrorCode::kInternal, "no tensor model is served");
+    KserveTensorRequest in = parse_kserve_tensor_proto(request);
+    outputs_ = kserve_tensor_outputs(*session, in);
+    for (const models::TensorSpec& s : session->signature().outputs) {
+      names_.push_back(s.api_name);
+      datatypes_.push_back(kserve_spec_datatype(s));
+    }
+    request_id_ = request.id();
+    // Nothing of `this` may be touched after submit(): the answer may come at once.
+    session->submit(kserve_tensor_feeds(*session, in),
+                    [this](std::vector<Tensor> outputs, std::optional<Error> error) {
+                      done(outputs, error);
+                    });
+    return grpc::Status::OK;
+  }
+
+  // The session's worker thread.
+  void done(const std::vector<Tensor>& results, const std::optional<Error>& error) {
+    grpc::Status st = grpc::Status::OK;
+    if (error) {
+      st = status_from_error(*error);
+    } else {
+      try {
+        response_->set_model_name(valid_utf8(svc_.host.name()));
+        response_->set_model_version(kKserveModelVersion);
+        response_->set_id(request_id_);
+        for (const TensorOutputChoice& c : outputs_) {
+          const Tensor& t = results.at(c.index);
+          auto* o = response_->add_outputs();
+          o->set_name(valid_utf8(names_[c.index]));
+          o->set_datatype(datatypes_[c.index]);
+          for (int64_t d : t.shape()) o->add_shape(d);
+          std::string* raw = response_->add_raw_output_contents();
+          if (t.nbytes() > 0) raw->assign(static_cast<const char*>(t.raw()), t.nbytes());
+        }
+      } catch (...) {
+        response_->Clear();
+        st = status_from_current_exception();
+      }
+    }
+    record_rpc(svc_, "ModelInfer", id_, st);
+    Finish(st);  // `this` may be gone after this
+  }
+
+  ServiceContext& svc_;
+  grpc::CallbackServerContext* ctx_;
+  pb::ModelInferResponse* response_;
+  std::string id_, request_id_;
+  std::vector<TensorOutputChoice> outputs_;
+  std::vector<std::string> names_, datatypes_;
+};
+
 // ---- ModelStreamInfer ----------------------------------------------------------------------
 
 const char* status_code_name(grpc::StatusCode code) {
@@ -273,6 +357,10 @@ class StreamInferCall final
   void start_job(const pb::ModelInferRequest& request) {
     const std::string id = request_id_or_new(svc_, request.id());
     try {
+      if (svc_.host.tensor_session()) {
+        throw Error(ErrorCode::kInvalidArgument, "model_name",
+                    tensor_model_message(svc_.host) + " (ModelStreamInfer serves language models)");
+      }
       KserveInferRequest spec = parse_kserve_proto(request);
       auto engine = admit(svc_.host, request.model_name(), "model_name");
       runtime::EngineRequest er = kserve_engine_request(svc_.host, *engine, spec, id);
@@ -457,6 +545,22 @@ class KserveService final : public pb::GRPCInferenceService::CallbackService {
                                           pb::ModelMetadataResponse* response) override {
     grpc::Status st = check_model(ctx, request->name(), request->version());
     if (st.ok()) {
+      if (auto session = svc_.host.tensor_session()) {
+        response->set_name(valid_utf8(svc_.host.name()));
+        response->add_versions(kKserveModelVersion);
+        response->set_platform(session->model().format);
+        auto list = [](auto* out, const std::vector<models::TensorSpec>& specs) {
+          for (const models::TensorSpec& s : specs) {
+            auto* t = out->Add();
+            t->set_name(valid_utf8(s.api_name));
+            t->set_datatype(kserve_spec_datatype(s));
+            for (int64_t d : kserve_shape(s)) t->add_shape(d);
+          }
+        };
+        list(response->mutable_inputs(), session->signature().inputs);
+        list(response->mutable_outputs(), session->signature().outputs);
+        return done(ctx, "ModelMetadata", st);
+      }
       response->set_name(valid_utf8(svc_.host.name()));
       response->add_versions(kKserveModelVersion);
       response->set_platform("sampan");
@@ -480,6 +584,7 @@ class KserveService final : public pb::GRPCInferenceService::CallbackService {
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
                                        const pb::ModelInferRequest* request,
                                        pb::ModelInferResponse* response) override {
+    if (svc_.host.tensor_session()) return new TensorInferCall(svc_, ctx, *request, response);
     return new InferCall(svc_, ctx, *request, response);
   }
 

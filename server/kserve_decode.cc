@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <cstdint>
 #include <initializer_list>
@@ -459,6 +460,302 @@ KserveInferRequest parse_kserve_proto(const inference::ModelInferRequest& req) {
     spec.outputs.push_back(o.name());
   }
   return spec;
+}
+
+// ---- classic (tensor) models -----------------------------------------------------------------
+
+std::optional<DType> kserve_dtype(std::string_view datatype) {
+  if (datatype == "FP32") return DType::kF32;
+  if (datatype == "FP16") return DType::kF16;
+  if (datatype == "BF16") return DType::kBF16;
+  if (datatype == "INT64") return DType::kI64;
+  if (datatype == "INT32") return DType::kI32;
+  if (datatype == "INT8") return DType::kI8;
+  if (datatype == "UINT8") return DType::kU8;
+  if (datatype == "BOOL") return DType::kBool;
+  return std::nullopt;
+}
+
+const char* kserve_datatype(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "FP32";
+    case DType::kF16: return "FP16";
+    case DType::kBF16: return "BF16";
+    case DType::kI64: return "INT64";
+    case DType::kI32: return "INT32";
+    case DType::kI8: return "INT8";
+    case DType::kU8: return "UINT8";
+    case DType::kBool: return "BOOL";
+    default: return nullptr;
+  }
+}
+
+namespace {
+
+constexpr const char* kTensorDatatypes = "FP32, INT64, INT32, INT8, UINT8, BOOL, FP16 or BF16";
+
+DType tensor_dtype(const std::string& name, const std::string& datatype) {
+  const std::optional<DType> dt = kserve_dtype(datatype);
+  if (!dt) {
+    bad_input(name, fmt::format("datatype '{}' is not supported (expected {})", datatype,
+                                kTensorDatatypes));
+  }
+  return *dt;
+}
+
+// Elements of `shape`, refusing negative dimensions and more than kMaxElements.
+int64_t shape_elements(const std::string& name, const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) bad_input(name, fmt::format("shape dimension {} is negative", d));
+    if (d == 0) return 0;
+  }
+  for (int64_t d : shape) {
+    if (n > kMaxElements / d) {
+      bad_input(name, fmt::format("the shape {} holds more than {} elements", shape_str(shape),
+                                  kMaxElements));
+    }
+    n *= d;
+  }
+  return n;
+}
+
+// Raw little-endian bytes into `t` (whose byte size the caller checked); BOOL bytes become 0/1.
+void fill_raw(Tensor& t, std::string_view bytes) {
+  if (!bytes.empty()) std::memcpy(t.raw(), bytes.data(), bytes.size());
+  if (t.dtype() == DType::kBool) {
+    auto* p = t.data<uint8_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = p[i] != 0;
+  }
+}
+
+// One integer element of an INT* / UINT8 input, checked against [lo, hi].
+int64_t integer_in(const std::string& name, const Json& v, int64_t lo, int64_t hi,
+                   const std::string& datatype, size_t index) {
+  bool ok = v.is_number_integer();
+  int64_t x = 0;
+  if (ok && v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    ok = u <= static_cast<uint64_t>(hi);
+    x = ok ? static_cast<int64_t>(u) : 0;
+  } else if (ok) {
+    x = v.get<int64_t>();
+    ok = x >= lo && x <= hi;
+  }
+  if (!ok) {
+    bad_input(name, fmt::format("data[{}] = {} is not a {} value", index, v.dump(), datatype));
+  }
+  return x;
+}
+
+// JSON elements (row-major) into `t`.
+void fill_json(Tensor& t, const std::string& name, const std::string& datatype,
+               const std::vector<const Json*>& values) {
+  const DType dt = t.dtype();
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Json& v = *values[i];
+    switch (dt) {
+      case DType::kF32:
+      {
+        // Converting a double beyond float's range is undefined: refused instead.
+        const double x = v.is_number() ? v.get<double>() : 0.0;
+        if (!v.is_number() || std::abs(x) > std::numeric_limits<float>::max()) {
+          bad_input(name, fmt::format("data[{}] = {} is not an FP32 number", i, v.dump()));
+        }
+        t.data<float>()[i] = static_cast<float>(x);
+        break;
+      }
+      case DType::kI64:
+        t.data<int64_t>()[i] = integer_in(name, v, std::numeric_limits<int64_t>::min(),
+                                          std::numeric_limits<int64_t>::max(), datatype, i);
+        break;
+      case DType::kI32:
+        t.data<int32_t>()[i] = static_cast<int32_t>(integer_in(
+            name, v, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(),
+            datatype, i));
+        break;
+      case DType::kI8:
+        t.data<int8_t>()[i] = static_cast<int8_t>(integer_in(name, v, -128, 127, datatype, i));
+        break;
+      case DType::kU8:
+        t.data<uint8_t>()[i] = static_cast<uint8_t>(integer_in(name, v, 0, 255, datatype, i));
+        break;
+      case DType::kBool:
+        if (!v.is_boolean()) {
+          bad_input(name, fmt::format("data[{}] = {} is not a boolean", i, v.dump()));
+        }
+        t.data<uint8_t>()[i] = v.get<bool>() ? 1 : 0;
+        break;
+      default:
+        bad_input(name, fmt::format("datatype {} is accepted as binary data only", datatype));
+    }
+  }
+}
+
+}  // namespace
+
+KserveTensorRequest parse_kserve_tensor_json(const Json& body, std::string_view binary) {
+  KserveTensorRequest r;
+  r.id = get_string(body, "id").value_or("");
+  if (const auto it = body.find("parameters"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) throw RequestError("parameters", "'parameters' must be an object");
+    r.binary_output = get_bool(*it, "binary_data_output", "parameters.").value_or(false);
+  }
+  const auto inputs = body.find("inputs");
+  if (inputs == body.end() || !inputs->is_array() || inputs->empty())
+    throw RequestError("inputs", "'inputs' must be a non-empty list of tensors");
+  size_t offset = 0;  // binary bytes taken by the inputs so far
+  std::set<std::string> seen;
+  for (const Json& input : *inputs) {
+    if (!input.is_object()) throw RequestError("inputs", "each input must be an object");
+    const auto name_opt = get_string(input, "name", "inputs.");
+    if (!name_opt) throw RequestError("inputs", "an input has no 'name'");
+    const std::string& name = *name_opt;
+    if (!seen.insert(name).second) bad_input(name, "given more than once");
+    const auto datatype = get_string(input, "datatype", name + ".");
+    if (!datatype) bad_input(name, "'datatype' is required");
+    const DType dt = tensor_dtype(name, *datatype);
+    const auto shape_it = input.find("shape");
+    if (shape_it == input.end() || !shape_it->is_array())
+      bad_input(name, "'shape' must be a list of dimensions");
+    Shape shape;
+    for (const Json& d : *shape_it) {
+      if (!d.is_number_integer() || (d.is_number_unsigned() && d.get<uint64_t>() > uint64_t{1} << 40))
+        bad_input(name, fmt::format("shape dimension {} is not a non-negative integer", d.dump()));
+      shape.push_back(d.get<int64_t>());
+    }
+    const int64_t count = shape_elements(name, shape);
+    std::optional<int64_t> binary_size;
+    if (const auto p = input.find("parameters"); p != input.end() && !p->is_null()) {
+      if (!p->is_object()) bad_input(name, "'parameters' must be an object");
+      if (const auto b = p->find("binary_data_size"); b != p->end() && !b->is_null()) {
+        if (!b->is_number_integer() || b->get<int64_t>() < 0)
+          bad_input(name, fmt::format("parameters.binary_data_size {} is not a byte count",
+                                      b->dump()));
+        binary_size = b->get<int64_t>();
+      }
+    }
+    Tensor value;  // allocated once the data is known to match the shape
+    if (binary_size) {
+      if (const auto d = input.find("data"); d != input.end() && !d->is_null())
+        bad_input(name, "both 'data' and parameters.binary_data_size are given; send it one way");
+      const int64_t want = dtype_storage_bytes(dt, count);
+      if (*binary_size != want) {
+        bad_input(name, fmt::format("binary_data_size is {} but the shape {} of {} needs {} bytes",
+                                    *binary_size, shape_str(shape), *datatype, want));
+      }
+      if (static_cast<uint64_t>(*binary_size) > binary.size() - offset) {
+        bad_input(name, fmt::format("binary_data_size {} runs past the end of the binary data "
+                                    "({} bytes after the JSON header, {} taken by earlier inputs)",
+                                    *binary_size, binary.size(), offset));
+      }
+      value = Tensor::empty(shape, dt);
+      fill_raw(value, binary.substr(offset, static_cast<size_t>(*binary_size)));
+      offset += static_cast<size_t>(*binary_size);
+    } else {
+      const auto d = input.find("data");
+      if (d == input.end() || d->is_null())
+        bad_input(name, "'data' (or parameters.binary_data_size) is required");
+      std::vector<const Json*> values;
+      flatten(*d, values);
+      if (static_cast<int64_t>(values.size()) != count) {
+        bad_input(name, fmt::format("the shape {} holds {} element{} but 'data' has {}",
+                                    shape_str(shape), count, count == 1 ? "" : "s",
+                                    values.size()));
+      }
+      value = Tensor::empty(shape, dt);
+      fill_json(value, name, *datatype, values);
+    }
+    r.inputs.push_back({name, *datatype, std::move(value)});
+  }
+  if (offset != binary.size()) {
+    throw RequestError("inputs", fmt::format("the body has {} bytes of binary data after the JSON "
+                                             "header but the inputs' binary_data_size take {}",
+                                             binary.size(), offset));
+  }
+  if (const auto it = body.find("outputs"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) throw RequestError("outputs", "'outputs' must be a list");
+    for (const Json& o : *it) {
+      const auto n = o.is_object() ? get_string(o, "name", "outputs.") : std::nullopt;
+      if (!n) throw RequestError("outputs", "each requested output must be an object with a 'name'");
+      KserveTensorRequest::Output out{*n, r.binary_output};
+      if (const auto p = o.find("parameters"); p != o.end() && p->is_object()) {
+        out.binary = get_bool(*p, "binary_data", "outputs.parameters.").value_or(r.binary_output);
+      }
+      r.outputs.push_back(std::move(out));
+    }
+  }
+  return r;
+}
+
+KserveTensorRequest parse_kserve_tensor_proto(const inference::ModelInferRequest& req) {
+  KserveTensorRequest r;
+  r.id = req.id();
+  if (req.inputs().empty()) throw RequestError("inputs", "inputs: at least one tensor is required");
+  if (!req.raw_input_contents().empty() && req.raw_input_contents_size() != req.inputs_size()) {
+    throw RequestError("raw_input_contents",
+                       fmt::format("raw_input_contents: {} entries for {} inputs",
+                                   req.raw_input_contents_size(), req.inputs_size()));
+  }
+  std::set<std::string_view> seen;
+  for (int i = 0; i < req.inputs_size(); ++i) {
+    const InputTensor& t = req.inputs(i);
+    const std::string& name = t.name();
+    if (!seen.insert(name).second) bad_input(name, "given more than once");
+    const DType dt = tensor_dtype(name, t.datatype());
+    const Input in{&t, req.raw_input_contents().empty() ? nullptr : &req.raw_input_contents(i),
+                   element_count(t)};
+    const Shape shape(t.shape().begin(), t.shape().end());
+    Tensor value;  // allocated once the contents are known to match the shape
+    if (in.raw) {
+      expect_contents_in(in, "raw_input_contents");  // any typed contents besides raw: refused
+      expect_raw_size(in, static_cast<size_t>(dtype_storage_bytes(dt, 1)));
+      value = Tensor::empty(shape, dt);
+      fill_raw(value, *in.raw);
+    } else {
+      const pb::InferTensorContents& c = t.contents();
+      auto range = [&](int64_t v, int64_t lo, int64_t hi, int64_t index) {
+        if (v < lo || v > hi) {
+          bad_input(name, fmt::format("element {} = {} is not a {} value", index, v, t.datatype()));
+        }
+        return v;
+      };
+      // The one typed field of the datatype, checked before anything is allocated.
+      const char* field = nullptr;
+      int got = 0;
+      switch (dt) {
+        case DType::kF32: field = "fp32_contents"; got = c.fp32_contents_size(); break;
+        case DType::kI64: field = "int64_contents"; got = c.int64_contents_size(); break;
+        case DType::kI32:
+        case DType::kI8: field = "int_contents"; got = c.int_contents_size(); break;
+        case DType::kU8: field = "uint_contents"; got = c.uint_contents_size(); break;
+        case DType::kBool: field = "bool_contents"; got = c.bool_contents_size(); break;
+        default:
+          bad_input(name, fmt::format("datatype {} is accepted as raw_input_contents only",
+                                      t.datatype()));
+      }
+      expect_contents_in(in, field);
+      expect_count(in, static_cast<size_t>(got));
+      value = Tensor::empty(shape, dt);
+      for (int k = 0; k < got; ++k) {
+        switch (dt) {
+          case DType::kF32: value.data<float>()[k] = c.fp32_contents(k); break;
+          case DType::kI64: value.data<int64_t>()[k] = c.int64_contents(k); break;
+          case DType::kI32: value.data<int32_t>()[k] = c.int_contents(k); break;
+          case DType::kI8:
+            value.data<int8_t>()[k] = static_cast<int8_t>(range(c.int_contents(k), -128, 127, k));
+            break;
+          case DType::kU8:
+            value.data<uint8_t>()[k] = static_cast<uint8_t>(range(c.uint_contents(k), 0, 255, k));
+            break;
+          default: value.data<uint8_t>()[k] = c.bool_contents(k) ? 1 : 0; break;
+        }
+      }
+    }
+    r.inputs.push_back({name, t.datatype(), std::move(value)});
+  }
+  for (const auto& o : req.outputs()) r.outputs.push_back({o.name(), true});
+  return r;
 }
 
 }  // namespace sampan::server

@@ -10,7 +10,10 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "engine/core/tensor.h"
 
 #include "server/model_host.h"
 #include "server/request_parse.h"
@@ -43,5 +46,44 @@ KserveInferRequest parse_kserve_json(const Json& body);
 // with typed contents or raw_input_contents (little-endian; BYTES elements each a 4-byte length
 // then the bytes), `stream` honoured (ModelStreamInfer streams, ModelInfer refuses it).
 KserveInferRequest parse_kserve_proto(const inference::ModelInferRequest& request);
+
+// ---- classic (tensor) models -----------------------------------------------------------------
+// A classic model's KServe v2 infer request carries typed tensors. Decoding knows nothing of the
+// model: it turns each input into a Tensor of the declared datatype and shape (checking the
+// element or byte count against the shape); the tensor session then checks them against the
+// model's signature.
+
+// KServe datatype <-> DType: FP32, FP16, BF16, INT64, INT32, INT8, UINT8, BOOL; nullopt / null
+// for the others (FP64, UINT16, BYTES, ...).
+std::optional<DType> kserve_dtype(std::string_view datatype);
+const char* kserve_datatype(DType dtype);
+
+struct KserveTensorInput {
+  std::string name;
+  std::string datatype;
+  Tensor value;  // contiguous, CPU, of kserve_dtype(datatype)
+};
+
+struct KserveTensorRequest {
+  std::string id;
+  std::vector<KserveTensorInput> inputs;  // in request order, names distinct
+  struct Output {
+    std::string name;
+    bool binary = false;  // REST: parameters.binary_data (else the request's default)
+  };
+  std::vector<Output> outputs;  // requested outputs; empty: all
+  bool binary_output = false;   // REST: parameters.binary_data_output (every output binary)
+};
+
+// REST: `header` is the JSON part of the body; `binary` the bytes after it (the binary tensor
+// extension: Inference-Header-Content-Length gives the JSON's length, and each input with
+// parameters.binary_data_size takes that many bytes, in input order). Every input needs
+// "datatype" and "shape"; JSON "data" may be flat or nested. Refusals are RequestError naming
+// the input ("inputs" for the request's structure).
+KserveTensorRequest parse_kserve_tensor_json(const Json& header, std::string_view binary);
+
+// gRPC: typed contents (fp32_contents, int64_contents, int_contents for INT32/INT8,
+// uint_contents for UINT8, bool_contents) or raw_input_contents (little-endian bytes).
+KserveTensorRequest parse_kserve_tensor_proto(const inference::ModelInferRequest& request);
 
 }  // namespace sampan::server

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstring>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -46,6 +49,139 @@ Json model_metadata(const std::string& name) {
                                       tensor_meta("sampling_parameters", "BYTES", 1, true)})},
               {"outputs", Json::array({tensor_meta("text_output", "BYTES", 1, false),
                                        tensor_meta("output_ids", "INT32", -1, false)})}};
+}
+
+// ---- classic (tensor) models ----------------------------------------------------------------
+
+Json tensor_model_metadata(const std::string& name, const runtime::TensorSession& session) {
+  auto list = [](const std::vector<models::TensorSpec>& specs) {
+    Json out = Json::array();
+    for (const models::TensorSpec& s : specs) {
+      out.push_back(Json{{"name", s.api_name}, {"datatype", kserve_spec_datatype(s)},
+                         {"shape", kserve_shape(s)}});
+    }
+    return out;
+  };
+  return Json{{"name", name},
+              {"versions", Json::array({kKserveModelVersion})},
+              {"platform", session.model().format},
+              {"inputs", list(session.signature().inputs)},
+              {"outputs", list(session.signature().outputs)}};
+}
+
+// The JSON header and the binary part of an infer body (Triton's binary tensor extension: the
+// Inference-Header-Content-Length header gives the JSON's length; without it the whole body is
+// JSON).
+std::pair<std::string_view, std::string_view> split_infer_body(const HttpRequest& req) {
+  const std::string_view body = req.body;
+  const auto it = req.headers.find("inference-header-content-length");
+  if (it == req.headers.end()) return {body, {}};
+  const std::string& v = it->second;
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size() || n > body.size()) {
+    throw RequestError("Inference-Header-Content-Length",
+                       fmt::format("Inference-Header-Content-Length '{}' is not a byte count "
+                                   "within the body's {} bytes", v, body.size()));
+  }
+  return {body.substr(0, n), body.substr(n)};
+}
+
+// A tensor's elements as a flat JSON list.
+Json tensor_json_data(const Tensor& t) {
+  Json data = Json::array();
+  auto& arr = data.get_ref<Json::array_t&>();
+  const int64_t n = t.numel();
+  arr.reserve(static_cast<size_t>(n));
+  switch (t.dtype()) {
+    case DType::kF32:
+      for (int64_t i = 0; i < n; ++i) arr.emplace_back(t.data<float>()[i]);
+      break;
+    case DType::kI64:
+      for (int64_t i = 0; i < n; ++i) arr.emplace_back(t.data<int64_t>()[i]);
+      break;
+    case DType::kI32:
+      for (int64_t i = 0; i < n; ++i) arr.emplace_back(t.data<int32_t>()[i]);
+      break;
+    case DType::kI8:
+      for (int64_t i = 0; i < n; ++i) arr.emplace_back(t.data<int8_t>()[i]);
+      break;
+    case DType::kU8:
+      for (int64_t i = 0; i < n; ++i) arr.emplace_back(t.data<uint8_t>()[i]);
+      break;
+    case DType::kBool:
+      for (int64_t i = 0; i < n; ++i) arr.emplace_back(t.data<uint8_t>()[i] != 0);
+      break;
+    default: {
+      const Tensor f = t.to_f32();
+      for (int64_t i = 0; i < n; ++i) arr.emplace_back(f.data<float>()[i]);
+    }
+  }
+  return data;
+}
+
+// What a tensor infer's answer needs once the session is done (no reference to the session: the
+// callback runs on its worker and may outlive nothing of it).
+struct TensorCall {
+  std::shared_ptr<ResponseWriter> writer;
+  ServeMetrics* metrics = nullptr;
+  std::string model, id;
+  std::vector<TensorOutputChoice> outputs;
+  std::vector<std::string> names, datatypes;  // by signature output
+
+  void done(const std::vector<Tensor>& results, const std::optional<Error>& error) {
+    if (error) return fail(*writer, *metrics, *error);
+    Json out = Json::array();
+    std::string binary;
+    for (const TensorOutputChoice& c : outputs) {
+      const Tensor& t = results.at(c.index);
+      Json o{{"name", names[c.index]}, {"datatype", datatypes[c.index]}, {"shape", t.shape()}};
+      if (c.binary) {
+        const auto bytes = static_cast<size_t>(t.nbytes());
+        if (bytes > 0) binary.append(static_cast<const char*>(t.raw()), bytes);
+        o["parameters"] = Json{{"binary_data_size", bytes}};
+      } else {
+        o["data"] = tensor_json_data(t);
+      }
+      out.push_back(std::move(o));
+    }
+    Json body{{"model_name", model}, {"model_version", kKserveModelVersion}};
+    if (!id.empty()) body["id"] = id;
+    body["outputs"] = std::move(out);
+    std::string text = dump(body);
+    const bool any_binary = std::any_of(outputs.begin(), outputs.end(),
+                                        [](const TensorOutputChoice& c) { return c.binary; });
+    if (!any_binary) {
+      writer->respond(200, std::move(text));
+    } else {
+      const std::string header_len = std::to_string(text.size());
+      text += binary;
+      writer->respond(200, std::move(text), "application/octet-stream",
+                      {{"Inference-Header-Content-Length", header_len}});
+    }
+    metrics->request_done(kApi, 200);
+  }
+};
+
+void tensor_infer(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer,
+                  ModelHost& host, ServeMetrics& metrics,
+                  const std::shared_ptr<runtime::TensorSession>& session) {
+  const auto [header, binary] = split_infer_body(req);
+  KserveTensorRequest in = parse_kserve_tensor_json(parse_json_object(header), binary);
+  auto call = std::make_shared<TensorCall>();
+  call->writer = std::move(writer);
+  call->metrics = &metrics;
+  call->model = host.name();
+  call->id = in.id;
+  call->outputs = kserve_tensor_outputs(*session, in);
+  for (const models::TensorSpec& s : session->signature().outputs) {
+    call->names.push_back(s.api_name);
+    call->datatypes.push_back(kserve_spec_datatype(s));
+  }
+  session->submit(kserve_tensor_feeds(*session, in),
+                  [call](std::vector<Tensor> outputs, std::optional<Error> error) {
+                    call->done(outputs, error);
+                  });
 }
 
 // One infer request: collects the whole output on the engine thread, answers on the final event.
@@ -93,6 +229,9 @@ struct InferCall {
 
 void infer(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, ModelHost& host,
            ServeMetrics& metrics, const std::string& model) {
+  if (auto session = admit_tensor(host, model, "model_name")) {
+    return tensor_infer(req, std::move(writer), host, metrics, session);
+  }
   const KserveInferRequest in = parse_kserve_json(parse_json_object(req.body));
   auto engine = admit(host, model, "model_name");
   runtime::EngineRequest er =
@@ -160,6 +299,9 @@ void dispatch(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, Mo
     const size_t rest = versioned ? 5 : 3;
     if (p.size() == rest) {
       if (!method_is(req, "GET", w, metrics)) return;
+      if (auto session = host.tensor_session()) {
+        return reply(w, metrics, 200, tensor_model_metadata(model, *session));
+      }
       return reply(w, metrics, 200, model_metadata(model));
     }
     if (p.size() == rest + 1 && p[rest] == "ready") {

@@ -5,6 +5,13 @@
 // (BYTES, a JSON object) and the sampling fields in the request's "parameters" object. Outputs
 // text_output (BYTES [1]) and output_ids (INT32 [n]). Errors are {"error": "message"} naming
 // the field or tensor, as the protocol specifies.
+// For a classic model (ModelHost::tensor_session()) the model's own tensors are served instead:
+// metadata lists the signature's inputs and outputs (datatype, shape with -1 for a symbolic
+// dimension), and infer takes typed tensors as JSON "data" (flat or nested) or as binary data
+// (Triton's binary tensor extension: Inference-Header-Content-Length, per input
+// parameters.binary_data_size), answering with JSON "data" or, when asked
+// (parameters.binary_data_output, outputs[].parameters.binary_data), binary outputs after the
+// JSON header.
 #pragma once
 
 #include <memory>

@@ -1,6 +1,7 @@
-// What the HTTP and gRPC front ends serve: the engine (absent until the model has loaded, so the
-// servers can answer liveness probes during a long load), its public name, the chat template
-// and the server-wide request defaults. Thread-safe.
+// What the HTTP and gRPC front ends serve: a language model's engine or a classic model's tensor
+// session (neither until the model has loaded, so the servers can answer liveness probes during
+// a long load), its public name, the chat template and the server-wide request defaults.
+// Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "engine/runtime/engine.h"
+#include "engine/runtime/tensor_session.h"
 #include "server/chat_prompt.h"
 
 namespace sampan::server {
@@ -34,10 +36,25 @@ class ModelHost {
     engine_ = std::move(engine);
     chat_ = std::move(chat);
   }
+  // The classic model's session (`sampan serve --model FILE.onnx`), or null: an LLM is served,
+  // or nothing has loaded yet. Only KServe v2 infer serves it.
+  std::shared_ptr<runtime::TensorSession> tensor_session() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return session_;
+  }
+  void set_tensor_session(std::shared_ptr<runtime::TensorSession> session) {
+    std::lock_guard<std::mutex> lock(mu_);
+    session_ = std::move(session);
+  }
+  // Loaded (an engine or a tensor session).
+  bool loaded() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return engine_ != nullptr || session_ != nullptr;
+  }
   const std::string& name() const { return name_; }
   int64_t default_max_tokens() const { return default_max_tokens_; }
 
-  bool ready() const { return engine() != nullptr && !draining_.load(); }
+  bool ready() const { return loaded() && !draining_.load(); }
   // SIGTERM received: readiness goes false, new generation requests get 503 / UNAVAILABLE.
   void set_draining() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
@@ -46,6 +63,7 @@ class ModelHost {
   mutable std::mutex mu_;
   std::shared_ptr<runtime::Engine> engine_;
   std::shared_ptr<const cli::ChatPrompt> chat_;
+  std::shared_ptr<runtime::TensorSession> session_;
   std::string name_;
   int64_t default_max_tokens_;
   std::atomic<bool> draining_{false};

@@ -406,6 +406,9 @@ void check_readable(const std::string& path, const Origins& o, const std::string
 }
 
 std::string default_served_name(const std::string& model) {
+  std::error_code ec;
+  // A model file (FILE.onnx) is served under its stem, a directory under its name.
+  if (fs::is_regular_file(model, ec)) return fs::path(model).stem().string();
   fs::path p = fs::path(model).lexically_normal();
   if (!p.has_filename() || p.filename() == "." || p.filename() == "..") {
     p = fs::absolute(p).lexically_normal();
@@ -416,7 +419,9 @@ std::string default_served_name(const std::string& model) {
 
 void validate(ServeConfig& c, const Origins& o) {
   check(!c.model.empty(), o, "model", "required: give --model DIR or 'model:' in the config file");
-  check(fs::is_directory(c.model), o, "model", fmt::format("'{}' is not a directory", c.model));
+  std::error_code ec;
+  check(fs::is_directory(c.model, ec) || fs::is_regular_file(c.model, ec), o, "model",
+        fmt::format("'{}' is not a directory or a model file", c.model));
   if (c.served_model_name.empty()) c.served_model_name = default_served_name(c.model);
   check(!c.host.empty(), o, "host", "must not be empty");
   check_range(c.http_port, 0, 65535, o, "http-port");

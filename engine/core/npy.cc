@@ -87,15 +87,16 @@ Tensor read_npy(const std::string& path) {
   in.seekg(0, std::ios::end);
   const int64_t file_bytes = static_cast<int64_t>(in.tellg());
   const int64_t data_bytes = file_bytes - 10 - len;
-  int64_t numel = 1;
+  int64_t numel = 1, span = 1;  // span: product of the non-zero dimensions (strides use them)
   for (; it != end; ++it) {
     const std::string s = it->str();
     SAMPAN_CHECK(s.size() <= 12, ErrorCode::kInvalidArgument, "{}: .npy dimension {} is too large",
                  path, s);
     const int64_t dim = std::stoll(s);
-    SAMPAN_CHECK(dim == 0 || numel <= (int64_t{1} << 40) / dim, ErrorCode::kInvalidArgument,
+    SAMPAN_CHECK(dim == 0 || span <= (int64_t{1} << 40) / dim, ErrorCode::kInvalidArgument,
                  "{}: .npy shape holds too many elements", path);
     numel *= dim;
+    if (dim > 0) span *= dim;
     shape.push_back(dim);
   }
   SAMPAN_CHECK(shape.size() <= 16, ErrorCode::kInvalidArgument, "{}: .npy has more than 16 dimensions",

@@ -197,13 +197,17 @@ Tensor onnx_tensor(const OnnxFile& file, const pb::TensorProto& t, const std::st
                "supported", file.path, what);
   Shape shape;
   int64_t numel = 1;
+  // The product of the non-zero dimensions is bounded too: strides multiply all of them even
+  // when another dimension is 0.
+  int64_t span = 1;
   SAMPAN_CHECK(t.dims_size() <= 16, ErrorCode::kInvalidArgument, "{}: {}: {} dimensions",
                file.path, what, t.dims_size());
   for (int64_t d : t.dims()) {
-    SAMPAN_CHECK(d >= 0 && (d == 0 || numel <= (int64_t{1} << 40) / d),
+    SAMPAN_CHECK(d >= 0 && (d == 0 || span <= (int64_t{1} << 40) / d),
                  ErrorCode::kInvalidArgument, "{}: {}: bad dimensions {}", file.path, what,
                  fmt::join(t.dims(), ", "));
     numel *= d;
+    if (d > 0) span *= d;
     shape.push_back(d);
   }
   const int64_t elem = stored_bytes(type);
