@@ -5,9 +5,8 @@
 // Every product runs on the linear GEMM (kernels/cpu/gemm_cpu.h), which wants the weights as
 // W = bᵀ [n, k]:
 //  - b of rank <= 2 (a Linear layer, b usually a constant): all of a's rows form one GEMM. With
-//    trans_b (or a 1-D b) b already is W. A constant b is stored that way at load by the
-//    matmul_weights_as_rows pass (transposing a BERT-base [768, 3072] weight costs about a
-//    third of the product it feeds); a b computed at run time is transposed per call.
+//    trans_b (or a 1-D b) b already is W and goes to the linear GEMM; a b [k, n] runs
+//    as a 1x1 convolution on the conv GEMM (kernels/cpu/conv_cpu.h), which reads b as it is.
 //  - b with batch dims (attention's q·kᵀ and p·v): per batch item, alpha·bᵀ into per-thread
 //    scratch (k·n floats, small next to the m·k·n product) and one GEMM; items run in parallel
 //    on one worker each when there are enough of them, else one by one on all workers.
@@ -16,6 +15,8 @@
 #include "engine/ops/matmul.h"
 
 #include <algorithm>
+
+#include "kernels/cpu/conv_cpu.h"
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -193,21 +194,22 @@ void run_cpu(const KernelContext& ctx) {
   }
   // Every row of a (batch dims included) against one weight matrix.
   const int64_t rows = y.numel() / d.n;  // y is [rows, n] (n > 0: y is not empty)
-  if (at.trans_b || b.rank() == 1) {
-    gemm_act(rows, a.data<float>(), b.data<float>(), d.n, d.k, at.alpha, bias, at.activation,
-             y.data<float>(), ctx.runner);
+  if (!at.trans_b && b.rank() == 2 && d.k > 0) {
+    // y [rows, n] = a [rows, k] · b [k, n] is a 1x1 convolution of the "image" b (k channels of
+    // one row of n pixels) by the "filter" a (rows output channels): the conv GEMM packs tiles
+    // of b and reads a in place, and measured ~2x the linear GEMM's speed on BERT-base's
+    // products (which the linear GEMM could only run on a transposed copy of b).
+    cpu::ConvShape s;
+    s.c = d.k;
+    s.w = d.n;
+    s.o = rows;
+    cpu::conv2d(s, b.data<float>(), a.data<float>(), nullptr, nullptr, {}, y.data<float>(), ctx.runner);
+    cpu::bias_activation(rows, d.n, y.data<float>(), d.n, at.alpha, bias, at.activation, ctx.runner);
     return;
   }
-  // A b computed at run time, in [k, n]: transposed for this call. (A constant b never gets
-  // here: the matmul_weights_as_rows pass stores it as rows at load, with trans_b set.)
-  std::vector<float> w(static_cast<size_t>(d.n * d.k));
-  if (d.k > 0) {
-    cpu::util::parallel_for(ctx.runner, d.n, 64, [&](int64_t n0, int64_t n1) {
-      transpose_scaled(b.data<float>(), d.k, d.n, d.n, at.alpha, w.data(), n0, n1);
-    });
-  }
-  gemm_act(rows, a.data<float>(), w.data(), d.n, d.k, 1.0f, bias, at.activation, y.data<float>(),
-           ctx.runner);
+  // b is W already ([n, k] with trans_b, or 1-D), or k == 0 (gemm_act writes the empty sum).
+  gemm_act(rows, a.data<float>(), b.data<float>(), d.n, d.k, at.alpha, bias, at.activation,
+           y.data<float>(), ctx.runner);
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ TEST_CASE("fuse_gelu leaves a look-alike with other constants alone", "[passes]"
   CHECK(passes::fuse_gelu(g) == 0);
 }
 
-TEST_CASE("matmul weights become rows, bias and gelu ride in the matmul", "[passes]") {
+TEST_CASE("bias and gelu ride in the matmul", "[passes]") {
   std::mt19937 rng(9);
   Graph g;
   const int64_t m = 6, k = 24, n = 10;
@@ -91,7 +91,7 @@ TEST_CASE("matmul weights become rows, bias and gelu ride in the matmul", "[pass
   const ValueId mm = g.add("matmul", "mm", {x, wv}, {{"alpha", 0.5}});
   const ValueId biased = binary(g, "bias", "add", mm, g.add_constant("b", b));
   g.mark_output(gelu_chain(g, biased, false));
-  // A second matmul on the same weight and alpha shares its transposed copy.
+  // A second matmul on the same weight, unfused.
   const ValueId mm2 = g.add("matmul", "mm2", {x, wv}, {{"alpha", 0.5}});
   g.mark_output(mm2);
 
@@ -106,13 +106,9 @@ TEST_CASE("matmul weights become rows, bias and gelu ride in the matmul", "[pass
   }
   const passes::PassReport r = passes::optimize(g);
   CHECK(r.rewrites("fuse_gelu") == 1);
-  CHECK(r.rewrites("matmul_weights_as_rows") == 2);
   CHECK(r.rewrites("fuse_matmul_bias") == 1);
   CHECK(r.rewrites("fuse_matmul_activation") == 1);
   CHECK(passes::op_histogram(g) == passes::OpHistogram{{"matmul", 2}});
-  int transposed = 0;
-  for (size_t v = 0; v < g.n_values(); ++v) transposed += g.value(static_cast<ValueId>(v)).name == "w/rows";
-  CHECK(transposed == 1);
   const std::vector<float> got = run(g, {{"x", tx}});
   for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-5 * (1 + std::abs(want[i])));
   CHECK(live(g, "binary") == 0);

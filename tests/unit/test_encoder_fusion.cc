@@ -221,8 +221,7 @@ Built build_bert_attention(std::mt19937& rng, int64_t hidden, int64_t heads, con
   return b;
 }
 
-const std::vector<passes::Pass> kPipeline = {{"matmul_weights_as_rows", passes::matmul_weights_as_rows},
-                                             {"fuse_matmul_bias", passes::fuse_matmul_bias},
+const std::vector<passes::Pass> kPipeline = {{"fuse_matmul_bias", passes::fuse_matmul_bias},
                                              {"fuse_encoder_attention", passes::fuse_encoder_attention}};
 
 }  // namespace

@@ -1,8 +1,6 @@
 // Passes for imported transformer encoders (BERT): GELU written out as erf arithmetic becomes one
-// unary node; a constant matmul weight is stored the way the GEMM reads it; bias adds and
-// activations ride in the matmul's epilogue.
+// unary node; bias adds and activations ride in the matmul's epilogue.
 #include <cmath>
-#include <map>
 
 #include "engine/graph/passes/matmul_passes.h"
 
@@ -82,40 +80,6 @@ int fuse_gelu(Graph& g) {
     g.mutable_node(erf).dead = true;
     g.mutable_node(plus).dead = true;
     if (last != m1) g.mutable_node(m1).dead = true;
-    ++rewrites;
-  }
-  return rewrites;
-}
-
-int matmul_weights_as_rows(Graph& g) {
-  int rewrites = 0;
-  std::map<std::pair<ValueId, double>, ValueId> done;  // (b, alpha) -> alpha·bᵀ
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    Node& n = g.mutable_nodes()[i];
-    if (!is_op(n, "matmul") || n.attrs.get_int("trans_b", 0) != 0 || n.inputs.size() < 2) continue;
-    const Value& b = g.value(n.inputs[1]);
-    if (b.kind != ValueKind::kConstant || b.constant.dtype() != DType::kF32 || b.constant.rank() != 2 ||
-        b.constant.device().type != DeviceType::kCPU) {
-      continue;
-    }
-    const double alpha = n.attrs.get_float("alpha", 1.0);
-    auto key = std::make_pair(n.inputs[1], alpha);
-    auto it = done.find(key);
-    if (it == done.end()) {
-      const Tensor src = b.constant.contiguous();
-      const int64_t k = src.dim(0), cols = src.dim(1);
-      Tensor t = Tensor::empty({cols, k}, DType::kF32);
-      const float* p = src.data<float>();
-      float* q = t.data<float>();
-      for (int64_t r = 0; r < k; ++r) {
-        for (int64_t c = 0; c < cols; ++c) q[c * k + r] = static_cast<float>(alpha * p[r * cols + c]);
-      }
-      it = done.emplace(key, g.add_constant(b.name + "/rows", t)).first;
-    }
-    Node& node = g.mutable_nodes()[i];  // add_constant does not move nodes, but stay explicit
-    node.inputs[1] = it->second;
-    node.attrs.set("trans_b", int64_t{1});
-    node.attrs.set("alpha", 1.0);
     ++rewrites;
   }
   return rewrites;

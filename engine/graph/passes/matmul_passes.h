@@ -9,11 +9,6 @@ namespace sampan::graph::passes {
 // opset 20) -> unary gelu(x). Either association of the products, and x·(1/√2) for x/√2.
 int fuse_gelu(Graph& graph);
 
-// matmul with a constant 2-D f32 b [k, n] -> matmul with the constant alpha·bᵀ [n, k] and
-// trans_b = 1: the GEMM reads weights as rows, so the transpose happens once at load (a weight
-// shared by several matmuls with one alpha is transposed once).
-int matmul_weights_as_rows(Graph& graph);
-
 // matmul(a, constant 2-D b) followed by binary add of a constant [n] -> matmul with that bias
 // (added in the GEMM's epilogue).
 int fuse_matmul_bias(Graph& graph);

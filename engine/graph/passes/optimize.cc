@@ -59,7 +59,6 @@ const std::vector<Pass>& default_passes() {
       {"fuse_conv_residual", fuse_conv_residual},
       {"fuse_conv_activation", fuse_conv_activation},
       {"fuse_gelu", fuse_gelu},
-      {"matmul_weights_as_rows", matmul_weights_as_rows},
       {"fuse_matmul_bias", fuse_matmul_bias},
       {"fuse_matmul_activation", fuse_matmul_activation},
       {"fuse_encoder_attention", fuse_encoder_attention},
