@@ -35,19 +35,6 @@ ErrorStatus error_status(ErrorCode code) {
   return {500, G::INTERNAL};
 }
 
-Error current_error() {
-  try {
-    throw;
-  } catch (const Error& e) {
-    return e;
-  } catch (const std::bad_alloc&) {
-    return Error(ErrorCode::kOutOfMemory, "out of memory");
-  } catch (const std::exception& e) {
-    return Error(ErrorCode::kInternal, fmt::format("internal error: {}", e.what()));
-  } catch (...) {
-    return Error(ErrorCode::kInternal, "internal error: unknown exception");
-  }
-}
 
 const char* error_type(int status) {
   switch (status) {

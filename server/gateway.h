@@ -44,9 +44,7 @@ inline grpc::StatusCode grpc_status(ErrorCode code) { return error_status(code).
 // A missing or wrong API key; not an ErrorCode because the engine never produces it.
 inline constexpr ErrorStatus kUnauthenticatedStatus{401, grpc::StatusCode::UNAUTHENTICATED};
 
-// The exception being handled (call inside a catch block) as an Error: an Error as it is,
-// std::bad_alloc as kOutOfMemory, anything else as kInternal "internal error: <what>".
-Error current_error();
+// current_error() (the exception being handled as an Error) is in engine/core/error.h.
 
 // OpenAI's error "type" for an HTTP status.
 const char* error_type(int status);

@@ -1,5 +1,7 @@
 #include "engine/core/error.h"
 
+#include <new>
+
 namespace sampan {
 
 const char* error_code_name(ErrorCode code) {
@@ -17,6 +19,20 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kDeadlineExceeded: return "deadline exceeded";
   }
   return "error";
+}
+
+Error current_error() {
+  try {
+    throw;
+  } catch (const Error& e) {
+    return e;
+  } catch (const std::bad_alloc&) {
+    return Error(ErrorCode::kOutOfMemory, "out of memory");
+  } catch (const std::exception& e) {
+    return Error(ErrorCode::kInternal, fmt::format("internal error: {}", e.what()));
+  } catch (...) {
+    return Error(ErrorCode::kInternal, "internal error: unknown exception");
+  }
 }
 
 }  // namespace sampan

@@ -49,6 +49,11 @@ template <typename... Args>
   throw Error(code, fmt::format(f, std::forward<Args>(args)...));
 }
 
+// The exception being handled (call inside a catch block) as an Error: an Error as it is,
+// std::bad_alloc as kOutOfMemory, anything else as kInternal "internal error: <what>". For the
+// boundaries nothing may cross (a server thread, a C API call, a session's worker).
+Error current_error();
+
 // fail() naming the request field at fault.
 template <typename... Args>
 [[noreturn]] void fail_field(ErrorCode code, std::string field, fmt::format_string<Args...> f,

@@ -21,20 +21,6 @@ std::string spec_shape(const models::TensorSpec& spec) {
   return fmt::format("[{}]", fmt::join(dims, ", "));
 }
 
-// The exception being handled as an Error (inside a catch block).
-Error current_as_error() {
-  try {
-    throw;
-  } catch (const Error& e) {
-    return e;
-  } catch (const std::bad_alloc&) {
-    return Error(ErrorCode::kOutOfMemory, "out of memory");
-  } catch (const std::exception& e) {
-    return Error(ErrorCode::kInternal, fmt::format("internal error: {}", e.what()));
-  } catch (...) {
-    return Error(ErrorCode::kInternal, "internal error: unknown exception");
-  }
-}
 
 }  // namespace
 
@@ -176,7 +162,7 @@ void TensorSession::worker(size_t index) {
         outputs.push_back((t.device() == Device::cpu()) ? t.clone() : t.to(Device::cpu()));
       }
     } catch (...) {
-      error = current_as_error();
+      error = current_error();
       outputs.clear();
       // A run that threw may have left the executor half-way: the next request gets a new one.
       executors_[index].reset();
@@ -185,7 +171,7 @@ void TensorSession::worker(size_t index) {
     try {
       job.done(std::move(outputs), std::move(error));
     } catch (...) {
-      log::warn("tensor session: a completion callback threw: {}", current_as_error().what());
+      log::warn("tensor session: a completion callback threw: {}", current_error().what());
     }
     job.done = nullptr;
     {

@@ -1,5 +1,6 @@
 // fuse_encoder_attention and fuse_add_layer_norm (encoder_passes.h).
 #include "engine/graph/passes/encoder_passes.h"
+#include "engine/graph/passes/pattern.h"
 
 #include <cmath>
 #include <optional>
@@ -8,11 +9,6 @@
 
 namespace sampan::graph::passes {
 namespace {
-
-bool is_op(const Node& n, const char* op, const char* kind = nullptr) {
-  if (n.dead || n.op != op) return false;
-  return !kind || n.attrs.get_string("kind", "") == kind;
-}
 
 // The live node producing v, or null (inputs, constants).
 const Node* producer(const Graph& g, ValueId v) {
@@ -25,24 +21,6 @@ const Node* producer(const Graph& g, ValueId v) {
 
 NodeId producer_id(const Graph& g, ValueId v) {
   return producer(g, v) ? g.value(v).producer : -1;
-}
-
-// The one live node reading v, when v is not a graph output; -1 otherwise.
-NodeId only_consumer(const Graph& g, ValueId v) {
-  if (g.is_output(v)) return -1;
-  const std::vector<NodeId> c = g.consumers(v);
-  return c.size() == 1 ? c[0] : -1;
-}
-
-// The value of a one-element f32 constant, or NaN.
-double scalar(const Graph& g, ValueId v) {
-  if (v == kNoValue) return NAN;
-  const Value& val = g.value(v);
-  if (val.kind != ValueKind::kConstant || val.constant.dtype() != DType::kF32 ||
-      val.constant.numel() != 1 || val.constant.rank() > 4) {
-    return NAN;
-  }
-  return static_cast<double>(val.constant.contiguous().data<float>()[0]);
 }
 
 std::vector<int64_t> ints_attr(const Node& n, const char* name) {
@@ -275,12 +253,12 @@ std::optional<Scores> match_scores(const Graph& g, ValueId v, NodeId reader) {
     const bool div = n.attrs.get_string("kind", "") == "div";
     ValueId x = kNoValue;
     double c = NAN;
-    if (!std::isnan(scalar(g, n.inputs[1]))) {
+    if (!std::isnan(scalar_constant(g, n.inputs[1]))) {
       x = n.inputs[0];
-      c = scalar(g, n.inputs[1]);
-    } else if (!div && !std::isnan(scalar(g, n.inputs[0]))) {
+      c = scalar_constant(g, n.inputs[1]);
+    } else if (!div && !std::isnan(scalar_constant(g, n.inputs[0]))) {
       x = n.inputs[1];
-      c = scalar(g, n.inputs[0]);
+      c = scalar_constant(g, n.inputs[0]);
     }
     if (x == kNoValue || !std::isfinite(c) || c == 0.0) return std::nullopt;
     if (only_consumer(g, x) != id) return std::nullopt;

@@ -3,29 +3,10 @@
 #include <cmath>
 
 #include "engine/graph/passes/matmul_passes.h"
+#include "engine/graph/passes/pattern.h"
 
 namespace sampan::graph::passes {
 namespace {
-
-bool is_op(const Node& n, const char* op, const char* kind = nullptr) {
-  if (n.dead || n.op != op) return false;
-  return !kind || n.attrs.get_string("kind", "") == kind;
-}
-
-// The one live node reading v, when v is not a graph output; -1 otherwise.
-NodeId only_consumer(const Graph& g, ValueId v) {
-  if (g.is_output(v)) return -1;
-  const std::vector<NodeId> c = g.consumers(v);
-  return c.size() == 1 ? c[0] : -1;
-}
-
-// The value of a one-element f32 constant, or NaN.
-double scalar(const Graph& g, ValueId v) {
-  if (v == kNoValue) return NAN;
-  const Value& val = g.value(v);
-  if (val.kind != ValueKind::kConstant || val.constant.dtype() != DType::kF32 || val.constant.numel() != 1) return NAN;
-  return static_cast<double>(val.constant.contiguous().data<float>()[0]);
-}
 
 bool near(double a, double b) { return std::abs(a - b) <= 1e-6 * std::abs(b); }
 
@@ -47,12 +28,12 @@ int fuse_gelu(Graph& g) {
     const bool div = is_op(scale, "binary", "div");
     if (!div && !is_op(scale, "binary", "mul")) continue;
     const ValueId x = scale.inputs[0];
-    const double c = scalar(g, scale.inputs[1]);
+    const double c = scalar_constant(g, scale.inputs[1]);
     if (!(div ? near(c, std::sqrt(2.0)) : near(c, std::sqrt(0.5)))) continue;
     const NodeId erf = only_consumer(g, scale.outputs[0]);
     if (erf < 0 || !is_op(g.node(erf), "unary", "erf")) continue;
     const NodeId plus = only_consumer(g, g.node(erf).outputs[0]);
-    if (plus < 0 || !is_op(g.node(plus), "binary", "add") || !near(scalar(g, other(g.node(plus), g.node(erf).outputs[0])), 1.0)) continue;
+    if (plus < 0 || !is_op(g.node(plus), "binary", "add") || !near(scalar_constant(g, other(g.node(plus), g.node(erf).outputs[0])), 1.0)) continue;
     // x · (1 + erf) · 0.5, in either association.
     const NodeId m1 = only_consumer(g, g.node(plus).outputs[0]);
     if (m1 < 0 || !is_op(g.node(m1), "binary", "mul")) continue;
@@ -60,11 +41,11 @@ int fuse_gelu(Graph& g) {
     NodeId last = -1;
     if (m1_other == x) {
       const NodeId m2 = only_consumer(g, g.node(m1).outputs[0]);
-      if (m2 < 0 || !is_op(g.node(m2), "binary", "mul") || !near(scalar(g, other(g.node(m2), g.node(m1).outputs[0])), 0.5)) continue;
+      if (m2 < 0 || !is_op(g.node(m2), "binary", "mul") || !near(scalar_constant(g, other(g.node(m2), g.node(m1).outputs[0])), 0.5)) continue;
       last = m2;
     } else if (m1_other != kNoValue && g.value(m1_other).kind == ValueKind::kIntermediate) {
       const Node& half = g.node(g.value(m1_other).producer);  // (x · 0.5) · (1 + erf)
-      if (!is_op(half, "binary", "mul") || other(half, x) == kNoValue || !near(scalar(g, other(half, x)), 0.5)) continue;
+      if (!is_op(half, "binary", "mul") || other(half, x) == kNoValue || !near(scalar_constant(g, other(half, x)), 0.5)) continue;
       if (only_consumer(g, m1_other) != m1) continue;
       g.mutable_node(g.value(m1_other).producer).dead = true;
       last = m1;
