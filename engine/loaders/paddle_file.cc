@@ -148,8 +148,12 @@ struct Cursor {
 }  // namespace
 
 std::map<std::string, Tensor> read_pdiparams(const std::string& path, std::vector<ParamSpec> params) {
+  return parse_pdiparams(read_file_bytes(path, "parameters file"), path, std::move(params));
+}
+
+std::map<std::string, Tensor> parse_pdiparams(const std::string& bytes, const std::string& path,
+                                              std::vector<ParamSpec> params) {
   std::sort(params.begin(), params.end(), [](const ParamSpec& a, const ParamSpec& b) { return a.name < b.name; });
-  const std::string bytes = read_file_bytes(path, "parameters file");
   Cursor c{path, bytes, 0, {}, 0, params.size()};
   std::map<std::string, Tensor> out;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -213,12 +217,38 @@ std::map<std::string, Tensor> read_pdiparams(const std::string& path, std::vecto
 }
 
 std::shared_ptr<const pb::ProgramDesc> read_pdmodel(const std::string& path) {
-  const std::string bytes = read_file_bytes(path, "program");
+  return parse_pdmodel(read_file_bytes(path, "program"), path);
+}
+
+std::shared_ptr<const pb::ProgramDesc> parse_pdmodel(const std::string& bytes, const std::string& path) {
   auto prog = std::make_shared<pb::ProgramDesc>();
   SAMPAN_CHECK(prog->ParseFromString(bytes), ErrorCode::kInvalidModel,
                "{}: is not a Paddle ProgramDesc (truncated or not a .pdmodel file)", path);
   SAMPAN_CHECK(prog->blocks_size() > 0, ErrorCode::kInvalidModel, "{}: the program has no blocks", path);
   return prog;
+}
+
+}  // namespace sampan::paddle
+
+namespace sampan::paddle {
+
+std::vector<ParamSpec> pdmodel_params(const pb::ProgramDesc& prog, const std::string& path) {
+  SAMPAN_CHECK(prog.blocks_size() > 0, ErrorCode::kInvalidModel, "{}: the program has no blocks", path);
+  std::vector<ParamSpec> specs;
+  for (const pb::VarDesc& v : prog.blocks(0).vars()) {
+    if (!v.persistable()) continue;
+    const int32_t t = v.type().type();
+    if (t == pb::VarType::FEED_MINIBATCH || t == pb::VarType::FETCH_LIST || t == pb::VarType::RAW) continue;
+    SAMPAN_CHECK(t == pb::VarType::DENSE_TENSOR && v.type().has_dense_tensor(), ErrorCode::kUnsupported,
+                 "{}: persistable variable '{}' is not a dense tensor", path, v.name());
+    const auto& td = v.type().dense_tensor().tensor();
+    ParamSpec s;
+    s.name = v.name();
+    s.dtype = paddle_dtype(td.data_type(), fmt::format("{}: variable '{}'", path, v.name()));
+    s.dims.assign(td.dims().begin(), td.dims().end());
+    specs.push_back(std::move(s));
+  }
+  return specs;
 }
 
 }  // namespace sampan::paddle

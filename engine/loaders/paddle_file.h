@@ -55,6 +55,9 @@ struct ParamSpec {
 // parameter 'x' (3 of 24): needs N bytes at offset O, the file has S"), a TensorDesc that is not
 // one, a data type Sampan cannot hold, dims other than declared, bytes left over.
 std::map<std::string, Tensor> read_pdiparams(const std::string& path, std::vector<ParamSpec> params);
+// The same on the file's bytes (`path` only names it in messages).
+std::map<std::string, Tensor> parse_pdiparams(const std::string& bytes, const std::string& path,
+                                              std::vector<ParamSpec> params);
 
 // Paddle's VarType.Type as a Sampan DType (FP64 and FP16 become f32 when tensors are read);
 // throws Error(kUnsupported) naming `what`.
@@ -64,6 +67,10 @@ DType paddle_dtype_name(const std::string& name, const std::string& what);
 
 // The legacy program (*.pdmodel), parsed; errors name the file.
 std::shared_ptr<const paddle_format::ProgramDesc> read_pdmodel(const std::string& path);
+std::shared_ptr<const paddle_format::ProgramDesc> parse_pdmodel(const std::string& bytes, const std::string& path);
+// The persistable variables of block 0 (the parameters *.pdiparams holds, feed/fetch excluded)
+// with their declared dims and data types; errors name the file.
+std::vector<ParamSpec> pdmodel_params(const paddle_format::ProgramDesc& prog, const std::string& path);
 
 // Reads a whole file; errors name it.
 std::string read_file_bytes(const std::string& path, const char* what);

@@ -8,8 +8,7 @@
 // by name; anything else is refused with one line naming the file, the node
 // ("pd_op.<op>_<index in the block>") and the op.
 //
-// The legacy ProgramDesc (*.pdmodel) is parsed (so a damaged file is reported as such) but not
-// translated yet.
+// The legacy ProgramDesc (*.pdmodel) is translated by paddle_legacy_import.cc.
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -25,6 +24,10 @@
 #include "proto/formats/paddle_framework.pb.h"
 
 namespace sampan::models {
+
+// paddle_legacy_import.cc
+void build_paddle_legacy(const paddle::PaddlePaths& paths, Model& m);
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -676,11 +679,7 @@ void build_paddle(const std::string& path, const LoadOptions&, Model& m) {
     build_pir(*paths, m);
     return;
   }
-  paddle::read_pdmodel(paths->program);  // a damaged file is reported as such
-  fail(ErrorCode::kUnsupported,
-       "{}: legacy ProgramDesc (.pdmodel) programs are not supported yet; save with paddle 3.x's default "
-       "(PIR, .json)",
-       paths->program);
+  build_paddle_legacy(*paths, m);
 }
 
 std::optional<std::string> detect_paddle(const std::string& path) {

@@ -1,4 +1,4 @@
-"""End-to-end: `sampan infer` on the Paddle classic models (PIR json + .pdiparams) against paddle.
+"""End-to-end: `sampan infer` on the Paddle classic models (PIR json / legacy .pdmodel) against paddle.
 
 The models, inputs and paddle's outputs are committed in tests/data/classic_paddle (made once by
 tests/reference/make_paddle_models.py with paddlepaddle 3.3.1). For every model, form and path
@@ -6,7 +6,8 @@ form (the directory, the prefix `<dir>/inference`, the program file), `sampan in
 with paddle to cosine >= 0.99999 and max relative error <= 1e-4, and `sampan info` must list the
 inputs and outputs. Damaged models must fail with one line "error: ..." and a non-zero exit:
 truncated params, params shorter than the program declares (naming the parameter), a missing
-params file, an unknown op, a truncated .pdmodel.
+params file, an unknown op, a truncated .pdmodel; for the legacy form a truncated .pdmodel, an
+unknown op (the ProgramDesc edited with protobuf's python API), params shorter than declared.
 """
 
 import json
@@ -41,6 +42,41 @@ def one_line_error(res, name, run, pattern):
     ok = (run.returncode > 0 and len(lines) == 1 and lines[0].startswith("error: ")
           and re.search(pattern, lines[0]) is not None)
     res.check(name, ok, run.describe())
+
+
+def edit_pdmodel(args, blob):
+    """Renames the first relu op of a ProgramDesc to relu7; (bytes, op index) or None."""
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # noqa: F401
+    except ImportError:
+        return None
+    import subprocess
+    import tempfile
+    proto_dir = os.path.join(args.source_dir, "proto", "formats")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "fds.pb")
+        try:
+            subprocess.run(["protoc", f"-I{proto_dir}", f"--descriptor_set_out={out}", "paddle_framework.proto"],
+                           check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError):
+            return None
+        fds = descriptor_pb2.FileDescriptorSet()
+        with open(out, "rb") as f:
+            fds.ParseFromString(f.read())
+    pool = descriptor_pool.DescriptorPool()
+    for fd in fds.file:
+        pool.Add(fd)
+    pkg = fds.file[0].package
+    desc = pool.FindMessageTypeByName(f"{pkg}.ProgramDesc")
+    try:
+        cls = message_factory.GetMessageClass(desc)
+    except AttributeError:
+        cls = message_factory.MessageFactory(pool).GetPrototype(desc)
+    prog = cls()
+    prog.ParseFromString(blob)
+    idx = next(i for i, op in enumerate(prog.blocks[0].ops) if op.type == "relu")
+    prog.blocks[0].ops[idx].type = "relu7"
+    return prog.SerializeToString(), idx
 
 
 def sanitize(name):
@@ -79,7 +115,8 @@ def main():
                         continue
                     for prog_name, ref_name in zip(fspec["outputs"], spec["outputs"]):
                         got = np.load(os.path.join(out_dir, sanitize(prog_name) + ".npy"))
-                        want = np.load(os.path.join(data, f"{model}.{k}.{ref_name}.npy"))
+                        suffix = fspec.get("reference_suffix", "")
+                        want = np.load(os.path.join(data, f"{model}.{k}.{ref_name}{suffix}.npy"))
                         compare(res, f"{tag}.{ref_name} vs paddle", got, want)
 
     # ---- damaged models (copies of the PIR resnet) ----
@@ -184,6 +221,41 @@ def main():
         f.write(bytes([0x0A, 40, 0x08, 0x00, 0x10]))
     shutil.copy(os.path.join(src, "inference.pdiparams"), os.path.join(d, "inference.pdiparams"))
     one_line_error(res, "truncated pdmodel", infer(d), r"inference\.pdmodel: is not a Paddle ProgramDesc")
+
+    # ---- damaged legacy models (copies of the legacy resnet) ----
+    lsrc = os.path.join(data, "resnet_tiny", "legacy")
+    if os.path.isdir(lsrc):
+        def lcopy(name):
+            d = os.path.join(args.work_dir, "bad", name)
+            shutil.rmtree(d, ignore_errors=True)
+            shutil.copytree(lsrc, d)
+            return d
+
+        pdmodel = open(os.path.join(lsrc, "inference.pdmodel"), "rb").read()
+        d = lcopy("legacy_truncated_pdmodel")
+        with open(os.path.join(d, "inference.pdmodel"), "wb") as f:
+            f.write(pdmodel[: len(pdmodel) // 2])
+        one_line_error(res, "legacy truncated pdmodel", infer(d), r"inference\.pdmodel: is not a Paddle ProgramDesc")
+
+        # An unknown op: the ProgramDesc edited through protobuf's python API (Sampan's own schema
+        # compiled at run time, so no paddle is needed).
+        edited = edit_pdmodel(args, pdmodel)
+        if edited is None:
+            res.check("legacy unknown op (protobuf python API available)", False, "no google.protobuf / protoc")
+        else:
+            blob, idx = edited
+            d = lcopy("legacy_unknown_op")
+            with open(os.path.join(d, "inference.pdmodel"), "wb") as f:
+                f.write(blob)
+            one_line_error(res, "legacy unknown op", infer(d),
+                           rf"inference\.pdmodel: node 'relu7_{idx}': op 'relu7' is not supported")
+
+        lparams = open(os.path.join(lsrc, "inference.pdiparams"), "rb").read()
+        d = lcopy("legacy_short_params")
+        with open(os.path.join(d, "inference.pdiparams"), "wb") as f:
+            f.write(lparams[: len(lparams) - 100])
+        one_line_error(res, "legacy params shorter than the program", infer(d),
+                       r"inference\.pdiparams.*ends inside parameter '[^']+'")
 
     # HF and ONNX directories are not claimed: a directory with config.json is not a Paddle model.
     d = os.path.join(args.work_dir, "bad", "hf_like")

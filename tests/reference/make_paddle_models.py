@@ -7,11 +7,16 @@ batch (and sequence) dimensions, in both program forms paddle 3.x writes:
   <model>/pir/inference.json + inference.pdiparams       (PIR, the 3.x default)
   <model>/legacy/inference.pdmodel + inference.pdiparams (ProgramDesc, FLAGS_enable_pir_api=0)
 The legacy form needs a fresh interpreter (the flag is read at import), so this script re-runs
-itself with `--legacy` when given `--with-legacy`. paddle 3.3.1 cannot write it for these models
-(dy2static in legacy mode fails on sigmoid and matmul: "argument must be Value, but got
-Variable"), so the committed fixtures hold the PIR form only. Inputs and reference outputs are computed by paddle on the saved models
-(paddle.jit.load) and written as <model>.<case>.<name>.npy; manifest.json lists the models, their
-cases, inputs, outputs, and the output names each form's program gives them.
+itself with `--legacy` (the default; `--no-legacy` skips it). paddle 3.3.1 cannot write it through
+paddle.jit.save for these models (dy2static in legacy mode fails on sigmoid and matmul: "argument
+must be Value, but got Variable"), so the legacy models are built again in static mode
+(paddle.static: conv2d/batch_norm/fc layers, ops appended with LayerHelper where the 3.x python
+API insists on PIR values) with the same structure, their own random weights, and saved by
+paddle.static.save_inference_model. Inputs (shared by both forms) and reference outputs are
+computed by paddle on the saved models (paddle.jit.load; paddle.static.load_inference_model and
+Executor.run for the legacy form) and written as <model>.<case>.<name>.npy (legacy:
+<model>.<case>.<name>.legacy.npy); manifest.json lists the models, their cases, inputs, outputs,
+and per form the program file, the output names the program gives and the reference suffix.
 """
 
 import json
@@ -162,6 +167,106 @@ def cases(model):
     return out
 
 
+# ---- the legacy form: static-mode programs (run in the `--legacy` interpreter only) ----
+
+def op(type, ins, attrs=None, dtype="float32"):
+    from paddle.base.layer_helper import LayerHelper
+    h = LayerHelper(type)
+    out = h.create_variable_for_type_inference(dtype)
+    h.append_op(type=type, inputs=dict(ins), outputs={"Out": out}, attrs=attrs or {})
+    return out
+
+
+S = paddle.static
+
+
+def conv_bn(x, cout, k, stride=1, groups=1, act="relu", name=None):
+    y = S.nn.conv2d(x, cout, k, stride=stride, padding=k // 2, groups=groups, bias_attr=False)
+    y = S.nn.batch_norm(y, is_test=True)
+    if act == "relu": return F.relu(y)
+    if act == "hardswish": return F.hardswish(y)
+    return y
+
+def resnet_static():
+    x = S.data("images", [-1, 3, 16, 16], "float32")
+    y = conv_bn(x, 8, 3, stride=2)
+    y = F.max_pool2d(y, 3, stride=2, padding=1)
+    z = conv_bn(y, 4, 1)
+    z = conv_bn(z, 4, 3, groups=4, act="hardswish")
+    z = conv_bn(z, 8, 1, act="none")
+    y = F.relu(z + y)
+    y = S.nn.conv2d(y, 8, 3, padding=1)
+    y = y * F.hardsigmoid(y) - op("sigmoid", {"X": y}) / (y * y + 1.0)
+    y = F.adaptive_avg_pool2d(y, 1)
+    y = paddle.flatten(y, 1)
+    return [x], [S.nn.fc(y, 10)]
+
+def bert_static(vocab=50, d=16, heads=2, ff=32):
+    ids = S.data("input_ids", [-1, -1], "int64")
+    tt = S.data("token_type_ids", [-1, -1], "int64")
+    am = S.data("attention_mask", [-1, -1], "int64")
+    w = S.create_parameter([vocab, d], "float32")
+    pw = S.create_parameter([32, d], "float32")
+    tw = S.create_parameter([2, d], "float32")
+    n = paddle.shape(ids)[1]
+    pos = paddle.slice(pw, [0], [0], [n])
+    x = F.embedding(ids, w, padding_idx=0) + F.embedding(tt, tw) + pos
+    x = S.nn.layer_norm(x, begin_norm_axis=2)
+    m = paddle.unsqueeze(paddle.cast(am, "float32"), [1, 2])
+    m = paddle.scale(m, -1.0, 1.0) * -10000.0
+    dh = d // heads
+    for _ in range(2):
+        def split(t):
+            return paddle.transpose(paddle.reshape(t, [0, 0, heads, dh]), [0, 2, 1, 3])
+        q = split(S.nn.fc(x, d, num_flatten_dims=2))
+        k = split(S.nn.fc(x, d, num_flatten_dims=2))
+        v = split(S.nn.fc(x, d, num_flatten_dims=2))
+        s = op("matmul_v2", {"X": q, "Y": k}, {"trans_x": False, "trans_y": True}) * (dh ** -0.5) + m
+        a = op("matmul", {"X": F.softmax(s, axis=-1), "Y": v}, {"transpose_X": False, "transpose_Y": False, "alpha": 1.0})
+        a = paddle.reshape(paddle.transpose(a, [0, 2, 1, 3]), [0, 0, d])
+        o = F.dropout(S.nn.fc(a, d, num_flatten_dims=2), 0.1, training=False)
+        x = S.nn.layer_norm(x + o, begin_norm_axis=2)
+        h = op("gelu", {"X": S.nn.fc(x, ff, num_flatten_dims=2)}, {"approximate": True})
+        h = F.dropout(S.nn.fc(h, d, num_flatten_dims=2), 0.1, training=False, mode="downscale_in_infer")
+        x = S.nn.layer_norm(x + h, begin_norm_axis=2)
+    first = paddle.squeeze(paddle.slice(x, [1], [0], [1]), [1])
+    pooled = op("tanh", {"X": S.nn.fc(first, d)})
+    return [ids, tt, am], [x, pooled]
+
+
+def save_legacy(out):
+    paddle.enable_static()
+    exe = S.Executor(paddle.CPUPlace())
+    for i, (name, fn) in enumerate((("resnet_tiny", resnet_static), ("bert_tiny", bert_static))):
+        main, start = S.Program(), S.Program()
+        with S.program_guard(main, start):
+            feeds, fetches = fn()
+        scope = S.global_scope()
+        exe.run(start)
+        rng = np.random.default_rng(200 + i)
+        for v in sorted(main.list_vars(), key=lambda v: v.name):
+            if not v.persistable or v.name in ("feed", "fetch") or scope.find_var(v.name) is None:
+                continue
+            t = scope.find_var(v.name).get_tensor()
+            shape = np.array(t).shape
+            if "batch_norm" in v.name and v.name.endswith(".w_2"):  # variance
+                a = rng.uniform(0.5, 1.5, shape)
+            elif "batch_norm" in v.name and v.name.endswith(".w_1"):  # mean
+                a = rng.normal(0, 0.2, shape)
+            else:
+                a = rng.normal(0, 0.3 if len(shape) > 1 else 0.1, shape)
+            t.set(a.astype(np.array(t).dtype), paddle.CPUPlace())
+        d = os.path.join(out, name, "legacy")
+        os.makedirs(d, exist_ok=True)
+        S.save_inference_model(os.path.join(d, "inference"), feeds, fetches, exe, program=main)
+        # The reference: the saved files loaded back.
+        prog, feed_names, fetch_vars = S.load_inference_model(os.path.join(d, "inference"), exe)
+        for k, feeds_np in enumerate(cases(name)):
+            got = exe.run(prog, feed={n: feeds_np[n] for n in feed_names}, fetch_list=fetch_vars)
+            for n, v in zip(MODELS[name]["outputs"], got):
+                np.save(os.path.join(out, f"{name}.{k}.{n}.legacy.npy"), np.asarray(v))
+
+
 def save(out, form):
     for i, (name, m) in enumerate(MODELS.items()):
         paddle.seed(i)
@@ -218,7 +323,8 @@ def reference(out):
             if not os.path.isdir(d):
                 continue
             entry["forms"][form] = {"program": "inference.json" if form == "pir" else "inference.pdmodel",
-                                    "outputs": program_outputs(d, form)}
+                                    "outputs": program_outputs(d, form),
+                                    "reference_suffix": "" if form == "pir" else ".legacy"}
         manifest[name] = entry
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
@@ -230,10 +336,10 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     out = args[0] if args else os.path.join(here, "..", "data", "classic_paddle")
     if "--legacy" in sys.argv:
-        save(out, "legacy")
+        save_legacy(out)
         return
     save(out, "pir")
-    if "--with-legacy" in sys.argv:
+    if "--no-legacy" not in sys.argv:
         subprocess.run([sys.executable, os.path.abspath(__file__), out, "--legacy"], check=True)
     reference(out)
 
