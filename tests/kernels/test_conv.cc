@@ -161,6 +161,14 @@ std::vector<ConvCase> conv_cases() {
     c.s.stride_h = c.s.stride_w = 2;
     cs.push_back(c);
   }
+  {
+    // A 14x14 plane (7 column panels, a one-panel sliver) with many channels: the split search
+    // for small planes (column tiles and channel chunks), k = 360 in two even chunks.
+    ConvCase c{"3x3 14x14 plane, 200 channels, residual", shape(1, 40, 14, 14, 200, 3, 3), true,
+               true, relu};
+    c.s.pad_t = c.s.pad_l = c.s.pad_b = c.s.pad_r = 1;
+    cs.push_back(c);
+  }
   return cs;
 }
 
