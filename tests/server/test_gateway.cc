@@ -163,7 +163,7 @@ TEST_CASE("current_error: whatever was thrown, as an Error", "[gateway]") {
     try {
       thrower();
     } catch (...) {
-      return sampan::server::current_error();
+      return sampan::current_error();
     }
     return Error(ErrorCode::kInternal, "nothing thrown");
   };
