@@ -14,6 +14,7 @@
 
 #include "engine/core/error.h"
 #include "engine/loaders/onnx_file.h"
+#include "engine/models/import_util.h"
 #include "engine/models/model.h"
 #include "proto/formats/onnx.pb.h"
 
@@ -110,14 +111,9 @@ struct Importer {
   std::vector<int64_t> constant_ints(int i, const char* what) const {
     const Tensor* t = constant(i);
     if (!t) refuse(fmt::format("with {} computed at run time is not supported (only a constant)", what));
-    const Tensor c = t->contiguous();
-    std::vector<int64_t> out(static_cast<size_t>(c.numel()));
-    for (size_t k = 0; k < out.size(); ++k) {
-      if (c.dtype() == DType::kI64) out[k] = c.data<int64_t>()[k];
-      else if (c.dtype() == DType::kI32) out[k] = c.data<int32_t>()[k];
-      else bad(fmt::format("{} must be INT64, not {}", what, dtype_name(c.dtype())));
-    }
-    return out;
+    std::optional<std::vector<int64_t>> v = tensor_ints(*t);
+    if (!v) bad(fmt::format("{} must be INT64, not {}", what, dtype_name(t->dtype())));
+    return *v;
   }
   double constant_scalar(int i, const char* what) const {
     const Tensor* t = constant(i);

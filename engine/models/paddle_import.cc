@@ -20,6 +20,7 @@
 
 #include "engine/core/error.h"
 #include "engine/loaders/paddle_file.h"
+#include "engine/models/import_util.h"
 #include "engine/models/model.h"
 #include "proto/formats/paddle_framework.pb.h"
 
@@ -155,14 +156,9 @@ struct Pir {
   std::vector<int64_t> constant_ints(int i, const char* what) const {
     const Tensor* t = constant(i);
     if (!t) refuse(fmt::format("with {} computed at run time is not supported (only a constant)", what));
-    const Tensor c = t->contiguous();
-    std::vector<int64_t> out(static_cast<size_t>(c.numel()));
-    for (size_t k = 0; k < out.size(); ++k) {
-      if (c.dtype() == DType::kI64) out[k] = c.data<int64_t>()[k];
-      else if (c.dtype() == DType::kI32) out[k] = c.data<int32_t>()[k];
-      else bad(fmt::format("{} must be integers, not {}", what, dtype_name(c.dtype())));
-    }
-    return out;
+    std::optional<std::vector<int64_t>> v = tensor_ints(*t);
+    if (!v) bad(fmt::format("{} must be integers, not {}", what, dtype_name(t->dtype())));
+    return *v;
   }
   double constant_scalar(int i, const char* what) const {
     const Tensor* t = constant(i);
@@ -332,21 +328,6 @@ void scale(Pir& p) {
   } else {
     mul(add(x, !has_mul), true);
   }
-}
-
-Tensor filled(const std::vector<int64_t>& shape, DType dtype, double value) {
-  Tensor t = Tensor::empty(shape, dtype);
-  const int64_t n = t.numel();
-  for (int64_t k = 0; k < n; ++k) {
-    switch (dtype) {
-      case DType::kF32: t.data<float>()[k] = static_cast<float>(value); break;
-      case DType::kI32: t.data<int32_t>()[k] = static_cast<int32_t>(value); break;
-      case DType::kI64: t.data<int64_t>()[k] = static_cast<int64_t>(value); break;
-      case DType::kBool: t.data<uint8_t>()[k] = value != 0; break;
-      default: break;
-    }
-  }
-  return t;
 }
 
 void full(Pir& p) {

@@ -19,6 +19,7 @@
 
 #include "engine/core/error.h"
 #include "engine/loaders/paddle_file.h"
+#include "engine/models/import_util.h"
 #include "engine/models/model.h"
 #include "proto/formats/paddle_framework.pb.h"
 
@@ -455,21 +456,6 @@ void dropout(Leg& p) {
   } else {
     p.bad(fmt::format("dropout_implementation '{}'", mode));
   }
-}
-
-Tensor filled(const std::vector<int64_t>& shape, DType dtype, double value) {
-  Tensor t = Tensor::empty(shape, dtype);
-  const int64_t n = t.numel();
-  for (int64_t k = 0; k < n; ++k) {
-    switch (dtype) {
-      case DType::kF32: t.data<float>()[k] = static_cast<float>(value); break;
-      case DType::kI32: t.data<int32_t>()[k] = static_cast<int32_t>(value); break;
-      case DType::kI64: t.data<int64_t>()[k] = static_cast<int64_t>(value); break;
-      case DType::kBool: t.data<uint8_t>()[k] = value != 0; break;
-      default: break;
-    }
-  }
-  return t;
 }
 
 void fill_constant(Leg& p) {
