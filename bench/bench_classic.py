@@ -11,6 +11,15 @@ ONNX export is the same as tests/reference/make_classic_models.py's):
 Each configuration runs `rounds` times alternating the two engines (noise on a shared machine
 hits both alike); each engine's figure is its best round's median latency over --runs runs. The
 table prints both latencies and the throughput ratio Sampan / onnxruntime (> 1: Sampan faster).
+
+A second table (bench/classic_paddle.py; when paddlepaddle is installed, or --paddle on) runs the
+same two workloads written in paddle.nn and saved by paddle.jit.save: Sampan on those Paddle files
+against paddle.inference's predictor (oneDNN on and off, the faster reported), same rounds.
+
+--precision bf16 times `sampan infer --precision bf16` instead; --precision both times f32 and
+bf16 interleaved with onnxruntime (f32, bf16, ort in every round) and adds the bf16 columns: its
+latency, the speed-up bf16 / f32, and bf16's error against Sampan f32 on the first output
+(cosine and max |bf16 - f32| / max |f32|).
 """
 
 import argparse
@@ -25,6 +34,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "reference"))
+sys.path.insert(0, HERE)
 
 
 def make_models(cache):
@@ -78,9 +88,9 @@ def make_models(cache):
     return r50, bert
 
 
-def run_sampan(sampan, model, inputs, threads, runs, work):
-    argv = [sampan, "infer", "--model", model, "--output-dir", os.path.join(work, "out"), "--threads", str(threads),
-            "--repeat", str(runs)]
+def run_sampan(sampan, model, inputs, threads, runs, work, precision="f32"):
+    argv = [sampan, "infer", "--model", model, "--output-dir", os.path.join(work, "out_" + precision), "--threads",
+            str(threads), "--repeat", str(runs), "--precision", precision]
     for n, a in inputs.items():
         p = os.path.join(work, n + ".npy")
         np.save(p, a)
@@ -107,6 +117,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "sampan-classic-bench"))
     ap.add_argument("--only", default="", help="resnet50 or bert_base")
+    ap.add_argument("--paddle", choices=["auto", "on", "off"], default="auto",
+                    help="the paddle.inference table (auto: when paddlepaddle is installed)")
+    ap.add_argument("--precision", choices=["f32", "bf16", "both"], default="f32",
+                    help="Sampan's precision; both: f32 and bf16 columns")
     args = ap.parse_args()
     import onnxruntime as ort
 
@@ -123,17 +137,45 @@ def main():
     opts.intra_op_num_threads = args.threads
     opts.inter_op_num_threads = 1
     print(f"threads {args.threads}, {args.runs} runs per round, best of {args.rounds} rounds; onnxruntime {ort.__version__}")
-    print(f"{'model':<10} {'batch':>5} {'sampan ms':>10} {'ort ms':>10} {'sampan/ort throughput':>22}")
+    both = args.precision == "both"
+    first = "f32" if both else args.precision
+    head = f"{'model':<10} {'batch':>5} {'sampan ms':>10} {'ort ms':>10} {'sampan/ort throughput':>22}"
+    if both:
+        head += f" {'bf16 ms':>9} {'bf16/f32':>8} {'bf16/ort':>8} {'bf16 cos':>10} {'bf16 rel':>9}"
+    print(head)
     with tempfile.TemporaryDirectory() as work:
         for name, path, b, inputs in configs:
             if args.only and name != args.only:
                 continue
             sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-            s_best, o_best = float("inf"), float("inf")
+            s_best, o_best, h_best = float("inf"), float("inf"), float("inf")
             for _ in range(args.rounds):
+                s_best = min(s_best, run_sampan(args.sampan, path, inputs, args.threads, args.runs, work, first))
+                if both:
+                    h_best = min(h_best, run_sampan(args.sampan, path, inputs, args.threads, args.runs, work, "bf16"))
                 o_best = min(o_best, run_ort(sess, inputs, args.runs))
-                s_best = min(s_best, run_sampan(args.sampan, path, inputs, args.threads, args.runs, work))
-            print(f"{name:<10} {b:>5} {s_best:>10.2f} {o_best:>10.2f} {o_best / s_best:>21.2f}x", flush=True)
+            line = f"{name:<10} {b:>5} {s_best:>10.2f} {o_best:>10.2f} {o_best / s_best:>21.2f}x"
+            if both:
+                out = sess.get_outputs()[0].name
+                f = np.load(os.path.join(work, "out_f32", out + ".npy")).astype(np.float64).ravel()
+                h = np.load(os.path.join(work, "out_bf16", out + ".npy")).astype(np.float64).ravel()
+                cos = float(f @ h / max(np.linalg.norm(f) * np.linalg.norm(h), 1e-300))
+                rel = float(np.max(np.abs(h - f)) / max(np.max(np.abs(f)), 1e-30))
+                line += (f" {h_best:>9.2f} {s_best / h_best:>7.2f}x {o_best / h_best:>7.2f}x {cos:>10.7f}"
+                         f" {rel:>9.2e}")
+            print(line, flush=True)
+        if args.paddle != "off":
+            try:
+                import paddle  # noqa: F401
+            except ImportError:
+                if args.paddle == "on":
+                    raise
+                print("\npaddle.inference: paddlepaddle is not installed here, no paddle table")
+                return
+            import classic_paddle
+            classic_paddle.run_table(
+                lambda d, inputs: run_sampan(args.sampan, d, inputs, args.threads, args.runs, work, first),
+                configs, args.cache, args.threads, args.runs, args.rounds, args.only)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ if [ "${SAMPAN_SKIP_SANITIZE:-0}" != "1" ]; then
 fi
 if [ "${SAMPAN_SKIP_FUZZ:-0}" != "1" ]; then
   # libFuzzer targets (tests/fuzz, clang): the parsers only, each fuzzed for a bounded time.
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug \
       -DSAMPAN_FUZZ=ON -DSAMPAN_BUILD_TESTS=OFF -DSAMPAN_BUILD_BENCH=OFF -DSAMPAN_CUDA=OFF >/dev/null
   cmake --build build-fuzz --target fuzz_targets -j "$jobs"

@@ -117,15 +117,18 @@ Runner add_infer(CLI::App& app) {
                                         "out when the model has one input)")->required();
   cmd->add_option("--output-dir", o->output_dir, "where DIR/<output name>.npy are written")->required();
   cmd->add_option("--threads", o->threads, "CPU threads (default: one per core)")->check(CLI::Range(0, 1024));
-  cmd->add_option("--precision", o->precision, "f32 (bf16: not implemented yet)")
+  cmd->add_option("--precision", o->precision,
+                  "f32 (default), or bf16: convs and matmuls by a constant weight on "
+                  "bf16-rounded inputs with f32 sums (vdpbf16ps where the CPU has AVX512-BF16)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_flag("--profile", o->profile, "print the time spent per op type and the slowest nodes");
   cmd->add_option("--repeat", o->repeat, "runs; with more than one, prints the median latency")
       ->check(CLI::Range(1, 100000));
   return [o] {
-    SAMPAN_CHECK(o->precision == "f32", ErrorCode::kUnsupported,
-                 "--precision bf16 is not implemented for classic models yet; use f32");
-    auto model = models::load_model(o->model, {});
+    models::LoadOptions load;
+    SAMPAN_CHECK(models::parse_precision(o->precision, &load.precision),
+                 ErrorCode::kInvalidArgument, "--precision {}: expected f32 or bf16", o->precision);
+    auto model = models::load_model(o->model, load);
     SAMPAN_CHECK(model->format != "hf", ErrorCode::kInvalidArgument,
                  "{}: a {} language model; `sampan infer` runs classic models (ONNX), use "
                  "`sampan run` or `sampan logits`", o->model, model->architecture);

@@ -1,6 +1,7 @@
-// sampan tokenize (--model DIR | --tokenizer FILE) (--text TEXT | --decode 1,2,3) [--add-special]
+// sampan tokenize (--model DIR | --tokenizer FILE) (--text TEXT... | --decode 1,2,3) [--add-special]
 // Prints the token ids on one line separated by single spaces, or with --decode the decoded
-// text; either is followed by one newline and nothing else reaches stdout. The end-to-end
+// text; either is followed by one newline and nothing else reaches stdout. --text may be given
+// several times: one line of ids per text, in order (one process loads the tokenizer once). The end-to-end
 // tokenizer tests depend on this interface: keep it stable.
 #include <iostream>
 
@@ -12,7 +13,8 @@ namespace sampan::cli {
 
 Runner add_tokenize(CLI::App& app) {
   struct Args {
-    std::string model, tokenizer, text, decode;
+    std::string model, tokenizer, decode;
+    std::vector<std::string> texts;
     bool add_special = false;
   };
   auto a = std::make_shared<Args>();
@@ -20,7 +22,8 @@ Runner add_tokenize(CLI::App& app) {
   auto* model = cmd->add_option("--model", a->model, "model directory holding tokenizer.json");
   auto* file = cmd->add_option("--tokenizer", a->tokenizer, "tokenizer.json or .gguf file");
   model->excludes(file);
-  auto* text = cmd->add_option("--text", a->text, "text to encode");
+  auto* text = cmd->add_option("--text", a->texts, "text to encode (repeatable: one line of ids per text)")
+                   ->allow_extra_args(false);
   auto* decode = cmd->add_option("--decode", a->decode, "comma-separated ids to decode instead");
   text->excludes(decode);
   cmd->add_flag("--add-special", a->add_special, "add BOS/EOS ([CLS]/[SEP]) as the tokenizer does");
@@ -33,13 +36,16 @@ Runner add_tokenize(CLI::App& app) {
       std::cout << tok->decode(ids, false) << '\n';
       return 0;
     }
-    const std::vector<int32_t> ids = tok->encode(a->text, a->add_special);
-    std::string line;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (i) line += ' ';
-      line += std::to_string(ids[i]);
+    std::string out;
+    for (const std::string& text : a->texts) {
+      const std::vector<int32_t> ids = tok->encode(text, a->add_special);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (i) out += ' ';
+        out += std::to_string(ids[i]);
+      }
+      out += '\n';
     }
-    std::cout << line << '\n';
+    std::cout << out;
     return 0;
   };
 }

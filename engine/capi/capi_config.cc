@@ -143,6 +143,7 @@ SAMPAN_API SampanStatus sampan_config_set_precision(SampanConfig* config, const 
                "unknown precision '{}' (expected f32, bf16, fp8 or int4)", value);
     }
     d.precision = value;
+    d.precision_set = true;
   });
 }
 

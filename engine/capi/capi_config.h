@@ -16,6 +16,10 @@ struct ConfigData {
   std::string device = "cpu";
   int32_t threads = 0;
   std::string precision = "bf16";
+  // Whether sampan_config_set_precision was called: a classic model computes in bf16 only when
+  // "bf16" was asked for (the default "bf16" means "LLM weights as stored", and classic models
+  // default to f32).
+  bool precision_set = false;
   int32_t int4_group_size = 128;
   std::string kv_cache_dtype = "f32";
   int64_t max_model_len = 0;

@@ -159,7 +159,13 @@ std::shared_ptr<const Model> load_model(const ConfigData& o) {
   }
   auto m = std::make_shared<Model>();
   m->options = o;
-  m->model = models::load_model(o.model_dir, {.build = o.build_options(), .optimize = true});
+  // Classic models: bf16 compute only when asked for explicitly (precision_set); decoder
+  // builders ignore LoadOptions::precision.
+  const models::Precision precision = o.precision_set && o.precision == "bf16"
+                                          ? models::Precision::kBf16
+                                          : models::Precision::kF32;
+  m->model = models::load_model(
+      o.model_dir, {.build = o.build_options(), .optimize = true, .precision = precision});
   m->decoder = m->model->format == "hf" ||
                m->model->signature.find_input(models::TensorRole::kTokenIds) != nullptr;
   if (m->decoder) {

@@ -139,7 +139,11 @@ SAMPAN_API SampanStatus sampan_config_set_device(SampanConfig* config, const cha
 /* Compute threads, >= 0 (0: one per available core). */
 SAMPAN_API SampanStatus sampan_config_set_threads(SampanConfig* config, int32_t threads);
 /* Weight precision, applied on load: "f32" or "bf16" keep the stored weights, "fp8" quantizes
- * to FP8 E4M3 (per output channel scales), "int4" to group-wise INT4 (see group size). */
+ * to FP8 E4M3 (per output channel scales), "int4" to group-wise INT4 (see group size).
+ * Classic models (ONNX, Paddle) compute in f32 unless this is called with "bf16": then convs
+ * and matmuls by constant weights run on bf16-rounded inputs with f32 sums (AVX512-BF16
+ * vdpbf16ps where the CPU has it, else a slower loop with the same rounding). Anything else is
+ * SAMPAN_ERROR_INVALID_ARGUMENT. */
 SAMPAN_API SampanStatus sampan_config_set_precision(SampanConfig* config, const char* precision);
 /* Group size of "int4": 32, 64 or 128 (it must divide every projection's input width). */
 SAMPAN_API SampanStatus sampan_config_set_int4_group_size(SampanConfig* config, int32_t size);
@@ -191,7 +195,7 @@ enum {
  * NOT_FOUND (no model dir or file), INVALID_MODEL, UNSUPPORTED (architecture, an op, device,
  * precision fp8/int4 for a classic model, a params file), INVALID_ARGUMENT (no model set, an
  * option the model cannot take, a malformed ONNX file). A classic model uses device and
- * threads; precision "f32" or "bf16" (the default) both keep its weights as stored. */
+ * threads, and precision "bf16" when it was set explicitly (see sampan_config_set_precision). */
 SAMPAN_API SampanStatus sampan_predictor_create(const SampanConfig* config,
                                                 SampanPredictor** out);
 /* A predictor sharing this one's weights with its own buffers and threads; inputs are not

@@ -29,10 +29,11 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::work_on_current() {
-  const auto& fn = *fn_;
+  const auto& fn = *fn_.load(std::memory_order_relaxed);
+  const int64_t n = n_tasks_.load(std::memory_order_relaxed);
   for (;;) {
     const int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (t >= n_tasks_) break;
+    if (t >= n) break;
     fn(t);
   }
 }
@@ -44,18 +45,25 @@ void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
     for (int64_t i = 0; i < n_tasks; ++i) fn(i);
     return;
   }
-  fn_ = &fn;
-  n_tasks_ = n_tasks;
+  // No worker is inside a section here (the previous run waited for in_flight_ == 0), so the
+  // fields can be written; workers read them only after seeing the new generation.
+  fn_.store(&fn, std::memory_order_relaxed);
+  n_tasks_.store(n_tasks, std::memory_order_relaxed);
   next_task_.store(0, std::memory_order_relaxed);
-  active_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  uint64_t gen = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    gen = generation_.fetch_add(1) + 1;
   }
   wake_.notify_all();
   work_on_current();
-  while (active_workers_.load(std::memory_order_acquire) != 0) _mm_pause();
-  fn_ = nullptr;
+  // Every task is claimed. Close the section, then wait only for the workers inside it (each
+  // finishing a task it claimed), never for one that has not woken yet: on a loaded machine a
+  // descheduled worker would otherwise hold every parallel section until the OS runs it. A
+  // worker entering after the close sees it and stays out (the entry protocol in worker_loop:
+  // in_flight_ then closed_, against closed_ then in_flight_ here, all sequentially consistent).
+  closed_.store(gen);
+  while (in_flight_.load() != 0) _mm_pause();
   running_.store(false);
 }
 
@@ -71,12 +79,15 @@ void ThreadPool::worker_loop(int) {
     if (gen == seen) {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-      gen = generation_.load(std::memory_order_acquire);
     }
-    seen = gen;
     if (stop_.load()) return;
-    work_on_current();
-    active_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    in_flight_.fetch_add(1);
+    // The generation read after entering is the section joined: its fields were written before
+    // it was published, and run() cannot start another until this worker leaves.
+    gen = generation_.load();
+    if (closed_.load() != gen) work_on_current();
+    in_flight_.fetch_sub(1);
+    seen = gen;
   }
 }
 

@@ -42,11 +42,13 @@ class ThreadPool final : public cpu::TaskRunner {
   std::atomic<bool> stop_{false};
   std::atomic<bool> running_{false};  // guards against nested run() from inside a task
 
-  // The current parallel section.
-  const std::function<void(int64_t)>* fn_ = nullptr;
-  int64_t n_tasks_ = 0;
+  // The current parallel section (generation_ numbers sections; closed_ is the last one whose
+  // tasks are all claimed; in_flight_ counts workers inside a section).
+  std::atomic<const std::function<void(int64_t)>*> fn_{nullptr};
+  std::atomic<int64_t> n_tasks_{0};
   std::atomic<int64_t> next_task_{0};
-  std::atomic<int> active_workers_{0};
+  std::atomic<uint64_t> closed_{0};
+  std::atomic<int> in_flight_{0};
 };
 
 }  // namespace sampan

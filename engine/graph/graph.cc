@@ -216,6 +216,15 @@ void Graph::compact() {
       if (in != kNoValue) used[static_cast<size_t>(in)] = true;
     }
   }
+  // A constant no live node reads any more (a conv weight folded with its batch norm, reordered
+  // into a blocked layout, converted to bf16) releases its tensor: the graph would otherwise
+  // hold both copies for the model's lifetime. The value stays, empty, so ValueIds do not move.
+  for (size_t v = 0; v < values_.size(); ++v) {
+    Value& val = values_[v];
+    if (val.kind == ValueKind::kConstant && !used[v] && val.constant.defined() && val.constant.numel() > 0) {
+      val.constant = Tensor::empty({0}, val.constant.dtype());
+    }
+  }
   std::vector<Node> kept;
   kept.reserve(nodes_.size());
   for (Node& n : nodes_) {

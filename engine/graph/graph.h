@@ -116,7 +116,9 @@ class Graph {
   std::vector<NodeId> consumers(ValueId v) const;
   bool is_output(ValueId v) const;
   // Drops dead nodes and nodes whose outputs nobody uses (not graph outputs and no live
-  // consumer), keeping order. Values stay (ids are stable); unused ones are simply not planned.
+  // consumer), keeping order. Values stay (ids are stable); unused ones are simply not planned,
+  // and an unused constant's tensor is released (left empty). Call it on a finished graph only:
+  // a constant added for a node not yet added is unused too.
   void compact();
   // Checks the invariants passes must keep: topological order, every input defined.
   void validate() const;

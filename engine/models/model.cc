@@ -225,6 +225,13 @@ std::string model_format_of(const std::string& path) {
   return "hf";
 }
 
+bool parse_precision(const std::string& name, Precision* out) {
+  if (name == "f32") *out = Precision::kF32;
+  else if (name == "bf16") *out = Precision::kBf16;
+  else return false;
+  return true;
+}
+
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
   std::vector<ModelFormat> formats;
   {
@@ -239,7 +246,10 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     m->path = *file;
     m->format = f.name;
     f.load(*file, options, *m);
-    if (options.optimize) m->pass_report = graph::passes::optimize(m->graph);
+    if (options.optimize) {
+      m->pass_report = graph::passes::optimize(
+          m->graph, {.bf16 = options.precision == Precision::kBf16});
+    }
     check_signature(*m);
     log::debug("{}: {} model, signature:\n{}", *file, m->format, m->signature.str());
     return m;

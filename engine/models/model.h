@@ -76,9 +76,20 @@ struct KvPools {
   int64_t bytes() const;
 };
 
+// Classic models' compute precision (issue 16). kF32, the default: everything in f32. kBf16:
+// conv2d and matmul by a constant weight run on bf16-rounded inputs with f32 sums and f32
+// epilogues (the convert_precision_bf16 pass, engine/graph/passes/precision_passes.h); every
+// other op and every tensor between ops stays f32. Runs on any x86-64 CPU: with AVX512-BF16 on
+// vdpbf16ps, without it on a portable loop of the same rounding (slower than f32). Decoder (hf)
+// models ignore it; their weight formats are ModelBuildOptions'.
+enum class Precision { kF32, kBf16 };
+// "f32", "bf16"; false (out unchanged) for anything else.
+bool parse_precision(const std::string& name, Precision* out);
+
 struct LoadOptions {
   ModelBuildOptions build;  // quantization, rotation, KV-cache format
   bool optimize = true;     // run the graph passes
+  Precision precision = Precision::kF32;  // classic models (with optimize)
 };
 
 class Model {

@@ -409,7 +409,21 @@ const std::map<std::string, Translate>& table() {
        [](Importer& im) {
          std::vector<int64_t> sizes = im.attr_ints("split", {});
          if (im.has_input(1)) sizes = im.constant_ints(1, "split sizes");
-         if (sizes.empty()) im.refuse("without explicit split sizes is not supported");
+         if (sizes.empty()) {
+           // Equal parts: opset 18 names their count (the last part may be shorter), earlier
+           // opsets take the outputs' count and need it to divide the axis.
+           Attributes attrs{{"axis", im.attr_int("axis", 0)}};
+           if (im.opset >= 18) {
+             const int64_t n = im.attr_int("num_outputs", im.node->output_size());
+             if (n != im.node->output_size()) {
+               im.bad(fmt::format("num_outputs {} for {} outputs", n, im.node->output_size()));
+             }
+           } else {
+             attrs.set("exact", int64_t{1});
+           }
+           im.emit("split", {im.input(0)}, std::move(attrs), im.node->output_size());
+           return;
+         }
          if (static_cast<int>(sizes.size()) != im.node->output_size()) {
            im.bad(fmt::format("{} sizes for {} outputs", sizes.size(), im.node->output_size()));
          }

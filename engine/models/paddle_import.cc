@@ -60,9 +60,10 @@ struct Pir {
   Model& model;
   graph::Graph& g;
   std::map<int64_t, ValueId> values;
-  std::map<int64_t, std::vector<int64_t>> lists;  // builtin.combine results
+  std::map<int64_t, std::vector<int64_t>> lists;  // builtin.combine results (and ops' vector outputs)
   std::map<int64_t, PirType> types;
   const json* op = nullptr;
+  int64_t next_synthetic = -1;  // ids below 0 name the elements of an op's vector output
   std::string op_name;    // "conv2d"
   std::string node_name;  // "pd_op.conv2d_12"
   std::map<std::string, const json*> attrs;
@@ -183,6 +184,20 @@ struct Pir {
     const ValueId v = g.add(sop, node_name, std::move(inputs), std::move(a));
     bind(0, v);
     return v;
+  }
+  // An op whose output 0 is a vector (split): its elements get synthetic ids, which
+  // builtin.split then binds to its own outputs.
+  void emit_list(const std::string& sop, std::vector<ValueId> inputs, Attributes a, int n) {
+    const std::vector<ValueId> vs = g.add_node(sop, node_name, std::move(inputs), std::move(a), n);
+    std::vector<int64_t> ids;
+    for (int k = 0; k < n; ++k) {
+      g.mutable_value(vs[static_cast<size_t>(k)]).name = fmt::format("{}:{}", node_name, k);
+      values[next_synthetic] = vs[static_cast<size_t>(k)];
+      ids.push_back(next_synthetic--);
+    }
+    const int64_t id = output_id(0);
+    if (lists.count(id)) bad(fmt::format("output %{} is produced twice", id));
+    lists[id] = std::move(ids);
   }
   ValueId inner(const std::string& sop, const std::string& suffix, std::vector<ValueId> inputs, Attributes a = {}) {
     return g.add(sop, node_name + "/" + suffix, std::move(inputs), std::move(a));
@@ -374,7 +389,8 @@ void layer_norm(Pir& p) {
     }
     in.push_back(v);
   }
-  p.emit("layer_norm", std::move(in), {{"axis", axis}, {"eps", p.attr_float("epsilon", 1e-5)}});
+  // The last axis is written -1, the form fuse_add_layer_norm matches.
+  p.emit("layer_norm", std::move(in), {{"axis", axis == rank - 1 ? int64_t{-1} : axis}, {"eps", p.attr_float("epsilon", 1e-5)}});
 }
 
 void embedding(Pir& p) {
@@ -443,6 +459,42 @@ void flatten(Pir& p) {
   p.emit("reshape", {p.input(0), p.ints_const("shape", shape)}, {});
 }
 
+// split(x, sections, axis) and split_with_num(x, axis){num}: one split node whose outputs
+// builtin.split hands out. A section of -1 takes what the others leave (the axis must be known).
+void split(Pir& p, bool with_num) {
+  const int64_t axis = static_cast<int64_t>(p.constant_scalar(with_num ? 1 : 2, "axis"));
+  if (with_num) {
+    const int64_t n = p.attr_int("num", 0);
+    if (n < 1) p.bad(fmt::format("num {}", n));
+    p.emit_list("split", {p.input(0)}, {{"axis", axis}, {"exact", int64_t{1}}}, static_cast<int>(n));
+    return;
+  }
+  std::vector<int64_t> sections = p.constant_ints(1, "sections");
+  if (sections.empty()) p.bad("no sections");
+  int64_t infer = -1, known = 0;
+  for (size_t k = 0; k < sections.size(); ++k) {
+    if (sections[k] == -1 && infer < 0) {
+      infer = static_cast<int64_t>(k);
+    } else if (sections[k] < 0) {
+      p.bad(fmt::format("section {} is {}", k, sections[k]));
+    } else {
+      known += sections[k];
+    }
+  }
+  if (infer >= 0) {
+    const std::vector<int64_t>& dims = p.type_of(0).dims;
+    const int64_t rank = static_cast<int64_t>(dims.size());
+    const int64_t ax = axis < 0 ? axis + rank : axis;
+    if (ax < 0 || ax >= rank || dims[static_cast<size_t>(ax)] < 0) {
+      p.refuse("with a -1 section along a dimension of unknown size is not supported");
+    }
+    sections[static_cast<size_t>(infer)] = dims[static_cast<size_t>(ax)] - known;
+    if (sections[static_cast<size_t>(infer)] < 0) p.bad("sections longer than the axis");
+  }
+  const int n = static_cast<int>(sections.size());
+  p.emit_list("split", {p.input(0)}, {{"axis", axis}, {"sizes", std::move(sections)}}, n);
+}
+
 void dropout(Pir& p) {
   if (!p.attr_bool("is_test", true)) p.refuse("in training mode is not supported");
   const std::string mode = p.attr_string("mode", "upscale_in_train");
@@ -503,6 +555,8 @@ const std::map<std::string, Translate>& table() {
          p.emit("cast", {p.input(0)}, {{"to", std::string(dtype_name(dt))}});
        }},
       {"dropout", dropout},
+      {"split", [](Pir& p) { split(p, false); }},
+      {"split_with_num", [](Pir& p) { split(p, true); }},
   };
   return t;
 }
@@ -551,7 +605,7 @@ void build_pir(const paddle::PaddlePaths& paths, Model& m) {
   m.architecture = fmt::format("paddle (pir v{})", doc->at("base_code").value("version", 0));
   m.builder_state = doc;
 
-  Pir p{path, m, m.graph, {}, {}, {}, nullptr, {}, {}, {}};
+  Pir p{path, m, m.graph, {}, {}, {}, nullptr, -1, {}, {}, {}};
   std::set<int64_t> consumed;
   std::vector<paddle::ParamSpec> specs;
   std::map<std::string, int64_t> param_ids;
@@ -578,6 +632,7 @@ void build_pir(const paddle::PaddlePaths& paths, Model& m) {
   }
 
   std::vector<std::pair<int64_t, std::pair<std::string, ValueId>>> fetches;
+  std::map<std::string, PirType> fetch_types;
   const auto& tab = table();
   for (size_t i = 0; i < ops->size(); ++i) {
     const json& op = (*ops)[i];
@@ -605,6 +660,15 @@ void build_pir(const paddle::PaddlePaths& paths, Model& m) {
         p.lists[p.output_id(0)] = ids;
         continue;
       }
+      if (full_name == "builtin.split") {
+        const std::vector<ValueId> parts = p.input_list(0);
+        const json& outs = op.at("O");
+        if (!outs.is_array() || outs.size() != parts.size()) {
+          p.bad(fmt::format("{} outputs for a list of {}", outs.is_array() ? outs.size() : 0, parts.size()));
+        }
+        for (size_t k = 0; k < parts.size(); ++k) p.values[p.output_id(static_cast<int>(k))] = parts[k];
+        continue;
+      }
       if (full_name == "pd_op.data") {
         const std::string name = p.attr_string("name", "");
         if (name.empty()) p.bad("a data op without a name");
@@ -618,6 +682,10 @@ void build_pir(const paddle::PaddlePaths& paths, Model& m) {
         const std::string name = p.attr_string("name", "");
         if (name.empty()) p.bad("a fetch op without a name");
         fetches.push_back({p.attr_int("col", static_cast<int64_t>(fetches.size())), {name, p.input(0)}});
+        // The program states each fetched tensor's type (dims -1 where they vary): the
+        // signature carries it so `sampan info` and the servers' metadata show real shapes.
+        auto t = p.types.find(p.output_id(0));
+        if (t != p.types.end() && t->second.known) fetch_types[name] = t->second;
         continue;
       }
       auto it = serialized.rfind("1.", 0) == 0 ? tab.find(p.op_name) : tab.end();
@@ -648,6 +716,10 @@ void build_pir(const paddle::PaddlePaths& paths, Model& m) {
     m.graph.mark_output(v);
     DType dt = DType::kF32;
     std::vector<graph::Dim> dims;
+    if (auto t = fetch_types.find(name); t != fetch_types.end()) {
+      dt = t->second.dtype;
+      dims = dims_of(name, t->second.dims);
+    }
     m.signature.outputs.push_back({name, name, TensorRole::kData, dt, std::move(dims), -1});
   }
   m.graph.validate();

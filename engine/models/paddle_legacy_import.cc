@@ -340,7 +340,8 @@ void layer_norm(Leg& p) {
     }
     in.push_back(v);
   }
-  p.emit("layer_norm", std::move(in), {{"axis", axis}, {"eps", p.attr_float("epsilon", 1e-5)}}, "Y");
+  // The last axis is written -1, the form fuse_add_layer_norm matches.
+  p.emit("layer_norm", std::move(in), {{"axis", axis == rank - 1 ? int64_t{-1} : axis}, {"eps", p.attr_float("epsilon", 1e-5)}}, "Y");
 }
 
 void lookup(Leg& p) {
@@ -490,6 +491,55 @@ void gather(Leg& p) {
   p.emit("gather", {p.in("X"), p.in("Index")}, {{"axis", p.attr_int("axis", 0)}});
 }
 
+// split(X){axis, num | sections} -> Out (several variables). A section of -1 takes what the
+// others leave (the axis must be declared); axis or sections given as tensors are refused.
+void legacy_split(Leg& p) {
+  if (p.has("AxisTensor") || p.has("SectionsTensorList")) {
+    p.refuse("with axis or sections computed at run time is not supported");
+  }
+  std::vector<std::string> outs;
+  for (const auto& v : p.op->outputs()) {
+    if (v.parameter() == "Out") outs.assign(v.arguments().begin(), v.arguments().end());
+  }
+  if (outs.empty()) p.bad("output 'Out' is missing");
+  const int64_t axis = p.attr_int("axis", 0);
+  std::vector<int64_t> sections = p.attr_ints("sections", {});
+  Attributes a{{"axis", axis}};
+  if (sections.empty()) {
+    const int64_t num = p.attr_int("num", 0);
+    if (num != static_cast<int64_t>(outs.size())) p.bad(fmt::format("num {} for {} outputs", num, outs.size()));
+    a.set("exact", int64_t{1});
+  } else {
+    if (sections.size() != outs.size()) p.bad(fmt::format("{} sections for {} outputs", sections.size(), outs.size()));
+    int64_t infer = -1, known = 0;
+    for (size_t k = 0; k < sections.size(); ++k) {
+      if (sections[k] == -1 && infer < 0) {
+        infer = static_cast<int64_t>(k);
+      } else if (sections[k] < 0) {
+        p.bad(fmt::format("section {} is {}", k, sections[k]));
+      } else {
+        known += sections[k];
+      }
+    }
+    if (infer >= 0) {
+      const std::vector<int64_t>& dims = p.info("X").dims;
+      const int64_t rank = static_cast<int64_t>(dims.size());
+      const int64_t ax = axis < 0 ? axis + rank : axis;
+      if (ax < 0 || ax >= rank || dims[static_cast<size_t>(ax)] < 0) {
+        p.refuse("with a -1 section along a dimension of unknown size is not supported");
+      }
+      sections[static_cast<size_t>(infer)] = dims[static_cast<size_t>(ax)] - known;
+      if (sections[static_cast<size_t>(infer)] < 0) p.bad("sections longer than the axis");
+    }
+    a.set("sizes", std::move(sections));
+  }
+  const std::vector<ValueId> vs = p.g.add_node("split", p.node_name, {p.in("X")}, std::move(a), static_cast<int>(outs.size()));
+  for (size_t k = 0; k < outs.size(); ++k) {
+    p.g.mutable_value(vs[k]).name = fmt::format("{}:{}", p.node_name, outs[k]);
+    p.values[outs[k]] = vs[k];
+  }
+}
+
 const std::map<std::string, Translate>& table() {
   static const std::map<std::string, Translate> t = {
       {"conv2d", conv},
@@ -528,6 +578,7 @@ const std::map<std::string, Translate>& table() {
       {"mul", mul},
       {"scale", scale},
       {"layer_norm", layer_norm},
+      {"split", legacy_split},
       {"softmax", [](Leg& p) { p.emit("softmax", {p.in("X")}, {{"axis", p.attr_int("axis", -1)}}); }},
       {"lookup_table_v2", lookup},
       {"reshape2", reshape},

@@ -2,7 +2,9 @@
 //        (opt)) -> y [N, O, Ho, Wo] = act(conv(x, w) + bias + residual)
 // Attributes (all optional): strides [2] (1, 1), pads [4] top, left, bottom, right (0s),
 // dilations [2] (1, 1), group (1), activation "none" | "relu" | "clip" | "sigmoid" |
-// "hard_swish" ("none"), act_min / act_max (clip bounds, default -inf / +inf).
+// "hard_swish" ("none"), act_min / act_max (clip bounds, default -inf / +inf), precision "f32" |
+// "bf16" ("f32"; "bf16" takes w as bf16 and computes the product on bf16-rounded inputs with f32
+// sums, see kernels/cpu/conv_cpu.h; not for convs whose groups read one channel each).
 // Ho = (H + pad_top + pad_bottom - dil_h * (kh - 1) - 1) / stride_h + 1, likewise Wo.
 #include "engine/ops/conv2d.h"
 
@@ -61,6 +63,10 @@ Conv2dAttrs parse_conv2d_attrs(const graph::Node& node) {
       node.attrs.get_float("act_min", -std::numeric_limits<double>::infinity()));
   a.epilogue.act_max = static_cast<float>(
       node.attrs.get_float("act_max", std::numeric_limits<double>::infinity()));
+  const std::string precision = node.attrs.get_string("precision", "f32");
+  SAMPAN_CHECK(precision == "f32" || precision == "bf16", ErrorCode::kInvalidArgument,
+               "node '{}' (conv2d): unknown precision '{}' (f32, bf16)", node.name, precision);
+  a.bf16 = precision == "bf16";
   SAMPAN_CHECK(!(a.epilogue.act_min > a.epilogue.act_max), ErrorCode::kInvalidArgument,
                "node '{}' (conv2d): act_min {} > act_max {}", node.name, a.epilogue.act_min,
                a.epilogue.act_max);
@@ -95,7 +101,7 @@ std::vector<TensorDesc> infer(const graph::Node& node, const Conv2dAttrs& a,
   expect_rank(node, in[0], 0, 4);
   expect_dtype(node, in[0], 0, DType::kF32);
   expect_rank(node, in[1], 1, 4);
-  expect_dtype(node, in[1], 1, DType::kF32);
+  expect_dtype(node, in[1], 1, a.bf16 ? DType::kBF16 : DType::kF32);
   const Shape& x = in[0].shape;
   const Shape& w = in[1].shape;
   SAMPAN_CHECK(x[1] % a.group == 0 && w[0] % a.group == 0, ErrorCode::kInvalidArgument,
@@ -107,6 +113,10 @@ std::vector<TensorDesc> infer(const graph::Node& node, const Conv2dAttrs& a,
                node.name, shape_str(w), w[1], shape_str(x), x[1] / a.group, a.group);
   SAMPAN_CHECK(w[2] >= 1 && w[3] >= 1 && w[0] >= 1, ErrorCode::kInvalidArgument,
                "node '{}' (conv2d): empty weight {}", node.name, shape_str(w));
+  SAMPAN_CHECK(!a.bf16 || w[1] > 1 || a.group == 1, ErrorCode::kInvalidArgument,
+               "node '{}' (conv2d): precision bf16 needs a conv with more than one input channel "
+               "per group (group {}, weight {})",
+               node.name, a.group, shape_str(w));
   const cpu::ConvShape s = conv_shape(a, x, w);
   const int64_t ho = s.out_h();
   const int64_t wo = s.out_w();
@@ -153,6 +163,12 @@ void run_cpu(const KernelContext& ctx) {
     residual = contiguous_data(ctx.inputs[3], hr);
   }
   const cpu::ConvShape s = conv_shape(a, x.shape(), w.shape());
+  if (a.bf16) {
+    const Tensor wc = w.is_contiguous() ? w : w.contiguous();
+    cpu::conv2d_bf16(s, contiguous_data(x, hx), wc.data<uint16_t>(), bias, residual, a.epilogue,
+                     y.data<float>(), ctx.runner);
+    return;
+  }
   cpu::conv2d(s, contiguous_data(x, hx), contiguous_data(w, hw), bias, residual, a.epilogue,
               y.data<float>(), ctx.runner);
 }
@@ -165,7 +181,8 @@ const RegisterOp kSchema(with_attrs<Conv2dAttrs>({.name = "conv2d", .min_inputs 
                                                   {"group", AttrType::kInt, false},
                                                   {"activation", AttrType::kString, false},
                                                   {"act_min", AttrType::kFloat, false},
-                                                  {"act_max", AttrType::kFloat, false}},
+                                                  {"act_max", AttrType::kFloat, false},
+                                                  {"precision", AttrType::kString, false}},
                                                  parse_conv2d_attrs, infer));
 const RegisterKernel kCpu("conv2d", DeviceType::kCPU, run_cpu);
 

@@ -17,9 +17,13 @@ struct Conv2dAttrs final : OpAttrs {
   std::array<int64_t, 2> dilations{1, 1};     // >= 1
   int64_t group = 1;                          // >= 1
   cpu::ConvEpilogue epilogue;                 // activation, act_min/act_max for clip
+  // precision "bf16" (set by convert_precision_bf16): w is bf16, the GEMM's inputs are rounded
+  // to bf16 and accumulate in f32 (cpu::conv2d_bf16). "f32" (the default): all f32.
+  bool bf16 = false;
 };
 
-// Reads strides, pads, dilations, group, activation, act_min, act_max (all optional).
+// Reads strides, pads, dilations, group, activation, act_min, act_max, precision (all
+// optional).
 Conv2dAttrs parse_conv2d_attrs(const graph::Node& node);
 
 // "none", "relu", "clip", "sigmoid", "hard_swish"; false for anything else.

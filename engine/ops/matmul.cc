@@ -12,6 +12,8 @@
 //    on one worker each when there are enough of them, else one by one on all workers.
 // The bias rides in the GEMM's own epilogue; alpha is folded into W where W is built here, and
 // the activation (and alpha when b is used as is) is one vector pass over y afterwards.
+// precision "bf16" (a constant 2-D b converted to bf16 by convert_precision_bf16): the same 1x1
+// conv form on bf16-rounded inputs with f32 sums (cpu::matmul_bf16).
 #include "engine/ops/matmul.h"
 
 #include <algorithm>
@@ -96,7 +98,10 @@ MatmulDims matmul_dims(const graph::Node& node, const MatmulAttrs& at, const Sha
 std::vector<TensorDesc> infer(const graph::Node& node, const MatmulAttrs& at,
                               const std::vector<TensorDesc>& in) {
   expect_dtype(node, in[0], 0, DType::kF32);
-  expect_dtype(node, in[1], 1, DType::kF32);
+  expect_dtype(node, in[1], 1, at.bf16 ? DType::kBF16 : DType::kF32);
+  SAMPAN_CHECK(!at.bf16 || (in[1].shape.size() == 2 && !at.trans_b), ErrorCode::kInvalidArgument,
+               "node '{}' (matmul): precision bf16 needs a 2-D b [k, n] without trans_b, got {}",
+               node.name, shape_str(in[1].shape));
   const MatmulDims d = matmul_dims(node, at, in[0].shape, in[1].shape);
   if (in.size() > 2 && in[2].present) {
     expect_dtype(node, in[2], 2, DType::kF32);
@@ -194,6 +199,13 @@ void run_cpu(const KernelContext& ctx) {
   }
   // Every row of a (batch dims included) against one weight matrix.
   const int64_t rows = y.numel() / d.n;  // y is [rows, n] (n > 0: y is not empty)
+  if (at.bf16) {  // the 1x1-conv form below, on bf16-rounded inputs
+    cpu::matmul_bf16(rows, d.k, d.n, a.data<float>(), b.data<uint16_t>(), y.data<float>(),
+                     ctx.runner);
+    cpu::bias_activation(rows, d.n, y.data<float>(), d.n, at.alpha, bias, at.activation,
+                         ctx.runner);
+    return;
+  }
   if (!at.trans_b && b.rank() == 2 && d.k > 0) {
     // y [rows, n] = a [rows, k] · b [k, n] is a 1x1 convolution of the "image" b (k channels of
     // one row of n pixels) by the "filter" a (rows output channels): the conv GEMM packs tiles
@@ -230,6 +242,10 @@ MatmulAttrs parse_matmul_attrs(const graph::Node& node) {
   SAMPAN_CHECK(found, ErrorCode::kInvalidArgument,
                "node '{}' (matmul): unknown activation '{}' (none, relu, gelu, gelu_tanh)",
                node.name, act);
+  const std::string precision = node.attrs.get_string("precision", "f32");
+  SAMPAN_CHECK(precision == "f32" || precision == "bf16", ErrorCode::kInvalidArgument,
+               "node '{}' (matmul): unknown precision '{}' (f32, bf16)", node.name, precision);
+  a.bf16 = precision == "bf16";
   return a;
 }
 
@@ -238,7 +254,8 @@ const RegisterOp kSchema(with_attrs<MatmulAttrs>({.name = "matmul", .min_inputs 
                                                   .max_inputs = 3},
                                                  {{"trans_b", AttrType::kInt, false},
                                                   {"alpha", AttrType::kFloat, false},
-                                                  {"activation", AttrType::kString, false}},
+                                                  {"activation", AttrType::kString, false},
+                                                  {"precision", AttrType::kString, false}},
                                                  parse_matmul_attrs, infer));
 const RegisterKernel kCpu("matmul", DeviceType::kCPU, run_cpu);
 }  // namespace

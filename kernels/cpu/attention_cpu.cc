@@ -120,7 +120,7 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   const int64_t group = shape.n_heads / n_kv;
   const int64_t window = shape.sliding_window;
   const auto kernel =
-      active_isa() == Isa::kAvx2 ? detail::attention_range_avx2 : detail::attention_range_avx512;
+      has_avx512() ? detail::attention_range_avx512 : detail::attention_range_avx2;
   const int64_t scratch_floats = detail::attention_scratch_floats(group, hd);
   const int64_t part_stride = group * hd + 2 * group;
   const int64_t head_bytes = kv_head_bytes(cache.dtype, hd);

@@ -10,6 +10,8 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/common/half.h"
+#include "kernels/cpu/convert_cpu.h"
 #include "kernels/cpu/isa.h"
 
 namespace sampan::cpu {
@@ -22,38 +24,36 @@ using conv_detail::MicroKernel;
 // (8 x 256 floats, 8 KB) stays in L1 across the tile's column panels.
 constexpr int64_t kKc = 256;
 constexpr int64_t kNcMax = 192;  // a multiple of every micro-kernel's nr
+// The bf16 path's k chunk: bf16 halves the bytes per k row, so twice the rows fit the same
+// cache budget (and the f32 partial sums in y are revisited half as often).
+constexpr int64_t kKcBf16 = 512;
+constexpr int64_t kBf16PackRows = 64;  // even, so sub-panels start on a pair row
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-struct AlignedFloats {
+template <typename T>
+struct AlignedBuffer {
   struct Free {
-    void operator()(float* p) const { std::free(p); }
+    void operator()(T* p) const { std::free(p); }
   };
-  std::unique_ptr<float, Free> data;
+  std::unique_ptr<T, Free> data;
   int64_t size = 0;
-  float* get(int64_t n) {
+  T* get(int64_t n) {
     if (n > size) {
-      const size_t bytes = (static_cast<size_t>(n) * sizeof(float) + 63) / 64 * 64;
-      data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+      const size_t bytes = (static_cast<size_t>(n) * sizeof(T) + 63) / 64 * 64;
+      data.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
       size = n;
     }
     return data.get();
   }
 };
+using AlignedFloats = AlignedBuffer<float>;
 
 std::atomic<ConvKernelChoice> g_choice{ConvKernelChoice::kAuto};
 
-// The AVX-512 tile needs only AVX-512 F (plus the OS's zmm state, which cpu_features checks):
-// a CPU below the project's kAvx512 level for lack of FP16 (AMD Zen 4) still runs it, unless
-// the environment lowered the level on purpose (SAMPAN_CPU_ISA=avx2).
-bool avx512_tile_ok() {
-  const CpuFeatures& f = cpu_features();
-  if (!f.avx512f || !f.avx512vl || !f.avx512bw || !f.avx512dq) return false;
-  if (active_isa() != Isa::kAvx2) return true;
-  if (isa_supported(Isa::kAvx512)) return false;  // the level exists and was lowered
-  const char* env = std::getenv("SAMPAN_CPU_ISA");
-  return !(env && std::strcmp(env, "avx2") == 0);
-}
+// The AVX-512 tile needs AVX-512 F/BW/VL/DQ: any level from avx512 up (isa.h), so
+// SAMPAN_CPU_ISA=avx2 or avx2_vnni selects the AVX2 tile.
+bool avx512_tile_ok() { return has_avx512(); }
 
 MicroKernel pick_micro_kernel() {
   switch (g_choice.load(std::memory_order_relaxed)) {
@@ -277,6 +277,181 @@ void conv_direct(const Geometry& g, const float* x, const float* w, const float*
   });
 }
 
+// ---- bf16 precision -------------------------------------------------------------------------
+
+// The portable bf16 tile: the vdpbf16ps tile's inputs and pair layout, computed with f32
+// multiply-adds (every product of two bf16 numbers is exact in f32), for CPUs without
+// AVX512-BF16. Slow but the same rounding, so results differ from the native tile by f32
+// summation order only.
+constexpr int kPortableMr = 4;
+constexpr int kPortableNr = 16;
+
+void portable_bf16_tile(int m, int64_t kc, const uint16_t* a, int64_t lda, const uint16_t* bp,
+                        float* c, int64_t ldc, bool accumulate, bool last, const float* bias,
+                        const float* res, const ConvEpilogue* ep) {
+  constexpr int nr = kPortableNr;
+  for (int i = 0; i < m; ++i) {
+    float acc[nr] = {};
+    const uint16_t* ai = a + i * lda;
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      const float av = bf16_to_f32(ai[kk]);
+      const uint16_t* b = bp + (kk / 2) * 2 * nr + (kk % 2);
+      for (int j = 0; j < nr; ++j) acc[j] += av * bf16_to_f32(b[2 * j]);
+    }
+    float* ci = c + i * ldc;
+    for (int j = 0; j < nr; ++j) {
+      float v = acc[j] + (accumulate ? ci[j] : 0.0f);
+      if (last) {
+        if (bias) v += bias[i];
+        if (res) v += res[i * ldc + j];
+        if (ep->act != ConvActivation::kSigmoid) conv_activate(*ep, &v, 1);
+      }
+      ci[j] = v;
+    }
+  }
+}
+
+// Fills a [ceil(kc / 2)][nr][2] panel: element (r, j) from get(r, j), 0 for an odd kc's last row.
+template <typename Get>
+void portable_pack(int64_t kc, uint16_t* dst, Get get) {
+  constexpr int nr = kPortableNr;
+  for (int64_t kk = 0; kk < (kc + 1) / 2 * 2; ++kk) {
+    uint16_t* d = dst + (kk / 2) * 2 * nr + (kk % 2);
+    for (int j = 0; j < nr; ++j) d[2 * j] = kk < kc ? get(kk, j) : uint16_t{0};
+  }
+}
+
+void portable_pack_f32(const float* src, int64_t kc, uint16_t* dst) {
+  portable_pack(kc, dst, [&](int64_t r, int j) { return f32_to_bf16(src[r * kPortableNr + j]); });
+}
+
+void portable_pack_bf16(const uint16_t* src, int64_t ld, int64_t kc, int64_t ncols,
+                        uint16_t* dst) {
+  portable_pack(kc, dst,
+                [&](int64_t r, int j) { return j < ncols ? src[r * ld + j] : uint16_t{0}; });
+}
+
+bool bf16_native_ok() {
+  return has_avx512_bf16() &&
+         g_choice.load(std::memory_order_relaxed) != ConvKernelChoice::kAvx2 &&
+         (avx512_tile_ok() || g_choice.load(std::memory_order_relaxed) == ConvKernelChoice::kAvx512);
+}
+
+conv_detail::Bf16Kernels pick_bf16_kernels() {
+  if (bf16_native_ok()) return conv_detail::bf16_kernels_avx512();
+  return {kPortableMr, kPortableNr, portable_bf16_tile, portable_pack_f32, portable_pack_bf16};
+}
+
+// One bf16 GEMM per item (an image and group): Y[m, p] (+)= A[m, k] · B[k, p] with A bf16 rows
+// k apart (a_at(item)), B packed panel by panel by pack(item, k0, kc, col0, ncols, dst), Y rows
+// p apart at y + y_off(item). Tiled like conv_gemm: column tiles of at most kNcMax pixels whose
+// packed B stays in L2, output channels split when there are too few tiles for the workers.
+struct Bf16Job {
+  int64_t items = 1, groups = 1;  // item = image * groups + group
+  int64_t m = 0, k = 0, p = 0;
+  const float* bias = nullptr;     // [groups * m] or null
+  const float* residual = nullptr; // like y, or null
+  float* y = nullptr;
+  ConvEpilogue ep;
+};
+
+struct Bf16Scratch {
+  AlignedBuffer<uint16_t> tile;  // [panels][ceil(kc / 2)][nr][2]
+  AlignedFloats panel;           // one f32 panel [kc][nr] before rounding (convs)
+  std::vector<Run> runs;
+};
+
+template <typename AAt, typename YOff, typename Pack>
+void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& runner) {
+  const conv_detail::Bf16Kernels bk = pick_bf16_kernels();
+  const int nr = bk.nr;
+  const int mr = bk.mr;
+  const int64_t n_panels = ceil_div(job.p, nr);
+  const int64_t n_ptiles = ceil_div(n_panels, kNcMax / nr);
+  const int64_t nc_tile = ceil_div(n_panels, n_ptiles) * nr;
+  const int64_t base = job.items * n_ptiles;
+  const int64_t row_blocks = ceil_div(job.m, mr);
+  const int64_t want = 2 * static_cast<int64_t>(runner.concurrency());
+  const int64_t n_ochunks = base >= want ? 1 : std::min(row_blocks, ceil_div(want, base));
+  const int64_t rows_per_chunk = ceil_div(row_blocks, n_ochunks) * mr;
+  const int64_t n_oc = ceil_div(job.m, rows_per_chunk);
+  const int64_t kc_max = std::min(kKcBf16, job.k);
+  const int64_t panel_elems = (kc_max + 1) / 2 * 2 * nr;  // bf16 per packed panel
+  runner.run(base * n_oc, [&](int64_t task) {
+    thread_local Bf16Scratch scratch;
+    const int64_t oc = task % n_oc;
+    const int64_t pt = (task / n_oc) % n_ptiles;
+    const int64_t item = task / (n_oc * n_ptiles);
+    const int64_t j0 = pt * nc_tile;
+    const int64_t nc = std::min(nc_tile, job.p - j0);
+    const int64_t o0 = oc * rows_per_chunk;
+    const int64_t o1 = std::min(job.m, o0 + rows_per_chunk);
+    if (nc <= 0 || o0 >= o1) return;
+    const uint16_t* ag = a_at(item);
+    const int64_t yo = y_off(item);
+    float* yg = job.y + yo;
+    const float* rg = job.residual ? job.residual + yo : nullptr;
+    const float* bg = job.bias ? job.bias + (item % job.groups) * job.m : nullptr;
+    uint16_t* tile = scratch.tile.get(ceil_div(nc, nr) * panel_elems);
+    alignas(64) float tmp_c[8 * 32];
+    alignas(64) float tmp_r[8 * 32];
+    for (int64_t k0 = 0; k0 < job.k; k0 += kKcBf16) {
+      const int64_t kc = std::min(kKcBf16, job.k - k0);
+      for (int64_t pi = 0; pi * nr < nc; ++pi) {
+        const int64_t col = j0 + pi * nr;
+        pack(scratch, bk, item, k0, kc, col, std::min<int64_t>(nr, j0 + nc - col),
+             tile + pi * panel_elems);
+      }
+      const bool accumulate = k0 > 0;
+      const bool last = k0 + kc == job.k;
+      for (int64_t i = o0; i < o1; i += mr) {
+        const int m = static_cast<int>(std::min<int64_t>(mr, o1 - i));
+        const uint16_t* a = ag + i * job.k + k0;
+        const float* bi = bg ? bg + i : nullptr;
+        for (int64_t pi = 0; pi * nr < nc; ++pi) {
+          const int64_t col = j0 + pi * nr;
+          const int64_t ncols = std::min<int64_t>(nr, j0 + nc - col);
+          float* c = yg + i * job.p + col;
+          const float* r = rg ? rg + i * job.p + col : nullptr;
+          const uint16_t* panel = tile + pi * panel_elems;
+          if (ncols == nr) {
+            bk.fn(m, kc, a, job.k, panel, c, job.p, accumulate, last, bi, r, &job.ep);
+            continue;
+          }
+          // A partial panel goes through a full-width copy (the tile writes nr columns).
+          const size_t row_bytes = static_cast<size_t>(ncols) * sizeof(float);
+          for (int row = 0; row < m; ++row) {
+            if (accumulate) std::memcpy(tmp_c + row * nr, c + row * job.p, row_bytes);
+            if (last && r) std::memcpy(tmp_r + row * nr, r + row * job.p, row_bytes);
+          }
+          bk.fn(m, kc, a, job.k, panel, tmp_c, nr, accumulate, last, bi,
+                last && r ? tmp_r : nullptr, &job.ep);
+          for (int row = 0; row < m; ++row) {
+            std::memcpy(c + row * job.p, tmp_c + row * nr, row_bytes);
+          }
+        }
+      }
+    }
+    if (job.ep.act == ConvActivation::kSigmoid) {
+      for (int64_t i = o0; i < o1; ++i) conv_activate(job.ep, yg + i * job.p + j0, nc);
+    }
+  });
+}
+
+Geometry make_geometry(const ConvShape& s) {
+  Geometry g;
+  g.s = s;
+  g.ho = s.out_h();
+  g.wo = s.out_w();
+  g.p = g.ho * g.wo;
+  g.cg = s.c / s.group;
+  g.og = s.o / s.group;
+  g.k = g.cg * s.kh * s.kw;
+  g.pointwise = s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_t == 0 &&
+                s.pad_l == 0 && s.pad_b == 0 && s.pad_r == 0;
+  return g;
+}
+
 }  // namespace
 
 void set_conv_kernel(ConvKernelChoice choice) { g_choice.store(choice); }
@@ -307,22 +482,81 @@ void conv_activate(const ConvEpilogue& ep, float* v, int64_t n) {
 
 void conv2d(const ConvShape& s, const float* x, const float* w, const float* bias,
             const float* residual, const ConvEpilogue& ep, float* y, TaskRunner& runner) {
-  Geometry g;
-  g.s = s;
-  g.ho = s.out_h();
-  g.wo = s.out_w();
-  g.p = g.ho * g.wo;
-  g.cg = s.c / s.group;
-  g.og = s.o / s.group;
-  g.k = g.cg * s.kh * s.kw;
-  g.pointwise = s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_t == 0 &&
-                s.pad_l == 0 && s.pad_b == 0 && s.pad_r == 0;
+  const Geometry g = make_geometry(s);
   if (s.n <= 0 || s.o <= 0 || g.p <= 0) return;
   if (g.cg == 1 && s.group > 1) {
     conv_direct(g, x, w, bias, residual, ep, y, runner);
     return;
   }
   conv_gemm(g, x, w, bias, residual, ep, y, runner);
+}
+
+}  // namespace sampan::cpu
+
+namespace sampan::cpu {
+
+bool conv_bf16_native() { return bf16_native_ok(); }
+
+void conv2d_bf16(const ConvShape& s, const float* x, const uint16_t* w, const float* bias,
+                 const float* residual, const ConvEpilogue& ep, float* y, TaskRunner& runner) {
+  const Geometry g = make_geometry(s);
+  if (s.n <= 0 || s.o <= 0 || g.p <= 0) return;
+  Bf16Job job;
+  job.items = s.n * s.group;
+  job.groups = s.group;
+  job.m = g.og;
+  job.k = g.k;
+  job.p = g.p;
+  job.bias = bias;
+  job.residual = residual;
+  job.y = y;
+  job.ep = ep;
+  auto a_at = [&](int64_t item) { return w + (item % s.group) * g.og * g.k; };
+  auto y_off = [&](int64_t item) { return item * g.og * g.p; };
+  auto pack = [&](Bf16Scratch& sc, const conv_detail::Bf16Kernels& bk, int64_t item, int64_t k0,
+                  int64_t kc, int64_t col, int64_t ncols, uint16_t* dst) {
+    const float* xg = x + (item / s.group * s.c + item % s.group * g.cg) * s.h * s.w;
+    // The im2col gather goes through an f32 panel of kBf16PackRows rows (8 KB, stays in L1)
+    // that is rounded into the pair layout right away.
+    float* f = sc.panel.get(kBf16PackRows * bk.nr);
+    for (int64_t r0 = 0; r0 < kc; r0 += kBf16PackRows) {
+      const int64_t rows = std::min(kBf16PackRows, kc - r0);
+      pack_tile(g, xg, k0 + r0, rows, col, ncols, bk.nr, f, sc.runs);
+      bk.pack_f32(f, rows, dst + r0 * bk.nr);  // r0 even: pair row r0 / 2
+    }
+  };
+  gemm_bf16(job, a_at, y_off, pack, runner);
+}
+
+void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t* b, float* y,
+                 TaskRunner& runner) {
+  if (m <= 0 || n <= 0) return;
+  if (k == 0) {
+    std::fill(y, y + m * n, 0.0f);
+    return;
+  }
+  // a rounded once per call (m·k, small next to the m·k·n product), read in place by the tile.
+  thread_local std::vector<uint16_t> a16;
+  a16.resize(static_cast<size_t>(m * k));
+  uint16_t* const a_bf = a16.data();  // the workers see their own thread_locals, not this one
+  const int64_t chunk = std::max<int64_t>(1, ceil_div(m, runner.concurrency()));
+  runner.run(ceil_div(m, chunk), [&](int64_t t) {
+    const int64_t r0 = t * chunk;
+    const int64_t r1 = std::min(m, r0 + chunk);
+    convert_f32_to_bf16(a + r0 * k, a_bf + r0 * k, (r1 - r0) * k);
+  });
+  Bf16Job job;
+  job.m = m;
+  job.k = k;
+  job.p = n;
+  job.y = y;
+  auto a_at = [&](int64_t) { return a_bf; };
+  auto y_off = [](int64_t) { return int64_t{0}; };
+  auto pack = [&](Bf16Scratch&, const conv_detail::Bf16Kernels& bk, int64_t, int64_t k0,
+                  int64_t kc, int64_t col, int64_t ncols, uint16_t* dst) {
+    bk.pack_bf16(b + k0 * n + col, n, kc, ncols, dst);
+  };
+  gemm_bf16(job, a_at, y_off, pack, runner);
 }
 
 }  // namespace sampan::cpu

@@ -1,5 +1,6 @@
 // 2-D convolution on the CPU, f32, NCHW in and out (the graph's layout; nothing is converted to
-// another layout in memory except the per-thread packed input tiles below).
+// another layout in memory except the per-thread packed input tiles below). A bf16 variant of
+// the GEMM path (conv2d_bf16, matmul_bf16) is declared further down.
 //
 // y = act(conv(x, w) + bias + residual), with ONNX Conv semantics (strides, asymmetric pads,
 // dilations, groups).
@@ -55,6 +56,30 @@ struct ConvEpilogue {
 void conv2d(const ConvShape& s, const float* x, const float* w, const float* bias,
             const float* residual, const ConvEpilogue& ep, float* y, TaskRunner& runner);
 
+// bf16 precision (the GEMM path only): the GEMM's inputs are rounded to bf16 (nearest even),
+// products accumulate in f32, bias, residual and activation are applied in f32 as above.
+//  - conv2d_bf16: w already bf16, [o, c / group, kh, kw] row-major (rounded once, at load); the
+//    input tile is rounded while it is packed. Convs whose groups read one input channel each
+//    (depthwise) have no GEMM: call conv2d with f32 weights for those (w is not accepted here).
+//  - matmul_bf16: y [m, n] = a [m, k] · b [k, n], b bf16 (rounded once, at load), a rounded
+//    here; the 1x1-conv form of conv2d, with b as the image and a as the filter.
+// With AVX512-BF16 the tile runs vdpbf16ps (two k steps per instruction); without it (or after
+// set_conv_kernel(kAvx2)) the same rounded inputs run through a portable loop of f32
+// multiply-adds: the same rounding, f32 sums in a different order, several times slower.
+// Accuracy: every product of two bf16 numbers is exact in f32, so against the exact product of
+// the rounded inputs the error is f32 summation only (~k · 2^-24 · sum |x||w| at worst); against
+// the unrounded f32 inputs each product is off by up to ~2^-8 relative, ~2^-8 · sqrt(k) · rms
+// product in a sum of random signs.
+// x: [n, c, h, w] f32; w: [o, c / group, kh, kw] bf16 bits; bias: [o] or null;
+// residual: [n, o, ho, wo] or null; y: [n, o, ho, wo].
+void conv2d_bf16(const ConvShape& s, const float* x, const uint16_t* w, const float* bias,
+                 const float* residual, const ConvEpilogue& ep, float* y, TaskRunner& runner);
+// a: [m, k] f32; b: [k, n] bf16 bits; y: [m, n] (no epilogue: the caller adds bias/activation).
+void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t* b, float* y,
+                 TaskRunner& runner);
+// Whether the bf16 path has its vdpbf16ps tile on this CPU (else the portable loop runs).
+bool conv_bf16_native();
+
 // Which register tile the GEMM path uses. kAuto (the default): the AVX-512 tile when the CPU
 // has AVX-512 F/BW/VL/DQ and the instruction-set level (isa.h) is not lowered to avx2 (on a CPU
 // whose level is avx2 only for lack of AVX-512 FP16, such as AMD Zen 4, unless
@@ -87,6 +112,25 @@ struct MicroKernel {
 
 MicroKernel micro_kernel_avx2();
 MicroKernel micro_kernel_avx512();
+
+// The bf16 tile: as MicroKernelFn, with a bf16 ([m] rows lda apart, kc may be odd: its last
+// element pairs with 0) and bp packed in pairs along k, [ceil(kc / 2)][nr][2] bf16 (64-byte
+// aligned; an odd kc's last pair row holds (b, 0)).
+using MicroKernelBf16Fn = void (*)(int m, int64_t kc, const uint16_t* a, int64_t lda,
+                                   const uint16_t* bp, float* c, int64_t ldc, bool accumulate,
+                                   bool last, const float* bias, const float* res,
+                                   const ConvEpilogue* ep);
+struct Bf16Kernels {
+  int mr = 0;
+  int nr = 0;
+  MicroKernelBf16Fn fn = nullptr;
+  // src: [kc][nr] f32 (64-byte aligned) -> dst: [ceil(kc / 2)][nr][2] bf16, rounded.
+  void (*pack_f32)(const float* src, int64_t kc, uint16_t* dst) = nullptr;
+  // src: kc rows of bf16, ld apart, ncols (<= nr) read per row -> dst as above (zeros past ncols).
+  void (*pack_bf16)(const uint16_t* src, int64_t ld, int64_t kc, int64_t ncols,
+                    uint16_t* dst) = nullptr;
+};
+Bf16Kernels bf16_kernels_avx512();
 
 }  // namespace conv_detail
 }  // namespace sampan::cpu

@@ -84,7 +84,7 @@ void f16_to_f32_avx2(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
 
-bool use_avx512() { return active_isa() != Isa::kAvx2; }
+bool use_avx512() { return has_avx512(); }
 
 }  // namespace
 

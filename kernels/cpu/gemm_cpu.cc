@@ -339,22 +339,15 @@ void gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpil
   assert(w.n_blocks >= 1 && w.n_blocks <= kMaxGemmBlocks && w.k >= 1 && ldx >= w.k);
   assert(epilogue == GemmEpilogue::kStore || (w.n_blocks == 2 && w.rows[0] == w.rows[1]));
   if (dt < 0) return;
-  const Isa isa = active_isa();
-  switch (isa) {
-    case Isa::kAmx:
-      if (dt != gemm_detail::kDtF32 && m >= gemm_detail::kAmxMinM) {
-        gemm_detail::gemm_amx(m, x, ldx, w, epilogue, y, ldy, runner);
-        return;
-      }
-      gemm_fma(gemm_detail::fma_kernels_avx512(), m, x, ldx, w, epilogue, y, ldy, runner);
-      return;
-    case Isa::kAvx512:
-      gemm_fma(gemm_detail::fma_kernels_avx512(), m, x, ldx, w, epilogue, y, ldy, runner);
-      return;
-    case Isa::kAvx2:
-      gemm_fma(gemm_detail::fma_kernels_avx2(), m, x, ldx, w, epilogue, y, ldy, runner);
-      return;
+  // AMX tiles pay off from kAmxMinM rows; below that, and for f32 weights, the AVX-512 FMA
+  // kernels stream the weights (they need only AVX-512 F/BW/VL/DQ, so Zen 4 runs them too).
+  if (has_amx() && dt != gemm_detail::kDtF32 && m >= gemm_detail::kAmxMinM) {
+    gemm_detail::gemm_amx(m, x, ldx, w, epilogue, y, ldy, runner);
+    return;
   }
+  const FmaKernels& kt =
+      has_avx512() ? gemm_detail::fma_kernels_avx512() : gemm_detail::fma_kernels_avx2();
+  gemm_fma(kt, m, x, ldx, w, epilogue, y, ldy, runner);
 }
 
 }  // namespace sampan::cpu

@@ -11,11 +11,12 @@
 //
 // Accuracy, against dequantize-then-multiply in double (tests/kernels/test_gemm_quant.cc), with
 // M = sum_k |x| (|q| + |z|) |s| (= sum |x||w| for fp8 and symmetric int4):
-//  - kF8E4M3 decode on every ISA, kI4 decode on AVX-512, and prefill without AMX: (q - z) * s
+//  - kF8E4M3 decode on every ISA, and prefill without AMX: (q - z) * s
 //    (at most 9 x 11 significant bits) and fp8 values (4 bits) are exact in f32, the fp8 row
 //    scale is applied once to the finished sum, and x stays f32: only f32 summation error, below
 //    1e-5 * M for k up to a few thousand. (AVX2 fp8 decode keeps this for |x| < 2^64.)
-//  - kI4 decode on AVX2 multiplies in integers: x is rounded per (row of x, weight group g) to
+//  - kI4 decode (the AVX2 kernel, which every ISA level runs: gemm_quant_cpu.cc) multiplies in
+//    integers: x is rounded per (row of x, weight group g) to
 //    x16 * s_x, x16 = round(x / s_x) in [-32639, 32639], s_x = absmax_g(x) / 32639 (32639 =
 //    256 * 127 + 127, the most a signed hi byte and lo byte hold). Rounding x to the nearest
 //    multiple of s_x is off by s_x / 2 = absmax_g / 65278; computing x / s_x and s_x in f32 adds
@@ -45,7 +46,7 @@ namespace sampan::cpu::gemm_detail {
 // (~80 extrapolated to m = 12); fp8 dot 70 at m = 12, dequantize + AMX 108 at m = 16.
 constexpr int64_t kQuantPrefillMinM = 16;
 
-// Relative rounding of x (to its group's absmax) on the AVX2 kI4 decode path: 1/65278 + 2^-22.
+// Relative rounding of x (to its group's absmax) on the kI4 decode path: 1/65278 + 2^-22.
 constexpr double kI4DecodeXError = 1.0 / 65278 + 0x1p-22;
 
 // One weight row of a quantized block.

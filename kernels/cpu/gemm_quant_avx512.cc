@@ -179,8 +179,11 @@ void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* 
 
 // Calls emit(c, v0, v1) with the dequantized elements [c, c + 32) as two f32 vectors; for fp8
 // the last call may cover fewer (the rest 0).
+// Always inlined so that a caller compiled for more than this file's flags (dequant_bf16)
+// can pass a lambda that uses its extra instructions.
 template <class Emit>
-inline void dequant_row_each(const QuantRow& row, const QuantFormat& f, Emit emit) {
+[[gnu::always_inline]] inline void dequant_row_each(const QuantRow& row, const QuantFormat& f,
+                                                    Emit emit) {
   const int64_t k = f.k;
   if (f.dtype == DType::kF8E4M3) {
     const __m512 s = _mm512_set1_ps(row_scale(row.scales) * 256.0f);
@@ -218,12 +221,19 @@ void dequant_f32(const QuantRow& row, const QuantFormat& f, float* out) {
   });
 }
 
+// The one function here that needs AVX512-BF16 (vcvtne2ps2bf16): the file is compiled for
+// AVX-512 F/BW/VL/DQ only, so nothing else can pick up an instruction a kAvx512 CPU lacks. Only
+// the AMX prefill calls it (gemm_quant_cpu.cc), and the kAmx level includes AVX512-BF16. A
+// pragma rather than an attribute, so that the lambda's body gets the target too.
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
 void dequant_bf16(const QuantRow& row, const QuantFormat& f, uint16_t* out) {
   dequant_row_each(row, f, [&](int64_t c, __m512 v0, __m512 v1) {
     const __m512bh h = _mm512_cvtne2ps_pbh(v1, v0);
     _mm512_mask_storeu_epi16(out + c, mask32(f.k - c), reinterpret_cast<const __m512i&>(h));
   });
 }
+#pragma GCC pop_options
 
 QuantKernels make_table() {
   QuantKernels t;

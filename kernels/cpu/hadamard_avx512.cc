@@ -1,5 +1,5 @@
 // AVX-512 Walsh-Hadamard row kernel (compiled with AVX-512 flags; only called when
-// cpu::active_isa() is kAvx512 or above).
+// cpu::has_avx512(): AVX-512 F/BW/VL/DQ).
 //
 // A block is transformed in a few passes over memory instead of log2(B): the first pass does the
 // four stages inside each 16-float vector (lane permutes) and up to four more across 16 vectors

@@ -86,7 +86,7 @@ void hadamard_rows(int64_t rows, int64_t n, int64_t block, float* x, int64_t ldx
   if (rows <= 0 || n <= 0 || block <= 1) return;  // H_1 = [1]: nothing to do
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(block)));
   const auto kernel =
-      active_isa() == Isa::kAvx2 ? detail::hadamard_rows_avx2 : detail::hadamard_rows_avx512;
+      has_avx512() ? detail::hadamard_rows_avx512 : detail::hadamard_rows_avx2;
   // Rows are independent and a block is the unit of mixing, so rows are the tasks; a task gets at
   // least ~16k floats so the pool's hand-off stays small next to the work.
   const int64_t grain = n >= 16384 ? 1 : 16384 / n;

@@ -1,42 +1,92 @@
 // Run-time instruction-set dispatch for CPU kernels. The baseline is AVX2+FMA+F16C; files named
-// *_avx512.cc and *_amx.cc are compiled for those sets and only called when the CPU has them.
+// *_avx512.cc and *_amx.cc are compiled for those sets and only called when the active level
+// includes them.
+//
+// A level is a set of CPU features, not a CPU family: AMD Zen 4 and Intel Ice Lake run the
+// AVX-512 kernels although they lack AVX512-FP16 (no kernel needs it). Kernels ask
+// isa_at_least() or one of the has_*() predicates, never compare levels with == / < themselves.
 #pragma once
 
+#include <array>
+#include <optional>
 #include <string_view>
 
 namespace sampan::cpu {
 
+// In the order run-time selection prefers them: the CPU's level is the last one it supports.
+// Every level includes the features of every lower one except kAvx2Vnni's: AVX-VNNI (the VEX
+// form of vpdpbusd) is missing on Ice Lake and Zen 4, which have AVX-512 and AVX512-VNNI, so the
+// AVX-512 levels do not require it and do not offer it.
 enum class Isa {
-  kAvx2,    // AVX2 + FMA + F16C (baseline)
-  kAvx512,  // AVX-512 F/BW/VL/DQ + BF16 + FP16 conversions
-  kAmx,     // kAvx512 plus AMX-BF16 tiles (Sapphire Rapids and later)
+  kAvx2,        // AVX2 + FMA + F16C (Haswell, Zen 1 and later)
+  kAvx2Vnni,    // kAvx2 + AVX-VNNI (Alder Lake and other AVX-512-less CPUs with int8 dots)
+  kAvx512,      // kAvx2 + AVX-512 F/BW/VL/DQ (Skylake-SP)
+  kAvx512Vnni,  // kAvx512 + AVX512-VNNI (Cascade Lake, Ice Lake)
+  kAvx512Bf16,  // kAvx512Vnni + AVX512-BF16 (Cooper Lake, Zen 4; no BF16 CPU lacks VNNI)
+  kAmx,         // kAvx512Bf16 + AMX-TILE/BF16/INT8 granted by the OS (Sapphire Rapids)
 };
+
+inline constexpr std::array<Isa, 6> kAllIsas = {Isa::kAvx2,       Isa::kAvx2Vnni,
+                                                Isa::kAvx512,     Isa::kAvx512Vnni,
+                                                Isa::kAvx512Bf16, Isa::kAmx};
 
 struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;
+  bool avx_vnni = false;
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512dq = false;
+  bool avx512_vnni = false;
   bool avx512_bf16 = false;
-  bool avx512_fp16 = false;
+  bool avx512_fp16 = false;  // reported only: no level requires it
   bool amx_tile = false;
   bool amx_bf16 = false;
   bool amx_int8 = false;
   bool amx_os_enabled = false;  // the kernel granted this process the AMX tile state
 };
 
+// What this CPU (and the OS's saved register state) offers.
 const CpuFeatures& cpu_features();
 
-// The best instruction set this CPU supports, lowered by the environment variable
-// SAMPAN_CPU_ISA=avx2|avx512|amx (never raised above what the CPU has). Tests use set_isa to
-// cover every path on one machine.
+// The level kernels dispatch on: the best one the CPU supports, lowered by the environment
+// variable SAMPAN_CPU_ISA=<isa_name> (see isa_for_request; an unknown name prints one warning
+// line to stderr and is ignored). Tests use set_isa to cover every path on one machine.
 Isa active_isa();
-// Returns false (and changes nothing) when the CPU lacks `isa`.
+// Makes `isa` the active level; returns false (and changes nothing) when the CPU lacks it.
 bool set_isa(Isa isa);
 bool isa_supported(Isa isa);
+bool isa_supported_by(const CpuFeatures& f, Isa isa);
+// The best level the CPU supports, whatever SAMPAN_CPU_ISA says.
+Isa best_supported_isa();
+
+// "avx2", "avx2_vnni", "avx512", "avx512_vnni", "avx512_bf16", "amx".
 std::string_view isa_name(Isa isa);
+std::optional<Isa> isa_from_name(std::string_view name);
+
+// Whether level `a` has every feature level `b` requires (so code compiled for `b` may run
+// at `a`). Reflexive; not a total order: kAvx2Vnni and kAvx512 do not include each other.
+bool isa_includes(Isa a, Isa b);
+// isa_includes(active_isa(), isa): the question a kernel asks before taking a path.
+bool isa_at_least(Isa isa);
+
+// What SAMPAN_CPU_ISA=`request` selects on a CPU with features `f`: the last level in kAllIsas,
+// up to `request`, that `f` supports. So it lowers and never raises: avx2_vnni on Zen 4 gives
+// avx2, amx there gives avx512_bf16, avx512 on Alder Lake gives avx2_vnni. nullopt when
+// `request` names no level.
+std::optional<Isa> isa_for_request(std::string_view request, const CpuFeatures& f);
+
+// Feature questions about the active level (false when the CPU has the feature but the level
+// was lowered below it).
+inline bool has_avx512() { return isa_at_least(Isa::kAvx512); }
+// VEX-encoded vpdpbusd on 256-bit registers (AVX-VNNI).
+inline bool has_avx_vnni() { return isa_at_least(Isa::kAvx2Vnni); }
+// EVEX-encoded vpdpbusd/vpdpwssd, on 512-bit and (with VL) 256-bit registers.
+inline bool has_avx512_vnni() { return isa_at_least(Isa::kAvx512Vnni); }
+// vdpbf16ps and the f32 -> bf16 conversions vcvtne(2)ps2bf16.
+inline bool has_avx512_bf16() { return isa_at_least(Isa::kAvx512Bf16); }
+inline bool has_amx() { return isa_at_least(Isa::kAmx); }
 
 }  // namespace sampan::cpu

@@ -1,5 +1,5 @@
 // AVX-512 instantiation of the RMSNorm row kernels (compiled with AVX-512 flags; only called
-// when cpu::active_isa() is kAvx512 or above).
+// when cpu::has_avx512(): AVX-512 F/BW/VL/DQ).
 #include "kernels/cpu/row_kernels.h"
 #include "kernels/cpu/vec_avx512.h"
 

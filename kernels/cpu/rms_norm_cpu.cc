@@ -31,7 +31,7 @@ void rms_norm(int64_t rows, int64_t dim, const float* x, int64_t ldx, const floa
               float* y, int64_t ldy, TaskRunner& runner) {
   if (rows <= 0 || dim <= 0) return;
   const auto kernel =
-      active_isa() == Isa::kAvx2 ? detail::rms_norm_rows_avx2 : detail::rms_norm_rows_avx512;
+      has_avx512() ? detail::rms_norm_rows_avx512 : detail::rms_norm_rows_avx2;
   util::parallel_for(runner, rows, row_grain(dim), [&](int64_t r0, int64_t r1) {
     kernel(r1 - r0, dim, x + r0 * ldx, ldx, w, eps, y + r0 * ldy, ldy);
   });
@@ -41,8 +41,8 @@ void add_rms_norm(int64_t rows, int64_t dim, const float* x, int64_t ldx, const 
                   int64_t ldr, const float* w, float eps, float* sum, int64_t lds, float* y,
                   int64_t ldy, TaskRunner& runner) {
   if (rows <= 0 || dim <= 0) return;
-  const auto kernel = active_isa() == Isa::kAvx2 ? detail::add_rms_norm_rows_avx2
-                                                 : detail::add_rms_norm_rows_avx512;
+  const auto kernel =
+      has_avx512() ? detail::add_rms_norm_rows_avx512 : detail::add_rms_norm_rows_avx2;
   util::parallel_for(runner, rows, row_grain(dim), [&](int64_t r0, int64_t r1) {
     kernel(r1 - r0, dim, x + r0 * ldx, ldx, residual + r0 * ldr, ldr, w, eps, sum + r0 * lds, lds,
            y + r0 * ldy, ldy);

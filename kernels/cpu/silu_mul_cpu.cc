@@ -26,7 +26,7 @@ void silu_mul(int64_t rows, int64_t n, const float* gate, int64_t ldg, const flo
               float* y, int64_t ldy, TaskRunner& runner) {
   if (rows <= 0 || n <= 0) return;
   const auto kernel =
-      active_isa() == Isa::kAvx2 ? detail::silu_mul_rows_avx2 : detail::silu_mul_rows_avx512;
+      has_avx512() ? detail::silu_mul_rows_avx512 : detail::silu_mul_rows_avx2;
   const int64_t workers = runner.concurrency();
   if (rows >= 2 * workers || n < 2 * kMinTaskElems) {
     const int64_t grain = n >= kMinTaskElems ? 1 : kMinTaskElems / n;

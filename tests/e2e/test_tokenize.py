@@ -41,12 +41,23 @@ def main():
     for name in NAMES:
         path = os.path.join(args.source_dir, "tests", "data", "tokenizers", name, "tokenizer.json")
         ref = Tokenizer.from_file(path)
+        # Every text in one process (--text repeated: one line of ids per text, in order).
+        texts = []
+        for text in corpus:
+            texts += ["--text", text]
+        rc, out, err = run(args, "--tokenizer", path, *texts)
+        lines = out.decode().split("\n") if rc == 0 and out.endswith(b"\n") else None
+        check(lines is not None and len(lines) == len(corpus) + 1,
+              f"{name} encode of {len(corpus)} texts: rc={rc} {err.strip()} lines={None if lines is None else len(lines)}")
         for i, text in enumerate(corpus):
             want = ref.encode(text, add_special_tokens=False).ids
-            rc, out, err = run(args, "--tokenizer", path, "--text", text)
-            got = [int(v) for v in out.decode().split()] if rc == 0 else None
-            check(rc == 0 and out.decode().endswith("\n") and got == want,
-                  f"{name} encode #{i} {text[:40]!r}: rc={rc} {err.strip()} got={got} want={want}")
+            got = [int(v) for v in lines[i].split()] if lines and len(lines) == len(corpus) + 1 else None
+            check(got == want, f"{name} encode #{i} {text[:40]!r}: got={got} want={want}")
+            if i == 0:  # one text alone, the single form
+                rc, out, err = run(args, "--tokenizer", path, "--text", text)
+                got = [int(v) for v in out.decode().split()] if rc == 0 else None
+                check(rc == 0 and out.decode().endswith("\n") and got == want,
+                      f"{name} encode #{i} alone {text[:40]!r}: rc={rc} {err.strip()} got={got} want={want}")
             if i % 6 == 0:
                 want_s = ref.encode(text, add_special_tokens=True).ids
                 rc, out, err = run(args, "--model", os.path.dirname(path), "--text", text, "--add-special")

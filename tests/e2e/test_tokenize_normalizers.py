@@ -43,17 +43,23 @@ def main():
         with open(path, "w", encoding="utf-8") as f:
             json.dump(spec, f, ensure_ascii=False)
         ref = Tokenizer.from_file(path)
-        for text in TEXTS:
+        argv = [args.sampan, "tokenize", "--tokenizer", path]
+        for text in TEXTS:  # one process, one line of ids per text
+            argv += ["--text", text]
+        p = subprocess.run(argv, capture_output=True, timeout=RUN_TIMEOUT_S)
+        lines = p.stdout.decode().split("\n") if p.returncode == 0 else []
+        if len(lines) != len(TEXTS) + 1:
+            failed += 1
+            print(f"FAIL {name}: {len(lines)} lines for {len(TEXTS)} texts: rc={p.returncode} {p.stderr.decode().strip()}")
+            continue
+        for text, line in zip(TEXTS, lines):
             want = ref.encode(text, add_special_tokens=False).ids
-            p = subprocess.run([args.sampan, "tokenize", "--tokenizer", path, "--text", text],
-                               capture_output=True, timeout=RUN_TIMEOUT_S)
-            got = [int(v) for v in p.stdout.decode().split()] if p.returncode == 0 else None
+            got = [int(v) for v in line.split()]
             if got == want:
                 passed += 1
             else:
                 failed += 1
-                print(f"FAIL {name} {text!r}: rc={p.returncode} {p.stderr.decode().strip()} "
-                      f"got={got} want={want}")
+                print(f"FAIL {name} {text!r}: got={got} want={want}")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
 

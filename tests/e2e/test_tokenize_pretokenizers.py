@@ -45,15 +45,19 @@ def main():
         path = os.path.join(args.work_dir, f"{name}.json")
         json.dump(tj, open(path, "w"), ensure_ascii=False)
         hf = Tokenizer.from_file(path)
-        for i, text in enumerate(corpus):
-            if not text:
-                continue
+        texts = [t for t in corpus if t]
+        argv = [args.sampan, "tokenize", "--tokenizer", path]
+        for text in texts:  # one process, one line of ids per text
+            argv += ["--text", text]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=U.RUN_TIMEOUT_S)
+        lines = p.stdout.split("\n") if p.returncode == 0 else []
+        res.check(f"{name}: one line per text", len(lines) == len(texts) + 1,
+                  f"{len(lines)} lines for {len(texts)} texts; {p.stderr.strip()[-200:]}")
+        for i, text in enumerate(texts):
             want = hf.encode(text, add_special_tokens=False).ids
-            p = subprocess.run([args.sampan, "tokenize", "--tokenizer", path, "--text", text],
-                               capture_output=True, text=True, timeout=U.RUN_TIMEOUT_S)
-            got = [int(x) for x in p.stdout.split()] if p.returncode == 0 else None
+            got = [int(x) for x in lines[i].split()] if len(lines) == len(texts) + 1 else None
             res.check(f"{name} text {i}", got == want,
-                      "" if got == want else f"text {text[:40]!r}: sampan {got} vs HF {want}; {p.stderr.strip()[-200:]}")
+                      "" if got == want else f"text {text[:40]!r}: sampan {got} vs HF {want}")
     res.finish()
 
 

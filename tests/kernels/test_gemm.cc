@@ -130,7 +130,7 @@ double split_typical_tolerance(int64_t k) {
 }
 
 double relative_tolerance(Isa isa, DType dt, int64_t m, int64_t k) {
-  const bool amx = isa == Isa::kAmx && dt != DType::kF32 && m >= gemm_detail::kAmxMinM;
+  const bool amx = isa_includes(isa, Isa::kAmx) && dt != DType::kF32 && m >= gemm_detail::kAmxMinM;
   if (!amx) return 1e-5;
   if (gemm_precision() == GemmPrecision::kSplitBf16) {
     return dt == DType::kF16 ? std::ldexp(1.0, -7) : split_tolerance(k);

@@ -2,7 +2,8 @@
 
     /work/refenv/bin/python tests/reference/make_paddle_models.py [OUT_DIR]
 
-Two small models written in paddle.nn with random weights, saved by paddle.jit.save with dynamic
+Three small models (a ResNet-style CNN, a BERT-style encoder, and split_tiny for paddle.split's
+two forms) written in paddle.nn with random weights, saved by paddle.jit.save with dynamic
 batch (and sequence) dimensions, in both program forms paddle 3.x writes:
   <model>/pir/inference.json + inference.pdiparams       (PIR, the 3.x default)
   <model>/legacy/inference.pdmodel + inference.pdiparams (ProgramDesc, FLAGS_enable_pir_api=0)
@@ -135,6 +136,20 @@ class BertTiny(nn.Layer):
         return x, pooled
 
 
+class SplitTiny(nn.Layer):
+    """paddle.split in both forms: equal parts (split_with_num) and sections with a -1."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = self.create_parameter([8])
+
+    def forward(self, x):
+        y = x + self.w
+        a, b, c = paddle.split(y, 3, axis=1)
+        d, e = paddle.split(y, [3, -1], axis=-1)
+        return a * 2.0 + c, b, d, e
+
+
 MODELS = {
     "resnet_tiny": dict(
         make=ResNetTiny,
@@ -148,6 +163,11 @@ MODELS = {
               paddle.static.InputSpec([None, None], "int64", "attention_mask")],
         outputs=["last_hidden_state", "pooler_output"],
     ),
+    "split_tiny": dict(
+        make=SplitTiny,
+        spec=[paddle.static.InputSpec([None, 6, 8], "float32", "x")],
+        outputs=["ac", "b", "d", "e"],
+    ),
 }
 
 
@@ -155,6 +175,8 @@ def cases(model):
     rng = np.random.default_rng(7)
     if model == "resnet_tiny":
         return [{"images": rng.normal(0, 1, (n, 3, 16, 16)).astype(np.float32)} for n in (1, 3)]
+    if model == "split_tiny":
+        return [{"x": rng.normal(0, 1, (n, 6, 8)).astype(np.float32)} for n in (1, 2)]
     out = []
     for b, s in ((1, 5), (2, 7)):
         ids = rng.integers(1, 50, (b, s)).astype(np.int64)
@@ -186,6 +208,14 @@ def conv_bn(x, cout, k, stride=1, groups=1, act="relu", name=None):
     if act == "relu": return F.relu(y)
     if act == "hardswish": return F.hardswish(y)
     return y
+
+def split_static():
+    x = S.data("x", [-1, 6, 8], "float32")
+    y = x + S.create_parameter([8], "float32")
+    a, b, c = paddle.split(y, 3, axis=1)
+    d, e = paddle.split(y, [3, -1], axis=-1)
+    return [x], [a * 2.0 + c, b, d, e]
+
 
 def resnet_static():
     x = S.data("images", [-1, 3, 16, 16], "float32")
@@ -237,7 +267,8 @@ def bert_static(vocab=50, d=16, heads=2, ff=32):
 def save_legacy(out):
     paddle.enable_static()
     exe = S.Executor(paddle.CPUPlace())
-    for i, (name, fn) in enumerate((("resnet_tiny", resnet_static), ("bert_tiny", bert_static))):
+    for i, (name, fn) in enumerate((("resnet_tiny", resnet_static), ("bert_tiny", bert_static),
+                                    ("split_tiny", split_static))):
         main, start = S.Program(), S.Program()
         with S.program_guard(main, start):
             feeds, fetches = fn()

@@ -128,3 +128,24 @@ TEST_CASE("fold_constants runs all-constant nodes once and keeps the rest", "[pa
   const std::vector<float> got = run(g, {{"x", Tensor::from_f32({3}, {10, 20, 30})}});
   CHECK(got == std::vector<float>{7, 20, 33});
 }
+
+TEST_CASE("drop_identities rewires consumers and keeps an identity that names a graph output", "[passes]") {
+  std::mt19937 rng(5);
+  Graph g;
+  const ValueId x = g.add_input("x", DType::kF32, {Dim::fixed(3), Dim::fixed(4)});
+  const ValueId id1 = g.add("identity", "dropout", {x});
+  const ValueId r = g.add("unary", "relu", {id1}, {{"kind", std::string("relu")}});
+  const ValueId sum = binary(g, "add", "add", r, g.add("identity", "dropout2", {r}));
+  g.mark_output(g.add("identity", "fetch", {sum}));
+  const Tensor tx = random_f32({3, 4}, rng);
+  CHECK(passes::drop_identities(g) == 2);
+  g.compact();
+  g.validate();
+  CHECK(live(g, "identity") == 1);  // the fetch
+  const std::vector<float> y = run(g, {{"x", tx}});
+  REQUIRE(y.size() == 12);
+  for (int i = 0; i < 12; ++i) {
+    const double v = std::max(0.0, static_cast<double>(tx.data<float>()[i]));
+    CHECK(y[static_cast<size_t>(i)] == Approx(2.0 * v).margin(1e-7));
+  }
+}

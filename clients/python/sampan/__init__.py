@@ -111,7 +111,10 @@ class Config(_Handle):
                  max_batch_size=None, int4_group_size=None, params_file=None):
         """model_dir: a Hugging Face model directory, an .onnx file or a directory holding one.
         params_file: Paddle's separate params file (no format takes one yet: a predictor made
-        with it fails with UNSUPPORTED)."""
+        with it fails with UNSUPPORTED).
+        precision: "f32", "bf16", "fp8" or "int4". A classic model (ONNX, Paddle) computes in f32
+        unless precision="bf16" is given: then its convs and matmuls by constant weights run on
+        bf16-rounded inputs with f32 sums."""
         h = ctypes.c_void_p()
         _call("sampan_config_create", ctypes.byref(h))
         super().__init__(h)

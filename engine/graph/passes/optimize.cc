@@ -3,7 +3,9 @@
 #include "engine/graph/passes/passes.h"
 #include "engine/graph/passes/conv_passes.h"
 #include "engine/graph/passes/encoder_passes.h"
+#include "engine/graph/passes/layout_passes.h"
 #include "engine/graph/passes/matmul_passes.h"
+#include "engine/graph/passes/precision_passes.h"
 
 namespace sampan::graph::passes {
 namespace {
@@ -54,6 +56,7 @@ std::string PassReport::table(const std::string& indent) const {
 
 const std::vector<Pass>& default_passes() {
   static const std::vector<Pass> pipeline = {
+      {"drop_identities", drop_identities},
       {"fold_constants", fold_constants},
       {"fold_conv_batch_norm", fold_conv_batch_norm},
       {"fuse_conv_residual", fuse_conv_residual},
@@ -66,14 +69,18 @@ const std::vector<Pass>& default_passes() {
       {"fuse_gate_up_silu", fuse_gate_up_silu},
       {"fuse_sibling_linears", fuse_sibling_linears},
       {"fuse_add_rms_norm", fuse_add_rms_norm},
+      {"convert_precision_bf16", convert_precision_bf16, wants_bf16},
+      {"choose_conv_layout", choose_conv_layout},
   };
   return pipeline;
 }
 
-PassReport run_passes(Graph& graph, const std::vector<Pass>& pipeline) {
+PassReport run_passes(Graph& graph, const std::vector<Pass>& pipeline,
+                      const PassOptions& options) {
   PassReport r;
   r.ops_before = op_histogram(graph);
   for (const Pass& pass : pipeline) {
+    if (pass.wanted && !pass.wanted(options)) continue;
     PassStats& st = r.passes.emplace_back();
     st.name = pass.name;
     st.nodes_before = live_nodes(graph);
@@ -89,6 +96,8 @@ PassReport run_passes(Graph& graph, const std::vector<Pass>& pipeline) {
   return r;
 }
 
-PassReport optimize(Graph& graph) { return run_passes(graph, default_passes()); }
+PassReport optimize(Graph& graph, const PassOptions& options) {
+  return run_passes(graph, default_passes(), options);
+}
 
 }  // namespace sampan::graph::passes

@@ -28,10 +28,21 @@ int fuse_sibling_linears(Graph& graph);
 // 4M elements stay computed at run time).
 int fold_constants(Graph& graph);
 
+// identity nodes whose output is not a graph output: their consumers read the input instead.
+int drop_identities(Graph& graph);
+
+// What the caller asked of the pipeline beyond its default rewrites.
+struct PassOptions {
+  bool bf16 = false;  // classic models: run convert_precision_bf16 (precision_passes.h)
+};
+
 // One pass of a pipeline.
 struct Pass {
   std::string name;  // the function's name, e.g. "fuse_add_rms_norm"
   int (*run)(Graph& graph);  // returns the rewrites it made
+  // Whether the options ask for this pass; null: it always runs. A pass not asked for is left
+  // out of the report.
+  bool (*wanted)(const PassOptions& options) = nullptr;
 };
 
 // What one pass did. Node counts are of live nodes (not marked dead): before the pass, and after
@@ -69,10 +80,12 @@ struct PassReport {
 // left sharing an input are Q/K/V.
 const std::vector<Pass>& default_passes();
 
-// Runs `pipeline` in order, removing dead nodes after each pass, then validates the graph.
-PassReport run_passes(Graph& graph, const std::vector<Pass>& pipeline);
+// Runs `pipeline` in order (the passes `options` want), removing dead nodes after each pass,
+// then validates the graph.
+PassReport run_passes(Graph& graph, const std::vector<Pass>& pipeline,
+                      const PassOptions& options = {});
 
-// run_passes(graph, default_passes()).
-PassReport optimize(Graph& graph);
+// run_passes(graph, default_passes(), options).
+PassReport optimize(Graph& graph, const PassOptions& options = {});
 
 }  // namespace sampan::graph::passes

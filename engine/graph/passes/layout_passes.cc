@@ -1,0 +1,209 @@
+// choose_conv_layout (layout_passes.h).
+#include "engine/graph/passes/layout_passes.h"
+
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "engine/ops/conv2d_nchwc.h"
+
+namespace sampan::graph::passes {
+namespace {
+
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+// Padding c channels to a block multiple wastes at most a quarter of the work.
+bool pads_well(int64_t c, int64_t block) { return round_up(c, block) * 4 <= c * 5; }
+
+// A constant f32 tensor on the CPU of the given rank, or null.
+const Tensor* f32_constant(const Graph& g, ValueId v, size_t rank) {
+  if (v == kNoValue) return nullptr;
+  const Value& val = g.value(v);
+  if (val.kind != ValueKind::kConstant || val.constant.dtype() != DType::kF32 ||
+      val.constant.device().type != DeviceType::kCPU || val.constant.shape().size() != rank) {
+    return nullptr;
+  }
+  return &val.constant;
+}
+
+ValueId input_or_none(const Node& n, size_t i) {
+  return n.inputs.size() > i ? n.inputs[i] : kNoValue;
+}
+
+bool is_bf16(const Node& n) {
+  const auto& all = n.attrs.all();
+  const auto it = all.find("precision");
+  if (it == all.end()) return false;
+  const std::string* s = std::get_if<std::string>(&it->second);
+  return s && *s == "bf16";
+}
+
+// A conv2d the blocked kernel can run, ignoring where its input comes from.
+bool conv_fits(const Graph& g, const Node& n, int64_t block) {
+  if (n.dead || n.op != "conv2d" || n.outputs.size() != 1 || n.inputs.size() < 2) return false;
+  if (is_bf16(n) || n.attrs.get_int("group", 1) != 1) return false;
+  const Tensor* w = f32_constant(g, n.inputs[1], 4);
+  if (!w) return false;
+  const ValueId b = input_or_none(n, 2);
+  if (b != kNoValue) {
+    const Tensor* bt = f32_constant(g, b, 1);
+    if (!bt || bt->dim(0) != w->dim(0)) return false;
+  }
+  return pads_well(w->dim(0), block);
+}
+
+bool pool_fits(const Node& n) {
+  return !n.dead && n.op == "pool2d" && n.inputs.size() == 1 && n.outputs.size() == 1;
+}
+
+// conv2d's w [O, C, kh, kw] -> [O/B, C/B, kh, kw, B, B] (blocked input, b_in = B) or
+// [O/B, C, kh, kw, 1, B] (plain input, b_in = 1), zero for padded channels.
+Tensor reorder_weight(const Tensor& w, int64_t block, int64_t b_in) {
+  const Tensor wc = w.contiguous();
+  const float* src = wc.data<float>();
+  const int64_t o = w.dim(0), c = w.dim(1), kh = w.dim(2), kw = w.dim(3);
+  const int64_t ob = round_up(o, block) / block;
+  const int64_t cb = b_in == 1 ? c : round_up(c, block) / block;
+  std::vector<float> dst(static_cast<size_t>(ob * cb * kh * kw * b_in * block), 0.0f);
+  for (int64_t oc = 0; oc < o; ++oc) {
+    for (int64_t ic = 0; ic < c; ++ic) {
+      for (int64_t k = 0; k < kh * kw; ++k) {
+        const int64_t i_blk = ic / b_in, i_lane = ic % b_in;
+        const int64_t d = ((((oc / block) * cb + i_blk) * kh * kw + k) * b_in + i_lane) * block +
+                          oc % block;
+        dst[static_cast<size_t>(d)] = src[(oc * c + ic) * kh * kw + k];
+      }
+    }
+  }
+  return Tensor::from_f32({ob, cb, kh, kw, b_in, block}, dst);
+}
+
+Tensor pad_bias(const Tensor& b, int64_t block) {
+  const Tensor bc = b.contiguous();
+  std::vector<float> dst(static_cast<size_t>(round_up(b.dim(0), block)), 0.0f);
+  for (int64_t i = 0; i < b.dim(0); ++i) dst[static_cast<size_t>(i)] = bc.data<float>()[i];
+  return Tensor::from_f32({static_cast<int64_t>(dst.size())}, dst);
+}
+
+class LayoutRewriter {
+ public:
+  LayoutRewriter(Graph& g, int64_t block) : g_(g), block_(block) {}
+
+  int run() {
+    int rewrites = 0;
+    for (NodeId i = 0; i < static_cast<NodeId>(g_.nodes().size()); ++i) {
+      const Node& n = g_.node(i);
+      if (conv_fits(g_, n, block_) && conv_joins(n)) {
+        i = rewrite_conv(i);
+        ++rewrites;
+      } else if (pool_fits(n) && blocked_.count(n.inputs[0])) {
+        i = rewrite_pool(i);
+        ++rewrites;
+      }
+    }
+    return rewrites;
+  }
+
+ private:
+  // Whether a fitting conv joins the region (layout_passes.h): a stem, a blocked input, or a
+  // reader that can take its output blocked.
+  bool conv_joins(const Node& n) const {
+    const int64_t c = g_.value(n.inputs[1]).constant.dim(1);
+    if (c < block_ || blocked_.count(n.inputs[0])) return true;
+    if (!pads_well(c, block_)) return false;
+    for (NodeId r : g_.consumers(n.outputs[0])) {
+      const Node& rn = g_.node(r);
+      if (pool_fits(rn) || (conv_fits(g_, rn, block_) && rn.inputs[0] == n.outputs[0])) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The blocked twin of NCHW value v of c channels, inserting a reorder_nchwc before node `at`
+  // the first time; *at moves past the inserted node.
+  ValueId blocked_input(ValueId v, int64_t c, NodeId* at) {
+    const auto it = blocked_.find(v);
+    if (it != blocked_.end()) return it->second;
+    Node r;
+    r.op = "reorder_nchwc";
+    r.name = g_.value(v).name + ".to_nchwc";
+    r.inputs = {v};
+    r.attrs.set("block", block_);
+    const NodeId id = g_.insert_node_before(*at, std::move(r), 1);
+    ++*at;
+    const ValueId vb = g_.node(id).outputs[0];
+    blocked_[v] = vb;
+    channels_[v] = c;
+    return vb;
+  }
+
+  // Puts `blocked` (a node computing the blocked twin of old node *at's output, of c channels)
+  // before the old node and turns the old node into the reorder_nchw that still produces its
+  // original output for readers outside the region (compact() drops it when there are none).
+  // Returns the old node's new id.
+  NodeId replace(NodeId at, Node blocked, int64_t c) {
+    const ValueId out = g_.node(at).outputs[0];
+    const NodeId id = g_.insert_node_before(at, std::move(blocked), 1);
+    const ValueId vb = g_.node(id).outputs[0];
+    Node& old = g_.mutable_node(at + 1);
+    old.op = "reorder_nchw";
+    old.inputs = {vb};
+    old.attrs = Attributes{};
+    old.attrs.set("channels", c);
+    blocked_[out] = vb;
+    channels_[out] = c;
+    return at + 1;
+  }
+
+  NodeId rewrite_conv(NodeId at) {
+    const Node n = g_.node(at);
+    // A handle, not a reference: inserting nodes and constants below grows the value table.
+    const Tensor w = g_.value(n.inputs[1]).constant;
+    const int64_t o = w.dim(0), c = w.dim(1);
+    const bool plain = c < block_ && !blocked_.count(n.inputs[0]);
+    Node b;
+    b.op = "conv2d_nchwc";
+    b.name = n.name + ".nchwc";
+    b.attrs = n.attrs;
+    b.inputs.resize(4, kNoValue);
+    b.inputs[0] = plain ? n.inputs[0] : blocked_input(n.inputs[0], c, &at);
+    b.inputs[1] = g_.add_constant(n.name + ".w_nchwc", reorder_weight(w, block_, plain ? 1 : block_));
+    const ValueId bias = input_or_none(n, 2);
+    if (bias != kNoValue) {
+      b.inputs[2] = g_.add_constant(n.name + ".b_nchwc", pad_bias(g_.value(bias).constant, block_));
+    }
+    const ValueId res = input_or_none(n, 3);
+    if (res != kNoValue) b.inputs[3] = blocked_input(res, o, &at);
+    while (!b.inputs.empty() && b.inputs.back() == kNoValue) b.inputs.pop_back();
+    return replace(at, std::move(b), o);
+  }
+
+  NodeId rewrite_pool(NodeId at) {
+    const Node n = g_.node(at);
+    const ValueId xb = blocked_.at(n.inputs[0]);
+    Node b;
+    b.op = "pool2d_nchwc";
+    b.name = n.name + ".nchwc";
+    b.attrs = n.attrs;
+    b.inputs = {xb};
+    return replace(at, std::move(b), channels_.at(n.inputs[0]));
+  }
+
+  Graph& g_;
+  int64_t block_;
+  std::map<ValueId, ValueId> blocked_;  // NCHW value -> its blocked twin
+  std::map<ValueId, int64_t> channels_;  // NCHW value with a twin -> its channels
+};
+
+}  // namespace
+
+int choose_conv_layout(Graph& graph) {
+  const char* env = std::getenv("SAMPAN_CONV_LAYOUT");
+  if (env && std::string(env) == "nchw") return 0;
+  return LayoutRewriter(graph, ops::nchwc_block()).run();
+}
+
+}  // namespace sampan::graph::passes

@@ -1,0 +1,32 @@
+// The per-conv layout choice (issue 16): which convs run in the blocked channel layout of the
+// blocked conv (engine/ops/conv2d_nchwc.h, kernels/cpu/conv_nchwc_cpu.h) and which stay NCHW.
+#pragma once
+
+#include "engine/graph/graph.h"
+
+namespace sampan::graph::passes {
+
+// Rewrites regions of convs and pools into the blocked layout [N, ceil(C / B), H, W, B], B the
+// block of this machine's CPU (ops::nchwc_block(): 16 with AVX-512, else 8):
+//  - conv2d -> conv2d_nchwc when group == 1, the weight is a 4-D f32 constant, the bias is
+//    absent or a constant, the node carries no precision = "bf16" (that path has its own
+//    kernel), padding the output channels to a block multiple wastes at most a quarter, and
+//    either the input has fewer channels than a block (a stem conv: it reads the plain NCHW
+//    input), or the input is already blocked, or a reader of its output is a conv or pool
+//    that can join (an isolated conv would pay two reorders for little gain). The input
+//    channels must also waste at most a quarter in padding when they are reordered. Weights
+//    become new constants in the kernel's order [O/B, C/B, kh, kw, B, B] (stem:
+//    [O/B, C, kh, kw, 1, B]), bias [O/B * B], padded with zeros. Grouped and depthwise convs
+//    stay on the NCHW path.
+//  - pool2d (max/avg, global or not) whose input is blocked -> pool2d_nchwc.
+//  - reorder_nchwc is inserted where an NCHW value enters the region (a conv's input or
+//    residual), once per value; reorder_nchw where a blocked value leaves it (a graph output or
+//    a reader outside the region): the rewritten node's original output value is produced by a
+//    reorder_nchw, so graph outputs keep their names and readers outside stay unchanged.
+// Returns the convs and pools rewritten. Run it after the conv fusions (fold_conv_batch_norm,
+// fuse_conv_residual, fuse_conv_activation) so their epilogues travel into the blocked conv.
+// The environment variable SAMPAN_CONV_LAYOUT=nchw turns the pass off (every conv stays NCHW:
+// for A/B comparisons); any other value, or none, leaves it on.
+int choose_conv_layout(Graph& graph);
+
+}  // namespace sampan::graph::passes

@@ -1,0 +1,172 @@
+// The bf16 register tile of the conv GEMM path (conv_cpu.h, conv_detail::Bf16Kernels) and its
+// two B packers, for CPUs with AVX512-BF16 (vdpbf16ps). 8 output channels x 32 pixels with 16
+// zmm f32 accumulators, like the f32 tile (conv_avx512.cc); each vdpbf16ps consumes two k steps,
+// so one pair row of B (64 bf16, two zmm) feeds 16 instructions doing the work of 32 FMAs.
+// GCC 12's _mm512_undefined_ps (inside max/min) trips -Wmaybe-uninitialized (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// Beyond the file's avx512 level (CMakeLists.txt): everything here is only called when
+// cpu_features().avx512_bf16 (conv_cpu.cc, bf16_native_ok).
+#pragma GCC target("avx512bf16")
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/conv_cpu.h"
+
+namespace sampan::cpu::conv_detail {
+namespace {
+
+constexpr int kMr = 8;
+constexpr int kNr = 32;
+
+// The same epilogue as the f32 tile's (kept in step by tests/unit/test_conv_bf16.cc, which runs
+// every activation through both).
+inline __m512 activate(__m512 v, const ConvEpilogue& ep) {
+  switch (ep.act) {
+    case ConvActivation::kNone:
+    case ConvActivation::kSigmoid:  // applied by the driver after the store
+      return v;
+    case ConvActivation::kRelu: return _mm512_max_ps(v, _mm512_setzero_ps());
+    case ConvActivation::kClip:
+      return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep.act_min)),
+                           _mm512_set1_ps(ep.act_max));
+    case ConvActivation::kHardSwish: {
+      __m512 g = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f));
+      g = _mm512_min_ps(_mm512_max_ps(g, _mm512_setzero_ps()), _mm512_set1_ps(1.0f));
+      return _mm512_mul_ps(v, g);
+    }
+  }
+  return v;
+}
+
+// A pair (a[k], a[k + 1]) of one weight row as the 32-bit lane vdpbf16ps broadcasts. Rows of an
+// odd k start at odd elements, hence memcpy (an unaligned load).
+inline __m512bh pair_at(const uint16_t* a) {
+  int32_t v;
+  std::memcpy(&v, a, sizeof(v));
+  return (__m512bh)_mm512_set1_epi32(v);
+}
+
+template <int M>
+void tile(int64_t kc, const uint16_t* a, int64_t lda, const uint16_t* bp, float* c, int64_t ldc,
+          bool accumulate, bool last, const float* bias, const float* res,
+          const ConvEpilogue* ep) {
+  __m512 acc0[M];
+  __m512 acc1[M];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  const uint16_t* ar[M];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) ar[i] = a + i * lda;
+  const int64_t pairs = kc / 2;
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(bp + p * 2 * kNr);
+    const __m512bh b1 = (__m512bh)_mm512_load_si512(bp + p * 2 * kNr + 32);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const __m512bh av = pair_at(ar[i] + 2 * p);
+      acc0[i] = _mm512_dpbf16_ps(acc0[i], av, b0);
+      acc1[i] = _mm512_dpbf16_ps(acc1[i], av, b1);
+    }
+  }
+  if (kc % 2 != 0) {
+    // The odd last k: its B pair row holds (b, 0), and A's pair is (a, 0) so that nothing past
+    // the row is read.
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(bp + pairs * 2 * kNr);
+    const __m512bh b1 = (__m512bh)_mm512_load_si512(bp + pairs * 2 * kNr + 32);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(ar[i][kc - 1]));
+      acc0[i] = _mm512_dpbf16_ps(acc0[i], av, b0);
+      acc1[i] = _mm512_dpbf16_ps(acc1[i], av, b1);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+    float* ci = c + i * ldc;
+    __m512 v0 = acc0[i];
+    __m512 v1 = acc1[i];
+    if (accumulate) {
+      v0 = _mm512_add_ps(v0, _mm512_loadu_ps(ci));
+      v1 = _mm512_add_ps(v1, _mm512_loadu_ps(ci + 16));
+    }
+    if (last) {
+      if (bias) {
+        const __m512 bv = _mm512_set1_ps(bias[i]);
+        v0 = _mm512_add_ps(v0, bv);
+        v1 = _mm512_add_ps(v1, bv);
+      }
+      if (res) {
+        v0 = _mm512_add_ps(v0, _mm512_loadu_ps(res + i * ldc));
+        v1 = _mm512_add_ps(v1, _mm512_loadu_ps(res + i * ldc + 16));
+      }
+      v0 = activate(v0, *ep);
+      v1 = activate(v1, *ep);
+    }
+    _mm512_storeu_ps(ci, v0);
+    _mm512_storeu_ps(ci + 16, v1);
+  }
+}
+
+void tile_any(int m, int64_t kc, const uint16_t* a, int64_t lda, const uint16_t* bp, float* c,
+              int64_t ldc, bool accumulate, bool last, const float* bias, const float* res,
+              const ConvEpilogue* ep) {
+  switch (m) {
+    case 8: tile<8>(kc, a, lda, bp, c, ldc, accumulate, last, bias, res, ep); return;
+    case 7: tile<7>(kc, a, lda, bp, c, ldc, accumulate, last, bias, res, ep); return;
+    case 6: tile<6>(kc, a, lda, bp, c, ldc, accumulate, last, bias, res, ep); return;
+    case 5: tile<5>(kc, a, lda, bp, c, ldc, accumulate, last, bias, res, ep); return;
+    case 4: tile<4>(kc, a, lda, bp, c, ldc, accumulate, last, bias, res, ep); return;
+    case 3: tile<3>(kc, a, lda, bp, c, ldc, accumulate, last, bias, res, ep); return;
+    case 2: tile<2>(kc, a, lda, bp, c, ldc, accumulate, last, bias, res, ep); return;
+    default: tile<1>(kc, a, lda, bp, c, ldc, accumulate, last, bias, res, ep); return;
+  }
+}
+
+// Interleaves two rows of 32 bf16 into pairs: out[2j] = r0[j], out[2j + 1] = r1[j].
+inline void interleave_store(__m512i r0, __m512i r1, uint16_t* dst) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                      8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  _mm512_store_si512(dst, _mm512_permutex2var_epi16(r0, lo, r1));
+  _mm512_store_si512(dst + 32, _mm512_permutex2var_epi16(r0, hi, r1));
+}
+
+// 32 floats rounded to bf16 (nearest even), in order.
+inline __m512i round_row(const float* src) {
+  return (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(src + 16), _mm512_load_ps(src));
+}
+
+void pack_f32(const float* src, int64_t kc, uint16_t* dst) {
+  const int64_t pairs = kc / 2;
+  for (int64_t p = 0; p < pairs; ++p) {
+    interleave_store(round_row(src + 2 * p * kNr), round_row(src + (2 * p + 1) * kNr),
+                     dst + p * 2 * kNr);
+  }
+  if (kc % 2 != 0) {
+    interleave_store(round_row(src + (kc - 1) * kNr), _mm512_setzero_si512(),
+                     dst + pairs * 2 * kNr);
+  }
+}
+
+void pack_bf16(const uint16_t* src, int64_t ld, int64_t kc, int64_t ncols, uint16_t* dst) {
+  const __mmask32 mask = ncols >= kNr ? ~__mmask32{0} : (__mmask32{1} << ncols) - 1;
+  const int64_t pairs = kc / 2;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m512i r0 = _mm512_maskz_loadu_epi16(mask, src + 2 * p * ld);
+    const __m512i r1 = _mm512_maskz_loadu_epi16(mask, src + (2 * p + 1) * ld);
+    interleave_store(r0, r1, dst + p * 2 * kNr);
+  }
+  if (kc % 2 != 0) {
+    interleave_store(_mm512_maskz_loadu_epi16(mask, src + (kc - 1) * ld), _mm512_setzero_si512(),
+                     dst + pairs * 2 * kNr);
+  }
+}
+
+}  // namespace
+
+Bf16Kernels bf16_kernels_avx512() { return {kMr, kNr, tile_any, pack_f32, pack_bf16}; }
+
+}  // namespace sampan::cpu::conv_detail

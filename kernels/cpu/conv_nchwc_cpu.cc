@@ -1,0 +1,250 @@
+// The blocked conv driver (conv_nchwc_cpu.h): splits the output into row runs and output-block
+// groups, builds zero-padded input rows where the conv pads horizontally, and runs the register
+// tiles of conv_nchwc_avx512.cc / conv_nchwc_avx2.cc over each run.
+#include "kernels/cpu/conv_nchwc_cpu.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/isa.h"
+
+namespace sampan::cpu {
+namespace {
+
+using nchwc_detail::TileArgs;
+using nchwc_detail::TileKernel;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+std::atomic<ConvKernelChoice> g_choice{ConvKernelChoice::kAuto};
+
+// The AVX-512 tile (B = 16) needs AVX-512 F/BW/VL/DQ: any level from avx512 up (isa.h).
+bool avx512_tile_ok() { return has_avx512(); }
+
+TileKernel pick_tile(int64_t block) {
+  if (block != 16) return nchwc_detail::tile_kernel_avx2(block);
+  switch (g_choice.load(std::memory_order_relaxed)) {
+    case ConvKernelChoice::kAvx2: return nchwc_detail::tile_kernel_avx2(16);
+    case ConvKernelChoice::kAvx512:
+      if (cpu_features().avx512f) return nchwc_detail::tile_kernel_avx512();
+      return nchwc_detail::tile_kernel_avx2(16);
+    case ConvKernelChoice::kAuto: break;
+  }
+  return avx512_tile_ok() ? nchwc_detail::tile_kernel_avx512()
+                          : nchwc_detail::tile_kernel_avx2(16);
+}
+
+// How the output is cut into tasks: each task is one image, a chunk of consecutive runs of
+// output pixels (a run is an output row, or for a pointwise conv a stretch of the flattened
+// plane) and a group of output blocks. Inside a task the output blocks are the outer loop and
+// the runs the inner one.
+struct Plan {
+  int64_t ho = 0, wo = 0;
+  bool pointwise = false;  // 1x1, stride 1, no pads: the plane is one run of pixels
+  bool hpad = false;       // input rows are copied into a zero-padded buffer first
+  int64_t wp = 0;          // padded row width (pixels)
+  int64_t runs = 0;        // runs per image
+  int64_t run_len = 0;     // pixels per run (the last pointwise run may be shorter)
+  int64_t runs_per_chunk = 0;
+  int64_t chunks = 0;      // run chunks per image
+  int64_t groups = 0;      // output block groups
+  int64_t blocks_per_group = 0;
+};
+
+Plan make_plan(const NchwcConvShape& s, const TileKernel& tk, int concurrency) {
+  Plan p;
+  p.ho = s.out_h();
+  p.wo = s.out_w();
+  p.pointwise = s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_t == 0 &&
+                s.pad_l == 0 && s.pad_b == 0 && s.pad_r == 0;
+  p.hpad = !p.pointwise && (s.pad_l > 0 || s.pad_r > 0);
+  p.wp = s.w + s.pad_l + s.pad_r;
+  if (p.pointwise) {
+    // Runs of 8 tiles: long enough that the tile loop dominates, short enough to spread a
+    // 56x56 plane over many tasks.
+    const int64_t plane = p.ho * p.wo;
+    const int64_t want = tk.max_pixels * 8;
+    p.runs = ceil_div(plane, want);
+    p.run_len = ceil_div(ceil_div(plane, p.runs), tk.max_pixels) * tk.max_pixels;
+    p.runs = ceil_div(plane, p.run_len);
+  } else {
+    p.runs = p.ho;
+    p.run_len = p.wo;
+  }
+  const int64_t tiles_of_blocks = ceil_div(s.out_blocks, tk.max_blocks);
+  const int64_t want = 4 * static_cast<int64_t>(concurrency);
+  // One run per chunk: keeping a block pair's weights in L2 across the rows of a chunk (late
+  // layers, where the weights outweigh the image) measured slower on Zen 4 than streaming them
+  // from L3 once per row while the row's input stays in L1.
+  const int64_t chunks = p.runs;
+  int64_t groups = 1;
+  if (s.n * p.runs < want) {
+    // Too few runs for the workers (small planes, batch 1): split the output blocks too; each
+    // group re-reads (and for padded convs re-copies) its input rows, which costs little there.
+    groups = std::min(tiles_of_blocks, ceil_div(want, s.n * p.runs));
+  }
+  p.runs_per_chunk = ceil_div(p.runs, chunks);
+  p.chunks = ceil_div(p.runs, p.runs_per_chunk);
+  p.blocks_per_group = ceil_div(tiles_of_blocks, groups) * tk.max_blocks;
+  p.groups = ceil_div(s.out_blocks, p.blocks_per_group);
+  return p;
+}
+
+// Where the taps of one run start in memory, and the strides between them.
+struct RunInput {
+  const float* x = nullptr;  // the run's first pixel, first tap
+  int64_t x_pix = 0, x_kx = 0, x_ky = 0, x_cb = 0;
+  int64_t ky0 = 0, n_ky = 0;  // kernel rows inside the input
+};
+
+// Kernel rows [ky0, ky1) of output row oy that land inside the input (contiguous: the input row
+// grows with ky).
+void valid_rows(const NchwcConvShape& s, int64_t oy, int64_t* ky0, int64_t* ky1) {
+  const int64_t iy0 = oy * s.stride_h - s.pad_t;
+  int64_t lo = 0;
+  while (lo < s.kh && iy0 + lo * s.dil_h < 0) ++lo;
+  int64_t hi = s.kh;
+  while (hi > lo && iy0 + (hi - 1) * s.dil_h >= s.h) --hi;
+  *ky0 = lo;
+  *ky1 = hi;
+}
+
+// The input rows one chunk of runs reads, [row0, row0 + n_rows) of the image; for a padded
+// conv copied into `buf` as [in_blocks][n_rows][wp][b_in] with zero columns on both sides.
+struct ChunkInput {
+  const float* x = nullptr;  // row row0 of input block 0
+  int64_t row0 = 0, n_rows = 0;
+  int64_t row_floats = 0;    // floats between rows
+  int64_t block_floats = 0;  // floats between input blocks
+};
+
+ChunkInput chunk_input(const NchwcConvShape& s, const Plan& p, const float* x, int64_t img,
+                       int64_t r0, int64_t r1, std::vector<float>& buf) {
+  ChunkInput c;
+  const int64_t b = s.b_in;
+  const float* xi = x + img * s.in_blocks * s.h * s.w * b;
+  if (!p.hpad) {
+    c.x = xi;
+    c.n_rows = s.h;
+    c.row_floats = s.w * b;
+    c.block_floats = s.h * s.w * b;
+    return c;
+  }
+  const int64_t lo = std::max<int64_t>(0, r0 * s.stride_h - s.pad_t);
+  const int64_t hi =
+      std::min(s.h, (r1 - 1) * s.stride_h - s.pad_t + (s.kh - 1) * s.dil_h + 1);
+  c.row0 = lo;
+  c.n_rows = std::max<int64_t>(0, hi - lo);
+  c.row_floats = p.wp * b;
+  c.block_floats = c.n_rows * c.row_floats;
+  buf.resize(static_cast<size_t>(std::max<int64_t>(1, s.in_blocks * c.block_floats)));
+  float* d = buf.data();
+  for (int64_t cb = 0; cb < s.in_blocks; ++cb) {
+    for (int64_t iy = lo; iy < hi; ++iy, d += c.row_floats) {
+      const float* src = xi + (cb * s.h + iy) * s.w * b;
+      std::memset(d, 0, static_cast<size_t>(s.pad_l * b) * sizeof(float));
+      std::memcpy(d + s.pad_l * b, src, static_cast<size_t>(s.w * b) * sizeof(float));
+      std::memset(d + (s.pad_l + s.w) * b, 0, static_cast<size_t>(s.pad_r * b) * sizeof(float));
+    }
+  }
+  c.x = buf.data();
+  return c;
+}
+
+RunInput run_input(const NchwcConvShape& s, const Plan& p, const ChunkInput& c, int64_t run) {
+  RunInput r;
+  const int64_t b = s.b_in;
+  if (p.pointwise) {
+    r.x = c.x + run * p.run_len * b;
+    r.x_pix = b;
+    r.x_cb = c.block_floats;
+    r.n_ky = 1;
+    return r;
+  }
+  int64_t ky0 = 0, ky1 = 0;
+  valid_rows(s, run, &ky0, &ky1);
+  r.ky0 = ky0;
+  r.n_ky = ky1 - ky0;
+  r.x_pix = s.stride_w * b;
+  r.x_kx = s.dil_w * b;
+  r.x_ky = s.dil_h * c.row_floats;
+  r.x_cb = c.block_floats;
+  const int64_t iy0 = run * s.stride_h - s.pad_t + ky0 * s.dil_h;  // first valid input row
+  r.x = c.x + (r.n_ky > 0 ? iy0 - c.row0 : 0) * c.row_floats;
+  return r;
+}
+
+}  // namespace
+
+int64_t nchwc_preferred_block() { return avx512_tile_ok() ? 16 : 8; }
+
+void set_nchwc_kernel(ConvKernelChoice choice) { g_choice.store(choice); }
+
+bool nchwc_kernel_available(ConvKernelChoice choice) {
+  return choice != ConvKernelChoice::kAvx512 || cpu_features().avx512f;
+}
+
+void conv2d_nchwc(const NchwcConvShape& s, const float* x, const float* w, const float* bias,
+                  const float* residual, const ConvEpilogue& ep, float* y, TaskRunner& runner) {
+  const TileKernel tk = pick_tile(s.block);
+  const Plan p = make_plan(s, tk, runner.concurrency());
+  if (s.n <= 0 || s.out_blocks <= 0 || p.ho <= 0 || p.wo <= 0) return;
+  const int64_t bl = s.block;
+  const int64_t plane = p.ho * p.wo;
+  const int64_t w_ky = s.kw * s.b_in * bl;
+  const int64_t w_cb = s.kh * w_ky;
+  const int64_t w_ob = s.in_blocks * w_cb;
+  const bool sigmoid = ep.act == ConvActivation::kSigmoid;
+
+  runner.run(s.n * p.chunks * p.groups, [&](int64_t task) {
+    thread_local std::vector<float> buf;
+    const int64_t chunk = task % p.chunks;
+    const int64_t grp = (task / p.chunks) % p.groups;
+    const int64_t img = task / (p.chunks * p.groups);
+    const int64_t ob0 = grp * p.blocks_per_group;
+    const int64_t ob1 = std::min(s.out_blocks, ob0 + p.blocks_per_group);
+    const int64_t r0 = chunk * p.runs_per_chunk;
+    const int64_t r1 = std::min(p.runs, r0 + p.runs_per_chunk);
+    const ChunkInput cin = chunk_input(s, p, x, img, r0, r1, buf);
+    TileArgs a;
+    a.n_cb = s.in_blocks;
+    a.n_kx = s.kw;
+    a.b_in = s.b_in;
+    a.w_ky = w_ky;
+    a.w_cb = w_cb;
+    a.w_ob = w_ob;
+    a.y_ob = plane * bl;
+    a.ep = &ep;
+    for (int64_t ob = ob0; ob < ob1; ob += tk.max_blocks) {
+      const int nb = static_cast<int>(std::min<int64_t>(tk.max_blocks, ob1 - ob));
+      a.bias = bias ? bias + ob * bl : nullptr;
+      for (int64_t run = r0; run < r1; ++run) {
+        const RunInput in = run_input(s, p, cin, run);
+        const int64_t pix0 = run * p.run_len;  // the run's first pixel within the plane
+        const int64_t len = std::min(p.run_len, plane - pix0);
+        const int64_t y_off = ((img * s.out_blocks + ob) * plane + pix0) * bl;
+        a.x_pix = in.x_pix;
+        a.x_kx = in.x_kx;
+        a.x_ky = in.x_ky;
+        a.x_cb = in.x_cb;
+        a.n_ky = in.n_ky;
+        a.w = w + ob * w_ob + in.ky0 * w_ky;
+        for (int64_t t = 0; t < len; t += tk.max_pixels) {
+          const int pixels = static_cast<int>(std::min<int64_t>(tk.max_pixels, len - t));
+          a.x = in.x + t * in.x_pix;
+          a.y = y + y_off + t * bl;
+          a.res = residual ? residual + y_off + t * bl : nullptr;
+          tk.fn(a, pixels, nb);
+        }
+        if (sigmoid) {
+          for (int j = 0; j < nb; ++j) conv_activate(ep, y + y_off + j * plane * bl, len * bl);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace sampan::cpu

@@ -1,0 +1,83 @@
+"""End-to-end: single ONNX ops in the forms exporters write, built here with the onnx package's
+helper, run by `sampan infer` and by onnxruntime (live) on the same file and inputs.
+
+Covers the op forms the committed models do not reach: Split into equal parts (opset 13 without
+sizes; opset 18 with num_outputs, the last part shorter), and the one-line refusal of a split
+whose equal parts cannot divide the axis.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_util as eu  # noqa: E402
+
+
+def main():
+    args = eu.parse_args(__doc__.splitlines()[0])
+    res = eu.Results()
+    eu.require_binary(args, res)
+    import onnx  # CI dependencies: missing is a failure
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    work = args.work_dir
+    rng = np.random.default_rng(11)
+
+    def model(name, nodes, inputs, outputs, opset):
+        g = helper.make_graph(nodes, "g", inputs, outputs)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        p = os.path.join(work, name + ".onnx")
+        with open(p, "wb") as f:
+            f.write(m.SerializeToString())
+        return p
+
+    def compare(name, path, feeds, out_names):
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        want = sess.run(None, feeds)
+        argv = ["infer", "--model", path, "--output-dir", os.path.join(work, name + "_out")]
+        for k, v in feeds.items():
+            p = os.path.join(work, f"{name}.{k}.npy")
+            np.save(p, v)
+            argv += ["--input", f"{k}={p}"]
+        run = eu.run_sampan(args, argv)
+        if run.returncode != 0:
+            res.check(name, False, run.describe())
+            return
+        for o, w in zip(out_names, want):
+            got = np.load(os.path.join(work, name + "_out", o + ".npy"))
+            res.check(f"{name}: {o} {list(got.shape)} == onnxruntime {list(w.shape)}",
+                      got.shape == w.shape and np.array_equal(got, w),
+                      f"shape {got.shape} vs {w.shape}")
+
+    def tensor(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    # Split without sizes, opset 13: as many equal parts as outputs (they must divide the axis).
+    outs = ["a", "b", "c"]
+    p = model("split13", [helper.make_node("Split", ["x"], outs, axis=1)],
+              [tensor("x", ["n", 6, 4])], [tensor(o, None) for o in outs], 13)
+    compare("split13", p, {"x": rng.standard_normal((2, 6, 4)).astype(np.float32)}, outs)
+
+    # Split with num_outputs, opset 18: ceil(7 / 3) = 3, so 3, 3 and 1 along the last axis.
+    p = model("split18", [helper.make_node("Split", ["x"], outs, axis=-1, num_outputs=3)],
+              [tensor("x", [2, "m"])], [tensor(o, None) for o in outs], 18)
+    compare("split18", p, {"x": rng.standard_normal((2, 7)).astype(np.float32)}, outs)
+
+    # Opset 13 equal parts of an axis they do not divide: one line naming the node.
+    p = model("split13_bad", [helper.make_node("Split", ["x"], outs, axis=1, name="cut3")],
+              [tensor("x", ["n", "k"])], [tensor(o, None) for o in outs], 13)
+    xbad = os.path.join(work, "xbad.npy")
+    np.save(xbad, np.ones((2, 7), np.float32))
+    run = eu.run_sampan(args, ["infer", "--model", p, "--input", xbad, "--output-dir", os.path.join(work, "bad_out")])
+    last = run.last_stderr_line()
+    res.check("split13 of 7 into 3 equal parts: one error line naming the node",
+              run.returncode is not None and run.returncode > 0 and last.startswith("error: ")
+              and "cut3" in last and "divide" in last, run.describe())
+    return res.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
