@@ -139,13 +139,6 @@ std::vector<TensorDesc> infer(const graph::Node& node, const Conv2dAttrs& a,
   return {{y, DType::kF32}};
 }
 
-// The contiguous data of an input (a copy when the executor hands a strided view).
-const float* contiguous_data(const Tensor& t, Tensor& holder) {
-  if (t.is_contiguous()) return t.data<float>();
-  holder = t.contiguous();
-  return holder.data<float>();
-}
-
 void run_cpu(const KernelContext& ctx) {
   const Conv2dAttrs& a = ctx.attrs_as<Conv2dAttrs>();
   const Tensor& x = ctx.inputs[0];
@@ -154,14 +147,8 @@ void run_cpu(const KernelContext& ctx) {
   SAMPAN_CHECK(y.is_contiguous(), ErrorCode::kInternal, "node '{}' (conv2d): output not contiguous",
                ctx.node.name);
   Tensor hx, hw, hb, hr;
-  const float* bias = nullptr;
-  const float* residual = nullptr;
-  if (ctx.inputs.size() > 2 && ctx.inputs[2].defined() && ctx.inputs[2].numel() > 0) {
-    bias = contiguous_data(ctx.inputs[2], hb);
-  }
-  if (ctx.inputs.size() > 3 && ctx.inputs[3].defined() && ctx.inputs[3].numel() > 0) {
-    residual = contiguous_data(ctx.inputs[3], hr);
-  }
+  const float* bias = conv_input_given(ctx, 2) ? contiguous_data(ctx.inputs[2], hb) : nullptr;
+  const float* residual = conv_input_given(ctx, 3) ? contiguous_data(ctx.inputs[3], hr) : nullptr;
   const cpu::ConvShape s = conv_shape(a, x.shape(), w.shape());
   if (a.bf16) {
     const Tensor wc = w.is_contiguous() ? w : w.contiguous();

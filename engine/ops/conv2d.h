@@ -26,6 +26,19 @@ struct Conv2dAttrs final : OpAttrs {
 // optional).
 Conv2dAttrs parse_conv2d_attrs(const graph::Node& node);
 
+// The f32 data of an input a conv launcher reads (`holder` keeps a contiguous copy when the
+// executor hands a strided view).
+inline const float* contiguous_data(const Tensor& t, Tensor& holder) {
+  if (t.is_contiguous()) return t.data<float>();
+  holder = t.contiguous();
+  return holder.data<float>();
+}
+
+// Whether optional input i (bias, residual) was given.
+inline bool conv_input_given(const KernelContext& ctx, size_t i) {
+  return ctx.inputs.size() > i && ctx.inputs[i].defined() && ctx.inputs[i].numel() > 0;
+}
+
 // "none", "relu", "clip", "sigmoid", "hard_swish"; false for anything else.
 bool conv_activation_from_name(const std::string& name, cpu::ConvActivation* out);
 

@@ -90,17 +90,6 @@ std::vector<TensorDesc> infer(const graph::Node& node, const Conv2dAttrs& a,
   return {{y, DType::kF32}};
 }
 
-// The contiguous data of an input (a copy when the executor hands a strided view).
-const float* contiguous_data(const Tensor& t, Tensor& holder) {
-  if (t.is_contiguous()) return t.data<float>();
-  holder = t.contiguous();
-  return holder.data<float>();
-}
-
-bool given(const KernelContext& ctx, size_t i) {
-  return ctx.inputs.size() > i && ctx.inputs[i].defined() && ctx.inputs[i].numel() > 0;
-}
-
 void run_cpu(const KernelContext& ctx) {
   const Conv2dAttrs& a = ctx.attrs_as<Conv2dAttrs>();
   const Tensor& x = ctx.inputs[0];
@@ -109,8 +98,8 @@ void run_cpu(const KernelContext& ctx) {
   SAMPAN_CHECK(y.is_contiguous(), ErrorCode::kInternal,
                "node '{}' (conv2d_nchwc): output not contiguous", ctx.node.name);
   Tensor hx, hw, hb, hr;
-  const float* bias = given(ctx, 2) ? contiguous_data(ctx.inputs[2], hb) : nullptr;
-  const float* residual = given(ctx, 3) ? contiguous_data(ctx.inputs[3], hr) : nullptr;
+  const float* bias = conv_input_given(ctx, 2) ? contiguous_data(ctx.inputs[2], hb) : nullptr;
+  const float* residual = conv_input_given(ctx, 3) ? contiguous_data(ctx.inputs[3], hr) : nullptr;
   cpu::conv2d_nchwc(conv_shape(a, x.shape(), w.shape()), contiguous_data(x, hx),
                     contiguous_data(w, hw), bias, residual, a.epilogue, y.data<float>(),
                     ctx.runner);

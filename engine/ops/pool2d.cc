@@ -70,15 +70,13 @@ Pool2dAttrs parse_pool2d_attrs(const graph::Node& node) {
   return a;
 }
 
-namespace {
-
-cpu::PoolShape pool_shape(const Pool2dAttrs& a, const Shape& x) {
+cpu::PoolShape pool_shape(const Pool2dAttrs& a, int64_t n, int64_t c, int64_t h, int64_t w) {
   cpu::PoolShape s;
   s.kind = a.kind;
-  s.n = x[0];
-  s.c = x[1];
-  s.h = x[2];
-  s.w = x[3];
+  s.n = n;
+  s.c = c;
+  s.h = h;
+  s.w = w;
   s.count_include_pad = a.count_include_pad;
   if (a.global) {
     s.kh = s.h;
@@ -99,6 +97,13 @@ cpu::PoolShape pool_shape(const Pool2dAttrs& a, const Shape& x) {
   s.ho = out_size(s.h, s.kh, s.stride_h, s.pad_t, s.pad_b, s.dil_h, a.ceil_mode);
   s.wo = out_size(s.w, s.kw, s.stride_w, s.pad_l, s.pad_r, s.dil_w, a.ceil_mode);
   return s;
+}
+
+namespace {
+
+// x: [N, C, H, W].
+cpu::PoolShape pool_shape(const Pool2dAttrs& a, const Shape& x) {
+  return ops::pool_shape(a, x[0], x[1], x[2], x[3]);
 }
 
 std::vector<TensorDesc> infer(const graph::Node& node, const Pool2dAttrs& a,

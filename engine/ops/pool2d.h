@@ -25,4 +25,8 @@ struct Pool2dAttrs final : OpAttrs {
 // ceil_mode, count_include_pad.
 Pool2dAttrs parse_pool2d_attrs(const graph::Node& node);
 
+// The kernel's geometry for an input of n images of c planes h x w (any layout): window, pads,
+// output size (ceil_mode drops a last window starting beyond the input and its top/left pad).
+cpu::PoolShape pool_shape(const Pool2dAttrs& a, int64_t n, int64_t c, int64_t h, int64_t w);
+
 }  // namespace sampan::ops

@@ -10,45 +10,9 @@
 namespace sampan::ops {
 namespace {
 
-// One output dimension, as pool2d computes it (ceil_mode drops a last window that would start
-// beyond the input and its top/left pad).
-int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t pad_lo, int64_t pad_hi, int64_t d,
-                 bool ceil_mode) {
-  const int64_t span = in + pad_lo + pad_hi - d * (k - 1) - 1;
-  if (span < 0) return 0;
-  int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
-  if (ceil_mode && (out - 1) * s >= in + pad_lo) --out;
-  return out;
-}
-
-// x: [N, C/B, H, W, B]; s.c counts the padded channels (C/B * B).
+// x: [N, C/B, H, W, B]; the shape's c counts the padded channels (C/B * B).
 cpu::PoolShape pool_shape(const Pool2dAttrs& a, const Shape& x) {
-  cpu::PoolShape s;
-  s.kind = a.kind;
-  s.n = x[0];
-  s.c = x[1] * x[4];
-  s.h = x[2];
-  s.w = x[3];
-  s.count_include_pad = a.count_include_pad;
-  if (a.global) {
-    s.kh = s.h;
-    s.kw = s.w;
-    s.ho = s.wo = 1;
-    return s;
-  }
-  s.kh = a.kernel[0];
-  s.kw = a.kernel[1];
-  s.stride_h = a.strides[0];
-  s.stride_w = a.strides[1];
-  s.pad_t = a.pads[0];
-  s.pad_l = a.pads[1];
-  s.pad_b = a.pads[2];
-  s.pad_r = a.pads[3];
-  s.dil_h = a.dilations[0];
-  s.dil_w = a.dilations[1];
-  s.ho = out_size(s.h, s.kh, s.stride_h, s.pad_t, s.pad_b, s.dil_h, a.ceil_mode);
-  s.wo = out_size(s.w, s.kw, s.stride_w, s.pad_l, s.pad_r, s.dil_w, a.ceil_mode);
-  return s;
+  return ops::pool_shape(a, x[0], x[1] * x[4], x[2], x[3]);
 }
 
 std::vector<TensorDesc> infer(const graph::Node& node, const Pool2dAttrs& a,

@@ -13,32 +13,13 @@
 #include <cstring>
 
 #include "kernels/cpu/conv_cpu.h"
+#include "kernels/cpu/conv_epilogue_avx512.h"
 
 namespace sampan::cpu::conv_detail {
 namespace {
 
 constexpr int kMr = 8;
 constexpr int kNr = 32;
-
-// The same epilogue as the f32 tile's (kept in step by tests/unit/test_conv_bf16.cc, which runs
-// every activation through both).
-inline __m512 activate(__m512 v, const ConvEpilogue& ep) {
-  switch (ep.act) {
-    case ConvActivation::kNone:
-    case ConvActivation::kSigmoid:  // applied by the driver after the store
-      return v;
-    case ConvActivation::kRelu: return _mm512_max_ps(v, _mm512_setzero_ps());
-    case ConvActivation::kClip:
-      return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep.act_min)),
-                           _mm512_set1_ps(ep.act_max));
-    case ConvActivation::kHardSwish: {
-      __m512 g = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f));
-      g = _mm512_min_ps(_mm512_max_ps(g, _mm512_setzero_ps()), _mm512_set1_ps(1.0f));
-      return _mm512_mul_ps(v, g);
-    }
-  }
-  return v;
-}
 
 // A pair (a[k], a[k + 1]) of one weight row as the 32-bit lane vdpbf16ps broadcasts. Rows of an
 // odd k start at odd elements, hence memcpy (an unaligned load).
@@ -85,28 +66,8 @@ void tile(int64_t kc, const uint16_t* a, int64_t lda, const uint16_t* bp, float*
   }
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
-    float* ci = c + i * ldc;
-    __m512 v0 = acc0[i];
-    __m512 v1 = acc1[i];
-    if (accumulate) {
-      v0 = _mm512_add_ps(v0, _mm512_loadu_ps(ci));
-      v1 = _mm512_add_ps(v1, _mm512_loadu_ps(ci + 16));
-    }
-    if (last) {
-      if (bias) {
-        const __m512 bv = _mm512_set1_ps(bias[i]);
-        v0 = _mm512_add_ps(v0, bv);
-        v1 = _mm512_add_ps(v1, bv);
-      }
-      if (res) {
-        v0 = _mm512_add_ps(v0, _mm512_loadu_ps(res + i * ldc));
-        v1 = _mm512_add_ps(v1, _mm512_loadu_ps(res + i * ldc + 16));
-      }
-      v0 = activate(v0, *ep);
-      v1 = activate(v1, *ep);
-    }
-    _mm512_storeu_ps(ci, v0);
-    _mm512_storeu_ps(ci + 16, v1);
+    store_row_avx512(c + i * ldc, acc0[i], acc1[i], accumulate, last, bias ? bias + i : nullptr,
+                     res ? res + i * ldc : nullptr, *ep);
   }
 }
 
