@@ -63,6 +63,12 @@ python3 -c "import prometheus_client" >/dev/null 2>&1 || need+=(prometheus_clien
 # Classic models: onnxruntime runs live against `sampan infer`; onnx builds the bad-file cases.
 python3 -c "import onnxruntime" >/dev/null 2>&1 || need+=(onnxruntime)
 python3 -c "import onnx" >/dev/null 2>&1 || need+=(onnx)
+# GGUF: the `gguf` package writes the test files, `regex` applies the published pre-tokenizer
+# patterns, llama-cpp-python (llama.cpp itself, built from source by pip: several minutes the first
+# time) quantizes them and gives the reference logits.
+python3 -c "import gguf" >/dev/null 2>&1 || need+=(gguf)
+python3 -c "import regex" >/dev/null 2>&1 || need+=(regex)
+python3 -c "import llama_cpp" >/dev/null 2>&1 || need+=(llama-cpp-python)
 if ((${#need[@]})); then
   python3 -m pip install -q "${need[@]}" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages "${need[@]}"

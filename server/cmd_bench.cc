@@ -28,7 +28,7 @@ Runner add_bench(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("bench", "Measure prefill and decode tokens/s (one JSON line)");
-  cmd->add_option("--model", a->model, "model directory")->required();
+  cmd->add_option("--model", a->model, "model directory or .gguf file")->required();
   cmd->add_option("--prompt-len", a->prompt_len, "prompt tokens for prefill")->check(CLI::PositiveNumber);
   cmd->add_option("--gen", a->gen, "decoded tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--threads", a->threads, "CPU threads")->check(CLI::NonNegativeNumber);

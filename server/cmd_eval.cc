@@ -261,7 +261,7 @@ Runner add_eval(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   auto* cmd = app.add_subcommand(
       "eval", "Perplexity, KL divergence and top-1 agreement of a model on a text");
-  cmd->add_option("--model", a->model, "model directory (the build flags apply to it)")->required();
+  cmd->add_option("--model", a->model, "model directory or .gguf file (the build flags apply to a directory)")->required();
   cmd->add_option("--text", a->text, "UTF-8 text file to score")->required();
   cmd->add_option("--ref-model", a->ref_model,
                   "reference model directory (default: --model without build flags)");

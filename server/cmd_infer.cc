@@ -129,7 +129,7 @@ Runner add_infer(CLI::App& app) {
     SAMPAN_CHECK(models::parse_precision(o->precision, &load.precision),
                  ErrorCode::kInvalidArgument, "--precision {}: expected f32 or bf16", o->precision);
     auto model = models::load_model(o->model, load);
-    SAMPAN_CHECK(model->format != "hf", ErrorCode::kInvalidArgument,
+    SAMPAN_CHECK(!models::is_decoder_format(model->format), ErrorCode::kInvalidArgument,
                  "{}: a {} language model; `sampan infer` runs classic models (ONNX), use "
                  "`sampan run` or `sampan logits`", o->model, model->architecture);
     const auto& sig = model->signature;

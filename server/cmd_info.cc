@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "engine/loaders/gguf.h"
 #include "engine/models/model.h"
 #include "engine/models/model_options.h"
 #include "engine/runtime/causal_lm.h"
@@ -36,6 +37,47 @@ std::string dims_text(const std::vector<graph::Dim>& shape) {
   std::vector<std::string> parts;
   for (const graph::Dim& d : shape) parts.push_back(d.symbolic() ? d.symbol : std::to_string(d.size));
   return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
+struct WeightSummary {
+  int64_t parameters = 0, total_bytes = 0;
+  std::map<std::string, int64_t> bytes_by_type;  // "bf16", "Q4_K", ...
+};
+
+// A safetensors model counts its files' tensors (WeightStore); a GGUF model the graph's weight
+// constants, block-quantized ones by their GGUF type (the attribute of the node reading them).
+WeightSummary summarize_weights(const runtime::CausalLm& lm) {
+  WeightSummary s;
+  if (const auto& store = lm.model().store) {
+    s.parameters = store->parameter_count();
+    s.total_bytes = store->total_bytes();
+    for (const auto& [dtype, bytes] : store->bytes_by_dtype()) s.bytes_by_type[dtype_name(dtype)] += bytes;
+    return s;
+  }
+  const graph::Graph& g = lm.graph();
+  std::set<const void*> seen;
+  for (const graph::Node& n : g.nodes()) {
+    if (n.dead) continue;
+    const int64_t t = n.attrs.get_int("ggml_type", -1);
+    for (graph::ValueId v : n.inputs) {
+      if (v == graph::kNoValue) continue;
+      const graph::Value& val = g.value(v);
+      if (val.kind != graph::ValueKind::kConstant || !val.constant.defined()) continue;
+      const Tensor& c = val.constant;
+      if (!seen.insert(c.raw()).second) continue;  // tied and fused weights count once
+      std::string type = dtype_name(c.dtype());
+      int64_t elements = c.numel();
+      if (c.dtype() == DType::kU8 && t >= 0) {
+        const auto gt = static_cast<GgmlType>(t);
+        type = ggml_type_name(gt) ? ggml_type_name(gt) : type;
+        elements = c.nbytes() / ggml_type_size(gt) * ggml_block_size(gt);
+      }
+      s.parameters += elements;
+      s.total_bytes += c.nbytes();
+      s.bytes_by_type[type] += c.nbytes();
+    }
+  }
+  return s;
 }
 
 // A classic model (ONNX): its signature, weights and graph.
@@ -76,15 +118,14 @@ int info_classic(const std::string& path) {
 Runner add_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Describe a model: architecture, parameters, memory");
   auto model = std::make_shared<std::string>();
-  cmd->add_option("--model", *model, "model directory (config.json + safetensors) or .onnx file")->required();
+  cmd->add_option("--model", *model, "model directory (config.json + safetensors), .gguf, .onnx or Paddle model")->required();
   return [model] {
-    if (models::model_format_of(*model) != "hf") return info_classic(*model);
+    if (!models::is_decoder_format(models::model_format_of(*model))) return info_classic(*model);
     runtime::CausalLmOptions opt;
     opt.threads = 1;
     opt.max_context = 1;  // info needs no cache
     auto lm = runtime::CausalLm::load(*model, opt);
     const HfConfig& c = lm->config();
-    const WeightStore& w = lm->weights();
     fmt::print("model:          {}\n", *model);
     fmt::print("architecture:   {}\n", model_arch_name(c.arch));
     fmt::print("layers:         {}\n", c.n_layer);
@@ -98,13 +139,14 @@ Runner add_info(CLI::App& app) {
     fmt::print("biases:         q {} k {} v {} o {} mlp {}\n", c.bias_q, c.bias_k, c.bias_v,
                c.bias_o, c.bias_mlp);
     if (c.sliding_window) fmt::print("sliding window: {}\n", *c.sliding_window);
-    const double params = static_cast<double>(w.parameter_count());
-    fmt::print("parameters:     {} ({})\n", w.parameter_count(),
+    const WeightSummary w = summarize_weights(*lm);
+    const double params = static_cast<double>(w.parameters);
+    fmt::print("parameters:     {} ({})\n", w.parameters,
                params >= 1e9 ? fmt::format("{:.3f} B", params / 1e9) : fmt::format("{:.3f} M", params / 1e6));
-    for (const auto& [dtype, bytes] : w.bytes_by_dtype()) {
-      fmt::print("weights {:<7} {}\n", std::string(dtype_name(dtype)) + ":", human_bytes(static_cast<double>(bytes)));
+    for (const auto& [type, bytes] : w.bytes_by_type) {
+      fmt::print("weights {:<7} {}\n", type + ":", human_bytes(static_cast<double>(bytes)));
     }
-    fmt::print("weights total:  {} (memory-mapped)\n", human_bytes(static_cast<double>(w.total_bytes())));
+    fmt::print("weights total:  {} (memory-mapped)\n", human_bytes(static_cast<double>(w.total_bytes)));
     const double kv_token = 2.0 * static_cast<double>(c.n_layer * c.kv_dim()) * sizeof(float);
     fmt::print("kv cache:       {} per token (f32); {} at the full context of {}\n",
                human_bytes(kv_token), human_bytes(kv_token * static_cast<double>(c.max_position_embeddings)),

@@ -43,7 +43,7 @@ Runner add_logits(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("logits", "Write the logits of every position as a .npy file");
-  cmd->add_option("--model", a->model, "model directory")->required();
+  cmd->add_option("--model", a->model, "model directory or .gguf file")->required();
   cmd->add_option("--ids", a->ids, "comma-separated token ids, e.g. 1,2,3")->required();
   cmd->add_option("--out", a->out, "output .npy file, float32 [n_ids, vocab]")->required();
   cmd->add_option("--chunk", a->chunk,

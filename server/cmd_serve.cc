@@ -187,7 +187,7 @@ int run_serve(const server::ServeConfig& cfg) {
 
   const auto t0 = Clock::now();
   log::info("loading model '{}' from {}", name, cfg.model);
-  if (models::model_format_of(cfg.model) != "hf") {
+  if (!models::is_decoder_format(models::model_format_of(cfg.model))) {
     return serve_classic(cfg, name, host, metrics, http, grpc.get(), signals, t0);
   }
   // Fault injection for the tests (tests/e2e/test_serve_faults.py); never set in production.

@@ -10,7 +10,7 @@
 namespace sampan::cli {
 
 void GenerationFlags::add_to(CLI::App& cmd) {
-  cmd.add_option("--model", model, "model directory (config.json, safetensors, tokenizer)")->required();
+  cmd.add_option("--model", model, "model directory (config.json, safetensors, tokenizer) or .gguf file")->required();
   cmd.add_option("--threads", threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--max-context", max_context, "KV cache capacity in tokens")->check(CLI::PositiveNumber);
   cmd.add_option("--temperature", sampling.temperature, "0 = greedy (default 1)");

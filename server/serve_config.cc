@@ -55,7 +55,7 @@ struct Key {
 const std::vector<Key>& keys() {
   static const std::vector<Key> k = {
       {"model", "engine", +[](ServeConfig& c) -> std::string& { return c.model; }, Parse::kPlain,
-       "model directory (config.json, safetensors, tokenizer.json); required"},
+       "model directory (config.json, safetensors, tokenizer.json), .gguf file or classic model; required"},
       {"served-model-name", "engine", +[](ServeConfig& c) -> std::string& { return c.served_model_name; },
        Parse::kPlain, "model name clients use (default: the model directory's name)"},
       {"threads", "engine", +[](ServeConfig& c) -> int& { return c.engine.threads; }, Parse::kPlain,

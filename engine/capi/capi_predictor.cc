@@ -166,7 +166,7 @@ std::shared_ptr<const Model> load_model(const ConfigData& o) {
                                           : models::Precision::kF32;
   m->model = models::load_model(
       o.model_dir, {.build = o.build_options(), .optimize = true, .precision = precision});
-  m->decoder = m->model->format == "hf" ||
+  m->decoder = models::is_decoder_format(m->model->format) ||
                m->model->signature.find_input(models::TensorRole::kTokenIds) != nullptr;
   if (m->decoder) {
     m->bind = models::DecoderBindings::from(m->model->signature, o.model_dir);

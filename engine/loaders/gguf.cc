@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "engine/core/error.h"
 #include "engine/loaders/json_util.h"
 
@@ -10,6 +12,11 @@ namespace {
 
 constexpr uint64_t kMaxKeys = 1u << 20;
 constexpr uint64_t kMaxStringBytes = 1u << 30;
+constexpr uint32_t kMaxDims = 4;                 // GGML_MAX_DIMS
+constexpr int64_t kMaxElements = int64_t{1} << 62;
+constexpr uint64_t kMaxAlignment = 1u << 20;
+// Smallest encoding of one tensor-table entry: name length, n_dims, one dim, type, offset.
+constexpr uint64_t kMinTensorEntryBytes = 8 + 4 + 8 + 4 + 8;
 
 size_t scalar_size(ValueType t) {
   switch (t) {
@@ -35,7 +42,7 @@ bool is_integer(ValueType t) {
 // Sequential reader over the mapping that names the file and the construct when it runs out.
 class Cursor {
  public:
-  Cursor(const MappedFile& f) : f_(f) {}
+  explicit Cursor(const MappedFile& f, size_t pos = 0) : f_(f), pos_(pos) {}
   size_t pos() const { return pos_; }
   template <typename T>
   T read(std::string_view what) {
@@ -142,7 +149,115 @@ std::shared_ptr<const GgufFile> GgufFile::open(const std::string& path) {
     SAMPAN_CHECK(g->entries_.emplace(key, e).second, ErrorCode::kInvalidModel,
                  "{}: key '{}' appears twice", path, printable(key));
   }
+  if (auto a = g->get_int("general.alignment")) {
+    SAMPAN_CHECK(*a >= 1 && static_cast<uint64_t>(*a) <= kMaxAlignment && (*a & (*a - 1)) == 0,
+                 ErrorCode::kInvalidModel,
+                 "{}: key 'general.alignment' is {}, expected a power of two up to {}", path, *a,
+                 kMaxAlignment);
+    g->alignment_ = static_cast<uint64_t>(*a);
+  }
+  g->read_tensor_table(c.pos());
   return g;
+}
+
+int64_t TensorInfo::rows() const {
+  int64_t r = 1;
+  for (size_t i = 1; i < dims.size(); ++i) r *= dims[i];
+  return r;
+}
+
+std::string TensorInfo::str() const {
+  std::vector<int64_t> outer_first(dims.rbegin(), dims.rend());
+  const char* n = ggml_type_name(type);
+  return fmt::format("[{}] {}", fmt::join(outer_first, ", "),
+                     n ? std::string(n) : fmt::format("type {}", static_cast<uint32_t>(type)));
+}
+
+void GgufFile::read_tensor_table(size_t pos) {
+  const std::string& p = path();
+  const MappedFile& f = *file_;
+  Cursor c(f, pos);
+  SAMPAN_CHECK(tensor_count_ <= (f.size() - c.pos()) / kMinTensorEntryBytes,
+               ErrorCode::kInvalidModel,
+               "{}: tensor count {} is implausible for the {} bytes left after the metadata", p,
+               tensor_count_, f.size() - c.pos());
+  tensors_.reserve(tensor_count_);
+  for (uint64_t i = 0; i < tensor_count_; ++i) {
+    TensorInfo t;
+    t.name = std::string(c.read_string(fmt::format("the name of tensor #{}", i)));
+    const std::string what = fmt::format("tensor '{}'", printable(t.name));
+    const auto n_dims = c.read<uint32_t>(what);
+    SAMPAN_CHECK(n_dims >= 1 && n_dims <= kMaxDims, ErrorCode::kInvalidModel,
+                 "{}: {} has {} dimensions, expected 1 to {}", p, what, n_dims, kMaxDims);
+    int64_t elements = 1;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      const auto dim = c.read<uint64_t>(what);
+      SAMPAN_CHECK(dim >= 1 && dim <= static_cast<uint64_t>(kMaxElements) &&
+                       static_cast<int64_t>(dim) <= kMaxElements / elements,
+                   ErrorCode::kInvalidModel, "{}: {} has dimension {} = {}, out of range", p, what,
+                   d, dim);
+      t.dims.push_back(static_cast<int64_t>(dim));
+      elements *= static_cast<int64_t>(dim);
+    }
+    const auto type = c.read<uint32_t>(what);
+    t.type = static_cast<GgmlType>(type);
+    const int64_t block = ggml_block_size(t.type);
+    SAMPAN_CHECK(block > 0, ErrorCode::kInvalidModel, "{}: {} has unknown type {}", p, what, type);
+    SAMPAN_CHECK(t.dims[0] % block == 0, ErrorCode::kInvalidModel,
+                 "{}: {} has {} elements per row, not a multiple of {}'s block of {}", p, what,
+                 t.dims[0], ggml_type_name(t.type), block);
+    const uint64_t row_bytes = static_cast<uint64_t>(ggml_row_bytes(t.type, t.dims[0]));
+    const uint64_t rows = static_cast<uint64_t>(t.rows());
+    SAMPAN_CHECK(rows <= UINT64_MAX / row_bytes, ErrorCode::kInvalidModel,
+                 "{}: {} is too large", p, what);
+    t.nbytes = row_bytes * rows;
+    t.offset = c.read<uint64_t>(what);
+    SAMPAN_CHECK(tensor_index_.emplace(t.name, tensors_.size()).second, ErrorCode::kInvalidModel,
+                 "{}: {} appears twice in the tensor table", p, what);
+    tensors_.push_back(std::move(t));
+  }
+  if (tensors_.empty()) return;
+  // The data section starts at the next multiple of the alignment; offsets are relative to it.
+  const uint64_t data_start = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
+  SAMPAN_CHECK(data_start <= f.size(), ErrorCode::kInvalidModel,
+               "{}: truncated file: the tensor data section would start at byte {} of {}", p,
+               data_start, f.size());
+  const uint64_t data_bytes = f.size() - data_start;
+  for (TensorInfo& t : tensors_) {
+    const std::string what = fmt::format("tensor '{}'", printable(t.name));
+    SAMPAN_CHECK(t.offset % alignment_ == 0, ErrorCode::kInvalidModel,
+                 "{}: {} has offset {}, not a multiple of the alignment {}", p, what, t.offset,
+                 alignment_);
+    SAMPAN_CHECK(t.offset <= data_bytes && t.nbytes <= data_bytes - t.offset,
+                 ErrorCode::kInvalidModel,
+                 "{}: {} ({} bytes at offset {}) runs past the end of the data section ({} bytes)",
+                 p, what, t.nbytes, t.offset, data_bytes);
+    t.offset += data_start;
+  }
+}
+
+const TensorInfo* GgufFile::find_tensor(std::string_view name) const {
+  auto it = tensor_index_.find(name);
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+std::optional<double> GgufFile::get_float(std::string_view key) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  const Entry& e = it->second;
+  const uint8_t* p = file_->data() + e.offset;
+  if (e.type == ValueType::kF32) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  if (e.type == ValueType::kF64) {
+    double v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+  fail(ErrorCode::kInvalidModel, "{}: key '{}' is {}, expected a float", path(), key,
+       value_type_name(e.type));
 }
 
 std::vector<std::string> GgufFile::keys() const {

@@ -23,6 +23,7 @@ ValueId linear(Graph& g, const std::string& name, ValueId x, const Linear& w) {
   while (inputs.back() == graph::kNoValue) inputs.pop_back();
   graph::Attributes attrs;
   if (w.weight.dtype() == DType::kI4) attrs.set("group_size", w.group_size);
+  if (w.weight.dtype() == DType::kU8) attrs.set("ggml_type", static_cast<int64_t>(w.ggml_type));
   return g.add("linear", name, std::move(inputs), std::move(attrs));
 }
 

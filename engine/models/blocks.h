@@ -7,6 +7,7 @@
 
 #include "engine/core/tensor.h"
 #include "engine/graph/graph.h"
+#include "kernels/common/ggml_type.h"
 #include "kernels/common/kv_format.h"
 
 namespace sampan::models {
@@ -22,6 +23,9 @@ struct Linear {
   Tensor scales;  // quantized only: fp8 [out] f32; int4 [out, in / group_size] f16|bf16
   Tensor zeros;   // int4 asymmetric only: [out, in / group_size] i8
   int64_t group_size = 0;  // int4 only
+  // GGUF block weights: weight is u8 [out, ggml_row_bytes(ggml_type, in)] (kernels/common/
+  // ggml_type.h), no scales or zeros.
+  GgmlType ggml_type = GgmlType::kF32;
 };
 
 struct AttentionWeights {

@@ -221,7 +221,13 @@ graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w,
   const ValueId logit_rows =
       input("logit_rows", TensorRole::kLogitRows, DType::kI32, {Dim::sym("n_out")});
 
-  const RopeFreqs rope = compute_rope_freqs(c);
+  RopeFreqs rope = compute_rope_freqs(c);
+  if (!w.rope_freq_factors.empty()) {
+    SAMPAN_CHECK(w.rope_freq_factors.size() == rope.inv_freq.size(), ErrorCode::kInvalidModel,
+                 "{}: rope_freqs has {} factors, expected head_dim / 2 = {}", c.source,
+                 w.rope_freq_factors.size(), rope.inv_freq.size());
+    for (size_t i = 0; i < rope.inv_freq.size(); ++i) rope.inv_freq[i] /= w.rope_freq_factors[i];
+  }
   in.inv_freq = g.add_constant(
       "rope.inv_freq", Tensor::from_f32({static_cast<int64_t>(rope.inv_freq.size())}, rope.inv_freq));
 
@@ -240,7 +246,12 @@ graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w,
   const int64_t row = f32_kv ? c.kv_dim()
                              : kv_row_bytes(options.kv_cache_dtype, c.n_head_kv, c.head_dim);
 
-  ValueId h = g.add("embedding", "tok_embd", {ids, g.add_constant("tok_embd.weight", w.tok_embd)});
+  graph::Attributes embd_attrs;
+  if (w.tok_embd.dtype() == DType::kU8) {
+    embd_attrs.set("ggml_type", static_cast<int64_t>(w.tok_embd_type));
+  }
+  ValueId h = g.add("embedding", "tok_embd", {ids, g.add_constant("tok_embd.weight", w.tok_embd)},
+                    std::move(embd_attrs));
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = fmt::format("layers.{}", i);
     const LlamaLayerWeights& l = w.layers[static_cast<size_t>(i)];

@@ -52,13 +52,17 @@ struct LlamaLayerWeights {
 };
 
 struct LlamaWeights {
-  Tensor tok_embd;   // [vocab, hidden]
+  Tensor tok_embd;   // [vocab, hidden]; or GGUF blocks, u8 [vocab, row bytes] of tok_embd_type
+  GgmlType tok_embd_type = GgmlType::kF32;
   std::vector<LlamaLayerWeights> layers;
   Tensor output_norm;  // [hidden] f32
   Linear output;       // lm_head [vocab, hidden] (the embedding table when tied)
   // Non-zero when the weights are Hadamard-rotated (llama_rotate.h): the block of the online
   // Walsh-Hadamard the graph applies before down_proj.
   int64_t down_hadamard_block = 0;
+  // GGUF llama3-style RoPE: per channel pair, the divisor of the default inverse frequency
+  // ([head_dim / 2] f32, llama.cpp's rope_freqs.weight); empty otherwise.
+  std::vector<float> rope_freq_factors;
 };
 
 // Phase 2: every tensor the config implies, with its shape and dtype checked. Norm weights and

@@ -225,6 +225,16 @@ std::string model_format_of(const std::string& path) {
   return "hf";
 }
 
+bool is_decoder_format(const std::string& format) {
+  if (format == "hf") return true;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const ModelFormat& f : r.formats) {
+    if (f.name == format) return f.decoder;
+  }
+  return false;
+}
+
 bool parse_precision(const std::string& name, Precision* out) {
   if (name == "f32") *out = Precision::kF32;
   else if (name == "bf16") *out = Precision::kBf16;
@@ -247,8 +257,9 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     m->format = f.name;
     f.load(*file, options, *m);
     if (options.optimize) {
+      // Decoder builders ignore the classic models' precision (LoadOptions::precision).
       m->pass_report = graph::passes::optimize(
-          m->graph, {.bf16 = options.precision == Precision::kBf16});
+          m->graph, {.bf16 = !f.decoder && options.precision == Precision::kBf16});
     }
     check_signature(*m);
     log::debug("{}: {} model, signature:\n{}", *file, m->format, m->signature.str());

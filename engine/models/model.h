@@ -95,9 +95,9 @@ struct LoadOptions {
 class Model {
  public:
   std::string path;          // as given to load_model
-  std::string format;        // "hf" (config.json + safetensors), "onnx"
+  std::string format;        // "hf" (config.json + safetensors), "gguf", "onnx", "paddle"
   std::string architecture;  // "LlamaForCausalLM", ...; "onnx (pytorch)" for an imported graph
-  HfConfig config;           // decoder hyper-parameters (hf only)
+  HfConfig config;           // decoder hyper-parameters (hf and gguf)
   graph::Graph graph;
   Signature signature;
   graph::passes::PassReport pass_report;
@@ -128,6 +128,7 @@ class Model {
   void upload_constants(Device device);
 
   // What keeps the graph's constants valid: the mapped files and the builder's own tensors.
+  // `store` is the safetensors weight store of an "hf" model, null for every other format.
   std::shared_ptr<const WeightStore> store;
   std::shared_ptr<const void> builder_state;
 };
@@ -156,11 +157,18 @@ struct ModelFormat {
   std::string name;
   std::optional<std::string> (*detect)(const std::string& path);
   void (*load)(const std::string& file, const LoadOptions& options, Model& model);
+  // The format holds decoder LLMs (GGUF): `load` fills config and the KV fields too, and the
+  // LLM front doors (run, chat, logits, serve's OpenAI routes) take it like a Hugging Face
+  // directory. False for classic models (ONNX, Paddle).
+  bool decoder = false;
 };
 void register_model_format(ModelFormat format);
 // The name of the registered format that claims `path`, or "hf" when none does (reads no
 // weights; a directory holding several candidate files is an error naming them).
 std::string model_format_of(const std::string& path);
+// Whether models of `format` (a model_format_of answer) are decoder LLMs: "hf" and every
+// format registered with decoder = true.
+bool is_decoder_format(const std::string& format);
 
 // Registers a builder; static registration from the builder's file (see llama.cc).
 void register_model_builder(const std::string& format, const std::string& architecture,

@@ -14,6 +14,10 @@ void run_cuda(const KernelContext& ctx) {
   const Tensor& table = ctx.inputs[1];  // [vocab, dim] f32 | f16 | bf16
   const Tensor& y = ctx.outputs[0];     // [n_tokens, dim] f32
   const int64_t n_tokens = ids.dim(0), vocab = table.dim(0);
+  SAMPAN_CHECK(table.dtype() != DType::kU8, ErrorCode::kUnsupported,
+               "node '{}': a GGUF block-quantized embedding table has no CUDA kernel yet (run the "
+               "model on the CPU)",
+               ctx.node.name);
   if (n_tokens == 0) return;
   SAMPAN_CHECK(table.is_contiguous() && ids.is_contiguous(), ErrorCode::kUnsupported,
                "embedding: a strided table {} or ids {} is not supported on CUDA", table.str(),

@@ -12,7 +12,9 @@
 // Weights: f32, f16, bf16, or quantized (kernels/cpu/gemm_cpu.h, every block the same format):
 //   f8_e4m3 [n_i, k] with scales_i f32 [n_i];
 //   i4 [n_i, k] (packed) with scales_i f16|bf16 [n_i, k / group_size] (one scale type for all
-//   blocks) and optional zeros_i i8 [n_i, k / group_size].
+//   blocks) and optional zeros_i i8 [n_i, k / group_size];
+//   u8 [n_i, ggml_row_bytes(ggml_type, k)]: rows of GGUF blocks (attribute ggml_type, the GGUF
+//   type id, one for every block; kernels/common/ggml_type.h), no scales or zeros.
 #include "engine/ops/linear.h"
 
 #include "engine/core/error.h"
@@ -39,6 +41,10 @@ LinearAttrs parse(const graph::Node& node) {
                "node '{}' (linear): unknown epilogue '{}'", node.name, ep);
   a.epilogue = ep == "silu_mul" ? GemmEpilogue::kSiluMul : GemmEpilogue::kStore;
   a.group_size = node.attrs.get_int("group_size", 0);
+  const int64_t t = node.attrs.get_int("ggml_type", static_cast<int64_t>(GgmlType::kF32));
+  SAMPAN_CHECK(t >= 0 && t <= 0xffff, ErrorCode::kInvalidArgument,
+               "node '{}' (linear): ggml_type {} is not a GGUF type id", node.name, t);
+  a.ggml_type = static_cast<GgmlType>(t);
   return a;
 }
 
@@ -55,7 +61,7 @@ const char* slot_name(Slot s) {
   return "?";
 }
 
-bool quantized(DType t) { return t == DType::kF8E4M3 || t == DType::kI4; }
+bool quantized(DType t) { return t == DType::kF8E4M3 || t == DType::kI4 || t == DType::kU8; }
 
 // Checks one optional slot of block i: `want` says whether it must be present, absent, or may be
 // either; when present it must be `dtype` with `shape`.
@@ -96,6 +102,15 @@ std::vector<TensorDesc> infer(const graph::Node& node, const LinearAttrs& a,
                  "node '{}' (linear): input width {} is not a multiple of the int4 group size {}",
                  node.name, k, g);
   }
+  if (wtype == DType::kU8) {
+    const char* tn = ggml_type_name(a.ggml_type);
+    SAMPAN_CHECK(ggml_block_type_supported(a.ggml_type), ErrorCode::kUnsupported,
+                 "node '{}' (linear): GGUF weight type {} is not supported", node.name,
+                 tn ? std::string(tn) : std::to_string(static_cast<uint32_t>(a.ggml_type)));
+    SAMPAN_CHECK(k % ggml_block_size(a.ggml_type) == 0, ErrorCode::kInvalidArgument,
+                 "node '{}' (linear): input width {} is not a multiple of {}'s block of {}",
+                 node.name, k, tn, ggml_block_size(a.ggml_type));
+  }
   DType scale_type = DType::kF16;
   if (wtype == DType::kI4) {
     const size_t s0 = slot(b, 0, Slot::kScales);
@@ -118,7 +133,7 @@ std::vector<TensorDesc> infer(const graph::Node& node, const LinearAttrs& a,
                      quantized(w.dtype),
                  ErrorCode::kUnsupported, "node '{}' (linear): weights of type {} are not supported",
                  node.name, dtype_name(w.dtype));
-    expect_dim(node, w, 1 + i, 1, k);
+    expect_dim(node, w, 1 + i, 1, w.dtype == DType::kU8 ? ggml_row_bytes(a.ggml_type, k) : k);
     const int64_t rows = w.shape[0];
     n += rows;
     check_slot(node, in, b, i, Slot::kBias, Need::kOptional, DType::kF32, {rows}, "");
@@ -130,6 +145,10 @@ std::vector<TensorDesc> infer(const graph::Node& node, const LinearAttrs& a,
       case DType::kI4:
         check_slot(node, in, b, i, Slot::kScales, Need::kRequired, scale_type, {rows, k / g}, "i4");
         check_slot(node, in, b, i, Slot::kZeros, Need::kOptional, DType::kI8, {rows, k / g}, "i4");
+        break;
+      case DType::kU8:
+        check_slot(node, in, b, i, Slot::kScales, Need::kAbsent, DType::kF32, {}, "GGUF block");
+        check_slot(node, in, b, i, Slot::kZeros, Need::kAbsent, DType::kI8, {}, "GGUF block");
         break;
       default:
         check_slot(node, in, b, i, Slot::kScales, Need::kAbsent, DType::kF32, {}, "float");
@@ -165,6 +184,7 @@ void run_cpu(const KernelContext& ctx) {
   w.k = x.dim(1);
   w.n_blocks = b;
   w.group_size = a.group_size;
+  w.ggml_type = a.ggml_type;
   for (int i = 0; i < b; ++i) {
     const Tensor& wi = ctx.inputs[static_cast<size_t>(1 + i)];
     SAMPAN_CHECK(wi.is_contiguous(), ErrorCode::kInternal, "node '{}': weight {} not contiguous",
@@ -187,7 +207,8 @@ const RegisterOp kSchema(with_attrs<LinearAttrs>(
     {.name = "linear", .min_inputs = 2, .max_inputs = 1 + 4 * cpu::kMaxGemmBlocks},
     {{"n_blocks", AttrType::kInt, false},
      {"epilogue", AttrType::kString, false},
-     {"group_size", AttrType::kInt, false}},
+     {"group_size", AttrType::kInt, false},
+     {"ggml_type", AttrType::kInt, false}},
     parse, infer));
 const RegisterKernel kCpu("linear", DeviceType::kCPU, run_cpu);
 

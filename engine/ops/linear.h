@@ -13,6 +13,8 @@ struct LinearAttrs final : OpAttrs {
   int n_blocks = 1;  // 1..kMaxGemmBlocks, and the node's input count fits it
   GemmEpilogue epilogue = GemmEpilogue::kStore;
   int64_t group_size = 0;  // int4 weights only (checked against the weights by inference)
+  // u8 weights only: the GGUF block type of every block (attribute "ggml_type", its GGUF id).
+  GgmlType ggml_type = GgmlType::kF32;
 };
 
 }  // namespace sampan::ops

@@ -29,6 +29,9 @@ void run_cuda(const KernelContext& ctx) {
   const int b = a.n_blocks;
   const Tensor& x = ctx.inputs[0];   // [rows, k] f32, rows contiguous
   const Tensor& y = ctx.outputs[0];  // [rows, n] or [rows, n_0] for silu_mul
+  SAMPAN_CHECK(ctx.inputs[1].dtype() != DType::kU8, ErrorCode::kUnsupported,
+               "node '{}': GGUF {} weights have no CUDA kernel yet (run the model on the CPU)",
+               ctx.node.name, ggml_type_name(a.ggml_type) ? ggml_type_name(a.ggml_type) : "block");
   if (x.dim(0) == 0) return;
   cuda::GemmWeights w;
   w.dtype = ctx.inputs[1].dtype();

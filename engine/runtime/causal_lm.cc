@@ -9,8 +9,9 @@
 namespace sampan::runtime {
 
 std::unique_ptr<CausalLm> CausalLm::load(const std::string& dir, const CausalLmOptions& options) {
-  SAMPAN_CHECK(std::filesystem::is_directory(dir), ErrorCode::kNotFound,
-               "{}: model directory does not exist", dir);
+  // A directory (Hugging Face) or a model file of a registered format (a .gguf file).
+  SAMPAN_CHECK(std::filesystem::is_directory(dir) || models::model_format_of(dir) != "hf",
+               ErrorCode::kNotFound, "{}: model directory does not exist", dir);
   // Before reading any weights: a missing GPU is a one-line error, not a failure deep in load.
   require_device(options.device);
   std::unique_ptr<models::Model> model =

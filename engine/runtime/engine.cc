@@ -36,8 +36,9 @@ const char* engine_finish_name(EngineFinish f) {
 // Loading
 
 void Engine::Impl::load_model() {
-  SAMPAN_CHECK(std::filesystem::is_directory(model_dir), ErrorCode::kNotFound,
-               "{}: model directory does not exist", model_dir);
+  // A directory (Hugging Face) or a model file of a registered format (a .gguf file).
+  SAMPAN_CHECK(std::filesystem::is_directory(model_dir) || models::model_format_of(model_dir) != "hf",
+               ErrorCode::kNotFound, "{}: model directory does not exist", model_dir);
   const EngineOptions& o = options;
   SAMPAN_CHECK(o.block_size >= 1, ErrorCode::kInvalidArgument, "block_size must be >= 1, got {}",
                o.block_size);

@@ -36,6 +36,22 @@ bool is_word_char_at(std::string_view s, size_t pos) {
   return !unicode::is_whitespace(c) && !unicode::is_punctuation(c) && !(c < 0x80 && std::ispunct(static_cast<int>(c)));
 }
 
+// Inverse of ByteLevel's byte-to-character mapping; every character of a piece that went through
+// it is in that alphabet.
+std::string unmap_bytes(std::string_view piece) {
+  std::string out;
+  for (size_t i = 0; i < piece.size();) {
+    const size_t b = i;
+    const int v = unicode::char_to_byte(unicode::next_code_point(piece, i));
+    if (v >= 0) {
+      out.push_back(static_cast<char>(v));
+    } else {
+      out.append(piece, b, i - b);
+    }
+  }
+  return out;
+}
+
 class TokenizerImpl final : public Tokenizer {
  public:
   explicit TokenizerImpl(TokenizerSpec spec) : s_(std::move(spec)) {
@@ -47,6 +63,8 @@ class TokenizerImpl final : public Tokenizer {
       added_ids_.insert(a.id);
     }
     raw_added_ = s_.kind == TokenizerKind::kByteLevelBpe;
+    byte_level_ = std::any_of(s_.pre_tokenizers.begin(), s_.pre_tokenizers.end(),
+                              [](const PreTokenizerStep& p) { return p.kind == PreTokenizerStep::Kind::kByteLevel; });
   }
 
   TokenizerKind kind() const override { return s_.kind; }
@@ -54,20 +72,24 @@ class TokenizerImpl final : public Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool add_special) const override {
     std::vector<int32_t> out;
     if (add_special) out = s_.prefix_ids;
-    size_t seg_begin = 0, i = 0;
-    while (i < text.size()) {
-      size_t m_begin, m_end;
-      const AddedToken* hit = match_added(text, i, seg_begin, m_begin, m_end);
-      if (!hit) {
-        ++i;
-        continue;
-      }
-      encode_segment(text.substr(seg_begin, m_begin - seg_begin), seg_begin == 0, out);
-      out.push_back(hit->id);
-      seg_begin = i = m_end;
-    }
-    encode_segment(text.substr(seg_begin), seg_begin == 0, out);
+    walk(
+        text, [&](std::string_view seg, bool at_start) { encode_segment(seg, at_start, out); },
+        [&](const AddedToken& a) { out.push_back(a.id); });
     if (add_special) out.insert(out.end(), s_.suffix_ids.begin(), s_.suffix_ids.end());
+    return out;
+  }
+
+  std::vector<std::string> pre_tokenize(std::string_view text) const override {
+    std::vector<std::string> out;
+    walk(
+        text,
+        [&](std::string_view seg, bool at_start) {
+          if (seg.empty()) return;
+          for (std::string& w : tok::pre_tokenize(s_.pre_tokenizers, normalize(s_.normalizers, seg), at_start)) {
+            out.push_back(byte_level_ ? unmap_bytes(w) : std::move(w));
+          }
+        },
+        [&](const AddedToken& a) { out.push_back(a.content); });
     return out;
   }
 
@@ -129,10 +151,29 @@ class TokenizerImpl final : public Tokenizer {
     return best;
   }
 
+  // Cuts `text` at the added tokens in it: on_text(segment, at_start) for the text between them
+  // (possibly empty), on_added(token) for each one, in order.
+  template <typename OnText, typename OnAdded>
+  void walk(std::string_view text, OnText on_text, OnAdded on_added) const {
+    size_t seg_begin = 0, i = 0;
+    while (i < text.size()) {
+      size_t m_begin, m_end;
+      const AddedToken* hit = match_added(text, i, seg_begin, m_begin, m_end);
+      if (!hit) {
+        ++i;
+        continue;
+      }
+      on_text(text.substr(seg_begin, m_begin - seg_begin), seg_begin == 0);
+      on_added(*hit);
+      seg_begin = i = m_end;
+    }
+    on_text(text.substr(seg_begin), seg_begin == 0);
+  }
+
   void encode_segment(std::string_view seg, bool at_start, std::vector<int32_t>& out) const {
     if (seg.empty()) return;
     const std::string norm = normalize(s_.normalizers, seg);
-    for (const std::string& word : pre_tokenize(s_.pre_tokenizers, norm, at_start)) {
+    for (const std::string& word : tok::pre_tokenize(s_.pre_tokenizers, norm, at_start)) {
       model_encode(s_.model, word, out);
     }
   }
@@ -141,6 +182,7 @@ class TokenizerImpl final : public Tokenizer {
   std::vector<size_t> by_first_byte_[256];
   std::unordered_set<int32_t> special_ids_, added_ids_;
   bool raw_added_ = false;
+  bool byte_level_ = false;  // a ByteLevel pre-tokenizer step maps bytes to characters
 };
 
 std::string read_text(const fs::path& p) {

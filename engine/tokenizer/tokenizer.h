@@ -1,7 +1,8 @@
 // Tokenizers: text <-> token ids, loaded from a Hugging Face tokenizer.json (+ the
 // tokenizer_config.json beside it) or from a GGUF file's tokenizer metadata.
 //
-// Families: byte-level BPE (GPT-2, Llama 3, Qwen2, DeepSeek, Falcon pre-tokenizers), SentencePiece-
+// Families: byte-level BPE (GPT-2, Llama 3, Qwen2, DeepSeek, Falcon and every other pre-tokenizer
+// llama.cpp names in tokenizer.ggml.pre: pretokenizer_table.cc), SentencePiece-
 // style BPE with byte fallback (Llama 2, Mistral, Phi-3), WordPiece (BERT). Added/special tokens
 // are matched in the input text before the model runs (as HF does). Results are exactly those of
 // HF `tokenizers` and llama.cpp's reference vectors.
@@ -36,6 +37,13 @@ class Tokenizer {
   // add_special: add BOS/EOS (or [CLS]/[SEP] for WordPiece) as the tokenizer's post-processor
   // does. Special-token text inside `text` is always recognised as that token.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
+  // The pieces `text` is cut into before the model runs, for inspection (`sampan tokenize
+  // --split`): added/special tokens found in the text are pieces of their own (their text);
+  // every other segment is normalized and pre-tokenized. Byte-level tokenizers give the pieces
+  // as raw UTF-8, not in the byte-to-character alphabet the model sees (a pre-tokenizer step
+  // after ByteLevel that splits inside a character, as Falcon's digit split can, leaves pieces
+  // that are not valid UTF-8 on their own).
+  virtual std::vector<std::string> pre_tokenize(std::string_view text) const = 0;
   // Joins tokens and applies the decoder (byte-level bytes, SentencePiece "▁" and byte
   // fallback, WordPiece "##"). Invalid UTF-8 produced by a cut sequence is kept as is (bytes).
   virtual std::string decode(std::span<const int32_t> ids, bool skip_special = false) const = 0;

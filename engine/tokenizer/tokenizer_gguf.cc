@@ -1,11 +1,12 @@
 // GGUF tokenizer metadata -> TokenizerSpec. The pipeline around the vocabulary is described as
-// the tokenizer.json of the same family would (pre-tokenizer regexes by tokenizer.ggml.pre) and
-// read by the JSON reader, so both sources tokenize identically.
+// the tokenizer.json of the same family would (the pre-tokenizer of each tokenizer.ggml.pre is in
+// pretokenizer_table.cc) and read by the JSON reader, so both sources tokenize identically.
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
 #include "engine/loaders/gguf.h"
 #include "engine/loaders/json_util.h"
+#include "engine/tokenizer/pretokenizer_table.h"
 #include "engine/tokenizer/tokenizer_impl.h"
 
 namespace sampan::tok {
@@ -13,68 +14,34 @@ namespace {
 
 using json = nlohmann::json;
 
-json split(const std::string& regex) {
-  return {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}};
-}
-json byte_level(bool use_regex) {
-  return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", use_regex}};
-}
-
-// DeepSeek LLM's letter class (the scripts it keeps together with an optional leading space),
-// as published in its tokenizer.json.
-constexpr const char* kDeepseekLetters =
-    "\\s?["
-    "\\x{0041}-\\x{005A}\\x{0061}-\\x{007A}\\x{00B5}\\x{00C0}-\\x{00D6}"
-    "\\x{00D8}-\\x{00F6}\\x{00F8}-\\x{01BA}\\x{01BC}-\\x{01BF}\\x{01C4}-\\x{0293}"
-    "\\x{0295}-\\x{02AF}\\x{0370}-\\x{0373}\\x{0376}\\x{0377}\\x{037B}-\\x{037D}"
-    "\\x{037F}\\x{0386}\\x{0388}-\\x{038A}\\x{038C}\\x{038E}-\\x{03A1}"
-    "\\x{03A3}-\\x{03F5}\\x{03F7}-\\x{0481}\\x{048A}-\\x{052F}\\x{0531}-\\x{0556}"
-    "\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}"
-    "\\x{1CBD}-\\x{1CBF}\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}"
-    "\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{1F1D}\\x{1F20}-\\x{1F45}\\x{1F48}-\\x{1F4D}"
-    "\\x{1F50}-\\x{1F57}\\x{1F59}\\x{1F5B}\\x{1F5D}\\x{1F5F}-\\x{1F7D}"
-    "\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}\\x{1FBE}\\x{1FC2}-\\x{1FC4}"
-    "\\x{1FC6}-\\x{1FCC}\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}"
-    "\\x{1FF2}-\\x{1FF4}\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}\\x{210A}-\\x{2113}"
-    "\\x{2115}\\x{2119}-\\x{211D}\\x{2124}\\x{2126}\\x{2128}\\x{212A}-\\x{212D}"
-    "\\x{212F}-\\x{2134}\\x{2139}\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}\\x{214E}"
-    "\\x{2183}\\x{2184}\\x{2C00}-\\x{2C7B}\\x{2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}"
-    "\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}"
-    "\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}"
-    "\\x{FB13}-\\x{FB17}\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}"
-    "\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}"
-    "\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}\\x{1E900}-\\x{1E943}"
-    "]+";
-
-json pre_tokenizer_for(const std::string& pre, const std::string& path) {
-  if (pre.empty() || pre == "default" || pre == "gpt-2" || pre == "gpt2") return byte_level(true);
-  if (pre == "llama-bpe" || pre == "llama3" || pre == "smaug-bpe" || pre == "dbrx") {
-    return {{"type", "Sequence"},
-            {"pretokenizers",
-             {split(R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"),
-              byte_level(false)}}};
+// The pipeline around a BPE vocabulary for one tokenizer.ggml.pre name (pretokenizer_table.cc).
+void bpe_pipeline(const std::string& pre, const std::string& path, json& pipeline, ModelSpec& m,
+                  TokenizerKind& kind) {
+  auto p = gguf_pre_tokenizer(pre);
+  if (!p) fail(ErrorCode::kUnsupported, "{}: tokenizer.ggml.pre '{}' is not supported", path, pre);
+  pipeline["pre_tokenizer"] = std::move(p->pre_tokenizer);
+  m.ignore_merges = p->ignore_merges;
+  switch (p->text) {
+    case GgufPreTokenizer::Text::kByteLevel:
+      pipeline["decoder"] = {{"type", "ByteLevel"}};
+      kind = TokenizerKind::kByteLevelBpe;
+      return;
+    case GgufPreTokenizer::Text::kMetaspace:
+      // Spaces are U+2581 in the vocabulary; characters it lacks fall back to <0xXX> tokens.
+      pipeline["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}};
+      pipeline["decoder"] = {{"type", "Sequence"},
+                             {"decoders",
+                              {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+                               {{"type", "ByteFallback"}},
+                               {{"type", "Fuse"}}}}};
+      m.byte_fallback = true;
+      kind = TokenizerKind::kSentencePieceBpe;
+      return;
+    case GgufPreTokenizer::Text::kRaw:
+      // Tokens are plain text and decode by concatenation.
+      kind = TokenizerKind::kByteLevelBpe;
+      return;
   }
-  if (pre == "qwen2") {
-    return {{"type", "Sequence"},
-            {"pretokenizers",
-             {split(R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"),
-              byte_level(false)}}};
-  }
-  if (pre == "deepseek-llm") {
-    return {{"type", "Sequence"},
-            {"pretokenizers",
-             {split("[\r\n]"), split(kDeepseekLetters), split("\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+"),
-              split("\\s+$"), split("[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"), split("\\p{N}+"), byte_level(false)}}};
-  }
-  if (pre == "falcon") {
-    return {{"type", "Sequence"},
-            {"pretokenizers",
-             {{{"type", "Punctuation"}, {"behavior", "Contiguous"}},
-              byte_level(true),
-              {{"type", "Digits"}, {"individual_digits", false}},
-              split("[0-9][0-9][0-9]")}}};
-  }
-  fail(ErrorCode::kUnsupported, "{}: tokenizer.ggml.pre '{}' is not supported", path, pre);
 }
 
 }  // namespace
@@ -159,9 +126,7 @@ TokenizerSpec spec_from_gguf(const std::string& path) {
       add_merge(m, s.substr(0, sp), s.substr(sp + 1), static_cast<int32_t>(r), path,
                 fmt::format("key 'tokenizer.ggml.merges'[{}]", r));
     }
-    pipeline["pre_tokenizer"] = pre_tokenizer_for(g->get_string("tokenizer.ggml.pre").value_or(""), path);
-    pipeline["decoder"] = {{"type", "ByteLevel"}};
-    spec.kind = TokenizerKind::kByteLevelBpe;
+    bpe_pipeline(g->get_string("tokenizer.ggml.pre").value_or(""), path, pipeline, m, spec.kind);
     st.add_bos = g->get_bool("tokenizer.ggml.add_bos_token").value_or(false);
   } else if (model == "llama") {
     m.type = ModelSpec::Type::kSpmScores;

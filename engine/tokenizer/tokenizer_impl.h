@@ -29,8 +29,11 @@ class Regex {
   ~Regex();
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
-  // Byte ranges [begin, end) of every non-empty, non-overlapping match in `s`.
-  std::vector<std::pair<size_t, size_t>> find_all(std::string_view s) const;
+  // Byte ranges [begin, end) of every non-empty, non-overlapping match in `s`. With
+  // `keep_empty`, empty matches are listed too (a Split turns them into cut points, as HF does),
+  // found as Python's re/regex find them: after an empty match at p the search resumes at p
+  // wanting a non-empty match there, and an empty match may follow a non-empty one directly.
+  std::vector<std::pair<size_t, size_t>> find_all(std::string_view s, bool keep_empty = false) const;
 
  private:
   pcre2_code* code_ = nullptr;

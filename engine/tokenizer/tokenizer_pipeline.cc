@@ -25,22 +25,31 @@ Regex::Regex(const std::string& pattern, const std::string& where) {
 
 Regex::~Regex() { pcre2_code_free(code_); }
 
-std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view s) const {
+std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view s, bool keep_empty) const {
   std::vector<std::pair<size_t, size_t>> out;
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
   size_t pos = 0;
+  uint32_t options = 0;
   while (pos <= s.size()) {
-    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, 0, md,
+    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, options, md,
                                nullptr);
     if (rc < 0) break;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-    if (ov[1] == ov[0]) {  // empty match: step one character and retry
+    if (ov[1] == ov[0]) {
+      if (keep_empty) {
+        out.emplace_back(ov[0], ov[0]);
+        pos = ov[0];
+        options = PCRE2_NOTEMPTY_ATSTART;  // the next match starting here must not be empty
+        continue;
+      }
+      // empty match: step one character and retry
       pos = ov[0] + 1;
       while (pos < s.size() && (static_cast<uint8_t>(s[pos]) & 0xC0) == 0x80) ++pos;
       continue;
     }
     out.emplace_back(ov[0], ov[1]);
     pos = ov[1];
+    options = 0;
   }
   pcre2_match_data_free(md);
   return out;
@@ -185,7 +194,7 @@ void apply_step(const PreTokenizerStep& st, std::string_view s, bool at_start,
   using K = PreTokenizerStep::Kind;
   switch (st.kind) {
     case K::kSplit:
-      split_by(s, st.regex->find_all(s), st.behavior, st.invert, out);
+      split_by(s, st.regex->find_all(s, /*keep_empty=*/true), st.behavior, st.invert, out);
       return;
     case K::kByteLevel: {
       std::string t(s);

@@ -14,12 +14,16 @@
 //    (int4_group_size_ok, quant_scheme.h); scales[i] [rows[i], k / group_size] of scale_dtype
 //    (kF16 or kBF16); zeros[i] [rows[i], k / group_size] int8 or null (symmetric: zero 0):
 //    w[r][c] = (q[r][c] - zero[r][c / g]) * scale[r][c / g].
-// Every block of one call has the same format (and group_size / scale_dtype).
+//  - GGUF block types (dtype kU8, ggml_type a block type): block i data [rows[i], row_bytes] bytes,
+//    each row k / block_size blocks of llama.cpp's layout (ggml_type.h, kernels/cpu/ggml_dequant.h);
+//    no scales or zeros (they live inside the blocks).
+// Every block of one call has the same format (and group_size / scale_dtype / ggml_type).
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common/dtype.h"
+#include "kernels/common/ggml_type.h"
 #include "kernels/common/host_device.h"
 
 namespace sampan {
@@ -27,7 +31,7 @@ namespace sampan {
 constexpr int kMaxGemmBlocks = 3;
 
 struct GemmWeights {
-  DType dtype = DType::kF32;  // kF32, kF16, kBF16, kF8E4M3 or kI4 (every block)
+  DType dtype = DType::kF32;  // kF32, kF16, kBF16, kF8E4M3, kI4 or kU8 (ggml blocks)
   int64_t k = 0;              // reduction length: columns of every block
   int n_blocks = 0;
   const void* data[kMaxGemmBlocks] = {};    // block i: [rows[i], k] elements, row-major, contiguous
@@ -38,6 +42,9 @@ struct GemmWeights {
   const int8_t* zeros[kMaxGemmBlocks] = {}; // kI4: [rows[i], k / g] or null (symmetric)
   DType scale_dtype = DType::kF16;          // kI4: kF16 or kBF16
   int64_t group_size = 0;                   // kI4: 32, 64 or 128
+  // dtype kU8 only: the GGUF block type of every block (ggml_block_type_supported); k is a
+  // multiple of its block size.
+  GgmlType ggml_type = GgmlType::kF32;
 
   SAMPAN_HD int64_t n() const {
     int64_t s = 0;

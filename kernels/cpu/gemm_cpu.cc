@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/isa.h"
 
@@ -330,6 +331,10 @@ void gemm_fma(const FmaKernels& kt, int64_t m, const float* x, int64_t ldx, cons
 void gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue epilogue,
           float* y, int64_t ldy, TaskRunner& runner) {
   if (m <= 0) return;
+  if (w.dtype == DType::kU8) {  // GGUF block types: gemm_ggml_cpu.cc
+    gemm_detail::gemm_ggml(m, x, ldx, w, epilogue, y, ldy, runner);
+    return;
+  }
   if (w.dtype == DType::kF8E4M3 || w.dtype == DType::kI4) {  // quantized: gemm_quant_cpu.cc
     gemm_detail::gemm_quant(m, x, ldx, w, epilogue, y, ldy, runner);
     return;

@@ -44,8 +44,8 @@ void set_gemm_precision(GemmPrecision p);
 // gemm_amx.cc; internal contract in gemm_internal.h):
 //  - Any m >= 1, k >= 1, rows[i] >= 1 (m == 0 does nothing); ldx >= k, ldy >= n_out. Only
 //    y[i, 0:n_out] is written; x and y must not overlap. dtype is kF32, kF16, kBF16,
-//    kF8E4M3 or kI4 (quantized: see GemmWeights; dequantized in registers, never to memory
-//    for small m).
+//    kF8E4M3, kI4 or kU8 with a GGUF block type (quantized: see GemmWeights; dequantized in
+//    registers, never to memory for small m; the block types' accuracy: gemm_ggml.h).
 //  - Weights are read with unaligned loads (2-byte alignment is enough, as in an mmapped
 //    safetensors file), never past the end of a block, and never repacked persistently: small m
 //    streams them in place; the AMX and large-m FMA paths copy a few rows at a time into

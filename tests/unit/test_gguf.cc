@@ -130,3 +130,97 @@ TEST_CASE("GGUF SentencePiece vocabulary: score merges, byte-less unknowns, BOS"
   expect_error([&] { sampan::tok::load_tokenizer(dir.file("range.gguf")); }, ErrorCode::kInvalidModel,
                {"range.gguf", "tokenizer.ggml.bos_token_id", "99"});
 }
+
+namespace {
+
+struct TensorSpec {
+  std::string name;
+  std::vector<uint64_t> dims;  // GGUF order: innermost first
+  uint32_t type = 0;
+  uint64_t offset = 0;
+};
+
+// A GGUF file with `tensors` in its table and `data_bytes` of data (byte i holds i % 251).
+Writer tensor_file(const std::vector<TensorSpec>& tensors, size_t data_bytes,
+                   int64_t alignment = -1) {
+  Writer w;
+  w.header(3, alignment >= 0 ? 2 : 1);
+  const uint64_t n = tensors.size();
+  std::memcpy(&w.b[8], &n, sizeof(n));
+  w.kv_str("general.architecture", "llama");
+  if (alignment >= 0) w.kv_u32("general.alignment", static_cast<uint32_t>(alignment));
+  for (const TensorSpec& t : tensors) {
+    w.str(t.name);
+    w.put<uint32_t>(static_cast<uint32_t>(t.dims.size()));
+    for (uint64_t d : t.dims) w.put<uint64_t>(d);
+    w.put<uint32_t>(t.type);
+    w.put<uint64_t>(t.offset);
+  }
+  const size_t align = alignment > 0 ? static_cast<size_t>(alignment) : 32;
+  while (w.b.size() % align != 0) w.b.push_back(0);
+  for (size_t i = 0; i < data_bytes; ++i) w.b.push_back(static_cast<uint8_t>(i % 251));
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("GGUF tensor table: shapes, types, absolute offsets and bytes", "[gguf]") {
+  TempDir dir("gguf_tensors");
+  // "a": F32 [2, 4] (32 bytes at 0); "b": Q8_0 [3, 64] (3 rows of 2 blocks of 34 bytes, at 32).
+  const Writer w = tensor_file({{"a", {4, 2}, 0, 0}, {"b", {64, 3}, 8, 32}}, 32 + 204);
+  w.save(dir.file("t.gguf"));
+  auto g = GgufFile::open(dir.file("t.gguf"));
+  REQUIRE(g->tensors().size() == 2);
+  const auto* a = g->find_tensor("a");
+  const auto* b = g->find_tensor("b");
+  REQUIRE(a != nullptr);
+  REQUIRE(b != nullptr);
+  CHECK(g->find_tensor("c") == nullptr);
+  CHECK(a->type == sampan::GgmlType::kF32);
+  CHECK(a->nbytes == 32);
+  CHECK(a->rows() == 2);
+  CHECK(b->type == sampan::GgmlType::kQ8_0);
+  CHECK(b->nbytes == 204);
+  CHECK(b->rows() == 3);
+  CHECK(b->row_bytes() == 68);
+  CHECK(b->str() == "[3, 64] Q8_0");
+  // Offsets are absolute: the data section starts at the first multiple of 32 after the table.
+  const size_t data_start = w.b.size() - (32 + 204);
+  CHECK(a->offset == data_start);
+  CHECK(b->offset == data_start + 32);
+  CHECK(g->tensor_data(*b)[0] == 32 % 251);
+  CHECK(g->tensor_data(*b)[203] == (32 + 203) % 251);
+}
+
+TEST_CASE("malformed GGUF tensor tables are refused naming file and tensor", "[gguf]") {
+  TempDir dir("gguf_bad_tensors");
+  auto refused = [&](const Writer& w, const std::vector<std::string>& needles) {
+    w.save(dir.file("bad.gguf"));
+    std::vector<std::string> all = {"bad.gguf"};
+    all.insert(all.end(), needles.begin(), needles.end());
+    expect_error([&] { GgufFile::open(dir.file("bad.gguf")); }, ErrorCode::kInvalidModel, all);
+  };
+  refused(tensor_file({{"w", {32}, 99, 0}}, 64), {"'w'", "unknown type 99"});
+  refused(tensor_file({{"w", {}, 0, 0}}, 64), {"'w'", "0 dimensions"});
+  refused(tensor_file({{"w", {1, 1, 1, 1, 1}, 0, 0}}, 64), {"'w'", "5 dimensions"});
+  refused(tensor_file({{"w", {4, 0}, 0, 0}}, 64), {"'w'", "dimension 1 = 0"});
+  refused(tensor_file({{"w", {1ull << 40, 1ull << 30}, 0, 0}}, 64), {"'w'", "out of range"});
+  refused(tensor_file({{"w", {100, 2}, 12, 0}}, 1024), {"'w'", "not a multiple", "Q4_K"});
+  refused(tensor_file({{"w", {4}, 0, 4}}, 64), {"'w'", "offset 4", "alignment 32"});
+  refused(tensor_file({{"w", {4}, 0, 64}}, 64), {"'w'", "runs past the end"});
+  refused(tensor_file({{"w", {32}, 0, 0}}, 100), {"'w'", "runs past the end"});
+  refused(tensor_file({{"w", {4}, 0, 0}, {"w", {4}, 0, 32}}, 64), {"'w'", "twice"});
+  refused(tensor_file({{"w", {4}, 0, 0}}, 64, 3), {"general.alignment", "power of two"});
+  refused(tensor_file({{"w", {4}, 0, 0}}, 64, 0), {"general.alignment", "power of two"});
+  // A tensor count the file cannot hold.
+  Writer many = tensor_file({{"w", {4}, 0, 0}}, 64);
+  const uint64_t n = 1ull << 40;
+  std::memcpy(&many.b[8], &n, sizeof(n));
+  refused(many, {"tensor count", "implausible"});
+  // Every prefix of a good file fails cleanly (one Error, no crash; ASan in the Sanitize build).
+  const Writer good = tensor_file({{"a", {4, 2}, 0, 0}, {"b", {64, 3}, 8, 32}}, 32 + 204);
+  for (size_t cut = 1; cut < good.b.size(); ++cut) {
+    good.save(dir.file("p.gguf"), cut);
+    CHECK_THROWS_AS(GgufFile::open(dir.file("p.gguf")), sampan::Error);
+  }
+}

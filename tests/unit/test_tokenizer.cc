@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/tokenizer/pretokenizer_table.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tokenizer_impl.h"
 
 namespace {
 
@@ -158,4 +160,34 @@ TEST_CASE("WordPiece decode joins continuations and cleans punctuation", "[token
   CHECK(ids.front() == *tok->special().cls);
   CHECK(ids.back() == *tok->special().sep);
   CHECK(tok->decode(ids, true) == "hello, world! tokenization");
+}
+
+TEST_CASE("every tokenizer.ggml.pre type builds a pipeline whose regexes compile", "[tokenizer]") {
+  const std::vector<std::string> names = sampan::tok::gguf_pre_tokenizer_names();
+  CHECK(names.size() >= 90);
+  for (const std::string& name : names) {
+    INFO("tokenizer.ggml.pre '" << name << "'");
+    auto p = sampan::tok::gguf_pre_tokenizer(name);
+    REQUIRE(p.has_value());
+    sampan::tok::TokenizerSpec spec;
+    CHECK_NOTHROW(sampan::tok::parse_pipeline_json({{"pre_tokenizer", p->pre_tokenizer}}, "test", spec));
+    CHECK(!spec.pre_tokenizers.empty());
+  }
+  CHECK_FALSE(sampan::tok::gguf_pre_tokenizer("no-such-pre").has_value());
+}
+
+TEST_CASE("Split keeps empty matches as cut points, found as Python's regex finds them", "[tokenizer]") {
+  // SuperBPE's digit grouping matches only empty strings: 1234567 -> 1 | 234 | 567.
+  const sampan::tok::Regex groups(R"((?=(\d{3})+(?!\d)))", "test");
+  const auto m = groups.find_all("1234567", /*keep_empty=*/true);
+  REQUIRE(m.size() == 2);
+  CHECK(m[0] == std::pair<size_t, size_t>{1, 1});
+  CHECK(m[1] == std::pair<size_t, size_t>{4, 4});
+  CHECK(groups.find_all("1234567").empty());
+  // After an empty match a non-empty one may start at the same place (Python: ^|\w+ on "foo").
+  const sampan::tok::Regex alt(R"(^|\w+)", "test");
+  const auto a = alt.find_all("foo", true);
+  REQUIRE(a.size() == 2);
+  CHECK(a[0] == std::pair<size_t, size_t>{0, 0});
+  CHECK(a[1] == std::pair<size_t, size_t>{0, 3});
 }

@@ -19,6 +19,9 @@ ValueId slot_of(const Node& n, size_t s) { return s < n.inputs.size() ? n.inputs
 bool same_format(const Graph& g, const Node& a, const Node& b) {
   if (g.value(a.inputs[1]).dtype != g.value(b.inputs[1]).dtype) return false;
   if (a.attrs.get_int("group_size", 0) != b.attrs.get_int("group_size", 0)) return false;
+  // GGUF block weights (u8 rows): only blocks of one ggml type share a GEMM (Q4_K_M files mix
+  // Q4_K and Q6_K projections).
+  if (a.attrs.get_int("ggml_type", -1) != b.attrs.get_int("ggml_type", -1)) return false;
   const ValueId sa = slot_of(a, 3), sb = slot_of(b, 3);
   if ((sa == kNoValue) != (sb == kNoValue)) return false;
   return sa == kNoValue || g.value(sa).dtype == g.value(sb).dtype;

@@ -1,0 +1,127 @@
+"""Sampan against llama.cpp on the same GGUF files: decode and 512-token prefill, per weight type.
+
+    python3 bench/bench_gguf.py [--sampan build/sampan] [--probe build/bench/bandwidth_probe]
+        [--model-dir /tmp/sampan-bench] [--types F16 Q8_0 Q4_0 Q4_K_M] [--threads 2]
+        [--prompt-len 512] [--gen 32] [--rounds 2]
+
+The TinyLlama-1.1B-shaped synthetic model of bench/make_synthetic_model.py is written once as an
+F16 GGUF; llama.cpp's own quantizer (llama-cpp-python) makes the other types with its usual mixed
+recipes (Q4_K_M keeps some tensors in Q6_K). Each round runs every type on both engines, one
+after the other, so both see the same machine state; the best round of each is reported, and the
+bandwidth probe runs in the same session. Decode streams every weight but the embedding table's
+(one row is gathered), so decode GB/s = (file tensor bytes - token_embd bytes) x decode tok/s.
+Results print as a markdown table, ratios Sampan / llama.cpp.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
+
+LLAMACPP_SNIPPET = r"""
+import json, sys, time
+from llama_cpp import Llama
+path, threads, prompt_len, gen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+llm = Llama(model_path=path, n_ctx=prompt_len + gen + 16, n_batch=prompt_len, n_ubatch=prompt_len,
+            n_threads=threads, n_threads_batch=threads, verbose=False)
+prompt = [259 + (i * 7919) % (llm.n_vocab() - 259) for i in range(prompt_len)]
+llm.eval(prompt[:8])
+llm.reset()
+t0 = time.perf_counter()
+llm.eval(prompt)
+t1 = time.perf_counter()
+for i in range(gen):
+    llm.eval([259 + (i * 104729) % (llm.n_vocab() - 259)])
+t2 = time.perf_counter()
+print(json.dumps({"prefill_tok_s": prompt_len / (t1 - t0), "decode_tok_s": gen / (t2 - t1)}))
+"""
+
+
+def streamed_bytes(path):
+    import gguf
+    r = gguf.GGUFReader(path)
+    total = sum(int(t.n_bytes) for t in r.tensors)
+    embd = sum(int(t.n_bytes) for t in r.tensors if t.name == "token_embd.weight")
+    tied = not any(t.name == "output.weight" for t in r.tensors)
+    return total - (0 if tied else embd)
+
+
+def run_sampan(args, path):
+    out = subprocess.run([args.sampan, "bench", "--model", path, "--threads", str(args.threads),
+                          "--prompt-len", str(args.prompt_len), "--gen", str(args.gen),
+                          "--repeat", "1"], capture_output=True, text=True, check=True)
+    line = [l for l in out.stdout.splitlines() if l.startswith("{")][-1]
+    j = json.loads(line)
+    return j["prefill_tok_s"], j["decode_tok_s"]
+
+
+def run_llamacpp(args, path):
+    out = subprocess.run([sys.executable, "-c", LLAMACPP_SNIPPET, path, str(args.threads),
+                          str(args.prompt_len), str(args.gen)], capture_output=True, text=True,
+                         check=True)
+    j = json.loads(out.stdout.strip().splitlines()[-1])
+    return j["prefill_tok_s"], j["decode_tok_s"]
+
+
+def probe_gbs(args):
+    out = subprocess.run([args.probe, "--threads", str(args.threads), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    line = [l for l in out.splitlines() if l.startswith("{")][-1]
+    results = json.loads(line)["results"]
+    return [r for r in results if r["threads"] == args.threads][0]["gbps_median"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sampan", default=os.path.join(REPO, "build", "sampan"))
+    ap.add_argument("--probe", default=os.path.join(REPO, "build", "bench", "bandwidth_probe"))
+    ap.add_argument("--model-dir", default="/tmp/sampan-bench")
+    ap.add_argument("--types", nargs="+", default=["F16", "Q8_0", "Q4_0", "Q4_K_M"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    import gguf_models as G
+
+    f16 = os.path.join(args.model_dir, "model-f16.gguf")
+    if not os.path.exists(f16):
+        subprocess.run([sys.executable, os.path.join(HERE, "make_synthetic_model.py"), args.model_dir,
+                        "--gguf", f16] + (["--gguf-only"] if os.path.exists(
+                            os.path.join(args.model_dir, "config.json")) else []), check=True)
+    files = {}
+    for t in args.types:
+        path = f16 if t == "F16" else os.path.join(args.model_dir, f"model-{t}.gguf")
+        if not os.path.exists(path):
+            G.quantize(f16, path, t, pure=False, threads=args.threads)
+        files[t] = path
+    best = {}
+    gbs = 0.0
+    for r in range(args.rounds):
+        gbs = max(gbs, probe_gbs(args))
+        for t, path in files.items():
+            for engine, fn in (("sampan", run_sampan), ("llama.cpp", run_llamacpp)):
+                p, d = fn(args, path)
+                b = best.setdefault((t, engine), [0.0, 0.0])
+                b[0], b[1] = max(b[0], p), max(b[1], d)
+                print(f"round {r}: {t:7s} {engine:9s} prefill {p:8.1f} tok/s  decode {d:6.2f} tok/s",
+                      flush=True)
+    print(f"\nread bandwidth (probe, {args.threads} threads): {gbs:.1f} GB/s")
+    print(f"| weights | Sampan decode | of bandwidth | llama.cpp decode | decode ratio | "
+          f"Sampan prefill {args.prompt_len} | llama.cpp prefill | prefill ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t, path in files.items():
+        sp, sd = best[(t, "sampan")]
+        lp, ld = best[(t, "llama.cpp")]
+        frac = streamed_bytes(path) * sd / 1e9 / gbs
+        print(f"| {t} | {sd:.1f} tok/s | {frac * 100:.0f} % | {ld:.1f} tok/s | {sd / ld:.2f}x | "
+              f"{sp:.0f} tok/s | {lp:.0f} tok/s | {sp / lp:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

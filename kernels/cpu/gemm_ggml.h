@@ -1,0 +1,103 @@
+// Internal contract between the GGUF block-type GEMM driver (gemm_ggml_cpu.cc, baseline AVX2
+// flags) and its per-instruction-set kernels (gemm_ggml_avx512.cc, gemm_ggml_avx2.cc). Callers
+// use cpu::gemm (gemm_cpu.h), which hands weights of dtype kU8 (GemmWeights::ggml_type a block
+// type, ggml_type.h) to gemm_ggml.
+//
+// Decode (m < kGgmlPrefillMinM) is memory-bound: a dot kernel takes R weight rows, walks their
+// blocks in step (one block of each row at a time), dequantizes each block in registers 32
+// elements at a time and multiplies them with up to max_m rows of x, so every weight byte is
+// read from memory once per call for m <= max_m (larger m: further passes over the same R rows,
+// from L1). Every supported type has SIMD decoders on both ISAs; nothing is dequantized to
+// memory. Q4_K and Q5_K decode against x rounded to 16 bits per 256 elements with integer
+// products (the x16 kernels, AVX-512 and AVX2; the driver prepares x once per call), measured
+// 1.5-2x the speed of their exact f32 decoders; everything else keeps x in f32.
+// Prefill (m >= kGgmlPrefillMinM): the driver dequantizes a bounded chunk of weight rows to f32
+// in scratch and runs the plain f32 gemm() on it (AVX-512 / AVX2 FMA panel kernels).
+//
+// Accuracy (what test_gemm_ggml.cc checks), with w the weights exactly as dequantize_ggml_row
+// defines them (ggml_dequant.h) and M = |bias| + sum_c |x_c| |w_c|:
+//  - f32 kernels (every type but Q4_K / Q5_K at decode, and every type at prefill): they form
+//    exactly the reference's f32 weights (the decoders repeat its f32 operations in the same
+//    order; gemm_ggml_avx*.cc say how) and keep x in f32, so the only error is f32 summation:
+//    |y - y_exact| <= (k / 8 + 16) * 2^-24 * M at decode (8- or 16-lane vector partial sums,
+//    then a tree) and (k + 16) * 2^-24 * M at prefill (the plain GEMM's panel kernels sum each
+//    output in one lane); measured errors are far smaller.
+//  - x16 kernels (decode of Q4_K and Q5_K): x is rounded to 1/65534 of its 256-element block's
+//    absmax (kGgmlDecodeXError and the full bound below), about 1.5e-5 relative: 250x finer
+//    than llama.cpp's 8-bit x, the same order as the bf16-split AMX path (2^-16).
+//  - Bias and the SiLU-mul epilogue add the usual one or two f32 roundings (exp: ~2 ulp).
+//  - Non-finite weights (an inf/NaN f16 scale) or x give non-finite outputs where they meet
+//    (an x16 block of x holding an inf or NaN makes the whole block's contribution NaN).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/ggml_type.h"
+#include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/task_runner.h"
+
+namespace sampan::cpu::gemm_detail {
+
+// From this many rows of x on, block-type GEMMs dequantize chunks of rows to f32 and run the
+// plain GEMM (its panel kernels reuse each weight for many rows; the dot kernels take one pass
+// over the R rows, from L1, per max_m rows of x). Measured (Zen 4, 1 thread, 2048 x 2048 in
+// cache, thread CPU time, GFLOP/s dot / dequantize + GEMM): Q4_0 m = 32: 71 / 71, 64: 71 / 85,
+// 128: 67 / 87; Q4_K 57 / 73, 57 / 83, 72 / 88; Q6_K 57 / 66, 53 / 82; Q8_0 79 / 70, 50 / 86;
+// at m = 16 the dot kernels ran 80-85 (Q4_0, Q4_K).
+constexpr int64_t kGgmlPrefillMinM = 32;
+
+// Largest R and max_m of any table (the driver's buffers are sized with them).
+constexpr int kGgmlMaxRows = 4;
+constexpr int kGgmlMaxM = 4;
+
+// Number of GgmlType ids the tables index (the largest id + 1).
+constexpr int kGgmlTypeSlots = 40;
+
+// For i < mb and r < R: out[i * R + r] = sum over c < k of x[i * ldx + c] * w_r[c], w_r the
+// dequantized row (ggml_dequant.h). rows: [R] pointers to rows of k / block_size blocks (any
+// alignment); x: [mb, ldx] f32; out: [mb * R]. 1 <= mb <= max_m; k a multiple of the block size.
+using GgmlDotFn = void (*)(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                           int mb, float* out);
+
+// row: [ggml_row_bytes(t, k)] bytes -> out: [k] f32, bit-identical to dequantize_ggml_row.
+using GgmlDequantFn = void (*)(const uint8_t* row, int64_t k, float* out);
+
+struct GgmlDotTable {
+  int rows = 0;   // R: weight rows per call (even: kSiluMul pairs R/2 gate and R/2 up rows)
+  int max_m = 0;  // mb <= max_m
+  GgmlDotFn dot = nullptr;
+  // The kernel reads x prepared by GgmlKernels::prep_x16 (x then has ldx = x16_floats(k)
+  // floats per row) instead of raw f32 x.
+  bool x16 = false;
+};
+
+// Relative rounding of x (to its 256-element block's absmax) where a kernel takes prepared x:
+// x16 = round(x / s), s = absmax / 32767, is off by s / 2 = absmax / 65534, plus three f32
+// roundings (s, 1 / s and x * (1 / s)) under 2^-22 absmax. Such a kernel's error is
+//   |y - y_exact| <= kGgmlDecodeXError * sum_b absmax_b(x) * sum_{c in b} |w_c|
+//                    + (k / 8 + 16) * 2^-24 * M'
+// with M' = sum_c |x_c| (|w1_c| + |w2_c|), w = w1 - w2 its split into the (d sc) q and the
+// dmin mn parts (the kernel sums them separately). A block of x with absmax below 2^-100 is
+// taken as zero (its contribution, under 2^-100 sum |w|, is dropped).
+constexpr double kGgmlDecodeXError = 1.0 / 65534 + 0x1p-22;
+
+struct GgmlKernels {
+  GgmlDotTable dot[kGgmlTypeSlots];         // by GgmlType id; set for every supported type
+  GgmlDequantFn dequant[kGgmlTypeSlots] = {};  // by GgmlType id; set for every supported type
+  EpilogueFn epilogue = nullptr;
+  // For x16 kernels: floats per prepared row (k a multiple of 256) and the preparation,
+  // x: [k] f32 -> out: [x16_floats(k)] floats of kernel-private layout (64-byte aligned).
+  int64_t (*x16_floats)(int64_t k) = nullptr;
+  void (*prep_x16)(const float* x, int64_t k, float* out) = nullptr;
+};
+
+const GgmlKernels& ggml_kernels_avx2();
+const GgmlKernels& ggml_kernels_avx512();
+
+// cpu::gemm for w.dtype kU8 (same contract; m >= 1; w.ggml_type supported, w.k a multiple of
+// its block size: the caller (linear op) checked both).
+void gemm_ggml(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
+               float* y, int64_t ldy, TaskRunner& runner);
+
+}  // namespace sampan::cpu::gemm_detail

@@ -1,0 +1,607 @@
+// AVX-512 kernels for GGUF block-type weights (contract in gemm_ggml.h).
+//
+// One dot-kernel template runs every type: per block of each of the R rows a decoder is set up
+// (scales of the block, turned to f32 once), then yields the block 32 elements at a time as two
+// vectors of f32 weights, which meet the m rows of x (loaded once per 32 elements). The decoders
+// repeat the reference's f32 operations (ggml_dequant.h) exactly, so the weights are
+// bit-identical to dequantize_ggml_row's:
+//  - Q8_0: int8 -> f32, times d (exact: 8 x 11 bits).
+//  - Q4_0: a 16-entry table (n - 8) * d per block (exact), indexed by the nibbles with vpermps
+//    (which reads only the low 4 bits of each index, so the low nibble needs no mask).
+//  - Q4_K: per 32-element sub-block a table n * (d sc) - dmin mn (one vfmsub: the product is
+//    exact, so the single rounding is the reference's rounding of the subtraction).
+//  - Q6_K: the 6-bit codes are assembled in bytes (32 at a time in a 256-bit register), minus
+//    32, widened to f32 and multiplied by d * sc (the reference's two roundings).
+//  - Q4_1, IQ4_NL, IQ4_XS: 16-entry tables as Q4_0 (d n + m; d kv; (d ls) kv per sub-block).
+//  - Q5_0, Q5_1, Q5_K: 32-entry tables in two registers (vpermt2ps), the fifth index bit set
+//    from qh with a mask register.
+//  - Q2_K, Q3_K: 2-bit codes from 16-bit shifts and masks (Q3_K: minus 4 where the hmask bit is
+//    clear, under a mask register), widened, then (d sc) q (- dmin mn).
+// These decoders also dequantize whole rows for prefill (`dequant`), bit for bit the reference.
+//
+// Decode of Q4_K and Q5_K instead takes x rounded to 16 bits per 256 elements (the x16 kernels,
+// error bound in gemm_ggml.h) and multiplies in integers: the f32 decoders spend a table build
+// and two vpermps per 16 weights there, and measured (Zen 4, 1 thread, weights in cache, thread
+// CPU time, bench_gemm_ggml --cached --cpu-time) 7-9 GB/s for Q4_K and 5-7 for Q5_K against
+// 11-14 and 11-14 for the x16 kernels, while a core reads ~11 GB/s from DRAM. For Q6_K the same
+// scheme measured no faster than its f32 decoder (the 6-bit code assembly dominates), and for
+// Q4_0 / Q8_0 the f32 decoders already compute 11-19 GB/s: those keep exact f32. x is rounded
+// to 16 bits, not to llama.cpp's 8 (2^-8 relative): the codes are widened to 16-bit lanes for
+// the scale multiply anyway, so int16 x (vpmaddwd) costs no more operations than int8 would.
+//
+// GCC 12 reports its own intrinsics' _mm512_undefined_* pass-through operands as
+// maybe-uninitialized; silenced before the header is read (as in gemm_avx512.cc).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/gemm_ggml.h"
+#include "kernels/cpu/ggml_dequant.h"
+
+namespace sampan::cpu::gemm_detail {
+namespace {
+
+constexpr int kRows = 4;  // R
+constexpr int kMaxM = 4;  // rows of x per pass: 4 x 4 accumulators, 8 x vectors, 2 weights
+static_assert(kRows <= kGgmlMaxRows && kMaxM <= kGgmlMaxM);
+// Software prefetch distance: the same position in the rows 1.5 calls ahead (R rows per call).
+// The R rows of a call are consecutive rows of W, each only a few KB, so a fixed distance of
+// 1 KB (gemm_quant_avx512.cc's) mostly lands in rows this call already streams and leaves the
+// next call's rows to the hardware. Measured (Zen 4, 1 thread, m = 1, 2048 x 2048 streamed from
+// DRAM, loaded machine, read probe 12.7 GB/s): Q8_0 6.6 / Q4_0 5.0 / Q4_K 5.5 GB/s at 1 KB,
+// 8.9 / 6.5 / 7.3 half a call ahead, 11.6 / 8.9 / 12.0 one call, 11.5 / 9.4 / 12.4 one and a
+// half, 12.2 / 8.6 / 11.6 two calls ahead.
+inline int64_t prefetch_ahead(int64_t row_bytes) {
+  return 3 * kRows * row_bytes / 2;
+}
+
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline __m128i load16(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+
+inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Elements [0, 16) and [16, 32) of 32 signed bytes, as f32 times dl0 and dl1.
+inline void i8x32_to_f32(__m256i q, __m512 dl0, __m512 dl1, __m512& w0, __m512& w1) {
+  w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), dl0);
+  w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), dl1);
+}
+
+// ---- Decoders: begin(block) then get32(c) for c < kBlock / 32 ----
+
+struct DecQ8_0 {
+  static constexpr int kBlock = 32, kBytes = 34;
+  const uint8_t* p;
+  __m512 d;
+  void begin(const uint8_t* b) {
+    p = b;
+    d = _mm512_set1_ps(f16_at(b));
+  }
+  void get32(int /*c*/, __m512& w0, __m512& w1) const {
+    w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(p + 2))), d);
+    w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(p + 18))), d);
+  }
+};
+
+struct DecQ4_0 {
+  static constexpr int kBlock = 32, kBytes = 18;
+  const uint8_t* p;
+  __m512 lut;
+  void begin(const uint8_t* b) {
+    p = b;
+    const __m512 q = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    lut = _mm512_mul_ps(q, _mm512_set1_ps(f16_at(b)));
+  }
+  void get32(int /*c*/, __m512& w0, __m512& w1) const {
+    const __m512i v = _mm512_cvtepu8_epi32(load16(p + 2));  // elements 0..15: low nibbles
+    w0 = _mm512_permutexvar_ps(v, lut);
+    w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
+  }
+};
+
+// The eight 6-bit scales and mins of a Q4_K / Q5_K block (b: its 12 scale bytes), as bytes
+// 0..7 of sc and mn: j < 4 from the low 6 bits of bytes j and j + 4, j >= 4 from byte j + 4's
+// nibbles plus the top 2 bits of bytes j - 4 and j (the packing in ggml_dequant.h).
+inline void k_scales_min8(const uint8_t* b, uint64_t* sc, uint64_t* mn) {
+  uint32_t u0, u1, u2;
+  std::memcpy(&u0, b, 4);
+  std::memcpy(&u1, b + 4, 4);
+  std::memcpy(&u2, b + 8, 4);
+  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+  const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+  *sc = (u0 & 0x3f3f3f3fu) | static_cast<uint64_t>(sc_hi) << 32;
+  *mn = (u1 & 0x3f3f3f3fu) | static_cast<uint64_t>(mn_hi) << 32;
+}
+
+// dl[j] = d * sc[j], ml[j] = dmin * mn[j] for the 8 sub-blocks of a Q4_K / Q5_K block.
+inline void k_block_scales(const uint8_t* b, float* dl, float* ml) {
+  uint64_t sc, mn;
+  k_scales_min8(b + 4, &sc, &mn);
+  const __m256 s =
+      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+  const __m256 m =
+      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn))));
+  _mm256_storeu_ps(dl, _mm256_mul_ps(_mm256_set1_ps(f16_at(b)), s));
+  _mm256_storeu_ps(ml, _mm256_mul_ps(_mm256_set1_ps(f16_at(b + 2)), m));
+}
+
+struct DecQ4_K {
+  static constexpr int kBlock = 256, kBytes = 144;
+  const uint8_t* p;
+  float dl[8], ml[8];
+  void begin(const uint8_t* b) {
+    p = b;
+    k_block_scales(b, dl, ml);
+  }
+  // Sub-block c: the low (c even) or high nibbles of the 32 bytes qs[32 (c / 2), +32).
+  void get32(int c, __m512& w0, __m512& w1) const {
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 lut = _mm512_fmsub_ps(iota, _mm512_set1_ps(dl[c]), _mm512_set1_ps(ml[c]));
+    const uint8_t* q = p + 16 + 32 * (c / 2);
+    __m512i v0 = _mm512_cvtepu8_epi32(load16(q)), v1 = _mm512_cvtepu8_epi32(load16(q + 16));
+    if (c & 1) {
+      v0 = _mm512_srli_epi32(v0, 4);
+      v1 = _mm512_srli_epi32(v1, 4);
+    }
+    w0 = _mm512_permutexvar_ps(v0, lut);
+    w1 = _mm512_permutexvar_ps(v1, lut);
+  }
+};
+
+// 32 six-bit codes minus 32, as signed bytes: elements 32 c .. 32 c + 31 of a Q6_K block p.
+inline __m256i q6_codes(const uint8_t* p, int c) {
+  const int a = c / 4, s = c % 4;
+  __m256i lo = load32(p + 64 * a + 32 * (s & 1));
+  if (s >> 1) lo = _mm256_srli_epi16(lo, 4);
+  lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0f));
+  // Bits 2s, 2s+1 of qh to bits 4, 5. 16-bit shifts move bits across the byte boundary only
+  // below bit 4 (left shifts by <= 4) or into bits 6, 7 (right shift by 2): the mask drops them.
+  __m256i hi = load32(p + 128 + 32 * a);
+  hi = s == 3 ? _mm256_srli_epi16(hi, 2) : _mm256_sll_epi16(hi, _mm_cvtsi32_si128(4 - 2 * s));
+  hi = _mm256_and_si256(hi, _mm256_set1_epi8(0x30));
+  return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+}
+
+struct DecQ6_K {
+  static constexpr int kBlock = 256, kBytes = 210;
+  const uint8_t* p;
+  alignas(64) float dl[16];
+  void begin(const uint8_t* b) {
+    p = b;
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(b + 192)));
+    _mm512_store_ps(dl, _mm512_mul_ps(_mm512_set1_ps(f16_at(b + 208)), sc));
+  }
+  void get32(int c, __m512& w0, __m512& w1) const {
+    i8x32_to_f32(q6_codes(p, c), _mm512_set1_ps(dl[2 * c]), _mm512_set1_ps(dl[2 * c + 1]), w0, w1);
+  }
+};
+
+// Q4_1 and IQ4_NL: 32 elements, f16 d (and m) then 16 bytes of nibbles: one 16-entry table.
+struct DecQ4_1 {
+  static constexpr int kBlock = 32, kBytes = 20;
+  const uint8_t* p;
+  __m512 lut;
+  void begin(const uint8_t* b) {
+    p = b;
+    const __m512 n = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    // d * n is exact: the one rounding is the reference's of + m.
+    lut = _mm512_fmadd_ps(n, _mm512_set1_ps(f16_at(b)), _mm512_set1_ps(f16_at(b + 2)));
+  }
+  void get32(int /*c*/, __m512& w0, __m512& w1) const {
+    const __m512i v = _mm512_cvtepu8_epi32(load16(p + 4));
+    w0 = _mm512_permutexvar_ps(v, lut);
+    w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
+  }
+};
+
+inline __m512 iq4_values() {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values))));
+}
+
+struct DecIQ4_NL {
+  static constexpr int kBlock = 32, kBytes = 18;
+  const uint8_t* p;
+  __m512 lut;
+  void begin(const uint8_t* b) {
+    p = b;
+    lut = _mm512_mul_ps(iq4_values(), _mm512_set1_ps(f16_at(b)));
+  }
+  void get32(int /*c*/, __m512& w0, __m512& w1) const {
+    const __m512i v = _mm512_cvtepu8_epi32(load16(p + 2));
+    w0 = _mm512_permutexvar_ps(v, lut);
+    w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
+  }
+};
+
+struct DecIQ4_XS {
+  static constexpr int kBlock = 256, kBytes = 136;
+  const uint8_t* p;
+  __m512 kv;
+  float dl[8];
+  void begin(const uint8_t* b) {
+    p = b;
+    kv = iq4_values();
+    const float d = f16_at(b);
+    const unsigned sh = b[2] | b[3] << 8;
+    for (int j = 0; j < 8; ++j) {
+      const int lo = (b[4 + j / 2] >> (4 * (j % 2))) & 15;
+      const int ls = lo | static_cast<int>((sh >> (2 * j)) & 3) << 4;
+      dl[j] = d * static_cast<float>(ls - 32);
+    }
+  }
+  void get32(int c, __m512& w0, __m512& w1) const {
+    const __m512 lut = _mm512_mul_ps(kv, _mm512_set1_ps(dl[c]));
+    const __m512i v = _mm512_cvtepu8_epi32(load16(p + 8 + 16 * c));
+    w0 = _mm512_permutexvar_ps(v, lut);
+    w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
+  }
+};
+
+// Q5_0 / Q5_1: a 32-entry table (two registers, vpermt2ps) indexed by nibble | high bit << 4;
+// the high bits of elements 0..15 and 16..31 are the low and high halves of qh, used as masks.
+template <bool kMin>
+struct DecQ5 {
+  static constexpr int kBlock = 32, kBytes = kMin ? 24 : 22;
+  static constexpr int kQh = kMin ? 4 : 2;
+  const uint8_t* p;
+  __m512 lut_a, lut_b;
+  uint32_t qh;
+  void begin(const uint8_t* b) {
+    p = b;
+    const __m512 n = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 d = _mm512_set1_ps(f16_at(b)), sixteen = _mm512_set1_ps(16.0f);
+    if (kMin) {  // d * q exact, then the reference's rounding of + m
+      const __m512 m = _mm512_set1_ps(f16_at(b + 2));
+      lut_a = _mm512_fmadd_ps(n, d, m);
+      lut_b = _mm512_fmadd_ps(_mm512_add_ps(n, sixteen), d, m);
+    } else {  // d * (q - 16), exact
+      lut_a = _mm512_mul_ps(_mm512_sub_ps(n, sixteen), d);
+      lut_b = _mm512_mul_ps(n, d);
+    }
+    std::memcpy(&qh, b + kQh, 4);
+  }
+  void get32(int /*c*/, __m512& w0, __m512& w1) const {
+    const __m512i v = _mm512_cvtepu8_epi32(load16(p + kQh + 4));
+    const __m512i lo = _mm512_and_si512(v, _mm512_set1_epi32(15)), hi = _mm512_srli_epi32(v, 4);
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    const __m512i i0 = _mm512_mask_add_epi32(lo, static_cast<__mmask16>(qh), lo, sixteen);
+    const __m512i i1 = _mm512_mask_add_epi32(hi, static_cast<__mmask16>(qh >> 16), hi, sixteen);
+    w0 = _mm512_permutex2var_ps(lut_a, i0, lut_b);
+    w1 = _mm512_permutex2var_ps(lut_a, i1, lut_b);
+  }
+};
+
+struct DecQ5_K {
+  static constexpr int kBlock = 256, kBytes = 176;
+  const uint8_t* p;
+  float dl[8], ml[8];
+  void begin(const uint8_t* b) {
+    p = b;
+    k_block_scales(b, dl, ml);
+  }
+  void get32(int c, __m512& w0, __m512& w1) const {
+    const __m512 n = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 s = _mm512_set1_ps(dl[c]), m = _mm512_set1_ps(ml[c]);
+    const __m512 lut_a = _mm512_fmsub_ps(n, s, m);
+    const __m512 lut_b = _mm512_fmsub_ps(_mm512_add_ps(n, _mm512_set1_ps(16.0f)), s, m);
+    const uint8_t* q = p + 48 + 32 * (c / 2);
+    __m512i v0 = _mm512_cvtepu8_epi32(load16(q)), v1 = _mm512_cvtepu8_epi32(load16(q + 16));
+    if (c & 1) {
+      v0 = _mm512_srli_epi32(v0, 4);
+      v1 = _mm512_srli_epi32(v1, 4);
+    } else {
+      v0 = _mm512_and_si512(v0, _mm512_set1_epi32(15));
+      v1 = _mm512_and_si512(v1, _mm512_set1_epi32(15));
+    }
+    // Bit c of qh[l] is the high bit of element 32 c + l.
+    const __mmask32 h =
+        _mm256_test_epi8_mask(load32(p + 16), _mm256_set1_epi8(static_cast<char>(1 << c)));
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    v0 = _mm512_mask_add_epi32(v0, static_cast<__mmask16>(h), v0, sixteen);
+    v1 = _mm512_mask_add_epi32(v1, static_cast<__mmask16>(h >> 16), v1, sixteen);
+    w0 = _mm512_permutex2var_ps(lut_a, v0, lut_b);
+    w1 = _mm512_permutex2var_ps(lut_a, v1, lut_b);
+  }
+};
+
+struct DecQ3_K {
+  static constexpr int kBlock = 256, kBytes = 110;
+  const uint8_t* p;
+  float dl[16];
+  void begin(const uint8_t* b) {
+    p = b;
+    // Scale j: low 4 bits from byte j (j < 8) or j - 8's high nibble, top 2 bits from byte
+    // 8 + j % 4 at bit 2 (j / 4); all 16 assembled in bytes, minus 32.
+    uint64_t l;
+    uint32_t u;
+    std::memcpy(&l, b + 96, 8);
+    std::memcpy(&u, b + 104, 4);
+    const __m128i lo = _mm_set_epi64x(static_cast<int64_t>((l >> 4) & 0x0f0f0f0f0f0f0f0full),
+                                      static_cast<int64_t>(l & 0x0f0f0f0f0f0f0f0full));
+    const __m128i hi = _mm_setr_epi32(
+        static_cast<int>(u & 0x03030303u), static_cast<int>((u >> 2) & 0x03030303u),
+        static_cast<int>((u >> 4) & 0x03030303u), static_cast<int>((u >> 6) & 0x03030303u));
+    const __m128i sc = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+    const __m256 d = _mm256_set1_ps(f16_at(b + 108));
+    _mm256_storeu_ps(dl, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+    _mm256_storeu_ps(
+        dl + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+  }
+  void get32(int c, __m512& w0, __m512& w1) const {
+    const int a = c / 4, s = c % 4;
+    // 16-bit shifts bring bits of the neighbouring byte only into bits >= 2: masked off.
+    const __m256i ql = _mm256_and_si256(
+        _mm256_srl_epi16(load32(p + 32 + 32 * a), _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
+    const __mmask32 h =
+        _mm256_test_epi8_mask(load32(p), _mm256_set1_epi8(static_cast<char>(1 << c)));
+    const __m256i q = _mm256_mask_sub_epi8(ql, ~h, ql, _mm256_set1_epi8(4));
+    i8x32_to_f32(q, _mm512_set1_ps(dl[2 * c]), _mm512_set1_ps(dl[2 * c + 1]), w0, w1);
+  }
+};
+
+struct DecQ2_K {
+  static constexpr int kBlock = 256, kBytes = 84;
+  const uint8_t* p;
+  float dl[16], ml[16];
+  void begin(const uint8_t* b) {
+    p = b;
+    const __m256 d = _mm256_set1_ps(f16_at(b + 80)), dmin = _mm256_set1_ps(f16_at(b + 82));
+    const __m128i v = load16(b), m = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+    for (int h = 0; h < 2; ++h) {
+      const __m128i l = h ? _mm_srli_si128(lo, 8) : lo, u = h ? _mm_srli_si128(hi, 8) : hi;
+      _mm256_storeu_ps(dl + 8 * h, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(l))));
+      _mm256_storeu_ps(ml + 8 * h,
+                       _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(u))));
+    }
+  }
+  void get32(int c, __m512& w0, __m512& w1) const {
+    const int a = c / 4, s = c % 4;
+    const __m256i q = _mm256_and_si256(
+        _mm256_srl_epi16(load32(p + 16 + 32 * a), _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
+    // q * dl is exact: the one rounding is the reference's of - ml.
+    const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)));
+    const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1)));
+    w0 = _mm512_fmsub_ps(q0, _mm512_set1_ps(dl[2 * c]), _mm512_set1_ps(ml[2 * c]));
+    w1 = _mm512_fmsub_ps(q1, _mm512_set1_ps(dl[2 * c + 1]), _mm512_set1_ps(ml[2 * c + 1]));
+  }
+};
+
+// ---- The dot kernel ----
+
+template <class Dec, int MB>
+void dot_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
+  constexpr int R = kRows;
+  __m512 acc[MB][R];
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  Dec dec[R];
+  const int64_t nb = k / Dec::kBlock;
+  const int64_t ahead = prefetch_ahead(nb * Dec::kBytes);
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = rows[r] + b * Dec::kBytes;
+      for (int off = 0; off < Dec::kBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+      }
+      dec[r].begin(p);
+    }
+    const float* xb = x + b * Dec::kBlock;
+    for (int c = 0; c < Dec::kBlock / 32; ++c) {
+      __m512 x0[MB], x1[MB];
+      for (int i = 0; i < MB; ++i) {
+        x0[i] = _mm512_loadu_ps(xb + i * ldx + 32 * c);
+        x1[i] = _mm512_loadu_ps(xb + i * ldx + 32 * c + 16);
+      }
+      for (int r = 0; r < R; ++r) {
+        __m512 w0, w1;
+        dec[r].get32(c, w0, w1);
+        for (int i = 0; i < MB; ++i) {
+          acc[i][r] = _mm512_fmadd_ps(x0[i], w0, acc[i][r]);
+          acc[i][r] = _mm512_fmadd_ps(x1[i], w1, acc[i][r]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) out[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
+template <class Dec>
+void dot(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb, float* out) {
+  switch (mb) {
+    case 1: return dot_mb<Dec, 1>(rows, k, x, ldx, out);
+    case 2: return dot_mb<Dec, 2>(rows, k, x, ldx, out);
+    case 3: return dot_mb<Dec, 3>(rows, k, x, ldx, out);
+    default: return dot_mb<Dec, 4>(rows, k, x, ldx, out);
+  }
+}
+
+// ---- Q4_K and Q5_K with x rounded to 16 bits (the x16 kernels of gemm_ggml.h) ----
+//
+// Per 256-element block of x, prepared once per call: x16 = round(x / s) (int16, element order),
+// s = absmax / 32767, and the f32 sums s * sum x16 of each 32-element sub-block. A Q4_K block's
+// dot product is then d s * sum_j sc_j sum_l q x16 - sum_j (dmin mn_j) (s sum x16)_j: the
+// weights are widened to int16 once, multiplied by their 6-bit scale (q sc <= 945) and
+// vpmaddwd'ed with x16 into int32 lanes for the whole block (at most 8 * 2 * 945 * 32767 <
+// 2^31), converted to f32 once per block. Per 64 weights about 12 vector operations where the
+// f32 decoder needs about 22: measured (1 thread, weights in cache) 1.6x the f32 kernel's speed.
+constexpr int64_t kX16BlockFloats = 144;  // 128 (256 int16) + 8 sums + scale + 7 zero
+
+int64_t x16_floats(int64_t k) {
+  return k / 256 * kX16BlockFloats;
+}
+
+void prep_x16(const float* x, int64_t k, float* out) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const float* xb = x + 256 * b;
+    float* o = out + b * kX16BlockFloats;
+    __m512 mx = _mm512_setzero_ps(), bad = _mm512_setzero_ps();
+    for (int c = 0; c < 256; c += 16) {
+      const __m512 v = _mm512_loadu_ps(xb + c);
+      mx = _mm512_max_ps(mx, _mm512_and_ps(v, abs_mask));
+      bad = _mm512_fmadd_ps(v, _mm512_setzero_ps(), bad);  // NaN once an inf or NaN went in
+    }
+    const float absmax = _mm512_reduce_max_ps(mx);
+    float sx = 0.0f, inv = 0.0f;
+    if (_mm512_cmp_ps_mask(bad, bad, _CMP_UNORD_Q) != 0) {
+      sx = __builtin_nanf("");         // x16 = 0 and s = NaN: the block's outputs come out NaN
+    } else if (absmax >= 0x1p-100f) {  // smaller blocks are taken as zero (error < 2^-100 |w|)
+      sx = absmax / 32767.0f;
+      inv = 32767.0f / absmax;
+    }
+    int16_t* q = reinterpret_cast<int16_t*>(o);
+    for (int j = 0; j < 8; ++j) {
+      __m512i sum = _mm512_setzero_si512();
+      for (int h = 0; h < 2; ++h) {
+        const int c = 32 * j + 16 * h;
+        const __m512i v =
+            _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + c), _mm512_set1_ps(inv)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + c), _mm512_cvtsepi32_epi16(v));
+        sum = _mm512_add_epi32(sum, v);
+      }
+      o[128 + j] = sx * static_cast<float>(_mm512_reduce_add_epi32(sum));  // |sum| < 2^24
+    }
+    o[136] = sx;
+    for (int j = 137; j < kX16BlockFloats; ++j) o[j] = 0.0f;
+  }
+}
+
+// kQ5: Q5_K, whose fifth bit (bit j of qh[l] for element 32 j + l) adds 16 to the code.
+template <bool kQ5, int MB>
+void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
+  constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
+  constexpr int R = kRows;
+  __m512 acc[MB][R];
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi16(15);
+  const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = rows[r] + b * kBytes;
+      for (int off = 0; off < kBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+      }
+      uint64_t sc, mn;
+      k_scales_min8(p + 4, &sc, &mn);
+      const float d = f16_at(p);
+      const __m256 ml = _mm256_mul_ps(
+          _mm256_set1_ps(f16_at(p + 2)),
+          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+      __m512i ai[MB];
+      for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
+      for (int c2 = 0; c2 < 4; ++c2) {
+        const __m512i v = _mm512_cvtepu8_epi16(load32(p + kQs + 32 * c2));
+        __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_srli_epi16(v, 4);
+        if (kQ5) {
+          const __m256i qh = load32(p + 16);
+          const __m512i sixteen = _mm512_set1_epi16(16);
+          const __mmask32 h0 =
+              _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * c2))));
+          const __mmask32 h1 =
+              _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * c2))));
+          lo = _mm512_mask_add_epi16(lo, h0, lo, sixteen);
+          hi = _mm512_mask_add_epi16(hi, h1, hi, sixteen);
+        }
+        // q sc <= 31 * 63 = 1953: int16, and a block's lanes stay below 8 * 2 * 1953 * 32767 <
+        // 2^31.
+        lo = _mm512_mullo_epi16(lo,
+                                _mm512_set1_epi16(static_cast<int16_t>((sc >> (16 * c2)) & 0xff)));
+        hi = _mm512_mullo_epi16(
+            hi, _mm512_set1_epi16(static_cast<int16_t>((sc >> (16 * c2 + 8)) & 0xff)));
+        for (int i = 0; i < MB; ++i) {
+          const int16_t* xq = reinterpret_cast<const int16_t*>(x + i * ldx + b * kX16BlockFloats);
+          ai[i] = _mm512_add_epi32(ai[i], _mm512_madd_epi16(lo, _mm512_loadu_si512(xq + 64 * c2)));
+          ai[i] =
+              _mm512_add_epi32(ai[i], _mm512_madd_epi16(hi, _mm512_loadu_si512(xq + 64 * c2 + 32)));
+        }
+      }
+      for (int i = 0; i < MB; ++i) {
+        const float* xb = x + i * ldx + b * kX16BlockFloats;
+        acc[i][r] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i]), _mm512_set1_ps(d * xb[136]), acc[i][r]);
+        acc[i][r] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(ml),
+                                     _mm512_zextps256_ps512(_mm256_loadu_ps(xb + 128)), acc[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) out[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
+template <bool kQ5>
+void dot_k_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+               float* out) {
+  switch (mb) {
+    case 1: return dot_k_x16_mb<kQ5, 1>(rows, k, x, ldx, out);
+    case 2: return dot_k_x16_mb<kQ5, 2>(rows, k, x, ldx, out);
+    case 3: return dot_k_x16_mb<kQ5, 3>(rows, k, x, ldx, out);
+    default: return dot_k_x16_mb<kQ5, 4>(rows, k, x, ldx, out);
+  }
+}
+
+template <class Dec>
+void dequant(const uint8_t* row, int64_t k, float* out) {
+  Dec d;
+  for (int64_t b = 0; b < k / Dec::kBlock; ++b) {
+    d.begin(row + b * Dec::kBytes);
+    for (int c = 0; c < Dec::kBlock / 32; ++c) {
+      __m512 w0, w1;
+      d.get32(c, w0, w1);
+      _mm512_storeu_ps(out + b * Dec::kBlock + 32 * c, w0);
+      _mm512_storeu_ps(out + b * Dec::kBlock + 32 * c + 16, w1);
+    }
+  }
+}
+
+template <class Dec>
+void set(GgmlKernels& t, GgmlType type) {
+  t.dot[static_cast<int>(type)] = {kRows, kMaxM, dot<Dec>};
+  t.dequant[static_cast<int>(type)] = dequant<Dec>;
+}
+
+GgmlKernels make_table() {
+  GgmlKernels t;
+  set<DecQ8_0>(t, GgmlType::kQ8_0);
+  set<DecQ4_0>(t, GgmlType::kQ4_0);
+  set<DecQ4_K>(t, GgmlType::kQ4_K);
+  set<DecQ6_K>(t, GgmlType::kQ6_K);
+  set<DecQ4_1>(t, GgmlType::kQ4_1);
+  set<DecQ5<false>>(t, GgmlType::kQ5_0);
+  set<DecQ5<true>>(t, GgmlType::kQ5_1);
+  set<DecQ2_K>(t, GgmlType::kQ2_K);
+  set<DecQ3_K>(t, GgmlType::kQ3_K);
+  set<DecQ5_K>(t, GgmlType::kQ5_K);
+  set<DecIQ4_NL>(t, GgmlType::kIQ4_NL);
+  set<DecIQ4_XS>(t, GgmlType::kIQ4_XS);
+  // Decode of Q4_K and Q5_K against x16 (the f32 decoders above still dequantize for prefill).
+  t.dot[static_cast<int>(GgmlType::kQ4_K)] = {kRows, kMaxM, dot_k_x16<false>, true};
+  t.dot[static_cast<int>(GgmlType::kQ5_K)] = {kRows, kMaxM, dot_k_x16<true>, true};
+  t.x16_floats = x16_floats;
+  t.prep_x16 = prep_x16;
+  t.epilogue = fma_kernels_avx512().epilogue;
+  return t;
+}
+
+}  // namespace
+
+const GgmlKernels& ggml_kernels_avx512() {
+  static const GgmlKernels table = make_table();
+  return table;
+}
+
+}  // namespace sampan::cpu::gemm_detail

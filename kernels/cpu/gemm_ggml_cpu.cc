@@ -1,0 +1,234 @@
+// Driver of cpu::gemm for GGUF block-type weights (dtype kU8); kernels in gemm_ggml_avx512.cc and
+// gemm_ggml_avx2.cc, contract in gemm_ggml.h.
+//
+// Decode (m < kGgmlPrefillMinM): the output columns are split into one contiguous range per
+// worker. A range is walked in stripes of up to kStripe columns; each kernel call takes R weight
+// rows (kSiluMul: R/2 gate rows and the same R/2 up rows) and runs every m-group of x against
+// them while they sit in L1, so the blocks stream from memory once. Nothing is dequantized to
+// memory. For the x16 kernels (Q4_K, Q5_K) the calling thread first rounds x to 16 bits per
+// 256 elements into thread-local scratch (gemm_ggml.h), read by every worker.
+//
+// Prefill (m >= kGgmlPrefillMinM): output rows are taken in chunks of at most kDequantBytes of
+// f32; all workers dequantize a chunk, then the plain gemm() runs on it with the chunk's biases
+// and epilogue, writing its columns of y.
+#include <algorithm>
+#include <cassert>
+#include <vector>
+
+#include "kernels/cpu/gemm_ggml.h"
+#include "kernels/cpu/isa.h"
+
+namespace sampan::cpu::gemm_detail {
+namespace {
+
+constexpr int64_t kStripe = 64;  // output columns per epilogue pass
+// Dequantized f32 weights per prefill chunk: small enough to stay in L2 while the panel kernels
+// pack them. Measured (Zen 4, 1 thread, Q4_K 2048 x 2048 in cache, thread CPU time, GFLOP/s at
+// m = 32 / 128 / 512): 16 MB 43 / 81 / 88, 2 MB 67 / 88 / 83, 512 KB 74 / 89 / 83, 256 KB 44 /
+// 46 / 45 (32-row chunks: per-call overhead).
+constexpr int64_t kDequantBytes = 2 << 20;
+
+struct DecodeJob {
+  const GgmlKernels* kt;
+  GgmlDotTable t;
+  const GemmWeights* w;
+  int64_t row_bytes;
+  GemmEpilogue ep;
+  int64_t m;
+  const float* x;  // [m, ldx]: raw f32, or prepared (t.x16)
+  int64_t ldx;
+  float* y;  // [m, ldy]
+  int64_t ldy;
+};
+
+struct DecodeScratch {
+  std::vector<float> gate;  // [m, kStripe] (kSiluMul)
+  std::vector<float> up;    // [m, kStripe] (kSiluMul)
+};
+
+DecodeScratch& decode_scratch() {
+  thread_local DecodeScratch s;
+  return s;
+}
+
+const uint8_t* row_ptr(const DecodeJob& job, int b, int64_t r) {
+  return static_cast<const uint8_t*>(job.w->data[b]) + r * job.row_bytes;
+}
+
+// Output columns [c0, c1).
+void run_decode_task(const DecodeJob& job, int64_t c0, int64_t c1) {
+  const GemmWeights& w = *job.w;
+  const GgmlDotTable& t = job.t;
+  const bool silu = job.ep == GemmEpilogue::kSiluMul;
+  const int R = t.rows;
+  const int per_call = silu ? R / 2 : R;
+  DecodeScratch& s = decode_scratch();
+  if (silu && static_cast<int64_t>(s.gate.size()) < job.m * kStripe) {
+    s.gate.resize(job.m * kStripe);
+    s.up.resize(job.m * kStripe);
+  }
+  int64_t block_start[kMaxGemmBlocks + 1] = {};
+  for (int b = 0; b < w.n_blocks; ++b) block_start[b + 1] = block_start[b] + w.rows[b];
+  float out[kGgmlMaxM * kGgmlMaxRows];
+  for (int64_t s0 = c0; s0 < c1; s0 += kStripe) {
+    const int64_t width = std::min(kStripe, c1 - s0);
+    for (int64_t c = s0; c < s0 + width; c += per_call) {
+      const int nc = static_cast<int>(std::min<int64_t>(per_call, s0 + width - c));
+      const uint8_t* rows[kGgmlMaxRows];
+      int blk[kGgmlMaxRows] = {};
+      int64_t row_in_blk[kGgmlMaxRows] = {};
+      for (int j = 0; j < per_call; ++j) {
+        // A short last call repeats its last row: that row is in L1 by then.
+        const int64_t col = c + std::min(j, nc - 1);
+        if (silu) {
+          rows[j] = row_ptr(job, 0, col);
+          rows[per_call + j] = row_ptr(job, 1, col);
+        } else {
+          int bb = 0;
+          while (col >= block_start[bb + 1]) ++bb;
+          blk[j] = bb;
+          row_in_blk[j] = col - block_start[bb];
+          rows[j] = row_ptr(job, bb, row_in_blk[j]);
+        }
+      }
+      for (int64_t i0 = 0; i0 < job.m; i0 += t.max_m) {
+        const int mb = static_cast<int>(std::min<int64_t>(t.max_m, job.m - i0));
+        t.dot(rows, w.k, job.x + i0 * job.ldx, job.ldx, mb, out);
+        for (int i = 0; i < mb; ++i) {
+          const float* o = out + i * R;
+          if (silu) {
+            float* g = s.gate.data() + (i0 + i) * kStripe + (c - s0);
+            float* u = s.up.data() + (i0 + i) * kStripe + (c - s0);
+            for (int j = 0; j < nc; ++j) {
+              g[j] = o[j];
+              u[j] = o[per_call + j];
+            }
+          } else {
+            float* yrow = job.y + (i0 + i) * job.ldy + c;
+            for (int j = 0; j < nc; ++j) {
+              const float* bias = w.bias[blk[j]];
+              yrow[j] = o[j] + (bias ? bias[row_in_blk[j]] : 0.0f);
+            }
+          }
+        }
+      }
+    }
+    if (silu) {
+      for (int64_t i = 0; i < job.m; ++i) {
+        job.kt->epilogue(GemmEpilogue::kSiluMul, s.gate.data() + i * kStripe,
+                         w.bias[0] ? w.bias[0] + s0 : nullptr, s.up.data() + i * kStripe,
+                         w.bias[1] ? w.bias[1] + s0 : nullptr, job.y + i * job.ldy + s0, width);
+      }
+    }
+  }
+}
+
+// Prepared x of the calling thread (x16 kernels); kept between calls: a decode step makes
+// hundreds.
+AlignedBuffer<float>& x16_scratch() {
+  thread_local AlignedBuffer<float> s;
+  return s;
+}
+
+void gemm_ggml_decode(const GgmlKernels& kt, int64_t m, const float* x, int64_t ldx,
+                      const GemmWeights& w, GemmEpilogue ep, float* y, int64_t ldy,
+                      TaskRunner& runner) {
+  const int slot = static_cast<int>(w.ggml_type);
+  DecodeJob job{&kt, kt.dot[slot], &w, ggml_row_bytes(w.ggml_type, w.k), ep, m, x, ldx, y, ldy};
+  if (job.t.x16) {  // x rounded to 16 bits once per call, by the calling thread
+    AlignedBuffer<float>& buf = x16_scratch();
+    const int64_t xf = kt.x16_floats(w.k);
+    buf.reserve(m * xf);
+    for (int64_t i = 0; i < m; ++i) kt.prep_x16(x + i * ldx, w.k, buf.data() + i * xf);
+    job.x = buf.data();
+    job.ldx = xf;
+  }
+  const int64_t n_out = ep == GemmEpilogue::kSiluMul ? w.rows[0] : w.n();
+  const int64_t granule = ep == GemmEpilogue::kSiluMul ? job.t.rows / 2 : job.t.rows;
+  const int64_t units = (n_out + granule - 1) / granule;
+  const int64_t n_chunks = std::min<int64_t>(std::max(1, runner.concurrency()), units);
+  auto task = [&](int64_t t) {
+    const int64_t c0 = std::min(n_out, units * t / n_chunks * granule);
+    const int64_t c1 = std::min(n_out, units * (t + 1) / n_chunks * granule);
+    if (c0 < c1) run_decode_task(job, c0, c1);
+  };
+  if (n_chunks == 1) {
+    task(0);
+  } else {
+    runner.run(n_chunks, task);
+  }
+}
+
+// Dequantized rows of the calling thread's prefill chunks; kept between calls.
+AlignedBuffer<float>& prefill_scratch() {
+  thread_local AlignedBuffer<float> s;
+  return s;
+}
+
+void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t ldx,
+                       const GemmWeights& w, GemmEpilogue ep, float* y, int64_t ldy,
+                       TaskRunner& runner) {
+  const GgmlDequantFn dequant = kt.dequant[static_cast<int>(w.ggml_type)];
+  const int64_t k = w.k, row_bytes = ggml_row_bytes(w.ggml_type, k);
+  const bool silu = ep == GemmEpilogue::kSiluMul;
+  const int n_src = silu ? 2 : 1;  // blocks dequantized together
+  const int64_t chunk_rows = std::max<int64_t>(32, kDequantBytes / (n_src * k * 4) / 32 * 32);
+  AlignedBuffer<float>& scratch = prefill_scratch();
+  const int64_t threads = std::max(1, runner.concurrency());
+  const int n_segments = silu ? 1 : w.n_blocks;
+  int64_t base = 0;  // first output column of the segment
+  for (int b = 0; b < n_segments; ++b) {
+    const int64_t rows = w.rows[b];
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+      const int64_t nr = std::min(chunk_rows, rows - r0);
+      scratch.reserve(n_src * nr * k);
+      float* buf = scratch.data();
+      const int64_t total = n_src * nr;
+      const int64_t n_tasks = std::min(threads, total);
+      auto task = [&](int64_t t) {
+        for (int64_t i = total * t / n_tasks; i < total * (t + 1) / n_tasks; ++i) {
+          const int src = silu ? static_cast<int>(i / nr) : b;
+          const uint8_t* row = static_cast<const uint8_t*>(w.data[src]) + (r0 + i % nr) * row_bytes;
+          dequant(row, k, buf + i * k);
+        }
+      };
+      if (n_tasks == 1) {
+        task(0);
+      } else {
+        runner.run(n_tasks, task);
+      }
+      GemmWeights pw;
+      pw.dtype = DType::kF32;
+      pw.k = k;
+      pw.n_blocks = n_src;
+      for (int j = 0; j < n_src; ++j) {
+        const int src = silu ? j : b;
+        pw.data[j] = buf + j * nr * k;
+        pw.rows[j] = nr;
+        pw.bias[j] = w.bias[src] ? w.bias[src] + r0 : nullptr;
+      }
+      gemm(m, x, ldx, pw, ep, y + (silu ? r0 : base + r0), ldy, runner);
+    }
+    base += rows;
+  }
+}
+
+}  // namespace
+
+void gemm_ggml(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
+               float* y, int64_t ldy, TaskRunner& runner) {
+  assert(w.dtype == DType::kU8 && ggml_block_type_supported(w.ggml_type));
+  assert(ggml_row_bytes(w.ggml_type, w.k) > 0);
+  assert(w.n_blocks >= 1 && w.n_blocks <= kMaxGemmBlocks && ldx >= w.k);
+  assert(ep == GemmEpilogue::kStore || (w.n_blocks == 2 && w.rows[0] == w.rows[1]));
+  // Kernels never throw: a caller that skipped the checks gets y untouched, not a crash.
+  if (!ggml_block_type_supported(w.ggml_type) || ggml_row_bytes(w.ggml_type, w.k) <= 0) return;
+  const GgmlKernels& kt = has_avx512() ? ggml_kernels_avx512() : ggml_kernels_avx2();
+  if (m >= kGgmlPrefillMinM) {
+    gemm_ggml_prefill(kt, m, x, ldx, w, ep, y, ldy, runner);
+  } else {
+    gemm_ggml_decode(kt, m, x, ldx, w, ep, y, ldy, runner);
+  }
+}
+
+}  // namespace sampan::cpu::gemm_detail

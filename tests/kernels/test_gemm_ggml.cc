@@ -1,0 +1,374 @@
+// cpu::gemm with GGUF block-type weights (dtype kU8, every supported ggml_type) against
+// dequantize_ggml_row (itself held bit for bit to gguf's reference by test_ggml_dequant.cc) and
+// a double-precision dot product. Every instruction set this CPU has, serial / two-thread /
+// wide-serial runners, both epilogues, 1..3 blocks, biases, padded strides, k of one, two,
+// three and many blocks, decode (m < 32: in-register dequantization) and prefill (m >= 32:
+// dequantized f32 chunks through the plain GEMM).
+//
+// Tolerances, from gemm_ggml.h: the kernels form exactly the reference's f32 weights and keep x
+// in f32, so |y - y_exact| <= (k / 8 + 16) * 2^-24 * M at decode and (k + 16) * 2^-24 * M at
+// prefill (the plain f32 GEMM's panel kernels sum each output's k products in one lane), with
+// M = |bias| + sum |x| |w|. Decode kernels that round x to 16 bits per 256 elements (the table's
+// x16 flag) are allowed kGgmlDecodeXError * sum_b absmax_b(x) sum_b |w| + (k / 8 + 16) 2^-24 M',
+// M' = |bias| + sum |x| (|w1| + |w2|) for w = w1 - w2 split into scale and min parts.
+// kSiluMul: as test_gemm_quant.cc, |dy| <= 1.1 |u| eg + |silu(g)| eu + 1e-6 |y| with eg and eu
+// the allowed errors of the two dot products.
+// Weight blocks are allocated to their exact size at an address 2 mod 16 (the alignment an
+// mmapped GGUF guarantees), so ASan (Sanitize build) reports any read past a block, and y's
+// padding holds a sentinel.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "kernels/common/ggml_type.h"
+#include "kernels/common/half.h"
+#include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/gemm_ggml.h"
+#include "kernels/cpu/ggml_dequant.h"
+#include "kernels/cpu/isa.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace sampan::cpu {
+namespace {
+
+constexpr float kSentinel = -12345.0f;
+
+struct TypeInfo {
+  GgmlType type;
+  std::vector<int> scale_offsets;  // byte offsets of the f16 scale fields in a block
+};
+
+const std::vector<TypeInfo>& all_types() {
+  static const std::vector<TypeInfo> types = {
+      {GgmlType::kQ8_0, {0}},    {GgmlType::kQ4_0, {0}},      {GgmlType::kQ4_K, {0, 2}},
+      {GgmlType::kQ6_K, {208}},  {GgmlType::kQ4_1, {0, 2}},   {GgmlType::kQ5_0, {0}},
+      {GgmlType::kQ5_1, {0, 2}}, {GgmlType::kQ2_K, {80, 82}}, {GgmlType::kQ3_K, {108}},
+      {GgmlType::kQ5_K, {0, 2}}, {GgmlType::kIQ4_NL, {0}},    {GgmlType::kIQ4_XS, {0}},
+  };
+  return types;
+}
+
+struct Case {
+  const TypeInfo* type = nullptr;
+  int64_t m = 1, k = 256;
+  std::vector<int64_t> rows;  // per block
+  std::vector<bool> bias;     // per block
+  GemmEpilogue ep = GemmEpilogue::kStore;
+  int64_t ldx_pad = 0, ldy_pad = 0;
+};
+
+std::string describe(const Case& c) {
+  std::ostringstream s;
+  s << ggml_type_name(c.type->type) << " m=" << c.m << " k=" << c.k << " rows=";
+  for (size_t b = 0; b < c.rows.size(); ++b) {
+    s << (b ? "," : "") << c.rows[b] << (c.bias[b] ? "+b" : "");
+  }
+  s << " ep=" << (c.ep == GemmEpilogue::kStore ? "store" : "silu_mul") << " ldx_pad=" << c.ldx_pad
+    << " ldy_pad=" << c.ldy_pad;
+  return s.str();
+}
+
+struct Block {
+  std::vector<uint8_t> data;  // 2 bytes of lead (address 2 mod 16), then exactly the rows
+  std::vector<float> value;   // [rows, k] dequantize_ggml_row
+  // [rows, k] |w1| + |w2| for w = w1 - w2 split into its scale and min parts (the rows decoded
+  // with the min field, then the scale field, zeroed); |w| for types without a min.
+  std::vector<float> split_mag;
+  std::vector<float> bias;
+};
+
+Block make_block(const Case& c, int64_t rows, bool bias, std::mt19937& rng) {
+  const GgmlType t = c.type->type;
+  const int64_t row_bytes = ggml_row_bytes(t, c.k), bs = ggml_block_size(t);
+  const int64_t type_bytes = ggml_type_size(t);
+  Block b;
+  b.data.resize(2 + rows * row_bytes);
+  for (size_t i = 2; i < b.data.size(); ++i) b.data[i] = static_cast<uint8_t>(rng());
+  // Scale fields: finite, either sign, 2^-10 .. 2^-4, so outputs are moderate.
+  std::uniform_real_distribution<float> e(-10.0f, -4.0f);
+  for (int64_t blk = 0; blk < rows * (c.k / bs); ++blk) {
+    for (int off : c.type->scale_offsets) {
+      const float v = (rng() & 1 ? -1.0f : 1.0f) * std::exp2(e(rng));
+      const uint16_t h = f32_to_f16(v);
+      std::memcpy(b.data.data() + 2 + blk * type_bytes + off, &h, 2);
+    }
+  }
+  b.value.resize(rows * c.k);
+  b.split_mag.resize(rows * c.k);
+  const std::vector<int>& fields = c.type->scale_offsets;
+  std::vector<std::vector<uint8_t>> parts;  // the rows with one scale field zeroed
+  if (fields.size() == 2) {
+    for (int zeroed : {fields[1], fields[0]}) {
+      parts.push_back(b.data);
+      for (int64_t blk = 0; blk < rows * (c.k / bs); ++blk) {
+        std::memset(parts.back().data() + 2 + blk * type_bytes + zeroed, 0, 2);
+      }
+    }
+  }
+  std::vector<float> part(c.k);
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_ggml_row(t, b.data.data() + 2 + r * row_bytes, b.value.data() + r * c.k, c.k);
+    for (int64_t j = 0; j < c.k; ++j) b.split_mag[r * c.k + j] = std::fabs(b.value[r * c.k + j]);
+    if (!parts.empty()) {
+      for (int64_t j = 0; j < c.k; ++j) b.split_mag[r * c.k + j] = 0.0f;
+      for (const auto& pd : parts) {
+        dequantize_ggml_row(t, pd.data() + 2 + r * row_bytes, part.data(), c.k);
+        for (int64_t j = 0; j < c.k; ++j) b.split_mag[r * c.k + j] += std::fabs(part[j]);
+      }
+    }
+  }
+  if (bias) {
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    b.bias.resize(rows);
+    for (auto& v : b.bias) v = d(rng);
+  }
+  return b;
+}
+
+void check_case(const Case& c, uint32_t seed) {
+  INFO(describe(c));
+  std::mt19937 rng(seed);
+  const int n_blocks = static_cast<int>(c.rows.size());
+  std::vector<Block> blocks;
+  for (int b = 0; b < n_blocks; ++b) blocks.push_back(make_block(c, c.rows[b], c.bias[b], rng));
+  GemmWeights w;
+  w.dtype = DType::kU8;
+  w.ggml_type = c.type->type;
+  w.k = c.k;
+  w.n_blocks = n_blocks;
+  for (int b = 0; b < n_blocks; ++b) {
+    w.data[b] = blocks[b].data.data() + 2;
+    w.rows[b] = c.rows[b];
+    w.bias[b] = c.bias[b] ? blocks[b].bias.data() : nullptr;
+  }
+  const int64_t ldx = c.k + c.ldx_pad;
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  // Exactly up to the end of the last row; padding between rows is NaN, so reading it shows.
+  std::vector<float> x((c.m - 1) * ldx + c.k, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t j = 0; j < c.k; ++j) x[i * ldx + j] = dist(rng);
+
+  // Per output: the dot product, M = |bias| + sum |x||w|, M' (the same with |w1| + |w2|) and
+  // sum over 256-blocks of absmax_b(x) sum_b |w| (the x16 kernels' rounding of x).
+  const int64_t n_total = w.n();
+  std::vector<double> dot(c.m * n_total), mag(c.m * n_total), mag2(c.m * n_total),
+      xmag(c.m * n_total);
+  int64_t col = 0;
+  for (int b = 0; b < n_blocks; ++b) {
+    for (int64_t r = 0; r < c.rows[b]; ++r, ++col) {
+      const float* wr = blocks[b].value.data() + r * c.k;
+      const float* sr = blocks[b].split_mag.data() + r * c.k;
+      for (int64_t i = 0; i < c.m; ++i) {
+        double s = c.bias[b] ? blocks[b].bias[r] : 0.0, a = std::fabs(s), a2 = a, xa = 0.0;
+        for (int64_t g0 = 0; g0 < c.k; g0 += 256) {
+          double amax = 0.0, wsum = 0.0;
+          for (int64_t j = g0; j < std::min(c.k, g0 + 256); ++j) {
+            const double xv = x[i * ldx + j];
+            s += xv * wr[j];
+            a += std::fabs(xv * wr[j]);
+            a2 += std::fabs(xv) * sr[j];
+            amax = std::max(amax, std::fabs(xv));
+            wsum += std::fabs(wr[j]);
+          }
+          xa += amax * wsum;
+        }
+        dot[i * n_total + col] = s;
+        mag[i * n_total + col] = a;
+        mag2[i * n_total + col] = a2;
+        xmag[i * n_total + col] = xa;
+      }
+    }
+  }
+  const bool silu = c.ep == GemmEpilogue::kSiluMul;
+  const int64_t n_out = silu ? c.rows[0] : n_total;
+  const int64_t ldy = n_out + c.ldy_pad;
+  const bool prefill = c.m >= gemm_detail::kGgmlPrefillMinM;
+  const double tol = (prefill ? c.k + 16.0 : c.k / 8.0 + 16.0) * std::ldexp(1.0, -24);
+
+  IsaRestore restore;
+  Runners runners;
+  for (Isa isa : supported_isas()) {
+    REQUIRE(set_isa(isa));
+    // The kernel table gemm_ggml picks at this level, and whether its decode kernel rounds x.
+    const gemm_detail::GgmlKernels& kt = isa_includes(isa, Isa::kAvx512)
+                                             ? gemm_detail::ggml_kernels_avx512()
+                                             : gemm_detail::ggml_kernels_avx2();
+    const bool x16 = !prefill && kt.dot[static_cast<int>(c.type->type)].x16;
+    auto allowed_at = [&](int64_t idx) {
+      return x16 ? gemm_detail::kGgmlDecodeXError * xmag[idx] + tol * mag2[idx] : tol * mag[idx];
+    };
+    for (auto [name, runner] : runners.all()) {
+      INFO("isa=" << isa_name(isa) << " runner=" << name << (x16 ? " x16" : ""));
+      std::vector<float> y(c.m * ldy, kSentinel);
+      gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
+      double worst = 0.0;
+      int64_t wi = 0, wj = 0;
+      bool padding_ok = true;
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = n_out; j < ldy; ++j) padding_ok &= y[i * ldy + j] == kSentinel;
+        for (int64_t j = 0; j < n_out; ++j) {
+          double want, allowed;
+          if (silu) {
+            const double g = dot[i * n_total + j], u = dot[i * n_total + n_out + j];
+            const double sg = g / (1.0 + std::exp(-g));
+            want = sg * u;
+            const double eg = allowed_at(i * n_total + j);
+            const double eu = allowed_at(i * n_total + n_out + j);
+            allowed = 1.1 * eg * (std::fabs(u) + eu) + std::fabs(sg) * eu + 1e-6 * std::fabs(want);
+          } else {
+            want = dot[i * n_total + j];
+            allowed = allowed_at(i * n_total + j);
+          }
+          const double got = y[i * ldy + j];
+          const double ratio = std::isfinite(got) ? std::fabs(got - want) / (allowed + 1e-30)
+                                                  : std::numeric_limits<double>::infinity();
+          if (!(ratio <= worst)) {
+            worst = ratio;
+            wi = i;
+            wj = j;
+          }
+        }
+      }
+      INFO("worst at row " << wi << " col " << wj << ": error/allowed = " << worst);
+      CHECK(padding_ok);
+      CHECK(worst <= 1.0);
+    }
+  }
+}
+
+TEST_CASE("gemm ggml: every type, k of 1..3 blocks and long, m = 1..17, 31, 32, 40",
+          "[kernels][gemm_ggml]") {
+  uint32_t seed = 1;
+  for (const TypeInfo& t : all_types()) {
+    const int64_t bs = ggml_block_size(t.type);
+    for (int64_t k : {bs, 2 * bs, 3 * bs, bs == 32 ? int64_t{2080} : int64_t{2304}}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 40}) {
+        // Long rows only at a few m: the double reference dominates the run time.
+        if (k > 3 * bs && m != 1 && m != 5 && m != 17 && m != 40) continue;
+        Case c;
+        c.type = &t;
+        c.m = m;
+        c.k = k;
+        c.rows = {seed % 3 == 0 ? 13 : 7};  // odd: short last kernel call
+        c.bias = {seed % 2 == 0};
+        c.ldx_pad = seed % 3 == 0 ? 0 : 3;
+        c.ldy_pad = seed % 4 == 0 ? 0 : 5;
+        check_case(c, seed++);
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm ggml: two and three blocks, biases, SiLU-mul", "[kernels][gemm_ggml]") {
+  uint32_t seed = 500;
+  for (const TypeInfo& t : all_types()) {
+    const int64_t bs = ggml_block_size(t.type);
+    for (int64_t m : {1, 3, 6, 17, 33}) {
+      Case c;
+      c.type = &t;
+      c.m = m;
+      c.k = 2 * bs;
+      c.ldx_pad = 1;
+      c.ldy_pad = 2;
+      c.rows = {9, 5, 3};
+      c.bias = {true, false, true};
+      check_case(c, seed++);
+      c.rows = {4, 33};
+      c.bias = {false, true};
+      check_case(c, seed++);
+      c.rows = {11, 11};
+      c.bias = {m % 2 == 0, true};
+      c.ep = GemmEpilogue::kSiluMul;
+      check_case(c, seed++);
+      c.rows = {1, 1};
+      c.bias = {false, false};
+      c.k = bs;
+      check_case(c, seed++);
+    }
+  }
+}
+
+// The kernels' weights are the reference's bit for bit (gemm_ggml.h): the prefill dequantizer
+// of each ISA table equals dequantize_ggml_row, and a dot kernel against a unit vector x = e_c
+// returns w[r][c] exactly (every other product is an exact zero).
+TEST_CASE("gemm ggml: kernel tables decode exactly the reference weights", "[kernels][gemm_ggml]") {
+  using gemm_detail::GgmlKernels;
+  std::vector<std::pair<Isa, const GgmlKernels*>> tables;
+  for (Isa isa : supported_isas()) {
+    if (isa == Isa::kAvx2) tables.push_back({isa, &gemm_detail::ggml_kernels_avx2()});
+    if (isa == Isa::kAvx512) tables.push_back({isa, &gemm_detail::ggml_kernels_avx512()});
+  }
+  uint32_t seed = 700;
+  for (const TypeInfo& t : all_types()) {
+    Case c;
+    c.type = &t;
+    c.k = 2 * ggml_block_size(t.type) == 64 ? 96 : 512;
+    c.rows = {4};
+    c.bias = {false};
+    std::mt19937 rng(seed++);
+    const Block b = make_block(c, 4, false, rng);
+    const int64_t row_bytes = ggml_row_bytes(t.type, c.k);
+    for (auto [isa, kt] : tables) {
+      INFO(ggml_type_name(t.type) << " isa=" << isa_name(isa));
+      const int slot = static_cast<int>(t.type);
+      REQUIRE(kt->dot[slot].dot != nullptr);
+      REQUIRE(kt->dequant[slot] != nullptr);
+      REQUIRE(kt->dot[slot].rows == 4);
+      std::vector<float> row(c.k);
+      int64_t bad = 0;
+      const uint8_t* rows[4];
+      for (int r = 0; r < 4; ++r) {
+        rows[r] = b.data.data() + 2 + r * row_bytes;
+        kt->dequant[slot](rows[r], c.k, row.data());
+        bad += std::memcmp(row.data(), b.value.data() + r * c.k, c.k * 4) != 0;
+      }
+      CHECK(bad == 0);
+      if (kt->dot[slot].x16) continue;  // rounds x: covered by the GEMM cases' bound
+      const int mb = kt->dot[slot].max_m;
+      std::vector<float> x(mb * c.k, 0.0f), out(mb * 4);
+      bad = 0;
+      for (int64_t col = 0; col < c.k; col += mb) {
+        std::fill(x.begin(), x.end(), 0.0f);
+        const int n = static_cast<int>(std::min<int64_t>(mb, c.k - col));
+        for (int i = 0; i < n; ++i) x[i * c.k + col + i] = 1.0f;
+        kt->dot[slot].dot(rows, c.k, x.data(), c.k, n, out.data());
+        for (int i = 0; i < n; ++i)
+          for (int r = 0; r < 4; ++r)
+            bad += to_bits(out[i * 4 + r]) != to_bits(b.value[r * c.k + col + i] + 0.0f);
+      }
+      CHECK(bad == 0);
+    }
+  }
+}
+
+// Many columns: the work splits over workers, stripes of 64 columns and the prefill chunking.
+TEST_CASE("gemm ggml: wide outputs", "[kernels][gemm_ggml]") {
+  uint32_t seed = 900;
+  for (const TypeInfo& t : all_types()) {
+    if (t.type != GgmlType::kQ4_0 && t.type != GgmlType::kQ4_K && t.type != GgmlType::kQ6_K &&
+        t.type != GgmlType::kQ8_0 && t.type != GgmlType::kQ5_K) {
+      continue;
+    }
+    for (int64_t m : {1, 4, 16, 32}) {
+      Case c;
+      c.type = &t;
+      c.m = m;
+      c.k = 512;
+      c.rows = {131};
+      c.bias = {true};
+      check_case(c, seed++);
+      c.rows = {67, 67};
+      c.bias = {true, false};
+      c.ep = GemmEpilogue::kSiluMul;
+      check_case(c, seed++);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sampan::cpu
