@@ -1,7 +1,11 @@
 // sampan render-chat --model DIR|--template FILE --messages FILE.json [--tools FILE.json]
-//                    [--add-generation-prompt] [--bos-token S] [--eos-token S]
+//                    [--add-generation-prompt] [--bos-token S] [--eos-token S] [--vars FILE.json]
 // Prints the prompt the model's chat template renders for the conversation, byte for byte as
 // transformers' apply_chat_template(tokenize=False) does, with nothing added.
+// --vars names a JSON object whose keys become template variables too, as the extra keyword
+// arguments of apply_chat_template do (documents=..., enable_thinking=..., or any value a test
+// wants the template to see); they are set last, so they override the other options' variables.
+// With --vars, --messages may be left out (then `messages` is whatever --vars gives, if anything).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -47,7 +51,7 @@ std::optional<std::string> token_string(const Json& config, const char* key) {
 
 Runner add_render_chat(CLI::App& app) {
   struct Args {
-    std::string model, template_file, messages, tools;
+    std::string model, template_file, messages, tools, vars;
     bool add_generation_prompt = false;
     std::optional<std::string> bos, eos;
   };
@@ -56,14 +60,17 @@ Runner add_render_chat(CLI::App& app) {
   auto* model = cmd->add_option("--model", a->model, "model directory (tokenizer_config.json or chat_template.jinja)");
   auto* tmpl = cmd->add_option("--template", a->template_file, "chat template file (Jinja)");
   model->excludes(tmpl);
-  cmd->add_option("--messages", a->messages, "JSON file holding the list of messages")->required();
+  cmd->add_option("--messages", a->messages, "JSON file holding the list of messages");
   cmd->add_option("--tools", a->tools, "JSON file holding the list of tools");
   cmd->add_flag("--add-generation-prompt", a->add_generation_prompt, "end with the assistant turn's opening");
   cmd->add_option("--bos-token", a->bos, "beginning-of-sequence string (default: from the model)");
   cmd->add_option("--eos-token", a->eos, "end-of-sequence string (default: from the model)");
+  cmd->add_option("--vars", a->vars, "JSON file holding an object of extra template variables (set last)");
   return [a] {
     SAMPAN_CHECK(!a->model.empty() || !a->template_file.empty(), ErrorCode::kInvalidArgument,
                  "render-chat: give --model DIR or --template FILE");
+    SAMPAN_CHECK(!a->messages.empty() || !a->vars.empty(), ErrorCode::kInvalidArgument,
+                 "render-chat: give --messages FILE.json (or --vars FILE.json)");
     std::string source, name;
     std::optional<std::string> bos = a->bos, eos = a->eos;
     if (!a->template_file.empty()) {
@@ -98,13 +105,20 @@ Runner add_render_chat(CLI::App& app) {
       }
     }
     Json vars = Json::object();
-    vars["messages"] = read_json(a->messages);
-    SAMPAN_CHECK(vars["messages"].is_array(), ErrorCode::kInvalidArgument, "{}: expected a JSON list of messages",
-                 a->messages);
+    if (!a->messages.empty()) {
+      vars["messages"] = read_json(a->messages);
+      SAMPAN_CHECK(vars["messages"].is_array(), ErrorCode::kInvalidArgument, "{}: expected a JSON list of messages",
+                   a->messages);
+    }
     if (!a->tools.empty()) vars["tools"] = read_json(a->tools);
     vars["add_generation_prompt"] = a->add_generation_prompt;
     if (bos) vars["bos_token"] = *bos;
     if (eos) vars["eos_token"] = *eos;
+    if (!a->vars.empty()) {
+      const Json extra = read_json(a->vars);
+      SAMPAN_CHECK(extra.is_object(), ErrorCode::kInvalidArgument, "{}: expected a JSON object of variables", a->vars);
+      for (auto it = extra.begin(); it != extra.end(); ++it) vars[it.key()] = it.value();
+    }
     const chat::Template t = chat::Template::parse(source, name);
     const std::string out = t.render(vars);
     std::fwrite(out.data(), 1, out.size(), stdout);

@@ -45,6 +45,20 @@ uint64_t repeat_size(uint64_t x, int64_t n) {
 
 [[noreturn]] Value int_overflow() { render_unsupported("integer arithmetic beyond 64 bits"); }
 
+// A str method's argument: Python's str methods take only str there (no str() conversion as
+// jinja2's filters make), so None, numbers and Undefined raise TypeError.
+const std::string& str_arg(const Value* v, const char* method) {
+  if (!v) render_fail(fmt::format("{}() takes at least 1 argument (0 given)", method));
+  if (v->kind != Kind::kString) render_fail(fmt::format("{}() argument must be str, not {}", method, py_type(*v)));
+  return v->s;
+}
+
+// A str method's optional argument that may also be None (strip's chars, split's sep).
+const Value* str_or_none_arg(const Value* v, const char* method) {
+  if (v && v->kind != Kind::kNone) str_arg(v, method);
+  return v;
+}
+
 Value missing_attr(const Value& obj, const std::string& name) {
   return Value::undefined(fmt::format("'{}' has no attribute '{}'", type_name(obj), name));
 }
@@ -122,7 +136,8 @@ bool affix_match(const std::string& s, const Value& x, bool prefix) {
   };
   if (x.kind == Kind::kList) {
     for (const Value& a : *x.list) {
-      if (one(to_str(a))) return true;
+      if (a.kind != Kind::kString) render_fail(fmt::format("tuple for startswith must only contain str, not {}", py_type(a)));
+      if (one(a.s)) return true;
     }
     return false;
   }
@@ -180,12 +195,12 @@ Value string_method(const Value& obj, const std::string& name) {
   auto fn = [](auto f) { return Value::function(std::move(f)); };
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const bool l = name != "rstrip", r = name != "lstrip";
-    return fn([s, l, r](CallArgs& a) { return Value::string(py_strip(s, a.get(0, "chars"), l, r)); });
+    return fn([s, l, r](CallArgs& a) { return Value::string(py_strip(s, str_or_none_arg(a.get(0, "chars"), "strip"), l, r)); });
   }
   if (name == "split") {
     return fn([s](CallArgs& a) {
       const Value* m = a.get(1, "maxsplit");
-      return Value::make_list(split(s, a.get(0, "sep"), m ? as_int(*m) : -1));
+      return Value::make_list(split(s, str_or_none_arg(a.get(0, "sep"), "split"), m ? as_int(*m) : -1));
     });
   }
   if (name == "splitlines") {
@@ -227,7 +242,7 @@ Value string_method(const Value& obj, const std::string& name) {
       const Value* to = a.get(1, "new");
       const Value* count = a.get(2, "count");
       if (!from || !to) render_fail("replace expected at least 2 arguments");
-      return Value::string(replace_all(s, to_str(*from), to_str(*to), count ? as_int(*count) : -1));
+      return Value::string(replace_all(s, str_arg(from, "replace"), str_arg(to, "replace"), count ? as_int(*count) : -1));
     });
   }
   if (name == "find" || name == "rfind" || name == "count" || name == "index") {
@@ -235,7 +250,7 @@ Value string_method(const Value& obj, const std::string& name) {
     return fn([s, f](CallArgs& a) {
       const Value* x = a.get(0, "sub");
       if (!x) render_fail(f + "() takes at least 1 argument (0 given)");
-      const std::string sub = to_str(*x);
+      const std::string sub = str_arg(x, f.c_str());
       if (f == "count") {
         if (sub.empty()) return Value::integer(static_cast<int64_t>(utf8_length(s) + 1));
         int64_t n = 0;
@@ -254,10 +269,14 @@ Value string_method(const Value& obj, const std::string& name) {
   if (name == "join") {
     return fn([s](CallArgs& a) {
       const Value* x = a.get(0, "iterable");
+      if (!x) render_fail("join() takes exactly one argument (0 given)");
       std::string out;
-      if (x) {
-        List items = iterate(*x);
-        for (size_t k = 0; k < items.size(); ++k) append_checked(out, (k ? s : "") + to_str(items[k]));
+      const List items = iterate(*x);
+      for (size_t k = 0; k < items.size(); ++k) {
+        if (items[k].kind != Kind::kString) {
+          render_fail(fmt::format("sequence item {}: expected str instance, {} found", k, py_type(items[k])));
+        }
+        append_checked(out, (k ? s : "") + items[k].s);
       }
       return Value::string(out);
     });
@@ -302,9 +321,14 @@ Value dict_method(const Value& obj, const std::string& name) {
   }
   if (name == "get") {
     return Value::function([d](CallArgs& a) {
-      const Value* key = a.get(0, "key");
-      const Value* def = a.get(1, "default");
-      const Value* found = key && key->kind == Kind::kString ? d.find(key->s) : nullptr;
+      // dict.get takes one or two positional arguments and no keywords.
+      if (a.pos.empty() || a.pos.size() > 2 || !a.kw.empty()) {
+        render_fail(a.pos.empty() ? "get expected at least 1 argument, got 0"
+                                  : fmt::format("get expected at most 2 arguments, got {}", a.pos.size() + a.kw.size()));
+      }
+      const Value& key = a.pos[0];
+      const Value* def = a.pos.size() > 1 ? &a.pos[1] : nullptr;
+      const Value* found = key.kind == Kind::kString ? d.find(key.s) : nullptr;
       return found ? *found : def ? *def : Value::none();
     });
   }
@@ -401,8 +425,12 @@ Value get_item(const Value& obj, const Value& key) {
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   check_defined(obj);
   auto opt = [](const Value& v, const char* what) -> std::optional<int64_t> {
-    if (v.kind == Kind::kNone || v.is_undefined()) return std::nullopt;
-    if (!is_intlike(v)) render_fail(fmt::format("slice {} must be an integer or None", what));
+    if (v.kind == Kind::kNone) return std::nullopt;
+    // Python raises for anything else, an undefined bound too (jinja2 passes it to the slice).
+    if (!is_intlike(v)) {
+      check_defined(v);
+      render_fail(fmt::format("slice {} must be an integer or None", what));
+    }
     return as_int(v);
   };
   const auto st = opt(step, "step").value_or(1);
@@ -466,8 +494,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "!=") return Value::boolean(!equals(a, b));
   if (op == "<") return Value::boolean(less(a, b));
   if (op == ">") return Value::boolean(less(b, a));
-  if (op == "<=") return Value::boolean(less(a, b) || equals(a, b));
-  if (op == ">=") return Value::boolean(less(b, a) || equals(a, b));
+  if (op == "<=") return Value::boolean(less_equal(a, b));
+  if (op == ">=") return Value::boolean(less_equal(b, a));
   if (op == "in") return Value::boolean(contains(b, a));
   if (op == "notin") return Value::boolean(!contains(b, a));
   check_defined(a);

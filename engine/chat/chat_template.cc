@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <unordered_map>
 
 #include "engine/chat/ast.h"
@@ -123,6 +124,8 @@ struct Evaluator {
       case ExprType::kPos: {
         Value v = eval(*e.args[0], sc);
         at(e);
+        // Python keeps the sign of a float zero: -(0.0) is -0.0 and +(-0.0) is -0.0.
+        if (v.kind == Kind::kFloat) return e.type == ExprType::kPos ? v : Value::real(-v.f);
         if (e.type == ExprType::kPos) return binary_op("+", Value::integer(0), v);
         return binary_op("-", Value::integer(0), v);
       }
@@ -253,6 +256,14 @@ struct Evaluator {
       items = std::move(kept);
     }
     const int64_t len = static_cast<int64_t>(items.size());
+    // loop.changed(*args) compares with the arguments of its previous call in this loop. The loop
+    // owns that state and `changed` holds it weakly: the arguments may be the loop object itself,
+    // and a strong reference would then be a cycle that is never freed.
+    auto last_changed = std::make_shared<std::optional<List>>();
+    const std::weak_ptr<std::optional<List>> changed_state = last_changed;
+    // jinja2 clears its "no iteration" flag at the end of the loop body, so the else branch also
+    // runs when every iteration left the body through break or continue.
+    bool body_completed = false;
     for (int64_t k = 0; k < len; ++k) {
       charge_steps(1);
       auto s = body_scope();
@@ -275,12 +286,21 @@ struct Evaluator {
                           if (a.pos.empty()) render_fail("no items for cycling given");
                           return a.pos[static_cast<size_t>(idx) % a.pos.size()];
                         }));
-      loop.emplace_back("changed", Value::function([](CallArgs&) -> Value { render_unsupported("loop.changed"); }));
+      loop.emplace_back("changed", Value::function([changed_state](CallArgs& a) {
+                          auto last = changed_state.lock();
+                          if (!last) render_unsupported("loop.changed() after its loop has ended");
+                          if (*last && equals(Value::make_list(**last, true), Value::make_list(a.pos, true))) {
+                            return Value::boolean(false);
+                          }
+                          *last = a.pos;
+                          return Value::boolean(true);
+                        }));
       s->vars["loop"] = Value::make_dict(std::move(loop));
       const Flow f = exec(n.body, s, out);
       if (f == Flow::kBreak) break;
+      if (f == Flow::kNormal) body_completed = true;
     }
-    if (len == 0) return exec(n.else_body, sc, out);
+    if (!body_completed) return exec(n.else_body, sc, out);
     return Flow::kNormal;
   }
 

@@ -25,6 +25,13 @@ Value arg_or(CallArgs& a, size_t index, const char* name, const Value& def) {
   return v ? *v : def;
 }
 
+// A filter's `attribute` argument: jinja2's make_attrgetter treats attribute=None as no
+// attribute (the item itself).
+const Value* attribute_arg(CallArgs& a, size_t index) {
+  const Value* v = a.get(index, "attribute");
+  return v && v->kind == Kind::kNone ? nullptr : v;
+}
+
 // jinja2's make_attrgetter: "a.b" walks attributes, digits index lists.
 Value attr_path(const Value& item, const std::string& path) {
   Value cur = item;
@@ -121,11 +128,18 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   static const Value kFalse = Value::boolean(false);
   static const Value kEmpty = Value::string("");
   if (name == "safe" || name == "string") return name == "safe" ? v : Value::string(to_str(v));
-  if (name == "trim") return Value::string(py_strip(to_str(v), a.get(0, "chars"), true, true));
+  if (name == "trim") {
+    const Value* chars = a.get(0, "chars");  // passed to str.strip as is: None or a str
+    if (chars && chars->kind != Kind::kNone && chars->kind != Kind::kString) {
+      check_defined(*chars);
+      render_fail(fmt::format("strip arg must be None or str, not {}", type_name(*chars)));
+    }
+    return Value::string(py_strip(to_str(v), chars, true, true));
+  }
   if (name == "length" || name == "count") {
     if (v.kind == Kind::kString) return Value::integer(static_cast<int64_t>(utf8_length(v.s)));
     if (v.kind == Kind::kList) return Value::integer(static_cast<int64_t>(v.list->size()));
-    if (v.kind == Kind::kDict || v.kind == Kind::kNamespace) return Value::integer(static_cast<int64_t>(v.dict->size()));
+    if (v.kind == Kind::kDict) return Value::integer(static_cast<int64_t>(v.dict->size()));
     if (v.is_undefined()) return Value::integer(0);
     render_fail(fmt::format("object of type '{}' has no len()", type_name(v)));
   }
@@ -135,15 +149,16 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "capitalize") return Value::string(title_case(to_str(v), true));
   if (name == "replace") {
     CallArgs m;
-    m.pos.push_back(arg_or(a, 0, "old", kEmpty));
-    m.pos.push_back(arg_or(a, 1, "new", kEmpty));
+    // jinja2's replace filter converts its arguments with str() before calling str.replace.
+    m.pos.push_back(Value::string(to_str(arg_or(a, 0, "old", kEmpty))));
+    m.pos.push_back(Value::string(to_str(arg_or(a, 1, "new", kEmpty))));
     if (const Value* c = a.get(2, "count")) m.pos.push_back(*c);
     Value s = get_attr(Value::string(to_str(v)), "replace");
     return (*s.fn)(m);
   }
   if (name == "join") {
     const std::string sep = to_str(arg_or(a, 0, "d", kEmpty));
-    const Value* attr = a.get(1, "attribute");
+    const Value* attr = attribute_arg(a, 1);
     std::string out;
     List items = iterate(v);
     for (size_t k = 0; k < items.size(); ++k) {
@@ -162,18 +177,37 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     return v;
   }
   if (name == "tojson") {
-    const Value* indent = a.get(0, "indent");
-    if (a.get(1, "ensure_ascii") && truthy(*a.get(1, "ensure_ascii"))) render_unsupported("tojson(ensure_ascii=True)");
-    if (a.get(2, "separators") && a.get(2, "separators")->kind != Kind::kNone) render_unsupported("tojson(separators=...)");
-    if (a.get(3, "sort_keys") && truthy(*a.get(3, "sort_keys"))) render_unsupported("tojson(sort_keys=True)");
-    int width = -1;
-    if (indent && indent->kind != Kind::kNone) {
-      if (indent->kind != Kind::kInt) render_unsupported("tojson with a non-integer indent");
-      check_string_size(static_cast<uint64_t>(std::max<int64_t>(indent->i, 0)));
-      width = static_cast<int>(std::max<int64_t>(indent->i, 0));
+    // transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+    // passes these to json.dumps, which takes its separators (', ', ': ') or, with an indent,
+    // (',', ': ') unless given.
+    JsonOptions opt;
+    opt.ensure_ascii = truthy(arg_or(a, 0, "ensure_ascii", kFalse));
+    const Value indent = arg_or(a, 1, "indent", kNone);
+    if (indent.kind == Kind::kString) {
+      opt.pretty = true;
+      opt.indent_unit = indent.s;
+    } else if (indent.kind == Kind::kInt || indent.kind == Kind::kBool) {
+      const int64_t w = std::max<int64_t>(as_int(indent), 0);  // Python: ' ' * -1 == ''
+      check_string_size(static_cast<uint64_t>(w));
+      opt.pretty = true;
+      opt.indent_unit.assign(static_cast<size_t>(w), ' ');
+    } else if (indent.kind != Kind::kNone) {
+      render_unsupported("tojson with an indent that is neither an integer nor a string");
     }
-    return Value::string(to_json(v, width));
+    if (opt.pretty) opt.item_sep = ",";
+    const Value seps = arg_or(a, 2, "separators", kNone);
+    if (seps.kind != Kind::kNone) {
+      if (seps.kind != Kind::kList || seps.list->size() != 2 || (*seps.list)[0].kind != Kind::kString ||
+          (*seps.list)[1].kind != Kind::kString) {
+        render_fail("tojson separators must be a pair of strings");
+      }
+      opt.item_sep = (*seps.list)[0].s;
+      opt.key_sep = (*seps.list)[1].s;
+    }
+    opt.sort_keys = truthy(arg_or(a, 3, "sort_keys", kFalse));
+    return Value::string(to_json(v, opt));
   }
+  if (name == "int" || name == "float") check_defined(v);  // int(Undefined) raises, not a conversion error
   if (name == "int") {
     const Value& def = arg_or(a, 0, "default", Value::integer(0));
     if (v.kind == Kind::kInt || v.kind == Kind::kBool) return Value::integer(as_int(v));
@@ -206,10 +240,23 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     CallArgs none;
     return (*get_attr(v, "items").fn)(none);
   }
+  // jinja2's select, reject, selectattr, rejectattr and map start with `if value:`, so a false
+  // value (None, undefined, 0, '', []) gives an empty sequence without being iterated and
+  // without their arguments being checked.
+  if ((name == "selectattr" || name == "rejectattr" || name == "select" || name == "reject" || name == "map") &&
+      !truthy(v)) {
+    return Value::make_list({});
+  }
   if (name == "selectattr" || name == "rejectattr") return Value::make_list(select_items(v, a, true, name == "selectattr"));
   if (name == "select" || name == "reject") return Value::make_list(select_items(v, a, false, name == "select"));
   if (name == "map") {
     List out;
+    if (a.get(99, "attribute") && a.get(99, "attribute")->kind == Kind::kNone) {
+      // map(attribute=None): jinja2 maps every item to itself.
+      const Value* def = a.get(99, "default");
+      for (const Value& item : iterate(v)) out.push_back(item.is_undefined() && def ? *def : item);
+      return Value::make_list(std::move(out));
+    }
     if (const Value* attr = a.get(99, "attribute")) {
       const Value* def = a.get(99, "default");
       for (const Value& item : iterate(v)) {
@@ -246,6 +293,12 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     return Value::string(out);
   }
   if (name == "indent") {
+    // jinja2's indent appends "\n" to its argument: anything but a string raises (None + str,
+    // Undefined + str).
+    if (v.kind != Kind::kString) {
+      check_defined(v);
+      render_fail(fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v)));
+    }
     return Value::string(do_indent(to_str(v), arg_or(a, 0, "width", Value::integer(4)), truthy(arg_or(a, 1, "first", kFalse)),
                                    truthy(arg_or(a, 2, "blank", kFalse))));
   }
@@ -281,7 +334,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "sort" || name == "unique" || name == "min" || name == "max") {
     const bool reverse = name == "sort" && truthy(arg_or(a, 0, "reverse", kFalse));
     const bool case_sensitive = truthy(arg_or(a, name == "sort" ? 1 : 0, "case_sensitive", kFalse));
-    const Value* attr = a.get(name == "sort" ? 2 : 99, "attribute");
+    const Value* attr = attribute_arg(a, name == "sort" ? 2 : 99);
     auto key = [&](const Value& item) {
       Value k = attr ? attr_path(item, to_str(*attr)) : item;
       if (!case_sensitive && k.kind == Kind::kString) k.s = ascii_lower(k.s);
@@ -292,6 +345,10 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
       List out, seen;
       for (const Value& item : items) {
         const Value k = key(item);
+        // jinja2 keeps the keys seen in a set: lists and dicts are unhashable.
+        if (k.kind == Kind::kDict || (k.kind == Kind::kList && !k.is_tuple)) {
+          render_fail(fmt::format("unhashable type: '{}'", k.kind == Kind::kList ? "list" : "dict"));
+        }
         if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) {
           seen.push_back(k);
           out.push_back(item);
@@ -319,7 +376,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   }
   if (name == "sum") {
     Value total = arg_or(a, 1, "start", Value::integer(0));
-    const Value* attr = a.get(0, "attribute");
+    const Value* attr = attribute_arg(a, 0);
     for (const Value& item : iterate(v)) total = binary_op("+", total, attr ? attr_path(item, to_str(*attr)) : item);
     return total;
   }
@@ -346,7 +403,6 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
       name == "attr") {
     render_unsupported("filter '" + name + "'");
   }
-  (void)kNone;
   render_unsupported("filter '" + name + "'");
 }
 
@@ -369,13 +425,13 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "iterable" || name == "sequence") {
     return v.kind == Kind::kString || v.kind == Kind::kList || v.kind == Kind::kDict || v.is_undefined();
   }
-  if (name == "callable") return v.kind == Kind::kCallable;
+  if (name == "callable") return v.kind == Kind::kCallable || v.is_undefined();  // Undefined defines __call__
   if (name == "eq" || name == "equalto" || name == "==") return equals(v, arg());
   if (name == "ne" || name == "!=") return !equals(v, arg());
   if (name == "lt" || name == "lessthan" || name == "<") return less(v, arg());
-  if (name == "le" || name == "<=") return less(v, arg()) || equals(v, arg());
+  if (name == "le" || name == "<=") return less_equal(v, arg());
   if (name == "gt" || name == "greaterthan" || name == ">") return less(arg(), v);
-  if (name == "ge" || name == ">=") return less(arg(), v) || equals(v, arg());
+  if (name == "ge" || name == ">=") return less_equal(arg(), v);
   if (name == "in") return contains(arg(), v);
   if (name == "sameas") {
     const Value& o = arg();
@@ -397,8 +453,15 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
     return x % d == 0;
   }
   if (name == "lower" || name == "upper") {
-    const std::string s = to_str(v);
-    return name == "lower" ? ascii_lower(s) == s : ascii_upper(s) == s;
+    // str(v).islower() / isupper(): at least one cased character, none of the other case (ASCII
+    // letters are the cased characters here, as the lower and upper filters convert only them).
+    bool cased = false, other = false;
+    for (unsigned char c : to_str(v)) {
+      const bool lo = c >= 'a' && c <= 'z', up = c >= 'A' && c <= 'Z';
+      cased = cased || lo || up;
+      other = other || (name == "lower" ? up : lo);
+    }
+    return cased && !other;
   }
   if (name == "escaped") return false;
   render_unsupported("test '" + name + "'");

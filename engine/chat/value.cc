@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -229,10 +230,23 @@ std::string str_repr(const std::string& s) {
   return out;
 }
 
-std::string json_string(const std::string& s) {
+std::string json_string(const std::string& s, bool ensure_ascii) {
   std::string out = "\"";
-  for (char ch : s) {
+  for (size_t pos = 0; pos < s.size(); ++pos) {
+    const char ch = s[pos];
     const auto c = static_cast<unsigned char>(ch);
+    if (ensure_ascii && c >= 0x7F) {  // DEL too: Python escapes all but space..~
+      // Python escapes the code point, as a UTF-16 surrogate pair above the BMP.
+      uint32_t cp = decode(s, pos);
+      --pos;  // the loop's ++pos moves past the character
+      if (cp >= 0x10000) {
+        cp -= 0x10000;
+        out += fmt::format("\\u{:04x}\\u{:04x}", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+      } else {
+        out += fmt::format("\\u{:04x}", cp);
+      }
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -264,14 +278,19 @@ void append_checked(std::string& out, const std::string& piece) {
   out += piece;
 }
 
-void json_into(const Value& v, int indent, int depth, std::string& out) {
+std::string repeat(const std::string& unit, int times) {
+  check_string_size(static_cast<uint64_t>(unit.size()) * static_cast<uint64_t>(times) + 1);
+  std::string out;
+  for (int k = 0; k < times; ++k) out += unit;
+  return out;
+}
+
+void json_into(const Value& v, const JsonOptions& opt, int depth, std::string& out) {
   std::string nl, nl_end;
-  if (indent >= 0 && (v.kind == Kind::kList || v.kind == Kind::kDict)) {
-    check_string_size(static_cast<uint64_t>(indent) * static_cast<uint64_t>(depth + 1) + 1);
-    nl = "\n" + std::string(static_cast<size_t>(indent) * static_cast<size_t>(depth + 1), ' ');
-    nl_end = "\n" + std::string(static_cast<size_t>(indent) * static_cast<size_t>(depth), ' ');
+  if (opt.pretty && (v.kind == Kind::kList || v.kind == Kind::kDict)) {
+    nl = "\n" + repeat(opt.indent_unit, depth + 1);
+    nl_end = "\n" + repeat(opt.indent_unit, depth);
   }
-  const char* item_sep = indent >= 0 ? "," : ", ";
   switch (v.kind) {
     case Kind::kNone: out += "null"; return;
     case Kind::kBool: out += v.b ? "true" : "false"; return;
@@ -279,7 +298,7 @@ void json_into(const Value& v, int indent, int depth, std::string& out) {
     case Kind::kFloat:
       out += std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity") : float_repr(v.f);
       return;
-    case Kind::kString: append_checked(out, json_string(v.s)); return;
+    case Kind::kString: append_checked(out, json_string(v.s, opt.ensure_ascii)); return;
     case Kind::kList:
       if (v.list->empty()) {
         out += "[]";
@@ -288,26 +307,32 @@ void json_into(const Value& v, int indent, int depth, std::string& out) {
       if (depth >= limits::kMaxValueDepth) too_deep();
       out += "[";
       for (size_t k = 0; k < v.list->size(); ++k) {
-        if (k) out += item_sep;
+        if (k) append_checked(out, opt.item_sep);
         append_checked(out, nl);
-        json_into((*v.list)[k], indent, depth + 1, out);
+        json_into((*v.list)[k], opt, depth + 1, out);
       }
       append_checked(out, nl_end + "]");
       return;
-    case Kind::kDict:
+    case Kind::kDict: {
       if (v.dict->empty()) {
         out += "{}";
         return;
       }
       if (depth >= limits::kMaxValueDepth) too_deep();
       out += "{";
-      for (size_t k = 0; k < v.dict->size(); ++k) {
-        if (k) out += item_sep;
-        append_checked(out, nl + json_string((*v.dict)[k].first) + ": ");
-        json_into((*v.dict)[k].second, indent, depth + 1, out);
+      std::vector<const std::pair<std::string, Value>*> items;
+      for (const auto& kv : *v.dict) items.push_back(&kv);
+      if (opt.sort_keys) {  // Python orders str by code point, which is UTF-8 byte order
+        std::sort(items.begin(), items.end(), [](const auto* x, const auto* y) { return x->first < y->first; });
+      }
+      for (size_t k = 0; k < items.size(); ++k) {
+        if (k) append_checked(out, opt.item_sep);
+        append_checked(out, nl + json_string(items[k]->first, opt.ensure_ascii) + opt.key_sep);
+        json_into(items[k]->second, opt, depth + 1, out);
       }
       append_checked(out, nl_end + "}");
       return;
+    }
     case Kind::kUndefined:
     case Kind::kNamespace:
     case Kind::kCallable:
@@ -342,15 +367,24 @@ void repr_into(const Value& v, int depth, std::string& out) {
       append_checked(out, "}");
       return;
     }
+    case Kind::kNamespace: {
+      // jinja2's Namespace.__repr__: "<Namespace {...}>" around the repr of its attributes.
+      Value attrs = v;
+      attrs.kind = Kind::kDict;
+      out += "<Namespace ";
+      repr_into(attrs, depth, out);
+      out += ">";
+      return;
+    }
     default: append_checked(out, to_str(v));
   }
 }
 
 }  // namespace
 
-std::string to_json(const Value& v, int indent) {
+std::string to_json(const Value& v, const JsonOptions& opt) {
   std::string out;
-  json_into(v, indent, 0, out);
+  json_into(v, opt, 0, out);
   return out;
 }
 
@@ -369,8 +403,8 @@ std::string to_str(const Value& v) {
     case Kind::kFloat: return float_repr(v.f);
     case Kind::kString: return v.s;
     case Kind::kList:
-    case Kind::kDict: return to_repr(v);
-    case Kind::kNamespace: return "<Namespace>";
+    case Kind::kDict:
+    case Kind::kNamespace: return to_repr(v);
     case Kind::kCallable: return "<function>";
   }
   return "";
@@ -407,6 +441,24 @@ bool less_at(const Value& a, const Value& b, int depth);
 
 bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
 bool less(const Value& a, const Value& b) { return less_at(a, b, 0); }
+
+bool less_equal(const Value& a, const Value& b) {
+  // Python compares lists item by item and orders them by the first pair that differs (or by
+  // length), so [None] <= [None] holds; anywhere else the pair must be orderable.
+  if (a.kind == Kind::kList && b.kind == Kind::kList && a.is_tuple == b.is_tuple) {
+    for (size_t k = 0; k < a.list->size() && k < b.list->size(); ++k) {
+      if (!equals((*a.list)[k], (*b.list)[k])) return less((*a.list)[k], (*b.list)[k]);
+    }
+    return a.list->size() <= b.list->size();
+  }
+  const bool orderable = (a.is_number() && b.is_number()) || (a.kind == Kind::kString && b.kind == Kind::kString);
+  if (!orderable) {
+    check_defined(a);
+    check_defined(b);
+    render_fail(fmt::format("'<=' not supported between instances of '{}' and '{}'", type_name(a), type_name(b)));
+  }
+  return less(a, b) || equals(a, b);
+}
 
 namespace {
 
@@ -451,7 +503,7 @@ bool less_at(const Value& a, const Value& b, int depth) {
     return as_double(a) < as_double(b);
   }
   if (a.kind == Kind::kString && b.kind == Kind::kString) return a.s < b.s;  // UTF-8 keeps code point order
-  if (a.kind == Kind::kList && b.kind == Kind::kList) {
+  if (a.kind == Kind::kList && b.kind == Kind::kList && a.is_tuple == b.is_tuple) {  // list < tuple raises
     if (depth >= limits::kMaxValueDepth) too_deep();
     for (size_t k = 0; k < a.list->size() && k < b.list->size(); ++k) {
       if (!equals_at((*a.list)[k], (*b.list)[k], depth + 1)) return less_at((*a.list)[k], (*b.list)[k], depth + 1);

@@ -92,9 +92,17 @@ bool truthy(const Value& v);
 std::string to_str(const Value& v);
 std::string to_repr(const Value& v);
 std::string float_repr(double x);
-// json.dumps(x, ensure_ascii=False, indent=indent) as transformers' tojson filter calls it;
-// indent < 0 means None.
-std::string to_json(const Value& v, int indent);
+// The arguments of json.dumps that transformers' tojson filter passes on.
+struct JsonOptions {
+  bool pretty = false;       // indent is not None
+  std::string indent_unit;   // the indent string (an int n is n spaces)
+  std::string item_sep = ", ";
+  std::string key_sep = ": ";
+  bool ensure_ascii = false;  // escape non-ASCII characters (Python's ensure_ascii)
+  bool sort_keys = false;
+};
+// json.dumps(x, ...) with those options.
+std::string to_json(const Value& v, const JsonOptions& opt);
 // "dict object", "str object", ... as jinja2 names types in error messages.
 std::string type_name(const Value& v);
 // Raises jinja2's UndefinedError when v is undefined.
@@ -103,6 +111,8 @@ void check_defined(const Value& v);
 bool equals(const Value& a, const Value& b);
 // Python's a < b; raises on types Python cannot order.
 bool less(const Value& a, const Value& b);
+// Python's a <= b: raises on types Python cannot order even when they are equal (None <= None).
+bool less_equal(const Value& a, const Value& b);
 // Items of something iterable (list, tuple, dict keys, string characters, Undefined = empty).
 List iterate(const Value& v);
 

@@ -234,12 +234,12 @@ class TensorReader {
   // block types as u8 [rows, row bytes] with *type set.
   Tensor matrix(const std::string& name, int64_t rows, int64_t cols, GgmlType* type) const {
     const auto& [file, t] = find(name);
+    if (!float_dtype(t->type)) check_block_type(file, *t);
     SAMPAN_CHECK(t->dims.size() == 2 && t->dims[0] == cols && t->dims[1] == rows,
                  ErrorCode::kInvalidModel, "{}: tensor '{}' is {}, expected [{}, {}]",
                  set_.files[file]->path(), name, t->str(), rows, cols);
     *type = t->type;
     if (auto d = float_dtype(t->type)) return view(file, *t, {rows, cols}, *d);
-    check_block_type(file, *t);
     return view(file, *t, {rows, t->row_bytes()}, DType::kU8);
   }
 
@@ -266,7 +266,7 @@ class TensorReader {
   }
   void check_block_type(size_t file, const gguf::TensorInfo& t) const {
     SAMPAN_CHECK(ggml_block_type_supported(t.type), ErrorCode::kUnsupported,
-                 "{}: tensor '{}' has type {}, which Sampan does not run (F32, F16, BF16, Q8_0, "
+                 "{}: tensor '{}' is {}, a type Sampan does not run (F32, F16, BF16, Q8_0, "
                  "Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)",
                  set_.files[file]->path(), t.name, t.str());
   }

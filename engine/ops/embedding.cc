@@ -5,6 +5,7 @@
 // reference does (kernels/cpu/ggml_dequant.h), so a quantized token_embd stays quantized in
 // memory.
 #include "engine/core/error.h"
+#include "engine/ops/embedding.h"
 #include "engine/ops/op_registry.h"
 #include "kernels/common/ggml_type.h"
 #include "kernels/cpu/embedding_cpu.h"
@@ -12,10 +13,6 @@
 
 namespace sampan::ops {
 namespace {
-
-struct EmbeddingAttrs final : OpAttrs {
-  GgmlType ggml_type = GgmlType::kF32;  // u8 tables only
-};
 
 EmbeddingAttrs parse(const graph::Node& node) {
   EmbeddingAttrs a;

@@ -1,10 +1,12 @@
 // linear's CUDA kernel; the schema, slot layout and shape checks are in linear.cc, and the paths
-// per weight format (cuBLASLt, W4A16/W8A16 GEMV, FP8 tensor cores) in kernels/cuda/gemm.cuh.
+// per weight format (cuBLASLt, W4A16/W8A16 GEMV, FP8 tensor cores, GGUF blocks: gemm_ggml.cuh)
+// in kernels/cuda/gemm.cuh.
 #include "engine/core/cuda_stream.h"
 #include "engine/core/error.h"
 #include "engine/ops/linear.h"
 #include "engine/ops/op_registry.h"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm_ggml.cuh"
 
 namespace sampan::ops {
 namespace {
@@ -29,8 +31,9 @@ void run_cuda(const KernelContext& ctx) {
   const int b = a.n_blocks;
   const Tensor& x = ctx.inputs[0];   // [rows, k] f32, rows contiguous
   const Tensor& y = ctx.outputs[0];  // [rows, n] or [rows, n_0] for silu_mul
-  SAMPAN_CHECK(ctx.inputs[1].dtype() != DType::kU8, ErrorCode::kUnsupported,
-               "node '{}': GGUF {} weights have no CUDA kernel yet (run the model on the CPU)",
+  // u8 weights: GGUF blocks of a.ggml_type (linear.cc checked the type and k against it).
+  SAMPAN_CHECK(ctx.inputs[1].dtype() != DType::kU8 || cuda::ggml_cuda_supported(a.ggml_type),
+               ErrorCode::kUnsupported, "node '{}': GGUF {} weights have no CUDA kernel",
                ctx.node.name, ggml_type_name(a.ggml_type) ? ggml_type_name(a.ggml_type) : "block");
   if (x.dim(0) == 0) return;
   cuda::GemmWeights w;
@@ -38,6 +41,7 @@ void run_cuda(const KernelContext& ctx) {
   w.k = x.dim(1);
   w.n_blocks = b;
   w.group_size = a.group_size;
+  w.ggml_type = a.ggml_type;
   for (int i = 0; i < b; ++i) {
     const Tensor& wi = ctx.inputs[static_cast<size_t>(1 + i)];  // [rows_i, k]
     SAMPAN_CHECK(wi.is_contiguous(), ErrorCode::kInternal, "node '{}': weight {} not contiguous",

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/dtype.h"
+#include "kernels/common/ggml_type.h"
 
 namespace sampan::cuda {
 
@@ -16,5 +17,14 @@ namespace sampan::cuda {
 // the launch (cudaErrorInvalidValue for another table type).
 int embedding(int64_t n_tokens, const int32_t* ids, const void* table, DType table_type,
               int64_t vocab, int64_t dim, float* y, int64_t ldy, cudaStream_t stream);
+
+// The same lookup from a table of GGUF blocks (embedding_ggml.cu): table is u8 [vocab,
+// ggml_row_bytes(type, dim)] (2-byte aligned), type one of the supported block types
+// (ggml_block_type_supported), dim a multiple of its block size. Each looked-up row is
+// dequantized bit for bit as cpu::dequantize_ggml_row (kernels/cpu/ggml_dequant.h) does; ids
+// as above (an id outside [0, vocab) gives a NaN row). Returns the cudaError_t of the launch
+// (cudaErrorInvalidValue for another type, a dim that is not whole blocks or a misaligned table).
+int embedding_ggml(int64_t n_tokens, const int32_t* ids, const void* table, GgmlType type,
+                   int64_t vocab, int64_t dim, float* y, int64_t ldy, cudaStream_t stream);
 
 }  // namespace sampan::cuda

@@ -6,6 +6,7 @@
 #include "kernels/cuda/fp8_gemm.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_dequant.cuh"
+#include "kernels/cuda/gemm_ggml.cuh"
 #include "kernels/cuda/gemm_gemv_quant.cuh"
 #include "kernels/cuda/launch_config.cuh"
 #include "kernels/cuda/silu_mul.cuh"
@@ -86,7 +87,10 @@ GemmStatus dequant_gemm(int64_t m, const float* x, int64_t ldx, const GemmWeight
     for (int64_t r0 = 0; r0 < w.rows[b]; r0 += chunk) {
       const int64_t rows = min64(chunk, w.rows[b] - r0);
       // Queued after the previous chunk's product on the same stream, so reusing wb is safe.
-      if (const int e = dequant_rows_bf16(w, b, r0, rows, wb.data(), ldw, stream)) return cuda_status(e);
+      const int e = w.dtype == DType::kU8
+                        ? ggml_dequant_rows_bf16(w, b, r0, rows, wb.data(), ldw, stream)
+                        : dequant_rows_bf16(w, b, r0, rows, wb.data(), ldw, stream);
+      if (e) return cuda_status(e);
       LtGemm g;
       g.m = m;
       g.n = rows;
@@ -167,10 +171,12 @@ GemmStatus gemm_store(int64_t m, const float* x, int64_t ldx, const GemmWeights&
     case DType::kI4:
       if (m <= kGemvMaxM) return cuda_status(quant_gemv(m, x, ldx, w, y, ldy, stream));
       return dequant_gemm(m, x, ldx, w, y, ldy, stream);
+    case DType::kU8:  // GGUF blocks (gemm_ggml.cuh)
+      if (m <= kGemvMaxM) return cuda_status(ggml_gemv(m, x, ldx, w, y, ldy, stream));
+      return dequant_gemm(m, x, ldx, w, y, ldy, stream);
     case DType::kI8:
     case DType::kI32:
     case DType::kI64:
-    case DType::kU8:
     case DType::kBool:
       break;
   }
@@ -182,6 +188,9 @@ bool valid(const GemmWeights& w) {
   const bool quantized = w.dtype == DType::kF8E4M3 || w.dtype == DType::kI4;
   for (int b = 0; b < w.n_blocks; ++b) {
     if (!w.data[b] || w.rows[b] < 1 || (quantized && !w.scales[b])) return false;
+  }
+  if (w.dtype == DType::kU8) {
+    return ggml_cuda_supported(w.ggml_type) && w.k % ggml_block_size(w.ggml_type) == 0;
   }
   return w.dtype != DType::kI4 || (int4_group_size_ok(w.group_size) && w.k % w.group_size == 0);
 }

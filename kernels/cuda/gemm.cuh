@@ -18,6 +18,10 @@
 //                            on the GPU, the per-row weight scale and bias applied afterwards);
 //                            below sm_89, or when cuBLASLt has no FP8 algorithm for the sizes
 //                            and alignments (k % 16, 16-byte aligned rows), the bf16 dequant path.
+//   kU8 (GGUF block types, gemm_ggml.cuh), m <= its GEMV limit: blocks decoded in registers
+//                            exactly (f32 x); larger m: rows dequantized to bf16 chunks and the
+//                            dequant path's cuBLASLt loop. Written and compiled, never yet run
+//                            on a GPU.
 // Accuracy per path (relative to sum_k |x||w| of each output, on top of f32 summation error):
 //   exact-f32 paths (f32, GEMV): none; bf16 x: 2^-8; f16 x: 2^-11; dequant path: 2^-7 (x and
 //   w each rounded to bf16); FP8 x FP8: 2^-4, plus 2^-10 * (max|x| / 448) * sum_k |w| for

@@ -131,6 +131,49 @@ TEST_CASE("chat template undefined values behave as jinja2's Undefined", "[chat]
                "'dict object' has no attribute 'content'");
 }
 
+TEST_CASE("chat template corners around None and undefined render as jinja2 does", "[chat]") {
+  // Expected strings rendered by jinja2 3.1.6 as transformers configures it; the e2e test
+  // test_render_chat_corners.py compares many more cases against jinja2 itself.
+  const auto vars = nlohmann::ordered_json::parse(
+      R"({"n": null, "l": [1, 2, 3], "msgs": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": null}]})");
+  const std::pair<const char*, const char*> cases[] = {
+      // select, reject, selectattr, rejectattr and map give nothing for a false value.
+      {"{{ n|select|list }}{{ missing|map('upper')|list }}{{ n|selectattr('x')|list }}{{ 0|reject|list }}", "[][][][]"},
+      // for-else also runs when no iteration got to the end of the body.
+      {"{% for x in l %}{% break %}{% else %}e{% endfor %}|{% for x in l %}{% continue %}{% else %}e{% endfor %}|"
+       "{% for x in l %}{% if x < 3 %}{% continue %}{% endif %}{% else %}e{% endfor %}",
+       "e|e|"},
+      {"{% for x in [1, 1, 2, 1] %}{{ loop.changed(x) }},{% endfor %}", "True,False,True,True,"},
+      {"{% set ns = namespace(a=1, b='x') %}{{ ns }}", "<Namespace {'a': 1, 'b': 'x'}>"},
+      {"{{ missing is callable }}|{{ missing is lower }}|{{ '12' is lower }}|{{ 'ab1' is lower }}|{{ n is upper }}",
+       "True|False|False|True|False"},
+      {"{{ l <= l }}|{{ [n] <= [n] }}|{{ 1 <= 1.0 }}", "True|True|True"},
+      // transformers' tojson(x, ensure_ascii, indent, separators, sort_keys), and -0.0.
+      {"{{ {'b': '\u00e9', 'a': [1, 2]}|tojson(true) }}|{{ {'b': 1, 'a': {'d': 1, 'c': 2}}|tojson(sort_keys=true) }}|"
+       "{{ {'b': 1, 'a': [1, 2]}|tojson(separators=(',', ':')) }}|{{ [1]|tojson(indent='>') }}|{{ -0.0 }}",
+       "{\"b\": \"\\u00e9\", \"a\": [1, 2]}|{\"a\": {\"c\": 2, \"d\": 1}, \"b\": 1}|{\"b\":1,\"a\":[1,2]}|[\n>1\n]|-0.0"},
+  };
+  for (const auto& [src, want] : cases) {
+    INFO("template: " << src);
+    CHECK(render(src, vars) == want);
+  }
+  // Where jinja2 raises.
+  const char* errors[] = {
+      "{{ n <= n }}",
+      "{{ n|indent }}",
+      "{{ missing|int }}",
+      "{{ l[missing:] }}",
+      "{{ 'abc'.replace('b', n) }}",
+      "{{ ', '.join([1]) }}",
+      "{% set ns = namespace(a=1) %}{{ ns|length }}",
+      "{{ {}.get() }}",
+  };
+  for (const char* src : errors) {
+    INFO("template: " << src);
+    CHECK_THROWS_AS(render(src, vars), sampan::Error);
+  }
+}
+
 TEST_CASE("chat template errors name the place and the construct", "[chat]") {
   expect_error([] { render("{{ raise_exception('Roles must alternate') }}"); }, sampan::ErrorCode::kInvalidArgument,
                "Roles must alternate");
