@@ -14,6 +14,7 @@
 
 #include "engine/chat/chat_template.h"
 #include "engine/core/error.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "server/commands.h"
 
 namespace sampan::cli {
@@ -57,7 +58,7 @@ Runner add_render_chat(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("render-chat", "Print the prompt a chat template renders for a conversation");
-  auto* model = cmd->add_option("--model", a->model, "model directory (tokenizer_config.json or chat_template.jinja)");
+  auto* model = cmd->add_option("--model", a->model, "model directory (tokenizer_config.json or chat_template.jinja) or .gguf file");
   auto* tmpl = cmd->add_option("--template", a->template_file, "chat template file (Jinja)");
   model->excludes(tmpl);
   cmd->add_option("--messages", a->messages, "JSON file holding the list of messages");
@@ -76,6 +77,15 @@ Runner add_render_chat(CLI::App& app) {
     if (!a->template_file.empty()) {
       source = read_text(a->template_file);
       name = a->template_file;
+    } else if (std::filesystem::path(a->model).extension() == ".gguf") {
+      // A GGUF model carries its template and special tokens in the metadata.
+      const auto tok = tok::load_tokenizer(a->model);
+      source = tok->chat_template();
+      SAMPAN_CHECK(!source.empty(), ErrorCode::kNotFound,
+                   "{}: no chat template (no tokenizer.chat_template in the metadata)", a->model);
+      name = a->model + ":tokenizer.chat_template";
+      if (!bos) bos = tok->bos_text();
+      if (!eos) eos = tok->eos_text();
     } else {
       namespace fs = std::filesystem;
       const fs::path dir(a->model);

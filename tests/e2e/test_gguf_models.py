@@ -184,6 +184,24 @@ def main():
     r = U.run_sampan(args, ["run", "--model", q4, "--prompt", "abc", "--max-tokens", "4",
                             "--temperature", "0", "--threads", "2", "--ignore-eos"])
     res.check("sampan run on GGUF", r.returncode == 0, "" if r.returncode == 0 else r.describe())
+    r = U.run_sampan(args, ["run", "--model", q4, "--prompt", "abc", "--chat", "--max-tokens", "2",
+                            "--temperature", "0", "--threads", "2", "--ignore-eos"])
+    res.check("sampan run --chat on GGUF (template from metadata)", r.returncode == 0,
+              "" if r.returncode == 0 else r.describe())
+
+    # The chat template from the metadata renders as jinja2 renders it.
+    import json
+    from test_render_chat import reference_env
+    messages = [{"role": "user", "content": "  hi  "},
+                {"role": "assistant", "content": "ok", "tool_calls": [{"name": "f"}, {"name": "g"}]},
+                {"role": "user", "content": "bye"}]
+    mpath = os.path.join(args.work_dir, "messages.json")
+    json.dump(messages, open(mpath, "w"))
+    want = reference_env().from_string(G.CHAT_TEMPLATE).render(
+        messages=messages, add_generation_prompt=True, bos_token="<s>", eos_token="</s>")
+    r = U.run_sampan(args, ["render-chat", "--model", q4, "--messages", mpath, "--add-generation-prompt"])
+    res.check("render-chat --model F.gguf == jinja2", r.returncode == 0 and r.stdout == want,
+              repr(r.stdout[:200]) + " vs " + repr(want[:200]) if r.returncode == 0 else r.describe())
 
     res.finish()
 

@@ -158,6 +158,15 @@ def _llama3_rope_factors(cfg):
     return np.array(out, dtype=np.float32)
 
 
+# The chat template written into every file (tokenizer.chat_template): a few of the corners real
+# templates reach (loop.first, a missing key tested with `is defined`, filters on strings).
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{% if loop.first and m.role != 'system' %}{{ bos_token }}{% endif %}"
+    "<|{{ m.role }}|>{{ m.content | trim }}"
+    "{% if m.tool_calls is defined %}{{ m.tool_calls | map(attribute='name') | join(',') }}{% endif %}"
+    "{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
 def _add_vocab(w, gguf, n_vocab, bos, eos):
     """A SentencePiece-style vocabulary: <unk> <s> </s>, the 256 byte tokens, then pieces."""
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
@@ -175,6 +184,7 @@ def _add_vocab(w, gguf, n_vocab, bos, eos):
     w.add_eos_token_id(eos)
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
+    w.add_chat_template(CHAT_TEMPLATE)
 
 
 def hf_to_gguf(model_dir, out_path, outtype="f16", split_max_tensors=0, arch_name=None):
