@@ -22,6 +22,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "reference"))
 import safetensors_io  # noqa: E402
+from gguf_models import gguf_tensor_name as gguf_name  # noqa: E402
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -84,31 +85,6 @@ def write_random_bf16(f, rng, count, std):
         # Truncating to the top 16 bits (not rounding) is fine for random data and twice as fast.
         f.write((x.view(np.uint32) >> np.uint32(16)).astype("<u2").tobytes())
         left -= n
-
-
-# HF tensor name suffix -> llama.cpp GGUF name suffix (per layer: "blk.N." + suffix).
-GGUF_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-
-
-def gguf_name(hf_name):
-    if hf_name == "model.embed_tokens.weight":
-        return "token_embd.weight"
-    if hf_name == "model.norm.weight":
-        return "output_norm.weight"
-    if hf_name == "lm_head.weight":
-        return "output.weight"
-    _, _, layer, rest = hf_name.split(".", 3)
-    return f"blk.{layer}.{GGUF_NAMES[rest]}"
 
 
 def write_gguf(model_dir, cfg, out_path):
