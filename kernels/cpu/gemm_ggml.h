@@ -8,23 +8,27 @@
 // elements at a time and multiplies them with up to max_m rows of x, so every weight byte is
 // read from memory once per call for m <= max_m (larger m: further passes over the same R rows,
 // from L1). Every supported type has SIMD decoders on both ISAs; nothing is dequantized to
-// memory. Q4_K and Q5_K decode against x rounded to 16 bits per 256 elements with integer
-// products (the x16 kernels, AVX-512 and AVX2; the driver prepares x once per call), measured
-// 1.5-2x the speed of their exact f32 decoders; everything else keeps x in f32.
+// memory. Q4_K and Q5_K decode (AVX-512 and AVX2), and Q4_0 and Q8_0 decode (AVX-512), run
+// against x rounded to 16 bits per 256 elements with integer products (the x16 kernels; the
+// driver prepares x once per call, in the layout the table's prep_x16 defines), measured
+// 1.5-2x (Q4_K, Q5_K) and 1.05-1.15x (Q4_0, Q8_0, 2 threads, from DRAM) the speed of their
+// exact f32 decoders; everything else keeps x in f32.
 // Prefill (m >= kGgmlPrefillMinM): the driver dequantizes a bounded chunk of weight rows to f32
 // in scratch and runs the plain f32 gemm() on it (AVX-512 / AVX2 FMA panel kernels).
 //
 // Accuracy (what test_gemm_ggml.cc checks), with w the weights exactly as dequantize_ggml_row
 // defines them (ggml_dequant.h) and M = |bias| + sum_c |x_c| |w_c|:
-//  - f32 kernels (every type but Q4_K / Q5_K at decode, and every type at prefill): they form
+//  - f32 kernels (every type but the x16 ones at decode, and every type at prefill): they form
 //    exactly the reference's f32 weights (the decoders repeat its f32 operations in the same
 //    order; gemm_ggml_avx*.cc say how) and keep x in f32, so the only error is f32 summation:
 //    |y - y_exact| <= (k / 8 + 16) * 2^-24 * M at decode (8- or 16-lane vector partial sums,
 //    then a tree) and (k + 16) * 2^-24 * M at prefill (the plain GEMM's panel kernels sum each
 //    output in one lane); measured errors are far smaller.
-//  - x16 kernels (decode of Q4_K and Q5_K): x is rounded to 1/65534 of its 256-element block's
-//    absmax (kGgmlDecodeXError and the full bound below), about 1.5e-5 relative: 250x finer
-//    than llama.cpp's 8-bit x, the same order as the bf16-split AMX path (2^-16).
+//  - x16 kernels (decode of Q4_K and Q5_K; on AVX-512 also Q4_0 and Q8_0): x is rounded to
+//    1/65534 of its 256-element block's absmax (kGgmlDecodeXError and the full bound below;
+//    blocks start at element 0 of the row, a last one of k % 256 elements takes its own
+//    absmax), about 1.5e-5 relative: 250x finer than llama.cpp's 8-bit x, the same order as
+//    the bf16-split AMX path (2^-16). Q4_0 / Q8_0 have no min part (w2 = 0, M' = sum |x||w|).
 //  - Bias and the SiLU-mul epilogue add the usual one or two f32 roundings (exp: ~2 ulp).
 //  - Non-finite weights (an inf/NaN f16 scale) or x give non-finite outputs where they meet
 //    (an x16 block of x holding an inf or NaN makes the whole block's contribution NaN).
@@ -67,9 +71,13 @@ struct GgmlDotTable {
   int rows = 0;   // R: weight rows per call (even: kSiluMul pairs R/2 gate and R/2 up rows)
   int max_m = 0;  // mb <= max_m
   GgmlDotFn dot = nullptr;
-  // The kernel reads x prepared by GgmlKernels::prep_x16 (x then has ldx = x16_floats(k)
-  // floats per row) instead of raw f32 x.
+  // The kernel reads x prepared by prep_x16 (x then has ldx = x16_floats(k) floats per row)
+  // instead of raw f32 x.
   bool x16 = false;
+  // For x16 kernels: floats per prepared row and the preparation, x: [k] f32 -> out:
+  // [x16_floats(k)] floats of kernel-private layout (64-byte aligned).
+  int64_t (*x16_floats)(int64_t k) = nullptr;
+  void (*prep_x16)(const float* x, int64_t k, float* out) = nullptr;
 };
 
 // Relative rounding of x (to its 256-element block's absmax) where a kernel takes prepared x:
@@ -86,10 +94,6 @@ struct GgmlKernels {
   GgmlDotTable dot[kGgmlTypeSlots];         // by GgmlType id; set for every supported type
   GgmlDequantFn dequant[kGgmlTypeSlots] = {};  // by GgmlType id; set for every supported type
   EpilogueFn epilogue = nullptr;
-  // For x16 kernels: floats per prepared row (k a multiple of 256) and the preparation,
-  // x: [k] f32 -> out: [x16_floats(k)] floats of kernel-private layout (64-byte aligned).
-  int64_t (*x16_floats)(int64_t k) = nullptr;
-  void (*prep_x16)(const float* x, int64_t k, float* out) = nullptr;
 };
 
 const GgmlKernels& ggml_kernels_avx2();

@@ -601,10 +601,10 @@ GgmlKernels make_table() {
   set<DecIQ4_NL>(t, GgmlType::kIQ4_NL);
   set<DecIQ4_XS>(t, GgmlType::kIQ4_XS);
   // Decode of Q4_K and Q5_K against x16 (the f32 decoders above still dequantize for prefill).
-  t.dot[static_cast<int>(GgmlType::kQ4_K)] = {kRows, kMaxM, dot_k_x16<false>, true};
-  t.dot[static_cast<int>(GgmlType::kQ5_K)] = {kRows, kMaxM, dot_k_x16<true>, true};
-  t.x16_floats = x16_floats;
-  t.prep_x16 = prep_x16;
+  t.dot[static_cast<int>(GgmlType::kQ4_K)] = {kRows, kMaxM, dot_k_x16<false>, true, x16_floats,
+                                              prep_x16};
+  t.dot[static_cast<int>(GgmlType::kQ5_K)] = {kRows, kMaxM, dot_k_x16<true>, true, x16_floats,
+                                              prep_x16};
   t.epilogue = fma_kernels_avx2().epilogue;
   return t;
 }

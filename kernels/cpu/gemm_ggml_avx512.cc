@@ -25,7 +25,8 @@
 // CPU time, bench_gemm_ggml --cached --cpu-time) 7-9 GB/s for Q4_K and 5-7 for Q5_K against
 // 11-14 and 11-14 for the x16 kernels, while a core reads ~11 GB/s from DRAM. For Q6_K the same
 // scheme measured no faster than its f32 decoder (the 6-bit code assembly dominates), and for
-// Q4_0 / Q8_0 the f32 decoders already compute 11-19 GB/s: those keep exact f32. x is rounded
+// Q4_0 / Q8_0 the f32 decoders already compute 11-19 GB/s; their x16 pair kernels (below)
+// measured 1.05-1.15x the f32 ones at 2 threads from DRAM (m = 1), so decode uses them. x is rounded
 // to 16 bits, not to llama.cpp's 8 (2^-8 relative): the codes are widened to 16-bit lanes for
 // the scale multiply anyway, so int16 x (vpmaddwd) costs no more operations than int8 would.
 //
@@ -35,6 +36,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/gemm_ggml.h"
@@ -554,6 +556,128 @@ void dot_k_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t ld
   }
 }
 
+// ---- Q4_0 and Q8_0 with x rounded to 16 bits (x16 kernels over pairs of 32-element blocks) ----
+//
+// x is rounded as for Q4_K (per 256 elements, s = absmax / 32767; a last group of k % 256
+// elements takes its own absmax) and laid out per pair of 32-element blocks (64 elements) as
+// two vectors of 32 int16: xa = [x 0..15 of the first block, x 0..15 of the second], xb = the
+// same for elements 16..31; per 256-element group four pairs (128 floats) then s (16 floats).
+// A pair of weight blocks then needs one 32-byte gather of the two blocks' first (Q8_0) or only
+// (Q4_0) 16 code bytes, a widening to int16 (Q4_0: the two nibbles, minus 8) and per row of x
+// two vpmaddwd, whose int32 lanes 0..7 hold the first block's and 8..15 the second's partial
+// sums (exact: at most 4 * 128 * 32767 < 2^24), converted to f32 and multiplied by
+// [d0 s x8, d1 s x8]. An odd last block pairs with zero codes and x.
+constexpr int64_t kX16PairGroupFloats = 144;  // 4 pairs x 32 floats (64 int16) + s + 15 zero
+
+int64_t x16_pair_floats(int64_t k) {
+  return (k + 255) / 256 * kX16PairGroupFloats;
+}
+
+void prep_x16_pairs(const float* x, int64_t k, float* out) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t g = 0; g < (k + 255) / 256; ++g) {
+    const float* xg = x + 256 * g;
+    const int n = static_cast<int>(std::min<int64_t>(256, k - 256 * g));  // a multiple of 32
+    float* o = out + g * kX16PairGroupFloats;
+    __m512 mx = _mm512_setzero_ps(), bad = _mm512_setzero_ps();
+    for (int c = 0; c < n; c += 16) {
+      const __m512 v = _mm512_loadu_ps(xg + c);
+      mx = _mm512_max_ps(mx, _mm512_and_ps(v, abs_mask));
+      bad = _mm512_fmadd_ps(v, _mm512_setzero_ps(), bad);  // NaN once an inf or NaN went in
+    }
+    const float absmax = _mm512_reduce_max_ps(mx);
+    float sx = 0.0f, inv = 0.0f;
+    if (_mm512_cmp_ps_mask(bad, bad, _CMP_UNORD_Q) != 0) {
+      sx = __builtin_nanf("");         // x16 = 0 and s = NaN: the group's outputs come out NaN
+    } else if (absmax >= 0x1p-100f) {  // smaller groups are taken as zero (gemm_ggml.h)
+      sx = absmax / 32767.0f;
+      inv = 32767.0f / absmax;
+    }
+    int16_t* q = reinterpret_cast<int16_t*>(o);
+    std::memset(q, 0, 256 * sizeof(int16_t));
+    for (int c = 0; c < n; c += 16) {
+      // Elements c .. c + 15: block c / 32 of the group, half (c / 16) % 2.
+      const int blk = c / 32, half = (c / 16) % 2;
+      const __m512i v =
+          _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xg + c), _mm512_set1_ps(inv)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 64 * (blk / 2) + 32 * half + 16 * (blk % 2)),
+                          _mm512_cvtsepi32_epi16(v));
+    }
+    o[128] = sx;
+    for (int j = 129; j < kX16PairGroupFloats; ++j) o[j] = 0.0f;
+  }
+}
+
+// kQ8: Q8_0 (34-byte blocks of f16 d and 32 int8), else Q4_0 (18 bytes: d, 16 bytes of nibbles).
+template <bool kQ8, int MB>
+void dot_pair_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                     float* out) {
+  constexpr int kBytes = kQ8 ? 34 : 18;
+  constexpr int R = kRows;
+  __m512 acc[MB][R];
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  const int64_t nb = k / 32;
+  const int64_t ahead = prefetch_ahead(nb * kBytes);
+  const __m512i dsel = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  for (int64_t b = 0; b < nb; b += 2) {
+    const bool two = b + 1 < nb;
+    const int64_t g = b / 8, pr = (b % 8) / 2;
+    __m512 sv[MB];
+    for (int i = 0; i < MB; ++i) sv[i] = _mm512_set1_ps(x[i * ldx + g * kX16PairGroupFloats + 128]);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = rows[r] + b * kBytes;
+      for (int off = 0; off < 2 * kBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+      }
+      uint16_t h0, h1 = 0;
+      std::memcpy(&h0, p, 2);
+      if (two) std::memcpy(&h1, p + kBytes, 2);
+      const __m512 dv = _mm512_permutexvar_ps(
+          dsel, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(h0 | h1 << 16))));
+      const __m128i z = _mm_setzero_si128();
+      __m512i lo, hi;
+      if (kQ8) {
+        const __m256i a = _mm256_inserti128_si256(_mm256_castsi128_si256(load16(p + 2)),
+                                                  two ? load16(p + kBytes + 2) : z, 1);
+        const __m256i c = _mm256_inserti128_si256(_mm256_castsi128_si256(load16(p + 18)),
+                                                  two ? load16(p + kBytes + 18) : z, 1);
+        lo = _mm512_cvtepi8_epi16(a);
+        hi = _mm512_cvtepi8_epi16(c);
+      } else {
+        const __m256i a = _mm256_inserti128_si256(_mm256_castsi128_si256(load16(p + 2)),
+                                                  two ? load16(p + kBytes + 2) : z, 1);
+        const __m512i v = _mm512_cvtepu8_epi16(a);
+        const __m512i eight = _mm512_set1_epi16(8);
+        lo = _mm512_sub_epi16(_mm512_and_si512(v, _mm512_set1_epi16(15)), eight);
+        hi = _mm512_sub_epi16(_mm512_srli_epi16(v, 4), eight);
+      }
+      for (int i = 0; i < MB; ++i) {
+        const int16_t* xq =
+            reinterpret_cast<const int16_t*>(x + i * ldx + g * kX16PairGroupFloats) + 64 * pr;
+        const __m512i t = _mm512_add_epi32(_mm512_madd_epi16(lo, _mm512_load_si512(xq)),
+                                           _mm512_madd_epi16(hi, _mm512_load_si512(xq + 32)));
+        acc[i][r] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dv, sv[i]), acc[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) out[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
+template <bool kQ8>
+void dot_pair_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+                  float* out) {
+  switch (mb) {
+    case 1: return dot_pair_x16_mb<kQ8, 1>(rows, k, x, ldx, out);
+    case 2: return dot_pair_x16_mb<kQ8, 2>(rows, k, x, ldx, out);
+    case 3: return dot_pair_x16_mb<kQ8, 3>(rows, k, x, ldx, out);
+    default: return dot_pair_x16_mb<kQ8, 4>(rows, k, x, ldx, out);
+  }
+}
+
 template <class Dec>
 void dequant(const uint8_t* row, int64_t k, float* out) {
   Dec d;
@@ -589,10 +713,14 @@ GgmlKernels make_table() {
   set<DecIQ4_NL>(t, GgmlType::kIQ4_NL);
   set<DecIQ4_XS>(t, GgmlType::kIQ4_XS);
   // Decode of Q4_K and Q5_K against x16 (the f32 decoders above still dequantize for prefill).
-  t.dot[static_cast<int>(GgmlType::kQ4_K)] = {kRows, kMaxM, dot_k_x16<false>, true};
-  t.dot[static_cast<int>(GgmlType::kQ5_K)] = {kRows, kMaxM, dot_k_x16<true>, true};
-  t.x16_floats = x16_floats;
-  t.prep_x16 = prep_x16;
+  t.dot[static_cast<int>(GgmlType::kQ4_K)] = {kRows, kMaxM, dot_k_x16<false>, true, x16_floats,
+                                              prep_x16};
+  t.dot[static_cast<int>(GgmlType::kQ5_K)] = {kRows, kMaxM, dot_k_x16<true>, true, x16_floats,
+                                              prep_x16};
+  t.dot[static_cast<int>(GgmlType::kQ4_0)] = {kRows, kMaxM, dot_pair_x16<false>, true,
+                                              x16_pair_floats, prep_x16_pairs};
+  t.dot[static_cast<int>(GgmlType::kQ8_0)] = {kRows, kMaxM, dot_pair_x16<true>, true,
+                                              x16_pair_floats, prep_x16_pairs};
   t.epilogue = fma_kernels_avx512().epilogue;
   return t;
 }

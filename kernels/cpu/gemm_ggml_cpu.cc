@@ -137,9 +137,9 @@ void gemm_ggml_decode(const GgmlKernels& kt, int64_t m, const float* x, int64_t 
   DecodeJob job{&kt, kt.dot[slot], &w, ggml_row_bytes(w.ggml_type, w.k), ep, m, x, ldx, y, ldy};
   if (job.t.x16) {  // x rounded to 16 bits once per call, by the calling thread
     AlignedBuffer<float>& buf = x16_scratch();
-    const int64_t xf = kt.x16_floats(w.k);
+    const int64_t xf = job.t.x16_floats(w.k);
     buf.reserve(m * xf);
-    for (int64_t i = 0; i < m; ++i) kt.prep_x16(x + i * ldx, w.k, buf.data() + i * xf);
+    for (int64_t i = 0; i < m; ++i) job.t.prep_x16(x + i * ldx, w.k, buf.data() + i * xf);
     job.x = buf.data();
     job.ldx = xf;
   }

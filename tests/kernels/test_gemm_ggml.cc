@@ -10,7 +10,9 @@
 // prefill (the plain f32 GEMM's panel kernels sum each output's k products in one lane), with
 // M = |bias| + sum |x| |w|. Decode kernels that round x to 16 bits per 256 elements (the table's
 // x16 flag) are allowed kGgmlDecodeXError * sum_b absmax_b(x) sum_b |w| + (k / 8 + 16) 2^-24 M',
-// M' = |bias| + sum |x| (|w1| + |w2|) for w = w1 - w2 split into scale and min parts.
+// M' = |bias| + sum |x| (|w1| + |w2|) for w = w1 - w2 split into scale and min parts (w2 = 0
+// for types without a min, e.g. Q4_0 / Q8_0), the 256-element blocks of x counted from element
+// 0 (a last partial block, k % 256 elements, has its own absmax: k = 32, 96, 2080 cover it).
 // kSiluMul: as test_gemm_quant.cc, |dy| <= 1.1 |u| eg + |silu(g)| eu + 1e-6 |y| with eg and eu
 // the allowed errors of the two dot products.
 // Weight blocks are allocated to their exact size at an address 2 mod 16 (the alignment an
