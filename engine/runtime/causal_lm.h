@@ -30,8 +30,9 @@ struct CausalLmOptions {
 
 class CausalLm {
  public:
-  // Loads config.json and the safetensors weights of `dir`, checks every tensor, builds and
-  // optimises the graph. Throws Error with a one-line message naming the file and tensor.
+  // Loads a model directory (config.json + safetensors) or a GGUF file (`dir` names either),
+  // checks every tensor, builds and optimises the graph. Throws Error with a one-line message
+  // naming the file and tensor.
   static std::unique_ptr<CausalLm> load(const std::string& dir, const CausalLmOptions& options);
 
   // Feeds `ids` at positions n_past() .. n_past()+n-1, appending their K/V to the cache.
@@ -50,7 +51,7 @@ class CausalLm {
 
   const HfConfig& config() const { return model_->config; }
   const models::Model& model() const { return *model_; }
-  const WeightStore& weights() const { return *model_->store; }
+  // model().store is the safetensors weight store of a directory model, null for a GGUF file.
   const graph::Graph& graph() const { return model_->graph; }
   const graph::passes::PassReport& pass_report() const { return model_->pass_report; }
   // The activation memory plan of a forward over n_tokens tokens with n_out logit rows.
