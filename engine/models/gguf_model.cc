@@ -369,8 +369,11 @@ void build_gguf(const std::string& file, const LoadOptions& options, Model& m) {
   m.architecture = model_arch_name(m.config.arch);
   auto weights = std::make_shared<LlamaWeights>(load_weights(m.config, *set));
   m.graph = build_llama_graph(m.config, *weights, options.build, &m.signature);
-  m.builder_state = std::make_shared<std::pair<std::shared_ptr<GgufSet>, std::shared_ptr<LlamaWeights>>>(
-      set, weights);
+  // builder_state points at the LlamaWeights (llama_weights_of) and keeps the mapped set alive.
+  auto holder =
+      std::make_shared<std::pair<std::shared_ptr<GgufSet>, std::shared_ptr<LlamaWeights>>>(
+          set, weights);
+  m.builder_state = std::shared_ptr<const LlamaWeights>(holder, weights.get());
   m.kv_dtype = options.build.kv_cache_dtype;
   if (const TensorSpec* pool = m.signature.find_input(TensorRole::kKCache, 0)) {
     m.kv_pool_dtype = pool->dtype;

@@ -276,6 +276,18 @@ graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w,
   return g;
 }
 
+const LlamaWeights* llama_weights_of(const Model& model) {
+  // Both builders of Llama-family decoders (below and gguf_model.cc) leave builder_state
+  // pointing at their LlamaWeights.
+  if (model.format != "hf" && model.format != "gguf") return nullptr;
+  for (ModelArch a : {ModelArch::kLlama, ModelArch::kMistral, ModelArch::kQwen2}) {
+    if (model.architecture == model_arch_name(a)) {
+      return static_cast<const LlamaWeights*>(model.builder_state.get());
+    }
+  }
+  return nullptr;
+}
+
 namespace {
 
 // The builder of the registry (model.h): the three architectures share this file.

@@ -43,6 +43,7 @@
 namespace sampan::models {
 
 struct Signature;  // model.h
+class Model;       // model.h
 
 struct LlamaLayerWeights {
   Tensor attn_norm;  // [hidden] f32
@@ -81,5 +82,10 @@ LlamaWeights load_llama_weights(const HfConfig& config, const WeightStore& store
 graph::Graph build_llama_graph(const HfConfig& config, const LlamaWeights& weights,
                                const ModelBuildOptions& options = {},
                                Signature* signature = nullptr);
+
+// The weights a Llama-family decoder (formats "hf" and "gguf") was built from, for runtimes that
+// build another graph over them (the trainer, train/lora_trainer.h); nullptr for any other model.
+// They live as long as the model's builder_state.
+const LlamaWeights* llama_weights_of(const Model& model);
 
 }  // namespace sampan::models
