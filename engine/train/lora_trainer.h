@@ -31,7 +31,12 @@ struct TrainBatch {
   std::vector<int32_t> targets;  // [batch * seq_len]; kIgnoreIndex where no loss
   // Tokens of each row that are real (the rest is padding; attention never reads it): [batch].
   std::vector<int32_t> lengths;
-  int64_t n_targets() const;     // targets != kIgnoreIndex
+  // targets != kIgnoreIndex (defined here, inline: dataset.cc and the trainer both use it).
+  int64_t n_targets() const {
+    int64_t n = 0;
+    for (int32_t t : targets) n += t != kIgnoreIndex ? 1 : 0;
+    return n;
+  }
 };
 
 struct AdamWOptions {
