@@ -245,6 +245,15 @@ const std::vector<Family>& families() {
   return table;
 }
 
+// The types llama.cpp (llama-vocab.cpp, as of llama-cpp-python 0.3.36) gives add_bos = true when
+// the file does not say; measured by tokenizing with llama.cpp a GGUF of every known type without
+// the key (tests/e2e/test_gguf_pretokenizers.py checks the same against llama.cpp).
+constexpr std::string_view kAddsBos[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1",
+                                         "pixtral", "midm-2.0", "lfm2", "jina-v5-nano", "tekken",
+                                         "chameleon", "gemma4", "granite-embed-multi-311m"};
+// ... and those it adds BOS for even when tokenizer.ggml.add_bos_token is false.
+constexpr std::string_view kForcesBos[] = {"gemma4", "granite-embed-multi-311m"};
+
 }  // namespace
 
 std::optional<GgufPreTokenizer> gguf_pre_tokenizer(std::string_view name) {
@@ -254,6 +263,8 @@ std::optional<GgufPreTokenizer> gguf_pre_tokenizer(std::string_view name) {
     p.pre_tokenizer = f.steps.size() == 1 ? f.steps[0] : sequence(f.steps);
     p.text = f.text;
     p.ignore_merges = f.ignore_merges;
+    p.add_bos = std::find(std::begin(kAddsBos), std::end(kAddsBos), name) != std::end(kAddsBos);
+    p.force_bos = std::find(std::begin(kForcesBos), std::end(kForcesBos), name) != std::end(kForcesBos);
     return p;
   }
   return std::nullopt;

@@ -22,6 +22,11 @@ struct GgufPreTokenizer {
   Text text = Text::kByteLevel;
   // The family's tokenizer.json sets "ignore_merges": a word that is itself a token is not merged.
   bool ignore_merges = false;
+  // llama.cpp adds BOS for this type when the file has no tokenizer.ggml.add_bos_token (it
+  // sets add_bos per type while reading the vocabulary); the key, when present, wins.
+  bool add_bos = false;
+  // llama.cpp adds BOS for this type whatever the key says (Gemma 4-style vocabularies).
+  bool force_bos = false;
 };
 
 // nullopt when `name` is not a pre-tokenizer type llama.cpp knows. "" is llama.cpp's fallback

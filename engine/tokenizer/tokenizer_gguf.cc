@@ -15,17 +15,24 @@ namespace {
 using json = nlohmann::json;
 
 // The pipeline around a BPE vocabulary for one tokenizer.ggml.pre name (pretokenizer_table.cc).
-void bpe_pipeline(const std::string& pre, const std::string& path, json& pipeline, ModelSpec& m,
+// What llama.cpp does about BOS for a pre-tokenizer type (pretokenizer_table.h).
+struct BosRule {
+  bool by_default = false;  // when tokenizer.ggml.add_bos_token is absent
+  bool forced = false;      // whatever it says
+};
+
+BosRule bpe_pipeline(const std::string& pre, const std::string& path, json& pipeline, ModelSpec& m,
                   TokenizerKind& kind) {
   auto p = gguf_pre_tokenizer(pre);
   if (!p) fail(ErrorCode::kUnsupported, "{}: tokenizer.ggml.pre '{}' is not supported", path, pre);
   pipeline["pre_tokenizer"] = std::move(p->pre_tokenizer);
+  const BosRule add_bos{p->add_bos, p->force_bos};
   m.ignore_merges = p->ignore_merges;
   switch (p->text) {
     case GgufPreTokenizer::Text::kByteLevel:
       pipeline["decoder"] = {{"type", "ByteLevel"}};
       kind = TokenizerKind::kByteLevelBpe;
-      return;
+      return add_bos;
     case GgufPreTokenizer::Text::kMetaspace:
       // Spaces are U+2581 in the vocabulary; characters it lacks fall back to <0xXX> tokens.
       pipeline["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}};
@@ -36,12 +43,13 @@ void bpe_pipeline(const std::string& pre, const std::string& path, json& pipelin
                                {{"type", "Fuse"}}}}};
       m.byte_fallback = true;
       kind = TokenizerKind::kSentencePieceBpe;
-      return;
+      return add_bos;
     case GgufPreTokenizer::Text::kRaw:
       // Tokens are plain text and decode by concatenation.
       kind = TokenizerKind::kByteLevelBpe;
-      return;
+      return add_bos;
   }
+  return add_bos;
 }
 
 }  // namespace
@@ -126,8 +134,9 @@ TokenizerSpec spec_from_gguf(const std::string& path) {
       add_merge(m, s.substr(0, sp), s.substr(sp + 1), static_cast<int32_t>(r), path,
                 fmt::format("key 'tokenizer.ggml.merges'[{}]", r));
     }
-    bpe_pipeline(g->get_string("tokenizer.ggml.pre").value_or(""), path, pipeline, m, spec.kind);
-    st.add_bos = g->get_bool("tokenizer.ggml.add_bos_token").value_or(false);
+    const BosRule bos =
+        bpe_pipeline(g->get_string("tokenizer.ggml.pre").value_or(""), path, pipeline, m, spec.kind);
+    st.add_bos = bos.forced || g->get_bool("tokenizer.ggml.add_bos_token").value_or(bos.by_default);
   } else if (model == "llama") {
     m.type = ModelSpec::Type::kSpmScores;
     m.byte_fallback = true;

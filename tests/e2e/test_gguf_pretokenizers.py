@@ -233,6 +233,37 @@ def write_gguf(path, pre, tokens, merges, types=None):
     w.close()
 
 
+# Types llama.cpp refuses to load: chatglm4 from a vocabulary-only file (it wants tokens these
+# small files lack); "gpt2" is not a name llama.cpp knows (Sampan reads it as "gpt-2").
+LLAMA_CPP_REFUSES = {"chatglm4", "gpt2"}
+
+
+def write_llama_vocab(path, pre, tokens, merges, add_bos):
+    """A vocabulary-only GGUF llama.cpp loads (architecture llama, the hyper-parameters it reads),
+    with BOS 0, EOS 1, SEP 2 marked as control tokens."""
+    import gguf
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_feed_forward_length(8)
+    w.add_head_count(1)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([3, 3, 3] + [1] * (len(tokens) - 3))
+    w.add_token_merges(merges)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_sep_token_id(2)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+
+
 def hf_json(base, steps, ignore_merges):
     t = copy.deepcopy(base)
     t["model"]["ignore_merges"] = ignore_merges
@@ -324,6 +355,35 @@ def main():
             if got != want:
                 bad.append(f"{text[:30]!r}: sampan {got[:16]} vs HF {want[:16]}")
         res.check(f"{name}: ids equal HF tokenizers on {len(id_texts)} texts", not bad, "; ".join(bad[:2]))
+
+    # Special tokens: llama.cpp itself (llama-cpp-python) tokenizes a vocabulary-only GGUF of every
+    # type with add_special, with tokenizer.ggml.add_bos_token absent (its per-type default), true
+    # and false; `sampan tokenize --add-special` must add the same BOS/EOS/SEP.
+    import llama_cpp
+    bos_texts = ["ab c", "hello world"]
+    mismatched = []
+    for name in names:
+        if name in LLAMA_CPP_REFUSES:
+            continue
+        for add_bos in (None, True, False):
+            path = os.path.join(args.work_dir, "bos.gguf")
+            write_llama_vocab(path, name, small_tokens, small_merges, add_bos)
+            try:
+                ref = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+                want = [ref.tokenize(t.encode(), add_bos=True, special=True) for t in bos_texts]
+                del ref
+            except Exception as e:  # llama.cpp refusing a type we accept is a finding, not a pass
+                mismatched.append(f"{name}: llama.cpp refused the file: {e}")
+                continue
+            argv = ["tokenize", "--tokenizer", path, "--add-special"]
+            for t in bos_texts:
+                argv += ["--text", t]
+            r, lines = run_lines(args, argv, len(bos_texts))
+            got = [[int(x) for x in ln.split()] for ln in lines] if lines else None
+            if got != want:
+                mismatched.append(f"{name} add_bos_token={add_bos}: sampan {got} vs llama.cpp {want}")
+    res.check(f"BOS/EOS with --add-special == llama.cpp for {len(names) - len(LLAMA_CPP_REFUSES)} types "
+              "x add_bos_token absent/true/false", not mismatched, "; ".join(mismatched[:3]))
 
     # An unknown type: one line naming the file and the type, non-zero exit.
     path = os.path.join(args.work_dir, "pre-unknown.gguf")
