@@ -122,7 +122,9 @@ TokenizerSpec spec_from_gguf(const std::string& path) {
   }
 
   json pipeline = json::object();
-  if (model == "gpt2") {
+  // "gemma4" is BPE over raw UTF-8 with spaces as U+2581 and byte fallback; llama.cpp gives it
+  // the gemma4 pre-tokenizer whatever tokenizer.ggml.pre says.
+  if (model == "gpt2" || model == "gemma4") {
     m.type = ModelSpec::Type::kBpe;
     auto merges = g->get_string_array("tokenizer.ggml.merges");
     SAMPAN_CHECK(merges.has_value(), ErrorCode::kInvalidModel, "{}: key 'tokenizer.ggml.merges' is missing", path);
@@ -135,7 +137,9 @@ TokenizerSpec spec_from_gguf(const std::string& path) {
                 fmt::format("key 'tokenizer.ggml.merges'[{}]", r));
     }
     const BosRule bos =
-        bpe_pipeline(g->get_string("tokenizer.ggml.pre").value_or(""), path, pipeline, m, spec.kind);
+        bpe_pipeline(model == "gemma4" ? std::string("gemma4")
+                                       : g->get_string("tokenizer.ggml.pre").value_or(""),
+                     path, pipeline, m, spec.kind);
     st.add_bos = bos.forced || g->get_bool("tokenizer.ggml.add_bos_token").value_or(bos.by_default);
   } else if (model == "llama") {
     m.type = ModelSpec::Type::kSpmScores;
@@ -172,7 +176,7 @@ TokenizerSpec spec_from_gguf(const std::string& path) {
     if (st.cls) spec.prefix_ids.push_back(*st.cls);
     if (st.sep) spec.suffix_ids.push_back(*st.sep);
   } else {
-    fail(ErrorCode::kUnsupported, "{}: tokenizer.ggml.model '{}' is not supported (gpt2, llama, bert)", path, model);
+    fail(ErrorCode::kUnsupported, "{}: tokenizer.ggml.model '{}' is not supported (gpt2, gemma4, llama, bert)", path, model);
   }
   st.add_eos = g->get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   if (model != "bert") {

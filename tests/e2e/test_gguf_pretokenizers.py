@@ -264,6 +264,32 @@ def write_llama_vocab(path, pre, tokens, merges, add_bos):
     w.close()
 
 
+def write_gemma4_vocab(path, pre):
+    """tokenizer.ggml.model gemma4: letters, U+2581, a few merged pieces, the 256 byte tokens."""
+    import gguf
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_feed_forward_length(8)
+    w.add_head_count(1)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("gemma4")
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
+    tokens = (["<s>", "</s>", "<pad>"] + [chr(c) for c in range(ord("a"), ord("z") + 1)] +
+              ["\u2581", "ab", "\n", "\t", "\u2581\u2581", "\n\n", "\u2581w"] +
+              [f"<0x{b:02X}>" for b in range(256)])
+    w.add_token_list(tokens)
+    w.add_token_types([3, 3, 3] + [1] * (len(tokens) - 3 - 256) + [6] * 256)
+    w.add_token_merges(["a b", "\u2581 \u2581", "\n \n", "\u2581 w"])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+
+
 def hf_json(base, steps, ignore_merges):
     t = copy.deepcopy(base)
     t["model"]["ignore_merges"] = ignore_merges
@@ -384,6 +410,23 @@ def main():
                 mismatched.append(f"{name} add_bos_token={add_bos}: sampan {got} vs llama.cpp {want}")
     res.check(f"BOS/EOS with --add-special == llama.cpp for {len(names) - len(LLAMA_CPP_REFUSES)} types "
               "x add_bos_token absent/true/false", not mismatched, "; ".join(mismatched[:3]))
+
+    # tokenizer.ggml.model "gemma4" (BPE over raw UTF-8, spaces as U+2581, byte fallback), whatever
+    # tokenizer.ggml.pre says, against llama.cpp.
+    g_texts = ["ab c", "hello  world\n\nab\tc", " leading", "a\nb\n", "x y z  ", "caf\u00e9 \U0001F600 w"]
+    for pre in (None, "gemma4", "llama-bpe"):
+        path = os.path.join(args.work_dir, "gemma4-model.gguf")
+        write_gemma4_vocab(path, pre)
+        ref = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+        want = [ref.tokenize(t.encode(), add_bos=True, special=True) for t in g_texts]
+        del ref
+        argv = ["tokenize", "--tokenizer", path, "--add-special"]
+        for t in g_texts:
+            argv += ["--text", t]
+        r, lines = run_lines(args, argv, len(g_texts))
+        got = [[int(x) for x in ln.split()] for ln in lines] if lines else r.describe()
+        res.check(f"tokenizer model gemma4 (pre {pre}) == llama.cpp on {len(g_texts)} texts", got == want,
+                  f"sampan {got} vs llama.cpp {want}" if got != want else "")
 
     # An unknown type: one line naming the file and the type, non-zero exit.
     path = os.path.join(args.work_dir, "pre-unknown.gguf")
