@@ -19,6 +19,7 @@ Runner add_chat(CLI::App& app) {
     GenerationFlags gen;
     Device device;  // --device: model_flags.h (GenerationFlags holds only what both share)
     bool cuda_graphs = true;
+    std::string lora;  // --lora DIR
     std::string system;
   };
   auto a = std::make_shared<Args>();
@@ -26,6 +27,7 @@ Runner add_chat(CLI::App& app) {
   a->gen.add_to(*cmd);
   add_device_flag(*cmd, &a->device);
   add_cuda_graphs_flag(*cmd, &a->cuda_graphs);
+  add_lora_flag(*cmd, &a->lora);
   cmd->add_option("--system", a->system, "system message");
   return [a] {
     auto tokenizer = tok::load_tokenizer(a->gen.model);
@@ -34,6 +36,7 @@ Runner add_chat(CLI::App& app) {
     opt.threads = a->gen.threads;
     opt.max_context = a->gen.max_context;
     opt.build = a->gen.build;
+    load_lora_flag(a->lora, &opt.build);
     opt.device = a->device;
     opt.cuda_graphs = a->cuda_graphs;
     auto lm = runtime::CausalLm::load(a->gen.model, opt);

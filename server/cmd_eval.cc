@@ -17,7 +17,7 @@
 //    the figures describe the model at context, not its first few tokens.
 //  * Log-softmax, NLL and KL are computed in f64 from the f32 logits.
 // The reference is --ref-model loaded without build flags, or without --ref-model the same dir
-// loaded without build flags (when no build flag is given either, the model is its own
+// loaded without build flags (and without --lora) (when no build flag is given either, the model is its own
 // reference and is run once).
 #include <algorithm>
 #include <chrono>
@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/models/lora_adapter.h"
 #include "engine/runtime/causal_lm.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/commands.h"
@@ -46,6 +47,7 @@ struct EvalArgs {
   int threads = 0;
   models::ModelBuildOptions build;
   Device device;
+  std::string lora;  // --lora DIR: the adapter applied to --model (the reference runs without it)
 };
 
 // Sums over every scored token.
@@ -67,7 +69,7 @@ std::string read_text_file(const std::string& path) {
 bool is_default_build(const models::ModelBuildOptions& b) {
   const models::ModelBuildOptions d;
   return b.quantization.format == d.quantization.format && !b.hadamard.enabled &&
-         b.kv_cache_dtype == d.kv_cache_dtype && !b.kv_hadamard;
+         b.kv_cache_dtype == d.kv_cache_dtype && !b.kv_hadamard && b.lora.empty();
 }
 
 std::string describe_build(const models::ModelBuildOptions& b) {
@@ -79,7 +81,9 @@ std::string describe_build(const models::ModelBuildOptions& b) {
   if (b.hadamard.enabled) w += fmt::format(" + hadamard (seed {})", b.hadamard.seed);
   std::string kv = kv_dtype_name(b.kv_cache_dtype);
   if (b.kv_hadamard) kv += " + kv-hadamard";
-  return fmt::format("weights {}, kv {}", w, kv);
+  std::string lora;
+  for (const auto& l : b.lora) lora += fmt::format(", lora {}", l->dir);
+  return fmt::format("weights {}, kv {}{}", w, kv, lora);
 }
 
 // Windows as described at the top of the file. ids: the tokenized text (BOS first if `bos`).
@@ -165,10 +169,12 @@ int run_eval(const EvalArgs& a) {
   SAMPAN_CHECK(!windows.empty(), ErrorCode::kInvalidArgument,
                "--text {}: no tokens to score (the text tokenizes to {} id(s))", a.text, ids.size());
 
+  models::ModelBuildOptions build = a.build;
+  load_lora_flag(a.lora, &build);
   runtime::CausalLmOptions opt;
   opt.threads = a.threads;
   opt.max_context = a.ctx;
-  opt.build = a.build;
+  opt.build = build;
   opt.device = a.device;
   auto lm = runtime::CausalLm::load(a.model, opt);
   const int64_t vocab = lm->config().vocab_size;
@@ -182,7 +188,7 @@ int run_eval(const EvalArgs& a) {
 
   std::unique_ptr<runtime::CausalLm> ref_lm;
   const std::string ref_dir = a.ref_model.empty() ? a.model : a.ref_model;
-  if (!a.ref_model.empty() || !is_default_build(a.build)) {
+  if (!a.ref_model.empty() || !is_default_build(build)) {
     runtime::CausalLmOptions ref_opt;
     ref_opt.threads = a.threads;
     ref_opt.max_context = a.ctx;
@@ -209,7 +215,7 @@ int run_eval(const EvalArgs& a) {
   const double mean_kl = totals.kl_sum / n;
   const double top1 = static_cast<double>(totals.top1_agree) / n;
 
-  fmt::print("model      {} ({})\n", a.model, describe_build(a.build));
+  fmt::print("model      {} ({})\n", a.model, describe_build(build));
   fmt::print("reference  {}{}\n", ref_dir, ref_lm ? "" : " (the model itself: no build flag)");
   fmt::print("text       {}: {} tokens, {} windows of ctx {}, {} tokens scored (second half of "
              "each window)\n",
@@ -232,7 +238,8 @@ int run_eval(const EvalArgs& a) {
                   {"hadamard", a.build.hadamard.enabled},
                   {"hadamard_seed", a.build.hadamard.seed},
                   {"kv_cache_dtype", kv_dtype_name(a.build.kv_cache_dtype)},
-                  {"kv_hadamard", a.build.kv_hadamard}};
+                  {"kv_hadamard", a.build.kv_hadamard},
+                  {"lora", a.lora}};
     j["ctx"] = a.ctx;
     j["max_tokens"] = a.max_tokens;
     j["tokens"] = ids.size();
@@ -273,6 +280,7 @@ Runner add_eval(CLI::App& app) {
   cmd->add_option("--json", a->json, "also write every figure to this JSON file");
   add_model_build_flags(*cmd, &a->build);
   add_device_flag(*cmd, &a->device);
+  add_lora_flag(*cmd, &a->lora);
   return [a] { return run_eval(*a); };
 }
 

@@ -1,4 +1,4 @@
-// sampan logits --model DIR --ids 1,2,3 --out FILE.npy [--chunk N] [--threads N]
+// sampan logits --model DIR --ids 1,2,3 --out FILE.npy [--chunk N] [--threads N] [--lora DIR]
 // Writes the f32 logits of every position, shape [n_ids, vocab]. Acceptance checks and the
 // end-to-end tests depend on this interface: keep it stable.
 #include <charconv>
@@ -40,6 +40,7 @@ Runner add_logits(CLI::App& app) {
     int threads = 0;
     models::ModelBuildOptions build;
     Device device;
+    std::string lora;  // --lora DIR
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("logits", "Write the logits of every position as a .npy file");
@@ -54,12 +55,14 @@ Runner add_logits(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   add_model_build_flags(*cmd, &a->build);
   add_device_flag(*cmd, &a->device);
+  add_lora_flag(*cmd, &a->lora);
   return [a] {
     const std::vector<int32_t> ids = parse_ids(a->ids);
     runtime::CausalLmOptions opt;
     opt.threads = a->threads;
     opt.max_context = static_cast<int64_t>(ids.size());
     opt.build = a->build;
+    load_lora_flag(a->lora, &opt.build);
     opt.device = a->device;
     auto lm = runtime::CausalLm::load(a->model, opt);
     const int64_t vocab = lm->config().vocab_size;

@@ -14,6 +14,7 @@ Runner add_run(CLI::App& app) {
     GenerationFlags gen;
     Device device;  // --device: model_flags.h (GenerationFlags holds only what both share)
     bool cuda_graphs = true;
+    std::string lora;  // --lora DIR
     std::string prompt, system;
     bool chat = false;
   };
@@ -22,6 +23,7 @@ Runner add_run(CLI::App& app) {
   a->gen.add_to(*cmd);
   add_device_flag(*cmd, &a->device);
   add_cuda_graphs_flag(*cmd, &a->cuda_graphs);
+  add_lora_flag(*cmd, &a->lora);
   cmd->add_option("--prompt", a->prompt, "prompt text")->required();
   cmd->add_flag("--chat", a->chat, "apply the model's chat template to the prompt");
   cmd->add_option("--system", a->system, "system message (with --chat)");
@@ -41,6 +43,7 @@ Runner add_run(CLI::App& app) {
     opt.threads = a->gen.threads;
     opt.max_context = a->gen.max_context;
     opt.build = a->gen.build;
+    load_lora_flag(a->lora, &opt.build);
     opt.device = a->device;
     opt.cuda_graphs = a->cuda_graphs;
     auto lm = runtime::CausalLm::load(a->gen.model, opt);

@@ -22,6 +22,8 @@ Runner add_serve(CLI::App& app);
 Runner add_quantize(CLI::App& app);  // cmd_quantize.cc
 Runner add_eval(CLI::App& app);      // cmd_eval.cc
 Runner add_infer(CLI::App& app);     // cmd_infer.cc
+Runner add_finetune(CLI::App& app);  // cmd_finetune.cc
+Runner add_merge_lora(CLI::App& app);  // cmd_merge_lora.cc
 
 // Parses "1,2,3" into ids; throws Error(kInvalidArgument) naming the bad element.
 std::vector<int32_t> parse_ids(const std::string& text);

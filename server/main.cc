@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
   add(sampan::cli::add_quantize);
   add(sampan::cli::add_eval);
   add(sampan::cli::add_infer);
+  add(sampan::cli::add_finetune);
+  add(sampan::cli::add_merge_lora);
   add(sampan::cli::add_bench_serve);
   try {
     app.parse(argc, argv);

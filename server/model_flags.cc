@@ -1,8 +1,10 @@
 #include "server/model_flags.h"
 
+#include <memory>
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/models/lora_adapter.h"
 #include "engine/runtime/device_select.h"
 
 namespace sampan::cli {
@@ -58,6 +60,16 @@ void add_model_build_flags(CLI::App& cmd, models::ModelBuildOptions* out) {
   cmd.add_flag_function(
       "--kv-hadamard", [out](int64_t) { out->kv_hadamard = true; },
       "Walsh-Hadamard on Q/K heads so K is cached in a rotated basis");
+}
+
+void add_lora_flag(CLI::App& cmd, std::string* dir) {
+  cmd.add_option("--lora", *dir, "PEFT LoRA adapter directory applied to the model");
+}
+
+void load_lora_flag(const std::string& dir, models::ModelBuildOptions* build) {
+  if (dir.empty()) return;
+  build->lora.push_back(
+      std::make_shared<const models::LoraAdapter>(models::load_lora_adapter(dir)));
 }
 
 void add_device_flag(CLI::App& cmd, Device* out) {

@@ -8,9 +8,26 @@ namespace {
 
 bool present(const Tensor& t) { return t.defined() && t.numel() > 0; }
 
+// The projection's output plus its adapters' deltas, when any adapter targets it.
+ValueId with_lora(Graph& g, const std::string& name, ValueId y, ValueId x, const LoraStack* lora,
+                  ValueId ids) {
+  if (lora == nullptr || !lora->defined()) return y;
+  return g.add("lora", name + ".lora",
+               {y, x, ids, g.add_constant(name + ".lora_a", lora->a),
+                g.add_constant(name + ".lora_b", lora->b),
+                g.add_constant(name + ".lora_scale", lora->scale)});
+}
+
+const LoraStack* module_lora(const LayerLora* lora, int index) {
+  return lora == nullptr ? nullptr : &lora->modules[static_cast<size_t>(index)];
+}
+
+ValueId lora_ids(const LayerLora* lora) { return lora == nullptr ? graph::kNoValue : lora->ids; }
+
 }  // namespace
 
-ValueId linear(Graph& g, const std::string& name, ValueId x, const Linear& w) {
+ValueId linear(Graph& g, const std::string& name, ValueId x, const Linear& w,
+               const LoraStack* lora, ValueId lora_ids) {
   // The op's fixed slots (engine/ops/linear.cc): x, weight, bias, scales, zeros; absent ones are
   // kNoValue and trailing absent ones are left out.
   std::vector<ValueId> inputs = {x, g.add_constant(name + ".weight", w.weight)};
@@ -24,7 +41,8 @@ ValueId linear(Graph& g, const std::string& name, ValueId x, const Linear& w) {
   graph::Attributes attrs;
   if (w.weight.dtype() == DType::kI4) attrs.set("group_size", w.group_size);
   if (w.weight.dtype() == DType::kU8) attrs.set("ggml_type", static_cast<int64_t>(w.ggml_type));
-  return g.add("linear", name, std::move(inputs), std::move(attrs));
+  const ValueId y = g.add("linear", name, std::move(inputs), std::move(attrs));
+  return with_lora(g, name, y, x, lora, lora_ids);
 }
 
 ValueId rms_norm(Graph& g, const std::string& name, ValueId x, const Tensor& weight, double eps) {
@@ -33,10 +51,11 @@ ValueId rms_norm(Graph& g, const std::string& name, ValueId x, const Tensor& wei
 
 ValueId attention(Graph& g, const std::string& name, ValueId x, const AttentionWeights& w,
                   const AttentionParams& p, const DecoderInputs& in, ValueId k_cache,
-                  ValueId v_cache) {
-  const ValueId q = linear(g, name + ".q_proj", x, w.q);
-  const ValueId k = linear(g, name + ".k_proj", x, w.k);
-  const ValueId v = linear(g, name + ".v_proj", x, w.v);
+                  ValueId v_cache, const LayerLora* lora) {
+  const ValueId ids = lora_ids(lora);
+  const ValueId q = linear(g, name + ".q_proj", x, w.q, module_lora(lora, 0), ids);
+  const ValueId k = linear(g, name + ".k_proj", x, w.k, module_lora(lora, 1), ids);
+  const ValueId v = linear(g, name + ".v_proj", x, w.v, module_lora(lora, 2), ids);
   const graph::Attributes q_rope = {{"n_heads", p.n_heads}, {"head_dim", p.head_dim},
                                     {"attn_factor", p.rope_attn_factor}};
   const graph::Attributes k_rope = {{"n_heads", p.n_kv_heads}, {"head_dim", p.head_dim},
@@ -58,18 +77,20 @@ ValueId attention(Graph& g, const std::string& name, ValueId x, const AttentionW
                            {"scale", p.scale},
                            {"sliding_window", p.sliding_window},
                            {"kv_dtype", std::string(kv_dtype_name(p.kv_dtype))}});
-  return linear(g, name + ".o_proj", a, w.o);
+  return linear(g, name + ".o_proj", a, w.o, module_lora(lora, 3), ids);
 }
 
 ValueId swiglu_ffn(Graph& g, const std::string& name, ValueId x, const Linear& gate,
-                   const Linear& up, const Linear& down, int64_t down_hadamard_block) {
-  const ValueId gv = linear(g, name + ".gate_proj", x, gate);
-  const ValueId uv = linear(g, name + ".up_proj", x, up);
+                   const Linear& up, const Linear& down, int64_t down_hadamard_block,
+                   const LayerLora* lora) {
+  const ValueId ids = lora_ids(lora);
+  const ValueId gv = linear(g, name + ".gate_proj", x, gate, module_lora(lora, 4), ids);
+  const ValueId uv = linear(g, name + ".up_proj", x, up, module_lora(lora, 5), ids);
   ValueId h = g.add("silu_mul", name + ".act", {gv, uv});
   if (down_hadamard_block > 0) {
     h = g.add("hadamard", name + ".down_hadamard", {h}, {{"block", down_hadamard_block}});
   }
-  return linear(g, name + ".down_proj", h, down);
+  return linear(g, name + ".down_proj", h, down, module_lora(lora, 6), ids);
 }
 
 }  // namespace sampan::models

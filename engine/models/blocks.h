@@ -3,10 +3,12 @@
 // architecture is choosing blocks and tensor names, not writing a new engine.
 #pragma once
 
+#include <array>
 #include <string>
 
 #include "engine/core/tensor.h"
 #include "engine/graph/graph.h"
+#include "engine/models/lora_adapter.h"
 #include "kernels/common/ggml_type.h"
 #include "kernels/common/kv_format.h"
 
@@ -44,6 +46,22 @@ struct AttentionParams {
   bool qk_hadamard = false;
 };
 
+// The LoRA adapters of one projection stacked for the `lora` op (engine/ops/lora.cc), ranks
+// zero-padded to the largest.
+struct LoraStack {
+  Tensor a;      // [n_adapters, r_max, in] f32
+  Tensor b;      // [n_adapters, out, r_max] f32
+  Tensor scale;  // [n_adapters] f32; 0 where that adapter does not target the projection
+  bool defined() const { return a.defined() && a.numel() > 0; }
+};
+
+// The adapters of one decoder layer, by kLoraModules index (q, k, v, o, gate, up, down; an
+// undefined stack: no adapter targets it), and the graph input choosing one per token.
+struct LayerLora {
+  ValueId ids = graph::kNoValue;  // [n_tokens] i32, -1: the base alone
+  std::array<LoraStack, kLoraModuleCount> modules;
+};
+
 // Inputs every decoder layer reads.
 struct DecoderInputs {
   ValueId positions = graph::kNoValue;  // [n_tokens] i32
@@ -52,8 +70,10 @@ struct DecoderInputs {
   ValueId inv_freq = graph::kNoValue;   // [head_dim/2] f32 (RoPE, scaling applied)
 };
 
-// x: [n_tokens, in] -> [n_tokens, out]
-ValueId linear(Graph& g, const std::string& name, ValueId x, const Linear& w);
+// x: [n_tokens, in] -> [n_tokens, out]. With `lora` (defined) the projection's output goes
+// through a `lora` node reading x and `lora_ids` ([n_tokens] i32).
+ValueId linear(Graph& g, const std::string& name, ValueId x, const Linear& w,
+               const LoraStack* lora = nullptr, ValueId lora_ids = graph::kNoValue);
 
 // x: [n_tokens, dim] -> [n_tokens, dim]; weight: [dim]
 ValueId rms_norm(Graph& g, const std::string& name, ValueId x, const Tensor& weight, double eps);
@@ -62,12 +82,14 @@ ValueId rms_norm(Graph& g, const std::string& name, ValueId x, const Tensor& wei
 // k_cache, v_cache: graph inputs [n_blocks, block_size, n_kv_heads * head_dim].
 ValueId attention(Graph& g, const std::string& name, ValueId x, const AttentionWeights& w,
                   const AttentionParams& p, const DecoderInputs& in, ValueId k_cache,
-                  ValueId v_cache);
+                  ValueId v_cache, const LayerLora* lora = nullptr);
 
 // SwiGLU feed-forward: down(silu(gate(x)) * up(x)). x: [n_tokens, hidden] -> [n_tokens, hidden].
 // down_hadamard_block > 0 (rotated weights, llama_rotate.h): the online Walsh-Hadamard of that
-// block on down_proj's input. The gate/up fusion still applies (it reads the silu_mul output).
+// block on down_proj's input. The gate/up fusion still applies (it reads the silu_mul output);
+// it skips a gate/up pair whose outputs go through `lora` nodes (`lora`: the layer's adapters).
 ValueId swiglu_ffn(Graph& g, const std::string& name, ValueId x, const Linear& gate,
-                   const Linear& up, const Linear& down, int64_t down_hadamard_block = 0);
+                   const Linear& up, const Linear& down, int64_t down_hadamard_block = 0,
+                   const LayerLora* lora = nullptr);
 
 }  // namespace sampan::models

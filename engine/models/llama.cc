@@ -1,5 +1,6 @@
 #include "engine/models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/core/error.h"
@@ -143,6 +144,51 @@ void quantize_weights(const HfConfig& c, LlamaWeights& w, const QuantScheme& s) 
   log::debug("{}: quantized {} linears to {}", c.source, done, weight_format_name(s.format));
 }
 
+// Per layer, the adapters of options.lora stacked for the `lora` op (blocks.h), each checked
+// against the base first. Empty when there are none.
+std::vector<LayerLora> stack_lora(const HfConfig& c, const LlamaWeights& w,
+                                  const ModelBuildOptions& options) {
+  const auto& adapters = options.lora;
+  if (adapters.empty()) return {};
+  // A rotated base (llama_rotate.h) computes in another basis than the one the adapter learnt.
+  SAMPAN_CHECK(w.down_hadamard_block == 0, ErrorCode::kInvalidArgument,
+               "{}: LoRA adapters need an unrotated base model (this one is Hadamard-rotated)",
+               c.source);
+  for (const auto& a : adapters) {
+    SAMPAN_CHECK(a != nullptr, ErrorCode::kInvalidArgument, "{}: a LoRA adapter is null", c.source);
+    check_lora_adapter(*a, c);
+  }
+  const int64_t n = static_cast<int64_t>(adapters.size());
+  std::vector<LayerLora> layers(static_cast<size_t>(c.n_layer));
+  for (int m = 0; m < kLoraModuleCount; ++m) {
+    int64_t r_max = 0;
+    for (const auto& a : adapters) {
+      if (a->layers[0][static_cast<size_t>(m)].defined()) r_max = std::max(r_max, a->config.rank);
+    }
+    if (r_max == 0) continue;  // no adapter targets this projection
+    const auto [in, out] = lora_module_shape(c, m);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      LoraStack& s = layers[static_cast<size_t>(l)].modules[static_cast<size_t>(m)];
+      s.a = Tensor::zeros({n, r_max, in}, DType::kF32);
+      s.b = Tensor::zeros({n, out, r_max}, DType::kF32);
+      s.scale = Tensor::zeros({n}, DType::kF32);
+      for (int64_t k = 0; k < n; ++k) {
+        const LoraAdapter& a = *adapters[static_cast<size_t>(k)];
+        const LoraPair& p = a.layers[static_cast<size_t>(l)][static_cast<size_t>(m)];
+        if (!p.defined()) continue;
+        const int64_t r = a.config.rank;
+        const float* pa = p.a.data<float>();
+        const float* pb = p.b.data<float>();
+        std::copy(pa, pa + r * in, s.a.data<float>() + k * r_max * in);
+        float* db = s.b.data<float>() + k * out * r_max;
+        for (int64_t o = 0; o < out; ++o) std::copy(pb + o * r, pb + (o + 1) * r, db + o * r_max);
+        s.scale.data<float>()[k] = static_cast<float>(a.config.scale());
+      }
+    }
+  }
+  return layers;
+}
+
 }  // namespace
 
 LlamaWeights load_llama_weights(const HfConfig& c, const WeightStore& store,
@@ -220,6 +266,11 @@ graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w,
                           {Dim::sym("n_seqs"), Dim::sym("max_blocks")});
   const ValueId logit_rows =
       input("logit_rows", TensorRole::kLogitRows, DType::kI32, {Dim::sym("n_out")});
+  std::vector<LayerLora> lora = stack_lora(c, w, options);
+  if (!lora.empty()) {
+    const ValueId ids = input("lora_ids", TensorRole::kLoraIds, DType::kI32, {n_tokens});
+    for (LayerLora& l : lora) l.ids = ids;
+  }
 
   RopeFreqs rope = compute_rope_freqs(c);
   if (!w.rope_freq_factors.empty()) {
@@ -260,10 +311,12 @@ graph::Graph build_llama_graph(const HfConfig& c, const LlamaWeights& w,
     const ValueId v_cache = input(fmt::format("v_cache.{}", i), TensorRole::kVCache, pool_type, pool, i);
     ap.sliding_window = c.layer_is_sliding(i) ? *c.sliding_window : 0;
     const ValueId x = rms_norm(g, p + ".attn_norm", h, l.attn_norm, c.rms_norm_eps);
-    const ValueId a = attention(g, p + ".attn", x, l.attn, ap, in, k_cache, v_cache);
+    const LayerLora* ll = lora.empty() ? nullptr : &lora[static_cast<size_t>(i)];
+    const ValueId a = attention(g, p + ".attn", x, l.attn, ap, in, k_cache, v_cache, ll);
     h = g.add("add", p + ".attn_residual", {h, a});
     const ValueId y = rms_norm(g, p + ".ffn_norm", h, l.ffn_norm, c.rms_norm_eps);
-    const ValueId f = swiglu_ffn(g, p + ".ffn", y, l.gate, l.up, l.down, w.down_hadamard_block);
+    const ValueId f =
+        swiglu_ffn(g, p + ".ffn", y, l.gate, l.up, l.down, w.down_hadamard_block, ll);
     h = g.add("add", p + ".ffn_residual", {h, f});
   }
   const ValueId rows = g.add("gather_rows", "logit_rows", {h, logit_rows});

@@ -17,6 +17,10 @@
 //   "logit_rows"   [n_out] i32  rows of the batch (0 .. T-1) whose logits are returned.
 //   "k_cache.<l>", "v_cache.<l>"  [n_blocks, block_size, n_head_kv * head_dim] f32 per layer:
 //                           the KV pools, bound by reference and written in place.
+//   "lora_ids"     [T] i32  only when built with LoRA adapters (ModelBuildOptions::lora): each
+//                           token's adapter, an index into options.lora, or -1 for the base.
+//                           Every projection an adapter targets is followed by a `lora` node
+//                           (engine/ops/lora.cc); a token's K/V then depend on its adapter.
 // Output 0: logits [n_out, vocab] f32, row i for token logit_rows[i].
 // Each layer first writes the K/V of every token of the batch, then lets each token attend to
 // positions max(0, p - window + 1) .. p of its own sequence. So a token sees the K/V of earlier

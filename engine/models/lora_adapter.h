@@ -84,5 +84,15 @@ void save_lora_adapter(const LoraAdapter& adapter, const std::string& dir);
 
 // PEFT's tensor name of layer `layer`, module `index`, matrix 'A' or 'B'.
 std::string lora_tensor_name(int64_t layer, int index, char matrix);
+// The base model's weight that pair (layer, index) adapts, e.g.
+// "model.layers.<l>.self_attn.q_proj.weight".
+std::string lora_base_weight_name(int64_t layer, int index);
+
+// W + scale · B·A for a projection's weight `weight` ([out, in] f32, f16 or bf16) and the pair
+// adapting it (A [r, in], B [out, r]), rounded once to weight's dtype: what `sampan merge-lora`
+// writes. The sum is formed in f32 (r products per element). Other dtypes or shapes that do not
+// fit are Error(kInvalidArgument) naming `name`.
+Tensor merge_lora_weight(const Tensor& weight, const LoraPair& pair, double scale,
+                         const std::string& name);
 
 }  // namespace sampan::models

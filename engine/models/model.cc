@@ -74,6 +74,7 @@ const char* tensor_role_name(TensorRole role) {
     case TensorRole::kVCache: return "v_cache";
     case TensorRole::kLogits: return "logits";
     case TensorRole::kData: return "data";
+    case TensorRole::kLoraIds: return "lora_ids";
   }
   return "?";
 }
@@ -122,6 +123,7 @@ DecoderBindings DecoderBindings::from(const Signature& sig, const std::string& m
     b.k_cache.push_back(need(TensorRole::kKCache, l));
     b.v_cache.push_back(need(TensorRole::kVCache, l));
   }
+  if (const TensorSpec* t = sig.find_input(TensorRole::kLoraIds)) b.lora_ids = t->name;
   bool found = false;
   for (size_t i = 0; i < sig.outputs.size(); ++i) {
     if (sig.outputs[i].role == TensorRole::kLogits) {

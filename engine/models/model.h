@@ -39,6 +39,7 @@ enum class TensorRole : uint8_t {
   kVCache,       // [n_blocks, block_size, row] one layer's V pool, written in place
   kLogits,       // [n_out, vocab] f32
   kData,         // anything else a caller feeds or reads (classic models)
+  kLoraIds,      // [n_tokens] i32: each token's LoRA adapter (ModelBuildOptions::lora), -1: none
 };
 const char* tensor_role_name(TensorRole role);
 
@@ -65,6 +66,7 @@ struct Signature {
 struct DecoderBindings {
   std::string ids, positions, seq_ids, block_tables, logit_rows;
   std::vector<std::string> k_cache, v_cache;  // per layer
+  std::string lora_ids;  // empty when the model was built without LoRA adapters
   size_t logits_output = 0;                   // index among the graph's outputs
 
   static DecoderBindings from(const Signature& sig, const std::string& model);

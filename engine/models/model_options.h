@@ -10,12 +10,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "engine/core/dtype.h"
 #include "kernels/common/kv_format.h"
 #include "kernels/common/quant_scheme.h"
 
 namespace sampan::models {
+
+struct LoraAdapter;  // lora_adapter.h
 
 // The quantization scheme and KV-cache formats are value types of every layer, defined once in
 // kernels/common (quant_scheme.h, kv_format.h); the names below keep the engine's spelling.
@@ -42,6 +46,11 @@ struct ModelBuildOptions {
   // Online Walsh-Hadamard on the head dimension of Q and K after RoPE (scores unchanged), so K
   // is quantized in the rotated basis where outlier channels are spread out.
   bool kv_hadamard = false;
+  // LoRA adapters the graph serves besides the base (lora_adapter.h; --lora DIR). With any, every
+  // projection an adapter targets gets a `lora` node (engine/ops/lora.cc) and the graph takes
+  // "lora_ids" [n_tokens] i32 (TensorRole::kLoraIds): per token the index of its adapter here,
+  // or -1 for the base. Each is checked against the model (check_lora_adapter) when it builds.
+  std::vector<std::shared_ptr<const LoraAdapter>> lora;
 };
 
 }  // namespace sampan::models

@@ -27,6 +27,13 @@ CausalLm::CausalLm(std::unique_ptr<models::Model> model, const CausalLmOptions& 
   executor_ = std::make_unique<graph::Executor>(model_->graph, pool_, options.device);
   executor_->load_constants();
   executor_->set_cuda_graphs(options.cuda_graphs);
+  if (!bind_.lora_ids.empty()) {
+    const int n = static_cast<int>(options.build.lora.size());
+    SAMPAN_CHECK(options.lora_adapter >= -1 && options.lora_adapter < n,
+                 ErrorCode::kInvalidArgument,
+                 "LoRA adapter {} requested, the model has {} (-1: none)", options.lora_adapter, n);
+    lora_adapter_ = options.lora_adapter;
+  }
   capacity_ = options.max_context;
   const HfConfig& c = model_->config;
   if (c.max_position_embeddings > 0) capacity_ = std::min(capacity_, c.max_position_embeddings);
@@ -53,6 +60,7 @@ graph::MemoryPlan CausalLm::plan_activations(int64_t n_tokens, int64_t n_out) {
                                          {bind_.seq_ids, {n_tokens}},
                                          {bind_.block_tables, {1, 1}},
                                          {bind_.logit_rows, {n_out}}};
+  if (!bind_.lora_ids.empty()) shapes[bind_.lora_ids] = {n_tokens};
   for (size_t l = 0; l < kv_.k.size(); ++l) {
     shapes[bind_.k_cache[l]] = kv_.k[l].shape();
     shapes[bind_.v_cache[l]] = kv_.v[l].shape();
@@ -81,6 +89,10 @@ Tensor CausalLm::forward(std::span<const int32_t> ids, bool all_logits) {
   // One sequence whose cache is one block of `capacity_` rows.
   in[bind_.seq_ids] = Tensor::from_i32({n}, std::vector<int32_t>(static_cast<size_t>(n), 0));
   in[bind_.block_tables] = Tensor::from_i32({1, 1}, {0});
+  if (!bind_.lora_ids.empty()) {
+    in[bind_.lora_ids] =
+        Tensor::from_i32({n}, std::vector<int32_t>(static_cast<size_t>(n), lora_adapter_));
+  }
   std::vector<int32_t> rows;
   if (all_logits) {
     for (int64_t i = 0; i < n; ++i) rows.push_back(static_cast<int32_t>(i));

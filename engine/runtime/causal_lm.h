@@ -26,6 +26,9 @@ struct CausalLmOptions {
   // On a CUDA device, one-token forwards (decode) are recorded once as a CUDA graph and then
   // replayed (graph/executor.h). Off: every forward launches node by node.
   bool cuda_graphs = true;
+  // Which adapter of build.lora every token runs through (its index there), or -1 for the base
+  // alone; ignored without adapters. Out of range: Error(kInvalidArgument) at load.
+  int lora_adapter = 0;
 };
 
 class CausalLm {
@@ -74,6 +77,7 @@ class CausalLm {
   models::KvPools kv_;
   int64_t n_past_ = 0;
   std::vector<int32_t> cached_ids_;
+  int32_t lora_adapter_ = -1;  // bound as every token's lora_ids when the graph has that input
 };
 
 }  // namespace sampan::runtime

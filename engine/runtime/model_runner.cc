@@ -69,6 +69,7 @@ bool ModelRunner::fill_padded_decode(StepPlan& plan) {
   int32_t* seq_ids = in_seq_ids_.reserve(n);
   int32_t* table = in_block_tables_.reserve(n * width);
   int32_t* rows = in_logit_rows_.reserve(n);
+  int32_t* lora = bind_.lora_ids.empty() ? nullptr : in_lora_ids_.reserve(n);
   for (int64_t t = 0; t < n; ++t) {
     int32_t* row = table + t * width;
     seq_ids[t] = static_cast<int32_t>(t);
@@ -78,6 +79,7 @@ bool ModelRunner::fill_padded_decode(StepPlan& plan) {
       const Sequence& s = *b.seq;
       ids[t] = s.tokens[static_cast<size_t>(s.n_computed)];
       pos[t] = static_cast<int32_t>(s.n_computed);
+      if (lora != nullptr) lora[t] = s.lora_adapter;
       b.logit_row = static_cast<int>(t);
       const size_t nb = s.blocks.blocks.size();
       std::copy(s.blocks.blocks.begin(), s.blocks.blocks.end(), row);
@@ -85,6 +87,7 @@ bool ModelRunner::fill_padded_decode(StepPlan& plan) {
     } else {
       ids[t] = 0;
       pos[t] = 0;
+      if (lora != nullptr) lora[t] = -1;
       row[0] = static_cast<int32_t>(num_blocks_);  // the spare block
       std::fill(row + 1, row + width, -1);
     }
@@ -94,6 +97,7 @@ bool ModelRunner::fill_padded_decode(StepPlan& plan) {
   inputs_[bind_.seq_ids] = in_seq_ids_.view({n});
   inputs_[bind_.block_tables] = in_block_tables_.view({n, width});
   inputs_[bind_.logit_rows] = in_logit_rows_.view({n});
+  if (lora != nullptr) inputs_[bind_.lora_ids] = in_lora_ids_.view({n});
   return true;
 }
 
@@ -112,6 +116,7 @@ void ModelRunner::fill_step(const StepPlan& plan) {
   int32_t* table = in_block_tables_.reserve(n_seqs * max_blocks);
   // A batch of partial prompt chunks produces no logits; one ignored row keeps n_out >= 1.
   int32_t* rows = in_logit_rows_.reserve(std::max(n_out, 1));
+  int32_t* lora = bind_.lora_ids.empty() ? nullptr : in_lora_ids_.reserve(n_tokens);
   int64_t t = 0;
   for (int64_t si = 0; si < n_seqs; ++si) {
     const Scheduled& b = plan.batch[static_cast<size_t>(si)];
@@ -120,6 +125,7 @@ void ModelRunner::fill_step(const StepPlan& plan) {
       ids[t] = s.tokens[static_cast<size_t>(s.n_computed + j)];
       pos[t] = static_cast<int32_t>(s.n_computed + j);
       seq_ids[t] = static_cast<int32_t>(si);
+      if (lora != nullptr) lora[t] = s.lora_adapter;
     }
     if (b.logit_row >= 0) rows[b.logit_row] = static_cast<int32_t>(t - 1);
     int32_t* row = table + si * max_blocks;
@@ -133,6 +139,7 @@ void ModelRunner::fill_step(const StepPlan& plan) {
   inputs_[bind_.seq_ids] = in_seq_ids_.view({n_tokens});
   inputs_[bind_.block_tables] = in_block_tables_.view({n_seqs, max_blocks});
   inputs_[bind_.logit_rows] = in_logit_rows_.view({std::max(n_out, 1)});
+  if (lora != nullptr) inputs_[bind_.lora_ids] = in_lora_ids_.view({n_tokens});
 }
 
 StepOutput ModelRunner::run(StepPlan& plan) {

@@ -76,6 +76,7 @@ class ModelRunner {
   models::KvPools kv_;
   std::map<std::string, Tensor> inputs_;  // the KV pools bound once, the rest every step
   I32Input in_ids_, in_positions_, in_seq_ids_, in_block_tables_, in_logit_rows_;
+  I32Input in_lora_ids_;  // graphs with LoRA adapters only (bind_.lora_ids)
   int64_t forwards_for_fault_injection_ = 0;  // EngineOptions::test_fault_every_n_steps
 };
 

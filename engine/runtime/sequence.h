@@ -43,6 +43,10 @@ struct Sequence {
   std::unique_ptr<tok::StreamDecoder> decoder;
   std::unique_ptr<StopMatcher> stops;
   std::vector<int32_t> stop_ids;  // request stop ids + eos ids (unless ignore_eos)
+  // The LoRA adapter its tokens run through: an index into the model's adapters
+  // (ModelBuildOptions::lora), -1 for the base (EngineRequest::lora). Its K/V depend on it, so
+  // blocks.ns = lora_adapter + 1 keeps the prefix cache from sharing blocks across adapters.
+  int32_t lora_adapter = -1;
 
   bool admitted_once = false;
   bool finished = false;  // its final event is sent; the scheduler drops it

@@ -13,12 +13,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/models/lora_adapter.h"
 #include "engine/models/model.h"
+#include "engine/train/optimizer.h"  // AdamWOptions
 
 namespace sampan::train {
 
@@ -39,23 +41,20 @@ struct TrainBatch {
   }
 };
 
-struct AdamWOptions {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;  // decoupled (Loshchilov & Hutter), as torch.optim.AdamW
-};
-
 struct TrainerOptions {
   models::LoraConfig lora;
   AdamWOptions adamw;
   double max_grad_norm = 1.0;  // <= 0: no clipping
   uint64_t seed = 0;           // adapter init and dropout masks
   int threads = 0;             // 0: every core
-  // kF32: everything in f32. kBf16 (like AMP O2): the GEMMs take bf16-rounded operands with f32
-  // sums; master weights, optimizer state, norms, softmax and the loss stay f32.
+  // kF32: everything in f32. kBf16 (like AMP O2): the projection GEMMs (base and LoRA, forward
+  // and backward) take bf16-rounded operands with f32 sums (train_graph.h); master weights,
+  // optimizer state, norms, attention, softmax and the loss stay f32. On CPUs without AMX this
+  // changes the numerics, not the speed (the f32 FMA GEMM runs on the rounded values).
   models::Precision precision = models::Precision::kF32;
-  bool recompute = false;  // recompute each layer's forward in the backward instead of keeping it
+  // Recompute each layer's forward in the backward instead of keeping its activations (only
+  // each layer's input is kept); the gradients are bit-identical either way.
+  bool recompute = false;
 };
 
 struct MicroResult {
@@ -66,7 +65,8 @@ struct MicroResult {
 class LoraTrainer {
  public:
   // `base` must be a decoder (is_decoder_format); it is not modified. A fresh adapter from
-  // options.seed (make_lora_adapter), or `initial` when given (it must fit the base).
+  // options.seed (make_lora_adapter), or a copy of `initial` when given (it must fit the base;
+  // its rank, alpha and targets then win over options.lora, which still sets the dropout).
   LoraTrainer(std::shared_ptr<const models::Model> base, const TrainerOptions& options,
               const models::LoraAdapter* initial = nullptr);
   ~LoraTrainer();
@@ -80,12 +80,19 @@ class LoraTrainer {
   // Forward only, dropout off, no gradients kept.
   MicroResult evaluate(const TrainBatch& batch);
 
+  // The gradients accumulate() gathered since the last step (the sum over micro-batches of
+  // d(loss_sum)/dA and d(loss_sum)/dB, before step()'s division and clipping), by PEFT tensor
+  // name (lora_tensor_name): copies, for tests and diagnostics.
+  std::map<std::string, Tensor> gradients() const;
+
   // The adapter as trained so far (its A and B are the trainer's master weights).
   const models::LoraAdapter& adapter() const;
   int64_t steps_done() const;
 
   // Everything `--resume` needs to continue bit-exactly: adapter, AdamW moments, step count,
-  // dropout RNG state. Written as one safetensors file with a JSON header (save is atomic).
+  // dropout RNG state, and the gradients accumulated since the last step. Written as one
+  // safetensors file with a JSON header (save is atomic). load_state refuses a file saved
+  // under another seed or for other adapter shapes (one line naming the file).
   void save_state(const std::string& file) const;
   void load_state(const std::string& file);
 

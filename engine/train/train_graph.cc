@@ -1,0 +1,165 @@
+#include "engine/train/train_graph.h"
+
+#include <cmath>
+
+#include "engine/core/error.h"
+#include "engine/models/blocks.h"
+#include "engine/models/rope_freqs.h"
+#include "engine/train/autograd.h"
+
+namespace sampan::train {
+namespace {
+
+using graph::Dim;
+using graph::ValueId;
+using models::Linear;
+
+struct Builder {
+  graph::Graph& g;
+  const models::LoraConfig& lora;
+  const TrainGraphOptions& options;
+  ValueId seed = graph::kNoValue;
+  std::vector<bool> targeted = std::vector<bool>(models::kLoraModuleCount, false);
+  std::vector<LoraParam> params;
+
+  // The base projection plus, when `module` is targeted, its LoRA branch.
+  ValueId lora_linear(const std::string& name, ValueId x, const Linear& w, int64_t layer,
+                      int module, int64_t in, int64_t out) {
+    if (options.bf16) x = g.add("round_bf16", name + ".x_bf16", {x});
+    ValueId y = models::linear(g, name, x, w);
+    if (options.bf16) y = g.add("round_bf16", name + ".y_bf16", {y}, {{"grad_only", int64_t{1}}});
+    if (!targeted[static_cast<size_t>(module)]) return y;
+    const std::string base =
+        "lora." + std::to_string(layer) + "." + models::kLoraModules[static_cast<size_t>(module)];
+    const ValueId a =
+        g.add_input(base + ".A", DType::kF32, {Dim::fixed(lora.rank), Dim::fixed(in)});
+    const ValueId b =
+        g.add_input(base + ".B", DType::kF32, {Dim::fixed(out), Dim::fixed(lora.rank)});
+    params.push_back({layer, module, 'A', base + ".A", a});
+    params.push_back({layer, module, 'B', base + ".B", b});
+    // A distinct mask per projection: the salt numbers (layer, module).
+    const int64_t salt = layer * models::kLoraModuleCount + module + 1;
+    ValueId xd = g.add("scaled_dropout", name + ".lora_dropout", {x, seed},
+                       {{"p", options.dropout}, {"scale", lora.scale()}, {"salt", salt}});
+    ValueId a_in = a, b_in = b;
+    if (options.bf16) {
+      // The scaled input and the rank-r intermediate are GEMM operands too (u of both GEMMs:
+      // its rounding also rounds the gradient reaching the first one).
+      xd = g.add("round_bf16", name + ".lora_x_bf16", {xd});
+      a_in = g.add("round_bf16", name + ".lora_A_bf16", {a});
+      b_in = g.add("round_bf16", name + ".lora_B_bf16", {b});
+    }
+    ValueId u = g.add("linear", name + ".lora_A", {xd, a_in});
+    if (options.bf16) u = g.add("round_bf16", name + ".lora_A_out_bf16", {u});
+    ValueId v = g.add("linear", name + ".lora_B", {u, b_in});
+    if (options.bf16)
+      v = g.add("round_bf16", name + ".lora_B_out_bf16", {v}, {{"grad_only", int64_t{1}}});
+    return g.add("add", name + ".lora_add", {y, v});
+  }
+};
+
+}  // namespace
+
+TrainGraph build_train_graph(const HfConfig& c, const models::LlamaWeights& w,
+                             const models::LoraConfig& lora, const TrainGraphOptions& options) {
+  SAMPAN_CHECK(lora.rank > 0, ErrorCode::kInvalidArgument, "LoRA rank {} must be positive",
+               lora.rank);
+  SAMPAN_CHECK(w.layers.size() == static_cast<size_t>(c.n_layer), ErrorCode::kInvalidArgument,
+               "{}: {} layers of weights for {} layers", c.source, w.layers.size(), c.n_layer);
+  TrainGraph tg;
+  graph::Graph& g = tg.graph;
+  Builder bld{g, lora, options};
+  for (const std::string& t : lora.targets) {
+    const int m = models::lora_module_index(t);
+    SAMPAN_CHECK(m >= 0, ErrorCode::kInvalidArgument,
+                 "LoRA target '{}' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                 "up_proj, down_proj",
+                 t);
+    bld.targeted[static_cast<size_t>(m)] = true;
+  }
+  const Dim rows = Dim::sym("n_rows");
+  const ValueId ids = g.add_input("ids", DType::kI32, {rows});
+  const ValueId positions = g.add_input("positions", DType::kI32, {rows});
+  const ValueId lengths = g.add_input("lengths", DType::kI32, {Dim::sym("batch")});
+  const ValueId targets = g.add_input("targets", DType::kI32, {rows});
+  bld.seed = g.add_input("dropout_seed", DType::kI32, {Dim::fixed(2)});
+
+  // RoPE exactly as build_llama_graph computes it (llama3 scaling, GGUF frequency factors).
+  RopeFreqs rope = compute_rope_freqs(c);
+  if (!w.rope_freq_factors.empty()) {
+    SAMPAN_CHECK(w.rope_freq_factors.size() == rope.inv_freq.size(), ErrorCode::kInvalidModel,
+                 "{}: rope_freqs has {} factors, expected head_dim / 2 = {}", c.source,
+                 w.rope_freq_factors.size(), rope.inv_freq.size());
+    for (size_t i = 0; i < rope.inv_freq.size(); ++i) rope.inv_freq[i] /= w.rope_freq_factors[i];
+  }
+  const ValueId inv_freq =
+      g.add_constant("rope.inv_freq",
+                     Tensor::from_f32({static_cast<int64_t>(rope.inv_freq.size())}, rope.inv_freq));
+
+  graph::Attributes embd_attrs;
+  if (w.tok_embd.dtype() == DType::kU8) {
+    embd_attrs.set("ggml_type", static_cast<int64_t>(w.tok_embd_type));
+  }
+  ValueId h = g.add("embedding", "tok_embd", {ids, g.add_constant("tok_embd.weight", w.tok_embd)},
+                    std::move(embd_attrs));
+  const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.intermediate_size;
+  BackwardOptions backward;
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const size_t first_node = g.nodes().size();
+    const std::string p = "layers." + std::to_string(i);
+    const models::LlamaLayerWeights& l = w.layers[static_cast<size_t>(i)];
+    const ValueId x = models::rms_norm(g, p + ".attn_norm", h, l.attn_norm, c.rms_norm_eps);
+    const ValueId q = bld.lora_linear(p + ".attn.q_proj", x, l.attn.q, i, 0, d, qd);
+    const ValueId k = bld.lora_linear(p + ".attn.k_proj", x, l.attn.k, i, 1, d, kvd);
+    const ValueId v = bld.lora_linear(p + ".attn.v_proj", x, l.attn.v, i, 2, d, kvd);
+    const graph::Attributes q_rope = {{"n_heads", c.n_head},
+                                      {"head_dim", c.head_dim},
+                                      {"attn_factor", static_cast<double>(rope.attention_factor)}};
+    const graph::Attributes k_rope = {{"n_heads", c.n_head_kv},
+                                      {"head_dim", c.head_dim},
+                                      {"attn_factor", static_cast<double>(rope.attention_factor)}};
+    const ValueId qr = g.add("rope", p + ".attn.q_rope", {q, positions, inv_freq}, q_rope);
+    const ValueId kr = g.add("rope", p + ".attn.k_rope", {k, positions, inv_freq}, k_rope);
+    const int64_t window = c.layer_is_sliding(i) ? *c.sliding_window : 0;
+    const ValueId a = g.add_node("causal_attention", p + ".attn.attn", {qr, kr, v, lengths},
+                                 {{"n_heads", c.n_head},
+                                  {"n_kv_heads", c.n_head_kv},
+                                  {"head_dim", c.head_dim},
+                                  {"scale", 1.0 / std::sqrt(static_cast<double>(c.head_dim))},
+                                  {"sliding_window", window}},
+                                 2)[0];
+    const ValueId o = bld.lora_linear(p + ".attn.o_proj", a, l.attn.o, i, 3, qd, d);
+    h = g.add("add", p + ".attn_residual", {h, o});
+    const ValueId y = models::rms_norm(g, p + ".ffn_norm", h, l.ffn_norm, c.rms_norm_eps);
+    const ValueId gate = bld.lora_linear(p + ".ffn.gate_proj", y, l.gate, i, 4, d, ff);
+    const ValueId up = bld.lora_linear(p + ".ffn.up_proj", y, l.up, i, 5, d, ff);
+    ValueId act = g.add("silu_mul", p + ".ffn.act", {gate, up});
+    if (w.down_hadamard_block > 0) {
+      act = g.add("hadamard", p + ".ffn.down_hadamard", {act}, {{"block", w.down_hadamard_block}});
+    }
+    const ValueId f = bld.lora_linear(p + ".ffn.down_proj", act, l.down, i, 6, ff, d);
+    h = g.add("add", p + ".ffn_residual", {h, f});
+    // The layer's input h is its checkpoint; everything it computes may be recomputed.
+    if (options.recompute) backward.recompute.emplace_back(first_node, g.nodes().size());
+  }
+  ValueId n = models::rms_norm(g, "output_norm", h, w.output_norm, c.rms_norm_eps);
+  if (options.bf16) n = g.add("round_bf16", "lm_head.x_bf16", {n});
+  ValueId logits = models::linear(g, "lm_head", n, w.output);
+  if (options.bf16)
+    logits = g.add("round_bf16", "lm_head.y_bf16", {logits}, {{"grad_only", int64_t{1}}});
+  tg.loss = g.add("cross_entropy", "loss", {logits, targets}, {{"ignore_index", int64_t{-100}}});
+  g.mark_output(tg.loss);
+  SAMPAN_CHECK(!bld.params.empty(), ErrorCode::kInvalidArgument,
+               "the LoRA adapter targets no projection");
+  tg.params = std::move(bld.params);
+  if (options.backward) {
+    std::vector<ValueId> wrt;
+    for (const LoraParam& prm : tg.params) wrt.push_back(prm.value);
+    const std::vector<ValueId> grads = build_backward(g, tg.loss, wrt, backward);
+    for (size_t i = 0; i < grads.size(); ++i) tg.params[i].grad = grads[i];
+  }
+  g.validate();
+  return tg;
+}
+
+}  // namespace sampan::train

@@ -1,0 +1,26 @@
+// Token-level cross-entropy over logits with an ignore index, summed (not averaged): the loss
+// convention of train/lora_trainer.h. Templates for float (the graph ops) and double (the
+// gradient checks); every reduction runs in double.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/task_runner.h"
+
+namespace sampan::cpu {
+
+// Returns Σ over rows with targets[r] != ignore of logsumexp(logits[r]) - logits[r, targets[r]].
+// logits: [rows, vocab] row stride ld; targets: [rows], each ignore or in [0, vocab) (the caller
+// checks). Row losses are summed in row order, so the result does not depend on the threads.
+template <class T>
+double cross_entropy_forward(int64_t rows, int64_t vocab, const T* logits, int64_t ld,
+                             const int32_t* targets, int32_t ignore, TaskRunner& runner);
+
+// dlogits[r] = dloss · (softmax(logits[r]) - onehot(targets[r])), zero for ignored rows.
+// dlogits: [rows, vocab] row stride lddl (may equal logits with the same stride).
+template <class T>
+void cross_entropy_backward(int64_t rows, int64_t vocab, const T* logits, int64_t ld,
+                            const int32_t* targets, int32_t ignore, double dloss, T* dlogits,
+                            int64_t lddl, TaskRunner& runner);
+
+}  // namespace sampan::cpu

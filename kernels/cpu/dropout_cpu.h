@@ -1,0 +1,22 @@
+// Inverted dropout with a scale, for LoRA's input branch: y = x ⊙ keep / (1 - p) · scale.
+// The mask is a pure function of (seed, element index): keep[i] = uniform(seed, i) >= p with a
+// counter-based hash (splitmix64), so it is the same for every thread count, and the backward
+// (the same function applied to dy) regenerates it instead of storing it.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/task_runner.h"
+
+namespace sampan::cpu {
+
+// Whether element `index` is kept under `seed` at drop probability p (0 <= p < 1).
+bool dropout_keep(uint64_t seed, uint64_t index, double p);
+
+// x, y: [rows, cols] with row strides ldx, ldy (y may equal x with equal strides). Element
+// (r, c) has index r * cols + c. p == 0 keeps everything (a plain scale).
+template <class T>
+void scaled_dropout(int64_t rows, int64_t cols, const T* x, int64_t ldx, uint64_t seed, double p,
+                    double scale, T* y, int64_t ldy, TaskRunner& runner);
+
+}  // namespace sampan::cpu

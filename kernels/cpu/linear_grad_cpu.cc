@@ -1,0 +1,204 @@
+#include "kernels/cpu/linear_grad_cpu.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/convert_cpu.h"
+#include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/gemm_quant.h"
+#include "kernels/cpu/ggml_dequant.h"
+#include "kernels/cpu/vec_util.h"
+
+namespace sampan::cpu {
+namespace {
+
+// Output rows of W per panel: the transposed panel [k, kPanelRows] stays a few hundred KB for
+// hidden sizes up to 8k while each GEMM still reduces over 256.
+constexpr int64_t kPanelRows = 256;
+
+// Row r of block `b` of w as f32, exactly as the forward GEMM reads it. out: [w.k].
+void dequant_row(const GemmWeights& w, int b, int64_t r, float* out) {
+  const int64_t k = w.k;
+  const auto* base = static_cast<const uint8_t*>(w.data[b]);
+  switch (w.dtype) {
+    case DType::kF32:
+      std::memcpy(out, base + r * k * 4, static_cast<size_t>(k) * 4);
+      return;
+    case DType::kF16:
+    case DType::kBF16:
+      convert_to_f32(w.dtype, base + r * k * 2, out, k);
+      return;
+    case DType::kU8:
+      dequantize_ggml_row(w.ggml_type, base + r * ggml_row_bytes(w.ggml_type, k), out, k);
+      return;
+    case DType::kF8E4M3: {
+      gemm_detail::QuantRow row;
+      row.data = base + r * k;
+      row.scales = static_cast<const float*>(w.scales[b]) + r;
+      gemm_detail::QuantFormat f;
+      f.dtype = DType::kF8E4M3;
+      f.k = k;
+      gemm_detail::quant_kernels_avx2().dequant_f32(row, f, out);
+      return;
+    }
+    case DType::kI4: {
+      const int64_t groups = k / w.group_size;
+      gemm_detail::QuantRow row;
+      row.data = base + r * (k / 2);
+      row.scales = static_cast<const uint16_t*>(w.scales[b]) + r * groups;
+      row.zeros = w.zeros[b] ? w.zeros[b] + r * groups : nullptr;
+      gemm_detail::QuantFormat f;
+      f.dtype = DType::kI4;
+      f.k = k;
+      f.group = w.group_size;
+      f.bf16_scales = w.scale_dtype == DType::kBF16;
+      f.asymmetric = w.zeros[b] != nullptr;
+      gemm_detail::quant_kernels_avx2().dequant_f32(row, f, out);
+      return;
+    }
+    default:
+      // The op checked the format; an unknown one leaves NaN so a bug cannot pass silently.
+      std::fill(out, out + k, std::numeric_limits<float>::quiet_NaN());
+      return;
+  }
+}
+
+// dst[c, r] = src[r, c] for src [rows, cols] (row stride lds), dst [cols, rows] (row stride ldd).
+void transpose(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst, int64_t ldd,
+               TaskRunner& runner) {
+  constexpr int64_t kTile = 32;
+  const int64_t col_tiles = (cols + kTile - 1) / kTile;
+  util::parallel_for(runner, col_tiles, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t ct = t0; ct < t1; ++ct) {
+      const int64_t c0 = ct * kTile, c1 = std::min(cols, c0 + kTile);
+      for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+        const int64_t r1 = std::min(rows, r0 + kTile);
+        for (int64_t c = c0; c < c1; ++c) {
+          for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
+        }
+      }
+    }
+  });
+}
+
+// y[rows, cols] += t[rows, cols] (contiguous t).
+void add_into(int64_t rows, int64_t cols, const float* t, float* y, int64_t ldy,
+              TaskRunner& runner) {
+  util::parallel_for(runner, rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* s = t + r * cols;
+      float* d = y + r * ldy;
+      for (int64_t c = 0; c < cols; ++c) d[c] += s[c];
+    }
+  });
+}
+
+GemmWeights f32_weights(const float* data, int64_t rows, int64_t k) {
+  GemmWeights g;
+  g.dtype = DType::kF32;
+  g.k = k;
+  g.n_blocks = 1;
+  g.data[0] = data;
+  g.rows[0] = rows;
+  return g;
+}
+
+}  // namespace
+
+void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w, float* dx,
+                       int64_t lddx, TaskRunner& runner) {
+  const int64_t k = w.k;
+  if (m <= 0 || k <= 0) return;
+  std::vector<float> rows(static_cast<size_t>(kPanelRows * k));
+  std::vector<float> panel(static_cast<size_t>(kPanelRows * k));
+  std::vector<float> partial;
+  bool first = true;
+  int64_t col0 = 0;  // column of dy where block b starts
+  for (int b = 0; b < w.n_blocks; ++b) {
+    for (int64_t r0 = 0; r0 < w.rows[b]; r0 += kPanelRows) {
+      const int64_t nb = std::min(kPanelRows, w.rows[b] - r0);
+      util::parallel_for(runner, nb, 4, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) dequant_row(w, b, r0 + i, rows.data() + i * k);
+      });
+      transpose(nb, k, rows.data(), k, panel.data(), nb, runner);
+      // dx (+)= dy[:, col0 + r0 : + nb] · W[r0 : r0 + nb, :], as a GEMM against the panel Wᵀ.
+      const GemmWeights pw = f32_weights(panel.data(), k, nb);
+      if (first) {
+        gemm(m, dy + col0 + r0, lddy, pw, GemmEpilogue::kStore, dx, lddx, runner);
+        first = false;
+      } else {
+        partial.resize(static_cast<size_t>(m * k));
+        gemm(m, dy + col0 + r0, lddy, pw, GemmEpilogue::kStore, partial.data(), k, runner);
+        add_into(m, k, partial.data(), dx, lddx, runner);
+      }
+    }
+    col0 += w.rows[b];
+  }
+}
+
+void linear_grad_weight(int64_t m, int64_t n, int64_t k, const float* dy, int64_t lddy,
+                        const float* x, int64_t ldx, float* dw, bool accumulate,
+                        TaskRunner& runner) {
+  if (n <= 0 || k <= 0) return;
+  if (m <= 0) {
+    if (!accumulate) std::fill(dw, dw + n * k, 0.0f);
+    return;
+  }
+  std::vector<float> dyt(static_cast<size_t>(n * m)), xt(static_cast<size_t>(k * m));
+  transpose(m, n, dy, lddy, dyt.data(), m, runner);
+  transpose(m, k, x, ldx, xt.data(), m, runner);
+  // dw[n, k] = dyᵀ[n, m] · (xᵀ[k, m])ᵀ: the GEMM reduces over m with xᵀ as its weights.
+  const GemmWeights xw = f32_weights(xt.data(), k, m);
+  if (!accumulate) {
+    gemm(n, dyt.data(), m, xw, GemmEpilogue::kStore, dw, k, runner);
+    return;
+  }
+  std::vector<float> t(static_cast<size_t>(n * k));
+  gemm(n, dyt.data(), m, xw, GemmEpilogue::kStore, t.data(), k, runner);
+  add_into(n, k, t.data(), dw, k, runner);
+}
+
+template <class T>
+void linear_grad_input_ref(int64_t m, int64_t n, int64_t k, const T* dy, const T* w, T* dx) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t c = 0; c < k; ++c) {
+      T s = 0;
+      for (int64_t o = 0; o < n; ++o) s += dy[i * n + o] * w[o * k + c];
+      dx[i * k + c] = s;
+    }
+  }
+}
+
+template <class T>
+void linear_grad_weight_ref(int64_t m, int64_t n, int64_t k, const T* dy, const T* x, T* dw) {
+  for (int64_t o = 0; o < n; ++o) {
+    for (int64_t c = 0; c < k; ++c) {
+      T s = 0;
+      for (int64_t i = 0; i < m; ++i) s += dy[i * n + o] * x[i * k + c];
+      dw[o * k + c] = s;
+    }
+  }
+}
+
+template <class T>
+void linear_forward_ref(int64_t m, int64_t n, int64_t k, const T* x, const T* w, T* y) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t o = 0; o < n; ++o) {
+      T s = 0;
+      for (int64_t c = 0; c < k; ++c) s += x[i * k + c] * w[o * k + c];
+      y[i * n + o] = s;
+    }
+  }
+}
+
+#define SAMPAN_INSTANTIATE(T)                                                                 \
+  template void linear_grad_input_ref<T>(int64_t, int64_t, int64_t, const T*, const T*, T*);  \
+  template void linear_grad_weight_ref<T>(int64_t, int64_t, int64_t, const T*, const T*, T*); \
+  template void linear_forward_ref<T>(int64_t, int64_t, int64_t, const T*, const T*, T*);
+SAMPAN_INSTANTIATE(float)
+SAMPAN_INSTANTIATE(double)
+#undef SAMPAN_INSTANTIATE
+
+}  // namespace sampan::cpu

@@ -1,0 +1,682 @@
+// Gradient rules: every op's backward kernel (double instantiation) against central differences
+// in float64, on awkward sizes (non-multiples of 16, GQA ratios 2 and 4, padding rows, a sliding
+// window, ignore-index targets); the f32 linear_grad_input for every weight format against the
+// double specification; and a composed graph differentiated by autograd (f32 executor) against
+// the same chain composed by hand from the double rules, with pruning checked.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
+#include "engine/graph/executor.h"
+#include "engine/train/autograd.h"
+#include "kernels/common/half.h"
+#include "kernels/cpu/causal_attention_cpu.h"
+#include "kernels/cpu/cross_entropy_cpu.h"
+#include "kernels/cpu/dropout_cpu.h"
+#include "kernels/cpu/embedding_grad_cpu.h"
+#include "kernels/cpu/linear_grad_cpu.h"
+#include "kernels/cpu/rms_norm_grad_cpu.h"
+#include "kernels/cpu/rope_grad_cpu.h"
+#include "kernels/cpu/round_bf16_cpu.h"
+#include "kernels/cpu/silu_mul_grad_cpu.h"
+#include "quant/fp8.h"
+
+using namespace sampan;
+using Vec = std::vector<double>;
+
+namespace {
+
+Vec random_vec(size_t n, std::mt19937& rng, double scale = 1.0) {
+  std::normal_distribution<double> d(0.0, scale);
+  Vec v(n);
+  for (double& x : v) x = d(rng);
+  return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// ||a - b||₂ / ||b||₂.
+double rel_l2(const Vec& a, const Vec& b) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d += (a[i] - b[i]) * (a[i] - b[i]);
+    n += b[i] * b[i];
+  }
+  return std::sqrt(d / n);
+}
+
+// Central differences of loss() with respect to every element of x (x is restored).
+Vec numeric_grad(Vec& x, const std::function<double()>& loss) {
+  constexpr double kH = 1e-5;  // truncation O(h²) ~ 1e-10, rounding ~ 1e-16 / h ~ 1e-11
+  Vec g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + kH;
+    const double up = loss();
+    x[i] = saved - kH;
+    const double down = loss();
+    x[i] = saved;
+    g[i] = (up - down) / (2 * kH);
+  }
+  return g;
+}
+
+// The gradient checks' bound (float64 analytic vs central differences).
+constexpr double kTol = 1e-6;
+
+#define CHECK_GRAD(analytic, x, loss)              \
+  do {                                             \
+    const Vec num_ = numeric_grad(x, loss);        \
+    const double err_ = rel_l2(analytic, num_);    \
+    INFO(#analytic << " relative error " << err_); \
+    CHECK(err_ <= kTol);                           \
+    worst = std::max(worst, err_);                 \
+  } while (0)
+
+double worst = 0;  // largest relative error seen, reported once
+
+}  // namespace
+
+TEST_CASE("gradient rules: double kernels against central differences", "[autograd]") {
+  std::mt19937 rng(42);
+  cpu::SerialRunner serial;
+
+  SECTION("linear: dx = dy·W, dW = dyᵀ·x") {
+    const int64_t m = 5, n = 13, k = 19;
+    Vec x = random_vec(m * k, rng), w = random_vec(n * k, rng), up = random_vec(m * n, rng);
+    Vec y(m * n);
+    auto loss = [&] {
+      cpu::linear_forward_ref<double>(m, n, k, x.data(), w.data(), y.data());
+      return dot(y, up);
+    };
+    Vec dx(m * k), dw(n * k);
+    cpu::linear_grad_input_ref<double>(m, n, k, up.data(), w.data(), dx.data());
+    cpu::linear_grad_weight_ref<double>(m, n, k, up.data(), x.data(), dw.data());
+    CHECK_GRAD(dx, x, loss);
+    CHECK_GRAD(dw, w, loss);
+  }
+  SECTION("rms_norm: dx and dweight") {
+    const int64_t rows = 7, dim = 37;
+    const double eps = 1e-5;
+    Vec x = random_vec(rows * dim, rng), w = random_vec(dim, rng), up = random_vec(rows * dim, rng);
+    Vec y(rows * dim);
+    auto loss = [&] {
+      cpu::rms_norm_ref<double>(rows, dim, x.data(), w.data(), eps, y.data());
+      return dot(y, up);
+    };
+    Vec dx(rows * dim), dw(dim);
+    cpu::rms_norm_backward<double>(rows, dim, x.data(), dim, w.data(), up.data(), dim, eps,
+                                   dx.data(), dim, dw.data(), serial);
+    CHECK_GRAD(dx, x, loss);
+    CHECK_GRAD(dw, w, loss);
+  }
+  SECTION("rope: the transposed rotation, large positions, attn_factor") {
+    const int64_t T = 6, H = 3, D = 10;
+    const std::vector<int32_t> pos = {0, 1, 7, 100, 4095, 131071};
+    const std::vector<float> inv_freq = {1.0f, 0.31f, 0.05f, 1.3e-3f, 2.1e-5f};
+    Vec x = random_vec(T * H * D, rng), up = random_vec(T * H * D, rng), y(T * H * D);
+    auto loss = [&] {
+      cpu::rope_ref<double>(T, H, D, x.data(), pos.data(), inv_freq.data(), 1.3, y.data());
+      return dot(y, up);
+    };
+    Vec dx(T * H * D);
+    cpu::rope_backward<double>(T, H, D, up.data(), H * D, pos.data(), inv_freq.data(), 1.3,
+                               dx.data(), H * D, serial);
+    CHECK_GRAD(dx, x, loss);
+  }
+  SECTION("silu_mul: dgate and dup") {
+    const int64_t rows = 4, n = 21;
+    Vec g = random_vec(rows * n, rng, 2.0), u = random_vec(rows * n, rng),
+        up = random_vec(rows * n, rng), y(rows * n);
+    auto loss = [&] {
+      cpu::silu_mul_ref<double>(rows, n, g.data(), u.data(), y.data());
+      return dot(y, up);
+    };
+    Vec dg(rows * n), du(rows * n);
+    cpu::silu_mul_backward<double>(rows, n, g.data(), n, u.data(), n, up.data(), n, dg.data(), n,
+                                   du.data(), n, serial);
+    CHECK_GRAD(dg, g, loss);
+    CHECK_GRAD(du, u, loss);
+  }
+  SECTION("causal attention: GQA 2 and 4, padding rows, sliding window") {
+    struct Case {
+      int64_t heads, kv_heads, window;
+    };
+    for (const Case c : {Case{4, 2, 0}, Case{4, 1, 0}, Case{6, 3, 3}, Case{2, 2, 0}}) {
+      cpu::CausalAttentionDims d;
+      d.batch = 2;
+      d.seq_len = 7;
+      d.n_heads = c.heads;
+      d.n_kv_heads = c.kv_heads;
+      d.head_dim = 6;
+      d.scale = 0.37;
+      d.window = c.window;
+      const std::vector<int32_t> lengths = {7, 4};  // sequence 1 has 3 padding rows
+      const int64_t N = d.batch * d.seq_len, qw = c.heads * d.head_dim,
+                    kw = c.kv_heads * d.head_dim;
+      Vec q = random_vec(N * qw, rng), k = random_vec(N * kw, rng), v = random_vec(N * kw, rng);
+      Vec up = random_vec(N * qw, rng), o(N * qw), lse(N * c.heads);
+      auto loss = [&] {
+        cpu::causal_attention_forward<double>(d, q.data(), qw, k.data(), kw, v.data(), kw,
+                                              lengths.data(), o.data(), qw, lse.data(), serial);
+        return dot(o, up);
+      };
+      loss();
+      Vec dq(N * qw), dk(N * kw), dv(N * kw);
+      cpu::causal_attention_backward<double>(
+          d, q.data(), qw, k.data(), kw, v.data(), kw, lengths.data(), o.data(), qw, lse.data(),
+          up.data(), qw, dq.data(), qw, dk.data(), kw, dv.data(), kw, serial);
+      INFO("heads " << c.heads << " kv heads " << c.kv_heads << " window " << c.window);
+      CHECK_GRAD(dq, q, loss);
+      CHECK_GRAD(dk, k, loss);
+      CHECK_GRAD(dv, v, loss);
+      // Padding rows neither produce nor receive anything.
+      for (int64_t t = 4; t < 7; ++t) {
+        for (int64_t c2 = 0; c2 < kw; ++c2) CHECK(dk[(7 + t) * kw + c2] == 0.0);
+      }
+    }
+  }
+  SECTION("cross_entropy: summed, ignore index, scaled upstream") {
+    const int64_t rows = 6, vocab = 23;
+    const std::vector<int32_t> targets = {3, -100, 22, 0, -100, 7};
+    Vec logits = random_vec(rows * vocab, rng, 3.0);
+    const double dloss = 1.7;
+    auto loss = [&] {
+      return dloss * cpu::cross_entropy_forward<double>(rows, vocab, logits.data(), vocab,
+                                                        targets.data(), -100, serial);
+    };
+    Vec dl(rows * vocab);
+    cpu::cross_entropy_backward<double>(rows, vocab, logits.data(), vocab, targets.data(), -100,
+                                        dloss, dl.data(), vocab, serial);
+    CHECK_GRAD(dl, logits, loss);
+    for (int64_t c = 0; c < vocab; ++c) CHECK(dl[1 * vocab + c] == 0.0);
+  }
+  SECTION("scaled_dropout: the same mask forward and backward") {
+    const int64_t rows = 5, cols = 17;
+    Vec x = random_vec(rows * cols, rng), up = random_vec(rows * cols, rng), y(rows * cols);
+    auto loss = [&] {
+      cpu::scaled_dropout<double>(rows, cols, x.data(), cols, 99, 0.3, 2.5, y.data(), cols, serial);
+      return dot(y, up);
+    };
+    Vec dx(rows * cols);
+    cpu::scaled_dropout<double>(rows, cols, up.data(), cols, 99, 0.3, 2.5, dx.data(), cols, serial);
+    CHECK_GRAD(dx, x, loss);
+    int64_t dropped = 0;
+    for (double g : dx) dropped += g == 0.0;
+    CHECK(dropped > 10);  // p = 0.3 of 85
+    CHECK(dropped < 45);
+  }
+  SECTION("embedding: scatter-add with repeated ids") {
+    const int64_t n = 9, vocab = 11, dim = 5;
+    const std::vector<int32_t> ids = {3, 0, 3, 10, 7, 3, 0, 1, 10};
+    Vec table = random_vec(vocab * dim, rng), up = random_vec(n * dim, rng);
+    auto loss = [&] {
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t c = 0; c < dim; ++c) s += table[ids[i] * dim + c] * up[i * dim + c];
+      }
+      return s;
+    };
+    Vec dt(vocab * dim);
+    cpu::embedding_backward<double>(n, ids.data(), up.data(), dim, vocab, dim, dt.data());
+    CHECK_GRAD(dt, table, loss);
+  }
+  SECTION("report (runs last)") {
+    CHECK(worst <= kTol);
+    WARN("largest relative error of a double gradient rule vs central differences: " << worst);
+  }
+}
+
+namespace {
+
+// A weight matrix [n, k] in one format: what the GEMM reads and its exact f32 values.
+struct FormatWeights {
+  GemmWeights view;
+  std::vector<uint8_t> data, scales;
+  std::vector<int8_t> zeros;
+  Vec dense;  // [n, k], dequantized
+};
+
+FormatWeights make_weights(DType dtype, int64_t n, int64_t k, std::mt19937& rng) {
+  FormatWeights f;
+  f.dense.resize(static_cast<size_t>(n * k));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  GemmWeights& w = f.view;
+  w.dtype = dtype;
+  w.k = k;
+  w.n_blocks = 1;
+  w.rows[0] = n;
+  switch (dtype) {
+    case DType::kF32: {
+      f.data.resize(static_cast<size_t>(n * k * 4));
+      auto* p = reinterpret_cast<float*>(f.data.data());
+      for (int64_t i = 0; i < n * k; ++i) f.dense[i] = p[i] = nd(rng);
+      break;
+    }
+    case DType::kF16:
+    case DType::kBF16: {
+      f.data.resize(static_cast<size_t>(n * k * 2));
+      auto* p = reinterpret_cast<uint16_t*>(f.data.data());
+      for (int64_t i = 0; i < n * k; ++i) {
+        const float x = nd(rng);
+        p[i] = dtype == DType::kF16 ? f32_to_f16(x) : f32_to_bf16(x);
+        f.dense[i] = dtype == DType::kF16 ? f16_to_f32(p[i]) : bf16_to_f32(p[i]);
+      }
+      break;
+    }
+    case DType::kF8E4M3: {
+      f.data.resize(static_cast<size_t>(n * k));
+      f.scales.resize(static_cast<size_t>(n * 4));
+      auto* s = reinterpret_cast<float*>(f.scales.data());
+      for (int64_t r = 0; r < n; ++r) s[r] = 0.01f * static_cast<float>(1 + r % 7);
+      for (int64_t i = 0; i < n * k; ++i) {
+        uint8_t b = static_cast<uint8_t>(byte(rng));
+        if ((b & 0x7f) == 0x7f) b ^= 1;  // not NaN
+        f.data[i] = b;
+        f.dense[i] = static_cast<double>(quant::fp8_e4m3_to_f32(b)) * s[i / k];
+      }
+      w.scales[0] = s;
+      break;
+    }
+    case DType::kI4: {
+      const int64_t g = 32, groups = k / g;
+      f.data.resize(static_cast<size_t>(n * k / 2));
+      f.scales.resize(static_cast<size_t>(n * groups * 2));
+      f.zeros.resize(static_cast<size_t>(n * groups));
+      auto* s = reinterpret_cast<uint16_t*>(f.scales.data());
+      for (int64_t i = 0; i < n * groups; ++i) {
+        s[i] = f32_to_f16(0.05f * static_cast<float>(1 + i % 5));
+        f.zeros[i] = static_cast<int8_t>(i % 5 - 2);
+      }
+      for (int64_t i = 0; i < n * k / 2; ++i) f.data[i] = static_cast<uint8_t>(byte(rng));
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t c = 0; c < k; ++c) {
+          const uint8_t b = f.data[(r * k + c) / 2];
+          const int q =
+              static_cast<int8_t>(static_cast<uint8_t>((c % 2 ? b >> 4 : b & 15) << 4)) >> 4;
+          const int64_t gi = r * groups + c / g;
+          f.dense[r * k + c] = static_cast<double>(f16_to_f32(s[gi])) * (q - f.zeros[gi]);
+        }
+      }
+      w.scales[0] = s;
+      w.zeros[0] = f.zeros.data();
+      w.scale_dtype = DType::kF16;
+      w.group_size = g;
+      break;
+    }
+    case DType::kU8: {  // GGUF Q8_0: per 32 elements an f16 scale and 32 int8
+      const int64_t blocks = k / 32;
+      f.data.resize(static_cast<size_t>(n * blocks * 34));
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t b = 0; b < blocks; ++b) {
+          uint8_t* blk = f.data.data() + (r * blocks + b) * 34;
+          const uint16_t d = f32_to_f16(0.02f * static_cast<float>(1 + (r + b) % 3));
+          std::memcpy(blk, &d, 2);
+          for (int e = 0; e < 32; ++e) {
+            const auto q = static_cast<int8_t>(byte(rng) - 128);
+            blk[2 + e] = static_cast<uint8_t>(q);
+            f.dense[r * k + b * 32 + e] = static_cast<double>(f16_to_f32(d)) * q;
+          }
+        }
+      }
+      w.ggml_type = GgmlType::kQ8_0;
+      break;
+    }
+    default:
+      FAIL("format");
+  }
+  w.data[0] = f.data.data();
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("linear_grad_input (f32 GEMM path) matches the double rule for every weight format",
+          "[autograd]") {
+  std::mt19937 rng(5);
+  ThreadPool pool(2);
+  // 300 output rows: a full 256-row panel and a partial one; k = 64 fits int4 groups and Q8_0.
+  const int64_t m = 7, n = 300, k = 64;
+  for (DType dt :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kI4, DType::kU8}) {
+    const FormatWeights f = make_weights(dt, n, k, rng);
+    const Vec dy = random_vec(m * n, rng);
+    std::vector<float> dy32(dy.begin(), dy.end()), dx(m * k);
+    Vec dy_r(dy32.begin(), dy32.end()), ref(m * k);
+    cpu::linear_grad_input(m, dy32.data(), n, f.view, dx.data(), k, pool);
+    cpu::linear_grad_input_ref<double>(m, n, k, dy_r.data(), f.dense.data(), ref.data());
+    // f32 sums of 300 products of exactly converted operands: ~1e-7 typical, 1e-5 bounds it.
+    const double e = rel_l2(Vec(dx.begin(), dx.end()), ref);
+    INFO(dtype_name(dt) << ": relative error " << e);
+    CHECK(e <= 1e-5);
+  }
+  SECTION("two weight blocks (fused) and linear_grad_weight") {
+    FormatWeights a = make_weights(DType::kF32, 100, 19, rng),
+                  b = make_weights(DType::kF32, 45, 19, rng);
+    GemmWeights w = a.view;
+    w.n_blocks = 2;
+    w.data[1] = b.data.data();
+    w.rows[1] = 45;
+    Vec dense = a.dense;
+    dense.insert(dense.end(), b.dense.begin(), b.dense.end());
+    const Vec dy = random_vec(m * 145, rng);
+    std::vector<float> dy32(dy.begin(), dy.end()), dx(m * 19);
+    Vec ref(m * 19);
+    cpu::linear_grad_input(m, dy32.data(), 145, w, dx.data(), 19, pool);
+    cpu::linear_grad_input_ref<double>(m, 145, 19, Vec(dy32.begin(), dy32.end()).data(),
+                                       dense.data(), ref.data());
+    CHECK(rel_l2(Vec(dx.begin(), dx.end()), ref) <= 1e-5);
+
+    const int64_t rows = 37, out = 13, in = 19;
+    const Vec g = random_vec(rows * out, rng), x = random_vec(rows * in, rng);
+    std::vector<float> g32(g.begin(), g.end()), x32(x.begin(), x.end()), dw(out * in, 1.0f);
+    Vec dwr(out * in);
+    cpu::linear_grad_weight_ref<double>(rows, out, in, Vec(g32.begin(), g32.end()).data(),
+                                        Vec(x32.begin(), x32.end()).data(), dwr.data());
+    cpu::linear_grad_weight(rows, out, in, g32.data(), out, x32.data(), in, dw.data(), true, pool);
+    for (double& r : dwr) r += 1.0;  // accumulated onto ones
+    CHECK(rel_l2(Vec(dw.begin(), dw.end()), dwr) <= 1e-6);
+  }
+}
+
+namespace {
+
+Tensor f32_tensor(const Shape& shape, const Vec& v) {
+  return Tensor::from_f32(shape, std::vector<float>(v.begin(), v.end()));
+}
+
+// A [n, k] weight constant stored as `dt` (f32, f16 or bf16) and its exact values in double.
+Tensor weight_as(DType dt, int64_t n, int64_t k, Vec& values, std::mt19937& rng, double scale) {
+  values = random_vec(n * k, rng, scale);
+  if (dt == DType::kF32) {
+    for (double& v : values) v = static_cast<float>(v);
+    return f32_tensor({n, k}, values);
+  }
+  Tensor t = Tensor::empty({n, k}, dt);
+  auto* p = t.data<uint16_t>();
+  for (int64_t i = 0; i < n * k; ++i) {
+    p[i] = dt == DType::kF16 ? f32_to_f16(static_cast<float>(values[i]))
+                             : f32_to_bf16(static_cast<float>(values[i]));
+    values[i] = dt == DType::kF16 ? f16_to_f32(p[i]) : bf16_to_f32(p[i]);
+  }
+  return t;
+}
+
+Vec vec_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return Vec(c.data<float>(), c.data<float>() + c.numel());
+}
+
+Vec add(Vec a, const Vec& b) {
+  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("autograd: a composed graph's f32 gradients match the double rules, and pruning",
+          "[autograd]") {
+  using graph::Dim;
+  using graph::ValueId;
+  std::mt19937 rng(11);
+  // Two sequences of 5 rows (the second with 2 padding rows), hidden 12, 4 query heads and 2 kv
+  // heads of dim 4, LoRA rank 3 on q_proj, FFN 10, vocab 9.
+  const int64_t B = 2, T = 5, N = B * T, d = 12, H = 4, Hkv = 2, D = 4, r = 3, F = 10, V = 9;
+  const double s = 1.5, eps = 1e-5, att_scale = 0.5;
+  const std::vector<int32_t> lengths = {5, 3};
+  std::vector<int32_t> pos(N), targets(N, -100);
+  for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(i % T);
+  for (int64_t t = 0; t < T - 1; ++t) targets[t] = static_cast<int32_t>((3 * t + 1) % V);
+  targets[T + 0] = 4;
+  targets[T + 1] = 8;  // rows T+2.. are padding or last: ignored
+  const std::vector<float> inv_freq = {1.0f, 0.1f};
+
+  Vec x = random_vec(N * d, rng), wn = random_vec(d, rng, 0.3), A = random_vec(r * d, rng, 0.3),
+      Bm = random_vec(H * D * r, rng, 0.3);
+  for (double& v : wn) v = static_cast<float>(1.0 + v);
+  for (Vec* v : {&x, &A, &Bm}) {
+    for (double& e : *v) e = static_cast<float>(e);
+  }
+  Vec Wq, Wk, Wv, Wo, Wg, Wu, Wl;
+  graph::Graph g;
+  const ValueId xv = g.add_input("x", DType::kF32, {Dim::fixed(N), Dim::fixed(d)});
+  const ValueId posv = g.add_input("positions", DType::kI32, {Dim::fixed(N)});
+  const ValueId lenv = g.add_input("lengths", DType::kI32, {Dim::fixed(B)});
+  const ValueId tgtv = g.add_input("targets", DType::kI32, {Dim::fixed(N)});
+  const ValueId seedv = g.add_input("seed", DType::kI32, {Dim::fixed(2)});
+  const ValueId av = g.add_input("A", DType::kF32, {Dim::fixed(r), Dim::fixed(d)});
+  const ValueId bv = g.add_input("B", DType::kF32, {Dim::fixed(H * D), Dim::fixed(r)});
+  const ValueId invf = g.add_constant("inv_freq", Tensor::from_f32({2}, inv_freq));
+  auto lin = [&](const std::string& name, ValueId in, DType dt, int64_t n, int64_t k, Vec& w) {
+    return g.add("linear", name,
+                 {in, g.add_constant(name + ".w", weight_as(dt, n, k, w, rng, 0.4))});
+  };
+  const ValueId n1 = g.add("rms_norm", "norm", {xv, g.add_constant("norm.w", f32_tensor({d}, wn))},
+                           {{"eps", eps}});
+  const ValueId q0 = lin("q", n1, DType::kBF16, H * D, d, Wq);
+  const ValueId xd = g.add("scaled_dropout", "drop", {n1, seedv}, {{"p", 0.0}, {"scale", s}});
+  const ValueId u = g.add("linear", "lora_a", {xd, av});
+  const ValueId v2 = g.add("linear", "lora_b", {u, bv});
+  const ValueId q = g.add("add", "q_lora", {q0, v2});
+  const ValueId k = lin("k", n1, DType::kF32, Hkv * D, d, Wk);
+  const ValueId v = lin("v", n1, DType::kF16, Hkv * D, d, Wv);
+  const ValueId qr = g.add("rope", "q_rope", {q, posv, invf}, {{"n_heads", H}, {"head_dim", D}});
+  const ValueId kr = g.add("rope", "k_rope", {k, posv, invf}, {{"n_heads", Hkv}, {"head_dim", D}});
+  const ValueId att = g.add_node(
+      "causal_attention", "attn", {qr, kr, v, lenv},
+      {{"n_heads", H}, {"n_kv_heads", Hkv}, {"head_dim", D}, {"scale", att_scale}}, 2)[0];
+  const ValueId o = lin("o", att, DType::kF32, d, H * D, Wo);
+  const ValueId h = g.add("add", "residual", {xv, o});
+  const ValueId gate = lin("gate", h, DType::kF32, F, d, Wg);
+  const ValueId up = lin("up", h, DType::kF32, F, d, Wu);
+  const ValueId act = g.add("silu_mul", "act", {gate, up});
+  const ValueId logits = lin("lm_head", act, DType::kF32, V, F, Wl);
+  const ValueId loss = g.add("cross_entropy", "loss", {logits, tgtv});
+  g.mark_output(loss);
+  const std::vector<ValueId> grads = train::build_backward(g, loss, {av, bv, xv});
+  g.validate();
+
+  // Pruning: only the trained path gets backward nodes; frozen weights get no gradient.
+  std::map<std::string, int> ops;
+  for (const graph::Node& n : g.nodes()) ops[n.op]++;
+  CHECK(ops["linear_grad_weight"] == 2);  // dA, dB only
+  CHECK(ops["linear_grad_input"] == 9);   // lm_head, gate, up, o, q, k, v, lora_b, lora_a
+  CHECK(ops["rms_norm_grad"] == 1);
+  for (const graph::Node& n : g.nodes()) {
+    if (n.op == "rms_norm_grad") CHECK(n.attrs.get_int("weight_grad") == 0);
+  }
+
+  ThreadPool pool(2);
+  graph::Executor ex(g, pool);
+  const std::vector<Tensor> out = ex.run({{"x", f32_tensor({N, d}, x)},
+                                          {"positions", Tensor::from_i32({N}, pos)},
+                                          {"lengths", Tensor::from_i32({B}, lengths)},
+                                          {"targets", Tensor::from_i32({N}, targets)},
+                                          {"seed", Tensor::from_i32({2}, {1, 2})},
+                                          {"A", f32_tensor({r, d}, A)},
+                                          {"B", f32_tensor({H * D, r}, Bm)}});
+  REQUIRE(out.size() == 4);
+  // The backward is planned with the forward: activations die at their last (backward) reader,
+  // so the arena is well below the sum of every intermediate.
+  CHECK(ex.plan().arena_bytes < ex.plan().naive_bytes / 2);
+  WARN("training graph arena " << ex.plan().arena_bytes << " bytes of " << ex.plan().naive_bytes
+                               << " without reuse");
+
+  // The same chain in double, forward then backward, from the double rules.
+  cpu::SerialRunner serial;
+  auto fwd = [](const Vec& in, const Vec& w, int64_t m, int64_t n, int64_t kk) {
+    Vec y(m * n);
+    cpu::linear_forward_ref<double>(m, n, kk, in.data(), w.data(), y.data());
+    return y;
+  };
+  auto bwd_x = [](const Vec& dy, const Vec& w, int64_t m, int64_t n, int64_t kk) {
+    Vec dx(m * kk);
+    cpu::linear_grad_input_ref<double>(m, n, kk, dy.data(), w.data(), dx.data());
+    return dx;
+  };
+  auto bwd_w = [](const Vec& dy, const Vec& in, int64_t m, int64_t n, int64_t kk) {
+    Vec dw(n * kk);
+    cpu::linear_grad_weight_ref<double>(m, n, kk, dy.data(), in.data(), dw.data());
+    return dw;
+  };
+  Vec n1d(N * d);
+  cpu::rms_norm_ref<double>(N, d, x.data(), wn.data(), eps, n1d.data());
+  Vec xdd = n1d;
+  for (double& e : xdd) e *= s;
+  const Vec ud = fwd(xdd, A, N, r, d);
+  const Vec qd = add(fwd(n1d, Wq, N, H * D, d), fwd(ud, Bm, N, H * D, r));
+  const Vec kd = fwd(n1d, Wk, N, Hkv * D, d), vd = fwd(n1d, Wv, N, Hkv * D, d);
+  Vec qrd(N * H * D), krd(N * Hkv * D);
+  cpu::rope_ref<double>(N, H, D, qd.data(), pos.data(), inv_freq.data(), 1.0, qrd.data());
+  cpu::rope_ref<double>(N, Hkv, D, kd.data(), pos.data(), inv_freq.data(), 1.0, krd.data());
+  cpu::CausalAttentionDims ad{B, T, H, Hkv, D, att_scale, 0};
+  Vec attd(N * H * D), lse(N * H);
+  cpu::causal_attention_forward<double>(ad, qrd.data(), H * D, krd.data(), Hkv * D, vd.data(),
+                                        Hkv * D, lengths.data(), attd.data(), H * D, lse.data(),
+                                        serial);
+  const Vec hd = add(x, fwd(attd, Wo, N, d, H * D));
+  const Vec gd = fwd(hd, Wg, N, F, d), upd = fwd(hd, Wu, N, F, d);
+  Vec actd(N * F);
+  cpu::silu_mul_ref<double>(N, F, gd.data(), upd.data(), actd.data());
+  const Vec logd = fwd(actd, Wl, N, V, F);
+  const double lossd =
+      cpu::cross_entropy_forward<double>(N, V, logd.data(), V, targets.data(), -100, serial);
+  CHECK(std::abs(vec_of(out[0])[0] - lossd) <= 1e-5 * std::abs(lossd));
+
+  Vec dlog(N * V);
+  cpu::cross_entropy_backward<double>(N, V, logd.data(), V, targets.data(), -100, 1.0, dlog.data(),
+                                      V, serial);
+  const Vec dact = bwd_x(dlog, Wl, N, V, F);
+  Vec dg(N * F), dup(N * F);
+  cpu::silu_mul_backward<double>(N, F, gd.data(), F, upd.data(), F, dact.data(), F, dg.data(), F,
+                                 dup.data(), F, serial);
+  const Vec dh = add(bwd_x(dg, Wg, N, F, d), bwd_x(dup, Wu, N, F, d));
+  const Vec datt = bwd_x(dh, Wo, N, d, H * D);
+  Vec dqr(N * H * D), dkr(N * Hkv * D), dvd(N * Hkv * D), dq(N * H * D), dk(N * Hkv * D);
+  cpu::causal_attention_backward<double>(ad, qrd.data(), H * D, krd.data(), Hkv * D, vd.data(),
+                                         Hkv * D, lengths.data(), attd.data(), H * D, lse.data(),
+                                         datt.data(), H * D, dqr.data(), H * D, dkr.data(), Hkv * D,
+                                         dvd.data(), Hkv * D, serial);
+  cpu::rope_backward<double>(N, H, D, dqr.data(), H * D, pos.data(), inv_freq.data(), 1.0,
+                             dq.data(), H * D, serial);
+  cpu::rope_backward<double>(N, Hkv, D, dkr.data(), Hkv * D, pos.data(), inv_freq.data(), 1.0,
+                             dk.data(), Hkv * D, serial);
+  const Vec dBd = bwd_w(dq, ud, N, H * D, r);
+  const Vec du = bwd_x(dq, Bm, N, H * D, r);
+  const Vec dAd = bwd_w(du, xdd, N, r, d);
+  Vec dxd_branch = bwd_x(du, A, N, r, d);
+  for (double& e : dxd_branch) e *= s;
+  const Vec dn1 = add(add(add(bwd_x(dq, Wq, N, H * D, d), bwd_x(dk, Wk, N, Hkv * D, d)),
+                          bwd_x(dvd, Wv, N, Hkv * D, d)),
+                      dxd_branch);
+  Vec dx_norm(N * d);
+  cpu::rms_norm_backward<double>(N, d, x.data(), d, wn.data(), dn1.data(), d, eps, dx_norm.data(),
+                                 d, nullptr, serial);
+  const Vec dxd = add(dh, dx_norm);
+
+  // f32 arithmetic through ~12 ops of short sums: ~1e-6 expected; 1e-5 bounds it.
+  const double eA = rel_l2(vec_of(out[1]), dAd), eB = rel_l2(vec_of(out[2]), dBd),
+               eX = rel_l2(vec_of(out[3]), dxd);
+  CHECK(eA <= 1e-5);
+  CHECK(eB <= 1e-5);
+  CHECK(eX <= 1e-5);
+  WARN("graph f32 vs double rules: dA " << eA << ", dB " << eB << ", dx " << eX);
+}
+
+TEST_CASE("autograd: an op without a rule on the path, and an unreachable input", "[autograd]") {
+  using graph::Dim;
+  graph::Graph g;
+  const auto x = g.add_input("x", DType::kF32, {Dim::fixed(3), Dim::fixed(4)});
+  const auto rows = g.add_input("rows", DType::kI32, {Dim::fixed(2)});
+  const auto t = g.add_input("t", DType::kI32, {Dim::fixed(2)});
+  const auto unused = g.add_input("unused", DType::kF32, {Dim::fixed(4)});
+  const auto picked = g.add("gather_rows", "pick", {x, rows});
+  const auto loss = g.add("cross_entropy", "loss", {picked, t});
+  g.mark_output(loss);
+  graph::Graph g2 = g;
+  CHECK_THROWS_WITH(train::build_backward(g, loss, {x}),
+                    Catch::Contains("no gradient rule for op 'gather_rows'"));
+  CHECK_THROWS_WITH(train::build_backward(g2, loss, {unused}),
+                    Catch::Contains("does not depend on 'unused'"));
+}
+
+TEST_CASE("causal attention: the f32 GEMM kernels match the double specification", "[autograd]") {
+  std::mt19937 rng(3);
+  ThreadPool pool(2);
+  cpu::SerialRunner serial;
+  struct Case {
+    int64_t heads, kv_heads, window;
+  };
+  for (const Case c : {Case{6, 2, 0}, Case{8, 2, 0}, Case{3, 3, 9}}) {
+    cpu::CausalAttentionDims d;
+    d.batch = 3;
+    d.seq_len = 37;
+    d.n_heads = c.heads;
+    d.n_kv_heads = c.kv_heads;
+    d.head_dim = 20;
+    d.scale = 1.0 / std::sqrt(20.0);
+    d.window = c.window;
+    const std::vector<int32_t> lengths = {37, 20, 0};  // padding, and a sequence of padding only
+    const int64_t N = d.batch * d.seq_len, qw = c.heads * d.head_dim, kw = c.kv_heads * d.head_dim;
+    const Vec q = random_vec(N * qw, rng, 2.0), k = random_vec(N * kw, rng, 2.0),
+              v = random_vec(N * kw, rng), dout = random_vec(N * qw, rng);
+    auto f32 = [](const Vec& x) { return std::vector<float>(x.begin(), x.end()); };
+    auto f64 = [](const std::vector<float>& x) { return Vec(x.begin(), x.end()); };
+    const std::vector<float> q32 = f32(q), k32 = f32(k), v32 = f32(v), do32 = f32(dout);
+    std::vector<float> o(N * qw), lse(N * c.heads), dq(N * qw, 7.0f), dk(N * kw, 7.0f),
+        dv(N * kw, 7.0f);
+    cpu::causal_attention_forward_f32(d, q32.data(), qw, k32.data(), kw, v32.data(), kw,
+                                      lengths.data(), o.data(), qw, lse.data(), pool);
+    cpu::causal_attention_backward_f32(d, q32.data(), qw, k32.data(), kw, v32.data(), kw,
+                                       lengths.data(), o.data(), qw, lse.data(), do32.data(), qw,
+                                       dq.data(), qw, dk.data(), kw, dv.data(), kw, pool);
+    Vec ro(N * qw), rl(N * c.heads), rdq(N * qw), rdk(N * kw), rdv(N * kw);
+    const Vec qr = f64(q32), kr = f64(k32), vr = f64(v32), dr = f64(do32);
+    cpu::causal_attention_forward<double>(d, qr.data(), qw, kr.data(), kw, vr.data(), kw,
+                                          lengths.data(), ro.data(), qw, rl.data(), serial);
+    cpu::causal_attention_backward<double>(d, qr.data(), qw, kr.data(), kw, vr.data(), kw,
+                                           lengths.data(), ro.data(), qw, rl.data(), dr.data(), qw,
+                                           rdq.data(), qw, rdk.data(), kw, rdv.data(), kw, serial);
+    INFO("heads " << c.heads << " kv heads " << c.kv_heads << " window " << c.window);
+    // f32 GEMMs over 20- and 37-term sums and f32 exp: ~1e-6; 1e-5 bounds it.
+    CHECK(rel_l2(f64(o), ro) <= 1e-5);
+    CHECK(rel_l2(f64(lse), rl) <= 1e-5);
+    CHECK(rel_l2(f64(dq), rdq) <= 1e-5);
+    CHECK(rel_l2(f64(dk), rdk) <= 1e-5);
+    CHECK(rel_l2(f64(dv), rdv) <= 1e-5);
+    // Every output element was written (the 7.0 fill is gone from the padding rows).
+    for (int64_t c2 = 0; c2 < kw; ++c2) CHECK(dk[(2 * 37 + 5) * kw + c2] == 0.0f);
+  }
+}
+
+TEST_CASE("round_bf16 rounds to nearest even bf16, exactly as half.h", "[autograd]") {
+  std::mt19937 rng(8);
+  cpu::SerialRunner serial;
+  std::vector<float> x = {1.0f,
+                          1.00390625f,
+                          1.01171875f,
+                          -3.3e-39f,
+                          65504.0f,
+                          -0.0f,
+                          std::numeric_limits<float>::infinity()};  // ties both ways, subnormal
+  const Vec more = random_vec(57, rng, 100.0);
+  x.insert(x.end(), more.begin(), more.end());
+  std::vector<float> y(x.size());
+  cpu::round_bf16(1, static_cast<int64_t>(x.size()), x.data(), 0, y.data(), 0, serial);
+  for (size_t i = 0; i < x.size(); ++i) {
+    INFO(x[i]);
+    CHECK(y[i] == bf16_to_f32(f32_to_bf16(x[i])));
+  }
+  CHECK(y[1] == 1.0f);       // 1 + 2^-8 ties to even (down)
+  CHECK(y[2] == 1.015625f);  // 1 + 3·2^-8 ties to even (up)
+}
