@@ -31,6 +31,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
+#include "engine/models/lora_adapter.h"
 #include "engine/models/model.h"
 #include "engine/runtime/tensor_session.h"
 #include "server/api_routes.h"
@@ -75,6 +76,7 @@ void check_classic_flags(const server::ServeConfig& cfg) {
   if (cfg.kv_cache_dtype != def.kv_cache_dtype) refused.push_back("--kv-cache-dtype");
   if (cfg.engine.build.kv_hadamard != def.engine.build.kv_hadamard) refused.push_back("--kv-hadamard");
   if (cfg.device != def.device) refused.push_back("--device " + cfg.device);
+  if (!cfg.lora_adapters.empty()) refused.push_back("--lora");
   SAMPAN_CHECK(refused.empty(), ErrorCode::kInvalidArgument,
                "{}: a classic model (ONNX) is served as it is, on the CPU; {} appl{} to language "
                "models only", cfg.model, fmt::join(refused, ", "), refused.size() == 1 ? "ies" : "y");
@@ -155,6 +157,14 @@ int run_serve(const server::ServeConfig& cfg) {
     }
   }
   server::ModelHost host(name, cfg.default_max_tokens);
+  std::vector<std::string> adapter_names;
+  for (const auto& [adapter, dir] : cfg.lora_adapters) {
+    SAMPAN_CHECK(adapter != name, ErrorCode::kInvalidArgument,
+                 "--lora {}={}: the adapter's name is the base model's served name", adapter, dir);
+    adapter_names.push_back(adapter);
+  }
+  host.set_adapters(adapter_names);
+  metrics.set_lora_names(adapter_names);
 
   server::HttpServerOptions hopt;
   hopt.host = cfg.host;
@@ -192,6 +202,13 @@ int run_serve(const server::ServeConfig& cfg) {
   }
   // Fault injection for the tests (tests/e2e/test_serve_faults.py); never set in production.
   runtime::EngineOptions engine_options = cfg.engine;
+  // The adapters are read here, not by the config reader: a bad adapter is one line naming its
+  // file, and requests pick them by name (ModelHost::lora_index).
+  for (const auto& [adapter, dir] : cfg.lora_adapters) {
+    auto lora = std::make_shared<models::LoraAdapter>(models::load_lora_adapter(dir));
+    lora->name = adapter;
+    engine_options.build.lora.push_back(std::move(lora));
+  }
   if (const char* f = std::getenv("SAMPAN_TEST_FAULT_EVERY_N_STEPS"); f && *f) {
     engine_options.test_fault_every_n_steps = std::strtoll(f, nullptr, 10);
     log::warn("SAMPAN_TEST_FAULT_EVERY_N_STEPS={}: every {}th forward fails on purpose", f,

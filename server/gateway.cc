@@ -52,16 +52,22 @@ const char* error_type(int status) {
 
 // ---- admission ---------------------------------------------------------------------------
 
-void check_model_name(const ModelHost& host, const std::string& model, const std::string& field) {
-  if (model != host.name()) {
-    fail_field(ErrorCode::kNotFound, field,
-               "model '{}' is not served here; this server serves '{}'", model, host.name());
+int32_t check_model_name(const ModelHost& host, const std::string& model,
+                         const std::string& field) {
+  const std::optional<int32_t> lora = host.lora_index(model);
+  if (!lora) {
+    std::string served = fmt::format("'{}'", host.name());
+    for (const std::string& a : host.adapters()) served += fmt::format(", '{}'", a);
+    fail_field(ErrorCode::kNotFound, field, "model '{}' is not served here; this server serves {}",
+               model, served);
   }
+  return *lora;
 }
 
 std::shared_ptr<runtime::Engine> admit(const ModelHost& host, const std::string& model,
-                                       const std::string& model_field) {
-  if (!model.empty()) check_model_name(host, model, model_field);
+                                       const std::string& model_field, int32_t* lora) {
+  const int32_t index = model.empty() ? -1 : check_model_name(host, model, model_field);
+  if (lora != nullptr) *lora = index;
   SAMPAN_CHECK(!host.draining(), ErrorCode::kUnavailable, "the server is shutting down");
   std::shared_ptr<runtime::Engine> engine = host.engine();
   if (engine == nullptr && host.tensor_session() != nullptr) {

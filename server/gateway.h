@@ -51,16 +51,20 @@ const char* error_type(int status);
 
 // ---- admission ---------------------------------------------------------------------------
 
-// Error(kNotFound, field) unless `model` is the served model's name.
-void check_model_name(const ModelHost& host, const std::string& model,
-                      const std::string& field = "model");
+// Error(kNotFound, field) unless `model` is the served model's name or one of its LoRA
+// adapters' (serve --lora). Returns the adapter index (-1: the base).
+int32_t check_model_name(const ModelHost& host, const std::string& model,
+                         const std::string& field = "model");
 
 // The engine for a generation request naming `model` (empty: the served one), checked in this
 // order: the name (kNotFound naming `model_field`: a wrong name is wrong in every state), not
 // draining (kUnavailable), a language model (kInvalidArgument when a classic model is served:
 // "model 'x' is a tensor model; use /v2/models/x/infer"), loaded (kUnavailable).
+// `lora`, when given, receives the LoRA adapter `model` names (-1: the base, also for an empty
+// name); the caller puts it in EngineRequest::lora.
 std::shared_ptr<runtime::Engine> admit(const ModelHost& host, const std::string& model,
-                                       const std::string& model_field = "model");
+                                       const std::string& model_field = "model",
+                                       int32_t* lora = nullptr);
 
 // The request a front end submits: `prompt` with `fields` applied and max_tokens resolved (the
 // request's, else the server's default, capped to what fits after the prompt). Throws

@@ -158,11 +158,13 @@ class GenerateCall final : public grpc::ServerWriteReactor<pb::GenerateResponse>
     grpc::Status st = check_auth(svc_, ctx_);
     if (!st.ok()) return st;
     const SamplingFields fields = sampling_fields(request);
-    engine_ = admit(svc_.host, request.model());
+    int32_t lora = -1;
+    engine_ = admit(svc_.host, request.model(), "model", &lora);
     std::string prompt_field;
     std::vector<int32_t> prompt = encode_prompt(svc_.host, *engine_, request, &prompt_field);
     runtime::EngineRequest er =
         engine_request(svc_.host, *engine_, id_, std::move(prompt), fields, prompt_field);
+    er.lora = lora;
     want_logprobs_ = request.has_logprobs();
     er.timeout_s = request_timeout_s(ctx_, engine_->options());
     uint64_t handle =

@@ -122,8 +122,10 @@ class InferCall final : public grpc::ServerUnaryReactor {
       throw RequestError("stream", "input 'stream': streaming needs ModelStreamInfer; "
                                    "ModelInfer returns the whole output");
     }
-    engine_ = admit(svc_.host, request.model_name(), "model_name");
+    int32_t lora = -1;
+    engine_ = admit(svc_.host, request.model_name(), "model_name", &lora);
     runtime::EngineRequest er = kserve_engine_request(svc_.host, *engine_, spec_, id_);
+    er.lora = lora;
     er.timeout_s = request_timeout_s(ctx_, engine_->options());
     const uint64_t handle =
         engine_->submit(std::move(er), [this](const runtime::EngineEvent& ev) { on_event(ev); });
@@ -362,8 +364,10 @@ class StreamInferCall final
                     tensor_model_message(svc_.host) + " (ModelStreamInfer serves language models)");
       }
       KserveInferRequest spec = parse_kserve_proto(request);
-      auto engine = admit(svc_.host, request.model_name(), "model_name");
+      int32_t lora = -1;
+      auto engine = admit(svc_.host, request.model_name(), "model_name", &lora);
       runtime::EngineRequest er = kserve_engine_request(svc_.host, *engine, spec, id);
+      er.lora = lora;
       er.timeout_s = request_timeout_s(ctx_, engine->options());
       uint64_t key = 0;
       {

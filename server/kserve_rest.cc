@@ -233,13 +233,15 @@ void infer(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, Model
     return tensor_infer(req, std::move(writer), host, metrics, session);
   }
   const KserveInferRequest in = parse_kserve_json(parse_json_object(req.body));
-  auto engine = admit(host, model, "model_name");
+  int32_t lora = -1;
+  auto engine = admit(host, model, "model_name", &lora);
   runtime::EngineRequest er =
       kserve_engine_request(host, *engine, in, in.id.empty() ? req.request_id : in.id);
+  er.lora = lora;
   auto call = std::make_shared<InferCall>();
   call->writer = writer;
   call->metrics = &metrics;
-  call->model = host.name();
+  call->model = lora >= 0 ? host.adapters()[static_cast<size_t>(lora)] : host.name();
   call->id = in.id;
   call->outputs = in.outputs;
   const uint64_t handle = engine->submit(std::move(er), [call](const runtime::EngineEvent& ev) {

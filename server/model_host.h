@@ -7,7 +7,9 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/runtime/engine.h"
 #include "engine/runtime/tensor_session.h"
@@ -52,6 +54,19 @@ class ModelHost {
     return engine_ != nullptr || session_ != nullptr;
   }
   const std::string& name() const { return name_; }
+
+  // The LoRA adapters served next to the base (serve --lora NAME=DIR), by engine adapter index.
+  // Set once before the front ends start; read-only afterwards.
+  void set_adapters(std::vector<std::string> names) { adapters_ = std::move(names); }
+  const std::vector<std::string>& adapters() const { return adapters_; }
+  // What a request's model name selects: -1 the base model, 0.. an adapter, nullopt neither.
+  std::optional<int32_t> lora_index(const std::string& model) const {
+    if (model == name_) return -1;
+    for (size_t i = 0; i < adapters_.size(); ++i) {
+      if (adapters_[i] == model) return static_cast<int32_t>(i);
+    }
+    return std::nullopt;
+  }
   int64_t default_max_tokens() const { return default_max_tokens_; }
 
   bool ready() const { return loaded() && !draining_.load(); }
@@ -65,6 +80,7 @@ class ModelHost {
   std::shared_ptr<const cli::ChatPrompt> chat_;
   std::shared_ptr<runtime::TensorSession> session_;
   std::string name_;
+  std::vector<std::string> adapters_;
   int64_t default_max_tokens_;
   std::atomic<bool> draining_{false};
 };

@@ -230,11 +230,13 @@ class Call {
 void submit_call(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, ModelHost& host,
                  const std::shared_ptr<runtime::Engine>& engine, std::shared_ptr<Call> call,
                  std::vector<int32_t> prompt, const SamplingFields& fields,
-                 const char* prompt_field) {
+                 const char* prompt_field, int32_t lora) {
   runtime::EngineRequest er =
       engine_request(host, *engine, req.request_id, std::move(prompt), fields, prompt_field);
+  er.lora = lora;
   call->created = static_cast<int64_t>(std::time(nullptr));
-  call->model = host.name();
+  // Responses name what the client asked for: the base, or the adapter it picked.
+  call->model = lora >= 0 ? host.adapters()[static_cast<size_t>(lora)] : host.name();
   call->tokenizer = &engine->tokenizer();
   call->writer = writer;
   const uint64_t handle =
@@ -258,7 +260,8 @@ void send_error(ResponseWriter& writer, ServeMetrics& metrics, const char* api, 
 void handle_completions(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer,
                         ModelHost& host, ServeMetrics& metrics) {
   const CompletionRequest cr = parse_completion_request(parse_json_object(req.body));
-  const auto engine = admit(host, cr.model);
+  int32_t lora = -1;
+  const auto engine = admit(host, cr.model, "model", &lora);
   auto call = std::make_shared<Call>();
   call->id = "cmpl-" + req.request_id;
   call->stream = cr.stream;
@@ -269,13 +272,14 @@ void handle_completions(const HttpRequest& req, std::shared_ptr<ResponseWriter> 
       cr.prompt_text ? engine->tokenizer().encode(*cr.prompt_text, /*add_special=*/true)
                      : cr.prompt_ids;
   submit_call(req, std::move(writer), host, engine, std::move(call), std::move(prompt), cr.fields,
-              "prompt");
+              "prompt", lora);
 }
 
 void handle_chat_completions(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer,
                              ModelHost& host, ServeMetrics& metrics) {
   const ChatRequest cr = parse_chat_request(parse_json_object(req.body));
-  const auto engine = admit(host, cr.model);
+  int32_t lora = -1;
+  const auto engine = admit(host, cr.model, "model", &lora);
   std::vector<int32_t> prompt =
       encode_chat(host, cr.messages, cr.tools, "messages", "use /v1/completions");
   auto call = std::make_shared<Call>();
@@ -286,17 +290,24 @@ void handle_chat_completions(const HttpRequest& req, std::shared_ptr<ResponseWri
   call->logprobs = cr.logprobs ? cr.top_logprobs : -1;
   call->metrics = &metrics;
   submit_call(req, std::move(writer), host, engine, std::move(call), std::move(prompt), cr.fields,
-              "messages");
+              "messages", lora);
 }
 
 void handle_models(const HttpRequest&, std::shared_ptr<ResponseWriter> writer, ModelHost& host,
                    ServeMetrics& metrics) {
-  Json model{{"id", host.name()},
-             {"object", "model"},
-             {"created", static_cast<int64_t>(std::time(nullptr))},
-             {"owned_by", "sampan"}};
-  if (auto engine = host.engine()) model["max_model_len"] = engine->max_model_len();
-  const Json body{{"object", "list"}, {"data", Json::array({std::move(model)})}};
+  const auto created = static_cast<int64_t>(std::time(nullptr));
+  const auto engine = host.engine();
+  // The base, then each LoRA adapter with the base as its parent (as vLLM lists them).
+  Json data = Json::array();
+  auto entry = [&](const std::string& id, const std::string& parent) {
+    Json m{{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "sampan"}};
+    if (!parent.empty()) m["parent"] = parent;
+    if (engine) m["max_model_len"] = engine->max_model_len();
+    data.push_back(std::move(m));
+  };
+  entry(host.name(), "");
+  for (const std::string& a : host.adapters()) entry(a, host.name());
+  const Json body{{"object", "list"}, {"data", std::move(data)}};
   writer->respond(200, dump(body));
   metrics.request_done(kApi, 200);
 }

@@ -90,6 +90,8 @@ const std::vector<Key>& keys() {
        Parse::kNegated, "on a GPU, run decode steps node by node instead of replaying CUDA graphs"},
       {"no-device-sampling", "engine", +[](ServeConfig& c) -> bool& { return c.engine.device_sampling; },
        Parse::kNegated, "on a GPU, copy every logit row to the host and sample there"},
+      {"lora", "engine", +[](ServeConfig& c) -> std::vector<std::string>& { return c.lora; },
+       Parse::kPlain, "LoRA adapter NAME=DIR served as model NAME (repeatable)"},
       {"no-prefix-cache", "engine", +[](ServeConfig& c) -> bool& { return c.engine.prefix_cache; },
        Parse::kNegated, "do not share cached prompt prefixes between requests"},
       {"host", "server", +[](ServeConfig& c) -> std::string& { return c.host; }, Parse::kPlain,
@@ -474,6 +476,20 @@ void validate(ServeConfig& c, const Origins& o) {
         fmt::format("required when tls-cert is set (by {})", o.source("tls-cert")));
   if (!c.tls_cert.empty()) check_readable(c.tls_cert, o, "tls-cert");
   if (!c.tls_key.empty()) check_readable(c.tls_key, o, "tls-key");
+  c.lora_adapters.clear();
+  for (const std::string& spec : c.lora) {
+    const size_t eq = spec.find('=');
+    check(eq != std::string::npos && eq > 0 && eq + 1 < spec.size(), o, "lora",
+          fmt::format("'{}' is not NAME=DIR", spec));
+    std::string name = spec.substr(0, eq);
+    check(name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:/-") ==
+              std::string::npos,
+          o, "lora", fmt::format("adapter name '{}' may hold only letters, digits and ._:/-", name));
+    for (const auto& [n, dir] : c.lora_adapters) {
+      check(n != name, o, "lora", fmt::format("adapter name '{}' is given twice", name));
+    }
+    c.lora_adapters.emplace_back(std::move(name), spec.substr(eq + 1));
+  }
   for (const std::string& k : c.api_keys) {
     check(!trim(k).empty(), o, "api-key", "an API key must not be empty");
     check(k.find_first_of(" \t\r\n") == std::string::npos, o, "api-key", "an API key must not contain whitespace");

@@ -48,9 +48,11 @@ struct ServeMetrics::Impl {
   metrics::Histogram& batch_size;
   metrics::Histogram& batch_tokens;
   metrics::Gauge& ready;
+  metrics::Family<metrics::Counter>& lora_requests;
 
   std::mutex source_mu;
   std::function<runtime::EngineStats()> source;
+  std::vector<std::string> lora_names;  // by adapter index
 
   Impl()
       : requests(reg.counter("sampan:requests_total", "HTTP and gRPC requests by API and status code.",
@@ -94,16 +96,21 @@ struct ServeMetrics::Impl {
         batch_tokens(reg.histogram("sampan:batch_tokens", "Tokens per engine step.",
                                    metrics::exponential_buckets(1, 2, 15))
                          .get()),
-        ready(reg.gauge("sampan:server_ready", "1 when the model is loaded and the server accepts work.").get()) {
+        ready(reg.gauge("sampan:server_ready", "1 when the model is loaded and the server accepts work.").get()),
+        lora_requests(reg.counter("sampan:lora_requests_total",
+                                  "Generation requests accepted per LoRA adapter (serve --lora).",
+                                  {"adapter"})) {
     for (runtime::EngineFinish f : kAllFinishes) finished.labels({finish_reason(f)});
     reg.add_collect_hook([this] { collect(); });
   }
 
   void collect() {
     std::function<runtime::EngineStats()> src;
+    std::vector<std::string> names;
     {
       std::lock_guard<std::mutex> lock(source_mu);
       src = source;
+      names = lora_names;
     }
     if (!src) return;
     runtime::EngineStats s;
@@ -122,6 +129,9 @@ struct ServeMetrics::Impl {
     prefix_hits.mirror(static_cast<double>(s.prefix_hit_tokens));
     preemptions.mirror(static_cast<double>(s.preemptions));
     graph_replays.mirror(static_cast<double>(s.cuda_graph_replays));
+    for (size_t i = 0; i < names.size() && i < s.lora_requests.size(); ++i) {
+      lora_requests.labels({names[i]}).mirror(static_cast<double>(s.lora_requests[i]));
+    }
   }
 };
 
@@ -166,6 +176,15 @@ void ServeMetrics::set_ready(bool ready) { impl_->ready.set(ready ? 1 : 0); }
 void ServeMetrics::set_engine_stats_source(std::function<runtime::EngineStats()> source) {
   std::lock_guard<std::mutex> lock(impl_->source_mu);
   impl_->source = std::move(source);
+}
+
+void ServeMetrics::set_lora_names(std::vector<std::string> names) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->source_mu);
+    impl_->lora_names = names;
+  }
+  // Every adapter's series shows from the start (0), not only after its first request.
+  for (const std::string& n : names) impl_->lora_requests.labels({n});
 }
 
 std::string ServeMetrics::render() const { return impl_->reg.render(); }

@@ -24,6 +24,7 @@
 //   sampan:batch_size                               histogram sequences per engine step
 //   sampan:batch_tokens                             histogram tokens per engine step
 //   sampan:server_ready                             gauge 1 when the model is loaded
+//   sampan:lora_requests_total{adapter}             counter generation requests per LoRA adapter
 #pragma once
 
 #include <chrono>
@@ -31,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/runtime/engine.h"
 
@@ -63,6 +65,8 @@ class ServeMetrics {
   void set_ready(bool ready);
   // Where the engine gauges come from at scrape time (may stay unset before load).
   void set_engine_stats_source(std::function<runtime::EngineStats()> source);
+  // The served LoRA adapters' names in EngineStats::lora_requests order (serve --lora).
+  void set_lora_names(std::vector<std::string> names);
 
   // The whole exposition, "text/plain; version=0.0.4".
   std::string render() const;

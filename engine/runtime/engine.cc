@@ -119,6 +119,7 @@ void Engine::Impl::load_model() {
   for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
 
   published.kv_blocks_total = num_blocks;
+  published.lora_requests.assign(options.build.lora.size(), 0);
   published.kv_cache_bytes = runner->kv_pool_bytes();
   published.kv_bytes_per_token = 2 * model.n_kv_layers * model.kv_row_bytes();
   log::info("engine: {} KV blocks of {} tokens ({:.1f} MiB, {}), max_model_len {}", num_blocks,
@@ -151,7 +152,13 @@ std::unique_ptr<Sequence> Engine::Impl::validate(EngineRequest&& req, EventCallb
   for (size_t i = 0; i < req.stop.size(); ++i) {
     SAMPAN_CHECK(!req.stop[i].empty(), ErrorCode::kInvalidArgument, "stop[{}] is empty", i);
   }
+  const auto n_lora = static_cast<int32_t>(options.build.lora.size());
+  SAMPAN_CHECK(req.lora >= -1 && req.lora < n_lora, ErrorCode::kInvalidArgument,
+               "LoRA adapter {} requested; the engine has {} (-1: the base model)", req.lora,
+               n_lora);
   auto s = std::make_unique<Sequence>();
+  s->lora_adapter = req.lora;
+  s->blocks.ns = req.lora + 1;
   s->sampler = std::make_unique<Sampler>(req.sampling);  // throws naming the bad parameter
   s->device_sampling = runner->device_sampling() && device_sampling_eligible(req.sampling);
   if (req.sampling.seed) {
@@ -217,6 +224,7 @@ uint64_t Engine::submit(EngineRequest request, EventCallback on_event) {
                  m.options.max_waiting);
     handle = m.next_handle++;
     s->handle = handle;
+    if (s->lora_adapter >= 0) ++m.published.lora_requests[static_cast<size_t>(s->lora_adapter)];
     m.waiting.push_back(std::move(s));
     ++m.n_active;
     m.published.waiting = static_cast<int>(m.waiting.size()) + m.n_preempted_shared;

@@ -95,6 +95,10 @@ struct EngineRequest {
   std::vector<int32_t> stop_ids;  // in addition to the model's eos ids unless ignore_eos
   bool ignore_eos = false;
   double timeout_s = 0;           // 0: EngineOptions::request_timeout_s
+  // The LoRA adapter the request runs through: an index into EngineOptions::build.lora, -1 for
+  // the base model. Requests of every adapter (and none) share one engine step; the prefix cache
+  // shares K/V only between requests of the same adapter.
+  int32_t lora = -1;
 };
 
 struct EngineUsage {
@@ -146,6 +150,8 @@ struct EngineStats {  // a snapshot
   int64_t steps = 0;                 // cumulative
   int64_t cuda_graph_replays = 0;    // cumulative: steps run as one replayed CUDA graph
   int64_t cuda_graph_captures = 0;   // cumulative: CUDA graphs recorded (one per step shape)
+  // Cumulative, by LoRA adapter (EngineOptions::build.lora order): requests accepted by submit().
+  std::vector<int64_t> lora_requests;
   bool accepting = true;
 };
 

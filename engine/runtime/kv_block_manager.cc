@@ -41,6 +41,7 @@ struct BlockManager::Impl {
   std::vector<uint8_t> registered;    // [num_blocks] in by_hash (cached or shared)
   std::vector<uint64_t> block_hash;   // [num_blocks] chain hash, valid when registered
   std::vector<int32_t> parent;        // [num_blocks] registered parent block or kNone
+  std::vector<int32_t> block_ns;      // [num_blocks] SeqBlocks::ns of its chain, valid when registered
   std::vector<std::vector<int32_t>> children;  // [num_blocks] registered child blocks
   std::vector<int32_t> tokens;        // [num_blocks, block_size] valid when registered
   std::vector<int32_t> free_list;     // stack of unregistered blocks with refcount 0
@@ -61,6 +62,7 @@ struct BlockManager::Impl {
         registered(num_blocks, 0),
         block_hash(num_blocks, 0),
         parent(num_blocks, kNone),
+        block_ns(num_blocks, 0),
         children(num_blocks),
         tokens(static_cast<size_t>(num_blocks * bs), 0),
         lru_prev(num_blocks, kNone),
@@ -95,20 +97,27 @@ struct BlockManager::Impl {
     return std::equal(toks.begin(), toks.end(), tokens.begin() + b * block_size);
   }
 
-  // The registered block holding `toks` under registered parent `parent_block`, or kNone.
-  int32_t find(uint64_t h, int32_t parent_block, std::span<const int32_t> toks) const {
+  // The root of a namespace's hash chains.
+  static uint64_t root_hash(int32_t ns) {
+    return ns == 0 ? kRootHash : mix64(kRootHash + static_cast<uint32_t>(ns));
+  }
+
+  // The registered block of namespace `ns` holding `toks` under registered parent
+  // `parent_block`, or kNone.
+  int32_t find(uint64_t h, int32_t parent_block, std::span<const int32_t> toks, int32_t ns) const {
     auto [lo, hi] = by_hash.equal_range(h);
     for (auto it = lo; it != hi; ++it) {
       int32_t b = it->second;
-      if (parent[b] == parent_block && same_tokens(b, toks)) return b;
+      if (parent[b] == parent_block && block_ns[b] == ns && same_tokens(b, toks)) return b;
     }
     return kNone;
   }
 
-  void register_block(int32_t b, uint64_t h, int32_t parent_block,
+  void register_block(int32_t b, uint64_t h, int32_t parent_block, int32_t ns,
                       std::span<const int32_t> toks) {  // toks: [block_size]
     registered[b] = 1;
     block_hash[b] = h;
+    block_ns[b] = ns;
     parent[b] = parent_block;
     std::copy(toks.begin(), toks.end(), tokens.begin() + b * block_size);
     if (parent_block != kNone) children[parent_block].push_back(b);
@@ -176,7 +185,7 @@ struct BlockManager::Impl {
     if (registered[own]) return own;
     int32_t b = kNone;
     for (int64_t k = 0; k <= j; ++k) {
-      b = find(seq.hashes[k], b, toks.subspan(k * block_size, block_size));
+      b = find(seq.hashes[k], b, toks.subspan(k * block_size, block_size), seq.ns);
       if (b == kNone) return kNone;
     }
     return b;
@@ -226,12 +235,12 @@ int64_t BlockManager::match_prefix(std::span<const int32_t> prompt, SeqBlocks& s
   if (!prefix_caching_ || prompt.empty()) return 0;
   // The last prompt token is always recomputed: its logits are needed.
   const int64_t max_blocks = (static_cast<int64_t>(prompt.size()) - 1) / block_size_;
-  uint64_t h = kRootHash;
+  uint64_t h = Impl::root_hash(seq.ns);
   int32_t b = kNone;
   for (int64_t i = 0; i < max_blocks; ++i) {
     auto toks = prompt.subspan(i * block_size_, block_size_);
     h = m.chain_hash(h, toks);
-    b = m.find(h, b, toks);
+    b = m.find(h, b, toks, seq.ns);
     if (b == kNone) break;
     m.add_ref(b);
     seq.blocks.push_back(b);
@@ -263,7 +272,7 @@ void BlockManager::commit(SeqBlocks& seq, std::span<const int32_t> tokens, int64
   const int64_t last = n_computed / block_size_;
   for (int64_t i = first; i < last; ++i) {
     auto toks = tokens.subspan(i * block_size_, block_size_);
-    const uint64_t h = m.chain_hash(i == 0 ? kRootHash : seq.hashes[i - 1], toks);
+    const uint64_t h = m.chain_hash(i == 0 ? Impl::root_hash(seq.ns) : seq.hashes[i - 1], toks);
     seq.hashes.push_back(h);
     if (!prefix_caching_) continue;
     const int32_t b = seq.blocks[i];
@@ -273,8 +282,8 @@ void BlockManager::commit(SeqBlocks& seq, std::span<const int32_t> tokens, int64
       parent_block = m.registered_twin(seq, tokens, i - 1);
       if (parent_block == kNone) continue;  // unreachable by a prefix walk: not worth caching
     }
-    if (m.find(h, parent_block, toks) != kNone) continue;  // same content is cached already
-    m.register_block(b, h, parent_block, toks);
+    if (m.find(h, parent_block, toks, seq.ns) != kNone) continue;  // same content is cached already
+    m.register_block(b, h, parent_block, seq.ns, toks);
   }
   seq.n_committed = std::max(seq.n_committed, last * block_size_);
 }

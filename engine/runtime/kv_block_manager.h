@@ -30,6 +30,10 @@ struct SeqBlocks {
   std::vector<int32_t> blocks;   // physical block ids, in sequence order
   std::vector<uint64_t> hashes;  // chain hash of each committed full block (prefix of blocks)
   int64_t n_committed = 0;       // tokens covered by committed (hashed) full blocks
+  // Which K/V the tokens produce: blocks are shared only between sequences of one namespace.
+  // The engine sets the LoRA adapter index + 1 (0: the base model), since an adapter changes
+  // the K/V of the same tokens. Set before the first match_prefix / commit.
+  int32_t ns = 0;
 };
 
 struct BlockManagerStats {

@@ -436,6 +436,26 @@ void drive(ServeMetrics& m) {
 
 }  // namespace
 
+TEST_CASE("ServeMetrics: LoRA adapters' request counts come from the engine by name", "[metrics]") {
+  ServeMetrics m;
+  m.set_lora_names({"alpha", "beta"});
+  {
+    const Parsed p = parse_exposition(m.render());
+    CHECK(p.value("sampan:lora_requests_total", {{"adapter", "alpha"}}) == 0);
+    CHECK(p.value("sampan:lora_requests_total", {{"adapter", "beta"}}) == 0);
+  }
+  sampan::runtime::EngineStats st;
+  st.lora_requests = {3, 7};
+  m.set_engine_stats_source([&st] { return st; });
+  {
+    const Parsed p = parse_exposition(m.render());
+    CHECK(p.value("sampan:lora_requests_total", {{"adapter", "alpha"}}) == 3);
+    CHECK(p.value("sampan:lora_requests_total", {{"adapter", "beta"}}) == 7);
+  }
+  st.lora_requests = {4, 7};
+  CHECK(parse_exposition(m.render()).value("sampan:lora_requests_total", {{"adapter", "alpha"}}) == 4);
+}
+
 TEST_CASE("ServeMetrics: generation_done and friends update the right families", "[metrics]") {
   ServeMetrics m;
   {
@@ -463,6 +483,7 @@ TEST_CASE("ServeMetrics: generation_done and friends update the right families",
         {"sampan:batch_size", "histogram"},
         {"sampan:batch_tokens", "histogram"},
         {"sampan:server_ready", "gauge"},
+        {"sampan:lora_requests_total", "counter"},
     };
     CHECK(p.type_of == expected_types);
     for (const char* f : {"stop", "length", "cancelled", "timeout", "error"}) {

@@ -307,6 +307,29 @@ TEST_CASE("hash collisions never hand out a block with other tokens") {
   CHECK(m.match_prefix(Tokens{2, 1, 3, 4, 0}, f) == 0);  // first block differs: chain stops
 }
 
+TEST_CASE("blocks are shared only within one namespace (LoRA adapter)", "[prefix]") {
+  for (uint64_t mask : {~0ULL, 0ULL}) {  // also when every chain hash collides
+    CAPTURE(mask);
+    BlockManager m(16, 2, true);
+    BlockManagerTestPeer::set_hash_mask(m, mask);
+    SeqBlocks base, lora1;
+    lora1.ns = 1;
+    CHECK(admit_and_compute(m, base, {1, 2, 3, 4, 9}) == 0);
+    CHECK(admit_and_compute(m, lora1, {1, 2, 3, 4, 9}) == 0);  // same tokens, other adapter
+    CHECK(base.blocks[0] != lora1.blocks[0]);
+    m.release(base);
+    m.release(lora1);
+    SeqBlocks again_base, again_lora1, lora2;
+    again_lora1.ns = 1;
+    lora2.ns = 2;
+    CHECK(m.match_prefix(Tokens{1, 2, 3, 4, 0}, again_base) == 4);
+    CHECK(m.match_prefix(Tokens{1, 2, 3, 4, 0}, again_lora1) == 4);
+    CHECK(m.match_prefix(Tokens{1, 2, 3, 4, 0}, lora2) == 0);
+    CHECK(again_base.blocks[0] != again_lora1.blocks[0]);
+    CHECK(again_base.blocks[1] != again_lora1.blocks[1]);
+  }
+}
+
 // ---- randomized test against a plain reference model -----------------------------------------
 
 namespace {
