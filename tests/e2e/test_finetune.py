@@ -109,6 +109,38 @@ def finetune(args, model, out, data, extra, log_json=True):
     return e2e_util.run_sampan(args, argv)
 
 
+def check_gguf_base(args, res, work, train_path, held_path, common):
+    import gguf_models
+    import numpy_llama
+    src = os.path.join(work, "gguf-src")
+    gguf_models.make_llama_dir(src, hidden=64, ffn=128, layers=2, heads=4, kv_heads=2, vocab=320,
+                               seed=3)
+    f16 = gguf_models.hf_to_gguf(src, os.path.join(work, "base-f16.gguf"), "f16")
+    f16 = f16[0] if isinstance(f16, (list, tuple)) else f16
+    q8 = gguf_models.quantize(f16, os.path.join(work, "base-q8_0.gguf"), "Q8_0")
+    for name, path in (("F16", f16), ("Q8_0", q8)):
+        out = os.path.join(work, f"gguf-{name}")
+        r = finetune(args, path, out, train_path, common[2:])
+        if not res.check(f"finetune on a GGUF {name} base runs", r.returncode == 0, r.describe()):
+            continue
+        ev = [e for e in json_lines(r.stdout) if e.get("event") == "eval"]
+        res.check(f"GGUF {name} base: held-out loss went down", len(ev) == 2 and
+                  ev[-1]["eval_loss"] < ev[0]["eval_loss"] - 0.05,
+                  " -> ".join(f"{e['eval_loss']:.4f}" for e in ev))
+        if name != "F16":
+            continue
+        ref_dir = merged_model(src, out, os.path.join(work, "gguf-merged-ref"))
+        ids = [1, 40, 77, 120, 5, 260, 300, 17, 99, 3]
+        npy = os.path.join(work, "gguf_lora_logits.npy")
+        r = e2e_util.run_sampan(args, ["logits", "--model", path, "--lora", out, "--ids",
+                                       ",".join(map(str, ids)), "--out", npy])
+        got, why = e2e_util.load_logits(npy, len(ids), 320) if r.returncode == 0 else (None, r.describe())
+        if res.check("GGUF F16 base: logits --lora", got is not None, why):
+            cos = e2e_util.cosine_per_row(got, numpy_llama.logits(ref_dir, ids))
+            res.check("GGUF F16 base: logits --lora == numpy merge", cos.min() >= 0.9999,
+                      f"min cosine {cos.min():.7f}")
+
+
 def main():
     args = e2e_util.parse_args(__doc__.split("\n")[0])
     res = e2e_util.Results()
@@ -206,6 +238,22 @@ def main():
                 cos = e2e_util.cosine_per_row(got, numpy_llama.logits(ref_dir, seq))
                 res.check("logits --lora == numpy merge", cos.min() >= 0.9999,
                           f"min cosine {cos.min():.7f}")
+
+    # QLoRA-style: the base quantized to int4 on load stays quantized; the held-out loss still
+    # goes down.
+    qdir = os.path.join(work, "qlora")
+    r = finetune(args, model, qdir, train_path,
+                 common[2:] + ["--quantization", "int4", "--group-size", "32"])
+    if res.check("finetune on an int4 base runs", r.returncode == 0, r.describe()):
+        ev = [e for e in json_lines(r.stdout) if e.get("event") == "eval"]
+        res.check("int4 base: held-out loss went down", len(ev) == 2 and
+                  ev[-1]["eval_loss"] < ev[0]["eval_loss"] - 0.05,
+                  " -> ".join(f"{e['eval_loss']:.4f}" for e in ev))
+
+    # A GGUF base (F16 and llama.cpp's Q8_0), its tokenizer from the metadata: training lowers the
+    # held-out loss, and `logits --lora` on the GGUF file equals numpy on the HF weights with the
+    # adapter merged (the F16 rounding of the base is all that separates them).
+    check_gguf_base(args, res, work, train_path, held_path, common)
 
     # Determinism and resume.
     short = common[2:]
