@@ -91,7 +91,7 @@ const std::vector<Key>& keys() {
       {"no-device-sampling", "engine", +[](ServeConfig& c) -> bool& { return c.engine.device_sampling; },
        Parse::kNegated, "on a GPU, copy every logit row to the host and sample there"},
       {"lora", "engine", +[](ServeConfig& c) -> std::vector<std::string>& { return c.lora; },
-       Parse::kPlain, "LoRA adapter NAME=DIR served as model NAME (repeatable)"},
+       Parse::kPlain, "LoRA adapter NAME=DIR served as model NAME (DIR alone: named after the directory; repeatable)"},
       {"no-prefix-cache", "engine", +[](ServeConfig& c) -> bool& { return c.engine.prefix_cache; },
        Parse::kNegated, "do not share cached prompt prefixes between requests"},
       {"host", "server", +[](ServeConfig& c) -> std::string& { return c.host; }, Parse::kPlain,
@@ -478,17 +478,27 @@ void validate(ServeConfig& c, const Origins& o) {
   if (!c.tls_key.empty()) check_readable(c.tls_key, o, "tls-key");
   c.lora_adapters.clear();
   for (const std::string& spec : c.lora) {
+    // NAME=DIR, or DIR alone: served under the directory's name.
     const size_t eq = spec.find('=');
-    check(eq != std::string::npos && eq > 0 && eq + 1 < spec.size(), o, "lora",
-          fmt::format("'{}' is not NAME=DIR", spec));
-    std::string name = spec.substr(0, eq);
+    std::string name, dir;
+    if (eq == std::string::npos) {
+      dir = spec;
+      std::string base = dir;
+      while (base.size() > 1 && base.back() == '/') base.pop_back();
+      name = base.substr(base.find_last_of('/') == std::string::npos ? 0 : base.find_last_of('/') + 1);
+    } else {
+      name = spec.substr(0, eq);
+      dir = spec.substr(eq + 1);
+    }
+    check(!name.empty() && !dir.empty(), o, "lora",
+          fmt::format("'{}' is not NAME=DIR (or a DIR with a name)", spec));
     check(name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:/-") ==
               std::string::npos,
           o, "lora", fmt::format("adapter name '{}' may hold only letters, digits and ._:/-", name));
     for (const auto& [n, dir] : c.lora_adapters) {
       check(n != name, o, "lora", fmt::format("adapter name '{}' is given twice", name));
     }
-    c.lora_adapters.emplace_back(std::move(name), spec.substr(eq + 1));
+    c.lora_adapters.emplace_back(std::move(name), std::move(dir));
   }
   for (const std::string& k : c.api_keys) {
     check(!trim(k).empty(), o, "api-key", "an API key must not be empty");

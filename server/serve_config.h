@@ -44,8 +44,9 @@ struct ServeConfig {
   int64_t hadamard_seed = 0;
   std::string kv_cache_dtype = "f32";
   std::string device = "cpu";         // --device cpu|cuda|cuda:N (into engine.device)
-  // --lora NAME=DIR (repeatable; YAML: a list of "NAME=DIR"): PEFT LoRA adapters served under
-  // their own model names next to the base (loaded by `serve`, not by the config reader).
+  // --lora NAME=DIR or --lora DIR (named after the directory), repeatable; YAML: a list of such
+  // strings. PEFT LoRA adapters served under their own model names next to the base (loaded by
+  // `serve`, not by the config reader).
   std::vector<std::string> lora;
   // `lora` split and checked: names unique, [A-Za-z0-9._:/-]+, directories given.
   std::vector<std::pair<std::string, std::string>> lora_adapters;

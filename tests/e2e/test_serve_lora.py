@@ -107,8 +107,8 @@ def main():
               any(ref[("qv", p)] != ref[("serve-model", p)] for p in PROMPTS),
               json.dumps({k[0]: v for k, v in ref.items() if k[1] == PROMPTS[0]}))
 
-    srv = su.Server(args, model, ["--lora", f"all={ad_all}", "--lora", f"qv={ad_qv}",
-                                  "--threads", "2"])
+    # "all" by its directory's name (--lora DIR), "qv" by NAME=DIR.
+    srv = su.Server(args, model, ["--lora", ad_all, "--lora", f"qv={ad_qv}", "--threads", "2"])
     with srv:
         srv.wait_ready()
         url = srv.http_url
@@ -178,7 +178,7 @@ def main():
 
     # Bad --lora values: non-zero exit, one error line.
     for name, extra, needle in [
-            ("--lora without NAME=", ["--lora", ad_all], "NAME=DIR"),
+            ("--lora with an empty name", ["--lora", f"={ad_all}"], "NAME=DIR"),
             ("--lora name twice", ["--lora", f"x={ad_all}", "--lora", f"x={ad_qv}"], "twice"),
             ("--lora named like the base", ["--lora", f"serve-model={ad_all}"], "served name"),
             ("--lora missing directory", ["--lora", f"x={work}/none"], f"{work}/none")]:
