@@ -2,7 +2,7 @@
 //   [--rank 8] [--alpha 16] [--dropout 0.05] [--targets q_proj,k_proj,v_proj,o_proj] [--lr 2e-4]
 //   [--steps N | --epochs E] [--batch-size B] [--seq-len L] [--grad-accum K] [--warmup N]
 //   [--seed S] [--threads N] [--precision f32|bf16] [--save-every N] [--resume]
-//   [--eval-every N] [--weight-decay W] [--max-grad-norm G] [--log-format text|json] [--recompute]
+//   [--eval-every N] [--weight-decay W] [--max-grad-norm G] [--log-format text|json] [--recompute] [--profile]
 //   [model build flags: --quantization int4 keeps a QLoRA-style quantized base, ...]
 //
 // Trains a LoRA adapter on a frozen base (train/lora_trainer.h) and writes it in PEFT's format
@@ -56,6 +56,7 @@ struct FinetuneArgs {
   int threads = 0;
   bool resume = false;
   bool recompute = false;
+  bool profile = false;
   models::ModelBuildOptions build;
 };
 
@@ -273,6 +274,7 @@ int run_finetune(FinetuneArgs& a) {
   topt.precision = precision;
   topt.recompute = a.recompute;
   train::LoraTrainer trainer(base, topt);
+  trainer.set_profiling(a.profile);
 
   const fs::path out(a.out);
   const fs::path ckpt = out / "checkpoint";
@@ -369,6 +371,17 @@ int run_finetune(FinetuneArgs& a) {
     return 130;
   }
   eval_event(trainer.steps_done());
+  if (a.profile) {
+    double total = 0;
+    for (const auto& [op, sec] : trainer.op_seconds()) total += sec;
+    std::fprintf(stderr, "time by op over %lld training steps (forward + backward):\n",
+                 static_cast<long long>(trainer.steps_done()));
+    for (const auto& [op, sec] : trainer.op_seconds()) {
+      if (sec <= 0) continue;
+      std::fprintf(stderr, "  %-24s %9.3f s  %5.1f %%\n", op.c_str(), sec,
+                   total > 0 ? 100.0 * sec / total : 0.0);
+    }
+  }
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   progress.line({{"event", "done"}, {"steps", trainer.steps_done()}, {"out", a.out},
                  {"elapsed_s", elapsed}},
@@ -421,6 +434,8 @@ Runner add_finetune(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--log-format", a->log_format, "text (progress on stderr) or json (lines on stdout)");
   cmd->add_flag("--resume", a->resume, "continue from OUT/checkpoint");
+  cmd->add_flag("--profile", a->profile,
+                "print the training graph's time by op at the end (stderr)");
   cmd->add_flag("--recompute", a->recompute,
                 "keep only each layer's input and recompute its forward in the backward (less "
                 "memory, same gradients)");

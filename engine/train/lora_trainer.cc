@@ -1,5 +1,7 @@
 #include "engine/train/lora_trainer.h"
 
+#include <algorithm>
+
 #include <cstring>
 #include <map>
 
@@ -185,6 +187,19 @@ std::map<std::string, Tensor> LoraTrainer::gradients() const {
     out[models::lora_tensor_name(p.layer, p.module, p.matrix)] =
         Tensor::from_f32(m.weights[i].shape(), m.grads[i]);
   }
+  return out;
+}
+
+void LoraTrainer::set_profiling(bool on) { impl_->train_exec->set_profiling(on); }
+
+std::vector<std::pair<std::string, double>> LoraTrainer::op_seconds() const {
+  const graph::Executor& ex = *impl_->train_exec;
+  std::map<std::string, double> by_op;
+  const std::vector<double>& t = ex.node_seconds();
+  const auto& nodes = ex.graph().nodes();
+  for (size_t i = 0; i < t.size() && i < nodes.size(); ++i) by_op[nodes[i].op] += t[i];
+  std::vector<std::pair<std::string, double>> out(by_op.begin(), by_op.end());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   return out;
 }
 

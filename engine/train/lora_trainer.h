@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/models/lora_adapter.h"
@@ -84,6 +85,12 @@ class LoraTrainer {
   // d(loss_sum)/dA and d(loss_sum)/dB, before step()'s division and clipping), by PEFT tensor
   // name (lora_tensor_name): copies, for tests and diagnostics.
   std::map<std::string, Tensor> gradients() const;
+
+  // Per-op wall time of the training graph (CPU): on, every accumulate() adds each node's time;
+  // op_seconds() sums them by op name, largest first ("linear_grad_input", ...). Off by default
+  // (two clock reads per node).
+  void set_profiling(bool on);
+  std::vector<std::pair<std::string, double>> op_seconds() const;
 
   // The adapter as trained so far (its A and B are the trainer's master weights).
   const models::LoraAdapter& adapter() const;

@@ -105,12 +105,60 @@ GemmWeights f32_weights(const float* data, int64_t rows, int64_t k) {
   return g;
 }
 
+// Float weights (f32/f16/bf16): columns [c0, c0 + nc) of block b's rows as a panel [nc, n]
+// (panel[j, o] = W[o, c0 + j]), read straight from W in tiles of 16 rows.
+constexpr int64_t kPanelCols = 256;
+void float_column_panel(const GemmWeights& w, int b, int64_t c0, int64_t nc, float* panel,
+                        TaskRunner& runner) {
+  constexpr int64_t kTile = 16;
+  const int64_t n = w.rows[b], k = w.k;
+  const auto* base = static_cast<const uint8_t*>(w.data[b]);
+  const int64_t esz = w.dtype == DType::kF32 ? 4 : 2;
+  util::parallel_for(runner, (n + kTile - 1) / kTile, 1, [&](int64_t t0, int64_t t1) {
+    float tmp[kTile * kPanelCols];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t o0 = t * kTile, o1 = std::min(n, o0 + kTile);
+      for (int64_t o = o0; o < o1; ++o) {
+        const uint8_t* src = base + (o * k + c0) * esz;
+        float* dst = tmp + (o - o0) * nc;
+        if (w.dtype == DType::kF32) {
+          std::memcpy(dst, src, static_cast<size_t>(nc) * 4);
+        } else {
+          convert_to_f32(w.dtype, src, dst, nc);
+        }
+      }
+      for (int64_t j = 0; j < nc; ++j) {
+        for (int64_t o = o0; o < o1; ++o) panel[j * n + o] = tmp[(o - o0) * nc + j];
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w, float* dx,
                        int64_t lddx, TaskRunner& runner) {
   const int64_t k = w.k;
   if (m <= 0 || k <= 0) return;
+  const bool float_w = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
+  if (w.n_blocks == 1 && float_w) {
+    // dx[:, c0 : c0 + nc] = dy · W[:, c0 : c0 + nc]: one GEMM per column panel that reduces over
+    // every output row and writes its columns of dx directly, where the row-panel path below
+    // reduces over 256 rows at a time and adds partial sums. Measured on the TinyLlama shape
+    // (bf16, 256 tokens, 2 threads, `finetune --profile`, a loaded machine): this op went from
+    // 1.47x to 1.33x the time of the forward `linear` nodes of the same run.
+    const int64_t n = w.rows[0];
+    std::vector<float> panel(static_cast<size_t>(kPanelCols * n));
+    for (int64_t c0 = 0; c0 < k; c0 += kPanelCols) {
+      const int64_t nc = std::min(kPanelCols, k - c0);
+      float_column_panel(w, 0, c0, nc, panel.data(), runner);
+      gemm(m, dy, lddy, f32_weights(panel.data(), nc, n), GemmEpilogue::kStore, dx + c0, lddx,
+           runner);
+    }
+    return;
+  }
+  // Quantized weights (a row dequantizes as a whole) and fused blocks: panels of kPanelRows
+  // output rows, dequantized, transposed, their products summed into dx.
   std::vector<float> rows(static_cast<size_t>(kPanelRows * k));
   std::vector<float> panel(static_cast<size_t>(kPanelRows * k));
   std::vector<float> partial;
