@@ -1,27 +1,49 @@
 #include "kernels/cpu/dropout_cpu.h"
 
+#include <cmath>
+
 #include "kernels/cpu/vec_util.h"
 
 namespace sampan::cpu {
 
-bool dropout_keep(uint64_t seed, uint64_t index, double p) {
+namespace {
+
+// splitmix64 of (seed, index): 53 uniform bits.
+inline uint64_t mix53(uint64_t seed, uint64_t index) {
   uint64_t z = seed + (index + 1) * 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
-  const double u = static_cast<double>(z >> 11) * 0x1p-53;  // uniform in [0, 1)
-  return u >= p;
+  return z >> 11;
+}
+
+// u = bits * 2^-53 >= p  <=>  bits >= p * 2^53 (both sides exact in double)  <=>  bits >= the
+// smallest integer not below p * 2^53. So the integer test keeps exactly the elements the
+// floating-point one does, without a conversion per element.
+inline uint64_t keep_threshold(double p) {
+  const double t = std::ceil(p * 0x1p53);
+  return t <= 0 ? 0 : static_cast<uint64_t>(t);
+}
+
+}  // namespace
+
+bool dropout_keep(uint64_t seed, uint64_t index, double p) {
+  return mix53(seed, index) >= keep_threshold(p);
 }
 
 template <class T>
 void scaled_dropout(int64_t rows, int64_t cols, const T* x, int64_t ldx, uint64_t seed, double p,
                     double scale, T* y, int64_t ldy, TaskRunner& runner) {
   const T kept = static_cast<T>(scale / (1.0 - p));
+  const uint64_t threshold = keep_threshold(p);
   util::parallel_for(runner, rows, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
+      const uint64_t base = static_cast<uint64_t>(r * cols);
+      const T* xr = x + r * ldx;
+      T* yr = y + r * ldy;
       for (int64_t c = 0; c < cols; ++c) {
-        const bool keep = p <= 0 || dropout_keep(seed, static_cast<uint64_t>(r * cols + c), p);
-        y[r * ldy + c] = keep ? x[r * ldx + c] * kept : T(0);
+        const bool keep = mix53(seed, base + static_cast<uint64_t>(c)) >= threshold;
+        yr[c] = keep ? xr[c] * kept : T(0);
       }
     }
   });
