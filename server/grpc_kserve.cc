@@ -126,6 +126,7 @@ class InferCall final : public grpc::ServerUnaryReactor {
     engine_ = admit(svc_.host, request.model_name(), "model_name", &lora);
     runtime::EngineRequest er = kserve_engine_request(svc_.host, *engine_, spec_, id_);
     er.lora = lora;
+    model_name_ = lora >= 0 ? svc_.host.adapters()[static_cast<size_t>(lora)] : svc_.host.name();
     er.timeout_s = request_timeout_s(ctx_, engine_->options());
     const uint64_t handle =
         engine_->submit(std::move(er), [this](const runtime::EngineEvent& ev) { on_event(ev); });
@@ -150,7 +151,7 @@ class InferCall final : public grpc::ServerUnaryReactor {
     grpc::Status st = status_from_final(ev, ctx_);
     if (st.ok()) {
       piece_.final_event = &ev;
-      *response_ = make_response(svc_.host.name(), spec_, piece_);
+      *response_ = make_response(model_name_, spec_, piece_);
     }
     record_rpc(svc_, "ModelInfer", id_, st);
     svc_.metrics.generation_done(ev);
@@ -163,6 +164,7 @@ class InferCall final : public grpc::ServerUnaryReactor {
   std::string id_;
   std::shared_ptr<runtime::Engine> engine_;
   KserveInferRequest spec_;
+  std::string model_name_;  // what the response names: the base or the adapter asked for
   Piece piece_;       // engine thread only
   TokenClock clock_;  // engine thread only
 
@@ -334,6 +336,7 @@ class StreamInferCall final
   struct Job {
     std::string id;
     KserveInferRequest spec;
+    std::string model_name;  // the base or the adapter the request named
     std::shared_ptr<runtime::Engine> engine;
     uint64_t handle = 0;
     bool submitted = false;
@@ -376,6 +379,8 @@ class StreamInferCall final
         Job& job = jobs_[key];
         job.id = id;
         job.spec = std::move(spec);
+        job.model_name =
+            lora >= 0 ? svc_.host.adapters()[static_cast<size_t>(lora)] : svc_.host.name();
         job.engine = engine;
       }
       uint64_t handle = 0;
@@ -442,7 +447,7 @@ class StreamInferCall final
         job.piece.text += piece.text;
       } else if (!ev.finished && !broken_ && (ev.token >= 0 || !ev.text.empty())) {
         *pending_.emplace_back().mutable_infer_response() =
-            make_response(svc_.host.name(), job.spec, piece);
+            make_response(job.model_name, job.spec, piece);
       }
       if (ev.finished) {
         final_status = status_from_final(ev, ctx_);
@@ -450,9 +455,9 @@ class StreamInferCall final
           Piece& last = job.spec.stream ? piece : job.piece;
           last.final_event = &ev;
           *pending_.emplace_back().mutable_infer_response() =
-              make_response(svc_.host.name(), job.spec, last);
+              make_response(job.model_name, job.spec, last);
         } else if (!broken_) {
-          push_error_locked(svc_.host.name(), job.spec.id, *final_status);
+          push_error_locked(job.model_name, job.spec.id, *final_status);
         }
         id = job.id;
         jobs_.erase(it);

@@ -146,6 +146,30 @@ def main():
         res.check("KServe infer on adapter 'qv' == sampan run --lora", text == ref[("qv", PROMPTS[0])],
                   f"{st} {text!r} vs {ref[('qv', PROMPTS[0])]!r}" if text != ref[("qv", PROMPTS[0])] else "")
 
+        # KServe v2 gRPC ModelInfer (tritonclient) with an adapter's name: its text, and the
+        # response names the adapter.
+        try:
+            import tritonclient.grpc as tc
+            c = tc.InferenceServerClient(srv.grpc_addr)
+            ins = []
+            for name, shape, dt, val in (("text_input", [1], "BYTES", np.array([PROMPTS[2].encode()], dtype=np.object_)),
+                                         ("max_tokens", [1], "INT32", np.array([N_TOKENS], dtype=np.int32)),
+                                         ("sampling_parameters", [1], "BYTES",
+                                          np.array([json.dumps({"temperature": 0, "ignore_eos": True}).encode()],
+                                                   dtype=np.object_))):
+                t = tc.InferInput(name, shape, dt)
+                t.set_data_from_numpy(val)
+                ins.append(t)
+            r = c.infer("qv", ins)
+            ktext = r.as_numpy("text_output")[0].decode()
+            kname = r.get_response().model_name
+            c.close()
+        except Exception as e:  # a failed call is a failed check
+            ktext, kname = f"error: {e}", None
+        res.check("KServe gRPC ModelInfer on adapter 'qv' == sampan run --lora, named 'qv'",
+                  ktext == ref[("qv", PROMPTS[2])] and kname == "qv",
+                  f"{kname} {ktext!r} vs {ref[('qv', PROMPTS[2])]!r}")
+
         # gRPC Generate with an adapter's name.
         try:
             m = su.proto_message_classes(args, ["proto/sampan_generate.proto"],
@@ -172,9 +196,9 @@ def main():
                   st == 404 and "'serve-model', 'all', 'qv'" in msg, f"{st} {msg}")
 
         m = su.metrics(url)
-        # Per adapter: 3 alone + 6 concurrent, plus KServe (qv) and Generate (all).
+        # Per adapter: 3 alone + 6 concurrent, plus KServe REST and gRPC (qv) and Generate (all).
         got = {a: su.metric_value(m, "sampan:lora_requests_total", adapter=a) for a in adapters}
-        res.check("sampan:lora_requests_total per adapter", got == {"all": 10, "qv": 10}, str(got))
+        res.check("sampan:lora_requests_total per adapter", got == {"all": 10, "qv": 11}, str(got))
 
     # Bad --lora values: non-zero exit, one error line.
     for name, extra, needle in [
