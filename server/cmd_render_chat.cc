@@ -100,7 +100,9 @@ Runner add_render_chat(CLI::App& app) {
         name = config_path.string();
       } else if (it != config.end() && it->is_array()) {
         for (const auto& entry : *it) {
-          if (entry.value("name", "") == "default" && entry.contains("template")) source = entry["template"].get<std::string>();
+          if (entry.contains("name") && entry["name"] == "default" && entry.contains("template") &&
+              entry["template"].is_string())
+            source = entry["template"].get<std::string>();
         }
         SAMPAN_CHECK(!source.empty(), ErrorCode::kNotFound, "{}: chat_template has no template named 'default'",
                      config_path.string());

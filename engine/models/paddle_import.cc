@@ -217,7 +217,7 @@ using Translate = std::function<void(Pir&)>;
 PirType parse_type(const json& tt) {
   // {"#": "0.t_dtensor", "D": [{"#": "0.t_f32"}, [dims], "NCHW", [lod], offset]}
   PirType t;
-  if (!tt.is_object() || tt.value("#", "") != "0.t_dtensor") return t;
+  if (!tt.is_object() || !(tt.contains("#") && tt["#"] == "0.t_dtensor")) return t;
   const json& d = tt.at("D");
   const std::string ty = d.at(0).at("#").get<std::string>();
   static const std::map<std::string, DType> kTypes = {
@@ -592,7 +592,7 @@ void build_pir(const paddle::PaddlePaths& paths, Model& m) {
   const json* ops = nullptr;
   try {
     const json& base = doc->at("base_code");
-    SAMPAN_CHECK(base.value("magic", "") == "pir", ErrorCode::kInvalidModel, "{}: base_code.magic is not 'pir'", path);
+    SAMPAN_CHECK(base.is_object() && base.contains("magic") && base["magic"] == "pir", ErrorCode::kInvalidModel, "{}: base_code.magic is not 'pir'", path);
     const json& regions = doc->at("program").at("regions");
     SAMPAN_CHECK(regions.size() == 1 && regions[0].at("blocks").size() == 1, ErrorCode::kUnsupported,
                  "{}: programs of several regions or blocks are not supported", path);
@@ -602,7 +602,7 @@ void build_pir(const paddle::PaddlePaths& paths, Model& m) {
     fail(ErrorCode::kInvalidModel, "{}: is not a PIR program: {}", path, e.what());
   }
   m.format = "paddle";
-  m.architecture = fmt::format("paddle (pir v{})", doc->at("base_code").value("version", 0));
+  m.architecture = fmt::format("paddle (pir v{})", doc->at("base_code").contains("version") ? doc->at("base_code")["version"].dump() : std::string("?"));
   m.builder_state = doc;
 
   Pir p{path, m, m.graph, {}, {}, {}, nullptr, -1, {}, {}, {}};

@@ -229,7 +229,7 @@ void apply_config(TokenizerSpec& spec, const fs::path& config_path, const fs::pa
       spec.chat_template = tpl.get<std::string>();
     } else if (tpl.is_array()) {
       for (const json& t : tpl) {
-        if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string()) {
+        if (t.is_object() && t.contains("name") && t["name"] == "default" && t.contains("template") && t["template"].is_string()) {
           spec.chat_template = t["template"].get<std::string>();
         }
       }

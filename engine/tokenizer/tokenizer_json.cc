@@ -36,6 +36,29 @@ struct Ctx {
                  source, where, key, json_kind(v));
     return v.get<std::string>();
   }
+  // Optional members: `fallback` when absent; a present one of another JSON type is an error
+  // naming it (json::value would throw a type_error that is not a sampan::Error).
+  bool flag(const json& obj, const char* key, bool fallback, const std::string& where) const {
+    if (!obj.is_object() || !obj.contains(key)) return fallback;
+    const json& v = obj.at(key);
+    SAMPAN_CHECK(v.is_boolean(), ErrorCode::kInvalidModel, "{}: {}.{} is {}, expected true or false",
+                 source, where, key, json_kind(v));
+    return v.get<bool>();
+  }
+  int64_t integer(const json& obj, const char* key, int64_t fallback, int64_t lo, int64_t hi,
+                  const std::string& where) const {
+    if (!obj.is_object() || !obj.contains(key)) return fallback;
+    const json& v = obj.at(key);
+    SAMPAN_CHECK(v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi,
+                 ErrorCode::kInvalidModel, "{}: {}.{} is not an integer in [{}, {}]", source, where,
+                 key, lo, hi);
+    return v.get<int64_t>();
+  }
+  std::string str_or(const json& obj, const char* key, const std::string& fallback,
+                     const std::string& where) const {
+    if (!obj.is_object() || !obj.contains(key)) return fallback;
+    return str(obj, key, where);
+  }
   std::string type(const json& obj, const std::string& where) const {
     return str(obj, "type", where);
   }
@@ -87,9 +110,9 @@ void parse_normalizer(const Ctx& c, const json& n, const std::string& where,
     out.push_back({K::kReplace, n["pattern"]["String"].get<std::string>(), c.str(n, "content", where)});
   } else if (t == "BertNormalizer") {
     NormalizerStep s{K::kBert, "", ""};
-    s.clean_text = n.value("clean_text", true);
-    s.chinese_chars = n.value("handle_chinese_chars", true);
-    s.lowercase = n.value("lowercase", true);
+    s.clean_text = c.flag(n, "clean_text", true, where);
+    s.chinese_chars = c.flag(n, "handle_chinese_chars", true, where);
+    s.lowercase = c.flag(n, "lowercase", true, where);
     const json sa = n.value("strip_accents", json());
     s.strip_accents = sa.is_boolean() ? sa.get<bool>() : s.lowercase;
     out.push_back(s);
@@ -123,23 +146,23 @@ void parse_pre_tokenizer(const Ctx& c, const json& p, const std::string& where,
     s.kind = K::kSplit;
     s.regex = std::make_shared<Regex>(c.pattern(p, where), c.source + ": " + where + ".pattern");
     s.behavior = parse_behavior(c, p, where);
-    s.invert = p.value("invert", false);
+    s.invert = c.flag(p, "invert", false, where);
   } else if (t == "ByteLevel") {
     s.kind = K::kByteLevel;
-    s.add_prefix_space = p.value("add_prefix_space", false);
-    if (p.value("use_regex", true)) s.regex = std::make_shared<Regex>(kGpt2Regex, c.source + ": " + where);
+    s.add_prefix_space = c.flag(p, "add_prefix_space", false, where);
+    if (c.flag(p, "use_regex", true, where)) s.regex = std::make_shared<Regex>(kGpt2Regex, c.source + ": " + where);
   } else if (t == "Metaspace") {
     s.kind = K::kMetaspace;
     s.replacement = c.str(p, "replacement", where);
     if (p.contains("prepend_scheme")) {
       s.prepend_scheme = c.str(p, "prepend_scheme", where);
     } else {
-      s.prepend_scheme = p.value("add_prefix_space", true) ? "always" : "never";
+      s.prepend_scheme = c.flag(p, "add_prefix_space", true, where) ? "always" : "never";
     }
-    s.split = p.value("split", true);
+    s.split = c.flag(p, "split", true, where);
   } else if (t == "Digits") {
     s.kind = K::kDigits;
-    s.individual_digits = p.value("individual_digits", false);
+    s.individual_digits = c.flag(p, "individual_digits", false, where);
   } else if (t == "Punctuation") {
     s.kind = K::kPunctuation;
     s.behavior = p.contains("behavior") ? parse_behavior(c, p, where) : SplitBehavior::kIsolated;
@@ -183,8 +206,8 @@ void parse_decoder(const Ctx& c, const json& d, const std::string& where, std::v
     SAMPAN_CHECK(content.size() == 1, ErrorCode::kUnsupported, "{}: {}: Strip content '{}' is not one byte",
                  c.source, where, content);
     s.strip_char = content[0];
-    s.start = d.value("start", 0);
-    s.stop = d.value("stop", 0);
+    s.start = static_cast<int>(c.integer(d, "start", 0, 0, 1 << 20, where));
+    s.stop = static_cast<int>(c.integer(d, "stop", 0, 0, 1 << 20, where));
   } else if (t == "ByteLevel") {
     s.kind = K::kByteLevel;
   } else if (t == "Metaspace") {
@@ -193,12 +216,12 @@ void parse_decoder(const Ctx& c, const json& d, const std::string& where, std::v
     if (d.contains("prepend_scheme")) {
       s.prepend_scheme = c.str(d, "prepend_scheme", where);
     } else {
-      s.prepend_scheme = d.value("add_prefix_space", true) ? "always" : "never";
+      s.prepend_scheme = c.flag(d, "add_prefix_space", true, where) ? "always" : "never";
     }
   } else if (t == "WordPiece") {
     s.kind = K::kWordPiece;
-    s.a = d.value("prefix", std::string("##"));
-    s.cleanup = d.value("cleanup", true);
+    s.a = c.str_or(d, "prefix", "##", where);
+    s.cleanup = c.flag(d, "cleanup", true, where);
   } else {
     fail(ErrorCode::kUnsupported, "{}: {}: decoder type '{}' is not supported", c.source, where, t);
   }
@@ -289,15 +312,15 @@ void parse_model(const Ctx& c, const json& m, TokenizerSpec& spec) {
   }
   if (model.type == ModelSpec::Type::kWordPiece) {
     if (m.contains("continuing_subword_prefix")) model.wp_prefix = opt_str("continuing_subword_prefix");
-    model.wp_max_chars = m.value("max_input_chars_per_word", 100);
+    model.wp_max_chars = c.integer(m, "max_input_chars_per_word", 100, 1, 1 << 30, "model");
     return;
   }
   SAMPAN_CHECK(opt_str("continuing_subword_prefix").empty() && opt_str("end_of_word_suffix").empty(),
                ErrorCode::kUnsupported, "{}: model: BPE with continuing_subword_prefix/end_of_word_suffix is not supported",
                c.source);
-  model.byte_fallback = m.value("byte_fallback", false);
-  model.fuse_unk = m.value("fuse_unk", false);
-  model.ignore_merges = m.value("ignore_merges", false);
+  model.byte_fallback = c.flag(m, "byte_fallback", false, "model");
+  model.fuse_unk = c.flag(m, "fuse_unk", false, "model");
+  model.ignore_merges = c.flag(m, "ignore_merges", false, "model");
   const json& merges = c.at(m, "merges", "model");
   SAMPAN_CHECK(merges.is_array(), ErrorCode::kInvalidModel, "{}: model.merges is not an array", c.source);
   for (size_t r = 0; r < merges.size(); ++r) {
@@ -357,6 +380,8 @@ TokenizerSpec spec_from_json(const nlohmann::json& j, const std::string& source)
                "{}: missing 'model' object", source);
   parse_model(c, j["model"], spec);
   const json added = j.value("added_tokens", json::array());
+  SAMPAN_CHECK(added.is_array(), ErrorCode::kInvalidModel, "{}: added_tokens is {}, expected an array",
+               source, json_kind(added));
   for (size_t i = 0; i < added.size(); ++i) {
     const std::string where = fmt::format("added_tokens[{}]", i);
     const json& a = added[i];
@@ -366,10 +391,10 @@ TokenizerSpec spec_from_json(const nlohmann::json& j, const std::string& source)
     SAMPAN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1 << 24),
                  ErrorCode::kInvalidModel, "{}: {}.id is not a valid token id", source, where);
     t.id = id.get<int32_t>();
-    t.special = a.value("special", false);
-    t.lstrip = a.value("lstrip", false);
-    t.rstrip = a.value("rstrip", false);
-    t.single_word = a.value("single_word", false);
+    t.special = c.flag(a, "special", false, where);
+    t.lstrip = c.flag(a, "lstrip", false, where);
+    t.rstrip = c.flag(a, "rstrip", false, where);
+    t.single_word = c.flag(a, "single_word", false, where);
     if (static_cast<size_t>(t.id) >= spec.model.vocab.size()) spec.model.vocab.resize(t.id + 1);
     spec.model.vocab[t.id] = t.content;
     spec.model.ids.emplace(t.content, t.id);
