@@ -18,6 +18,7 @@
 #include "engine/models/lora_adapter.h"
 #include "engine/models/model.h"
 #include "server/commands.h"
+#include "server/model_dir_out.h"
 
 namespace sampan::cli {
 namespace {
@@ -28,33 +29,12 @@ struct Args {
   std::string model, lora, out;
 };
 
-bool is_weight_file(const fs::path& p) {
-  const std::string name = p.filename().string();
-  for (const std::string e :
-       {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".index.json", ".tmp"}) {
-    if (name.size() >= e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
 void check_paths(const Args& a) {
-  std::error_code ec;
   SAMPAN_CHECK(models::model_format_of(a.model) == "hf", ErrorCode::kInvalidArgument,
                "--model {}: merge-lora takes a safetensors model directory with float weights, "
                "not a {} file",
                a.model, models::model_format_of(a.model));
-  SAMPAN_CHECK(fs::is_directory(a.model, ec), ErrorCode::kNotFound,
-               "--model: {} is not a model directory", a.model);
-  const fs::path in = fs::canonical(a.model, ec);
-  const fs::path out = fs::weakly_canonical(a.out, ec);
-  SAMPAN_CHECK(!ec && in != out, ErrorCode::kInvalidArgument,
-               "--out: {} is the input model directory; refusing to overwrite it", a.out);
-  if (fs::exists(out, ec)) {
-    SAMPAN_CHECK(fs::is_directory(out, ec) && fs::is_empty(out, ec), ErrorCode::kInvalidArgument,
-                 "--out: {} exists and is not an empty directory", a.out);
-  }
+  check_output_dir(a.model, a.out);
 }
 
 // (layer, module) of a base weight name an adapter may target, e.g.
@@ -116,13 +96,7 @@ int run(const Args& a) {
   SAMPAN_CHECK(!ec, ErrorCode::kIo, "--out: cannot create {}: {}", a.out, ec.message());
   write_safetensors_dir(a.out, tensors);
   // config.json is the base's as is: same architecture, dtype and sizes.
-  for (const auto& entry : fs::directory_iterator(a.model)) {
-    if (!entry.is_regular_file() || is_weight_file(entry.path())) continue;
-    fs::copy_file(entry.path(), fs::path(a.out) / entry.path().filename(),
-                  fs::copy_options::overwrite_existing, ec);
-    SAMPAN_CHECK(!ec, ErrorCode::kIo, "cannot copy {} to {}: {}", entry.path().string(), a.out,
-                 ec.message());
-  }
+  copy_support_files(a.model, a.out, /*skip_config=*/false);
   fmt::print("merged {} (r = {}, scale {}) into {} projections of {} -> {}\n", a.lora,
              adapter.config.rank, scale, merged, a.model, a.out);
   return 0;

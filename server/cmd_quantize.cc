@@ -21,6 +21,7 @@
 #include "engine/loaders/weight_store.h"
 #include "engine/models/llama.h"
 #include "server/commands.h"
+#include "server/model_dir_out.h"
 #include "server/model_flags.h"
 
 namespace sampan::cli {
@@ -99,31 +100,6 @@ ordered_json quant_section(const models::QuantScheme& s, bool rotated, uint64_t 
   return q;
 }
 
-bool is_weight_file(const fs::path& p) {
-  const std::string name = p.filename().string();
-  for (const char* ext : {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".index.json", ".tmp"}) {
-    const std::string e = ext;
-    if (name.size() >= e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
-void check_paths(const Args& a) {
-  std::error_code ec;
-  SAMPAN_CHECK(fs::is_directory(a.model, ec), ErrorCode::kNotFound,
-               "--model: {} is not a model directory", a.model);
-  const fs::path in = fs::canonical(a.model, ec);
-  const fs::path out = fs::weakly_canonical(a.out, ec);
-  SAMPAN_CHECK(!ec && in != out, ErrorCode::kInvalidArgument,
-               "--out: {} is the input model directory; refusing to overwrite it", a.out);
-  if (fs::exists(out, ec)) {
-    SAMPAN_CHECK(fs::is_directory(out, ec) && fs::is_empty(out, ec), ErrorCode::kInvalidArgument,
-                 "--out: {} exists and is not an empty directory", a.out);
-  }
-}
-
 void write_config(const std::string& model, const std::string& path, const ordered_json& section,
                   bool untied) {
   const std::string src = (fs::path(model) / "config.json").string();
@@ -153,7 +129,7 @@ int run(const Args& a) {
                "int4 only");
   SAMPAN_CHECK(a.hadamard || a.seed_opt->count() == 0, ErrorCode::kInvalidArgument,
                "--hadamard-seed needs --hadamard");
-  check_paths(a);
+  check_output_dir(a.model, a.out);
 
   models::ModelBuildOptions opt;
   SAMPAN_CHECK(models::parse_weight_format(a.scheme.c_str(), &opt.quantization.format),
@@ -196,16 +172,7 @@ int run(const Args& a) {
   const std::vector<std::string> files = write_safetensors_dir(a.out, tensors);
   write_config(a.model, (fs::path(a.out) / "config.json").string(),
                quant_section(scheme, rotated, seed, w.down_hadamard_block), untied);
-  for (const auto& entry : fs::directory_iterator(a.model)) {
-    if (!entry.is_regular_file() || entry.path().filename() == "config.json" ||
-        is_weight_file(entry.path())) {
-      continue;
-    }
-    fs::copy_file(entry.path(), fs::path(a.out) / entry.path().filename(),
-                  fs::copy_options::overwrite_existing, ec);
-    SAMPAN_CHECK(!ec, ErrorCode::kIo, "cannot copy {} to {}: {}", entry.path().string(), a.out,
-                 ec.message());
-  }
+  copy_support_files(a.model, a.out, /*skip_config=*/true);
 
   int64_t out_bytes = 0;
   for (const std::string& f : files) out_bytes += static_cast<int64_t>(fs::file_size(fs::path(a.out) / f));
