@@ -126,7 +126,7 @@ class InferCall final : public grpc::ServerUnaryReactor {
     engine_ = admit(svc_.host, request.model_name(), "model_name", &lora);
     runtime::EngineRequest er = kserve_engine_request(svc_.host, *engine_, spec_, id_);
     er.lora = lora;
-    model_name_ = lora >= 0 ? svc_.host.adapters()[static_cast<size_t>(lora)] : svc_.host.name();
+    model_name_ = svc_.host.model_name(lora);
     er.timeout_s = request_timeout_s(ctx_, engine_->options());
     const uint64_t handle =
         engine_->submit(std::move(er), [this](const runtime::EngineEvent& ev) { on_event(ev); });
@@ -379,8 +379,7 @@ class StreamInferCall final
         Job& job = jobs_[key];
         job.id = id;
         job.spec = std::move(spec);
-        job.model_name =
-            lora >= 0 ? svc_.host.adapters()[static_cast<size_t>(lora)] : svc_.host.name();
+        job.model_name = svc_.host.model_name(lora);
         job.engine = engine;
       }
       uint64_t handle = 0;

@@ -241,7 +241,7 @@ void infer(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, Model
   auto call = std::make_shared<InferCall>();
   call->writer = writer;
   call->metrics = &metrics;
-  call->model = lora >= 0 ? host.adapters()[static_cast<size_t>(lora)] : host.name();
+  call->model = host.model_name(lora);
   call->id = in.id;
   call->outputs = in.outputs;
   const uint64_t handle = engine->submit(std::move(er), [call](const runtime::EngineEvent& ev) {

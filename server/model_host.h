@@ -59,6 +59,10 @@ class ModelHost {
   // Set once before the front ends start; read-only afterwards.
   void set_adapters(std::vector<std::string> names) { adapters_ = std::move(names); }
   const std::vector<std::string>& adapters() const { return adapters_; }
+  // The model name of adapter `lora` (-1: the base's), as responses name it.
+  const std::string& model_name(int32_t lora) const {
+    return lora >= 0 ? adapters_.at(static_cast<size_t>(lora)) : name_;
+  }
   // What a request's model name selects: -1 the base model, 0.. an adapter, nullopt neither.
   std::optional<int32_t> lora_index(const std::string& model) const {
     if (model == name_) return -1;

@@ -236,7 +236,7 @@ void submit_call(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer,
   er.lora = lora;
   call->created = static_cast<int64_t>(std::time(nullptr));
   // Responses name what the client asked for: the base, or the adapter it picked.
-  call->model = lora >= 0 ? host.adapters()[static_cast<size_t>(lora)] : host.name();
+  call->model = host.model_name(lora);
   call->tokenizer = &engine->tokenizer();
   call->writer = writer;
   const uint64_t handle =
