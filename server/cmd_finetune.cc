@@ -32,6 +32,7 @@
 
 #include "engine/chat/chat_template.h"
 #include "engine/core/error.h"
+#include "engine/loaders/safetensors_writer.h"
 #include "engine/models/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/train/dataset.h"
@@ -204,20 +205,6 @@ double evaluate(train::LoraTrainer& trainer, const std::vector<train::Example>& 
   return tokens > 0 ? loss / static_cast<double>(tokens) : 0.0;
 }
 
-void write_text_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-    SAMPAN_CHECK(o.good(), ErrorCode::kIo, "{}: cannot write", tmp.string());
-    o << text;
-    o.flush();
-    SAMPAN_CHECK(o.good(), ErrorCode::kIo, "{}: write failed", tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  SAMPAN_CHECK(!ec, ErrorCode::kIo, "{}: cannot rename into place: {}", path.string(), ec.message());
-}
-
 int run_finetune(FinetuneArgs& a) {
   models::Precision precision{};
   SAMPAN_CHECK(models::parse_precision(a.precision, &precision), ErrorCode::kInvalidArgument,
@@ -317,7 +304,7 @@ int run_finetune(FinetuneArgs& a) {
     if (!checkpoint) return;
     fs::create_directories(ckpt);
     trainer.save_state((ckpt / "trainer_state.safetensors").string());
-    write_text_atomic(ckpt / "run.json", identity.dump(2) + "\n");
+    write_text_file((ckpt / "run.json").string(), identity.dump(2) + "\n");
   };
   auto eval_event = [&](int64_t step) {
     if (eval_examples.empty()) return;

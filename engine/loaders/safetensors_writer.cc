@@ -125,13 +125,23 @@ std::vector<std::string> write_safetensors_dir(const std::string& dir,
     }
   }
   const ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  const std::string path = (root / "model.safetensors.index.json").string();
-  std::ofstream out(path, std::ios::trunc);
-  out << index.dump(2) << "\n";
-  out.flush();
-  SAMPAN_CHECK(out.good(), ErrorCode::kIo, "{}: write failed", path);
+  write_text_file((root / "model.safetensors.index.json").string(), index.dump(2) + "\n");
   files.push_back("model.safetensors.index.json");
   return files;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    SAMPAN_CHECK(out.good(), ErrorCode::kIo, "{}: cannot open for writing", tmp);
+    out << text;
+    out.flush();
+    SAMPAN_CHECK(out.good(), ErrorCode::kIo, "{}: write failed (disk full?)", tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  SAMPAN_CHECK(!ec, ErrorCode::kIo, "{}: cannot rename to {}: {}", tmp, path, ec.message());
 }
 
 }  // namespace sampan

@@ -1,4 +1,5 @@
-// Writing safetensors files (the format SafetensorsFile reads): for `sampan quantize` and tests.
+// Writing safetensors files (the format SafetensorsFile reads) and the text files beside them:
+// for `sampan quantize`, `merge-lora`, `finetune` and tests.
 //
 // Tensors are laid out by decreasing element size (8-byte, 4-byte, 2-byte, then 1-byte types)
 // and the header is padded with spaces to a multiple of 8 bytes, so every tensor of a file is
@@ -33,5 +34,9 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
 std::vector<std::string> write_safetensors_dir(const std::string& dir,
                                                const std::vector<NamedTensor>& tensors,
                                                int64_t max_shard_bytes = int64_t{4} << 30);
+
+// A small text file that goes with the weights (an index, a config): written under `path`.tmp and
+// renamed when complete, like the safetensors files. Error(kIo) naming the file.
+void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace sampan

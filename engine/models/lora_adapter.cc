@@ -279,20 +279,6 @@ std::string json_text(const LoraAdapter& a) {
   return j.dump(2) + "\n";
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    SAMPAN_CHECK(out.good(), ErrorCode::kIo, "{}: cannot open for writing", tmp);
-    out << text;
-    out.flush();
-    SAMPAN_CHECK(out.good(), ErrorCode::kIo, "{}: write failed (disk full?)", tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  SAMPAN_CHECK(!ec, ErrorCode::kIo, "{}: cannot rename to {}: {}", tmp, path, ec.message());
-}
-
 }  // namespace
 
 int lora_module_index(const std::string& module) {
@@ -546,7 +532,7 @@ void save_lora_adapter(const LoraAdapter& adapter, const std::string& dir) {
   }
   // Weights first: a config without its weights is refused on load, never half-applied.
   write_safetensors(path_in(dir, kWeightsFile), tensors, {{"format", "pt"}});
-  write_text_atomic(path_in(dir, kConfigFile), json_text(adapter));
+  write_text_file(path_in(dir, kConfigFile), json_text(adapter));
 }
 
 }  // namespace sampan::models
