@@ -233,14 +233,9 @@ def write_gguf(path, pre, tokens, merges, types=None):
     w.close()
 
 
-# Types llama.cpp refuses to load: chatglm4 from a vocabulary-only file (it wants tokens these
-# small files lack); "gpt2" is not a name llama.cpp knows (Sampan reads it as "gpt-2").
-LLAMA_CPP_REFUSES = {"chatglm4", "gpt2"}
-
-
-def write_llama_vocab(path, pre, tokens, merges, add_bos):
-    """A vocabulary-only GGUF llama.cpp loads (architecture llama, the hyper-parameters it reads),
-    with BOS 0, EOS 1, SEP 2 marked as control tokens."""
+def llama_vocab_writer(path):
+    """A GGUFWriter for a vocabulary-only file llama.cpp loads: architecture llama with the
+    hyper-parameters it reads."""
     import gguf
     w = gguf.GGUFWriter(path, "llama")
     w.add_block_count(1)
@@ -249,6 +244,18 @@ def write_llama_vocab(path, pre, tokens, merges, add_bos):
     w.add_feed_forward_length(8)
     w.add_head_count(1)
     w.add_layer_norm_rms_eps(1e-5)
+    return w
+
+
+# Types llama.cpp refuses to load: chatglm4 from a vocabulary-only file (it wants tokens these
+# small files lack); "gpt2" is not a name llama.cpp knows (Sampan reads it as "gpt-2").
+LLAMA_CPP_REFUSES = {"chatglm4", "gpt2"}
+
+
+def write_llama_vocab(path, pre, tokens, merges, add_bos):
+    """A vocabulary-only GGUF llama.cpp loads (architecture llama, the hyper-parameters it reads),
+    with BOS 0, EOS 1, SEP 2 marked as control tokens."""
+    w = llama_vocab_writer(path)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
@@ -266,14 +273,7 @@ def write_llama_vocab(path, pre, tokens, merges, add_bos):
 
 def write_gemma4_vocab(path, pre):
     """tokenizer.ggml.model gemma4: letters, U+2581, a few merged pieces, the 256 byte tokens."""
-    import gguf
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_block_count(1)
-    w.add_context_length(64)
-    w.add_embedding_length(8)
-    w.add_feed_forward_length(8)
-    w.add_head_count(1)
-    w.add_layer_norm_rms_eps(1e-5)
+    w = llama_vocab_writer(path)
     w.add_tokenizer_model("gemma4")
     if pre is not None:
         w.add_tokenizer_pre(pre)
