@@ -369,14 +369,19 @@ TEST_CASE("concurrent updates give exact totals while scrapes stay well-formed",
   constexpr int kThreads = 8;
   constexpr int kIters = 20000;
   std::atomic<bool> done{false};
+  std::atomic<bool> scraping{false};
   std::atomic<int> scrapes{0};
   std::thread scraper([&] {
-    // Each scrape must parse and keep _count == the +Inf bucket even mid-update.
-    while (!done.load()) {
+    // Each scrape must parse and keep _count == the +Inf bucket even mid-update. At least one
+    // scrape runs, and the workers start only once the scraper is running (on a loaded machine
+    // they could otherwise all finish before it is first scheduled).
+    scraping.store(true);
+    do {
       parse_exposition(r.render());
       scrapes.fetch_add(1);
-    }
+    } while (!done.load());
   });
+  while (!scraping.load()) std::this_thread::yield();
   std::vector<std::thread> workers;
   for (int t = 0; t < kThreads; ++t) {
     workers.emplace_back([&, t] {
