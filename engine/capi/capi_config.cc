@@ -230,4 +230,49 @@ SAMPAN_API SampanStatus sampan_config_get_max_batch_size(const SampanConfig* con
   return get_field(config, out, [](const ConfigData& d) { return d.max_batch_size; });
 }
 
+SAMPAN_API SampanStatus sampan_config_add_lora(SampanConfig* config, const char* name,
+                                               const char* dir) {
+  return set_field(config, [&](ConfigData& d) {
+    const std::string n = checked_text(name, "name");
+    const std::string path = checked_text(dir, "dir");
+    if (n.empty()) api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "LoRA adapter name is empty");
+    if (path.empty()) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "LoRA adapter '{}': the directory is empty", n);
+    }
+    for (const ConfigData::Lora& l : d.lora) {
+      if (l.name == n) {
+        api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "LoRA adapter '{}' was already added ({})", n,
+                 l.dir);
+      }
+    }
+    d.lora.push_back({n, path});
+  });
+}
+
+SAMPAN_API SampanStatus sampan_config_clear_loras(SampanConfig* config) {
+  return set_field(config, [](ConfigData& d) { d.lora.clear(); });
+}
+
+SAMPAN_API SampanStatus sampan_config_get_lora_count(const SampanConfig* config, int32_t* out) {
+  return get_field(config, out,
+                   [](const ConfigData& d) { return static_cast<int32_t>(d.lora.size()); });
+}
+
+SAMPAN_API SampanStatus sampan_config_get_lora(const SampanConfig* config, int32_t index,
+                                               const char** name, const char** dir) {
+  return guarded([&] {
+    auto c = lookup<Config>(config, Kind::kConfig, "config");
+    require_arg(name, "name");
+    require_arg(dir, "dir");
+    std::lock_guard<std::mutex> lock(c->mu);
+    const auto n = static_cast<int32_t>(c->data.lora.size());
+    if (index < 0 || index >= n) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "LoRA index {} is out of range (the config has {})",
+               index, n);
+    }
+    *name = c->data.lora[static_cast<size_t>(index)].name.c_str();
+    *dir = c->data.lora[static_cast<size_t>(index)].dir.c_str();
+  });
+}
+
 }  // extern "C"

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <string>
 
@@ -25,6 +26,13 @@ struct ConfigData {
   int64_t max_model_len = 0;
   int64_t kv_cache_bytes = 1LL << 30;
   int32_t max_batch_size = 64;
+  // LoRA adapters an engine serves besides the base: (name, PEFT directory) in the order added.
+  // A deque so that the strings a getter returned stay put while more are added.
+  struct Lora {
+    std::string name;
+    std::string dir;
+  };
+  std::deque<Lora> lora;
 
   // Weight format, group size and KV format as the model builders take them. The strings were
   // validated by the setters, so this cannot fail.

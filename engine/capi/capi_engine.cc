@@ -17,6 +17,7 @@
 #include "engine/capi/capi_config.h"
 #include "engine/capi/capi_internal.h"
 #include "engine/core/error.h"
+#include "engine/models/lora_adapter.h"
 #include "engine/runtime/device_select.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/sampling_limits.h"
@@ -29,6 +30,7 @@ struct EngineObj {
   // engine out, then destroys it unlocked (its final events may call sampan_request_cancel).
   std::shared_mutex mu;
   std::unique_ptr<runtime::Engine> engine;
+  std::vector<std::string> lora_names;  // EngineOptions::build.lora order; set at creation
 };
 
 struct Params {
@@ -37,6 +39,7 @@ struct Params {
   int64_t max_tokens = 16;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  std::string lora;  // adapter name; "" for the base model
 };
 
 struct EventData {
@@ -182,10 +185,27 @@ runtime::EngineRequest make_request(const SampanParams* params) {
   return r;
 }
 
+// The engine's index of the adapter the params name (-1: the base model).
+int32_t lora_index(const EngineObj& obj, const SampanParams* params) {
+  if (params == nullptr) return -1;
+  auto p = lookup<Params>(params, Kind::kParams, "params");
+  std::lock_guard<std::mutex> lock(p->mu);
+  if (p->lora.empty()) return -1;
+  for (size_t i = 0; i < obj.lora_names.size(); ++i) {
+    if (obj.lora_names[i] == p->lora) return static_cast<int32_t>(i);
+  }
+  std::string known;
+  for (const std::string& n : obj.lora_names) known += (known.empty() ? "" : ", ") + n;
+  api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "LoRA adapter '{}' is not loaded (the engine has: {})",
+           p->lora, known.empty() ? "none" : known);
+}
+
 SampanStatus submit(SampanEngine* engine, runtime::EngineRequest request,
-                    SampanEventCallback callback, void* user_data, SampanRequest** out) {
+                    const SampanParams* params, SampanEventCallback callback, void* user_data,
+                    SampanRequest** out) {
   static std::atomic<uint64_t> counter{0};
   LockedEngine l = lock_engine(engine);
+  request.lora = lora_index(*l.obj, params);
   auto req = std::make_shared<RequestObj>();
   req->engine = l.obj;
   req->callback = callback;
@@ -248,6 +268,12 @@ SAMPAN_API SampanStatus sampan_engine_create(const SampanConfig* config, SampanE
     o.build = c.build_options();
     o.device = runtime::parse_device(c.device);
     auto obj = std::make_shared<EngineObj>();
+    for (const ConfigData::Lora& l : c.lora) {
+      auto adapter = std::make_shared<models::LoraAdapter>(models::load_lora_adapter(l.dir));
+      adapter->name = l.name;
+      o.build.lora.push_back(std::move(adapter));
+      obj->lora_names.push_back(l.name);
+    }
     obj->engine = runtime::Engine::load(c.model_dir, o);
     *out = as_handle<SampanEngine>(register_handle(Kind::kEngine, obj));
   });
@@ -369,6 +395,10 @@ SAMPAN_API SampanStatus sampan_params_set_ignore_eos(SampanParams* params, int32
   return with_params(params, [&](Params& p) { p.ignore_eos = ignore_eos != 0; });
 }
 
+SAMPAN_API SampanStatus sampan_params_set_lora(SampanParams* params, const char* name) {
+  return with_params(params, [&](Params& p) { p.lora = name == nullptr ? "" : name; });
+}
+
 SAMPAN_API SampanStatus sampan_engine_submit_text(SampanEngine* engine, const char* prompt,
                                                   const SampanParams* params,
                                                   SampanEventCallback callback, void* user_data,
@@ -382,7 +412,7 @@ SAMPAN_API SampanStatus sampan_engine_submit_text(SampanEngine* engine, const ch
       LockedEngine l = lock_engine(engine);
       r.prompt = l.engine->tokenizer().encode(prompt, true);
     }
-    submit(engine, std::move(r), callback, user_data, out);
+    submit(engine, std::move(r), params, callback, user_data, out);
   });
 }
 
@@ -397,7 +427,7 @@ SAMPAN_API SampanStatus sampan_engine_submit_tokens(SampanEngine* engine, const 
     require_arg(out, "out");
     runtime::EngineRequest r = make_request(params);
     if (n_ids > 0) r.prompt.assign(ids, ids + n_ids);
-    submit(engine, std::move(r), callback, user_data, out);
+    submit(engine, std::move(r), params, callback, user_data, out);
   });
 }
 

@@ -157,8 +157,23 @@ SAMPAN_API SampanStatus sampan_config_set_kv_cache_bytes(SampanConfig* config, i
 /* Engine: most sequences decoded in one step, >= 1. */
 SAMPAN_API SampanStatus sampan_config_set_max_batch_size(SampanConfig* config, int32_t n);
 
+/* LoRA adapters (PEFT format: adapter_config.json + adapter_model.safetensors) that an engine
+ * serves besides the base model; a request picks one by name (sampan_params_set_lora). Requests
+ * of different adapters and of the base run together in one engine step. `name` must be
+ * non-empty and unique in the config (INVALID_ARGUMENT otherwise); the directory is read and
+ * checked against the model by sampan_engine_create: NOT_FOUND for a missing directory or file,
+ * INVALID_ARGUMENT for an adapter that is malformed or does not fit the model, with a message
+ * naming the file, key or tensor. Predictors ignore adapters. */
+SAMPAN_API SampanStatus sampan_config_add_lora(SampanConfig* config, const char* name,
+                                               const char* dir);
+SAMPAN_API SampanStatus sampan_config_clear_loras(SampanConfig* config);
+
 /* Getters. Returned strings are owned by the config and valid until the same field is set
- * again or the config is destroyed. */
+ * again (for adapters: until sampan_config_clear_loras) or the config is destroyed. */
+SAMPAN_API SampanStatus sampan_config_get_lora_count(const SampanConfig* config, int32_t* out);
+/* Adapter `index` in [0, count): its name and directory. */
+SAMPAN_API SampanStatus sampan_config_get_lora(const SampanConfig* config, int32_t index,
+                                               const char** name, const char** dir);
 SAMPAN_API SampanStatus sampan_config_get_model_dir(const SampanConfig* config, const char** out);
 SAMPAN_API SampanStatus sampan_config_get_params_file(const SampanConfig* config,
                                                       const char** out);
@@ -317,6 +332,10 @@ SAMPAN_API SampanStatus sampan_params_add_stop(SampanParams* params, const char*
 SAMPAN_API SampanStatus sampan_params_clear_stops(SampanParams* params);
 /* Non-zero: keep generating past the end-of-sequence token (until max_tokens or a stop). */
 SAMPAN_API SampanStatus sampan_params_set_ignore_eos(SampanParams* params, int32_t ignore_eos);
+/* The LoRA adapter (a name given to sampan_config_add_lora) the request runs through; NULL or
+ * "" is the base model (the default). An unknown name fails at submit with INVALID_ARGUMENT
+ * naming it. */
+SAMPAN_API SampanStatus sampan_params_set_lora(SampanParams* params, const char* name);
 
 /* Called on the engine thread for every event of a request, in order, the last one with
  * finished = 1. `event` is valid only during the call. The callback must return quickly (it

@@ -39,7 +39,7 @@ std::string path_in(const std::string& dir, const char* file) {
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  SAMPAN_CHECK(in.good(), ErrorCode::kInvalidArgument, "{}: cannot open (missing file?)", path);
+  SAMPAN_CHECK(in.good(), ErrorCode::kNotFound, "{}: cannot open (missing file?)", path);
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
@@ -365,7 +365,7 @@ Tensor merge_lora_weight(const Tensor& weight, const LoraPair& pair, double scal
 namespace {
 
 LoraAdapter read_adapter(const std::string& dir) {
-  SAMPAN_CHECK(std::filesystem::is_directory(dir), ErrorCode::kInvalidArgument,
+  SAMPAN_CHECK(std::filesystem::is_directory(dir), ErrorCode::kNotFound,
                "{}: LoRA adapter directory does not exist", dir);
   LoraAdapter a;
   a.name = dir;
@@ -423,8 +423,12 @@ LoraAdapter load_lora_adapter(const std::string& dir) {
     return read_adapter(dir);
   } catch (const Error& e) {
     // The readers below (JSON, safetensors) word their errors as model errors; an adapter is the
-    // caller's input. The message already names the file and the key or tensor.
-    if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kOutOfMemory) throw;
+    // caller's input. The message already names the file and the key or tensor. A missing
+    // directory or file stays kNotFound.
+    if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kOutOfMemory ||
+        e.code() == ErrorCode::kNotFound) {
+      throw;
+    }
     throw Error(ErrorCode::kInvalidArgument, e.what());
   }
 }

@@ -6,7 +6,12 @@
     within a near-tie), its logprob matches numpy, and it equals `sampan run`'s tokens; the final
     event's usage counts what was streamed; cancel ends a long request early;
   - the C example (clients/c/example.c, built as sampan_c_example) runs and prints the top tokens
-    and the generation the Python side computes.
+    and the generation the Python side computes;
+  - LoRA adapters (sampan_config_add_lora, sampan_params_set_lora): greedy tokens through an
+    adapter are the argmax of the numpy reference on the merged weights W + (alpha/r) B A
+    (merged here in numpy), differ from the base's, equal `sampan run --lora`'s, and requests of
+    two adapters and the base submitted together give what each gives alone; an unknown adapter
+    name, a duplicate name, a missing directory and a malformed adapter are clear errors.
 Environment (set by CTest): SAMPAN_LIBRARY (libsampan.so), SAMPAN_C_EXAMPLE_DIR (its build dir).
 """
 
@@ -14,6 +19,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -131,6 +137,140 @@ def check_generation(res, sampan, args, model):
     return gen.tokens, gen.text
 
 
+def write_adapter(model_dir, out, rank, seed):
+    """A random PEFT-format adapter over all seven projections -> {tensor name: array}."""
+    import safetensors_io
+    with open(os.path.join(model_dir, "config.json")) as f:
+        c = json.load(f)
+    h, ffn = c["hidden_size"], c["intermediate_size"]
+    hd = c.get("head_dim") or h // c["num_attention_heads"]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    shapes = {"self_attn.q_proj": (h, q), "self_attn.k_proj": (h, kv), "self_attn.v_proj": (h, kv),
+              "self_attn.o_proj": (q, h), "mlp.gate_proj": (h, ffn), "mlp.up_proj": (h, ffn),
+              "mlp.down_proj": (ffn, h)}
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for layer in range(c["num_hidden_layers"]):
+        for mod, (n_in, n_out) in shapes.items():
+            p = f"base_model.model.model.layers.{layer}.{mod}"
+            tensors[p + ".lora_A.weight"] = (rng.uniform(-1, 1, (rank, n_in)) /
+                                             np.sqrt(n_in)).astype(np.float32)
+            tensors[p + ".lora_B.weight"] = rng.normal(0, 0.05, (n_out, rank)).astype(np.float32)
+    os.makedirs(out, exist_ok=True)
+    safetensors_io.save_file(tensors, os.path.join(out, "adapter_model.safetensors"))
+    with open(os.path.join(out, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank,
+                   "lora_alpha": 2 * rank, "lora_dropout": 0.0, "bias": "none",
+                   "target_modules": [m.split(".")[1] for m in shapes],
+                   "base_model_name_or_path": model_dir}, f)
+    return tensors
+
+
+def merged_copy(model_dir, adapter, out, scale):
+    """The model with W + scale * B A folded in (f32, numpy) for the numpy reference."""
+    import safetensors_io
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(model_dir, out)
+    path = os.path.join(out, "model.safetensors")
+    t = {k: np.asarray(v, dtype=np.float64) for k, v in safetensors_io.load_file(path).items()}
+    for name, a in adapter.items():
+        if not name.endswith(".lora_A.weight"):
+            continue
+        base = name[len("base_model.model."):-len(".lora_A.weight")] + ".weight"
+        b = adapter[name.replace("lora_A", "lora_B")].astype(np.float64)
+        t[base] = t[base] + scale * (b @ a.astype(np.float64))
+    safetensors_io.save_file({k: v.astype(np.float32) for k, v in t.items()}, path)
+    return out
+
+
+def check_lora(res, sampan, args, model):
+    import numpy_llama as ref
+    adapters = {"alpha": os.path.join(args.work_dir, "capi_lora_alpha"),
+                "beta": os.path.join(args.work_dir, "capi_lora_beta")}
+    tensors = {name: write_adapter(model, d, 4, seed) for (name, d), seed in
+               zip(adapters.items(), (5, 6))}
+    cfg = sampan.Config(model, threads=2, kv_cache_bytes=16 << 20, max_model_len=256,
+                        lora=adapters)
+    res.check("lora: config lists the adapters in order", cfg.loras == adapters, str(cfg.loras))
+    try:
+        cfg.add_lora("alpha", adapters["beta"])
+        res.check("lora: a duplicate name is refused", False, "no error")
+    except sampan.SampanError as e:
+        res.check("lora: a duplicate name is refused",
+                  e.status == sampan.INVALID_ARGUMENT and "'alpha'" in str(e), str(e))
+    n = 12
+    with sampan.Engine(cfg) as engine:
+        prompt_ids = engine.tokenize(PROMPT)
+        alone = {}
+        for name in (None, "alpha", "beta"):
+            g = engine.generate(prompt_ids, max_tokens=n, temperature=0, ignore_eos=True,
+                                lora=name)
+            alone[name] = g.result().tokens
+            g.close()
+        for name in ("alpha", "beta"):
+            merged = merged_copy(model, tensors[name],
+                                 os.path.join(args.work_dir, f"capi_merged_{name}"), 2.0)
+            ids, gap = list(prompt_ids), 0.0
+            for tok in alone[name]:
+                logits = ref.logits(merged, ids)[-1].astype(np.float64)
+                gap = max(gap, logits.max() - logits[tok])
+                ids.append(tok)
+            res.check(f"lora {name}: tokens are numpy's argmax on the merged weights",
+                      gap <= MAX_GREEDY_GAP, f"max gap {gap:.4g} (<= {MAX_GREEDY_GAP})")
+            res.check(f"lora {name}: differs from the base", alone[name] != alone[None],
+                      f"{alone[name]} vs base {alone[None]}")
+            run = eu.run_sampan(args, ["run", "--model", model, "--lora", adapters[name],
+                                       "--prompt", PROMPT, "--temperature", "0", "--max-tokens",
+                                       str(n), "--ignore-eos"])
+            want = engine.generate(prompt_ids, max_tokens=n, temperature=0, ignore_eos=True,
+                                   lora=name)
+            text = want.result().text
+            want.close()
+            res.check(f"lora {name}: same text as `sampan run --lora`",
+                      run.returncode == 0 and run.stdout.rstrip("\n") == text,
+                      f"{text!r} vs {run.stdout!r}" if run.returncode == 0 else run.describe())
+        gens = {name: engine.generate(prompt_ids, max_tokens=n, temperature=0, ignore_eos=True,
+                                      lora=name) for name in (None, "alpha", "beta", "") }
+        together = {name: g.result().tokens for name, g in gens.items()}
+        for g in gens.values():
+            g.close()
+        res.check("lora: base and two adapters together == each alone",
+                  all(together[k] == alone[k] for k in (None, "alpha", "beta")) and
+                  together[""] == alone[None],
+                  f"together {together}, alone {alone}")
+        try:
+            engine.generate(prompt_ids, max_tokens=2, lora="gamma")
+            res.check("lora: an unknown adapter name is refused", False, "no error")
+        except sampan.SampanError as e:
+            res.check("lora: an unknown adapter name is refused",
+                      e.status == sampan.INVALID_ARGUMENT and "'gamma'" in str(e) and
+                      "alpha" in str(e), str(e))
+    cfg.close()
+    missing = os.path.join(args.work_dir, "capi_lora_missing")
+    bad = sampan.Config(model, threads=1, kv_cache_bytes=16 << 20, max_model_len=64,
+                        lora={"x": missing})
+    try:
+        sampan.Engine(bad).close()
+        res.check("lora: a missing adapter directory fails engine creation", False, "no error")
+    except sampan.SampanError as e:
+        res.check("lora: a missing adapter directory fails engine creation",
+                  e.status == sampan.NOT_FOUND and missing in str(e), str(e))
+    bad.close()
+    broken = os.path.join(args.work_dir, "capi_lora_broken")
+    os.makedirs(broken, exist_ok=True)
+    with open(os.path.join(broken, "adapter_config.json"), "w") as f:
+        f.write("{")
+    bad = sampan.Config(model, threads=1, kv_cache_bytes=16 << 20, max_model_len=64,
+                        lora={"x": broken})
+    try:
+        sampan.Engine(bad).close()
+        res.check("lora: a malformed adapter_config.json fails engine creation", False, "no error")
+    except sampan.SampanError as e:
+        res.check("lora: a malformed adapter_config.json fails engine creation",
+                  e.status == sampan.INVALID_ARGUMENT and "adapter_config.json" in str(e), str(e))
+    bad.close()
+
+
 def check_c_example(res, sampan, args, model, tokens, text):
     exe = os.path.join(os.environ.get("SAMPAN_C_EXAMPLE_DIR", os.path.dirname(args.sampan)),
                        "sampan_c_example")
@@ -186,6 +326,7 @@ def main():
     model = su.make_serve_model(args)
     tokens, text = check_generation(res, sampan, args, model)
     check_c_example(res, sampan, args, model, tokens, text)
+    check_lora(res, sampan, args, model)
     res.finish()
 
 

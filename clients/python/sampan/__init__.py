@@ -108,8 +108,10 @@ class Config(_Handle):
 
     def __init__(self, model_dir=None, device=None, threads=None, precision=None,
                  kv_cache_dtype=None, max_model_len=None, kv_cache_bytes=None,
-                 max_batch_size=None, int4_group_size=None, params_file=None):
+                 max_batch_size=None, int4_group_size=None, params_file=None, lora=None):
         """model_dir: a Hugging Face model directory, an .onnx file or a directory holding one.
+        lora: {name: PEFT adapter directory} an engine serves besides the base model; a request
+        picks one with Engine.generate(..., lora=name).
         params_file: Paddle's separate params file (no format takes one yet: a predictor made
         with it fails with UNSUPPORTED).
         precision: "f32", "bf16", "fp8" or "int4". A classic model (ONNX, Paddle) computes in f32
@@ -129,6 +131,24 @@ class Config(_Handle):
         for key, value in ints.items():
             if value is not None:
                 _call(f"sampan_config_set_{key}", self.handle, int(value))
+        for name, path in (lora or {}).items():
+            self.add_lora(name, path)
+
+    def add_lora(self, name, path):
+        """Adds a LoRA adapter (read when an engine is created from this config)."""
+        _call("sampan_config_add_lora", self.handle, str(name).encode(), str(path).encode())
+
+    @property
+    def loras(self):
+        """{name: directory} of the adapters added, in order."""
+        n = ctypes.c_int32()
+        _call("sampan_config_get_lora_count", self.handle, ctypes.byref(n))
+        out = {}
+        for i in range(n.value):
+            name, path = ctypes.c_char_p(), ctypes.c_char_p()
+            _call("sampan_config_get_lora", self.handle, i, ctypes.byref(name), ctypes.byref(path))
+            out[name.value.decode()] = path.value.decode()
+        return out
 
     def get(self, key):
         """One option's current value, e.g. get("threads")."""
@@ -432,9 +452,9 @@ class Engine(_Handle):
         return [ids[i] for i in range(n.value)]
 
     def generate(self, prompt, max_tokens=16, temperature=1.0, top_k=0, top_p=1.0, seed=None,
-                 stop=(), ignore_eos=False, poll_timeout_ms=-1):
+                 stop=(), ignore_eos=False, poll_timeout_ms=-1, lora=None):
         """Submits `prompt` (text, or a sequence of token ids) and returns a Generation to
-        iterate."""
+        iterate. lora: the name of an adapter of the engine's config (None: the base model)."""
         params = ctypes.c_void_p()
         _call("sampan_params_create", ctypes.byref(params))
         try:
@@ -447,6 +467,8 @@ class Engine(_Handle):
             for s in stop:
                 _call("sampan_params_add_stop", params, s.encode())
             _call("sampan_params_set_ignore_eos", params, int(bool(ignore_eos)))
+            if lora is not None:
+                _call("sampan_params_set_lora", params, str(lora).encode())
             req = ctypes.c_void_p()
             if isinstance(prompt, str):
                 _call("sampan_engine_submit_text", self.handle, prompt.encode(), params,

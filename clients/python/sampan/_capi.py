@@ -69,6 +69,10 @@ _PROTOTYPES = {
     "sampan_config_get_max_model_len": (STATUS, [H, _P(_c.c_int64)]),
     "sampan_config_get_kv_cache_bytes": (STATUS, [H, _P(_c.c_int64)]),
     "sampan_config_get_max_batch_size": (STATUS, [H, _P(_c.c_int32)]),
+    "sampan_config_add_lora": (STATUS, [H, _c.c_char_p, _c.c_char_p]),
+    "sampan_config_clear_loras": (STATUS, [H]),
+    "sampan_config_get_lora_count": (STATUS, [H, _P(_c.c_int32)]),
+    "sampan_config_get_lora": (STATUS, [H, _c.c_int32, _P(_c.c_char_p), _P(_c.c_char_p)]),
     # predictor and tensor
     "sampan_predictor_create": (STATUS, [H, _P(H)]),
     "sampan_predictor_clone": (STATUS, [H, _P(H)]),
@@ -106,6 +110,7 @@ _PROTOTYPES = {
     "sampan_params_add_stop": (STATUS, [H, _c.c_char_p]),
     "sampan_params_clear_stops": (STATUS, [H]),
     "sampan_params_set_ignore_eos": (STATUS, [H, _c.c_int32]),
+    "sampan_params_set_lora": (STATUS, [H, _c.c_char_p]),
     "sampan_engine_submit_text": (STATUS, [H, _c.c_char_p, H, EVENT_CALLBACK, _c.c_void_p,
                                            _P(H)]),
     "sampan_engine_submit_tokens": (STATUS, [H, _P(_c.c_int32), _c.c_int64, H, EVENT_CALLBACK,
