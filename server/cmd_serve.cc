@@ -109,14 +109,28 @@ int serve_classic(const server::ServeConfig& cfg, const std::string& name, serve
   so.threads = cfg.engine.threads;
   so.executors = kTensorExecutors;
   so.max_waiting = cfg.engine.max_waiting;
+  so.max_batch = cfg.max_batch_size;
+  so.batch_delay = std::chrono::microseconds(static_cast<int64_t>(cfg.batch_delay_ms * 1000));
   auto session = std::make_shared<runtime::TensorSession>(model, so);
+  if (so.max_batch > 1 && !session->batchable()) {
+    log::warn("--max-batch-size {}: requests run one by one: {}", so.max_batch,
+              session->not_batchable_reason());
+  }
   host.set_tensor_session(session);
+  metrics.set_tensor_stats_source([s = session.get()] {
+    return server::ServeMetrics::TensorStats{s->batch_stats(), s->running(), s->waiting()};
+  });
   metrics.set_ready(true);
   log::info("ready in {:.2f} s: classic model '{}' ({}, {}), {} inputs, {} outputs, {} concurrent "
-            "runs, max waiting {}; served over KServe v2 (HTTP /v2/models/{}/infer, gRPC "
-            "ModelInfer)", std::chrono::duration<double>(Clock::now() - t0).count(), name,
-            model->format, model->architecture, model->signature.inputs.size(),
-            model->signature.outputs.size(), so.executors, so.max_waiting, name);
+            "runs, max waiting {}, dynamic batching {}; served over KServe v2 (HTTP "
+            "/v2/models/{}/infer, gRPC ModelInfer)",
+            std::chrono::duration<double>(Clock::now() - t0).count(), name, model->format,
+            model->architecture, model->signature.inputs.size(), model->signature.outputs.size(),
+            so.executors, so.max_waiting,
+            so.max_batch > 1 && session->batchable()
+                ? fmt::format("up to {} rows, {} ms", so.max_batch, cfg.batch_delay_ms)
+                : std::string("off"),
+            name);
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -199,6 +213,11 @@ int run_serve(const server::ServeConfig& cfg) {
   log::info("loading model '{}' from {}", name, cfg.model);
   if (!models::is_decoder_format(models::model_format_of(cfg.model))) {
     return serve_classic(cfg, name, host, metrics, http, grpc.get(), signals, t0);
+  }
+  if (cfg.max_batch_size != server::ServeConfig{}.max_batch_size ||
+      cfg.batch_delay_ms != server::ServeConfig{}.batch_delay_ms) {
+    log::warn("--max-batch-size / --batch-delay-ms apply to classic models; a language model "
+              "batches continuously (--max-running, --max-batched-tokens)");
   }
   // Fault injection for the tests (tests/e2e/test_serve_faults.py); never set in production.
   runtime::EngineOptions engine_options = cfg.engine;

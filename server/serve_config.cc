@@ -116,6 +116,11 @@ const std::vector<Key>& keys() {
        Parse::kPlain, "tokens in one engine step (chunked-prefill budget)"},
       {"max-waiting", "limits", +[](ServeConfig& c) -> int& { return c.engine.max_waiting; }, Parse::kPlain,
        "queued requests beyond which new ones get 429 / RESOURCE_EXHAUSTED"},
+      {"max-batch-size", "limits", +[](ServeConfig& c) -> int& { return c.max_batch_size; }, Parse::kPlain,
+       "classic models: merge concurrent requests along the first dimension up to this many rows "
+       "(1: off)"},
+      {"batch-delay-ms", "limits", +[](ServeConfig& c) -> double& { return c.batch_delay_ms; }, Parse::kPlain,
+       "classic models: how long a request waits for others to merge with (milliseconds)"},
       {"request-timeout", "limits", +[](ServeConfig& c) -> double& { return c.engine.request_timeout_s; },
        Parse::kPlain, "seconds a request may take (0: no limit)"},
       {"max-body-bytes", "limits", +[](ServeConfig& c) -> int64_t& { return c.max_body_bytes; }, Parse::kSize,
@@ -448,6 +453,9 @@ void validate(ServeConfig& c, const Origins& o) {
   check_range(e.max_running, 1, std::numeric_limits<int>::max(), o, "max-running");
   check_range<int64_t>(e.max_batched_tokens, 1, std::numeric_limits<int64_t>::max(), o, "max-batched-tokens");
   check_range(e.max_waiting, 1, std::numeric_limits<int>::max(), o, "max-waiting");
+  check_range(c.max_batch_size, 1, 1 << 16, o, "max-batch-size");
+  check(c.batch_delay_ms >= 0 && c.batch_delay_ms <= 10000, o, "batch-delay-ms",
+        fmt::format("{} is out of range [0, 10000] milliseconds", c.batch_delay_ms));
   check(e.request_timeout_s >= 0, o, "request-timeout",
         fmt::format("{} must be >= 0 seconds (0: no limit)", e.request_timeout_s));
   models::ModelBuildOptions& b = c.engine.build;

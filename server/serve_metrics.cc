@@ -49,9 +49,13 @@ struct ServeMetrics::Impl {
   metrics::Histogram& batch_tokens;
   metrics::Gauge& ready;
   metrics::Family<metrics::Counter>& lora_requests;
+  metrics::Counter& tensor_runs;
+  metrics::Counter& tensor_requests;
+  metrics::Counter& tensor_rows;
 
   std::mutex source_mu;
   std::function<runtime::EngineStats()> source;
+  std::function<TensorStats()> tensor_source;
   std::vector<std::string> lora_names;  // by adapter index
 
   Impl()
@@ -99,18 +103,37 @@ struct ServeMetrics::Impl {
         ready(reg.gauge("sampan:server_ready", "1 when the model is loaded and the server accepts work.").get()),
         lora_requests(reg.counter("sampan:lora_requests_total",
                                   "Generation requests accepted per LoRA adapter (serve --lora).",
-                                  {"adapter"})) {
+                                  {"adapter"})),
+        tensor_runs(reg.counter("sampan:tensor_runs_total",
+                                "Classic-model executor runs (a dynamically merged batch counts once).")
+                        .get()),
+        tensor_requests(reg.counter("sampan:tensor_requests_total",
+                                    "Classic-model requests answered by those runs.")
+                            .get()),
+        tensor_rows(reg.counter("sampan:tensor_rows_total",
+                                "First-dimension rows (batch entries) of those runs.")
+                        .get()) {
     for (runtime::EngineFinish f : kAllFinishes) finished.labels({finish_reason(f)});
     reg.add_collect_hook([this] { collect(); });
   }
 
   void collect() {
     std::function<runtime::EngineStats()> src;
+    std::function<TensorStats()> tsrc;
     std::vector<std::string> names;
     {
       std::lock_guard<std::mutex> lock(source_mu);
       src = source;
+      tsrc = tensor_source;
       names = lora_names;
+    }
+    if (tsrc) {
+      const TensorStats t = tsrc();
+      tensor_runs.mirror(static_cast<double>(t.batch.runs));
+      tensor_requests.mirror(static_cast<double>(t.batch.requests));
+      tensor_rows.mirror(static_cast<double>(t.batch.rows));
+      running.set(static_cast<double>(t.running));
+      waiting.set(static_cast<double>(t.waiting));
     }
     if (!src) return;
     runtime::EngineStats s;
@@ -172,6 +195,11 @@ void ServeMetrics::step(const runtime::StepStats& s) {
 }
 
 void ServeMetrics::set_ready(bool ready) { impl_->ready.set(ready ? 1 : 0); }
+
+void ServeMetrics::set_tensor_stats_source(std::function<TensorStats()> source) {
+  std::lock_guard<std::mutex> lock(impl_->source_mu);
+  impl_->tensor_source = std::move(source);
+}
 
 void ServeMetrics::set_engine_stats_source(std::function<runtime::EngineStats()> source) {
   std::lock_guard<std::mutex> lock(impl_->source_mu);

@@ -25,6 +25,11 @@
 //   sampan:batch_tokens                             histogram tokens per engine step
 //   sampan:server_ready                             gauge 1 when the model is loaded
 //   sampan:lora_requests_total{adapter}             counter generation requests per LoRA adapter
+//   sampan:tensor_runs_total                        counter classic-model executor runs (a merged
+//                                                           batch counts once)
+//   sampan:tensor_requests_total                    counter classic-model requests those runs answered
+//   sampan:tensor_rows_total                        counter first-dimension rows of those runs
+// (For a classic model, num_requests_running / _waiting come from its tensor session.)
 #pragma once
 
 #include <chrono>
@@ -35,6 +40,7 @@
 #include <vector>
 
 #include "engine/runtime/engine.h"
+#include "engine/runtime/tensor_session.h"
 
 namespace sampan::server {
 
@@ -65,6 +71,13 @@ class ServeMetrics {
   void set_ready(bool ready);
   // Where the engine gauges come from at scrape time (may stay unset before load).
   void set_engine_stats_source(std::function<runtime::EngineStats()> source);
+  // Where a classic model's figures come from at scrape time (serve of an ONNX/Paddle model).
+  struct TensorStats {
+    runtime::TensorBatchStats batch;
+    int64_t running = 0;
+    int64_t waiting = 0;
+  };
+  void set_tensor_stats_source(std::function<TensorStats()> source);
   // The served LoRA adapters' names in EngineStats::lora_requests order (serve --lora).
   void set_lora_names(std::vector<std::string> names);
 

@@ -7,7 +7,17 @@
 // malformed request is refused with one line naming the input and never reaches an executor; a
 // run that fails (an id out of range found by a gather) is an Error for that request only, and
 // its executor is rebuilt before the next one. Outputs are copied out of the executor's arena.
-// Thread-safe. Dynamic batching (merging concurrent requests along dimension 0) is not done.
+//
+// Dynamic batching (TensorSessionOptions::max_batch > 1): a worker that takes a request keeps
+// collecting queued requests whose inputs match it in every dimension but the first, up to
+// max_batch rows, for at most batch_delay after it took the first; it runs them as one batch
+// (inputs concatenated along dimension 0) and hands each request its rows of every output. Only
+// for models whose every input and output has the same symbolic first dimension, appearing
+// nowhere else in the signature (batchable()); rows must not interact, which holds for the
+// per-example models served this way (CNNs, BERT-style encoders). Results equal a run alone up
+// to f32 summation order (the kernels may split a larger batch differently). A batch whose run
+// fails is re-run request by request, so a bad request fails alone.
+// Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -40,6 +50,18 @@ struct TensorSessionOptions {
   int threads = 0;        // kernel threads of the shared pool (0: one per core)
   int executors = 2;      // requests that run at the same time (>= 1)
   int max_waiting = 256;  // queued requests beyond which submit() fails kResourceExhausted
+  // Dynamic batching: rows (first-dimension entries) one run may merge from concurrent
+  // requests; <= 1 is off. A request with more rows runs alone.
+  int max_batch = 1;
+  // How long a worker holding a request waits for more to merge with it.
+  std::chrono::microseconds batch_delay{1000};
+};
+
+// What dynamic batching did (cumulative).
+struct TensorBatchStats {
+  int64_t runs = 0;      // executor runs (a merged batch counts once)
+  int64_t requests = 0;  // requests answered by those runs
+  int64_t rows = 0;      // first-dimension rows of those runs
 };
 
 class TensorSession {
@@ -76,13 +98,23 @@ class TensorSession {
   bool wait_idle(std::chrono::milliseconds timeout);
   int64_t running() const;
   int64_t waiting() const;
+  // Whether the signature allows merging requests (see the file comment), and why not.
+  bool batchable() const { return batch_symbol_.has_value(); }
+  const std::string& not_batchable_reason() const { return not_batchable_; }
+  TensorBatchStats batch_stats() const;
 
  private:
   struct Job {
     std::map<std::string, Tensor> feeds;
     Done done;
+    std::optional<Error> error;  // set when its run failed
   };
   void worker(size_t index);
+  // Waits for queued requests that can join `batch` (lock held; released while waiting).
+  void collect(std::unique_lock<std::mutex>& lock, std::vector<Job>& batch);
+  // Runs `jobs` on executor `index` as one batch (or the single job as is) -> outputs per job.
+  std::vector<std::vector<Tensor>> run_batch(size_t index, std::vector<Job>& jobs);
+  std::vector<Tensor> run_one(size_t index, const std::map<std::string, Tensor>& feeds);
 
   std::shared_ptr<const models::Model> model_;
   TensorSessionOptions options_;
@@ -93,9 +125,15 @@ class TensorSession {
   mutable std::mutex mu_;
   std::condition_variable work_cv_, idle_cv_;
   std::deque<Job> queue_;
-  int64_t running_ = 0;
+  int64_t running_ = 0;       // requests taken by workers and not yet answered
+  int64_t running_runs_ = 0;  // executor runs in progress (a merged batch is one)
   bool stopping_ = false;  // shutdown(): no new requests
   bool exiting_ = false;   // destructor: workers leave once the queue is empty
+  int collecting_ = 0;     // workers waiting for requests to merge: idle workers leave the
+                           // queue to them meanwhile
+  TensorBatchStats stats_;
+  std::optional<std::string> batch_symbol_;  // the shared first dimension, when batchable
+  std::string not_batchable_;
 };
 
 }  // namespace sampan::runtime

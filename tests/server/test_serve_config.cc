@@ -143,6 +143,8 @@ void check_all_changed(const ServeConfig& c, const Scratch& s) {
   CHECK(c.engine.request_timeout_s == 30);
   CHECK(c.max_body_bytes == 1536);
   CHECK(c.default_max_tokens == 64);
+  CHECK(c.max_batch_size == 16);
+  CHECK(c.batch_delay_ms == 2.5);
   CHECK(c.tls_cert == s.cert);
   CHECK(c.tls_key == s.key);
   CHECK(c.api_keys == std::vector<std::string>{"k1", "k2"});
@@ -179,6 +181,8 @@ TEST_CASE("file only: every key, grouped", "[serve_config]") {
                                    "  request-timeout: 30\n"
                                    "  max-body-bytes: 1.5K\n"
                                    "  default-max-tokens: 64\n"
+                                   "  max-batch-size: 16\n"
+                                   "  batch-delay-ms: 2.5\n"
                                    "tls:\n"
                                    "  cert: " + s.cert + "\n"   // the group prefix may be dropped
                                    "  tls-key: " + s.key + "\n"
@@ -215,6 +219,8 @@ TEST_CASE("file only: flat keys", "[serve_config]") {
                                    "request-timeout: 30\n"
                                    "max-body-bytes: 1536\n"
                                    "default-max-tokens: 64\n"
+                                   "max_batch_size: 16\n"
+                                   "batch-delay-ms: 2.5\n"
                                    "tls-cert: " + s.cert + "\n"
                                    "tls-key: " + s.key + "\n"
                                    "api-key:\n"
@@ -233,7 +239,8 @@ TEST_CASE("flags: every key", "[serve_config]") {
                                  "--block-size", "32", "--num-kv-blocks", "77", "--kv-cache-bytes", "512M",
                                  "--no-prefix-cache", "--max-running", "8", "--max-batched-tokens", "128",
                                  "--max-waiting", "10", "--request-timeout", "30", "--max-body-bytes", "1.5k",
-                                 "--default-max-tokens", "64", "--tls-cert", s.cert, "--tls-key", s.key,
+                                 "--default-max-tokens", "64", "--max-batch-size", "16",
+                                 "--batch-delay-ms", "2.5", "--tls-cert", s.cert, "--tls-key", s.key,
                                  "--api-key", "k1", "--api-key", "k2"});
   check_all_changed(c, s);
 }
@@ -428,6 +435,9 @@ TEST_CASE("flag errors name the flag", "[serve_config]") {
   CHECK_THAT(error_of({"--model", s.model, "--tls-key", s.key}), Contains("tls-cert"));
   CHECK_THAT(error_of({"--model", s.model, "--max-batched-tokens", "0"}), Contains("--max-batched-tokens"));
   CHECK_THAT(error_of({"--model", s.model, "--http-threads", "0"}), Contains("--http-threads"));
+  CHECK_THAT(error_of({"--model", s.model, "--max-batch-size", "0"}), Contains("--max-batch-size"));
+  CHECK_THAT(error_of({"--model", s.model, "--batch-delay-ms", "-1"}),
+             Contains("--batch-delay-ms") && Contains("-1"));
   CHECK_THAT(error_of({"--model", s.model, "--idle-timeout", "0"}), Contains("--idle-timeout"));
   CHECK_THAT(error_of({"--model", s.model, "--max-body-bytes", "0"}), Contains("--max-body-bytes"));
   CHECK_THAT(error_of({"--model", s.model, "--api-key", "has space"}), Contains("--api-key"));

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -164,6 +165,123 @@ TEST_CASE("tensor session: a run error is that request's only", "[tensor_session
   CHECK(s->running() == 0);
   s->shutdown();
   CHECK(thrown([&] { s->run(bert_inputs()); }).code() == ErrorCode::kUnavailable);
+}
+
+namespace {
+
+std::shared_ptr<const sampan::models::Model> bert_model() {
+  static std::shared_ptr<const sampan::models::Model> model =
+      sampan::models::load_model(classic("bert_tiny.onnx"), {});
+  return model;
+}
+
+// A session that merges up to `max_batch` rows, one executor so that requests queue.
+std::shared_ptr<TensorSession> batching_session(int max_batch, std::chrono::milliseconds delay) {
+  sampan::runtime::TensorSessionOptions o;
+  o.threads = 2;
+  o.executors = 1;
+  o.max_batch = max_batch;
+  o.batch_delay = delay;
+  return std::make_shared<TensorSession>(bert_model(), o);
+}
+
+struct Answer {
+  std::vector<Tensor> outputs;
+  std::optional<Error> error;
+};
+
+// Submits every request at once and waits for all answers.
+std::vector<Answer> submit_all(TensorSession& s, const std::vector<std::map<std::string, Tensor>>& in) {
+  std::vector<Answer> answers(in.size());
+  std::atomic<int> left{static_cast<int>(in.size())};
+  for (size_t i = 0; i < in.size(); ++i) {
+    s.submit(in[i], [&answers, &left, i](std::vector<Tensor> out, std::optional<Error> e) {
+      answers[i].outputs = std::move(out);
+      answers[i].error = std::move(e);
+      --left;
+    });
+  }
+  REQUIRE(s.wait_idle(std::chrono::seconds(30)));
+  REQUIRE(left == 0);
+  return answers;
+}
+
+}  // namespace
+
+TEST_CASE("tensor session: dynamic batching merges matching requests, each gets its rows",
+          "[tensor_session]") {
+  auto s = batching_session(8, std::chrono::milliseconds(300));
+  REQUIRE(s->batchable());
+  // Four 1 x 16 requests (mergeable: 4 rows) and two 3 x 37 ones (another shape: 6 rows).
+  std::vector<std::map<std::string, Tensor>> in;
+  std::vector<int> kind;
+  for (int k : {0, 1, 0, 0, 1, 0}) {
+    in.push_back(bert_inputs(k));
+    kind.push_back(k);
+  }
+  const std::vector<Answer> got = submit_all(*s, in);
+  const sampan::runtime::TensorBatchStats st = s->batch_stats();
+  CHECK(st.runs == 2);
+  CHECK(st.requests == 6);
+  CHECK(st.rows == 4 * 1 + 2 * 3);
+  // Against torch (the goldens) and against the same request run alone.
+  auto alone = bert_session();
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("request " << i << " (bert_tiny." << kind[i] << ")");
+    REQUIRE_FALSE(got[i].error.has_value());
+    REQUIRE(got[i].outputs.size() == 2);
+    const std::string k = std::to_string(kind[i]);
+    CHECK(max_abs_diff(got[i].outputs[0],
+                       sampan::read_npy(classic("bert_tiny." + k + ".last_hidden_state.npy"))) < 1e-3f);
+    CHECK(max_abs_diff(got[i].outputs[1],
+                       sampan::read_npy(classic("bert_tiny." + k + ".pooler_output.npy"))) < 1e-3f);
+    const std::vector<Tensor> ref = alone->run(in[i]);
+    CHECK(max_abs_diff(got[i].outputs[0], ref[0]) < 1e-5f);
+    CHECK(max_abs_diff(got[i].outputs[1], ref[1]) < 1e-5f);
+  }
+}
+
+TEST_CASE("tensor session: dynamic batching stops at max_batch rows", "[tensor_session]") {
+  auto s = batching_session(2, std::chrono::milliseconds(300));
+  std::vector<std::map<std::string, Tensor>> in(5, bert_inputs(0));
+  in.push_back(bert_inputs(1));  // 3 rows: more than max_batch, runs alone
+  const std::vector<Answer> got = submit_all(*s, in);
+  for (const Answer& a : got) CHECK_FALSE(a.error.has_value());
+  const sampan::runtime::TensorBatchStats st = s->batch_stats();
+  CHECK(st.runs == 4);  // 2 + 2 + 1 rows of the 1-row requests, then the 3-row one
+  CHECK(st.requests == 6);
+  CHECK(st.rows == 8);
+}
+
+TEST_CASE("tensor session: a bad request in a merged batch fails alone", "[tensor_session]") {
+  auto s = batching_session(8, std::chrono::milliseconds(300));
+  auto bad = bert_inputs();
+  bad["input_ids"] = bad["input_ids"].clone();
+  bad["input_ids"].data<int64_t>()[3] = 1000000;
+  const std::vector<Answer> got = submit_all(*s, {bert_inputs(0), bad, bert_inputs(0)});
+  REQUIRE(got[1].error.has_value());
+  CHECK(got[1].error->code() == ErrorCode::kInvalidArgument);
+  CHECK(contains(*got[1].error, "node '"));
+  const Tensor want = sampan::read_npy(classic("bert_tiny.0.last_hidden_state.npy"));
+  for (size_t i : {size_t{0}, size_t{2}}) {
+    REQUIRE_FALSE(got[i].error.has_value());
+    CHECK(max_abs_diff(got[i].outputs[0], want) < 1e-3f);
+  }
+}
+
+TEST_CASE("tensor session: a signature without a shared first dimension is not batchable",
+          "[tensor_session]") {
+  auto m = std::make_shared<sampan::models::Model>(*bert_model());
+  m->signature.outputs[1].shape[1] = sampan::graph::Dim::sym("batch");
+  sampan::runtime::TensorSessionOptions o;
+  o.max_batch = 8;
+  TensorSession s(m, o);
+  CHECK_FALSE(s.batchable());
+  CHECK(s.not_batchable_reason().find("pooler_output") != std::string::npos);
+  // Requests still run, one by one.
+  const std::vector<Answer> got = submit_all(s, {bert_inputs(0), bert_inputs(0)});
+  CHECK_FALSE(got[0].error.has_value());
+  CHECK(s.batch_stats().runs == 2);
 }
 
 TEST_CASE("kserve tensor decoding: JSON, binary and proto", "[tensor_session]") {
