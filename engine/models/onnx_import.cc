@@ -175,12 +175,38 @@ void variadic(Importer& im, const std::string& kind) {
   if (im.n_inputs() == 1) im.emit("identity", {acc}, {});
 }
 
-std::vector<int64_t> pads_of(Importer& im, size_t spatial) {
+// The pads of a conv or pool node: explicit `pads`, or what auto_pad SAME_UPPER / SAME_LOWER
+// gives. SAME keeps ceil(in / stride) outputs; with stride 1 (the usual SAME layer) its total pad
+// is (kernel - 1) * dilation whatever the input size, so it becomes explicit pads here (the odd
+// unit goes to the end for SAME_UPPER, to the beginning for SAME_LOWER). With a stride > 1 it
+// depends on the input size, which the graph only knows at run time: refused.
+std::vector<int64_t> pads_of(Importer& im, size_t spatial, const std::vector<int64_t>& kernel,
+                             const std::vector<int64_t>& strides,
+                             const std::vector<int64_t>& dilations) {
   const std::string auto_pad = im.attr_string("auto_pad", "NOTSET");
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    if (kernel.size() != spatial || strides.size() != spatial || dilations.size() != spatial) {
+      im.bad("kernel_shape, strides and dilations must have one entry per spatial dimension");
+    }
+    std::vector<int64_t> pads(2 * spatial, 0);
+    for (size_t d = 0; d < spatial; ++d) {
+      if (strides[d] != 1) {
+        im.refuse(fmt::format("with auto_pad {} and stride {} is not supported (the pads depend on "
+                              "the input size; give explicit pads)", auto_pad, strides[d]));
+      }
+      const int64_t total = (kernel[d] - 1) * dilations[d];
+      if (kernel[d] < 1 || dilations[d] < 1) im.bad("kernel_shape and dilations must be >= 1");
+      const int64_t small = total / 2;
+      pads[d] = auto_pad == "SAME_UPPER" ? small : total - small;
+      pads[spatial + d] = total - pads[d];
+    }
+    return pads;
+  }
   if (auto_pad != "NOTSET" && auto_pad != "VALID") {
-    im.refuse(fmt::format("with auto_pad {} is not supported (give explicit pads)", auto_pad));
+    im.bad(fmt::format("auto_pad '{}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID", auto_pad));
   }
   std::vector<int64_t> pads = im.attr_ints("pads", std::vector<int64_t>(2 * spatial, 0));
+  if (auto_pad == "VALID") pads.assign(2 * spatial, 0);
   if (pads.size() != 2 * spatial) im.bad(fmt::format("{} pads for {} spatial dimensions", pads.size(), spatial));
   return pads;  // ONNX order (begins, then ends) is conv2d's (top, left, bottom, right)
 }
@@ -192,9 +218,11 @@ void conv(Importer& im) {
   }
   if (kernel.size() != 2) im.refuse("is supported for 2-D images only (kernel of 2 dimensions)");
   Attributes a;
-  a.set("strides", im.attr_ints("strides", {1, 1}));
-  a.set("pads", pads_of(im, 2));
-  a.set("dilations", im.attr_ints("dilations", {1, 1}));
+  const std::vector<int64_t> strides = im.attr_ints("strides", {1, 1});
+  const std::vector<int64_t> dilations = im.attr_ints("dilations", {1, 1});
+  a.set("strides", strides);
+  a.set("pads", pads_of(im, 2, kernel, strides, dilations));
+  a.set("dilations", dilations);
   a.set("group", im.attr_int("group", 1));
   a.set("activation", std::string("none"));
   std::vector<ValueId> in = {im.input(0), im.input(1)};
@@ -211,9 +239,11 @@ void pool(Importer& im, const std::string& kind, bool global) {
     const std::vector<int64_t> kernel = im.attr_ints("kernel_shape", {});
     if (kernel.size() != 2) im.refuse("is supported for 2-D images only (kernel_shape of 2)");
     a.set("kernel", kernel);
-    a.set("strides", im.attr_ints("strides", {1, 1}));
-    a.set("pads", pads_of(im, 2));
-    a.set("dilations", im.attr_ints("dilations", {1, 1}));
+    const std::vector<int64_t> strides = im.attr_ints("strides", {1, 1});
+    const std::vector<int64_t> dilations = im.attr_ints("dilations", {1, 1});
+    a.set("strides", strides);
+    a.set("pads", pads_of(im, 2, kernel, strides, dilations));
+    a.set("dilations", dilations);
     a.set("ceil_mode", im.attr_int("ceil_mode", 0));
     a.set("count_include_pad", im.attr_int("count_include_pad", 0));
   }

@@ -3,7 +3,9 @@ helper, run by `sampan infer` and by onnxruntime (live) on the same file and inp
 
 Covers the op forms the committed models do not reach: Split into equal parts (opset 13 without
 sizes; opset 18 with num_outputs, the last part shorter), and the one-line refusal of a split
-whose equal parts cannot divide the axis.
+whose equal parts cannot divide the axis; Conv, MaxPool and AveragePool with auto_pad SAME_UPPER
+and SAME_LOWER (even kernels, where the two differ), VALID, and the one-line refusal of
+SAME with a stride > 1.
 """
 
 import os
@@ -34,7 +36,7 @@ def main():
             f.write(m.SerializeToString())
         return p
 
-    def compare(name, path, feeds, out_names):
+    def compare(name, path, feeds, out_names, tol=None):
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         want = sess.run(None, feeds)
         argv = ["infer", "--model", path, "--output-dir", os.path.join(work, name + "_out")]
@@ -48,9 +50,15 @@ def main():
             return
         for o, w in zip(out_names, want):
             got = np.load(os.path.join(work, name + "_out", o + ".npy"))
-            res.check(f"{name}: {o} {list(got.shape)} == onnxruntime {list(w.shape)}",
-                      got.shape == w.shape and np.array_equal(got, w),
-                      f"shape {got.shape} vs {w.shape}")
+            if tol is None:
+                res.check(f"{name}: {o} {list(got.shape)} == onnxruntime {list(w.shape)}",
+                          got.shape == w.shape and np.array_equal(got, w),
+                          f"shape {got.shape} vs {w.shape}")
+                continue
+            err = float(np.max(np.abs(got - w)) / max(1e-30, float(np.max(np.abs(w))))) \
+                if got.shape == w.shape else float("inf")
+            res.check(f"{name}: {o} {list(got.shape)} ~ onnxruntime {list(w.shape)}", err <= tol,
+                      f"shape {got.shape} vs {w.shape}, max error {err:.3g} of max |y| (<= {tol})")
 
     def tensor(name, shape):
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
@@ -76,6 +84,40 @@ def main():
     res.check("split13 of 7 into 3 equal parts: one error line naming the node",
               run.returncode is not None and run.returncode > 0 and last.startswith("error: ")
               and "cut3" in last and "divide" in last, run.describe())
+    # auto_pad SAME (stride 1: explicit pads at import), against onnxruntime.
+    x = rng.standard_normal((2, 3, 9, 10)).astype(np.float32)
+    w4 = rng.standard_normal((5, 3, 4, 4)).astype(np.float32)
+    for mode, extra in (("SAME_UPPER", {}), ("SAME_LOWER", {}),
+                        ("VALID", {})):
+        name = f"conv_{mode.lower()}"
+        wt = helper.make_tensor("w", TensorProto.FLOAT, w4.shape, w4.ravel())
+        g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], auto_pad=mode, **extra)],
+                              "g", [tensor("x", ["n", 3, "h", "w"])], [tensor("y", None)], [wt])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        path = os.path.join(work, name + ".onnx")
+        with open(path, "wb") as f:
+            f.write(m.SerializeToString())
+        compare(name, path, {"x": x}, ["y"], tol=1e-5)
+    for op, mode, k in (("MaxPool", "SAME_UPPER", [2, 2]), ("AveragePool", "SAME_LOWER", [2, 3]),
+                        ("AveragePool", "SAME_UPPER", [4, 3])):
+        name = f"{op.lower()}_{mode.lower()}_{k[0]}x{k[1]}"
+        p = model(name, [helper.make_node(op, ["x"], ["y"], auto_pad=mode, kernel_shape=k)],
+                  [tensor("x", ["n", 3, "h", "w"])], [tensor("y", None)], 13)
+        compare(name, p, {"x": x}, ["y"], tol=1e-6)
+
+    # SAME with a stride > 1: the pads depend on the input size; one line naming the node.
+    p = model("pool_same_stride2", [helper.make_node("MaxPool", ["x"], ["y"], auto_pad="SAME_UPPER",
+                                                     kernel_shape=[3, 3], strides=[2, 2],
+                                                     name="down2")],
+              [tensor("x", ["n", 3, "h", "w"])], [tensor("y", None)], 13)
+    xin = os.path.join(work, "x_same.npy")
+    np.save(xin, x)
+    run = eu.run_sampan(args, ["infer", "--model", p, "--input", xin, "--output-dir",
+                               os.path.join(work, "same_out")])
+    last = run.last_stderr_line()
+    res.check("auto_pad SAME with stride 2: one error line naming the node",
+              run.returncode is not None and run.returncode > 0 and last.startswith("error: ")
+              and "down2" in last and "auto_pad SAME_UPPER" in last, run.describe())
     return res.finish()
 
 
