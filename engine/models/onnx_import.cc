@@ -357,6 +357,9 @@ const std::map<std::string, Translate>& table() {
       {"Mul", [](Importer& im) { binary(im, "mul"); }},
       {"Div", [](Importer& im) { binary(im, "div"); }},
       {"Pow", [](Importer& im) { binary(im, "pow"); }},
+      // fmod = 0: the remainder takes the divisor's sign (integers only, as ONNX requires);
+      // fmod = 1: C's fmod, the dividend's sign.
+      {"Mod", [](Importer& im) { binary(im, im.attr_int("fmod", 0) != 0 ? "fmod" : "mod"); }},
       {"Equal", [](Importer& im) { binary(im, "equal"); }},
       {"Less", [](Importer& im) { binary(im, "less"); }},
       {"LessOrEqual", [](Importer& im) { binary(im, "less_equal"); }},

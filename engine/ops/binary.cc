@@ -18,7 +18,7 @@ struct KindName {
   std::string_view name;
   BinaryKind kind;
 };
-constexpr std::array<KindName, 16> kKinds = {{
+constexpr std::array<KindName, 17> kKinds = {{
     {"add", BinaryKind::kAdd},
     {"sub", BinaryKind::kSub},
     {"mul", BinaryKind::kMul},
@@ -27,6 +27,7 @@ constexpr std::array<KindName, 16> kKinds = {{
     {"max", BinaryKind::kMax},
     {"min", BinaryKind::kMin},
     {"mod", BinaryKind::kMod},
+    {"fmod", BinaryKind::kFmod},
     {"equal", BinaryKind::kEqual},
     {"less", BinaryKind::kLess},
     {"less_equal", BinaryKind::kLessEqual},
@@ -55,7 +56,8 @@ bool dtype_ok(BinaryKind k, DType t) {
 }
 
 bool integer_division(BinaryKind k, DType t) {
-  return (k == BinaryKind::kDiv || k == BinaryKind::kMod) && (t == DType::kI32 || t == DType::kI64);
+  return (k == BinaryKind::kDiv || k == BinaryKind::kMod || k == BinaryKind::kFmod) &&
+         (t == DType::kI32 || t == DType::kI64);
 }
 
 // Known contents (int64) -> elements of dtype t, and back.

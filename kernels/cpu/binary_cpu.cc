@@ -176,6 +176,8 @@ void binary_numeric(BinaryKind kind, const Loop<2>& l, const void* a, const void
           T r = std::fmod(x, z);
           return r != 0 && ((r < 0) != (z < 0)) ? r + z : r;
         });
+      case BinaryKind::kFmod:
+        return run_binary<T, T>(l, a, b, y, runner, [](T x, T z) { return std::fmod(x, z); });
       default: break;
     }
   } else {
@@ -203,6 +205,11 @@ void binary_numeric(BinaryKind kind, const Loop<2>& l, const void* a, const void
           if (z == -1) return T{0};
           const T r = static_cast<T>(x % z);
           return r != 0 && ((r < 0) != (z < 0)) ? static_cast<T>(r + z) : r;
+        });
+      // C's %: the remainder takes the dividend's sign (ONNX Mod with fmod = 1).
+      case BinaryKind::kFmod:
+        return run_binary<T, T>(l, a, b, y, runner, [](T x, T z) {
+          return z == -1 ? T{0} : static_cast<T>(x % z);
         });
       case BinaryKind::kPow: return run_binary<T, T>(l, a, b, y, runner, int_pow<T>);
       default: break;

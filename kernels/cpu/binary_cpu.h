@@ -12,7 +12,7 @@
 namespace sampan::cpu {
 
 enum class BinaryKind {
-  kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kMod,            // arithmetic: f32, i32, i64
+  kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kMod, kFmod,     // arithmetic: f32, i32, i64
   kEqual, kLess, kLessEqual, kGreater, kGreaterEqual,        // -> bool; equal also on bool
   kAnd, kOr, kXor,                                           // bool
 };

@@ -5,7 +5,7 @@ Covers the op forms the committed models do not reach: Split into equal parts (o
 sizes; opset 18 with num_outputs, the last part shorter), and the one-line refusal of a split
 whose equal parts cannot divide the axis; Conv, MaxPool and AveragePool with auto_pad SAME_UPPER
 and SAME_LOWER (even kernels, where the two differ), VALID, and the one-line refusal of
-SAME with a stride > 1.
+SAME with a stride > 1; Mod with fmod 0 and 1 on integers and floats.
 """
 
 import os
@@ -104,6 +104,21 @@ def main():
         p = model(name, [helper.make_node(op, ["x"], ["y"], auto_pad=mode, kernel_shape=k)],
                   [tensor("x", ["n", 3, "h", "w"])], [tensor("y", None)], 13)
         compare(name, p, {"x": x}, ["y"], tol=1e-6)
+
+    # Mod: fmod = 0 (integers, the divisor's sign) and fmod = 1 (floats and integers, the
+    # dividend's sign), mixed signs, broadcast divisor.
+    ai = rng.integers(-50, 50, (3, 8)).astype(np.int64)
+    bi = rng.choice([-7, -3, -1, 2, 5], (1, 8)).astype(np.int64)
+    af = rng.standard_normal((3, 8)).astype(np.float32) * 10
+    bf = rng.choice([-2.5, -1.0, 0.75, 3.0], (1, 8)).astype(np.float32)
+    for name, fmod, a_, b_, elem in (("mod_int", 0, ai, bi, TensorProto.INT64),
+                                     ("fmod_int", 1, ai, bi, TensorProto.INT64),
+                                     ("fmod_float", 1, af, bf, TensorProto.FLOAT)):
+        p = model(name, [helper.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)],
+                  [helper.make_tensor_value_info("a", elem, ["n", 8]),
+                   helper.make_tensor_value_info("b", elem, [1, 8])],
+                  [helper.make_tensor_value_info("y", elem, None)], 13)
+        compare(name, p, {"a": a_, "b": b_}, ["y"])
 
     # SAME with a stride > 1: the pads depend on the input size; one line naming the node.
     p = model("pool_same_stride2", [helper.make_node("MaxPool", ["x"], ["y"], auto_pad="SAME_UPPER",

@@ -213,6 +213,7 @@ TEST_CASE("binary f32 arithmetic broadcasts like numpy", "[math_ops]") {
       {"max", [](double x, double y) { return std::max(x, y); }},
       {"min", [](double x, double y) { return std::min(x, y); }},
       {"mod", floor_mod},
+      {"fmod", [](double x, double y) { return std::fmod(x, y); }},
       {"pow", [](double x, double y) { return std::pow(x, y); }},
   };
   for (const auto& [sa, sb] : kBroadcastCases) {
@@ -229,7 +230,7 @@ TEST_CASE("binary f32 arithmetic broadcasts like numpy", "[math_ops]") {
       const Tensor y = run_op("binary", {{"kind", kind}}, {a, b});
       CHECK(y.shape() == bshape(sa, sb));
       CHECK(y.dtype() == DType::kF32);
-      check_close(values_of(y), ref_binary(a, b, f), kind == "mod" ? 1e-5 : 2e-6);
+      check_close(values_of(y), ref_binary(a, b, f), kind == "mod" || kind == "fmod" ? 1e-5 : 2e-6);
     }
   }
 }
@@ -253,6 +254,7 @@ TEST_CASE("binary integer kinds wrap, truncate and take the divisor's sign", "[m
     };
     CHECK(run("div") == std::vector<double>{-3, 3, 3, -3, 3, 0});
     CHECK(run("mod") == std::vector<double>{1, 1, -1, -1, 0, 4});
+    CHECK(run("fmod") == std::vector<double>{-1, 1, -1, 1, 0, -1});
     CHECK(run("add") == std::vector<double>{-5, 9, -9, 5, 12, 4});
     CHECK(run("sub") == std::vector<double>{-9, 5, -5, 9, 6, -6});
     CHECK(run("mul") == std::vector<double>{-14, 14, 14, -14, 27, -5});
@@ -333,6 +335,9 @@ TEST_CASE("binary refuses bad kinds, dtypes, shapes and zero divisors by name", 
   CHECK(error_of([&] {
           run_op("binary", {{"kind", std::string("mod")}}, {i, make({}, DType::kI64, {0})});
         }) == "node 'n1' (binary): integer mod by zero");
+  CHECK(error_of([&] {
+          run_op("binary", {{"kind", std::string("fmod")}}, {i, make({3}, DType::kI64, {3, 2, 0})});
+        }) == "node 'n1' (binary): integer fmod by zero");
   // f32 division by zero is IEEE, not an error.
   CHECK(
       std::isinf(values_of(run_op("binary", {{"kind", std::string("div")}},
