@@ -230,6 +230,33 @@ void conv(Importer& im) {
   im.emit("conv2d", std::move(in), std::move(a));
 }
 
+void conv_transpose(Importer& im) {
+  std::vector<int64_t> kernel = im.attr_ints("kernel_shape", {});
+  if (const Tensor* w = im.constant(1); w && kernel.empty() && w->rank() >= 3) {
+    kernel.assign(w->shape().begin() + 2, w->shape().end());
+  }
+  if (kernel.size() != 2) im.refuse("is supported for 2-D images only (kernel of 2 dimensions)");
+  if (im.attr_ints("output_shape")) {
+    im.refuse("with output_shape is not supported (give pads and output_padding)");
+  }
+  const std::string auto_pad = im.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") {
+    im.refuse(fmt::format("with auto_pad {} is not supported (give explicit pads)", auto_pad));
+  }
+  Attributes a;
+  a.set("strides", im.attr_ints("strides", {1, 1}));
+  std::vector<int64_t> pads = im.attr_ints("pads", {0, 0, 0, 0});
+  if (auto_pad == "VALID") pads.assign(4, 0);
+  if (pads.size() != 4) im.bad(fmt::format("{} pads for 2 spatial dimensions", pads.size()));
+  a.set("pads", pads);
+  a.set("dilations", im.attr_ints("dilations", {1, 1}));
+  a.set("output_padding", im.attr_ints("output_padding", {0, 0}));
+  a.set("group", im.attr_int("group", 1));
+  std::vector<ValueId> in = {im.input(0), im.input(1)};
+  if (im.has_input(2)) in.push_back(im.input(2));
+  im.emit("conv_transpose2d", std::move(in), std::move(a));
+}
+
 void pool(Importer& im, const std::string& kind, bool global) {
   Attributes a;
   a.set("kind", kind);
@@ -357,6 +384,7 @@ const std::map<std::string, Translate>& table() {
       {"Mul", [](Importer& im) { binary(im, "mul"); }},
       {"Div", [](Importer& im) { binary(im, "div"); }},
       {"Pow", [](Importer& im) { binary(im, "pow"); }},
+      {"ConvTranspose", conv_transpose},
       // fmod = 0: the remainder takes the divisor's sign (integers only, as ONNX requires);
       // fmod = 1: C's fmod, the dividend's sign.
       {"Mod", [](Importer& im) { binary(im, im.attr_int("fmod", 0) != 0 ? "fmod" : "mod"); }},

@@ -5,7 +5,8 @@ Covers the op forms the committed models do not reach: Split into equal parts (o
 sizes; opset 18 with num_outputs, the last part shorter), and the one-line refusal of a split
 whose equal parts cannot divide the axis; Conv, MaxPool and AveragePool with auto_pad SAME_UPPER
 and SAME_LOWER (even kernels, where the two differ), VALID, and the one-line refusal of
-SAME with a stride > 1; Mod with fmod 0 and 1 on integers and floats.
+SAME with a stride > 1; Mod with fmod 0 and 1 on integers and floats; ConvTranspose (strides,
+pads, output_padding, groups, dilations, bias) and the refusal of its output_shape form.
 """
 
 import os
@@ -119,6 +120,47 @@ def main():
                    helper.make_tensor_value_info("b", elem, [1, 8])],
                   [helper.make_tensor_value_info("y", elem, None)], 13)
         compare(name, p, {"a": a_, "b": b_}, ["y"])
+
+    # ConvTranspose: strides, pads, output_padding, groups, dilations, bias; then output_shape
+    # (refused, one line naming the node).
+    xt = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    for name, wshape, attrs, with_bias in (
+            ("convT_s2_p1_op1", (4, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1],
+                                               "output_padding": [1, 1]}, True),
+            ("convT_g2_d2", (4, 2, 3, 2), {"group": 2, "dilations": [2, 1],
+                                           "pads": [0, 1, 2, 0]}, False),
+            ("convT_s3x1_k4", (4, 5, 4, 4), {"strides": [3, 1]}, True)):
+        wv = rng.standard_normal(wshape).astype(np.float32)
+        inits = [helper.make_tensor("w", TensorProto.FLOAT, wv.shape, wv.ravel())]
+        ins = ["x", "w"]
+        if with_bias:
+            o = wshape[1] * attrs.get("group", 1)
+            bv = rng.standard_normal((o,)).astype(np.float32)
+            inits.append(helper.make_tensor("b", TensorProto.FLOAT, bv.shape, bv.ravel()))
+            ins.append("b")
+        g = helper.make_graph([helper.make_node("ConvTranspose", ins, ["y"], **attrs)], "g",
+                              [tensor("x", ["n", 4, "h", "w"])], [tensor("y", None)], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        path = os.path.join(work, name + ".onnx")
+        with open(path, "wb") as f:
+            f.write(m.SerializeToString())
+        compare(name, path, {"x": xt}, ["y"], tol=1e-5)
+    wv = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up",
+                                            strides=[2, 2], output_shape=[10, 12])], "g",
+                          [tensor("x", ["n", 4, "h", "w"])], [tensor("y", None)],
+                          [helper.make_tensor("w", TensorProto.FLOAT, wv.shape, wv.ravel())])
+    path = os.path.join(work, "convT_output_shape.onnx")
+    with open(path, "wb") as f:
+        f.write(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    xin_t = os.path.join(work, "x_convT.npy")
+    np.save(xin_t, xt)
+    run = eu.run_sampan(args, ["infer", "--model", path, "--input", xin_t, "--output-dir",
+                               os.path.join(work, "convT_out")])
+    last = run.last_stderr_line()
+    res.check("ConvTranspose with output_shape: one error line naming the node",
+              run.returncode is not None and run.returncode > 0 and last.startswith("error: ")
+              and "'up'" in last and "output_shape" in last, run.describe())
 
     # SAME with a stride > 1: the pads depend on the input size; one line naming the node.
     p = model("pool_same_stride2", [helper.make_node("MaxPool", ["x"], ["y"], auto_pad="SAME_UPPER",
