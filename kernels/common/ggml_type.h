@@ -111,6 +111,7 @@ SAMPAN_HD constexpr bool ggml_block_type_supported(GgmlType t) {
     case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
     case GgmlType::kQ8_0: case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K:
     case GgmlType::kQ5_K: case GgmlType::kQ6_K: case GgmlType::kIQ4_NL: case GgmlType::kIQ4_XS:
+    case GgmlType::kMXFP4: case GgmlType::kTQ1_0: case GgmlType::kTQ2_0:
       return true;
     default: return false;
   }

@@ -270,6 +270,72 @@ struct DecIQ4_NL {
   }
 };
 
+// MXFP4: the FP4 codebook by byte shuffle, then times the E8M0 scale (every product exact).
+struct DecMXFP4 {
+  static constexpr int kBlock = 32, kBytes = 17;
+  const uint8_t* p;
+  __m256 d;
+  void begin(const uint8_t* b) {
+    p = b;
+    d = _mm256_set1_ps(mxfp4_scale(b[0]));
+  }
+  void get32(int /*c*/, __m256* w) const {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
+    widen32<true>(_mm256_shuffle_epi8(_mm256_set_m128i(t, t), nibbles32(p + 1)), w);
+    for (int q = 0; q < 4; ++q) w[q] = _mm256_mul_ps(w[q], d);
+  }
+};
+
+// TQ2_0: 2-bit codes q, y = (q - 1) d; elements 32 c.. from bytes 32 (c / 4).., shift 2 (c % 4).
+struct DecTQ2_0 {
+  static constexpr int kBlock = 256, kBytes = 66;
+  const uint8_t* p;
+  __m256 d;
+  void begin(const uint8_t* b) {
+    p = b;
+    d = _mm256_set1_ps(f16_at(b + 64));
+  }
+  void get32(int c, __m256* w) const {
+    const __m128i sh = _mm_cvtsi32_si128(2 * (c % 4));
+    const uint8_t* q = p + 32 * (c / 4);
+    for (int i = 0; i < 4; ++i) {
+      const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * i)));
+      const __m256i code = _mm256_and_si256(_mm256_srl_epi32(v, sh), _mm256_set1_epi32(3));
+      w[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(code, _mm256_set1_epi32(1))), d);
+    }
+  }
+};
+
+// TQ1_0: base-3 digits (ggml_dequant.h); the 96 elements of the block's tails, whose orders
+// differ, are decoded once per block.
+struct DecTQ1_0 {
+  static constexpr int kBlock = 256, kBytes = 54;
+  const uint8_t* p;
+  __m256 d;
+  alignas(32) float tail[96];
+  void begin(const uint8_t* b) {
+    p = b;
+    d = _mm256_set1_ps(f16_at(b + 52));
+    float full[256];
+    dequantize_ggml_row(GgmlType::kTQ1_0, b, full, 256);
+    std::memcpy(tail, full + 160, sizeof(tail));
+  }
+  void get32(int c, __m256* w) const {
+    static constexpr int kPow3[5] = {1, 3, 9, 27, 81};
+    if (c >= 5) {
+      for (int i = 0; i < 4; ++i) w[i] = _mm256_load_ps(tail + 32 * (c - 5) + 8 * i);
+      return;
+    }
+    for (int i = 0; i < 4; ++i) {
+      const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * i)));
+      const __m256i q = _mm256_and_si256(_mm256_mullo_epi32(v, _mm256_set1_epi32(kPow3[c])),
+                                         _mm256_set1_epi32(255));
+      const __m256i t = _mm256_srli_epi32(_mm256_mullo_epi32(q, _mm256_set1_epi32(3)), 8);
+      w[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(t, _mm256_set1_epi32(1))), d);
+    }
+  }
+};
+
 struct DecIQ4_XS {
   static constexpr int kBlock = 256, kBytes = 136;
   const uint8_t* p;
@@ -600,6 +666,9 @@ GgmlKernels make_table() {
   set<DecQ5_K>(t, GgmlType::kQ5_K);
   set<DecIQ4_NL>(t, GgmlType::kIQ4_NL);
   set<DecIQ4_XS>(t, GgmlType::kIQ4_XS);
+  set<DecMXFP4>(t, GgmlType::kMXFP4);
+  set<DecTQ2_0>(t, GgmlType::kTQ2_0);
+  set<DecTQ1_0>(t, GgmlType::kTQ1_0);
   // Decode of Q4_K and Q5_K against x16 (the f32 decoders above still dequantize for prefill).
   t.dot[static_cast<int>(GgmlType::kQ4_K)] = {kRows, kMaxM, dot_k_x16<false>, true, x16_floats,
                                               prep_x16};

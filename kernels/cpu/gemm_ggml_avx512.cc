@@ -226,6 +226,79 @@ struct DecIQ4_NL {
   }
 };
 
+// MXFP4: IQ4_NL's table with its own codebook and an E8M0 scale (every product exact).
+struct DecMXFP4 {
+  static constexpr int kBlock = 32, kBytes = 17;
+  const uint8_t* p;
+  __m512 lut;
+  void begin(const uint8_t* b) {
+    p = b;
+    const __m512 kv = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values))));
+    lut = _mm512_mul_ps(kv, _mm512_set1_ps(mxfp4_scale(b[0])));
+  }
+  void get32(int /*c*/, __m512& w0, __m512& w1) const {
+    const __m512i v = _mm512_cvtepu8_epi32(load16(p + 1));
+    w0 = _mm512_permutexvar_ps(v, lut);
+    w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
+  }
+};
+
+// TQ2_0: 2-bit codes q, y = (q - 1) d. Elements 32 c.. of the block: bytes 32 (c / 4).., shift
+// 2 (c % 4).
+struct DecTQ2_0 {
+  static constexpr int kBlock = 256, kBytes = 66;
+  const uint8_t* p;
+  __m512 d;
+  void begin(const uint8_t* b) {
+    p = b;
+    d = _mm512_set1_ps(f16_at(b + 64));
+  }
+  void get32(int c, __m512& w0, __m512& w1) const {
+    const __m128i sh = _mm_cvtsi32_si128(2 * (c % 4));
+    const __m512i three = _mm512_set1_epi32(3), one = _mm512_set1_epi32(1);
+    const uint8_t* q = p + 32 * (c / 4);
+    const __m512i a = _mm512_and_si512(_mm512_srl_epi32(_mm512_cvtepu8_epi32(load16(q)), sh), three);
+    const __m512i b =
+        _mm512_and_si512(_mm512_srl_epi32(_mm512_cvtepu8_epi32(load16(q + 16)), sh), three);
+    w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, one)), d);
+    w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(b, one)), d);
+  }
+};
+
+// TQ1_0: base-3 digits (ggml_dequant.h). Elements 0..159 (digit c of qs[0..31]) in vectors; the
+// 96 of the 16-byte and 4-byte tails, with their mixed orders, decoded once per block.
+struct DecTQ1_0 {
+  static constexpr int kBlock = 256, kBytes = 54;
+  const uint8_t* p;
+  __m512 d;
+  alignas(64) float tail[96];
+  static __m512 trits(__m512i v, int n, __m512 d) {
+    static constexpr int kPow3[5] = {1, 3, 9, 27, 81};
+    const __m512i q = _mm512_and_si512(_mm512_mullo_epi32(v, _mm512_set1_epi32(kPow3[n])),
+                                       _mm512_set1_epi32(255));
+    const __m512i t = _mm512_srli_epi32(_mm512_mullo_epi32(q, _mm512_set1_epi32(3)), 8);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(t, _mm512_set1_epi32(1))), d);
+  }
+  void begin(const uint8_t* b) {
+    p = b;
+    const float df = f16_at(b + 52);
+    d = _mm512_set1_ps(df);
+    float full[256];
+    dequantize_ggml_row(GgmlType::kTQ1_0, b, full, 256);
+    std::memcpy(tail, full + 160, sizeof(tail));
+  }
+  void get32(int c, __m512& w0, __m512& w1) const {
+    if (c < 5) {
+      w0 = trits(_mm512_cvtepu8_epi32(load16(p)), c, d);
+      w1 = trits(_mm512_cvtepu8_epi32(load16(p + 16)), c, d);
+    } else {
+      w0 = _mm512_load_ps(tail + 32 * (c - 5));
+      w1 = _mm512_load_ps(tail + 32 * (c - 5) + 16);
+    }
+  }
+};
+
 struct DecIQ4_XS {
   static constexpr int kBlock = 256, kBytes = 136;
   const uint8_t* p;
@@ -712,6 +785,9 @@ GgmlKernels make_table() {
   set<DecQ5_K>(t, GgmlType::kQ5_K);
   set<DecIQ4_NL>(t, GgmlType::kIQ4_NL);
   set<DecIQ4_XS>(t, GgmlType::kIQ4_XS);
+  set<DecMXFP4>(t, GgmlType::kMXFP4);
+  set<DecTQ2_0>(t, GgmlType::kTQ2_0);
+  set<DecTQ1_0>(t, GgmlType::kTQ1_0);
   // Decode of Q4_K and Q5_K against x16 (the f32 decoders above still dequantize for prefill).
   t.dot[static_cast<int>(GgmlType::kQ4_K)] = {kRows, kMaxM, dot_k_x16<false>, true, x16_floats,
                                               prep_x16};

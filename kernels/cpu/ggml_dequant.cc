@@ -12,6 +12,15 @@ namespace sampan::cpu {
 const int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                1,    13,   25,  38,  53,  69,  89,  113};
 
+const int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float mxfp4_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float d;
+  std::memcpy(&d, &bits, 4);
+  return d;
+}
+
 namespace {
 
 float f16_at(const uint8_t* p) {
@@ -204,6 +213,51 @@ void block_iq4_xs(const uint8_t* b, float* y) {
   }
 }
 
+void block_mxfp4(const uint8_t* b, float* y) {
+  const float d = mxfp4_scale(b[0]);
+  const uint8_t* qs = b + 1;
+  for (int l = 0; l < 16; ++l) {
+    y[l] = static_cast<float>(kMxfp4Values[qs[l] & 15]) * d;
+    y[l + 16] = static_cast<float>(kMxfp4Values[qs[l] >> 4]) * d;
+  }
+}
+
+void block_tq2_0(const uint8_t* b, float* y) {
+  const float d = f16_at(b + 64);
+  for (int a = 0; a < 2; ++a) {
+    for (int l = 0; l < 4; ++l) {
+      for (int m = 0; m < 32; ++m) {
+        const int q = (b[32 * a + m] >> (2 * l)) & 3;
+        y[128 * a + 32 * l + m] = static_cast<float>(q - 1) * d;
+      }
+    }
+  }
+}
+
+// Digit n of a TQ1_0 byte (ggml_dequant.h).
+inline int trit(uint8_t byte, int n) {
+  static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  const auto q = static_cast<uint8_t>(byte * kPow3[n]);
+  return (static_cast<uint16_t>(q) * 3) >> 8;
+}
+
+void block_tq1_0(const uint8_t* b, float* y) {
+  const uint8_t* qs = b;
+  const uint8_t* qh = b + 48;
+  const float d = f16_at(b + 52);
+  for (int n = 0; n < 5; ++n) {
+    for (int m = 0; m < 32; ++m) y[32 * n + m] = static_cast<float>(trit(qs[m], n) - 1) * d;
+  }
+  for (int n = 0; n < 5; ++n) {
+    for (int m = 0; m < 16; ++m) {
+      y[160 + 16 * n + m] = static_cast<float>(trit(qs[32 + m], n) - 1) * d;
+    }
+  }
+  for (int n = 0; n < 4; ++n) {
+    for (int j = 0; j < 4; ++j) y[240 + 4 * n + j] = static_cast<float>(trit(qh[j], n) - 1) * d;
+  }
+}
+
 using BlockFn = void (*)(const uint8_t*, float*);
 
 BlockFn block_fn(GgmlType t) {
@@ -220,6 +274,9 @@ BlockFn block_fn(GgmlType t) {
     case GgmlType::kQ6_K: return block_q6_k;
     case GgmlType::kIQ4_NL: return block_iq4_nl;
     case GgmlType::kIQ4_XS: return block_iq4_xs;
+    case GgmlType::kMXFP4: return block_mxfp4;
+    case GgmlType::kTQ2_0: return block_tq2_0;
+    case GgmlType::kTQ1_0: return block_tq1_0;
     default: return nullptr;
   }
 }

@@ -38,6 +38,16 @@
 //         n = (qs[16 j + l] >> 4 h) & 15;  ls = ((scales_l[j / 2] >> 4 (j % 2)) & 15) |
 //         ((scales_h >> 2 j) & 3) << 4;  y = (d * (ls - 32)) * kv[n]
 //
+//  MXFP4  32 elem, 17 B: u8 e (E8M0), u8 qs[16].  n as Q4_0;  d = 2^(e - 128) (for e < 2 the
+//         f32 subnormal 2^21 << e times 2^-149: the same value);  y = kv4[n] * d with the FP4
+//         E2M1 codebook doubled: kv4 = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+//  TQ2_0 256 elem, 66 B: u8 qs[64], f16 d.  e = 128 a + 32 l + m:
+//         q = (qs[32 a + m] >> 2 l) & 3;  y = (q - 1) * d
+//  TQ1_0 256 elem, 54 B: u8 qs[48], u8 qh[4], f16 d.  Base-3 digits: digit n of byte b is
+//         t(b, n) = ((u8)(b * 3^n) * 3) >> 8 (an 8-bit product, then the top of a 10-bit one).
+//         e < 160: t(qs[e % 32], e / 32);  160 <= e < 240: f = e - 160, t(qs[32 + f % 16], f / 16);
+//         e >= 240: f = e - 240, t(qh[f % 4], f / 4);  y = (t - 1) * d
+//
 // Every product of the form a * b + c above has an exact product (at most 11 + 6 + 5 significant
 // bits), so a compiler that contracts it into an FMA gets the same bits: the result does not
 // depend on -ffp-contract. Non-finite f16 scales give non-finite outputs, as in the reference.
@@ -61,5 +71,9 @@ void dequantize_ggml_row(GgmlType t, const void* src /*[ggml_row_bytes(t, k)] by
 
 // The IQ4_NL / IQ4_XS codebook (kv above), for the SIMD kernels.
 extern const int8_t kIq4Values[16];
+// The MXFP4 codebook (kv4 above).
+extern const int8_t kMxfp4Values[16];
+// MXFP4's scale: 2^(e - 128) as llama.cpp's GGML_E8M0_TO_FP32_HALF gives it.
+float mxfp4_scale(uint8_t e);
 
 }  // namespace sampan::cpu

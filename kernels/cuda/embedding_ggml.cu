@@ -2,6 +2,7 @@
 // thread block per token; each thread decodes 32-element units of the row with the exact
 // decoders of gemm_ggml_decode.cuh, so the output has the bits of cpu::dequantize_ggml_row.
 #include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/gemm_ggml.cuh"
 #include "kernels/cuda/gemm_ggml_decode.cuh"
 #include "kernels/cuda/launch_config.cuh"
 
@@ -51,7 +52,7 @@ int launch(int64_t n_tokens, const int32_t* ids, const uint8_t* table, int64_t v
 int embedding_ggml(int64_t n_tokens, const int32_t* ids, const void* table, GgmlType type,
                    int64_t vocab, int64_t dim, float* y, int64_t ldy, cudaStream_t stream) {
   if (n_tokens <= 0 || dim <= 0) return cudaSuccess;
-  if (!ggml_block_type_supported(type) || dim % ggml_block_size(type) != 0 ||
+  if (!ggml_cuda_supported(type) || dim % ggml_block_size(type) != 0 ||
       reinterpret_cast<uintptr_t>(table) % 2 != 0 || ldy < dim) {
     return cudaErrorInvalidValue;
   }

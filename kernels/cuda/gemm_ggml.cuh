@@ -35,8 +35,12 @@
 
 namespace sampan::cuda {
 
-// Whether the CUDA kernels run block type t (every type the CPU kernels run).
-constexpr bool ggml_cuda_supported(GgmlType t) { return ggml_block_type_supported(t); }
+// Whether the CUDA kernels run block type t: the 12 above. MXFP4, TQ1_0 and TQ2_0 run on the
+// CPU only so far (a CUDA executor refuses them by name).
+constexpr bool ggml_cuda_supported(GgmlType t) {
+  return ggml_block_type_supported(t) && t != GgmlType::kMXFP4 && t != GgmlType::kTQ1_0 &&
+         t != GgmlType::kTQ2_0;
+}
 
 // m in 1..kGemvMaxM; w.dtype kU8 with ggml_type supported and w.k a multiple of its block size;
 // every data[b] 2-byte aligned. x: [m, w.k] row stride ldx; y: [m, w.n()] row stride ldy (every

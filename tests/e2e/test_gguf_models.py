@@ -7,8 +7,12 @@ own quantizer (llama-cpp-python) makes the quantized files, so the block bytes a
     numpy float64 reference on the source safetensors: the loader's name map, q/k row order,
     rope_freqs factors and metadata are checked by an independent implementation.
   - F16 and BF16 against llama.cpp (llama-cpp-python, logits of every position): cosine >= 0.9999.
-  - Every quantized type (pure files, one type for every matrix), and llama.cpp's mixed Q4_K_M
-    recipe: top-1 agreement >= 0.99 and mean KL <= 1e-3 against llama.cpp on the same file.
+  - Every quantized type (pure files, one type for every matrix; MXFP4 through llama.cpp's
+    MXFP4_MOE recipe), and llama.cpp's mixed Q4_K_M recipe: top-1 agreement >= 0.99 and mean
+    KL <= 1e-3 against llama.cpp on the same file. For TQ1_0/TQ2_0, whose 2-bit weights make
+    llama.cpp's 8-bit activations flip its own top-1 against the exact result at ~1.5 % of
+    positions: mean KL <= 1e-3, and every top-1 difference from llama.cpp is a position where
+    llama.cpp differs from the exact numpy result and Sampan does not.
   - A split set (NAME-0000i-of-0000N.gguf) gives the single file's logits.
   - `sampan info` and `sampan run` on a GGUF file (tokenizer and chat template from metadata).
 Bad files are tests/e2e/test_bad_gguf.py (which also runs under the sanitizers).
@@ -37,7 +41,9 @@ QUANT_MAX_KL = 1e-3
 EXACT_MIN_COSINE = 0.99999
 # Every block type, stored for every matrix (pure), and the recipe names llama.cpp uses for them.
 PURE_TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K",
-              "IQ4_NL", "IQ4_XS"]
+              "IQ4_NL", "IQ4_XS", "MXFP4_MOE", "TQ2_0", "TQ1_0"]
+# Ternary types, checked position by position against llama.cpp and the exact reference (below).
+TERNARY_TYPES = ("TQ2_0", "TQ1_0")
 # Two sequences of 128 tokens: top-1 agreement over 256 positions.
 N_TOKENS = 128
 N_SEQS = 2
@@ -158,9 +164,19 @@ def main():
                   f"min cosine {cos:.8f}, mean KL {mean_kl(exact, got):.1e}")
         ref = llama_cpp_logits(path, seqs)
         top1, kl = U.top1_agreement(ref, got), mean_kl(ref, got)
-        res.check(f"{tag} vs llama.cpp", top1 >= QUANT_MIN_TOP1 and kl <= QUANT_MAX_KL,
-                  f"top-1 {top1:.4f}, mean KL {kl:.2e} (llama.cpp vs numpy: top-1 "
+        detail = (f"top-1 {top1:.4f}, mean KL {kl:.2e} (llama.cpp vs numpy: top-1 "
                   f"{U.top1_agreement(exact, ref):.4f}, KL {mean_kl(exact, ref):.2e})")
+        if ftype in TERNARY_TYPES:
+            # llama.cpp's 8-bit activations against 2-bit weights move its own top-1 off the
+            # exact result at ~1.5 % of these positions: there Sampan must agree with the exact
+            # numpy result, and everywhere else with llama.cpp.
+            ours, theirs, truth = got.argmax(1), ref.argmax(1), exact.argmax(1)
+            bad = int(((ours != theirs) & (ours != truth)).sum())
+            res.check(f"{tag} vs llama.cpp (every top-1 difference is llama.cpp's)",
+                      bad == 0 and kl <= QUANT_MAX_KL,
+                      f"{bad} positions differ from both; " + detail)
+            continue
+        res.check(f"{tag} vs llama.cpp", top1 >= QUANT_MIN_TOP1 and kl <= QUANT_MAX_KL, detail)
 
     # A split set loads from any shard and gives the single file's logits.
     d, f32, seqs, vocab = files["llama"]

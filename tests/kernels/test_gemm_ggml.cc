@@ -51,6 +51,7 @@ const std::vector<TypeInfo>& all_types() {
       {GgmlType::kQ6_K, {208}},  {GgmlType::kQ4_1, {0, 2}},   {GgmlType::kQ5_0, {0}},
       {GgmlType::kQ5_1, {0, 2}}, {GgmlType::kQ2_K, {80, 82}}, {GgmlType::kQ3_K, {108}},
       {GgmlType::kQ5_K, {0, 2}}, {GgmlType::kIQ4_NL, {0}},    {GgmlType::kIQ4_XS, {0}},
+      {GgmlType::kMXFP4, {}},    {GgmlType::kTQ2_0, {64}},    {GgmlType::kTQ1_0, {52}},
   };
   return types;
 }
@@ -98,6 +99,11 @@ Block make_block(const Case& c, int64_t rows, bool bias, std::mt19937& rng) {
       const float v = (rng() & 1 ? -1.0f : 1.0f) * std::exp2(e(rng));
       const uint16_t h = f32_to_f16(v);
       std::memcpy(b.data.data() + 2 + blk * type_bytes + off, &h, 2);
+    }
+  }
+  if (t == GgmlType::kMXFP4) {  // its E8M0 scale byte: 2^(e - 128) in 2^-10 .. 2^-3
+    for (int64_t blk = 0; blk < rows * (c.k / bs); ++blk) {
+      b.data[static_cast<size_t>(2 + blk * type_bytes)] = static_cast<uint8_t>(118 + rng() % 8);
     }
   }
   b.value.resize(rows * c.k);

@@ -25,6 +25,7 @@ const Golden kGoldens[] = {
     {GgmlType::kQ5_1, "Q5_1"}, {GgmlType::kQ8_0, "Q8_0"},     {GgmlType::kQ2_K, "Q2_K"},
     {GgmlType::kQ3_K, "Q3_K"}, {GgmlType::kQ4_K, "Q4_K"},     {GgmlType::kQ5_K, "Q5_K"},
     {GgmlType::kQ6_K, "Q6_K"}, {GgmlType::kIQ4_NL, "IQ4_NL"}, {GgmlType::kIQ4_XS, "IQ4_XS"},
+    {GgmlType::kMXFP4, "MXFP4"}, {GgmlType::kTQ2_0, "TQ2_0"}, {GgmlType::kTQ1_0, "TQ1_0"},
 };
 
 std::string golden_path(const std::string& file) {

@@ -8,7 +8,8 @@ For every block type Sampan supports, writes into tests/data/ggml/:
 
 The blocks are random bytes except the f16 scale fields (d, m, dmin), which are set to finite
 values of either sign between 2^-14 and 2^-2, with a few f16 subnormals and zeros mixed in, so
-the outputs are finite and every code path of the formulas is exercised.
+the outputs are finite and every code path of the formulas is exercised (MXFP4's E8M0 byte:
+exponents 100..149 and the subnormal codes 0 and 1).
 
     pip install gguf numpy     # (gguf 0.19 was used)
     python3 tests/reference/make_ggml_goldens.py
@@ -34,6 +35,9 @@ TYPES = {
     "Q6_K": (T.Q6_K, 256, 210, [208]),
     "IQ4_NL": (T.IQ4_NL, 32, 18, [0]),
     "IQ4_XS": (T.IQ4_XS, 256, 136, [0]),
+    "MXFP4": (T.MXFP4, 32, 17, []),   # its E8M0 scale byte: set below
+    "TQ2_0": (T.TQ2_0, 256, 66, [64]),
+    "TQ1_0": (T.TQ1_0, 256, 54, [52]),
 }
 
 ROWS = 3
@@ -59,6 +63,12 @@ def main():
         blocks = rng.integers(0, 256, size=(n_blocks, nbytes), dtype=np.uint8)
         for off in scale_offsets:
             blocks[:, off:off + 2] = scale_values(rng, n_blocks).view(np.uint8).reshape(n_blocks, 2)
+        if name == "MXFP4":
+            # E8M0 exponents around 1 (2^(e - 128)), and 0 and 1: the subnormal scales.
+            e = rng.integers(100, 150, n_blocks)
+            e[::7] = 0
+            e[3::7] = 1
+            blocks[:, 0] = e.astype(np.uint8)
         rows = blocks.reshape(ROWS, K // bs * nbytes)
         ref = dequantize(rows, qtype).astype(np.float32)
         assert ref.shape == (ROWS, K), (name, ref.shape)
