@@ -1,14 +1,18 @@
 // CPU GEMM/GEMV speed on TinyLlama-1.1B shapes, per instruction set and thread count.
 //
-//   bench_gemm [gemv] [gemm] [--reps N] [--isa avx2|avx512|amx]   (both sections, every ISA
-//                                                                 the CPU has, by default)
+//   bench_gemm [gemv] [gemm] [--reps N] [--isa avx2|avx512|avx512_bf16|amx] [--m 128,512]
+//              [--dtype bf16|f16|f32] [--shape SUBSTRING]
+//   (default: both sections, every ISA of that list the CPU has, GEMM m = 128 and 512, bf16 and
+//   f16 weights, every shape)
 //
 // GEMV (decode, m = 1, 4, 8): weight bytes / time, in GB/s and as a fraction of the read
 // bandwidth measured just before each table with the same thread count (AVX-512 or AVX2 loads
 // summing a 2 GiB buffer). Every call takes its weights from the next unread stretch of a
 // 1.5 GiB pool, so the numbers are DRAM, not last-level cache (some servers have L3s of
 // hundreds of MB), as in a real decode step that streams the whole model.
-// GEMM (prefill, m = 512): GFLOP/s (2*m*n*k per call).
+// GEMM (prefill): GFLOP/s (2*m*n*k per call). Levels with a bf16 prefill path (avx512_bf16:
+// the vdpbf16ps panels; amx) get a column per GemmPrecision: "split" (kSplitBf16, the default)
+// and "bf16" (kBf16); avx512 is the f32 FMA panels.
 // Every figure is the median of the repeats after two warm-up calls; threads are a
 // sampan::ThreadPool of 1 or 2.
 #include <immintrin.h>
@@ -129,7 +133,8 @@ struct Bench {
 // its weights in a cache, whatever shape ran before.
 double time_gemm(Bench& b, const Shape& s, DType dt, int64_t m, ThreadPool& threads, bool cycle,
                  int reps) {
-  const int64_t block_elems = s.n * s.k;
+  // In 16-bit pool elements: f32 weights take two each.
+  const int64_t block_elems = s.n * s.k * (dt == DType::kF32 ? 2 : 1);
   const int64_t call_elems = block_elems * s.blocks;
   std::vector<float> x(m * s.k);
   std::mt19937 rng(7);
@@ -163,13 +168,36 @@ double time_gemm(Bench& b, const Shape& s, DType dt, int64_t m, ThreadPool& thre
   return median(times);
 }
 
-const char* dtype_name(DType dt) { return dt == DType::kF16 ? "f16" : "bf16"; }
+const char* dtype_name(DType dt) {
+  return dt == DType::kF16 ? "f16" : dt == DType::kF32 ? "f32" : "bf16";
+}
+
+// The GemmPrecision settings worth a column at `isa`: only the bf16 paths read it.
+std::vector<sampan::cpu::GemmPrecision> precisions_at(Isa isa) {
+  using sampan::cpu::GemmPrecision;
+  if (isa == Isa::kAvx512Bf16 || isa == Isa::kAmx) {
+    return {GemmPrecision::kSplitBf16, GemmPrecision::kBf16};
+  }
+  return {GemmPrecision::kSplitBf16};
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t j = std::min(s.find(',', i), s.size());
+    out.push_back(std::atoll(s.substr(i, j - i).c_str()));
+    i = j + 1;
+  }
+  return out;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bool want_gemv = false, want_gemm = false;
-  std::string only_isa;
+  std::string only_isa, only_shape;
+  std::vector<int64_t> gemm_ms = {128, 512};
+  std::vector<DType> gemm_dtypes = {DType::kBF16, DType::kF16};
   Bench b;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -181,8 +209,18 @@ int main(int argc, char** argv) {
       b.reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--isa" && i + 1 < argc)
       only_isa = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: %s [gemv] [gemm] [--reps N] [--isa avx2|avx512|amx]\n", argv[0]);
+    else if (a == "--m" && i + 1 < argc)
+      gemm_ms = parse_list(argv[++i]);
+    else if (a == "--shape" && i + 1 < argc)
+      only_shape = argv[++i];
+    else if (a == "--dtype" && i + 1 < argc) {
+      const std::string d = argv[++i];
+      gemm_dtypes = {d == "f16" ? DType::kF16 : d == "f32" ? DType::kF32 : DType::kBF16};
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [gemv] [gemm] [--reps N] [--isa avx2|avx512|avx512_bf16|amx] "
+                   "[--m 128,512] [--dtype bf16|f16|f32] [--shape SUBSTRING]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -191,7 +229,7 @@ int main(int argc, char** argv) {
   ThreadPool pool1(1), pool2(2);
   ThreadPool* pools[] = {&pool1, &pool2};
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx}) {
     if (!sampan::cpu::isa_supported(isa)) continue;
     if (!only_isa.empty() && only_isa != sampan::cpu::isa_name(isa)) continue;
     isas.push_back(isa);
@@ -221,7 +259,7 @@ int main(int argc, char** argv) {
 
   // Below the AMX threshold the AMX setting runs the AVX-512 kernels: no column of its own.
   auto gemv_column = [](Isa isa, int64_t m) {
-    return isa != Isa::kAmx || m >= sampan::cpu::gemm_detail::kAmxMinM;
+    return isa != Isa::kAvx512Bf16 && (isa != Isa::kAmx || m >= sampan::cpu::gemm_detail::kAmxMinM);
   };
   if (want_gemv) {
     b.pool.resize((int64_t(3) << 30) / 4);  // 1.5 GiB of 16-bit weights
@@ -264,37 +302,51 @@ int main(int argc, char** argv) {
 
   if (want_gemm) {
     // A single copy: prefill is compute-bound and reuses the weights from cache by design.
+    // (f32 weights take twice the elements of the 16-bit pool.)
     int64_t most = 0;
     for (const Shape& s : kShapes) most = std::max(most, s.n * s.k * s.blocks);
-    b.pool.assign(most, 0);
-    fill_16bit(b.pool.data(), most, 2);
-    const int64_t m = 512;
-    std::printf("\nGEMM m=%ld: GFLOP/s\n", static_cast<long>(m));
-    std::printf("%-26s %-5s", "shape", "dtype");
-    for (Isa isa : isas) {
-      for (int t = 1; t <= 2; ++t) {
-        std::printf(
-            " %10s",
-            (std::string(sampan::cpu::isa_name(isa)) + "/" + std::to_string(t) + "t").c_str());
-      }
-    }
-    std::printf("\n");
-    for (const Shape& s : kShapes) {
-      for (DType dt : {DType::kBF16, DType::kF16}) {
-        std::printf("%-26s %-5s", s.name, dtype_name(dt));
-        for (Isa isa : isas) {
-          sampan::cpu::set_isa(isa);
-          // The FMA paths take ~0.1-1 s per call here; a few repeats are enough.
-          const int reps = isa == Isa::kAmx ? b.reps : std::min(b.reps, 3);
-          for (int t = 0; t < 2; ++t) {
-            const double sec = time_gemm(b, s, dt, m, *pools[t], false, reps);
-            std::printf(" %10.0f", 2.0 * m * s.n * s.blocks * s.k / sec / 1e9);
+    b.pool.assign(2 * most, 0);
+    fill_16bit(b.pool.data(), 2 * most, 2);
+    const sampan::cpu::GemmPrecision saved_precision = sampan::cpu::gemm_precision();
+    for (int64_t m : gemm_ms) {
+      std::printf("\nGEMM m=%ld: GFLOP/s\n", static_cast<long>(m));
+      std::printf("%-26s %-5s", "shape", "dtype");
+      for (Isa isa : isas) {
+        for (sampan::cpu::GemmPrecision p : precisions_at(isa)) {
+          std::string name(sampan::cpu::isa_name(isa));
+          if (precisions_at(isa).size() > 1) {
+            name += p == sampan::cpu::GemmPrecision::kBf16 ? "-bf16" : "-split";
+          }
+          for (int t = 1; t <= 2; ++t) {
+            std::printf(" %18s", (name + "/" + std::to_string(t) + "t").c_str());
           }
         }
-        std::printf("\n");
-        std::fflush(stdout);
+      }
+      std::printf("\n");
+      for (const Shape& s : kShapes) {
+        if (!only_shape.empty() && std::string(s.name).find(only_shape) == std::string::npos) {
+          continue;
+        }
+        for (DType dt : gemm_dtypes) {
+          std::printf("%-26s %-5s", s.name, dtype_name(dt));
+          for (Isa isa : isas) {
+            sampan::cpu::set_isa(isa);
+            for (sampan::cpu::GemmPrecision p : precisions_at(isa)) {
+              sampan::cpu::set_gemm_precision(p);
+              // The FMA paths take ~0.05-1 s per call here; a few repeats are enough.
+              const int reps = isa == Isa::kAmx ? b.reps : std::min(b.reps, 5);
+              for (int t = 0; t < 2; ++t) {
+                const double sec = time_gemm(b, s, dt, m, *pools[t], false, reps);
+                std::printf(" %18.0f", 2.0 * m * s.n * s.blocks * s.k / sec / 1e9);
+              }
+            }
+          }
+          std::printf("\n");
+          std::fflush(stdout);
+        }
       }
     }
+    sampan::cpu::set_gemm_precision(saved_precision);
   }
   sampan::cpu::set_isa(saved);
   return 0;

@@ -1,9 +1,10 @@
 // Quantized-weight GEMM speed (kF8E4M3, kI4 group 128) next to bf16, on TinyLlama-1.1B shapes.
 //
 //   bench_gemm_quant [gemv] [gemm] [--cached] [--reps N] [--isa avx2|avx512|amx]
-//                                                    (default: gemv and gemm, best ISA, streaming)
+//                    [--m 1,4,8] [--format bf16|fp8|int4g128]
+//                    (default: gemv and gemm, best ISA, streaming, GEMV m = 1, 4, 8, all formats)
 //
-// GEMV (decode, m = 1 and 4): bytes streamed per call (packed weights + scales) / time, in GB/s
+// GEMV (decode, m = 1, 4 and 8; --m picks others, e.g. 16 for the prefill path): bytes streamed per call (packed weights + scales) / time, in GB/s
 // and as a fraction of the read bandwidth measured just before the table with the same threads
 // (summing a 2 GiB buffer). Each call takes its weights and scales from the next unread stretch
 // of a 1.5 GiB pool, so they come from DRAM, not the (480 MB here) last-level cache.
@@ -196,7 +197,8 @@ double time_call(Bench& b, const Shape& s, Format f, int64_t m, ThreadPool& thre
 
 int main(int argc, char** argv) {
   bool want_gemv = false, want_gemm = false, cached = false;
-  std::string only_isa;
+  std::string only_isa, only_format;
+  std::vector<int64_t> gemv_ms = {1, 4, 8};
   Bench b;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -210,9 +212,21 @@ int main(int argc, char** argv) {
       b.reps = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--isa" && i + 1 < argc) {
       only_isa = argv[++i];
+    } else if (a == "--m" && i + 1 < argc) {
+      gemv_ms.clear();
+      for (const char* p = argv[++i]; *p;) {
+        char* end = nullptr;
+        const long v = std::strtol(p, &end, 10);
+        if (end == p || v < 1) break;
+        gemv_ms.push_back(v);
+        p = *end == ',' ? end + 1 : end;
+      }
+    } else if (a == "--format" && i + 1 < argc) {
+      only_format = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: %s [gemv] [gemm] [--cached] [--reps N] [--isa avx2|avx512|amx]\n",
+                   "usage: %s [gemv] [gemm] [--cached] [--reps N] [--isa avx2|avx512|amx] "
+                   "[--m 1,4,8] [--format bf16|fp8|int4g128]\n",
                    argv[0]);
       return 2;
     }
@@ -238,7 +252,7 @@ int main(int argc, char** argv) {
     const int64_t probe_n = (int64_t(2) << 30) / 4;
     std::unique_ptr<float, Free> probe(static_cast<float*>(std::aligned_alloc(64, probe_n * 4)));
     std::fill(probe.get(), probe.get() + probe_n, 1.0f);
-    for (int64_t m : {1, 4}) {
+    for (int64_t m : gemv_ms) {
       double bw[2];
       for (int t = 0; t < 2; ++t) bw[t] = read_bandwidth(*pools[t], probe.get(), probe_n, 5);
       std::printf("\nread bandwidth (sum of 2 GiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n", bw[0],
@@ -248,6 +262,7 @@ int main(int argc, char** argv) {
       std::printf("%-26s %-9s %15s %15s\n", "shape", "format", "1 thread", "2 threads");
       for (const Shape& s : kShapes) {
         for (Format f : kFormats) {
+          if (!only_format.empty() && only_format != format_name(f)) continue;
           std::printf("%-26s %-9s", s.name, format_name(f));
           for (int t = 0; t < 2; ++t) {
             const double sec = time_call(b, s, f, m, *pools[t], !cached, b.reps);
@@ -274,6 +289,7 @@ int main(int argc, char** argv) {
       std::printf("%-26s %-9s %10s %10s\n", "shape", "format", "1 thread", "2 threads");
       for (const Shape& s : kShapes) {
         for (Format f : kFormats) {
+          if (!only_format.empty() && only_format != format_name(f)) continue;
           std::printf("%-26s %-9s", s.name, format_name(f));
           for (int t = 0; t < 2; ++t) {
             const double sec = time_call(b, s, f, m, *pools[t], false, std::min(b.reps, 5));

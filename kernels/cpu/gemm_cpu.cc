@@ -14,8 +14,10 @@
 // columns, running every m-group over a chunk while its R rows sit in L1.
 //
 // Panel driver (prefill without AMX, or f32 weights): per panel of NR output columns and
-// k-chunk, the weights are packed k-major to f32 once and every MR-row block of x runs against
-// them; sums collect in a per-thread [m, NR] buffer that the epilogue reads.
+// k-chunk, the weights are packed k-major once and every MR-row block of x runs against them;
+// sums collect in a per-thread [m, NR] buffer that the epilogue reads. The same driver runs the
+// f32 FMA panels and, on CPUs with AVX512-BF16 but no AMX, the vdpbf16ps panels
+// (gemm_bf16_avx512.cc), whose x a task first converts to bf16 pairs (prefill_panel_kernels).
 #include "kernels/cpu/gemm_cpu.h"
 
 #include <algorithm>
@@ -55,6 +57,7 @@ int dtype_index(DType t) {
 
 struct FmaJob {
   const FmaKernels* kt;
+  const PanelKernels* pk;  // the panel kernels for m >= kPanelMinM
   int dt;
   int64_t elem_bytes;
   int64_t m;
@@ -227,6 +230,7 @@ void run_fma_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64_t
 struct PanelScratch {
   AlignedBuffer<float> panel;  // [kc, NR]
   AlignedBuffer<float> c;      // [m rows of the task, NR] sums of one column panel
+  AlignedBuffer<float> x;      // [m rows of the task, ...] x converted by PanelKernels::prep_x
 };
 
 PanelScratch& panel_scratch() {
@@ -238,7 +242,7 @@ PanelScratch& panel_scratch() {
 // columns (kSiluMul: NR/2 gate rows and their NR/2 up rows), per k-chunk, pack once and run
 // every MR-row block of x against it; the epilogue reads the finished sums.
 void run_panel_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64_t i1) {
-  const PanelKernels& pk = job.kt->panel;
+  const PanelKernels& pk = *job.pk;
   const GemmWeights& w = *job.w;
   const bool silu = job.ep == GemmEpilogue::kSiluMul;
   const int nr = pk.nr;
@@ -247,6 +251,18 @@ void run_panel_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64
   PanelScratch& s = panel_scratch();
   s.panel.reserve(pk.kc * nr);
   s.c.reserve(mr * nr);
+  // x as the kernels read it: row i at x + (i - x_row0) * ldx.
+  const float* x = job.x;
+  int64_t ldx = job.ldx, x_row0 = job.x_row0;
+  if (pk.prep_x != nullptr) {
+    ldx = (w.k + 31) / 32 * 16 * pk.x_per_pair;
+    s.x.reserve(mr * ldx);
+    for (int64_t i = i0; i < i1; ++i) {
+      pk.prep_x(job.x + (i - job.x_row0) * job.ldx, w.k, s.x.data() + (i - i0) * ldx);
+    }
+    x = s.x.data();
+    x_row0 = i0;
+  }
   const int64_t row_bytes = w.k * job.elem_bytes;
   const void* rows[gemm_detail::kMaxPanelNr];
   const int n_segments = silu ? 1 : w.n_blocks;
@@ -269,8 +285,9 @@ void run_panel_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64
         const int64_t len = std::min(pk.kc, w.k - kk);
         pk.pack(job.dt, rows, kk, len, s.panel.data());
         for (int64_t i = i0; i < i1; i += pk.mr) {
-          pk.kernel(job.x + i * job.ldx + kk, job.ldx, std::min<int64_t>(pk.mr, i1 - i),
-                    s.panel.data(), len, s.c.data() + (i - i0) * nr, nr, kk > 0);
+          pk.kernel(x + (i - x_row0) * ldx + kk / 2 * pk.x_per_pair, ldx,
+                    std::min<int64_t>(pk.mr, i1 - i), s.panel.data(), len,
+                    s.c.data() + (i - i0) * nr, nr, kk > 0);
         }
       }
       for (int64_t i = i0; i < i1; ++i) {
@@ -292,17 +309,18 @@ void run_panel_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64
 void gemm_fma(const FmaKernels& kt, int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
               GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
   const int dt = dtype_index(w.dtype);
-  const FmaJob job{&kt, dt, dt == gemm_detail::kDtF32 ? 4 : 2, m, x, ldx, 0, &w, ep, y, ldy};
-  const int64_t n_out = ep == GemmEpilogue::kSiluMul ? w.rows[0] : w.n();
   const bool panel = m >= gemm_detail::kPanelMinM;
-  const int64_t cols = panel ? kt.panel.nr : kt.narrow.rows;  // weight rows per kernel call
+  const PanelKernels& pk = panel ? gemm_detail::prefill_panel_kernels(kt, dt) : kt.panel;
+  const FmaJob job{&kt, &pk, dt, dt == gemm_detail::kDtF32 ? 4 : 2, m, x, ldx, 0, &w, ep, y, ldy};
+  const int64_t n_out = ep == GemmEpilogue::kSiluMul ? w.rows[0] : w.n();
+  const int64_t cols = panel ? pk.nr : kt.narrow.rows;  // weight rows per kernel call
   const int64_t granule = ep == GemmEpilogue::kSiluMul ? cols / 2 : cols;
   const int64_t units = (n_out + granule - 1) / granule;
   const int64_t threads = std::max(1, runner.concurrency());
   // Decode wants one contiguous column chunk per thread; only when there are fewer column
   // units than threads (tiny n, large m) is m split as well.
   const int64_t n_chunks = std::min(threads, units);
-  const int64_t m_per_group = panel ? kt.panel.mr : kt.narrow.max_m;
+  const int64_t m_per_group = panel ? pk.mr : kt.narrow.max_m;
   const int64_t m_groups = (m + m_per_group - 1) / m_per_group;
   const int64_t m_chunks = std::min((threads + n_chunks - 1) / n_chunks, m_groups);
   auto task = [&](int64_t t) {
@@ -327,6 +345,23 @@ void gemm_fma(const FmaKernels& kt, int64_t m, const float* x, int64_t ldx, cons
 }
 
 }  // namespace
+
+namespace gemm_detail {
+
+const PanelKernels& prefill_panel_kernels(const FmaKernels& kt, int dt) {
+  // AMX CPUs run 16-bit weights on tiles and never get here with them. f32 weights stay f32 at
+  // every precision, as on AMX: the weights' dtype is the caller's accuracy choice, and
+  // GemmPrecision is about x.
+  if (dt == kDtF32 || !has_avx512_bf16() || has_amx() || gemm_precision() != GemmPrecision::kBf16)
+    return kt.panel;
+  return bf16_panel_kernels();
+}
+
+bool prefill_in_bf16() {
+  return has_amx() || (has_avx512_bf16() && gemm_precision() == GemmPrecision::kBf16);
+}
+
+}  // namespace gemm_detail
 
 void gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue epilogue,
           float* y, int64_t ldy, TaskRunner& runner) {

@@ -88,26 +88,39 @@ struct DotTable {
   DotFn dot[3][kMaxDotM + 1] = {};
 };
 
-// The outer-product ("panel") kernels for large m on the FMA path: NR output columns of W are
-// packed k-major into an f32 panel once per k-chunk, then MR rows of x at a time are broadcast
-// against it with an MR x NR register tile, so each weight element loaded feeds MR FMAs and
-// each x element NR/lanes FMAs, with no horizontal sums.
+// The outer-product ("panel") kernels for large m: NR output columns of W are packed k-major
+// into a panel once per k-chunk, then MR rows of x at a time are broadcast against it with an
+// MR x NR register tile, so each weight element loaded feeds MR products and each x element
+// NR/lanes, with no horizontal sums. Two layouts share the driver (gemm_cpu.cc):
+//  - f32 (FMA path): panel [kc, NR] f32, x read in place as f32.
+//  - bf16 pairs (vdpbf16ps, gemm_bf16_avx512.cc): panel [ceil(kc/2), NR, 2] bf16, each 32-bit
+//    lane holding (w[2p], w[2p+1]) of one column (an odd k's last pair padded with 0); x
+//    converted by prep_x into 32-bit units holding (bf16(x[2p]), bf16(x[2p+1])).
 // rows: NR weight-row pointers (null: a zero column), each [k0 + kc] of dtype `dt`;
-// panel: [kc, NR] f32.
+// panel: the layout's [kc, NR] panel, in a float buffer of kc * NR floats.
 using PackFn = void (*)(int dt, const void* const* rows, int64_t k0, int64_t kc, float* panel);
 // c[i][0:NR] (+)= sum over kk < kc of x[i][kk] * panel[kk][0:NR] for i < mr <= MR; it starts
-// from zero unless `accumulate`. x: [mr, ldx] f32; panel: [kc, NR]; c: [mr, ldc] f32.
+// from zero unless `accumulate`. x: [mr, ldx] 32-bit units in the layout's x form (f32: x
+// itself); panel: from pack; c: [mr, ldc] f32.
 using PanelFn = void (*)(const float* x, int64_t ldx, int64_t mr, const float* panel, int64_t kc,
                          float* c, int64_t ldc, bool accumulate);
+// x: [k] f32 -> out: [round_up(k, 32) / 2 * x_per_pair] 32-bit units, zero past k.
+using PrepXFn = void (*)(const float* x, int64_t k, float* out);
 
 constexpr int kMaxPanelNr = 64;
 
 struct PanelKernels {
   int mr = 0;      // MR: rows of x per register tile
   int nr = 0;      // NR: output columns per panel (even)
-  int64_t kc = 0;  // k per panel chunk (the panel, kc * NR floats, should sit in L1)
+  int64_t kc = 0;  // k per panel chunk, even (the panel should sit in L1)
   PackFn pack = nullptr;
   PanelFn kernel = nullptr;
+  // Null: the kernel reads f32 x in place. Else the driver converts the rows of x a task needs
+  // with it once per task, into per-thread scratch.
+  PrepXFn prep_x = nullptr;
+  // 32-bit units of x per two k: 2 for f32, 1 for bf16 pairs. The k-chunk starting at kk
+  // (even) starts at unit kk / 2 * x_per_pair of a row.
+  int x_per_pair = 2;
 };
 
 struct FmaKernels {
@@ -129,6 +142,23 @@ struct FmaKernels {
 
 const FmaKernels& fma_kernels_avx2();
 const FmaKernels& fma_kernels_avx512();
+
+// The vdpbf16ps panel kernels (gemm_bf16_avx512.cc; call only when has_avx512_bf16()): x
+// rounded to bf16 (GemmPrecision::kBf16). They take weights of every table dtype; f16 and f32
+// are rounded to bf16 in the pack (nearest even).
+const PanelKernels& bf16_panel_kernels();
+
+// The panel kernels cpu::gemm runs for m >= kPanelMinM on the FMA path, for weights of table
+// dtype `dt` at the active ISA and GemmPrecision: the vdpbf16ps ones for 16-bit weights with
+// kBf16 at avx512_bf16 without AMX, else `kt`'s f32 ones. (kSplitBf16 would need two vdpbf16ps
+// per weight pair, the f32 FMA's multiply-add rate: measured on Zen 4 (bench_gemm, m = 128 and
+// 512, TinyLlama shapes, 1 thread) within -10%..+8% of the f32 panels, so they stay, exact.)
+const PanelKernels& prefill_panel_kernels(const FmaKernels& kt, int dt);
+
+// Whether cpu::gemm multiplies bf16 weights in bf16 arithmetic from 16 rows of x on (AMX, or
+// the vdpbf16ps panels), so a caller that makes weights for it (quantized prefill) may as well
+// round them to bf16: that costs no accuracy there and halves the bytes.
+bool prefill_in_bf16();
 
 // From this many rows of x on, the FMA path uses the panel kernels instead of the dot kernels.
 // Measured (AVX-512, 2048x2048 bf16 streamed from DRAM): the dot kernels win up to m = 8, the

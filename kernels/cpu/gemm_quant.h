@@ -1,22 +1,26 @@
 // Internal contract between the quantized-weight GEMM driver (gemm_quant_cpu.cc, baseline AVX2
-// flags) and its per-instruction-set kernels (gemm_quant_avx512.cc, gemm_quant_avx2.cc). Callers
-// use cpu::gemm (gemm_cpu.h), which hands kF8E4M3 and kI4 weights to gemm_quant.
+// flags) and its per-instruction-set kernels (gemm_quant_avx512.cc, gemm_quant_avx512_vnni.cc,
+// gemm_quant_avx2.cc). Callers use cpu::gemm (gemm_cpu.h), which hands kF8E4M3 and kI4 weights
+// to gemm_quant.
 //
 // Decode (m < kQuantPrefillMinM) is memory-bound: dot kernels take R weight rows at a time,
 // dequantize them in registers and multiply them with up to max_m rows of x, so every packed
 // weight byte and scale is read from memory once per call (m-groups beyond max_m reuse the R
 // rows from L1). Prefill (m >= kQuantPrefillMinM) is compute-bound: the driver dequantizes a
-// bounded chunk of weight rows into scratch (bf16 on AMX CPUs, f32 otherwise) and runs the plain
-// GEMM on it, so the existing AMX / FMA-panel machinery does the arithmetic.
+// bounded chunk of weight rows into scratch (bf16 where cpu::gemm multiplies in bf16: AMX, or
+// AVX512-BF16 CPUs with GemmPrecision::kBf16; f32 otherwise) and runs the plain GEMM on it, so
+// the existing AMX / bf16-panel / FMA-panel machinery does the arithmetic.
 //
 // Accuracy, against dequantize-then-multiply in double (tests/kernels/test_gemm_quant.cc), with
 // M = sum_k |x| (|q| + |z|) |s| (= sum |x||w| for fp8 and symmetric int4):
-//  - kF8E4M3 decode on every ISA, and prefill without AMX: (q - z) * s
+//  - kF8E4M3 decode on every ISA, and prefill elsewhere (no AMX, and AVX512-BF16 with the
+//    default kSplitBf16): (q - z) * s
 //    (at most 9 x 11 significant bits) and fp8 values (4 bits) are exact in f32, the fp8 row
 //    scale is applied once to the finished sum, and x stays f32: only f32 summation error, below
-//    1e-5 * M for k up to a few thousand. (AVX2 fp8 decode keeps this for |x| < 2^64.)
-//  - kI4 decode (the AVX2 kernel, which every ISA level runs: gemm_quant_cpu.cc) multiplies in
-//    integers: x is rounded per (row of x, weight group g) to
+//    1e-5 * M for k up to a few thousand. (The AVX2 and AVX512-VNNI fp8 decode kernels keep this
+//    for |x| < 2^64.)
+//  - kI4 decode (the AVX2 kernel below AVX512-VNNI, the VNNI kernel from it up:
+//    gemm_quant_cpu.cc) multiplies in integers: x is rounded per (row of x, weight group g) to
 //    x16 * s_x, x16 = round(x / s_x) in [-32639, 32639], s_x = absmax_g(x) / 32639 (32639 =
 //    256 * 127 + 127, the most a signed hi byte and lo byte hold). Rounding x to the nearest
 //    multiple of s_x is off by s_x / 2 = absmax_g / 65278; computing x / s_x and s_x in f32 adds
@@ -25,9 +29,10 @@
 //    where the second term is the f32 summation of exact integer group sums (see the kernel),
 //    for groups with absmax_g(x) >= 2^-111 (s_x a normal f32; smaller ones round to 0 or less
 //    precisely). A group of x holding a NaN or an infinity gives NaN outputs.
-//  - Prefill on AMX: the dequantized weights are rounded to bf16 (2^-9 relative) and x kept to
-//    2^-16 (GemmPrecision::kSplitBf16) or 2^-8 (kBf16): below 2^-8 * M with the default. As for
-//    f16 weights, SAMPAN_CPU_ISA=avx512 keeps every m exact in f32.
+//  - Prefill on AMX, or on AVX512-BF16 CPUs with kBf16: the dequantized weights are rounded to
+//    bf16 (2^-8 relative) and x kept to 2^-16 (GemmPrecision::kSplitBf16, AMX only) or 2^-8
+//    (kBf16): below 2^-8 * M (+ 2^-16) with the default on AMX, below 2^-7 * M with kBf16. As
+//    for f16 weights, SAMPAN_CPU_ISA=avx512 keeps every m exact in f32.
 #pragma once
 
 #include <cstdint>
@@ -106,6 +111,9 @@ struct QuantKernels {
 
 const QuantKernels& quant_kernels_avx2();
 const QuantKernels& quant_kernels_avx512();
+// The AVX-512 table with VNNI decode kernels (gemm_quant_avx512_vnni.cc): only where
+// has_avx512_vnni().
+const QuantKernels& quant_kernels_avx512_vnni();
 
 // cpu::gemm for w.dtype kF8E4M3 or kI4 (same contract; m >= 1).
 void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,

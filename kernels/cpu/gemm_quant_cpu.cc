@@ -213,8 +213,9 @@ void gemm_quant_prefill(const QuantKernels& kt, int64_t m, const float* x, int64
                         TaskRunner& runner) {
   const QuantFormat f = format_of(w);
   const RowStrides strides = strides_of(f);
-  // AMX runs bf16 weights; every other path gets exact f32 ones.
-  const bool bf16 = has_amx() && kt.dequant_bf16 != nullptr;
+  // Where cpu::gemm multiplies in bf16 (AMX; the vdpbf16ps panels with kBf16) it gets bf16
+  // weights; every other path gets exact f32 ones.
+  const bool bf16 = prefill_in_bf16() && kt.dequant_bf16 != nullptr;
   const int64_t elem = bf16 ? 2 : 4;
   const bool silu = ep == GemmEpilogue::kSiluMul;
   const int n_src = silu ? 2 : 1;  // blocks dequantized together
@@ -269,16 +270,17 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
   assert(w.dtype != DType::kI4 || ((w.group_size == 32 || w.group_size == 64 ||
                                     w.group_size == 128) &&
                                    w.k % w.group_size == 0));
-  static_assert(kMaxQuantRows >= 4 && kMaxQuantM >= 4);
+  static_assert(kMaxQuantRows >= 4 && kMaxQuantM >= 8);
   if (m >= kQuantPrefillMinM) {
     const QuantKernels& kt = has_avx512() ? quant_kernels_avx512() : quant_kernels_avx2();
     gemm_quant_prefill(kt, m, x, ldx, w, ep, y, ldy, runner);
   } else {
-    // The AVX2 decode kernels at every level, by measurement: on Zen 4 (1 thread, weights in
-    // cache, bench_gemm_quant gemv --cached) they ran int4 g128 at 1.3-2x and fp8 at 1.1-1.6x
-    // the AVX-512 ones, which dequantize to f32 where AVX2 takes integer dot products; the
-    // issue's AVX-512 Xeon shows the same. AVX-512 decode comes back with VNNI kernels.
-    gemm_quant_decode(quant_kernels_avx2(), m, x, ldx, w, ep, y, ldy, runner);
+    // From AVX512-VNNI on the VNNI decode kernels (int4 dot products in vpdpwssd, 8 rows of x
+    // per call). Below it the AVX2 ones, also at the plain AVX-512 level: on Zen 4 they ran
+    // int4 g128 at 1.3-2x and fp8 at 1.1-1.6x the AVX-512 f32-dequantizing kernels
+    // (bench_gemm_quant gemv --cached, 1 thread).
+    const QuantKernels& kt = has_avx512_vnni() ? quant_kernels_avx512_vnni() : quant_kernels_avx2();
+    gemm_quant_decode(kt, m, x, ldx, w, ep, y, ldy, runner);
   }
 }
 

@@ -1,12 +1,15 @@
 // cpu::gemm against a naive double-precision reference, on every instruction set this CPU has
-// (AVX2, AVX-512, AMX), for f32/f16/bf16 weights, both epilogues, 1..3 weight blocks, biases,
-// padded strides and awkward sizes, with a serial runner and a two-thread pool.
+// (AVX2, AVX-512, AVX512-BF16, AMX), for f32/f16/bf16 weights, both epilogues, 1..3 weight
+// blocks, biases, padded strides and awkward sizes, with a serial runner and a two-thread pool;
+// where a bf16 path runs (AMX, or the vdpbf16ps panels at avx512_bf16) under both precisions.
 //
 // Tolerances are relative to S = sum_k |x||w| of each output (the natural scale of a dot
 // product's rounding error):
 //  - FMA path (every f32 weight, and f16/bf16 below the AMX threshold): weights convert to f32
 //    exactly, so only f32 accumulation error remains: about (k/16 + 16) * 2^-24 * S for the lane
 //    sums plus the final reduction, under 1e-5 * S for every k here.
+//  - The bf16 paths (AMX tiles, and at avx512_bf16 without AMX the vdpbf16ps panels for m >=
+//    kPanelMinM, see uses_bf16_path) have the same contract; AMX stands for both below.
 //  - AMX path, GemmPrecision::kSplitBf16 (the default): hi = bf16(x) is within 2^-8 |x| and
 //    lo = bf16(x - hi) within 2^-8 |x - hi|, so |dx| <= 2^-16 |x|; each output is one f32
 //    accumulator over the k products (hi and lo passes), at most about k roundings of 2^-24 of a
@@ -29,6 +32,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "engine/core/thread_pool.h"
@@ -129,14 +133,30 @@ double split_typical_tolerance(int64_t k) {
   return std::ldexp(1.0, -16) + 4.0 * std::sqrt(double(k)) * std::ldexp(1.0, -24);
 }
 
-double relative_tolerance(Isa isa, DType dt, int64_t m, int64_t k) {
-  const bool amx = isa_includes(isa, Isa::kAmx) && dt != DType::kF32 && m >= gemm_detail::kAmxMinM;
-  if (!amx) return 1e-5;
-  if (gemm_precision() == GemmPrecision::kSplitBf16) {
+// Whether cpu::gemm multiplies in bf16 at `isa` under precision p (the contract in gemm_cpu.h):
+// AMX for 16-bit weights from kAmxMinM rows; without AMX, at avx512_bf16, the vdpbf16ps panels
+// from kPanelMinM rows for 16-bit weights with kBf16 (kSplitBf16 keeps the f32 panels there:
+// no faster, less exact). f32 weights stay f32 everywhere.
+bool uses_bf16_path(Isa isa, GemmPrecision p, DType dt, int64_t m) {
+  if (dt == DType::kF32) return false;
+  if (isa_includes(isa, Isa::kAmx)) return m >= gemm_detail::kAmxMinM;
+  return isa_includes(isa, Isa::kAvx512Bf16) && m >= gemm_detail::kPanelMinM &&
+         p == GemmPrecision::kBf16;
+}
+
+double relative_tolerance(Isa isa, GemmPrecision p, DType dt, int64_t m, int64_t k) {
+  if (!uses_bf16_path(isa, p, dt, m)) return 1e-5;
+  if (p == GemmPrecision::kSplitBf16) {
     return dt == DType::kF16 ? std::ldexp(1.0, -7) : split_tolerance(k);
   }
   return dt == DType::kF16 ? std::ldexp(1.0, -6) : std::ldexp(1.0, -7);
 }
+
+// Restores the process-wide GEMM precision however the test exits.
+struct PrecisionRestore {
+  GemmPrecision saved = gemm_precision();
+  ~PrecisionRestore() { set_gemm_precision(saved); }
+};
 
 void check_case(const Case& c, uint32_t seed) {
   INFO(describe(c));
@@ -186,14 +206,27 @@ void check_case(const Case& c, uint32_t seed) {
   const int64_t ldy = n_out + c.ldy_pad;
 
   IsaRestore restore;
+  PrecisionRestore precision_restore;
   ThreadPool pool(2);
   SerialRunner serial;
+  // (level, precision) runs: only the bf16 paths read the precision, elsewhere one run does.
+  std::vector<std::pair<Isa, GemmPrecision>> runs;
   for (Isa isa : isas_to_test()) {
+    runs.push_back({isa, GemmPrecision::kSplitBf16});
+    if (uses_bf16_path(isa, GemmPrecision::kSplitBf16, c.dtype, c.m) ||
+        uses_bf16_path(isa, GemmPrecision::kBf16, c.dtype, c.m)) {
+      runs.push_back({isa, GemmPrecision::kBf16});
+    }
+  }
+  for (const auto& [isa, p] : runs) {
     REQUIRE(set_isa(isa));
-    const double tol = relative_tolerance(isa, c.dtype, c.m, c.k);
+    set_gemm_precision(p);
+    const double tol = relative_tolerance(isa, p, c.dtype, c.m, c.k);
     for (TaskRunner* runner :
          {static_cast<TaskRunner*>(&serial), static_cast<TaskRunner*>(&pool)}) {
-      INFO("isa=" << isa_name(isa) << " threads=" << runner->concurrency());
+      INFO("isa=" << isa_name(isa)
+                  << " precision=" << (p == GemmPrecision::kBf16 ? "bf16" : "split_bf16")
+                  << " threads=" << runner->concurrency());
       std::vector<float> y(c.m * ldy, kSentinel);
       gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
       double worst = 0.0;  // max error / allowed error
@@ -343,15 +376,9 @@ TEST_CASE("gemm: several k-chunks and m-chunks on the blocked paths", "[kernels]
   }
 }
 
-// Restores the process-wide AMX precision however the test exits.
-struct PrecisionRestore {
-  GemmPrecision saved = gemm_precision();
-  ~PrecisionRestore() { set_gemm_precision(saved); }
-};
-
-// max over outputs of |y - exact| / sum_k |x||w| for one AMX GEMM (bf16 weights, kStore).
+// max over outputs of |y - exact| / sum_k |x||w| for one GEMM (bf16 weights, kStore).
 // x: [m, ldx] f32; w: [n, k] bf16 values as f32 (exact); wq: the same as stored bf16.
-double amx_worst_relative_error(int64_t m, int64_t n, int64_t k, const std::vector<float>& x,
+double worst_relative_error(int64_t m, int64_t n, int64_t k, const std::vector<float>& x,
                                 int64_t ldx, const Block& w, TaskRunner& runner) {
   GemmWeights gw;
   gw.dtype = DType::kBF16;
@@ -380,51 +407,68 @@ double amx_worst_relative_error(int64_t m, int64_t n, int64_t k, const std::vect
   return worst;
 }
 
-TEST_CASE("gemm: AMX split precision keeps f32 activations where one pass cannot",
+// The levels with a bf16 prefill path (AMX tiles; the vdpbf16ps panels) that this run covers.
+std::vector<Isa> bf16_levels_under_test() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kAmx, Isa::kAvx512Bf16}) {
+    if (isa_under_test(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+TEST_CASE("gemm: split precision keeps f32 activations where one pass cannot",
           "[kernels][gemm]") {
-  if (!isa_under_test(Isa::kAmx)) return;
+  // kSplitBf16 runs on AMX tiles (hi + lo x) or, at avx512_bf16 without AMX, on the exact f32
+  // panels; kBf16 runs on AMX tiles or the vdpbf16ps panels. Either way the one-pass error must
+  // be well above the split tolerance and the split error below it.
   IsaRestore isa_restore;
   PrecisionRestore precision_restore;
-  REQUIRE(set_isa(Isa::kAmx));
   struct Shape {
     int64_t m, n, k, ldx_pad;
   };
   // All m >= kAmxMinM (the AMX path); k = 1 and 7 are a single partial k-step, 5125 several
-  // k-chunks; m = 769 several m-blocks with a partial last one.
-  const Shape shapes[] = {{6, 17, 1, 0},     {7, 33, 7, 5},    {17, 769, 33, 1},
-                          {33, 64, 257, 0},  {130, 100, 1030, 7}, {40, 17, 5125, 2},
-                          {769, 33, 100, 3}};
+  // k-chunks; m = 769 several m-blocks with a partial last one. m = 12 and 13 with odd k are the
+  // first m of the panel path, with a padded last pair.
+  const Shape shapes[] = {{6, 17, 1, 0},      {7, 33, 7, 5},     {12, 17, 1, 0},
+                          {13, 33, 7, 5},     {17, 769, 33, 1},  {33, 64, 257, 0},
+                          {130, 100, 1030, 7}, {40, 17, 5125, 2}, {769, 33, 100, 3}};
   ThreadPool pool(2);
-  uint32_t seed = 500;
-  for (const Shape& sh : shapes) {
-    INFO("m=" << sh.m << " n=" << sh.n << " k=" << sh.k << " ldx_pad=" << sh.ldx_pad);
-    std::mt19937 rng(seed++);
-    const Block w = make_block(DType::kBF16, sh.n, sh.k, false, rng);
-    // Activations over several orders of magnitude (as after a norm with outlier channels), so
-    // the lo part matters at every scale.
-    std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
-    std::uniform_int_distribution<int> expo(-6, 6);
-    const int64_t ldx = sh.k + sh.ldx_pad;
-    std::vector<float> x((sh.m - 1) * ldx + sh.k, std::numeric_limits<float>::quiet_NaN());
-    for (int64_t i = 0; i < sh.m; ++i) {
-      for (int64_t j = 0; j < sh.k; ++j) x[i * ldx + j] = std::ldexp(mant(rng), expo(rng));
+  for (Isa isa : bf16_levels_under_test()) {
+    REQUIRE(set_isa(isa));
+    uint32_t seed = 500;
+    for (const Shape& sh : shapes) {
+      if (!uses_bf16_path(isa, GemmPrecision::kBf16, DType::kBF16, sh.m)) continue;
+      INFO("isa=" << isa_name(isa) << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k
+                  << " ldx_pad=" << sh.ldx_pad);
+      std::mt19937 rng(seed++);
+      const Block w = make_block(DType::kBF16, sh.n, sh.k, false, rng);
+      // Activations over several orders of magnitude (as after a norm with outlier channels),
+      // so the lo part matters at every scale.
+      std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+      std::uniform_int_distribution<int> expo(-6, 6);
+      const int64_t ldx = sh.k + sh.ldx_pad;
+      std::vector<float> x((sh.m - 1) * ldx + sh.k, std::numeric_limits<float>::quiet_NaN());
+      for (int64_t i = 0; i < sh.m; ++i) {
+        for (int64_t j = 0; j < sh.k; ++j) x[i * ldx + j] = std::ldexp(mant(rng), expo(rng));
+      }
+      set_gemm_precision(GemmPrecision::kSplitBf16);
+      const double split = worst_relative_error(sh.m, sh.n, sh.k, x, ldx, w, pool);
+      set_gemm_precision(GemmPrecision::kBf16);
+      const double one_pass = worst_relative_error(sh.m, sh.n, sh.k, x, ldx, w, pool);
+      const double tol = split_typical_tolerance(sh.k);
+      INFO("split error " << split << ", one-pass error " << one_pass << ", tolerance " << tol);
+      CHECK(split <= tol);
+      CHECK(one_pass > tol);  // the tolerance is one the one-pass path cannot meet
+      CHECK(one_pass > 8 * split);
+      CHECK(one_pass <= std::ldexp(1.0, -7));  // and the one-pass path meets its own
     }
-    set_gemm_precision(GemmPrecision::kSplitBf16);
-    const double split = amx_worst_relative_error(sh.m, sh.n, sh.k, x, ldx, w, pool);
-    set_gemm_precision(GemmPrecision::kBf16);
-    const double one_pass = amx_worst_relative_error(sh.m, sh.n, sh.k, x, ldx, w, pool);
-    const double tol = split_typical_tolerance(sh.k);
-    INFO("split error " << split << ", one-pass error " << one_pass << ", tolerance " << tol);
-    CHECK(split <= tol);
-    CHECK(one_pass > tol);  // the tolerance is one the old behaviour cannot meet
-    CHECK(one_pass > 8 * split);
   }
 }
 
 TEST_CASE("gemm: a row's result hardly depends on the batch it runs in", "[kernels][gemm]") {
   // The serving symptom: one sequence alone (m = 1, f32 FMA path) against the same row inside a
-  // batch of 40 (AMX path). Both are within their tolerance of the exact value, so they differ by
-  // at most the sum: 1e-5 * S (FMA) + split_tolerance(k) * S.
+  // batch of 40 (AMX path, or the f32 panels). Both are within their tolerance of the exact
+  // value, so they differ by at most the sum: 1e-5 * S (FMA) + split_tolerance(k) * S.
   IsaRestore isa_restore;
   PrecisionRestore precision_restore;
   set_gemm_precision(GemmPrecision::kSplitBf16);
@@ -441,30 +485,31 @@ TEST_CASE("gemm: a row's result hardly depends on the batch it runs in", "[kerne
   gw.data[0] = w.data;
   gw.rows[0] = n;
   SerialRunner serial;
-  std::vector<float> batch(m * n), alone(n);
-  gemm(m, x.data(), k, gw, GemmEpilogue::kStore, batch.data(), n, serial);
-  const int64_t row = 23;
-  gemm(1, x.data() + row * k, k, gw, GemmEpilogue::kStore, alone.data(), n, serial);
-  const double tol = 1e-5 + split_tolerance(k);
-  for (int64_t j = 0; j < n; ++j) {
-    double a = 0.0;
-    for (int64_t kk = 0; kk < k; ++kk) {
-      a += std::fabs(double(x[row * k + kk]) * w.value[j * k + kk]);
+  for (Isa isa : isas_to_test()) {
+    REQUIRE(set_isa(isa));
+    std::vector<float> batch(m * n), alone(n);
+    gemm(m, x.data(), k, gw, GemmEpilogue::kStore, batch.data(), n, serial);
+    const int64_t row = 23;
+    gemm(1, x.data() + row * k, k, gw, GemmEpilogue::kStore, alone.data(), n, serial);
+    const double tol = 1e-5 + split_tolerance(k);
+    for (int64_t j = 0; j < n; ++j) {
+      double a = 0.0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        a += std::fabs(double(x[row * k + kk]) * w.value[j * k + kk]);
+      }
+      INFO("isa=" << isa_name(isa) << " column " << j);
+      CHECK(std::fabs(double(batch[row * n + j]) - alone[j]) <= tol * a);
     }
-    INFO("column " << j);
-    CHECK(std::fabs(double(batch[row * n + j]) - alone[j]) <= tol * a);
   }
 }
 
-TEST_CASE("gemm: AMX split precision keeps infinite activations infinite", "[kernels][gemm]") {
-  if (!isa_under_test(Isa::kAmx)) return;
+TEST_CASE("gemm: bf16 paths keep infinite activations infinite", "[kernels][gemm]") {
   IsaRestore isa_restore;
   PrecisionRestore precision_restore;
-  REQUIRE(set_isa(Isa::kAmx));
-  set_gemm_precision(GemmPrecision::kSplitBf16);
   // x rows: one +inf element among ones; w = +1 / -1 rows: y = +inf / -inf, never NaN (inf - hi
-  // would be NaN if the residual of an infinite element were not zeroed).
-  const int64_t m = 8, k = 40;
+  // would be NaN if the residual of an infinite element were not zeroed). m = 16 and odd k:
+  // on the panel path too, with a padded last pair.
+  const int64_t m = 16, k = 41;
   std::vector<float> x(m * k, 1.0f);
   for (int64_t i = 0; i < m; ++i) x[i * k + (i * 5) % k] = std::numeric_limits<float>::infinity();
   std::vector<uint16_t> wdata(2 * k, 0x3f80);  // bf16 +1.0
@@ -475,12 +520,20 @@ TEST_CASE("gemm: AMX split precision keeps infinite activations infinite", "[ker
   gw.n_blocks = 1;
   gw.data[0] = wdata.data();
   gw.rows[0] = 2;
-  std::vector<float> y(m * 2);
   SerialRunner serial;
-  gemm(m, x.data(), k, gw, GemmEpilogue::kStore, y.data(), 2, serial);
-  for (int64_t i = 0; i < m; ++i) {
-    CHECK(y[i * 2] == std::numeric_limits<float>::infinity());
-    CHECK(y[i * 2 + 1] == -std::numeric_limits<float>::infinity());
+  for (Isa isa : bf16_levels_under_test()) {
+    REQUIRE(set_isa(isa));
+    for (GemmPrecision p : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
+      set_gemm_precision(p);
+      INFO("isa=" << isa_name(isa)
+                  << " precision=" << (p == GemmPrecision::kBf16 ? "bf16" : "split"));
+      std::vector<float> y(m * 2);
+      gemm(m, x.data(), k, gw, GemmEpilogue::kStore, y.data(), 2, serial);
+      for (int64_t i = 0; i < m; ++i) {
+        CHECK(y[i * 2] == std::numeric_limits<float>::infinity());
+        CHECK(y[i * 2 + 1] == -std::numeric_limits<float>::infinity());
+      }
+    }
   }
 }
 

@@ -6,11 +6,12 @@
 //
 // Tolerances are relative to M = sum_k |x| (|q| + |z|) |s| per output (int4; for fp8 and
 // symmetric int4 this is sum |x||w|), a bound on the magnitude of every partial sum.
-//  - Decode (fp8 on every ISA, for |x| < 2^64 on AVX2; int4 on AVX-512) and prefill without
+//  - Decode of fp8 (every ISA; for |x| < 2^64 on AVX2 and AVX512-VNNI) and prefill without
 //    AMX: the kernels form (q - z) * s and fp8 * scale exactly in f32 (or apply the f32 row scale
 //    once at the end) and keep x in f32, so only f32 summation error remains: under 1e-5 * M for
 //    every k here (as in test_gemm.cc).
-//  - AVX2 int4 decode rounds x per (row of x, group) to absmax_g / 32639 steps (gemm_quant.h):
+//  - int4 decode (AVX2 kernel, and the AVX512-VNNI one from that level up) rounds x per (row of
+//    x, group) to absmax_g / 32639 steps (gemm_quant.h):
 //    we allow kI4DecodeXError * sum_g absmax_g(x) * sum_{c in g} |w_c| on top of 1e-5 * M.
 //  - AMX prefill (m >= 16 on an AMX CPU): the dequantized weights are rounded to bf16
 //    (|dw| <= 2^-9 |w|) and x is split into bf16 hi + lo (2^-16): we allow 2^-8.
@@ -152,11 +153,17 @@ Block make_block(const Case& c, int64_t rows, bool bias, std::mt19937& rng) {
 
 double tolerance(Isa isa, const Case& c) {
   const bool prefill = c.m >= gemm_detail::kQuantPrefillMinM;
-  return prefill && isa_includes(isa, Isa::kAmx) ? std::ldexp(1.0, -8) : 1e-5;
+  // Prefill multiplies in bf16 on AMX, and with GemmPrecision::kBf16 on AVX512-BF16 too
+  // (gemm_quant.h): weights (and x with kBf16) rounded to bf16.
+  const bool bf16 = isa_includes(isa, Isa::kAmx) ||
+                    (isa_includes(isa, Isa::kAvx512Bf16) &&
+                     sampan::cpu::gemm_precision() == sampan::cpu::GemmPrecision::kBf16);
+  if (!prefill || !bf16) return 1e-5;
+  return sampan::cpu::gemm_precision() == sampan::cpu::GemmPrecision::kBf16 ? std::ldexp(1.0, -7)
+                                                                             : std::ldexp(1.0, -8);
 }
 
-// Whether this ISA rounds x per group: the AVX2 int4 decode kernel, which every level runs
-// (gemm_quant_cpu.cc says why).
+// Whether this ISA rounds x per group: every int4 decode kernel (AVX2, AVX512-VNNI) does.
 bool rounds_x(Isa isa, const Case& c) {
   return c.dtype == DType::kI4 && c.m < gemm_detail::kQuantPrefillMinM;
 }
@@ -366,10 +373,10 @@ TEST_CASE("gemm int4: two and three blocks, SiLU-mul", "[kernels][gemm_quant]") 
   }
 }
 
-// The AVX2 decode kernel rounds x per group (its bound in gemm_quant.h) and has its own paths for
-// group 32 (two groups per 64 weights), a k that is not a multiple of 64 (a half step at the
-// end), zero points, bf16 and f16 scales, and tiles of rows of x (m = 1..4 per call, m up to 15
-// in calls of 4). Outliers (one +-1e4 per group) and x = 0 are the edges of the rounding.
+// The decode kernels round x per group (the bound in gemm_quant.h) and have their own paths for
+// group 32 and 64 (several groups per step of 64 (AVX2) or 128 (VNNI) weights), a k that is not
+// a multiple of the step (a half or masked step at the end), zero points, bf16 and f16 scales,
+// and tiles of rows of x (m = 1..4 per call on AVX2, 1..8 on VNNI, m up to 15 in several calls). Outliers (one +-1e4 per group) and x = 0 are the edges of the rounding.
 TEST_CASE("gemm int4 decode: groups, half steps, zeros, scale dtypes, m = 1..15, outliers",
           "[kernels][gemm_quant]") {
   struct KG {
@@ -486,6 +493,26 @@ TEST_CASE("gemm fp8 decode: subnormal codes, DAZ/FTZ set by the caller, wide x",
         c.x_fill = seed % 3 == 0 ? XFill::kWide : XFill::kUniform;
         check_case(c, seed++);
       }
+    }
+  }
+}
+
+// The VNNI-level fp8 decode kernel takes 1..8 rows of x per call (m up to 15 in two calls), two
+// weight rows at a time, and 64 weights per step with a masked last step.
+TEST_CASE("gemm fp8 decode: m = 1..15, k around the 64-weight step, short calls",
+          "[kernels][gemm_quant]") {
+  uint32_t seed = 3500;
+  for (int64_t m = 1; m <= 15; ++m) {
+    for (int64_t k : {1, 63, 64, 65, 200, 1031}) {
+      Case c;
+      c.dtype = DType::kF8E4M3;
+      c.m = m;
+      c.k = k;
+      c.rows = {seed % 3 == 0 ? 9 : 5};
+      c.bias = {seed % 2 == 0};
+      c.x_fill = seed % 4 == 0 ? XFill::kWide : seed % 4 == 1 ? XFill::kSpike : XFill::kUniform;
+      c.ldx_pad = seed % 5 == 0 ? 0 : 7;
+      check_case(c, seed++);
     }
   }
 }
