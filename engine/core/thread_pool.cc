@@ -71,14 +71,19 @@ void ThreadPool::worker_loop(int) {
   uint64_t seen = 0;
   for (;;) {
     // Spin for a short while (tens of microseconds) before blocking.
+    // stop_ is checked too: a worker that joined a section late can have taken the
+    // destructor's generation bump as that section's ("seen" below), and would then wait for a
+    // generation that never comes (seen as a hang in ~ThreadPool under load).
     uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < 20000; ++spin) {
+    for (int spin = 0; gen == seen && !stop_.load() && spin < 20000; ++spin) {
       _mm_pause();
       gen = generation_.load(std::memory_order_acquire);
     }
-    if (gen == seen) {
+    if (gen == seen && !stop_.load()) {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      wake_.wait(lock, [&] {
+        return generation_.load(std::memory_order_acquire) != seen || stop_.load();
+      });
     }
     if (stop_.load()) return;
     in_flight_.fetch_add(1);

@@ -26,33 +26,11 @@ bool conv_activation_from_name(const std::string& name, cpu::ConvActivation* out
   return true;
 }
 
-namespace {
-
-template <size_t N>
-std::array<int64_t, N> ints_attr(const graph::Node& node, const char* name,
-                                 std::array<int64_t, N> fallback, int64_t min_value) {
-  if (!node.attrs.has(name)) return fallback;
-  const std::vector<int64_t>& v = node.attrs.get_ints(name);
-  SAMPAN_CHECK(v.size() == N, ErrorCode::kInvalidArgument,
-               "node '{}' (conv2d): attribute '{}' has {} values, expected {}", node.name, name,
-               v.size(), N);
-  std::array<int64_t, N> out{};
-  for (size_t i = 0; i < N; ++i) {
-    SAMPAN_CHECK(v[i] >= min_value, ErrorCode::kInvalidArgument,
-                 "node '{}' (conv2d): attribute '{}' value {} is below {}", node.name, name, v[i],
-                 min_value);
-    out[i] = v[i];
-  }
-  return out;
-}
-
-}  // namespace
-
 Conv2dAttrs parse_conv2d_attrs(const graph::Node& node) {
   Conv2dAttrs a;
-  a.strides = ints_attr<2>(node, "strides", {1, 1}, 1);
-  a.pads = ints_attr<4>(node, "pads", {0, 0, 0, 0}, 0);
-  a.dilations = ints_attr<2>(node, "dilations", {1, 1}, 1);
+  a.strides = conv_ints_attr<2>(node, "conv2d", "strides", {1, 1}, 1);
+  a.pads = conv_ints_attr<4>(node, "conv2d", "pads", {0, 0, 0, 0}, 0);
+  a.dilations = conv_ints_attr<2>(node, "conv2d", "dilations", {1, 1}, 1);
   a.group = node.attrs.get_int("group", 1);
   SAMPAN_CHECK(a.group >= 1, ErrorCode::kInvalidArgument, "node '{}' (conv2d): group = {} < 1",
                node.name, a.group);

@@ -5,7 +5,9 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "engine/core/error.h"
 #include "engine/ops/op_registry.h"
 #include "kernels/cpu/conv_cpu.h"
 
@@ -21,6 +23,26 @@ struct Conv2dAttrs final : OpAttrs {
   // to bf16 and accumulate in f32 (cpu::conv2d_bf16). "f32" (the default): all f32.
   bool bf16 = false;
 };
+
+// Attribute `name` of a node of op `op`: exactly N integers, each >= min_value; `fallback` when
+// absent. Throws Error(kInvalidArgument) naming the node, op and attribute.
+template <size_t N>
+std::array<int64_t, N> conv_ints_attr(const graph::Node& node, const char* op, const char* name,
+                                      std::array<int64_t, N> fallback, int64_t min_value) {
+  if (!node.attrs.has(name)) return fallback;
+  const std::vector<int64_t>& v = node.attrs.get_ints(name);
+  SAMPAN_CHECK(v.size() == N, ErrorCode::kInvalidArgument,
+               "node '{}' ({}): attribute '{}' has {} values, expected {}", node.name, op, name,
+               v.size(), N);
+  std::array<int64_t, N> out{};
+  for (size_t i = 0; i < N; ++i) {
+    SAMPAN_CHECK(v[i] >= min_value, ErrorCode::kInvalidArgument,
+                 "node '{}' ({}): attribute '{}' value {} is below {}", node.name, op, name, v[i],
+                 min_value);
+    out[i] = v[i];
+  }
+  return out;
+}
 
 // Reads strides, pads, dilations, group, activation, act_min, act_max, precision (all
 // optional).

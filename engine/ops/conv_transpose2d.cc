@@ -18,6 +18,8 @@
 namespace sampan::ops {
 namespace {
 
+constexpr const char* kOp = "conv_transpose2d";
+
 struct ConvTransposeAttrs final : OpAttrs {
   std::array<int64_t, 2> strides{1, 1};
   std::array<int64_t, 4> pads{0, 0, 0, 0};
@@ -26,30 +28,12 @@ struct ConvTransposeAttrs final : OpAttrs {
   int64_t group = 1;
 };
 
-template <size_t N>
-std::array<int64_t, N> ints(const graph::Node& node, const char* name, std::array<int64_t, N> fallback,
-                            int64_t min_value) {
-  if (!node.attrs.has(name)) return fallback;
-  const std::vector<int64_t>& v = node.attrs.get_ints(name);
-  SAMPAN_CHECK(v.size() == N, ErrorCode::kInvalidArgument,
-               "node '{}' (conv_transpose2d): attribute '{}' has {} values, expected {}",
-               node.name, name, v.size(), N);
-  std::array<int64_t, N> out{};
-  for (size_t i = 0; i < N; ++i) {
-    SAMPAN_CHECK(v[i] >= min_value, ErrorCode::kInvalidArgument,
-                 "node '{}' (conv_transpose2d): attribute '{}' value {} is below {}", node.name,
-                 name, v[i], min_value);
-    out[i] = v[i];
-  }
-  return out;
-}
-
 ConvTransposeAttrs parse(const graph::Node& node) {
   ConvTransposeAttrs a;
-  a.strides = ints<2>(node, "strides", {1, 1}, 1);
-  a.pads = ints<4>(node, "pads", {0, 0, 0, 0}, 0);
-  a.dilations = ints<2>(node, "dilations", {1, 1}, 1);
-  a.output_padding = ints<2>(node, "output_padding", {0, 0}, 0);
+  a.strides = conv_ints_attr<2>(node, kOp, "strides", {1, 1}, 1);
+  a.pads = conv_ints_attr<4>(node, kOp, "pads", {0, 0, 0, 0}, 0);
+  a.dilations = conv_ints_attr<2>(node, kOp, "dilations", {1, 1}, 1);
+  a.output_padding = conv_ints_attr<2>(node, kOp, "output_padding", {0, 0}, 0);
   a.group = node.attrs.get_int("group", 1);
   SAMPAN_CHECK(a.group >= 1, ErrorCode::kInvalidArgument,
                "node '{}' (conv_transpose2d): group = {} < 1", node.name, a.group);

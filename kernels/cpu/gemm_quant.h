@@ -19,8 +19,8 @@
 //    scale is applied once to the finished sum, and x stays f32: only f32 summation error, below
 //    1e-5 * M for k up to a few thousand. (The AVX2 and AVX512-VNNI fp8 decode kernels keep this
 //    for |x| < 2^64.)
-//  - kI4 decode (the AVX2 kernel below AVX512-VNNI, the VNNI kernel from it up:
-//    gemm_quant_cpu.cc) multiplies in integers: x is rounded per (row of x, weight group g) to
+//  - kI4 decode (the AVX2 kernel at m = 1 and below AVX512-VNNI, the VNNI kernel for m >= 2 from
+//    it up: gemm_quant_cpu.cc) multiplies in integers: x is rounded per (row of x, weight group g) to
 //    x16 * s_x, x16 = round(x / s_x) in [-32639, 32639], s_x = absmax_g(x) / 32639 (32639 =
 //    256 * 127 + 127, the most a signed hi byte and lo byte hold). Rounding x to the nearest
 //    multiple of s_x is off by s_x / 2 = absmax_g / 65278; computing x / s_x and s_x in f32 adds
@@ -48,8 +48,12 @@ namespace sampan::cpu::gemm_detail {
 // Below it the register-dequantizing dot kernels stream the weights; they take m / max_m passes
 // over each row (from L1), so their GFLOP/s stop growing past m = 4..8. Measured (1 thread, CPU
 // time, 1024x2048, AMX CPU): int4 dot 95 GFLOP/s at m = 12 and 15, dequantize + AMX 104 at m = 16
-// (~80 extrapolated to m = 12); fp8 dot 70 at m = 12, dequantize + AMX 108 at m = 16.
-constexpr int64_t kQuantPrefillMinM = 16;
+// (~80 extrapolated to m = 12); fp8 dot 70 at m = 12, dequantize + AMX 108 at m = 16. But a
+// decode step of 16 sequences through the dequantizing path cost 10-22x one sequence's step
+// without AMX (bench/bench_cpu_isa.py, Zen 4: every step writes and rereads all weights as
+// f32), against ~2.4x at 8 sequences on the dot kernels; so batched decode up to 31 rows stays on
+// the dot kernels, and only prefill-sized chunks take the dequantizing path.
+constexpr int64_t kQuantPrefillMinM = 32;
 
 // Relative rounding of x (to its group's absmax) on the kI4 decode path: 1/65278 + 2^-22.
 constexpr double kI4DecodeXError = 1.0 / 65278 + 0x1p-22;

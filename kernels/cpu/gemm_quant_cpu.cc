@@ -275,11 +275,14 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
     const QuantKernels& kt = has_avx512() ? quant_kernels_avx512() : quant_kernels_avx2();
     gemm_quant_prefill(kt, m, x, ldx, w, ep, y, ldy, runner);
   } else {
-    // From AVX512-VNNI on the VNNI decode kernels (int4 dot products in vpdpwssd, 8 rows of x
-    // per call). Below it the AVX2 ones, also at the plain AVX-512 level: on Zen 4 they ran
-    // int4 g128 at 1.3-2x and fp8 at 1.1-1.6x the AVX-512 f32-dequantizing kernels
-    // (bench_gemm_quant gemv --cached, 1 thread).
-    const QuantKernels& kt = has_avx512_vnni() ? quant_kernels_avx512_vnni() : quant_kernels_avx2();
+    // Batched decode (m >= 2) from AVX512-VNNI on: the VNNI kernels (int4 dot products in
+    // vpdpwssd, 8 rows of x per call), 1.3-2.2x the AVX2 ones per step at m = 4..8. A single row
+    // (m = 1) stays on the AVX2 kernels at every level: end to end (bench/bench_cpu_isa.py,
+    // TinyLlama shape, Zen 4) the VNNI ones streamed int4 at 0.69-0.76x and fp8 at 0.85-0.88x
+    // their decode tok/s. The AVX2 ones also serve the plain AVX-512 level: there they ran int4
+    // g128 at 1.3-2x and fp8 at 1.1-1.6x the AVX-512 f32-dequantizing kernels.
+    const QuantKernels& kt =
+        has_avx512_vnni() && m >= 2 ? quant_kernels_avx512_vnni() : quant_kernels_avx2();
     gemm_quant_decode(kt, m, x, ldx, w, ep, y, ldy, runner);
   }
 }

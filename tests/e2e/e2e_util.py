@@ -165,3 +165,36 @@ def sanitizer_preload(library):
     env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS", ""), "detect_leaks=0",
                                                  "verify_asan_link_order=0"]))
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def write_peft_adapter(model_dir, out, rank, seed, b_std=0.02):
+    """A LoRA adapter in peft's on-disk format (as make_lora_goldens.py saw peft write it), with
+    random non-zero A and B over all seven projections of the model in `model_dir` (alpha = 2 r)
+    -> {tensor name: float32 array}."""
+    import json
+    import numpy as np
+    import safetensors_io
+    with open(os.path.join(model_dir, "config.json")) as f:
+        c = json.load(f)
+    h, ffn = c["hidden_size"], c["intermediate_size"]
+    hd = c.get("head_dim") or h // c["num_attention_heads"]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    shapes = {"self_attn.q_proj": (h, q), "self_attn.k_proj": (h, kv), "self_attn.v_proj": (h, kv),
+              "self_attn.o_proj": (q, h), "mlp.gate_proj": (h, ffn), "mlp.up_proj": (h, ffn),
+              "mlp.down_proj": (ffn, h)}
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for layer in range(c["num_hidden_layers"]):
+        for mod, (n_in, n_out) in shapes.items():
+            p = f"base_model.model.model.layers.{layer}.{mod}"
+            tensors[p + ".lora_A.weight"] = (rng.uniform(-1, 1, (rank, n_in)) /
+                                             np.sqrt(n_in)).astype(np.float32)
+            tensors[p + ".lora_B.weight"] = rng.normal(0, b_std, (n_out, rank)).astype(np.float32)
+    os.makedirs(out, exist_ok=True)
+    safetensors_io.save_file(tensors, os.path.join(out, "adapter_model.safetensors"))
+    with open(os.path.join(out, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": 2 * rank,
+                   "lora_dropout": 0.0, "bias": "none", "use_rslora": False, "use_dora": False,
+                   "target_modules": [m.split(".")[1] for m in shapes],
+                   "base_model_name_or_path": model_dir}, f)
+    return tensors

@@ -137,35 +137,6 @@ def check_generation(res, sampan, args, model):
     return gen.tokens, gen.text
 
 
-def write_adapter(model_dir, out, rank, seed):
-    """A random PEFT-format adapter over all seven projections -> {tensor name: array}."""
-    import safetensors_io
-    with open(os.path.join(model_dir, "config.json")) as f:
-        c = json.load(f)
-    h, ffn = c["hidden_size"], c["intermediate_size"]
-    hd = c.get("head_dim") or h // c["num_attention_heads"]
-    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
-    shapes = {"self_attn.q_proj": (h, q), "self_attn.k_proj": (h, kv), "self_attn.v_proj": (h, kv),
-              "self_attn.o_proj": (q, h), "mlp.gate_proj": (h, ffn), "mlp.up_proj": (h, ffn),
-              "mlp.down_proj": (ffn, h)}
-    rng = np.random.default_rng(seed)
-    tensors = {}
-    for layer in range(c["num_hidden_layers"]):
-        for mod, (n_in, n_out) in shapes.items():
-            p = f"base_model.model.model.layers.{layer}.{mod}"
-            tensors[p + ".lora_A.weight"] = (rng.uniform(-1, 1, (rank, n_in)) /
-                                             np.sqrt(n_in)).astype(np.float32)
-            tensors[p + ".lora_B.weight"] = rng.normal(0, 0.05, (n_out, rank)).astype(np.float32)
-    os.makedirs(out, exist_ok=True)
-    safetensors_io.save_file(tensors, os.path.join(out, "adapter_model.safetensors"))
-    with open(os.path.join(out, "adapter_config.json"), "w") as f:
-        json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank,
-                   "lora_alpha": 2 * rank, "lora_dropout": 0.0, "bias": "none",
-                   "target_modules": [m.split(".")[1] for m in shapes],
-                   "base_model_name_or_path": model_dir}, f)
-    return tensors
-
-
 def merged_copy(model_dir, adapter, out, scale):
     """The model with W + scale * B A folded in (f32, numpy) for the numpy reference."""
     import safetensors_io
@@ -187,7 +158,7 @@ def check_lora(res, sampan, args, model):
     import numpy_llama as ref
     adapters = {"alpha": os.path.join(args.work_dir, "capi_lora_alpha"),
                 "beta": os.path.join(args.work_dir, "capi_lora_beta")}
-    tensors = {name: write_adapter(model, d, 4, seed) for (name, d), seed in
+    tensors = {name: eu.write_peft_adapter(model, d, 4, seed, b_std=0.05) for (name, d), seed in
                zip(adapters.items(), (5, 6))}
     cfg = sampan.Config(model, threads=2, kv_cache_bytes=16 << 20, max_model_len=256,
                         lora=adapters)
