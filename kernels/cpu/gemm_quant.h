@@ -48,12 +48,12 @@ namespace sampan::cpu::gemm_detail {
 // Below it the register-dequantizing dot kernels stream the weights; they take m / max_m passes
 // over each row (from L1), so their GFLOP/s stop growing past m = 4..8. Measured (1 thread, CPU
 // time, 1024x2048, AMX CPU): int4 dot 95 GFLOP/s at m = 12 and 15, dequantize + AMX 104 at m = 16
-// (~80 extrapolated to m = 12); fp8 dot 70 at m = 12, dequantize + AMX 108 at m = 16. But a
-// decode step of 16 sequences through the dequantizing path cost 10-22x one sequence's step
-// without AMX (bench/bench_cpu_isa.py, Zen 4: every step writes and rereads all weights as
-// f32), against ~2.4x at 8 sequences on the dot kernels; so batched decode up to 31 rows stays on
-// the dot kernels, and only prefill-sized chunks take the dequantizing path.
-constexpr int64_t kQuantPrefillMinM = 32;
+// (~80 extrapolated to m = 12); fp8 dot 70 at m = 12, dequantize + AMX 108 at m = 16. Without
+// AMX a decode step of 16 sequences through the dequantizing path cost 6-22x one sequence's step
+// (bench/bench_cpu_isa.py, Zen 4); 32 here measured 4.8x (fp8) / 7.4x (int4) but moves m = 16..31
+// onto the int4 kernels that round x per group, which the LoRA trainer's exactness test against
+// a dequantized twin (test_lora_trainer) does not allow: left at 16 until that is settled.
+constexpr int64_t kQuantPrefillMinM = 16;
 
 // Relative rounding of x (to its group's absmax) on the kI4 decode path: 1/65278 + 2^-22.
 constexpr double kI4DecodeXError = 1.0 / 65278 + 0x1p-22;

@@ -64,10 +64,10 @@ def main():
     open(p, "wb").write(b"")
     cases.append(("empty", p, ["empty.onnx"]))
     cases.append(("missing_file", os.path.join(work, "nope.onnx"), ["nope.onnx"]))
-    cases.append(("unknown_op", model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="deconv_1")],
+    cases.append(("unknown_op", model([helper.make_node("LpPool", ["x"], ["y"], name="lppool_1", kernel_shape=[2, 2])],
                                       [fx], [fy], [numpy_helper.from_array(np.ones((3, 3, 1, 1), np.float32), "w")],
                                       name="unknown_op"),
-                  ["unknown_op.onnx", "node 'deconv_1'", "op 'ConvTranspose' is not supported"]))
+                  ["unknown_op.onnx", "node 'lppool_1'", "op 'LpPool' is not supported"]))
     cases.append(("cycle", model([helper.make_node("Relu", ["b"], ["a"], name="A"),
                                   helper.make_node("Add", ["x", "a"], ["b"], name="B"),
                                   helper.make_node("Relu", ["b"], ["y"], name="C")], [fx], [fy], name="cycle"),

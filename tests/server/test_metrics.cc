@@ -489,6 +489,9 @@ TEST_CASE("ServeMetrics: generation_done and friends update the right families",
         {"sampan:batch_tokens", "histogram"},
         {"sampan:server_ready", "gauge"},
         {"sampan:lora_requests_total", "counter"},
+        {"sampan:tensor_runs_total", "counter"},
+        {"sampan:tensor_requests_total", "counter"},
+        {"sampan:tensor_rows_total", "counter"},
     };
     CHECK(p.type_of == expected_types);
     for (const char* f : {"stop", "length", "cancelled", "timeout", "error"}) {
