@@ -222,27 +222,37 @@ void pack_panel(int dt, const void* const* rows, int64_t k0, int64_t kc, float* 
   if (dt == kDtBF16) pack_panel_dt<kDtBF16>(rows, k0, kc, panel);
 }
 
-// 12 accumulators + 2 panel vectors + 1 broadcast x = 15 of the 16 registers.
+// 12 accumulators + 2 panel vectors + 1 broadcast x = 15 of the 16 registers. Written with one
+// array per accumulator column, hoisted row pointers and explicit unrolling: as a 2-D array
+// with a conditional start GCC 12 kept every accumulator on the stack, storing it after each
+// FMA, which ran this tile at under half of the conv tile's (same shape) speed on Zen 3. The
+// FMA order is the same either way, so results are bit for bit the same.
 template <int MB>
 void panel_tile(const float* x, int64_t ldx, const float* panel, int64_t kc, float* c, int64_t ldc,
                 bool accumulate) {
-  __m256 acc[MB][2];
+  __m256 acc0[MB], acc1[MB];
+  const float* xr[MB];
+#pragma GCC unroll 6
   for (int i = 0; i < MB; ++i) {
-    for (int q = 0; q < 2; ++q) {
-      acc[i][q] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8 * q) : _mm256_setzero_ps();
-    }
+    xr[i] = x + i * ldx;
+    acc0[i] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+    acc1[i] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
   }
+#pragma GCC unroll 2
   for (int64_t kk = 0; kk < kc; ++kk) {
     const __m256 b0 = _mm256_loadu_ps(panel + kk * kPanelNr);
     const __m256 b1 = _mm256_loadu_ps(panel + kk * kPanelNr + 8);
+#pragma GCC unroll 6
     for (int i = 0; i < MB; ++i) {
-      const __m256 a = _mm256_broadcast_ss(x + i * ldx + kk);
-      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+      const __m256 a = _mm256_broadcast_ss(xr[i] + kk);
+      acc0[i] = _mm256_fmadd_ps(a, b0, acc0[i]);
+      acc1[i] = _mm256_fmadd_ps(a, b1, acc1[i]);
     }
   }
+#pragma GCC unroll 6
   for (int i = 0; i < MB; ++i) {
-    for (int q = 0; q < 2; ++q) _mm256_storeu_ps(c + i * ldc + 8 * q, acc[i][q]);
+    _mm256_storeu_ps(c + i * ldc, acc0[i]);
+    _mm256_storeu_ps(c + i * ldc + 8, acc1[i]);
   }
 }
 

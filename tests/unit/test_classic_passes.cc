@@ -108,10 +108,84 @@ TEST_CASE("bias and gelu ride in the matmul", "[passes]") {
   CHECK(r.rewrites("fuse_gelu") == 1);
   CHECK(r.rewrites("fuse_matmul_bias") == 1);
   CHECK(r.rewrites("fuse_matmul_activation") == 1);
-  CHECK(passes::op_histogram(g) == passes::OpHistogram{{"matmul", 2}});
+  // Both matmuls then read the weight packed once (pack_matmul_weights).
+  CHECK(r.rewrites("pack_matmul_weights") == 2);
+  CHECK(passes::op_histogram(g) == passes::OpHistogram{{"matmul_packed", 2}});
+  CHECK(g.node(g.value(g.outputs()[0]).producer).inputs[1] == g.node(g.value(g.outputs()[1]).producer).inputs[1]);
   const std::vector<float> got = run(g, {{"x", tx}});
   for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-5 * (1 + std::abs(want[i])));
   CHECK(live(g, "binary") == 0);
+}
+
+// pack_matmul_weights on every form it takes (b [k, n] and trans_b [n, k], a of rank 1, 2 and
+// 3 with a symbolic dimension, alpha, bias, activations) against double sums, and the forms it
+// must leave alone: a b that is a graph input, a batched b, and a bf16 matmul.
+TEST_CASE("pack_matmul_weights packs constant weights once and computes the same products", "[passes]") {
+  std::mt19937 rng(17);
+  const int64_t k = 37, n = 70;  // n: one full 64-wide strip and a partial one
+  Graph g;
+  const ValueId x3 = g.add_input("x3", DType::kF32, {Dim::sym("batch"), Dim::fixed(5), Dim::fixed(k)});
+  const ValueId x1 = g.add_input("x1", DType::kF32, {Dim::fixed(k)});
+  const ValueId xb = g.add_input("xb", DType::kF32, {Dim::fixed(4), Dim::fixed(k)});
+  const Tensor w = random_f32({k, n}, rng), wt = random_f32({n, k}, rng), bias = random_f32({n}, rng);
+  const ValueId wv = g.add_constant("w", w);
+  const ValueId wtv = g.add_constant("wt", wt);
+  const ValueId bv = g.add_constant("bias", bias);
+  g.mark_output(g.add("matmul", "plain", {x3, wv}));
+  g.mark_output(g.add("matmul", "gelu", {x3, wv, bv}, {{"alpha", 0.25}, {"activation", std::string("gelu")}}));
+  g.mark_output(g.add("matmul", "trans", {x1, wtv, bv}, {{"trans_b", int64_t{1}}, {"activation", std::string("relu")}}));
+  g.mark_output(g.add("matmul", "input_b", {x3, g.add_input("b", DType::kF32, {Dim::fixed(k), Dim::fixed(n)})}));
+  g.mark_output(g.add("matmul", "batched_b", {xb, g.add_constant("w3", random_f32({2, k, n}, rng))}));
+  CHECK(passes::pack_matmul_weights(g) == 3);
+  g.compact();
+  CHECK(passes::op_histogram(g) == passes::OpHistogram{{"matmul", 2}, {"matmul_packed", 3}});
+  // "plain" and "gelu" share one packed copy of w.
+  CHECK(g.node(g.value(g.outputs()[0]).producer).inputs[1] == g.node(g.value(g.outputs()[1]).producer).inputs[1]);
+
+  const Tensor tx3 = random_f32({2, 5, k}, rng), tx1 = random_f32({k}, rng);
+  ThreadPool pool(2);
+  Executor ex(g, pool);
+  const std::vector<Tensor> out = ex.run({{"x3", tx3}, {"x1", tx1}, {"xb", random_f32({4, k}, rng)},
+                                          {"b", random_f32({k, n}, rng)}});
+  REQUIRE(out[0].shape() == Shape{2, 5, n});
+  REQUIRE(out[2].shape() == Shape{n});
+  int checked = 0;
+  auto expect = [&](const Tensor& y, int64_t row, const float* xr, bool trans, double alpha, const float* b,
+                    const std::string& act) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t t = 0; t < k; ++t) {
+        const double p = static_cast<double>(xr[t]) * (trans ? wt.data<float>()[j * k + t] : w.data<float>()[t * n + j]);
+        s += p;
+        mag += std::abs(p);
+      }
+      double v = alpha * s + (b ? b[j] : 0.0);
+      if (act == "gelu") v = gelu(v);
+      if (act == "relu") v = std::max(v, 0.0);
+      const double got = y.contiguous().data<float>()[row * n + j];
+      CHECK(std::abs(got - v) <= 1e-6 * (mag + 1.0));
+      ++checked;
+    }
+  };
+  for (int64_t r = 0; r < 10; ++r) {
+    expect(out[0], r, tx3.data<float>() + r * k, false, 1.0, nullptr, "none");
+    expect(out[1], r, tx3.data<float>() + r * k, false, 0.25, bias.data<float>(), "gelu");
+  }
+  expect(out[2], 0, tx1.data<float>(), true, 1.0, bias.data<float>(), "relu");
+  CHECK(checked == 21 * n);
+}
+
+TEST_CASE("pack_matmul_weights leaves bf16 matmuls to their own kernel", "[passes]") {
+  std::mt19937 rng(18);
+  Graph g;
+  const ValueId x = g.add_input("x", DType::kF32, {Dim::fixed(3), Dim::fixed(16)});
+  g.mark_output(g.add("matmul", "mm", {x, g.add_constant("w", random_f32({16, 8}, rng))}));
+  passes::PassOptions opts;
+  opts.bf16 = true;
+  const passes::PassReport r = passes::optimize(g, opts);
+  CHECK(r.rewrites("convert_precision_bf16") == 1);
+  CHECK(r.rewrites("pack_matmul_weights") == 0);
+  CHECK(passes::op_histogram(g) == passes::OpHistogram{{"matmul", 1}});
 }
 
 TEST_CASE("fold_constants runs all-constant nodes once and keeps the rest", "[passes]") {

@@ -493,7 +493,7 @@ TEST_CASE("the pass pipeline reports each named pass and the ops before and afte
                                             "fuse_conv_residual", "fuse_conv_activation", "fuse_gelu",
                                             "fuse_matmul_bias", "fuse_matmul_activation", "fuse_encoder_attention",
                                             "fuse_add_layer_norm", "fuse_gate_up_silu", "fuse_sibling_linears",
-                                            "fuse_add_rms_norm", "choose_conv_layout"});
+                                            "fuse_add_rms_norm", "pack_matmul_weights", "choose_conv_layout"});
   CHECK(r.passes.back().rewrites == 0);
   const size_t first = 10;
   for (size_t i = 0; i < first; ++i) {

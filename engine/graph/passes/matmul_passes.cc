@@ -1,9 +1,14 @@
 // Passes for imported transformer encoders (BERT): GELU written out as erf arithmetic becomes one
 // unary node; bias adds and activations ride in the matmul's epilogue.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <utility>
 
 #include "engine/graph/passes/matmul_passes.h"
 #include "engine/graph/passes/pattern.h"
+#include "engine/ops/matmul_packed.h"
 
 namespace sampan::graph::passes {
 namespace {
@@ -108,6 +113,42 @@ int fuse_matmul_activation(Graph& g) {
     fused.name = g.node(act).name;
     g.mutable_node(act) = fused;
     g.mutable_nodes()[i].dead = true;
+    ++rewrites;
+  }
+  return rewrites;
+}
+
+int pack_matmul_weights(Graph& g) {
+  const char* env = std::getenv("SAMPAN_MATMUL_PACK");
+  if (env && std::strcmp(env, "0") == 0) return 0;
+  const int nr = ops::matmul_packed_width();
+  int rewrites = 0;
+  std::map<std::pair<ValueId, bool>, ValueId> packed;  // (b, trans_b) -> its packed copy
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.dead || !is_op(n, "matmul") || n.attrs.get_string("precision", "f32") != "f32") continue;
+    const Value& b = g.value(n.inputs[1]);
+    if (b.kind != ValueKind::kConstant || b.constant.rank() != 2 ||
+        b.constant.dtype() != DType::kF32 || b.constant.numel() == 0) {
+      continue;
+    }
+    const bool trans_b = n.attrs.get_int("trans_b", 0) != 0;
+    const int64_t cols = trans_b ? b.constant.dim(0) : b.constant.dim(1);
+    const auto key = std::make_pair(n.inputs[1], trans_b);
+    auto it = packed.find(key);
+    if (it == packed.end()) {
+      const Tensor contiguous = b.constant.is_contiguous() ? b.constant : b.constant.contiguous();
+      it = packed.emplace(key, g.add_constant(b.name + ".packed",
+                                              ops::pack_matmul_weight(contiguous, trans_b, nr)))
+               .first;
+    }
+    Node& m = g.mutable_nodes()[i];
+    m.op = "matmul_packed";
+    m.inputs[1] = it->second;
+    Attributes attrs{{"n", cols}};
+    if (m.attrs.has("alpha")) attrs.set("alpha", m.attrs.get_float("alpha", 1.0));
+    if (m.attrs.has("activation")) attrs.set("activation", m.attrs.get_string("activation", "none"));
+    m.attrs = std::move(attrs);
     ++rewrites;
   }
   return rewrites;

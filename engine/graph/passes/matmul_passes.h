@@ -16,4 +16,10 @@ int fuse_matmul_bias(Graph& graph);
 // matmul followed by its only reader unary relu/gelu/gelu_tanh -> matmul's activation.
 int fuse_matmul_activation(Graph& graph);
 
+// matmul by a constant 2-D f32 b (not bf16) -> matmul_packed with B (b, or bᵀ for trans_b)
+// packed once into the packed GEMM's panels (kernels/cpu/sgemm_packed_cpu.h); alpha, bias and
+// activation carry over. Runs after the bias/activation fusions and the bf16 conversion.
+// SAMPAN_MATMUL_PACK=0 turns it off (A/B benchmarks).
+int pack_matmul_weights(Graph& graph);
+
 }  // namespace sampan::graph::passes

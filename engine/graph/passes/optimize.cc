@@ -70,6 +70,7 @@ const std::vector<Pass>& default_passes() {
       {"fuse_sibling_linears", fuse_sibling_linears},
       {"fuse_add_rms_norm", fuse_add_rms_norm},
       {"convert_precision_bf16", convert_precision_bf16, wants_bf16},
+      {"pack_matmul_weights", pack_matmul_weights},
       {"choose_conv_layout", choose_conv_layout},
   };
   return pipeline;
