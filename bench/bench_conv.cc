@@ -1,6 +1,10 @@
 // conv2d throughput on ResNet50's layer shapes (batch 1 and 8), f32, printed as GFLOP/s
-// (2 * N * O * Ho * Wo * C/g * kh * kw per call). Usage: bench_conv [threads] [isa].
-// threads: 0 (default) = one per core; isa: avx2 | avx512 to force a kernel.
+// (2 * N * O * Ho * Wo * C/g * kh * kw per call), then the blocked 3x3 stride-1 layers on the
+// direct tile (conv2d_nchwc) against Winograd F(4x4, 3x3) (conv2d_winograd), both counted at the
+// direct conv's FLOPs (so Winograd's figure is an effective rate), timed in interleaved rounds
+// on a noisy machine. Usage: bench_conv [threads] [isa] [winograd].
+// threads: 0 (default) = one per core; isa: avx2 | avx512 to force a kernel; winograd: only
+// the direct-vs-Winograd table.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +15,8 @@
 
 #include "engine/core/thread_pool.h"
 #include "kernels/cpu/conv_cpu.h"
+#include "kernels/cpu/conv_nchwc_cpu.h"
+#include "kernels/cpu/conv_winograd_cpu.h"
 #include "kernels/cpu/isa.h"
 
 using namespace sampan;
@@ -28,6 +34,82 @@ struct Layer {
   int64_t c, hw, o, k, stride, pad;
 };
 
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Seconds per call of f: the best of 3 rounds of `iters` calls.
+template <class F>
+double best_time(int iters, F&& f) {
+  double best = 1e9;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t0 = now();
+    for (int i = 0; i < iters; ++i) f();
+    best = std::min(best, (now() - t0) / iters);
+  }
+  return best;
+}
+
+// The 3x3 stride-1 convs of ResNet-50, blocked, direct tile vs Winograd: 4 interleaved pairs
+// of rounds, best of each.
+void bench_winograd(ThreadPool& pool) {
+  const int64_t bl = nchwc_preferred_block();
+  if (!winograd_available(bl)) {
+    std::printf("winograd: no kernel for block %ld here\n", static_cast<long>(bl));
+    return;
+  }
+  const Layer layers[] = {
+      {"3x3 64->64 @56", 64, 56, 64, 3, 1, 1},
+      {"3x3 128->128 @28", 128, 28, 128, 3, 1, 1},
+      {"3x3 256->256 @14", 256, 14, 256, 3, 1, 1},
+      {"3x3 512->512 @7", 512, 7, 512, 3, 1, 1},
+  };
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::printf("block %ld: direct tile vs winograd F(4x4,3x3), effective GFLOP/s\n",
+              static_cast<long>(bl));
+  for (int64_t batch : {1, 8}) {
+    for (const Layer& l : layers) {
+      NchwcConvShape s;
+      s.n = batch, s.in_blocks = ceil_div(l.c, bl), s.b_in = bl, s.h = s.w = l.hw;
+      s.out_blocks = ceil_div(l.o, bl), s.block = bl, s.kh = s.kw = 3;
+      s.pad_t = s.pad_l = s.pad_b = s.pad_r = 1;
+      WinogradConvShape ws;
+      ws.n = batch, ws.in_blocks = s.in_blocks, ws.h = ws.w = l.hw, ws.out_blocks = s.out_blocks;
+      ws.block = bl, ws.pad_t = ws.pad_l = ws.pad_b = ws.pad_r = 1;
+      std::vector<float> x(static_cast<size_t>(batch * s.in_blocks * l.hw * l.hw * bl));
+      std::vector<float> w(static_cast<size_t>(l.o * l.c * 9));
+      for (float& v : x) v = d(rng);
+      for (float& v : w) v = d(rng);
+      // The direct tile's weights [O/B, C/B, 3, 3, B, B]; their values do not matter here.
+      std::vector<float> wd(static_cast<size_t>(s.out_blocks * s.in_blocks * 9 * bl * bl));
+      for (float& v : wd) v = d(rng);
+      std::vector<float> u(static_cast<size_t>(winograd_weight_floats(l.o, l.c, bl)));
+      winograd_transform_weights(l.o, l.c, bl, w.data(), u.data());
+      std::vector<float> b(static_cast<size_t>(s.out_blocks * bl), 0.5f);
+      std::vector<float> y(static_cast<size_t>(batch * s.out_blocks * l.hw * l.hw * bl));
+      const ConvEpilogue ep{ConvActivation::kRelu};
+      const double flops = 2.0 * batch * l.o * l.hw * l.hw * l.c * 9.0;
+      const auto direct = [&] {
+        conv2d_nchwc(s, x.data(), wd.data(), b.data(), nullptr, ep, y.data(), pool);
+      };
+      const auto wino = [&] {
+        conv2d_winograd(ws, x.data(), u.data(), b.data(), nullptr, ep, y.data(), pool);
+      };
+      direct();
+      wino();
+      const int iters = std::max(3, static_cast<int>(1e9 / flops));
+      double td = 1e9, tw = 1e9;
+      for (int round = 0; round < 4; ++round) {
+        td = std::min(td, best_time(iters, direct));
+        tw = std::min(tw, best_time(iters, wino));
+      }
+      std::printf("batch %ld  %-18s direct %8.3f ms %6.1f GFLOP/s   "
+                  "winograd %8.3f ms %6.1f GFLOP/s   x%.2f\n",
+                  static_cast<long>(batch), l.name, td * 1e3, flops / td * 1e-9, tw * 1e3,
+                  flops / tw * 1e-9, td / tw);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -40,6 +122,8 @@ int main(int argc, char** argv) {
   }
   ThreadPool pool(threads);
   std::printf("threads %d, isa %s\n", pool.concurrency(), std::string(isa_name(active_isa())).c_str());
+  bench_winograd(pool);
+  if (argc > 3 && std::string(argv[3]) == "winograd") return 0;
   const Layer layers[] = {
       {"stem 7x7 s2 3->64 @224", 3, 224, 64, 7, 2, 3},
       {"3x3 64->64 @56", 64, 56, 64, 3, 1, 1},

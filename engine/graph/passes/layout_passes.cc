@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/ops/conv2d_nchwc.h"
+#include "engine/ops/conv2d_winograd.h"
 
 namespace sampan::graph::passes {
 namespace {
@@ -52,6 +53,36 @@ bool conv_fits(const Graph& g, const Node& n, int64_t block) {
     if (!bt || bt->dim(0) != w->dim(0)) return false;
   }
   return pads_well(w->dim(0), block);
+}
+
+// Integer list attribute `name`, or `fallback` when absent.
+std::vector<int64_t> ints_or(const Node& n, const char* name, std::vector<int64_t> fallback) {
+  return n.attrs.has(name) ? n.attrs.get_ints(name) : fallback;
+}
+
+// Fewest input and output channels for which a blocked 3x3 stride-1 conv goes to
+// conv2d_winograd: the transforms cost per channel what the GEMMs save per channel pair, so
+// few channels save little. Measured (bench_conv, 1-2 threads, AVX2 block 8, a shared 2-vCPU
+// Zen 4 VM, interleaved rounds), Winograd over the direct tile on ResNet-50's 3x3 stride-1
+// shapes: batch 1 64ch@56 3.5-5.8x, 128@28 1.7-5.1x, 256@14 1.7-2.5x, 512@7 1.3-1.6x; batch 8
+// 2.5-3.0x, 3.1-3.5x, 2.2-3.1x, 2.3-4.1x; 16ch@56 1.2-1.3x; 8 channels 0.75-2x (noise-level:
+// left direct).
+constexpr int64_t kWinogradMinChannels = 16;
+
+// The block whose Winograd kernel has been measured against the direct tile: 8 (AVX2). The
+// AVX-512 kernel (block 16) is the same code on zmm, tested but not yet timed on an AVX-512
+// machine: SAMPAN_CONV_WINOGRAD=1 turns it on for that.
+constexpr int64_t kWinogradMeasuredBlock = 8;
+
+// A blocked conv (input not plain) that conv2d_winograd runs: 3x3, stride 1, dilation 1.
+bool winograd_fits(const Node& n, const Tensor& w, int64_t block) {
+  const char* env = std::getenv("SAMPAN_CONV_WINOGRAD");
+  const std::string want = env ? env : "";
+  if (want == "0" || (want != "1" && block != kWinogradMeasuredBlock)) return false;
+  const std::vector<int64_t> ones = {1, 1};
+  return w.dim(2) == 3 && w.dim(3) == 3 && w.dim(0) >= kWinogradMinChannels &&
+         w.dim(1) >= kWinogradMinChannels && ints_or(n, "strides", ones) == ones &&
+         ints_or(n, "dilations", ones) == ones && ops::winograd_runs(block);
 }
 
 bool pool_fits(const Node& n) {
@@ -164,13 +195,16 @@ class LayoutRewriter {
     const Tensor w = g_.value(n.inputs[1]).constant;
     const int64_t o = w.dim(0), c = w.dim(1);
     const bool plain = c < block_ && !blocked_.count(n.inputs[0]);
+    const bool winograd = !plain && winograd_fits(n, w, block_);
     Node b;
-    b.op = "conv2d_nchwc";
-    b.name = n.name + ".nchwc";
+    b.op = winograd ? "conv2d_winograd" : "conv2d_nchwc";
+    b.name = n.name + (winograd ? ".winograd" : ".nchwc");
     b.attrs = n.attrs;
     b.inputs.resize(4, kNoValue);
     b.inputs[0] = plain ? n.inputs[0] : blocked_input(n.inputs[0], c, &at);
-    b.inputs[1] = g_.add_constant(n.name + ".w_nchwc", reorder_weight(w, block_, plain ? 1 : block_));
+    const Tensor wb = winograd ? ops::winograd_weight(w, block_)
+                               : reorder_weight(w, block_, plain ? 1 : block_);
+    b.inputs[1] = g_.add_constant(n.name + (winograd ? ".w_winograd" : ".w_nchwc"), wb);
     const ValueId bias = input_or_none(n, 2);
     if (bias != kNoValue) {
       b.inputs[2] = g_.add_constant(n.name + ".b_nchwc", pad_bias(g_.value(bias).constant, block_));

@@ -18,6 +18,11 @@ namespace sampan::graph::passes {
 //    become new constants in the kernel's order [O/B, C/B, kh, kw, B, B] (stem:
 //    [O/B, C, kh, kw, 1, B]), bias [O/B * B], padded with zeros. Grouped and depthwise convs
 //    stay on the NCHW path.
+//  - such a conv with a blocked input that is 3x3, stride 1, dilation 1, with at least 16 input
+//    and output channels -> conv2d_winograd instead (engine/ops/conv2d_winograd.h), its weight
+//    transformed once into [O/B, 36, C/B, B, B], where this CPU runs that kernel for the block
+//    and the block is 8 (AVX2: the one measured faster so far; block 16 with
+//    SAMPAN_CONV_WINOGRAD=1).
 //  - pool2d (max/avg, global or not) whose input is blocked -> pool2d_nchwc.
 //  - reorder_nchwc is inserted where an NCHW value enters the region (a conv's input or
 //    residual), once per value; reorder_nchw where a blocked value leaves it (a graph output or
@@ -27,6 +32,9 @@ namespace sampan::graph::passes {
 // fuse_conv_residual, fuse_conv_activation) so their epilogues travel into the blocked conv.
 // The environment variable SAMPAN_CONV_LAYOUT=nchw turns the pass off (every conv stays NCHW:
 // for A/B comparisons); any other value, or none, leaves it on.
+// SAMPAN_CONV_WINOGRAD=0 keeps the 3x3 convs on conv2d_nchwc (A/B comparisons of the Winograd
+// kernel); =1 also sends them to it at block 16 (AVX-512, not yet measured); none, or any other
+// value: block 8 only.
 int choose_conv_layout(Graph& graph);
 
 }  // namespace sampan::graph::passes
