@@ -6,10 +6,12 @@ sizes; opset 18 with num_outputs, the last part shorter), and the one-line refus
 whose equal parts cannot divide the axis; Conv, MaxPool and AveragePool with auto_pad SAME_UPPER
 and SAME_LOWER (even kernels, where the two differ), VALID, and the one-line refusal of
 SAME with a stride > 1; Mod with fmod 0 and 1 on integers and floats; ConvTranspose (strides,
-pads, output_padding, groups, dilations, bias) and the refusal of its output_shape form.
+pads, output_padding, groups, dilations, bias) and the refusal of its output_shape form; a
+residual block of 3x3 convs wide enough for the Winograd path (conv2d_winograd).
 """
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -24,7 +26,7 @@ def main():
     eu.require_binary(args, res)
     import onnx  # CI dependencies: missing is a failure
     import onnxruntime as ort
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     work = args.work_dir
     rng = np.random.default_rng(11)
@@ -175,6 +177,32 @@ def main():
     res.check("auto_pad SAME with stride 2: one error line naming the node",
               run.returncode is not None and run.returncode > 0 and last.startswith("error: ")
               and "down2" in last and "auto_pad SAME_UPPER" in last, run.describe())
+
+    # A residual block of 3x3 stride-1 convs wide enough for the Winograd path (>= 16 channels):
+    # pads 1 with a ReLU, a residual add, then valid pads and an output width that is no multiple
+    # of the 4x4 output tile. `sampan info` must show the convs on conv2d_winograd, and the result
+    # must match onnxruntime to the classic models' bound.
+    c = 32
+    ws = [(rng.standard_normal((o, c, 3, 3)) * (2.0 / (9 * c)) ** 0.5).astype(np.float32) for o in (c, c, 24)]
+    inits = [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(ws)]
+    inits += [numpy_helper.from_array(rng.standard_normal(o).astype(np.float32) * 0.1, f"b{i}")
+              for i, o in enumerate((c, c, 24))]
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1], name="conv0"),
+             helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+             helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Add", ["c1", "x"], ["s1"], name="residual"),
+             helper.make_node("Relu", ["s1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="conv2")]
+    g = helper.make_graph(nodes, "g", [tensor("x", ["n", c, "h", "w"])], [tensor("y", None)], inits)
+    p = os.path.join(work, "winograd_block.onnx")
+    with open(p, "wb") as f:
+        f.write(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    info = eu.run_sampan(args, ["info", "--model", p])
+    res.check("3x3 convs of 32 channels run as conv2d_winograd (sampan info)",
+              info.returncode == 0 and re.search(r"ops after:.*conv2d_winograd 3", info.stdout) is not None,
+              info.describe())
+    compare("winograd_block", p, {"x": rng.standard_normal((2, c, 13, 11)).astype(np.float32)}, ["y"],
+            tol=1e-4)
     return res.finish()
 
 
