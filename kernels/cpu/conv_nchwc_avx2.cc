@@ -36,10 +36,14 @@ inline __m256 activate(__m256 v, const ConvEpilogue& ep) {
 template <int T, int NV, int BLOCK>
 void tile(const TileArgs& a, int64_t w_off1, int64_t y_off1) {
   __m256 acc[T][NV];
+  const bool from_y = a.accumulate;
 #pragma GCC unroll 6
   for (int t = 0; t < T; ++t) {
-#pragma GCC unroll 2
-    for (int j = 0; j < NV; ++j) acc[t][j] = _mm256_setzero_ps();
+    acc[t][0] = from_y ? _mm256_loadu_ps(a.y + t * BLOCK) : _mm256_setzero_ps();
+    if constexpr (NV == 2) {
+      acc[t][1] = from_y ? _mm256_loadu_ps(a.y + y_off1 + t * BLOCK)
+                         : _mm256_setzero_ps();
+    }
   }
   const int64_t xp = a.x_pix;
   const int64_t b_in = a.b_in;
@@ -64,6 +68,15 @@ void tile(const TileArgs& a, int64_t w_off1, int64_t y_off1) {
         }
       }
     }
+  }
+  if (!a.last) {  // a partial sum over a chunk of input channels: stored as it is
+#pragma GCC unroll 2
+    for (int j = 0; j < NV; ++j) {
+      float* y = a.y + (j == 0 ? 0 : y_off1);
+#pragma GCC unroll 6
+      for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * BLOCK, acc[t][j]);
+    }
+    return;
   }
   const ConvEpilogue& ep = *a.ep;
 #pragma GCC unroll 2
@@ -106,8 +119,8 @@ void run_tile16(const TileArgs& a, int pixels, int /*nb = 1*/) {
 }  // namespace
 
 TileKernel tile_kernel_avx2(int64_t block) {
-  if (block == 16) return {16, kMaxPixels, 1, run_tile16};
-  return {8, kMaxPixels, 2, run_tile8};
+  if (block == 16) return {16, kMaxPixels, 1, run_tile16, true};
+  return {8, kMaxPixels, 2, run_tile8, true};
 }
 
 }  // namespace sampan::cpu::nchwc_detail

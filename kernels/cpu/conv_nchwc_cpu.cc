@@ -19,6 +19,10 @@ using nchwc_detail::TileKernel;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Input channels per chunk of a pointwise conv (see conv2d_nchwc): at 64 a 48-pixel run's chunk
+// of input is 12 KiB and a block pair's weights 4 KiB, both in L1.
+constexpr int64_t kPointwiseChunkChannels = 64;
+
 std::atomic<ConvKernelChoice> g_choice{ConvKernelChoice::kAuto};
 
 // The AVX-512 tile (B = 16) needs AVX-512 F/BW/VL/DQ: any level from avx512 up (isa.h).
@@ -198,6 +202,13 @@ void conv2d_nchwc(const NchwcConvShape& s, const float* x, const float* w, const
   const int64_t w_cb = s.kh * w_ky;
   const int64_t w_ob = s.in_blocks * w_cb;
   const bool sigmoid = ep.act == ConvActivation::kSigmoid;
+  // Pointwise convs run over chunks of input blocks (partial sums in y) where the tile can
+  // accumulate: the chunk of the run's input then stays in L1 across every output block and a
+  // block pair's weights for the chunk across the run's tiles, instead of each 6-pixel tile
+  // streaming [C, 2B] weights from L2.
+  const int64_t cb_chunk = p.pointwise && tk.accumulates
+                               ? std::max<int64_t>(1, kPointwiseChunkChannels / s.b_in)
+                               : s.in_blocks;
 
   runner.run(s.n * p.chunks * p.groups, [&](int64_t task) {
     thread_local std::vector<float> buf;
@@ -210,7 +221,6 @@ void conv2d_nchwc(const NchwcConvShape& s, const float* x, const float* w, const
     const int64_t r1 = std::min(p.runs, r0 + p.runs_per_chunk);
     const ChunkInput cin = chunk_input(s, p, x, img, r0, r1, buf);
     TileArgs a;
-    a.n_cb = s.in_blocks;
     a.n_kx = s.kw;
     a.b_in = s.b_in;
     a.w_ky = w_ky;
@@ -218,29 +228,34 @@ void conv2d_nchwc(const NchwcConvShape& s, const float* x, const float* w, const
     a.w_ob = w_ob;
     a.y_ob = plane * bl;
     a.ep = &ep;
-    for (int64_t ob = ob0; ob < ob1; ob += tk.max_blocks) {
-      const int nb = static_cast<int>(std::min<int64_t>(tk.max_blocks, ob1 - ob));
-      a.bias = bias ? bias + ob * bl : nullptr;
-      for (int64_t run = r0; run < r1; ++run) {
-        const RunInput in = run_input(s, p, cin, run);
-        const int64_t pix0 = run * p.run_len;  // the run's first pixel within the plane
-        const int64_t len = std::min(p.run_len, plane - pix0);
-        const int64_t y_off = ((img * s.out_blocks + ob) * plane + pix0) * bl;
-        a.x_pix = in.x_pix;
-        a.x_kx = in.x_kx;
-        a.x_ky = in.x_ky;
-        a.x_cb = in.x_cb;
-        a.n_ky = in.n_ky;
-        a.w = w + ob * w_ob + in.ky0 * w_ky;
-        for (int64_t t = 0; t < len; t += tk.max_pixels) {
-          const int pixels = static_cast<int>(std::min<int64_t>(tk.max_pixels, len - t));
-          a.x = in.x + t * in.x_pix;
-          a.y = y + y_off + t * bl;
-          a.res = residual ? residual + y_off + t * bl : nullptr;
-          tk.fn(a, pixels, nb);
-        }
-        if (sigmoid) {
-          for (int j = 0; j < nb; ++j) conv_activate(ep, y + y_off + j * plane * bl, len * bl);
+    for (int64_t cb0 = 0; cb0 < s.in_blocks; cb0 += cb_chunk) {
+      a.n_cb = std::min(cb_chunk, s.in_blocks - cb0);
+      a.accumulate = cb0 > 0;
+      a.last = cb0 + a.n_cb == s.in_blocks;
+      for (int64_t ob = ob0; ob < ob1; ob += tk.max_blocks) {
+        const int nb = static_cast<int>(std::min<int64_t>(tk.max_blocks, ob1 - ob));
+        a.bias = bias ? bias + ob * bl : nullptr;
+        for (int64_t run = r0; run < r1; ++run) {
+          const RunInput in = run_input(s, p, cin, run);
+          const int64_t pix0 = run * p.run_len;  // the run's first pixel within the plane
+          const int64_t len = std::min(p.run_len, plane - pix0);
+          const int64_t y_off = ((img * s.out_blocks + ob) * plane + pix0) * bl;
+          a.x_pix = in.x_pix;
+          a.x_kx = in.x_kx;
+          a.x_ky = in.x_ky;
+          a.x_cb = in.x_cb;
+          a.n_ky = in.n_ky;
+          a.w = w + ob * w_ob + in.ky0 * w_ky + cb0 * w_cb;
+          for (int64_t t = 0; t < len; t += tk.max_pixels) {
+            const int pixels = static_cast<int>(std::min<int64_t>(tk.max_pixels, len - t));
+            a.x = in.x + t * in.x_pix + cb0 * in.x_cb;
+            a.y = y + y_off + t * bl;
+            a.res = residual ? residual + y_off + t * bl : nullptr;
+            tk.fn(a, pixels, nb);
+          }
+          if (sigmoid && a.last) {
+            for (int j = 0; j < nb; ++j) conv_activate(ep, y + y_off + j * plane * bl, len * bl);
+          }
         }
       }
     }

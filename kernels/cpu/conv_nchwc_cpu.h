@@ -14,7 +14,9 @@
 // broadcast one input value, one FMA per output vector. Rows with horizontal padding are copied
 // once per task into a zero-padded row buffer so the tiles carry no bounds checks; rows of
 // vertical padding are skipped. 1x1 stride-1 unpadded convs treat the whole plane as one run of
-// pixels. The input may also be plain NCHW (b_in = 1: a stem conv on an RGB image, whose few
+// pixels and, on the AVX2 tile, run over chunks of 64 input channels with the partial sums
+// kept in y (the chunk of input stays in L1 across the output blocks, a block pair's weights
+// across the run's tiles; the FMA order is unchanged, so is every result). The input may also be plain NCHW (b_in = 1: a stem conv on an RGB image, whose few
 // channels would be mostly padding in blocks); the output is always blocked.
 //
 // What a caller may rely on: x, w, bias, residual, y contiguous; y must not overlap an input.
@@ -95,6 +97,10 @@ struct TileArgs {
   const float* res = nullptr;   // y's layout, or null
   const float* bias = nullptr;  // [nb * block] or null
   const ConvEpilogue* ep = nullptr;
+  // Input-channel chunking (TileKernel::accumulates): the sums start from y's values instead of
+  // zero, and unless `last` they are stored as they are (no bias, residual or activation).
+  bool accumulate = false;
+  bool last = true;
 };
 
 using TileFn = void (*)(const TileArgs& a, int pixels, int nb);
@@ -104,6 +110,7 @@ struct TileKernel {
   int max_pixels = 0;      // pixels per tile
   int max_blocks = 0;      // output blocks per tile
   TileFn fn = nullptr;     // sigmoid is left to the caller (applied after the store)
+  bool accumulates = false;  // honours TileArgs::accumulate / last
 };
 
 TileKernel tile_kernel_avx512();           // block 16

@@ -187,6 +187,10 @@ const std::vector<ConvCase>& conv_cases() {
       {1, 3, 23, 19, 20, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, true},     // the 7x7 stem on RGB
       {2, 3, 8, 30, 64, 3, 3, 1, 2, 1, 0, 1, 0, 1, 1, true},      // plain input, stride (1, 2)
       {1, 40, 5, 33, 8, 1, 3, 1, 1, 0, 1, 0, 1, 1, 3, false},     // 1x3, dilated along w
+      // Pointwise with more input channels than one 64-channel chunk (partial sums in y): 200
+      // channels are 4 chunks at block 8 (the last 1 block, padded) and 4 at block 16.
+      {2, 200, 7, 9, 40, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, false},
+      {1, 136, 3, 35, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, false},
   };
   return cases;
 }
