@@ -73,15 +73,17 @@ std::vector<BatchFigure> bench_batches(const std::string& model, const std::vect
       0, static_cast<int32_t>(engine->model_info().vocab_size - 1));
   std::vector<BatchFigure> out;
   for (int b : batches) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      times.clear();
-      want = b;
-      finished = 0;
-      done = false;
-    }
     int failed = 0;
     std::string error;
+    // Held while the b requests are submitted: the step observer (engine thread, after each
+    // step, outside the engine's own lock) waits for it, so every request is queued before the
+    // engine's second step. Submitted one by one while the engine steps, a loaded machine could
+    // spread their admission over several steps and leave fewer all-B steps than the run has.
+    std::unique_lock<std::mutex> lock(mu);
+    times.clear();
+    want = b;
+    finished = 0;
+    done = false;
     for (int i = 0; i < b; ++i) {
       runtime::EngineRequest r;
       r.id = fmt::format("bench-{}-{}", b, i);
@@ -101,7 +103,6 @@ std::vector<BatchFigure> bench_batches(const std::string& model, const std::vect
         }
       });
     }
-    std::unique_lock<std::mutex> lock(mu);
     if (!cv.wait_for(lock, std::chrono::hours(1), [&] { return done; })) {
       throw Error(ErrorCode::kInternal, fmt::format("bench --batch {}: the engine did not finish", b));
     }
