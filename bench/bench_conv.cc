@@ -2,9 +2,11 @@
 // (2 * N * O * Ho * Wo * C/g * kh * kw per call), then the blocked 3x3 stride-1 layers on the
 // direct tile (conv2d_nchwc) against Winograd F(4x4, 3x3) (conv2d_winograd), both counted at the
 // direct conv's FLOPs (so Winograd's figure is an effective rate), timed in interleaved rounds
-// on a noisy machine. Usage: bench_conv [threads] [isa] [winograd].
+// on a noisy machine. Usage: bench_conv [threads] [isa] [winograd | bf16].
 // threads: 0 (default) = one per core; isa: avx2 | avx512 to force a kernel; winograd: only
-// the direct-vs-Winograd table.
+// the direct-vs-Winograd table; bf16: only the bf16 table instead (conv2d_bf16 on ResNet-50's
+// layers and matmul_bf16 on BERT-base's, the vdpbf16ps tile against the AMX tile in
+// interleaved rounds, on a CPU with AVX512-BF16; the AMX column needs AMX-BF16).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -110,6 +112,89 @@ void bench_winograd(ThreadPool& pool) {
   }
 }
 
+// bf16: the vdpbf16ps tile (set_conv_kernel(kAvx512)) against AMX (kAuto on an AMX CPU), 4
+// interleaved pairs of rounds, best of each.
+void bench_bf16(ThreadPool& pool) {
+  set_conv_kernel(ConvKernelChoice::kAvx512);
+  if (!conv_bf16_native()) {
+    std::printf("bf16: no AVX512-BF16 here\n");
+    return;
+  }
+  const bool amx = has_amx();
+  std::printf("bf16 GFLOP/s: vdpbf16ps tile%s\n", amx ? " vs AMX tile" : " (no AMX here)");
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  const auto fill = [&](auto& v) {
+    for (auto& e : v) e = d(rng);
+  };
+  const auto race = [&](const char* name, double flops, const auto& f) {
+    f();
+    const int iters = std::max(3, static_cast<int>(4e9 / flops));
+    double tv = 1e9, ta = 1e9;
+    for (int round = 0; round < 4; ++round) {
+      set_conv_kernel(ConvKernelChoice::kAvx512);
+      tv = std::min(tv, best_time(iters, f));
+      if (amx) {
+        set_conv_kernel(ConvKernelChoice::kAuto);
+        ta = std::min(ta, best_time(iters, f));
+      }
+    }
+    std::printf("%-32s vdpbf16ps %8.3f ms %7.1f", name, tv * 1e3, flops / tv * 1e-9);
+    if (amx) std::printf("   amx %8.3f ms %7.1f   x%.2f", ta * 1e3, flops / ta * 1e-9, tv / ta);
+    std::printf("\n");
+  };
+  const Layer layers[] = {
+      {"stem 7x7 s2 3->64 @224", 3, 224, 64, 7, 2, 3},
+      {"3x3 64->64 @56", 64, 56, 64, 3, 1, 1},
+      {"1x1 256->64 @56", 256, 56, 64, 1, 1, 0},
+      {"1x1 64->256 @56", 64, 56, 256, 1, 1, 0},
+      {"3x3 256->256 @14", 256, 14, 256, 3, 1, 1},
+      {"1x1 1024->256 @14", 1024, 14, 256, 1, 1, 0},
+      {"1x1 512->2048 @7", 512, 7, 2048, 1, 1, 0},
+  };
+  for (int64_t batch : {1, 8}) {
+    for (const Layer& l : layers) {
+      ConvShape s;
+      s.n = batch, s.c = l.c, s.h = s.w = l.hw, s.o = l.o, s.kh = s.kw = l.k;
+      s.stride_h = s.stride_w = l.stride;
+      s.pad_t = s.pad_l = s.pad_b = s.pad_r = l.pad;
+      std::vector<float> x(static_cast<size_t>(s.n * s.c * s.h * s.w));
+      std::vector<float> b(static_cast<size_t>(s.o));
+      fill(x);
+      fill(b);
+      const std::vector<uint16_t> w(static_cast<size_t>(s.o * s.c * s.kh * s.kw), 0x3f00);  // 0.5
+      std::vector<float> y(static_cast<size_t>(s.n * s.o * s.out_h() * s.out_w()));
+      const ConvEpilogue ep{ConvActivation::kRelu};
+      const double flops =
+          2.0 * s.n * s.o * s.out_h() * s.out_w() * static_cast<double>(s.c * s.kh * s.kw);
+      char name[64];
+      std::snprintf(name, sizeof(name), "b%ld conv %s", static_cast<long>(batch), l.name);
+      race(name, flops, [&] {
+        conv2d_bf16(s, x.data(), w.data(), b.data(), nullptr, ep, y.data(), pool);
+      });
+    }
+  }
+  struct Mm {
+    int64_t k, n;
+  };
+  for (int64_t batch : {1, 8}) {
+    for (const Mm& mm : {Mm{768, 768}, Mm{768, 3072}, Mm{3072, 768}}) {
+      const int64_t m = 128 * batch;
+      std::vector<float> a(static_cast<size_t>(m * mm.k));
+      fill(a);
+      const std::vector<uint16_t> b(static_cast<size_t>(mm.k * mm.n), 0x3f00);
+      std::vector<float> y(static_cast<size_t>(m * mm.n));
+      char name[64];
+      std::snprintf(name, sizeof(name), "b%ld matmul %ldx%ld by %ldx%ld", static_cast<long>(batch),
+                    static_cast<long>(m), static_cast<long>(mm.k), static_cast<long>(mm.k),
+                    static_cast<long>(mm.n));
+      race(name, 2.0 * m * mm.k * mm.n,
+           [&] { matmul_bf16(m, mm.k, mm.n, a.data(), b.data(), y.data(), pool); });
+    }
+  }
+  set_conv_kernel(ConvKernelChoice::kAuto);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -122,6 +207,10 @@ int main(int argc, char** argv) {
   }
   ThreadPool pool(threads);
   std::printf("threads %d, isa %s\n", pool.concurrency(), std::string(isa_name(active_isa())).c_str());
+  if (argc > 3 && std::string(argv[3]) == "bf16") {
+    bench_bf16(pool);
+    return 0;
+  }
   bench_winograd(pool);
   if (argc > 3 && std::string(argv[3]) == "winograd") return 0;
   const Layer layers[] = {

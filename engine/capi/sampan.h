@@ -141,8 +141,9 @@ SAMPAN_API SampanStatus sampan_config_set_threads(SampanConfig* config, int32_t 
 /* Weight precision, applied on load: "f32" or "bf16" keep the stored weights, "fp8" quantizes
  * to FP8 E4M3 (per output channel scales), "int4" to group-wise INT4 (see group size).
  * Classic models (ONNX, Paddle) compute in f32 unless this is called with "bf16": then convs
- * and matmuls by constant weights run on bf16-rounded inputs with f32 sums (AVX512-BF16
- * vdpbf16ps where the CPU has it, else a slower loop with the same rounding). Anything else is
+ * and matmuls by constant weights run on bf16-rounded inputs with f32 sums (AMX tiles where
+ * the CPU has AMX-BF16, else AVX512-BF16 vdpbf16ps where it has that, else a slower loop with
+ * the same rounding). Anything else is
  * SAMPAN_ERROR_INVALID_ARGUMENT. */
 SAMPAN_API SampanStatus sampan_config_set_precision(SampanConfig* config, const char* precision);
 /* Group size of "int4": 32, 64 or 128 (it must divide every projection's input width). */

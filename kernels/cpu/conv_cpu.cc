@@ -338,7 +338,13 @@ bool bf16_native_ok() {
 }
 
 conv_detail::Bf16Kernels pick_bf16_kernels() {
-  if (bf16_native_ok()) return conv_detail::bf16_kernels_avx512();
+  if (bf16_native_ok()) {
+    // AMX unless the level is lowered below it or the vdpbf16ps tile is asked for by name.
+    if (has_amx() && g_choice.load(std::memory_order_relaxed) == ConvKernelChoice::kAuto) {
+      return conv_detail::bf16_kernels_amx();
+    }
+    return conv_detail::bf16_kernels_avx512();
+  }
   return {kPortableMr, kPortableNr, portable_bf16_tile, portable_pack_f32, portable_pack_bf16};
 }
 
@@ -393,8 +399,9 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
     const float* rg = job.residual ? job.residual + yo : nullptr;
     const float* bg = job.bias ? job.bias + (item % job.groups) * job.m : nullptr;
     uint16_t* tile = scratch.tile.get(ceil_div(nc, nr) * panel_elems);
-    alignas(64) float tmp_c[8 * 32];
-    alignas(64) float tmp_r[8 * 32];
+    alignas(64) float tmp_c[conv_detail::kBf16TileMaxElems];
+    alignas(64) float tmp_r[conv_detail::kBf16TileMaxElems];
+    if (bk.begin) bk.begin();
     for (int64_t k0 = 0; k0 < job.k; k0 += kKcBf16) {
       const int64_t kc = std::min(kKcBf16, job.k - k0);
       for (int64_t pi = 0; pi * nr < nc; ++pi) {
@@ -432,6 +439,7 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
         }
       }
     }
+    if (bk.end) bk.end();
     if (job.ep.act == ConvActivation::kSigmoid) {
       for (int64_t i = o0; i < o1; ++i) conv_activate(job.ep, yg + i * job.p + j0, nc);
     }

@@ -63,7 +63,9 @@ void conv2d(const ConvShape& s, const float* x, const float* w, const float* bia
 //    (depthwise) have no GEMM: call conv2d with f32 weights for those (w is not accepted here).
 //  - matmul_bf16: y [m, n] = a [m, k] · b [k, n], b bf16 (rounded once, at load), a rounded
 //    here; the 1x1-conv form of conv2d, with b as the image and a as the filter.
-// With AVX512-BF16 the tile runs vdpbf16ps (two k steps per instruction); without it (or after
+// With AMX-BF16 the tile runs tdpbf16ps (a 32 x 32 block of outputs per call, 32 k steps per
+// instruction); with AVX512-BF16 and no AMX (or SAMPAN_CPU_ISA=avx512_bf16, or
+// set_conv_kernel(kAvx512)) vdpbf16ps (two k steps per instruction); without it (or after
 // set_conv_kernel(kAvx2)) the same rounded inputs run through a portable loop of f32
 // multiply-adds: the same rounding, f32 sums in a different order, several times slower.
 // Accuracy: every product of two bf16 numbers is exact in f32, so against the exact product of
@@ -129,8 +131,17 @@ struct Bf16Kernels {
   // src: kc rows of bf16, ld apart, ncols (<= nr) read per row -> dst as above (zeros past ncols).
   void (*pack_bf16)(const uint16_t* src, int64_t ld, int64_t kc, int64_t ncols,
                     uint16_t* dst) = nullptr;
+  // Called by the driver on the worker thread before its task's first tile call and after its
+  // last (AMX: tile configuration and release); null when the tile needs neither.
+  void (*begin)() = nullptr;
+  void (*end)() = nullptr;
 };
+// The largest mr * nr of any bf16 tile (the driver's edge buffers).
+inline constexpr int kBf16TileMaxElems = 32 * 32;
 Bf16Kernels bf16_kernels_avx512();
+// 32 x 32 on AMX tiles (conv_bf16_amx.cc), the vdpbf16ps packers' panels as B; only on CPUs
+// where has_amx().
+Bf16Kernels bf16_kernels_amx();
 
 }  // namespace conv_detail
 }  // namespace sampan::cpu

@@ -28,6 +28,7 @@
 #include "engine/graph/passes/precision_passes.h"
 #include "kernels/common/half.h"
 #include "kernels/cpu/conv_cpu.h"
+#include "kernels/cpu/isa.h"
 #include "tests/kernels/kernel_test_util.h"
 
 using namespace sampan;
@@ -236,12 +237,23 @@ struct ChoiceRestore {
   ~ChoiceRestore() { set_conv_kernel(ConvKernelChoice::kAuto); }
 };
 
-// The bf16 paths this CPU runs: the native tile (when it has AVX512-BF16) and the portable loop
-// (forced by kAvx2).
+// The bf16 paths this CPU runs: the portable loop (forced by kAvx2), the vdpbf16ps tile (asked
+// for by kAvx512, when the CPU has AVX512-BF16) and the AMX tile (what kAuto picks when the CPU
+// has AMX-BF16). A path the CPU lacks is reported once, not run.
 std::vector<std::pair<const char*, ConvKernelChoice>> bf16_paths() {
   std::vector<std::pair<const char*, ConvKernelChoice>> p = {{"portable", ConvKernelChoice::kAvx2}};
+  set_conv_kernel(ConvKernelChoice::kAvx512);
+  const bool vdp = conv_bf16_native();
+  if (vdp) p.push_back({"vdpbf16ps", ConvKernelChoice::kAvx512});
   set_conv_kernel(ConvKernelChoice::kAuto);
-  if (conv_bf16_native()) p.push_back({"vdpbf16ps", ConvKernelChoice::kAuto});
+  const bool amx = has_amx() && conv_bf16_native();
+  if (amx) p.push_back({"amx", ConvKernelChoice::kAuto});
+  static bool reported = false;
+  if (!reported) {
+    reported = true;
+    std::printf("bf16 paths: portable, vdpbf16ps %s, amx %s\n", vdp ? "run" : "skipped (no AVX512-BF16)",
+                amx ? "run" : "skipped (no AMX-BF16 at this level)");
+  }
   return p;
 }
 
