@@ -1,7 +1,8 @@
 // The AVX-512 register tile of the blocked conv (conv_nchwc_cpu.h): block 16, up to 14 pixels
 // x 2 output blocks = 28 zmm accumulators, 2 weight vectors and a broadcast register of the 32.
 // Every input value loaded is used for 2 FMAs and every weight vector for up to 14, so the
-// FMA ports, not the loads, set the pace.
+// FMA ports, not the loads, set the pace. Honours TileArgs::accumulate / last, so pointwise
+// convs run over chunks of input channels (conv2d_nchwc).
 // GCC 12's _mm512_undefined_ps (inside max/min) trips -Wmaybe-uninitialized (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -41,10 +42,13 @@ inline __m512 activate(__m512 v, const ConvEpilogue& ep) {
 template <int T, int NB, int BIN, int XP>
 void tile(const TileArgs& a) {
   __m512 acc[T][NB];
+  const bool from_y = a.accumulate;  // a later chunk of input channels: start from y's sums
 #pragma GCC unroll 14
   for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 2
-    for (int j = 0; j < NB; ++j) acc[t][j] = _mm512_setzero_ps();
+    for (int j = 0; j < NB; ++j) {
+      acc[t][j] = from_y ? _mm512_loadu_ps(a.y + j * a.y_ob + t * kBlock) : _mm512_setzero_ps();
+    }
   }
   const int64_t xp = XP ? XP : a.x_pix;
   const int64_t b_in = BIN ? BIN : a.b_in;
@@ -70,6 +74,14 @@ void tile(const TileArgs& a) {
         }
       }
     }
+  }
+  if (!a.last) {  // a partial sum over a chunk of input channels: stored as it is
+#pragma GCC unroll 2
+    for (int j = 0; j < NB; ++j) {
+#pragma GCC unroll 14
+      for (int t = 0; t < T; ++t) _mm512_storeu_ps(a.y + j * a.y_ob + t * kBlock, acc[t][j]);
+    }
+    return;
   }
   const ConvEpilogue& ep = *a.ep;
 #pragma GCC unroll 2
@@ -111,6 +123,6 @@ void run_tile(const TileArgs& a, int pixels, int nb) {
 
 }  // namespace
 
-TileKernel tile_kernel_avx512() { return {kBlock, kMaxPixels, 2, run_tile}; }
+TileKernel tile_kernel_avx512() { return {kBlock, kMaxPixels, 2, run_tile, true}; }
 
 }  // namespace sampan::cpu::nchwc_detail

@@ -264,11 +264,14 @@ TEST_CASE("choose_conv_layout sends 3x3 stride-1 convs to conv2d_winograd",
   std::mt19937 rng(8);
   const Tensor x = Tensor::from_f32({2, 32, 13, 11}, random_vec(2 * 32 * 13 * 11, rng));
   for (bool enabled : {true, false}) {
-    INFO("SAMPAN_CONV_WINOGRAD " << (enabled ? "1" : "0"));
+    INFO("SAMPAN_CONV_WINOGRAD " << (enabled ? "unset (the default: on at every block)" : "0"));
     Graph g = residual_block(rng);
     const std::vector<float> before = run_graph(g, x);
-    // 1: also at block 16, which the pass leaves off by default until it is timed.
-    ::setenv("SAMPAN_CONV_WINOGRAD", enabled ? "1" : "0", 1);
+    if (enabled) {
+      ::unsetenv("SAMPAN_CONV_WINOGRAD");
+    } else {
+      ::setenv("SAMPAN_CONV_WINOGRAD", "0", 1);
+    }
     const int n = passes::choose_conv_layout(g);
     ::unsetenv("SAMPAN_CONV_WINOGRAD");
     CHECK(n == 3);

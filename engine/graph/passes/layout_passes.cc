@@ -69,16 +69,18 @@ std::vector<int64_t> ints_or(const Node& n, const char* name, std::vector<int64_
 // left direct).
 constexpr int64_t kWinogradMinChannels = 16;
 
-// The block whose Winograd kernel has been measured against the direct tile: 8 (AVX2). The
-// AVX-512 kernel (block 16) is the same code on zmm, tested but not yet timed on an AVX-512
-// machine: SAMPAN_CONV_WINOGRAD=1 turns it on for that.
-constexpr int64_t kWinogradMeasuredBlock = 8;
+// Both blocks' Winograd kernels have been measured against the direct tile on whole models:
+// block 8 (AVX2, Zen 3/4, numbers above) and block 16 (AVX-512, a 2-core Sapphire Rapids VM,
+// ResNet-50 at 2 threads, interleaved runs): batch 8 1.13-1.20x, batch 1 0.96-1.06x (noise
+// level: in the model, the 14x14 and 7x7 layers' transformed weights, 4x the direct ones, come
+// from L3 for 16 and 4 tiles per image, which eats the arithmetic saved; the 56x56 and 28x28
+// layers gain 2-2.5x). SAMPAN_CONV_WINOGRAD=0 keeps the direct tile everywhere.
 
 // A blocked conv (input not plain) that conv2d_winograd runs: 3x3, stride 1, dilation 1.
 bool winograd_fits(const Node& n, const Tensor& w, int64_t block) {
   const char* env = std::getenv("SAMPAN_CONV_WINOGRAD");
   const std::string want = env ? env : "";
-  if (want == "0" || (want != "1" && block != kWinogradMeasuredBlock)) return false;
+  if (want == "0") return false;
   const std::vector<int64_t> ones = {1, 1};
   return w.dim(2) == 3 && w.dim(3) == 3 && w.dim(0) >= kWinogradMinChannels &&
          w.dim(1) >= kWinogradMinChannels && ints_or(n, "strides", ones) == ones &&

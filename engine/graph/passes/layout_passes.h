@@ -21,8 +21,7 @@ namespace sampan::graph::passes {
 //  - such a conv with a blocked input that is 3x3, stride 1, dilation 1, with at least 16 input
 //    and output channels -> conv2d_winograd instead (engine/ops/conv2d_winograd.h), its weight
 //    transformed once into [O/B, 36, C/B, B, B], where this CPU runs that kernel for the block
-//    and the block is 8 (AVX2: the one measured faster so far; block 16 with
-//    SAMPAN_CONV_WINOGRAD=1).
+//    (8 on AVX2, 16 on AVX-512; both measured faster on ResNet-50, layout_passes.cc).
 //  - pool2d (max/avg, global or not) whose input is blocked -> pool2d_nchwc.
 //  - reorder_nchwc is inserted where an NCHW value enters the region (a conv's input or
 //    residual), once per value; reorder_nchw where a blocked value leaves it (a graph output or
@@ -33,8 +32,7 @@ namespace sampan::graph::passes {
 // The environment variable SAMPAN_CONV_LAYOUT=nchw turns the pass off (every conv stays NCHW:
 // for A/B comparisons); any other value, or none, leaves it on.
 // SAMPAN_CONV_WINOGRAD=0 keeps the 3x3 convs on conv2d_nchwc (A/B comparisons of the Winograd
-// kernel); =1 also sends them to it at block 16 (AVX-512, not yet measured); none, or any other
-// value: block 8 only.
+// kernel); none, or any other value, leaves Winograd on.
 int choose_conv_layout(Graph& graph);
 
 }  // namespace sampan::graph::passes
