@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
@@ -12,6 +13,7 @@
 #include "engine/loaders/safetensors_writer.h"
 #include "engine/models/llama.h"
 #include "engine/train/train_graph.h"
+#include "kernels/cpu/gemm_cpu.h"
 
 namespace sampan::train {
 namespace {
@@ -138,8 +140,20 @@ LoraTrainer::LoraTrainer(std::shared_ptr<const models::Model> base, const Traine
 
 LoraTrainer::~LoraTrainer() = default;
 
+namespace {
+
+// kF32 training keeps every GEMM exact in f32: on AMX CPUs the default GEMM precision would
+// split x into 16 bits and round f16 and dequantized weights to bf16 (cpu::GemmPrecision).
+void scope_gemms(const TrainerOptions& o, std::optional<cpu::ScopedGemmPrecision>& scope) {
+  if (o.precision == models::Precision::kF32) scope.emplace(cpu::GemmPrecision::kF32);
+}
+
+}  // namespace
+
 MicroResult LoraTrainer::accumulate(const TrainBatch& batch) {
   Impl& m = *impl_;
+  std::optional<cpu::ScopedGemmPrecision> scope;
+  scope_gemms(m.options, scope);
   const uint64_t seed = mix_seed(m.options.seed, m.draws);
   const std::vector<Tensor> out = m.train_exec->run(m.feeds(batch, seed));
   ++m.draws;
@@ -175,6 +189,8 @@ double LoraTrainer::step(double lr, int64_t tokens) {
 
 MicroResult LoraTrainer::evaluate(const TrainBatch& batch) {
   Impl& m = *impl_;
+  std::optional<cpu::ScopedGemmPrecision> scope;
+  scope_gemms(m.options, scope);
   const std::vector<Tensor> out = m.eval_exec->run(m.feeds(batch, 0));
   return {static_cast<double>(out[0].contiguous().data<float>()[0]), batch.n_targets()};
 }

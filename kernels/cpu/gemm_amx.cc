@@ -44,6 +44,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/gemm_internal.h"
 
 namespace sampan::cpu::gemm_detail {
@@ -53,23 +54,7 @@ constexpr int64_t kChunkSteps = 64;        // k-steps (of 32) per k-chunk when x
 constexpr int64_t kXChunkBytes = 5 << 18;  // budget for the packed x chunk kept in L2 (1.25 MiB)
 constexpr int64_t kTileElems = 512;        // bf16 elements in one 16x32 tile
 
-struct alignas(64) TileConfig {
-  uint8_t palette_id;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-
-void configure_tiles() {
-  TileConfig cfg{};
-  cfg.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
+using amx::configure_tiles;
 
 inline __mmask16 mask16(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
@@ -504,8 +489,13 @@ AlignedBuffer<uint16_t>& packed_x() {
 
 GemmPrecision precision_from_env() {
   const char* env = std::getenv("SAMPAN_GEMM_PRECISION");
-  return env && std::strcmp(env, "bf16") == 0 ? GemmPrecision::kBf16 : GemmPrecision::kSplitBf16;
+  if (env && std::strcmp(env, "bf16") == 0) return GemmPrecision::kBf16;
+  if (env && std::strcmp(env, "f32") == 0) return GemmPrecision::kF32;
+  return GemmPrecision::kSplitBf16;
 }
+
+// The calling thread's ScopedGemmPrecision, or -1.
+thread_local int t_scoped_precision = -1;
 
 std::atomic<int>& precision_slot() {
   static std::atomic<int> slot{static_cast<int>(precision_from_env())};
@@ -564,8 +554,18 @@ namespace sampan::cpu {
 // Plain atomics only, so these are safe to call on CPUs without AVX-512 although this file is
 // compiled for AMX.
 GemmPrecision gemm_precision() {
+  if (gemm_detail::t_scoped_precision >= 0) {
+    return static_cast<GemmPrecision>(gemm_detail::t_scoped_precision);
+  }
   return static_cast<GemmPrecision>(gemm_detail::precision_slot().load(std::memory_order_relaxed));
 }
+
+ScopedGemmPrecision::ScopedGemmPrecision(GemmPrecision p)
+    : previous_(gemm_detail::t_scoped_precision) {
+  gemm_detail::t_scoped_precision = static_cast<int>(p);
+}
+
+ScopedGemmPrecision::~ScopedGemmPrecision() { gemm_detail::t_scoped_precision = previous_; }
 
 void set_gemm_precision(GemmPrecision p) {
   gemm_detail::precision_slot().store(static_cast<int>(p), std::memory_order_relaxed);

@@ -30,14 +30,36 @@ enum class GemmPrecision {
   // x rounded to bf16 (relative error up to 2^-8 per element), one product per tile or per
   // vdpbf16ps: prefill ~2x faster than kSplitBf16 on AMX, ~1.9x the f32 FMA panels on Zen 4.
   kBf16,
+  // Every product exact in f32 on every CPU: x stays f32, bf16/f16 weights convert to f32
+  // exactly (the FMA panels, never AMX or vdpbf16ps) and quantized prefill dequantizes to f32.
+  // On AMX CPUs prefill then runs at f32 FMA speed. What training at f32 precision runs
+  // (LoraTrainer), whose gradients are checked against PyTorch's f32 ones.
+  kF32,
 };
 
 // Process-wide choice. Starts from the environment variable SAMPAN_GEMM_PRECISION, read once at
-// first use: "bf16" selects kBf16, anything else (or unset) kSplitBf16. set_gemm_precision is for
-// tests and benchmarks; it may be called on any CPU but should not race with running GEMMs
-// (each call reads it once, so a change takes effect at the next call).
+// first use: "bf16" selects kBf16, "f32" kF32, anything else (or unset) kSplitBf16.
+// set_gemm_precision is for tests and benchmarks; it may be called on any CPU but should not
+// race with running GEMMs (each call reads it once, so a change takes effect at the next call).
+// gemm_precision() returns the innermost ScopedGemmPrecision of the calling thread, if any.
 GemmPrecision gemm_precision();
 void set_gemm_precision(GemmPrecision p);
+
+// For its lifetime, GEMMs called from the constructing thread use `p` instead of the
+// process-wide choice; other threads are unaffected (a server's requests keep theirs). A GEMM
+// reads the precision once per call on the calling thread, before it hands work to the
+// runner's workers, so the scope covers the whole call. Scopes nest; destroy on the thread
+// that constructed it.
+class ScopedGemmPrecision {
+ public:
+  explicit ScopedGemmPrecision(GemmPrecision p);
+  ~ScopedGemmPrecision();
+  ScopedGemmPrecision(const ScopedGemmPrecision&) = delete;
+  ScopedGemmPrecision& operator=(const ScopedGemmPrecision&) = delete;
+
+ private:
+  int previous_;
+};
 
 // x: [m, w.k] f32, row stride ldx (elements).
 // y: [m, n_out] f32, row stride ldy; n_out = w.n() for kStore, rows[0] for kSiluMul.
@@ -71,7 +93,7 @@ void set_gemm_precision(GemmPrecision p);
 //    Quantized weights at small m are dequantized exactly to f32 in registers: error is f32
 //    summation error relative to sum |x| |dequantized w|, plus for kI4 the rounding of x per
 //    weight group (gemm_detail::kI4DecodeXError, see gemm_quant.h). Set
-//    SAMPAN_CPU_ISA=avx512 to keep f32 x and f16 weights at any m. kSiluMul's exp is ~2 ulp.
+//    SAMPAN_CPU_ISA=avx512 or GemmPrecision::kF32 to keep f32 x and f16 weights at any m. kSiluMul's exp is ~2 ulp.
 //  - Scratch memory is kept per thread between calls: on the AMX path the bf16 copy of x
 //    (2*m*k bytes, 4*m*k with kSplitBf16) and, when x is too big for L2 and k > 2048, f32
 //    partial sums (about 4*n*min(m, 320) bytes); on the vdpbf16ps panel path the bf16 copy of

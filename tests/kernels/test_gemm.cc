@@ -32,6 +32,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -379,9 +380,10 @@ TEST_CASE("gemm: several k-chunks and m-chunks on the blocked paths", "[kernels]
 // max over outputs of |y - exact| / sum_k |x||w| for one GEMM (bf16 weights, kStore).
 // x: [m, ldx] f32; w: [n, k] bf16 values as f32 (exact); wq: the same as stored bf16.
 double worst_relative_error(int64_t m, int64_t n, int64_t k, const std::vector<float>& x,
-                                int64_t ldx, const Block& w, TaskRunner& runner) {
+                                int64_t ldx, const Block& w, TaskRunner& runner,
+                                DType dtype = DType::kBF16) {
   GemmWeights gw;
-  gw.dtype = DType::kBF16;
+  gw.dtype = dtype;
   gw.k = k;
   gw.n_blocks = 1;
   gw.data[0] = w.data;
@@ -461,6 +463,54 @@ TEST_CASE("gemm: split precision keeps f32 activations where one pass cannot",
       CHECK(one_pass > tol);  // the tolerance is one the one-pass path cannot meet
       CHECK(one_pass > 8 * split);
       CHECK(one_pass <= std::ldexp(1.0, -7));  // and the one-pass path meets its own
+    }
+  }
+}
+
+TEST_CASE("gemm: kF32, process-wide or scoped to a thread, keeps 16-bit weights and x exact",
+          "[kernels][gemm]") {
+  // On AMX CPUs the default rounds f16 weights to bf16 and splits x; kF32 takes the FMA panels,
+  // whose only error is f32 summation: at most (k + 1) * 2^-24 of sum |x w| (the weights
+  // convert to f32 exactly).
+  PrecisionRestore precision_restore;
+  ThreadPool pool(2);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  uint32_t seed = 900;
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    for (const Shape& sh : {Shape{6, 17, 33}, Shape{40, 70, 1030}, Shape{130, 33, 257}}) {
+      INFO((dt == DType::kF16 ? "f16" : "bf16") << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k);
+      std::mt19937 rng(seed++);
+      const Block w = make_block(dt, sh.n, sh.k, false, rng);
+      std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+      std::vector<float> x(sh.m * sh.k);
+      for (float& v : x) v = d(rng);
+      const double bound = static_cast<double>(sh.k + 1) * 0x1p-24;
+      set_gemm_precision(GemmPrecision::kSplitBf16);
+      const double by_default = worst_relative_error(sh.m, sh.n, sh.k, x, sh.k, w, pool, dt);
+      double scoped = 0;
+      {
+        const ScopedGemmPrecision exact(GemmPrecision::kF32);
+        CHECK(gemm_precision() == GemmPrecision::kF32);
+        scoped = worst_relative_error(sh.m, sh.n, sh.k, x, sh.k, w, pool, dt);
+        CHECK(scoped <= bound);
+        {
+          const ScopedGemmPrecision inner(GemmPrecision::kBf16);  // nests
+          CHECK(gemm_precision() == GemmPrecision::kBf16);
+        }
+        CHECK(gemm_precision() == GemmPrecision::kF32);
+        // Another thread keeps the process-wide choice.
+        GemmPrecision seen = GemmPrecision::kF32;
+        std::thread([&] { seen = gemm_precision(); }).join();
+        CHECK(seen == GemmPrecision::kSplitBf16);
+      }
+      CHECK(gemm_precision() == GemmPrecision::kSplitBf16);
+      set_gemm_precision(GemmPrecision::kF32);
+      CHECK(worst_relative_error(sh.m, sh.n, sh.k, x, sh.k, w, pool, dt) <= bound);
+      // Where the default does round (f16 weights on AMX tiles), the difference is visible.
+      INFO("default " << by_default << ", kF32 " << scoped);
+      if (has_amx() && dt == DType::kF16) CHECK(by_default > 16 * scoped);
     }
   }
 }
