@@ -307,9 +307,11 @@ TEST_CASE("gemm ggml: two and three blocks, biases, SiLU-mul", "[kernels][gemm_g
 TEST_CASE("gemm ggml: kernel tables decode exactly the reference weights", "[kernels][gemm_ggml]") {
   using gemm_detail::GgmlKernels;
   std::vector<std::pair<Isa, const GgmlKernels*>> tables;
+  // The table each selected level runs (gemm_ggml_cpu.cc: AVX-512's at every level that
+  // includes it, amx among them; AVX2's below).
   for (Isa isa : supported_isas()) {
-    if (isa == Isa::kAvx2) tables.push_back({isa, &gemm_detail::ggml_kernels_avx2()});
-    if (isa == Isa::kAvx512) tables.push_back({isa, &gemm_detail::ggml_kernels_avx512()});
+    tables.push_back({isa, isa_includes(isa, Isa::kAvx512) ? &gemm_detail::ggml_kernels_avx512()
+                                                           : &gemm_detail::ggml_kernels_avx2()});
   }
   uint32_t seed = 700;
   for (const TypeInfo& t : all_types()) {
