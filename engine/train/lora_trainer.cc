@@ -4,16 +4,15 @@
 
 #include <cstring>
 #include <map>
-#include <optional>
 
 #include "engine/core/error.h"
+#include "engine/core/exact_gemms.h"
 #include "engine/core/thread_pool.h"
 #include "engine/graph/executor.h"
 #include "engine/loaders/safetensors.h"
 #include "engine/loaders/safetensors_writer.h"
 #include "engine/models/llama.h"
 #include "engine/train/train_graph.h"
-#include "kernels/cpu/gemm_cpu.h"
 
 namespace sampan::train {
 namespace {
@@ -144,16 +143,13 @@ namespace {
 
 // kF32 training keeps every GEMM exact in f32: on AMX CPUs the default GEMM precision would
 // split x into 16 bits and round f16 and dequantized weights to bf16 (cpu::GemmPrecision).
-void scope_gemms(const TrainerOptions& o, std::optional<cpu::ScopedGemmPrecision>& scope) {
-  if (o.precision == models::Precision::kF32) scope.emplace(cpu::GemmPrecision::kF32);
-}
+bool exact_gemms(const TrainerOptions& o) { return o.precision == models::Precision::kF32; }
 
 }  // namespace
 
 MicroResult LoraTrainer::accumulate(const TrainBatch& batch) {
   Impl& m = *impl_;
-  std::optional<cpu::ScopedGemmPrecision> scope;
-  scope_gemms(m.options, scope);
+  const ExactGemmScope scope(exact_gemms(m.options));
   const uint64_t seed = mix_seed(m.options.seed, m.draws);
   const std::vector<Tensor> out = m.train_exec->run(m.feeds(batch, seed));
   ++m.draws;
@@ -189,8 +185,7 @@ double LoraTrainer::step(double lr, int64_t tokens) {
 
 MicroResult LoraTrainer::evaluate(const TrainBatch& batch) {
   Impl& m = *impl_;
-  std::optional<cpu::ScopedGemmPrecision> scope;
-  scope_gemms(m.options, scope);
+  const ExactGemmScope scope(exact_gemms(m.options));
   const std::vector<Tensor> out = m.eval_exec->run(m.feeds(batch, 0));
   return {static_cast<double>(out[0].contiguous().data<float>()[0]), batch.n_targets()};
 }
