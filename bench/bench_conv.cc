@@ -36,6 +36,29 @@ struct Layer {
   int64_t c, hw, o, k, stride, pad;
 };
 
+// ResNet-50's conv shapes (the f32 and bf16 tables).
+const Layer kResnetLayers[] = {
+    {"stem 7x7 s2 3->64 @224", 3, 224, 64, 7, 2, 3},
+    {"3x3 64->64 @56", 64, 56, 64, 3, 1, 1},
+    {"1x1 256->64 @56", 256, 56, 64, 1, 1, 0},
+    {"1x1 64->256 @56", 64, 56, 256, 1, 1, 0},
+    {"3x3 s2 128->128 @56", 128, 56, 128, 3, 2, 1},
+    {"3x3 128->128 @28", 128, 28, 128, 3, 1, 1},
+    {"1x1 512->128 @28", 512, 28, 128, 1, 1, 0},
+    {"3x3 256->256 @14", 256, 14, 256, 3, 1, 1},
+    {"1x1 1024->256 @14", 1024, 14, 256, 1, 1, 0},
+    {"3x3 512->512 @7", 512, 7, 512, 3, 1, 1},
+    {"1x1 512->2048 @7", 512, 7, 2048, 1, 1, 0},
+};
+
+ConvShape layer_shape(const Layer& l, int64_t batch) {
+  ConvShape s;
+  s.n = batch, s.c = l.c, s.h = s.w = l.hw, s.o = l.o, s.kh = s.kw = l.k;
+  s.stride_h = s.stride_w = l.stride;
+  s.pad_t = s.pad_l = s.pad_b = s.pad_r = l.pad;
+  return s;
+}
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Seconds per call of f: the best of 3 rounds of `iters` calls.
@@ -143,21 +166,9 @@ void bench_bf16(ThreadPool& pool) {
     if (amx) std::printf("   amx %8.3f ms %7.1f   x%.2f", ta * 1e3, flops / ta * 1e-9, tv / ta);
     std::printf("\n");
   };
-  const Layer layers[] = {
-      {"stem 7x7 s2 3->64 @224", 3, 224, 64, 7, 2, 3},
-      {"3x3 64->64 @56", 64, 56, 64, 3, 1, 1},
-      {"1x1 256->64 @56", 256, 56, 64, 1, 1, 0},
-      {"1x1 64->256 @56", 64, 56, 256, 1, 1, 0},
-      {"3x3 256->256 @14", 256, 14, 256, 3, 1, 1},
-      {"1x1 1024->256 @14", 1024, 14, 256, 1, 1, 0},
-      {"1x1 512->2048 @7", 512, 7, 2048, 1, 1, 0},
-  };
   for (int64_t batch : {1, 8}) {
-    for (const Layer& l : layers) {
-      ConvShape s;
-      s.n = batch, s.c = l.c, s.h = s.w = l.hw, s.o = l.o, s.kh = s.kw = l.k;
-      s.stride_h = s.stride_w = l.stride;
-      s.pad_t = s.pad_l = s.pad_b = s.pad_r = l.pad;
+    for (const Layer& l : kResnetLayers) {
+      const ConvShape s = layer_shape(l, batch);
       std::vector<float> x(static_cast<size_t>(s.n * s.c * s.h * s.w));
       std::vector<float> b(static_cast<size_t>(s.o));
       fill(x);
@@ -213,27 +224,11 @@ int main(int argc, char** argv) {
   }
   bench_winograd(pool);
   if (argc > 3 && std::string(argv[3]) == "winograd") return 0;
-  const Layer layers[] = {
-      {"stem 7x7 s2 3->64 @224", 3, 224, 64, 7, 2, 3},
-      {"3x3 64->64 @56", 64, 56, 64, 3, 1, 1},
-      {"1x1 256->64 @56", 256, 56, 64, 1, 1, 0},
-      {"1x1 64->256 @56", 64, 56, 256, 1, 1, 0},
-      {"3x3 s2 128->128 @56", 128, 56, 128, 3, 2, 1},
-      {"3x3 128->128 @28", 128, 28, 128, 3, 1, 1},
-      {"1x1 512->128 @28", 512, 28, 128, 1, 1, 0},
-      {"3x3 256->256 @14", 256, 14, 256, 3, 1, 1},
-      {"1x1 1024->256 @14", 1024, 14, 256, 1, 1, 0},
-      {"3x3 512->512 @7", 512, 7, 512, 3, 1, 1},
-      {"1x1 512->2048 @7", 512, 7, 2048, 1, 1, 0},
-  };
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
   for (int64_t batch : {1, 8}) {
-    for (const Layer& l : layers) {
-      ConvShape s;
-      s.n = batch, s.c = l.c, s.h = s.w = l.hw, s.o = l.o, s.kh = s.kw = l.k;
-      s.stride_h = s.stride_w = l.stride;
-      s.pad_t = s.pad_l = s.pad_b = s.pad_r = l.pad;
+    for (const Layer& l : kResnetLayers) {
+      const ConvShape s = layer_shape(l, batch);
       std::vector<float> x(static_cast<size_t>(s.n * s.c * s.h * s.w));
       std::vector<float> w(static_cast<size_t>(s.o * s.c * s.kh * s.kw));
       std::vector<float> b(static_cast<size_t>(s.o));
