@@ -93,10 +93,17 @@ void SessionBase::on_header(error_code ec) {
   // Clients that wait for "100 Continue" before sending a body (curl) would stall a second.
   const auto& req = parser_->get();
   auto expect = req.find(http::field::expect);
-  if (resp_ == Resp::kIdle && expect != req.end() &&
-      beast::iequals(expect->value(), "100-continue")) {
-    out_.append("HTTP/1.1 100 Continue\r\n\r\n");
-    flush();
+  if (expect != req.end() && beast::iequals(expect->value(), "100-continue")) {
+    if (resp_ == Resp::kIdle) {
+      out_.append("HTTP/1.1 100 Continue\r\n\r\n");
+      flush();
+    } else {
+      // The previous response is still going out (or its write has not completed yet: the
+      // client can have read it all and sent this header before on_written runs). The interim
+      // response must not land inside it, and the client sends no body without it: owe it
+      // until response_finished.
+      continue_owed_ = true;
+    }
   }
   async_read_body();
 }
@@ -391,6 +398,11 @@ void SessionBase::response_finished() {
   resp_ = Resp::kIdle;
   on_close_ = nullptr;
   if (!keep_alive_ || core_->stopping.load()) return close_gracefully();
+  if (continue_owed_) {
+    continue_owed_ = false;
+    out_.append("HTTP/1.1 100 Continue\r\n\r\n");
+    flush();
+  }
   if (buffer_.size() == 0 && buffer_.capacity() > kKeepBufferBytes && !read_active_) {
     buffer_.shrink_to_fit();
   }

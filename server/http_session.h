@@ -203,6 +203,9 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   // A request (or read error) that arrived while the previous response was still going out.
   bool has_pending_ = false;
   error_code pending_ec_;
+  // A pipelined request's "Expect: 100-continue" that arrived while a response was outstanding:
+  // the interim response is sent when that response finishes.
+  bool continue_owed_ = false;
 };
 
 // The handler's side of one request. Holding it keeps the session object alive (not the

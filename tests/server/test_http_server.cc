@@ -357,6 +357,31 @@ TEST_CASE("GET and POST round trips, keep-alive, pipelining, request ids", "[htt
   CHECK(wait_until([&] { return server.open_connections() == 0; }));
 }
 
+TEST_CASE("Expect: 100-continue behind an outstanding response is answered after it", "[http]") {
+  // A pipelined request whose headers ask for "100 Continue" while the previous response is
+  // still pending: the interim response may not go out inside that response, and the client
+  // sends no body without it, so the server owes it until the previous response is done (it
+  // once sent none, and both sides waited for the idle timeout).
+  Fixture fx;
+  HttpServer server(local_options(), fx.handler(), nullptr);
+  TcpClient c(server.start(), 3.0);
+  c.send(
+      "GET /hold?id=7 HTTP/1.1\r\nHost: t\r\n\r\n"
+      "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+  REQUIRE(wait_until([&] { return fx.held_count() == 1; }));
+  // Let the session read the second request's headers while the first is still unanswered.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  fx.writer(7)->respond(200, "held", "text/plain", {});
+  Response first = c.read_response();
+  CHECK(first.status == 200);
+  CHECK(first.body == "held");
+  CHECK(c.read_response().status == 100);
+  c.send("hello");
+  Response second = c.read_response();
+  CHECK(second.status == 200);
+  CHECK(second.body.rfind("POST\n/echo\n/echo\nhello\n", 0) == 0);
+}
+
 TEST_CASE("handler failures become 500", "[http]") {
   Fixture fx;
   HttpServer server(local_options(), fx.handler(), nullptr);
