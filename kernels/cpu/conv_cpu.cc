@@ -112,11 +112,19 @@ void pack_tile(const Geometry& g, const float* xg, int64_t k0, int64_t kc, int64
       runs.push_back({col - col0, len, oy, ox});
       col += len;
     }
-    for (int64_t r = 0; r < kc; ++r) {
-      const int64_t kk = k0 + r;
-      const int64_t c = kk / khw;
-      const int64_t ky = (kk % khw) / s.kw;
-      const int64_t kx = kk % s.kw;
+    // (c, ky, kx) of row k0, then stepped row by row: three integer divisions per row cost
+    // about as much as gathering its 16-32 pixels.
+    int64_t c = k0 / khw;
+    int64_t ky = (k0 % khw) / s.kw;
+    int64_t kx = k0 % s.kw;
+    for (int64_t r = 0; r < kc; ++r, ++kx) {
+      if (kx == s.kw) {
+        kx = 0;
+        if (++ky == s.kh) {
+          ky = 0;
+          ++c;
+        }
+      }
       float* d = panel + r * nr;
       for (const Run& run : runs) {
         float* out = d + run.dst;
@@ -128,8 +136,13 @@ void pack_tile(const Geometry& g, const float* xg, int64_t k0, int64_t kc, int64
         const float* src = xg + c * hw + iy * s.w;
         const int64_t sw = s.stride_w;
         const int64_t ix0 = run.ox * sw - s.pad_l + kx * s.dil_w;  // input column of out[0]
-        const int64_t lo = ix0 >= 0 ? 0 : std::min(run.len, ceil_div(-ix0, sw));
-        const int64_t hi = ix0 > s.w - 1 ? 0 : std::min(run.len, (s.w - 1 - ix0) / sw + 1);
+        // Outputs [lo, hi) read inside the row; at stride 1 without the divisions.
+        const int64_t lo = ix0 >= 0     ? 0
+                           : sw == 1    ? std::min(run.len, -ix0)
+                                        : std::min(run.len, ceil_div(-ix0, sw));
+        const int64_t hi = ix0 > s.w - 1 ? 0
+                           : sw == 1     ? std::min(run.len, s.w - ix0)
+                                         : std::min(run.len, (s.w - 1 - ix0) / sw + 1);
         for (int64_t t = 0; t < lo; ++t) out[t] = 0.0f;
         if (sw == 1) {
           if (hi > lo) {
