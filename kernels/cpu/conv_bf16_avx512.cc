@@ -126,8 +126,35 @@ void pack_bf16(const uint16_t* src, int64_t ld, int64_t kc, int64_t ncols, uint1
   }
 }
 
+void pack_f32_rows(const float* src, int64_t ld, int64_t kc, int64_t ncols, uint16_t* dst) {
+  const __mmask16 m0 = ncols >= 16 ? __mmask16(0xffff) : __mmask16((1u << ncols) - 1);
+  const __mmask16 m1 = ncols >= kNr ? __mmask16(0xffff)
+                       : ncols <= 16 ? __mmask16(0)
+                                     : __mmask16((1u << (ncols - 16)) - 1);
+  const auto row = [&](const float* r) {
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, r + 16),
+                                        _mm512_maskz_loadu_ps(m0, r));
+  };
+  const int64_t pairs = kc / 2;
+  for (int64_t p = 0; p < pairs; ++p) {
+    interleave_store(row(src + 2 * p * ld), row(src + (2 * p + 1) * ld), dst + p * 2 * kNr);
+  }
+  if (kc % 2 != 0) {
+    interleave_store(row(src + (kc - 1) * ld), _mm512_setzero_si512(), dst + pairs * 2 * kNr);
+  }
+}
+
 }  // namespace
 
-Bf16Kernels bf16_kernels_avx512() { return {kMr, kNr, tile_any, pack_f32, pack_bf16}; }
+Bf16Kernels bf16_kernels_avx512() {
+  Bf16Kernels k;
+  k.mr = kMr;
+  k.nr = kNr;
+  k.fn = tile_any;
+  k.pack_f32 = pack_f32;
+  k.pack_bf16 = pack_bf16;
+  k.pack_f32_rows = pack_f32_rows;
+  return k;
+}
 
 }  // namespace sampan::cpu::conv_detail

@@ -344,6 +344,13 @@ void portable_pack_bf16(const uint16_t* src, int64_t ld, int64_t kc, int64_t nco
                 [&](int64_t r, int j) { return j < ncols ? src[r * ld + j] : uint16_t{0}; });
 }
 
+void portable_pack_f32_rows(const float* src, int64_t ld, int64_t kc, int64_t ncols,
+                            uint16_t* dst) {
+  portable_pack(kc, dst, [&](int64_t r, int j) {
+    return j < ncols ? f32_to_bf16(src[r * ld + j]) : uint16_t{0};
+  });
+}
+
 bool bf16_native_ok() {
   return has_avx512_bf16() &&
          g_choice.load(std::memory_order_relaxed) != ConvKernelChoice::kAvx2 &&
@@ -358,7 +365,14 @@ conv_detail::Bf16Kernels pick_bf16_kernels() {
     }
     return conv_detail::bf16_kernels_avx512();
   }
-  return {kPortableMr, kPortableNr, portable_bf16_tile, portable_pack_f32, portable_pack_bf16};
+  conv_detail::Bf16Kernels k;
+  k.mr = kPortableMr;
+  k.nr = kPortableNr;
+  k.fn = portable_bf16_tile;
+  k.pack_f32 = portable_pack_f32;
+  k.pack_bf16 = portable_pack_bf16;
+  k.pack_f32_rows = portable_pack_f32_rows;
+  return k;
 }
 
 // One bf16 GEMM per item (an image and group): Y[m, p] (+)= A[m, k] · B[k, p] with A bf16 rows
@@ -537,6 +551,10 @@ void conv2d_bf16(const ConvShape& s, const float* x, const uint16_t* w, const fl
   auto pack = [&](Bf16Scratch& sc, const conv_detail::Bf16Kernels& bk, int64_t item, int64_t k0,
                   int64_t kc, int64_t col, int64_t ncols, uint16_t* dst) {
     const float* xg = x + (item / s.group * s.c + item % s.group * g.cg) * s.h * s.w;
+    if (g.pointwise) {  // B's rows are the image's planes: rounded and paired in one pass
+      bk.pack_f32_rows(xg + k0 * g.p + col, g.p, kc, ncols, dst);
+      return;
+    }
     // The im2col gather goes through an f32 panel of kBf16PackRows rows (8 KB, stays in L1)
     // that is rounded into the pair layout right away.
     float* f = sc.panel.get(kBf16PackRows * bk.nr);

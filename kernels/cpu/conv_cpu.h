@@ -131,6 +131,10 @@ struct Bf16Kernels {
   // src: kc rows of bf16, ld apart, ncols (<= nr) read per row -> dst as above (zeros past ncols).
   void (*pack_bf16)(const uint16_t* src, int64_t ld, int64_t kc, int64_t ncols,
                     uint16_t* dst) = nullptr;
+  // src: kc rows of f32, ld apart, ncols (<= nr) read per row -> dst as above, rounded (zeros
+  // past ncols): a pointwise conv's rows of the image, packed in one pass.
+  void (*pack_f32_rows)(const float* src, int64_t ld, int64_t kc, int64_t ncols,
+                        uint16_t* dst) = nullptr;
   // Called by the driver on the worker thread before its task's first tile call and after its
   // last (AMX: tile configuration and release); null when the tile needs neither.
   void (*begin)() = nullptr;
