@@ -1,6 +1,8 @@
 // Token-level cross-entropy over logits with an ignore index, summed (not averaged): the loss
 // convention of train/lora_trainer.h. Templates for float (the graph ops) and double (the
-// gradient checks); every reduction runs in double.
+// gradient checks); every reduction runs in double. float rows take e^x from the kernels' AVX2
+// vector exp (~1 ulp, softmax's): a row's loss and each gradient element are then within a few
+// f32 ulps of the double formula (double rows: std::exp).
 #pragma once
 
 #include <cstdint>
