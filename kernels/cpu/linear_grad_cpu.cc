@@ -134,6 +134,24 @@ void float_column_panel(const GemmWeights& w, int b, int64_t c0, int64_t nc, flo
   });
 }
 
+// bf16 weights: the same panel kept in bf16 (a transpose, no conversion), for a GEMM with bf16
+// weights: half the panel's bytes, and on AMX CPUs the tiles (at the caller's GEMM precision;
+// under GemmPrecision::kF32 the FMA panels convert it exactly, as for the f32 panel).
+void bf16_column_panel(const GemmWeights& w, int b, int64_t c0, int64_t nc, uint16_t* panel,
+                       TaskRunner& runner) {
+  constexpr int64_t kTile = 16;
+  const int64_t n = w.rows[b], k = w.k;
+  const auto* base = static_cast<const uint16_t*>(w.data[b]);
+  util::parallel_for(runner, (n + kTile - 1) / kTile, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t o0 = t * kTile, o1 = std::min(n, o0 + kTile);
+      for (int64_t j = 0; j < nc; ++j) {
+        for (int64_t o = o0; o < o1; ++o) panel[j * n + o] = base[o * k + c0 + j];
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w, float* dx,
@@ -148,6 +166,18 @@ void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeigh
     // (bf16, 256 tokens, 2 threads, `finetune --profile`, a loaded machine): this op went from
     // 1.47x to 1.33x the time of the forward `linear` nodes of the same run.
     const int64_t n = w.rows[0];
+    if (w.dtype == DType::kBF16) {
+      std::vector<uint16_t> panel(static_cast<size_t>(kPanelCols * n));
+      for (int64_t c0 = 0; c0 < k; c0 += kPanelCols) {
+        const int64_t nc = std::min(kPanelCols, k - c0);
+        bf16_column_panel(w, 0, c0, nc, panel.data(), runner);
+        GemmWeights pw = f32_weights(nullptr, nc, n);
+        pw.dtype = DType::kBF16;
+        pw.data[0] = panel.data();
+        gemm(m, dy, lddy, pw, GemmEpilogue::kStore, dx + c0, lddx, runner);
+      }
+      return;
+    }
     std::vector<float> panel(static_cast<size_t>(kPanelCols * n));
     for (int64_t c0 = 0; c0 < k; c0 += kPanelCols) {
       const int64_t nc = std::min(kPanelCols, k - c0);

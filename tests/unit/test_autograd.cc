@@ -347,6 +347,9 @@ TEST_CASE("linear_grad_input (f32 GEMM path) matches the double rule for every w
           "[autograd]") {
   std::mt19937 rng(5);
   ThreadPool pool(2);
+  // The f32 path as f32 training runs it (LoraTrainer's exact scope): at the default precision
+  // an AMX CPU would run the bf16 panel on tiles with dy split into 16 bits.
+  const cpu::ScopedGemmPrecision exact(cpu::GemmPrecision::kF32);
   // 300 output rows: a full 256-row panel and a partial one; k = 64 fits int4 groups and Q8_0.
   const int64_t m = 7, n = 300, k = 64;
   for (DType dt :
