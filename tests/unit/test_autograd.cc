@@ -17,6 +17,7 @@
 #include "engine/train/autograd.h"
 #include "kernels/common/half.h"
 #include "kernels/cpu/causal_attention_cpu.h"
+#include "kernels/cpu/conv_cpu.h"
 #include "kernels/cpu/cross_entropy_cpu.h"
 #include "kernels/cpu/dropout_cpu.h"
 #include "kernels/cpu/embedding_grad_cpu.h"
@@ -366,21 +367,24 @@ TEST_CASE("linear_grad_input (f32 GEMM path) matches the double rule for every w
     CHECK(e <= 1e-5);
   }
   SECTION("two weight blocks (fused) and linear_grad_weight") {
-    FormatWeights a = make_weights(DType::kF32, 100, 19, rng),
-                  b = make_weights(DType::kF32, 45, 19, rng);
-    GemmWeights w = a.view;
-    w.n_blocks = 2;
-    w.data[1] = b.data.data();
-    w.rows[1] = 45;
-    Vec dense = a.dense;
-    dense.insert(dense.end(), b.dense.begin(), b.dense.end());
-    const Vec dy = random_vec(m * 145, rng);
-    std::vector<float> dy32(dy.begin(), dy.end()), dx(m * 19);
-    Vec ref(m * 19);
-    cpu::linear_grad_input(m, dy32.data(), 145, w, dx.data(), 19, pool);
-    cpu::linear_grad_input_ref<double>(m, 145, 19, Vec(dy32.begin(), dy32.end()).data(),
-                                       dense.data(), ref.data());
-    CHECK(rel_l2(Vec(dx.begin(), dx.end()), ref) <= 1e-5);
+    // k = 300: a full 256-column panel and a partial one, per block.
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      INFO(dtype_name(dt));
+      FormatWeights a = make_weights(dt, 100, 300, rng), b = make_weights(dt, 45, 300, rng);
+      GemmWeights w = a.view;
+      w.n_blocks = 2;
+      w.data[1] = b.view.data[0];
+      w.rows[1] = 45;
+      Vec dense = a.dense;
+      dense.insert(dense.end(), b.dense.begin(), b.dense.end());
+      const Vec dy = random_vec(m * 145, rng);
+      std::vector<float> dy32(dy.begin(), dy.end()), dx(m * 300);
+      Vec ref(m * 300);
+      cpu::linear_grad_input(m, dy32.data(), 145, w, dx.data(), 300, pool);
+      cpu::linear_grad_input_ref<double>(m, 145, 300, Vec(dy32.begin(), dy32.end()).data(),
+                                         dense.data(), ref.data());
+      CHECK(rel_l2(Vec(dx.begin(), dx.end()), ref) <= 1e-5);
+    }
 
     const int64_t rows = 37, out = 13, in = 19;
     const Vec g = random_vec(rows * out, rng), x = random_vec(rows * in, rng);
@@ -664,6 +668,54 @@ TEST_CASE("causal attention: the f32 GEMM kernels match the double specification
     CHECK(rel_l2(f64(dv), rdv) <= 1e-5);
     // Every output element was written (the 7.0 fill is gone from the padding rows).
     for (int64_t c2 = 0; c2 < kw; ++c2) CHECK(dk[(2 * 37 + 5) * kw + c2] == 0.0f);
+  }
+}
+
+TEST_CASE("linear_grad_input: bf16 weights and a bf16-exact dy (bf16 training)", "[autograd]") {
+  // bf16 training rounds dy to bf16; at the default GEMM precision on a CPU with AVX512-BF16,
+  // dx = dy · W then runs on matmul_bf16 with W read in place. Its products are exact (dy's
+  // rounding changes nothing), so the bound is the f32 one; fused blocks, strided dy and dx.
+  std::mt19937 rng(9);
+  ThreadPool pool(2);
+  const int64_t m = 37, k = 300;
+  for (int blocks : {1, 2}) {
+    INFO(blocks << " block(s)");
+    FormatWeights a = make_weights(DType::kBF16, 100, k, rng),
+                  b = make_weights(DType::kBF16, 45, k, rng);
+    GemmWeights w = a.view;
+    Vec dense = a.dense;
+    if (blocks == 2) {
+      w.n_blocks = 2;
+      w.data[1] = b.view.data[0];
+      w.rows[1] = 45;
+      dense.insert(dense.end(), b.dense.begin(), b.dense.end());
+    }
+    const int64_t n = w.n();
+    for (int64_t pad : {0, 3}) {
+      INFO("row padding " << pad);
+      const int64_t lddy = n + pad, lddx = k + pad;
+      std::vector<float> dy(static_cast<size_t>(m * lddy), 7.0f), dx(m * lddx, 12345.0f);
+      for (float& v : dy) v = bf16_to_f32(f32_to_bf16(static_cast<float>(random_vec(1, rng)[0])));
+      Vec dyd(m * n), ref(m * k);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) dyd[i * n + j] = dy[i * lddy + j];
+      }
+      cpu::linear_grad_input(m, dy.data(), lddy, w, dx.data(), lddx, pool);
+      cpu::linear_grad_input_ref<double>(m, n, k, dyd.data(), dense.data(), ref.data());
+      Vec got(m * k);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t c = 0; c < k; ++c) got[i * k + c] = dx[i * lddx + c];
+        for (int64_t c = k; c < lddx; ++c) CHECK(dx[i * lddx + c] == 12345.0f);
+      }
+      CHECK(rel_l2(got, ref) <= 1e-6);
+      if (blocks == 1 && pad == 0 && cpu::conv_bf16_native()) {
+        // The dispatch: bit for bit what matmul_bf16 gives.
+        std::vector<float> mm(m * k);
+        cpu::matmul_bf16(m, n, k, dy.data(), static_cast<const uint16_t*>(w.data[0]), mm.data(),
+                         pool);
+        CHECK(std::memcmp(mm.data(), dx.data(), mm.size() * sizeof(float)) == 0);
+      }
+    }
   }
 }
 
