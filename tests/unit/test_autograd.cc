@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -781,4 +782,28 @@ TEST_CASE("round_bf16 rounds to nearest even bf16, exactly as half.h", "[autogra
   }
   CHECK(y[1] == 1.0f);       // 1 + 2^-8 ties to even (down)
   CHECK(y[2] == 1.015625f);  // 1 + 3·2^-8 ties to even (up)
+
+  // Rows with strides and a tail (the vector and scalar parts), NaNs with payloads, the
+  // largest float (rounds up to inf), in place: bit for bit as half.h.
+  const int64_t rows = 5, cols = 83, ld = 91;
+  std::vector<float> m(static_cast<size_t>(rows * ld));
+  const Vec r = random_vec(rows * ld, rng, 1e3);
+  for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>(r[i]);
+  const uint32_t specials[] = {0x7fc00001u, 0xffbfffffu, 0x7f800001u, 0x7f7fffffu, 0xff7fffffu,
+                               0x00008000u, 0x80018000u, 0x3f808000u};
+  for (size_t i = 0; i < std::size(specials); ++i) std::memcpy(&m[i * 11 + 3], &specials[i], 4);
+  std::vector<float> out(m.size(), 5.0f), inplace = m;
+  cpu::round_bf16(rows, cols, m.data(), ld, out.data(), ld, serial);
+  ThreadPool pool(2);
+  cpu::round_bf16(rows, cols, inplace.data(), ld, inplace.data(), ld, pool);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t c = 0; c < ld; ++c) {
+      const size_t at = static_cast<size_t>(i * ld + c);
+      const float want = c < cols ? bf16_to_f32(f32_to_bf16(m[at])) : 5.0f;
+      bad += std::memcmp(&out[at], &want, 4) != 0;
+      if (c < cols) bad += std::memcmp(&inplace[at], &want, 4) != 0;
+    }
+  }
+  CHECK(bad == 0);
 }
