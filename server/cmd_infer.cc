@@ -119,8 +119,8 @@ Runner add_infer(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: one per core)")->check(CLI::Range(0, 1024));
   cmd->add_option("--precision", o->precision,
                   "f32 (default), or bf16: convs and matmuls by a constant weight on "
-                  "bf16-rounded inputs with f32 sums (AMX tiles where the CPU has AMX-BF16, else vdpbf16ps "
-                  "where it has AVX512-BF16)")
+                  "bf16-rounded inputs with f32 sums (AMX tiles where the CPU has AMX-BF16, "
+                  "else vdpbf16ps where it has AVX512-BF16)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_flag("--profile", o->profile, "print the time spent per op type and the slowest nodes");
   cmd->add_option("--repeat", o->repeat, "runs; with more than one, prints the median latency")

@@ -48,10 +48,11 @@ struct TrainerOptions {
   double max_grad_norm = 1.0;  // <= 0: no clipping
   uint64_t seed = 0;           // adapter init and dropout masks
   int threads = 0;             // 0: every core
-  // kF32: everything in f32 (GEMMs exact in f32 under an ExactGemmScope, so on AMX CPUs too). kBf16 (like AMP O2): the projection GEMMs (base and LoRA, forward
-  // and backward) take bf16-rounded operands with f32 sums (train_graph.h); master weights,
-  // optimizer state, norms, attention, softmax and the loss stay f32. On CPUs without AMX this
-  // changes the numerics, not the speed (the f32 FMA GEMM runs on the rounded values).
+  // kF32: everything in f32 (GEMMs exact in f32 under an ExactGemmScope, so on AMX CPUs too).
+  // kBf16 (like AMP O2): the projection GEMMs (base and LoRA, forward and backward) take
+  // bf16-rounded operands with f32 sums (train_graph.h); master weights, optimizer state, norms,
+  // attention, softmax and the loss stay f32. On AMX CPUs the frozen weights' GEMMs then run on
+  // the tiles; elsewhere this changes the numerics more than the speed.
   models::Precision precision = models::Precision::kF32;
   // Recompute each layer's forward in the backward instead of keeping its activations (only
   // each layer's input is kept); the gradients are bit-identical either way.

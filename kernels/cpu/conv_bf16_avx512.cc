@@ -147,14 +147,8 @@ void pack_f32_rows(const float* src, int64_t ld, int64_t kc, int64_t ncols, uint
 }  // namespace
 
 Bf16Kernels bf16_kernels_avx512() {
-  Bf16Kernels k;
-  k.mr = kMr;
-  k.nr = kNr;
-  k.fn = tile_any;
-  k.pack_f32 = pack_f32;
-  k.pack_bf16 = pack_bf16;
-  k.pack_f32_rows = pack_f32_rows;
-  return k;
+  return {.mr = kMr, .nr = kNr, .fn = tile_any, .pack_f32 = pack_f32, .pack_bf16 = pack_bf16,
+          .pack_f32_rows = pack_f32_rows};
 }
 
 }  // namespace sampan::cpu::conv_detail

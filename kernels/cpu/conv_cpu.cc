@@ -365,14 +365,9 @@ conv_detail::Bf16Kernels pick_bf16_kernels() {
     }
     return conv_detail::bf16_kernels_avx512();
   }
-  conv_detail::Bf16Kernels k;
-  k.mr = kPortableMr;
-  k.nr = kPortableNr;
-  k.fn = portable_bf16_tile;
-  k.pack_f32 = portable_pack_f32;
-  k.pack_bf16 = portable_pack_bf16;
-  k.pack_f32_rows = portable_pack_f32_rows;
-  return k;
+  return {.mr = kPortableMr, .nr = kPortableNr, .fn = portable_bf16_tile,
+          .pack_f32 = portable_pack_f32, .pack_bf16 = portable_pack_bf16,
+          .pack_f32_rows = portable_pack_f32_rows};
 }
 
 // One bf16 GEMM per item (an image and group): Y[m, p] (+)= A[m, k] · B[k, p] with A bf16 rows

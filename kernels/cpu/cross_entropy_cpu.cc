@@ -59,11 +59,13 @@ void softmax_scaled(int64_t n, const float* l, double lse, double dloss, float* 
   const __m256 vs = _mm256_set1_ps(static_cast<float>(dloss));
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(d + i, _mm256_mul_ps(vs, Avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(l + i), vl))));
+    const __m256 e = Avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(l + i), vl));
+    _mm256_storeu_ps(d + i, _mm256_mul_ps(vs, e));
   }
   if (i < n) {
     const int r = static_cast<int>(n - i);
-    Avx2::store_n(d + i, _mm256_mul_ps(vs, Avx2::exp(_mm256_sub_ps(Avx2::load_n(l + i, r), vl))), r);
+    const __m256 e = Avx2::exp(_mm256_sub_ps(Avx2::load_n(l + i, r), vl));
+    Avx2::store_n(d + i, _mm256_mul_ps(vs, e), r);
   }
 }
 

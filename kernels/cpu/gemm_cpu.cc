@@ -349,9 +349,9 @@ void gemm_fma(const FmaKernels& kt, int64_t m, const float* x, int64_t ldx, cons
 namespace gemm_detail {
 
 const PanelKernels& prefill_panel_kernels(const FmaKernels& kt, int dt) {
-  // AMX CPUs run 16-bit weights on tiles (except with kF32, which takes kt.panel below). f32 weights stay f32 at
-  // every precision, as on AMX: the weights' dtype is the caller's accuracy choice, and
-  // GemmPrecision is about x.
+  // AMX CPUs run 16-bit weights on tiles (except with kF32, which takes kt.panel below). f32
+  // weights stay f32 at every precision, as on AMX: the weights' dtype is the caller's accuracy
+  // choice, and GemmPrecision is about x.
   if (dt == kDtF32 || !has_avx512_bf16() || has_amx() || gemm_precision() != GemmPrecision::kBf16)
     return kt.panel;
   return bf16_panel_kernels();
@@ -359,7 +359,8 @@ const PanelKernels& prefill_panel_kernels(const FmaKernels& kt, int dt) {
 
 bool prefill_in_bf16() {
   const GemmPrecision p = gemm_precision();
-  return p != GemmPrecision::kF32 && (has_amx() || (has_avx512_bf16() && p == GemmPrecision::kBf16));
+  if (p == GemmPrecision::kF32) return false;
+  return has_amx() || (has_avx512_bf16() && p == GemmPrecision::kBf16);
 }
 
 }  // namespace gemm_detail
@@ -381,7 +382,8 @@ void gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpil
   assert(epilogue == GemmEpilogue::kStore || (w.n_blocks == 2 && w.rows[0] == w.rows[1]));
   if (dt < 0) return;
   // AMX tiles pay off from kAmxMinM rows; below that, for f32 weights and with kF32, the
-  // AVX-512 FMA kernels stream the weights (they need only AVX-512 F/BW/VL/DQ, so Zen 4 runs them too).
+  // AVX-512 FMA kernels stream the weights (they need only AVX-512 F/BW/VL/DQ, so Zen 4 runs
+  // them too).
   if (has_amx() && dt != gemm_detail::kDtF32 && m >= gemm_detail::kAmxMinM &&
       gemm_precision() != GemmPrecision::kF32) {
     gemm_detail::gemm_amx(m, x, ldx, w, epilogue, y, ldy, runner);

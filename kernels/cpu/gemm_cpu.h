@@ -93,7 +93,8 @@ class ScopedGemmPrecision {
 //    Quantized weights at small m are dequantized exactly to f32 in registers: error is f32
 //    summation error relative to sum |x| |dequantized w|, plus for kI4 the rounding of x per
 //    weight group (gemm_detail::kI4DecodeXError, see gemm_quant.h). Set
-//    SAMPAN_CPU_ISA=avx512 or GemmPrecision::kF32 to keep f32 x and f16 weights at any m. kSiluMul's exp is ~2 ulp.
+//    SAMPAN_CPU_ISA=avx512 or GemmPrecision::kF32 to keep f32 x and f16 weights at any m.
+//    kSiluMul's exp is ~2 ulp.
 //  - Scratch memory is kept per thread between calls: on the AMX path the bf16 copy of x
 //    (2*m*k bytes, 4*m*k with kSplitBf16) and, when x is too big for L2 and k > 2048, f32
 //    partial sums (about 4*n*min(m, 320) bytes); on the vdpbf16ps panel path the bf16 copy of

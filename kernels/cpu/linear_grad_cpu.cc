@@ -96,6 +96,20 @@ void add_into(int64_t rows, int64_t cols, const float* t, float* y, int64_t ldy,
   });
 }
 
+// dx[m, nc] (row stride lddx) = (first) or += the product that `product(out, ldo)` writes: the
+// first straight into dx, later ones into `partial` ([m, nc]) and then added.
+template <class Product>
+void store_or_add(bool first, int64_t m, int64_t nc, float* dx, int64_t lddx,
+                  std::vector<float>& partial, TaskRunner& runner, Product product) {
+  if (first) {
+    product(dx, lddx);
+    return;
+  }
+  partial.resize(static_cast<size_t>(m * nc));
+  product(partial.data(), nc);
+  add_into(m, nc, partial.data(), dx, lddx, runner);
+}
+
 GemmWeights f32_weights(const float* data, int64_t rows, int64_t k) {
   GemmWeights g;
   g.dtype = DType::kF32;
@@ -176,12 +190,13 @@ bool all_bf16(int64_t m, int64_t n, const float* dy, int64_t lddy) {
 // where it does not apply.
 bool grad_input_bf16_rows(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w,
                           float* dx, int64_t lddx, TaskRunner& runner) {
-  if (w.dtype != DType::kBF16 || gemm_precision() == GemmPrecision::kF32 || !conv_bf16_native() ||
-      !all_bf16(m, w.n(), dy, lddy)) {
+  const int64_t k = w.k;
+  // matmul_bf16 writes dense rows: a strided dx takes the panel path.
+  if (w.dtype != DType::kBF16 || lddx != k || gemm_precision() == GemmPrecision::kF32 ||
+      !conv_bf16_native() || !all_bf16(m, w.n(), dy, lddy)) {
     return false;
   }
-  const int64_t k = w.k;
-  std::vector<float> a, out;
+  std::vector<float> a, partial;
   int64_t col0 = 0;
   for (int b = 0; b < w.n_blocks; ++b) {
     const int64_t n = w.rows[b];
@@ -194,19 +209,8 @@ bool grad_input_bf16_rows(int64_t m, const float* dy, int64_t lddy, const GemmWe
       ab = a.data();
     }
     const auto* wb = static_cast<const uint16_t*>(w.data[b]);
-    if (b == 0 && lddx == k) {
-      matmul_bf16(m, n, k, ab, wb, dx, runner);
-    } else {
-      out.resize(static_cast<size_t>(m * k));
-      matmul_bf16(m, n, k, ab, wb, out.data(), runner);
-      if (b == 0) {
-        for (int64_t i = 0; i < m; ++i) {
-          std::memcpy(dx + i * lddx, out.data() + i * k, static_cast<size_t>(k) * sizeof(float));
-        }
-      } else {
-        add_into(m, k, out.data(), dx, lddx, runner);
-      }
-    }
+    store_or_add(b == 0, m, k, dx, lddx, partial, runner,
+                 [&](float* out, int64_t) { matmul_bf16(m, n, k, ab, wb, out, runner); });
     col0 += n;
   }
   return true;
@@ -249,13 +253,9 @@ void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeigh
           float_column_panel(w, b, c0, nc, panel32.data(), runner);
           pw = f32_weights(panel32.data(), nc, n);
         }
-        if (b == 0) {
-          gemm(m, dy + col0, lddy, pw, GemmEpilogue::kStore, dx + c0, lddx, runner);
-        } else {
-          partial.resize(static_cast<size_t>(m * nc));
-          gemm(m, dy + col0, lddy, pw, GemmEpilogue::kStore, partial.data(), nc, runner);
-          add_into(m, nc, partial.data(), dx + c0, lddx, runner);
-        }
+        store_or_add(b == 0, m, nc, dx + c0, lddx, partial, runner, [&](float* out, int64_t ldo) {
+          gemm(m, dy + col0, lddy, pw, GemmEpilogue::kStore, out, ldo, runner);
+        });
       }
       col0 += n;
     }
@@ -277,14 +277,10 @@ void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeigh
       transpose(nb, k, rows.data(), k, panel.data(), nb, runner);
       // dx (+)= dy[:, col0 + r0 : + nb] · W[r0 : r0 + nb, :], as a GEMM against the panel Wᵀ.
       const GemmWeights pw = f32_weights(panel.data(), k, nb);
-      if (first) {
-        gemm(m, dy + col0 + r0, lddy, pw, GemmEpilogue::kStore, dx, lddx, runner);
-        first = false;
-      } else {
-        partial.resize(static_cast<size_t>(m * k));
-        gemm(m, dy + col0 + r0, lddy, pw, GemmEpilogue::kStore, partial.data(), k, runner);
-        add_into(m, k, partial.data(), dx, lddx, runner);
-      }
+      store_or_add(first, m, k, dx, lddx, partial, runner, [&](float* out, int64_t ldo) {
+        gemm(m, dy + col0 + r0, lddy, pw, GemmEpilogue::kStore, out, ldo, runner);
+      });
+      first = false;
     }
     col0 += w.rows[b];
   }

@@ -18,8 +18,9 @@ namespace sampan::cpu {
 // exactly; fp8 / int4 / GGUF rows are dequantized exactly as the forward GEMM defines them. W is
 // taken a panel of output rows at a time (dequantized, transposed into per-call scratch of
 // about 2 * 256 * k floats) and multiplied on the f32 GEMM, so nothing weight-sized is kept.
-// bf16 weights with a dy whose every value is exactly bf16 (bf16 training rounds it), on a CPU
-// with AVX512-BF16 and outside GemmPrecision::kF32, run instead on matmul_bf16 (conv_cpu.h:
+// bf16 weights with a dy whose every value is exactly bf16 (bf16 training rounds it) and a
+// dense dx (lddx == w.k), on a CPU with AVX512-BF16 and outside GemmPrecision::kF32, run
+// instead on matmul_bf16 (conv_cpu.h:
 // AMX or vdpbf16ps, W read in place): the same exact products, f32 sums in another order.
 // The bias, if any, is ignored (it has no effect on dx). dx must not overlap dy.
 void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w, float* dx,

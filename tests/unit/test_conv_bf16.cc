@@ -251,7 +251,8 @@ std::vector<std::pair<const char*, ConvKernelChoice>> bf16_paths() {
   static bool reported = false;
   if (!reported) {
     reported = true;
-    std::printf("bf16 paths: portable, vdpbf16ps %s, amx %s\n", vdp ? "run" : "skipped (no AVX512-BF16)",
+    std::printf("bf16 paths: portable, vdpbf16ps %s, amx %s\n",
+                vdp ? "run" : "skipped (no AVX512-BF16)",
                 amx ? "run" : "skipped (no AMX-BF16 at this level)");
   }
   return p;
