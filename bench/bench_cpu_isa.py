@@ -103,6 +103,9 @@ def main():
     if not os.path.exists(os.path.join(args.model_dir, "model.safetensors")):
         subprocess.run([sys.executable, os.path.join(HERE, "make_synthetic_model.py"),
                         args.model_dir], check=True)
+    if not os.path.exists(os.path.join(args.model_dir, "tokenizer.json")):  # an older model dir
+        import make_synthetic_model
+        make_synthetic_model.copy_tokenizer(args.model_dir)
     have = supported_levels(cpu_flags())
     gbs = probe(args)
     print("read bandwidth (probe): " +

@@ -1,6 +1,6 @@
 // Quantized-weight GEMM speed (kF8E4M3, kI4 group 128) next to bf16, on TinyLlama-1.1B shapes.
 //
-//   bench_gemm_quant [gemv] [gemm] [--cached] [--reps N] [--isa avx2|avx512|amx]
+//   bench_gemm_quant [gemv] [gemm] [--cached] [--reps N] [--isa LEVEL (avx2 ... amx: isa.h)]
 //                    [--m 1,4,8] [--format bf16|fp8|int4g128]
 //                    (default: gemv and gemm, best ISA, streaming, GEMV m = 1, 4, 8, all formats)
 //
@@ -25,6 +25,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <optional>
 #include <vector>
 
 #include "engine/core/thread_pool.h"
@@ -225,7 +226,7 @@ int main(int argc, char** argv) {
       only_format = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: %s [gemv] [gemm] [--cached] [--reps N] [--isa avx2|avx512|amx] "
+                   "usage: %s [gemv] [gemm] [--cached] [--reps N] [--isa LEVEL] "
                    "[--m 1,4,8] [--format bf16|fp8|int4g128]\n",
                    argv[0]);
       return 2;
@@ -233,8 +234,8 @@ int main(int argc, char** argv) {
   }
   if (!want_gemv && !want_gemm) want_gemv = want_gemm = true;
   if (!only_isa.empty()) {
-    const Isa isa = only_isa == "avx2" ? Isa::kAvx2 : only_isa == "avx512" ? Isa::kAvx512 : Isa::kAmx;
-    if (!sampan::cpu::set_isa(isa)) {
+    const std::optional<Isa> isa = sampan::cpu::isa_from_name(only_isa);
+    if (!isa || !sampan::cpu::set_isa(*isa)) {
       std::fprintf(stderr, "error: --isa %s not supported here\n", only_isa.c_str());
       return 2;
     }

@@ -14,6 +14,7 @@ The output is meaningless text; only the timing of streaming the weights matters
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -143,6 +144,14 @@ def write_gguf(model_dir, cfg, out_path):
     print(f"wrote {out_path} ({os.path.getsize(out_path) / 1e9:.2f} GB F16 GGUF)")
 
 
+def copy_tokenizer(out_dir):
+    """Model directories need a tokenizer to load (`sampan bench` too): the Llama 2 one of the
+    test data, whose 32,000 tokens match the vocabulary."""
+    src = os.path.join(HERE, "..", "tests", "data", "tokenizers", "llama-spm")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(os.path.join(src, name), os.path.join(out_dir, name))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir")
@@ -178,6 +187,7 @@ def main():
     os.replace(tmp, os.path.join(args.dir, "model.safetensors"))
     with open(os.path.join(args.dir, "config.json"), "w") as f:
         f.write(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    copy_tokenizer(args.dir)
     n_params = data_bytes // 2
     print(f"wrote {args.dir}: {n_params / 1e9:.3f} B parameters, {data_bytes / 1e9:.2f} GB bf16 "
           f"in {time.time() - t0:.1f} s")

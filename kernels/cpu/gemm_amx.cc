@@ -31,6 +31,15 @@
 // f32 buffer. Threads take contiguous ranges of units (and of m-block pairs when there are
 // fewer units than threads). Tiles are configured per task and released at its end.
 //
+// Quantized weights (gemm_amx_source, AmxPanelSource in gemm_internal.h) come through a packer
+// that dequantizes a group of rows straight into the panel; fp8 values are exact in bf16 and
+// their row scale multiplies the finished columns in the epilogue; int4 panels hold q - z and,
+// with one m-block, each scale group's products go to C tiles of their own (tmm0/2 and tmm1/3 by
+// group parity) that are stored and added to f32 sums times the group's scales.
+// With one m-block pair per m-chunk (batched decode), a unit is packed kInterleaveSteps k-steps
+// at a time into alternating halves of its panel, one slice ahead of its tile products, so the
+// panel stays in L1 (a whole-k panel went to L2 and back; 4 steps measured best of 1..16).
+//
 // GCC 12 reports its own intrinsics' _mm512_undefined_* pass-through operands as
 // (maybe-)uninitialized (fixed in GCC 13; the definite form shows at -O1, the Sanitize build);
 // the warning points into the header, so it is silenced before the header is read.
@@ -39,6 +48,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cassert>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -53,6 +63,7 @@ namespace {
 constexpr int64_t kChunkSteps = 64;        // k-steps (of 32) per k-chunk when x is large
 constexpr int64_t kXChunkBytes = 5 << 18;  // budget for the packed x chunk kept in L2 (1.25 MiB)
 constexpr int64_t kTileElems = 512;        // bf16 elements in one 16x32 tile
+constexpr int64_t kInterleaveSteps = 4;    // k-steps packed at a time for one m-block pair
 
 using amx::configure_tiles;
 
@@ -114,10 +125,12 @@ void pack_x_block(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mb,
 
 // 16 weight rows (or fewer) of one block.
 struct Group {
-  const uint16_t* data = nullptr;  // first row: [rows, k]
+  int block = 0;
+  int64_t row0 = 0;                // first row in the block
   int64_t rows = 0;                // 1..16
   int64_t col = 0;                 // output column of the first row
   const float* bias = nullptr;     // [rows] or null
+  const void* scale = nullptr;     // [rows] f32 column multipliers (AmxPanelSource) or null
 };
 
 struct Unit {
@@ -125,16 +138,22 @@ struct Unit {
   int n_groups = 0;
 };
 
-std::vector<Unit> make_units(const GemmWeights& w, GemmEpilogue ep) {
+Group make_group(const GemmWeights& w, const AmxPanelSource* src, int b, int64_t r, int64_t rows,
+                 int64_t col) {
+  const char* scale = src && src->col_scale[b]
+                          ? static_cast<const char*>(src->col_scale[b]) + r * 4
+                          : nullptr;
+  return {b, r, rows, col, w.bias[b] ? w.bias[b] + r : nullptr, scale};
+}
+
+std::vector<Unit> make_units(const GemmWeights& w, const AmxPanelSource* src, GemmEpilogue ep) {
   std::vector<Unit> units;
   if (ep == GemmEpilogue::kSiluMul) {
     for (int64_t r = 0; r < w.rows[0]; r += 16) {
       Unit u;
       u.n_groups = 2;
-      for (int b = 0; b < 2; ++b) {
-        u.g[b] = {static_cast<const uint16_t*>(w.data[b]) + r * w.k,
-                  std::min<int64_t>(16, w.rows[0] - r), r, w.bias[b] ? w.bias[b] + r : nullptr};
-      }
+      const int64_t rows = std::min<int64_t>(16, w.rows[0] - r);
+      for (int b = 0; b < 2; ++b) u.g[b] = make_group(w, src, b, r, rows, r);
       units.push_back(u);
     }
     return units;
@@ -143,9 +162,7 @@ std::vector<Unit> make_units(const GemmWeights& w, GemmEpilogue ep) {
   int64_t base = 0;
   for (int b = 0; b < w.n_blocks; ++b) {
     for (int64_t r = 0; r < w.rows[b]; r += 16) {
-      groups.push_back({static_cast<const uint16_t*>(w.data[b]) + r * w.k,
-                        std::min<int64_t>(16, w.rows[b] - r), base + r,
-                        w.bias[b] ? w.bias[b] + r : nullptr});
+      groups.push_back(make_group(w, src, b, r, std::min<int64_t>(16, w.rows[b] - r), base + r));
     }
     base += w.rows[b];
   }
@@ -166,6 +183,7 @@ struct AmxScratch {
   AlignedBuffer<uint16_t> panel[2];  // per group: [steps, 16, 32] bf16, one A tile per k-step
   AlignedBuffer<float> acc;          // [units, m-pairs, 4, 16, 16] partial C between k-chunks
   alignas(64) float c[2][1024];      // finished C tiles, double-buffered for the late epilogue
+  alignas(64) float group_c[2][512];  // a scale group's C tiles (2 groups of rows), by parity
 };
 
 AmxScratch& amx_scratch() {
@@ -177,10 +195,14 @@ inline __mmask32 mask32(int64_t n) {
   return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
 }
 
-// Copies k-steps [kb0, kb1) of a group into tile order, converting f16 to bf16 and zero-filling
-// rows >= grp.rows and columns >= k, so tile loads are aligned, contiguous 1 KiB reads and no
-// load touches memory past the block. dst: [kb1 - kb0, 16, 32] bf16, 64-byte aligned.
-void pack_a(const Group& grp, bool is_f16, int64_t k, int64_t kb0, int64_t kb1, uint16_t* dst) {
+// Copies k-steps [kb0, kb1) of a group of bf16/f16 rows into tile order, converting f16 to
+// bf16 and zero-filling rows >= grp.rows and columns >= k, so tile loads are aligned, contiguous
+// 1 KiB reads and no load touches memory past the block. dst: [kb1 - kb0, 16, 32] bf16, 64-byte
+// aligned.
+void pack_a(const GemmWeights& w, const Group& grp, int64_t kb0, int64_t kb1, uint16_t* dst) {
+  const int64_t k = w.k;
+  const bool is_f16 = w.dtype == DType::kF16;
+  const uint16_t* data = static_cast<const uint16_t*>(w.data[grp.block]) + grp.row0 * k;
   // k-step outer, row inner: the 16 rows are read as 16 concurrent streams, which keeps more
   // DRAM requests in flight than reading one 4 KiB row after another.
   for (int64_t kb = kb0; kb < kb1; ++kb) {
@@ -191,7 +213,7 @@ void pack_a(const Group& grp, bool is_f16, int64_t k, int64_t kb0, int64_t kb1, 
     for (int r = 0; r < 16; ++r) {
       __m512i v = _mm512_setzero_si512();
       if (r < grp.rows) {
-        const uint16_t* src = grp.data + r * k + c;
+        const uint16_t* src = data + r * k + c;
         if (is_f16) {
           const __m512 lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lo_mask, src));
           const __m512 hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(hi_mask, src + 16));
@@ -206,15 +228,22 @@ void pack_a(const Group& grp, bool is_f16, int64_t k, int64_t kb0, int64_t kb1, 
   }
 }
 
-// Walks up to 32 byte ranges a few cache lines at a time, spread over the steps of a tile loop:
+// Walks up to 40 byte ranges a few cache lines at a time, spread over the steps of a tile loop:
 // the weight rows the next unit will pack (so they come from DRAM into L2 while tiles compute
 // instead of stalling pack_a), and the rows of y the current pair will write (so the epilogue's
-// stores do not each wait for a read-for-ownership miss).
+// stores do not each wait for a read-for-ownership miss). A range that continues the previous
+// one extends it (consecutive rows read in full are one range).
 class LinePrefetcher {
  public:
   void clear() { n_ = cur_ = 0; }
   void add(const void* p, int64_t bytes) {
+    if (bytes <= 0) return;
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if (n_ > 0 && a >= begin_[n_ - 1] && a <= end_[n_ - 1]) {
+      end_[n_ - 1] = std::max<uintptr_t>(end_[n_ - 1], a + bytes);
+      return;
+    }
+    if (n_ == kMaxRanges) return;
     begin_[n_] = a & ~uintptr_t(63);
     end_[n_] = a + bytes;
     ++n_;
@@ -238,7 +267,8 @@ class LinePrefetcher {
   }
 
  private:
-  uintptr_t begin_[32], end_[32];
+  static constexpr int kMaxRanges = 40;
+  uintptr_t begin_[kMaxRanges], end_[kMaxRanges];
   uintptr_t at_ = 0;
   int n_ = 0, cur_ = 0;
 };
@@ -290,22 +320,80 @@ void tile_loop(const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0, cons
   }
 }
 
-template <bool kSplit>
-void run_tiles_as(int G, int NB, const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0,
-                  const uint16_t* xp1, int64_t s0, int64_t s1, const StepPrefetch& pf) {
-  if (G == 2 && NB == 2) tile_loop<2, 2, kSplit>(a0, a1, xp0, xp1, s0, s1, pf);
-  if (G == 2 && NB == 1) tile_loop<2, 1, kSplit>(a0, a1, xp0, xp1, s0, s1, pf);
-  if (G == 1 && NB == 2) tile_loop<1, 2, kSplit>(a0, a1, xp0, xp1, s0, s1, pf);
-  if (G == 1 && NB == 1) tile_loop<1, 1, kSplit>(a0, a1, xp0, xp1, s0, s1, pf);
+// One k-step of a scale group for one m-block: C tiles C0 (group 0) and C1 (group 1). A macro:
+// the tile intrinsics take their register numbers as literal tokens.
+#define SAMPAN_GROUPED_STEP(C0, C1, G, kSplitX, a0, a1, xp) \
+  do {                                                      \
+    _tile_loadd(6, xp, 64);                                 \
+    _tile_loadd(4, a0, 64);                                 \
+    _tile_dpbf16ps(C0, 4, 6);                               \
+    if constexpr (G == 2) {                                 \
+      _tile_loadd(5, a1, 64);                               \
+      _tile_dpbf16ps(C1, 5, 6);                             \
+    }                                                       \
+    if constexpr (kSplitX) {                                \
+      _tile_loadd(7, (xp) + kTileElems, 64);                \
+      _tile_dpbf16ps(C0, 4, 7);                             \
+      if constexpr (G == 2) _tile_dpbf16ps(C1, 5, 7);       \
+    }                                                       \
+  } while (0)
+
+// Steps [0, steps) of one scale group into C tiles of parity p (zeroed first), then stored to
+// out: [2 groups, 16, 16] f32 at out and out + 256.
+template <int G, bool kSplitX>
+void grouped_tiles(int p, const uint16_t* a0, const uint16_t* a1, const uint16_t* xp,
+                   int64_t steps, float* out) {
+  constexpr int64_t kStep = (kSplitX ? 2 : 1) * kTileElems;
+  if (p == 0) {
+    _tile_zero(0);
+    _tile_zero(2);
+    for (int64_t s = 0; s < steps; ++s) {
+      SAMPAN_GROUPED_STEP(0, 2, G, kSplitX, a0 + s * kTileElems, a1 + s * kTileElems,
+                          xp + s * kStep);
+    }
+    _tile_stored(0, out, 64);
+    if constexpr (G == 2) _tile_stored(2, out + 256, 64);
+  } else {
+    _tile_zero(1);
+    _tile_zero(3);
+    for (int64_t s = 0; s < steps; ++s) {
+      SAMPAN_GROUPED_STEP(1, 3, G, kSplitX, a0 + s * kTileElems, a1 + s * kTileElems,
+                          xp + s * kStep);
+    }
+    _tile_stored(1, out, 64);
+    if constexpr (G == 2) _tile_stored(3, out + 256, 64);
+  }
 }
 
-void run_tiles(bool split, int G, int NB, const uint16_t* a0, const uint16_t* a1,
-               const uint16_t* xp0, const uint16_t* xp1, int64_t s0, int64_t s1,
-               const StepPrefetch& pf) {
+#undef SAMPAN_GROUPED_STEP
+
+void run_grouped_tiles(bool split, int G, int p, const uint16_t* a0, const uint16_t* a1,
+                       const uint16_t* xp, int64_t steps, float* out) {
   if (split) {
-    run_tiles_as<true>(G, NB, a0, a1, xp0, xp1, s0, s1, pf);
+    if (G == 2) grouped_tiles<2, true>(p, a0, a1, xp, steps, out);
+    if (G == 1) grouped_tiles<1, true>(p, a0, a1, xp, steps, out);
   } else {
-    run_tiles_as<false>(G, NB, a0, a1, xp0, xp1, s0, s1, pf);
+    if (G == 2) grouped_tiles<2, false>(p, a0, a1, xp, steps, out);
+    if (G == 1) grouped_tiles<1, false>(p, a0, a1, xp, steps, out);
+  }
+}
+
+template <bool kSplit>
+void run_tiles_as(int G, int NB, const uint16_t* const a[2], const uint16_t* xp0,
+                  const uint16_t* xp1, int64_t s0, int64_t s1, const StepPrefetch& pf) {
+  if (G == 2 && NB == 2) tile_loop<2, 2, kSplit>(a[0], a[1], xp0, xp1, s0, s1, pf);
+  if (G == 2 && NB == 1) tile_loop<2, 1, kSplit>(a[0], a[1], xp0, xp1, s0, s1, pf);
+  if (G == 1 && NB == 2) tile_loop<1, 2, kSplit>(a[0], a[1], xp0, xp1, s0, s1, pf);
+  if (G == 1 && NB == 1) tile_loop<1, 1, kSplit>(a[0], a[1], xp0, xp1, s0, s1, pf);
+}
+
+// a: the groups' packed A panels.
+void run_tiles(bool split, int G, int NB, const uint16_t* const a[2], const uint16_t* xp0,
+               const uint16_t* xp1, int64_t s0, int64_t s1, const StepPrefetch& pf) {
+  if (split) {
+    run_tiles_as<true>(G, NB, a, xp0, xp1, s0, s1, pf);
+  } else {
+    run_tiles_as<false>(G, NB, a, xp0, xp1, s0, s1, pf);
   }
 }
 
@@ -330,9 +418,16 @@ inline void load_transposed(const float* c, __m512i t[16]) {
   transpose16(t);
 }
 
+// A group's column multipliers (AmxPanelSource::col_scale times mul), or ones: C * 1 + bias in
+// one fma is the plain sum.
+inline __m512 col_scale(const Group& grp, float mul) {
+  if (!grp.scale) return _mm512_set1_ps(1.0f);
+  return _mm512_mul_ps(_mm512_maskz_loadu_ps(mask16(grp.rows), grp.scale), _mm512_set1_ps(mul));
+}
+
 // Writes the finished C tiles of a unit for m rows [m0, m0 + 16*NB) to y.
-void epilogue(const Unit& u, GemmEpilogue ep, const float* c, int NB, int64_t m0, int64_t m,
-              float* y, int64_t ldy) {
+void epilogue(const Unit& u, GemmEpilogue ep, float mul, const float* c, int NB, int64_t m0,
+              int64_t m, float* y, int64_t ldy) {
   for (int b = 0; b < NB; ++b) {
     const int64_t rows_m = std::min<int64_t>(16, m - (m0 + 16 * b));
     if (rows_m <= 0) break;
@@ -342,12 +437,13 @@ void epilogue(const Unit& u, GemmEpilogue ep, const float* c, int NB, int64_t m0
       const __mmask16 mask = mask16(gg.rows);
       const __m512 bg = gg.bias ? _mm512_maskz_loadu_ps(mask, gg.bias) : _mm512_setzero_ps();
       const __m512 bu = gu.bias ? _mm512_maskz_loadu_ps(mask, gu.bias) : _mm512_setzero_ps();
+      const __m512 sg = col_scale(gg, mul), su = col_scale(gu, mul);
       __m512i tg[16], tu[16];
       load_transposed(c + (0 + b) * 256, tg);
       load_transposed(c + (2 + b) * 256, tu);
       for (int64_t i = 0; i < rows_m; ++i) {
-        const __m512 g = _mm512_add_ps(_mm512_castsi512_ps(tg[i]), bg);
-        const __m512 up = _mm512_add_ps(_mm512_castsi512_ps(tu[i]), bu);
+        const __m512 g = _mm512_fmadd_ps(_mm512_castsi512_ps(tg[i]), sg, bg);
+        const __m512 up = _mm512_fmadd_ps(_mm512_castsi512_ps(tu[i]), su, bu);
         _mm512_mask_storeu_ps(y + (m0 + 16 * b + i) * ldy + gg.col, mask,
                               _mm512_mul_ps(silu512(g), up));
       }
@@ -357,11 +453,12 @@ void epilogue(const Unit& u, GemmEpilogue ep, const float* c, int NB, int64_t m0
       const Group& grp = u.g[g];
       const __mmask16 mask = mask16(grp.rows);
       const __m512 bias = grp.bias ? _mm512_maskz_loadu_ps(mask, grp.bias) : _mm512_setzero_ps();
+      const __m512 sc = col_scale(grp, mul);
       __m512i t[16];
       load_transposed(c + (2 * g + b) * 256, t);
       for (int64_t i = 0; i < rows_m; ++i) {
         _mm512_mask_storeu_ps(y + (m0 + 16 * b + i) * ldy + grp.col, mask,
-                              _mm512_add_ps(_mm512_castsi512_ps(t[i]), bias));
+                              _mm512_fmadd_ps(_mm512_castsi512_ps(t[i]), sc, bias));
       }
     }
   }
@@ -369,7 +466,8 @@ void epilogue(const Unit& u, GemmEpilogue ep, const float* c, int NB, int64_t m0
 
 struct AmxJob {
   const Unit* units;
-  bool is_f16;
+  const GemmWeights* w;
+  const AmxPanelSource* src;  // null: bf16/f16 rows read by pack_a
   int64_t k, n_kb, n_mb, m;
   int64_t xs;          // x tiles per k-step: 1 (bf16) or 2 (hi, lo)
   const uint16_t* xp;  // [n_mb, n_kb, xs, 16, 16, 2]
@@ -388,6 +486,67 @@ struct PendingEpilogue {
   float* c = nullptr;  // [4, 16, 16]
 };
 
+// Queues what packing k-steps [kb0, kb1) of unit u will read.
+void add_prefetch(const AmxJob& job, const Unit& u, int64_t kb0, int64_t kb1, LinePrefetcher& pf) {
+  const AmxPanelSource* src = job.src;
+  const int64_t row_bytes = src ? src->row_bytes : job.k * 2;
+  const int64_t step_bytes = src ? src->step_bytes : 64;
+  const int64_t bytes = std::min(row_bytes - kb0 * step_bytes, (kb1 - kb0) * step_bytes);
+  for (int g = 0; g < u.n_groups; ++g) {
+    const Group& grp = u.g[g];
+    const char* data = static_cast<const char*>(src ? src->data[grp.block] : job.w->data[grp.block]);
+    for (int64_t r = 0; r < grp.rows; ++r) {
+      pf.add(data + (grp.row0 + r) * row_bytes + kb0 * step_bytes, bytes);
+    }
+    for (int j = 0; src && j < 2; ++j) {
+      if (!src->side[j][grp.block]) continue;
+      pf.add(static_cast<const char*>(src->side[j][grp.block]) + grp.row0 * src->side_row_bytes[j],
+             grp.rows * src->side_row_bytes[j]);
+    }
+  }
+}
+
+// One unit against one m-block with grouped scales (AmxPanelSource::group_steps; one k-chunk):
+// per scale group the products go to fresh C tiles of alternating parity, are stored, and are
+// added into c (tile layout, rows of group g at c + 512 g) times the group's row scales, one
+// group late so the vector work does not wait on the stores. Packing runs one group ahead.
+template <class Pack, class Flush>
+void run_grouped_unit(const AmxJob& job, AmxScratch& s, const Unit& u, const uint16_t* xp,
+                      int64_t steps, Pack&& pack, Flush&& flush, const StepPrefetch& pf,
+                      float* c) {
+  const AmxPanelSource& src = *job.src;
+  const int64_t gs = src.group_steps, n_groups = steps / gs;
+  for (int g = 0; g < 2; ++g) {
+    for (int i = 0; i < 256; i += 16) _mm512_store_ps(c + 512 * g + i, _mm512_setzero_ps());
+  }
+  auto accumulate = [&](int64_t gi) {
+    for (int g = 0; g < u.n_groups; ++g) {
+      alignas(64) float sc[16] = {};
+      src.group_scale(src.ctx, u.g[g].block, u.g[g].row0, u.g[g].rows, gi, sc);
+      const float* part = s.group_c[gi % 2] + 256 * g;
+      float* sum = c + 512 * g;
+      for (int r = 0; r < u.g[g].rows; ++r) {
+        _mm512_store_ps(sum + 16 * r,
+                        _mm512_fmadd_ps(_mm512_load_ps(part + 16 * r), _mm512_set1_ps(sc[r]),
+                                        _mm512_load_ps(sum + 16 * r)));
+      }
+    }
+  };
+  pack(u, 0, gs, 0);
+  for (int64_t gi = 0; gi < n_groups; ++gi) {
+    const int64_t at = gi % 2 * gs;
+    run_grouped_tiles(job.xs == 2, u.n_groups, static_cast<int>(gi % 2),
+                      s.panel[0].data() + at * kTileElems, s.panel[1].data() + at * kTileElems,
+                      xp + gi * gs * job.xs * kTileElems, gs, s.group_c[gi % 2]);
+    if (gi + 1 < n_groups) pack(u, (gi + 1) * gs, (gi + 2) * gs, gs - at);
+    if (gi == 0) flush();
+    if (gi > 0) accumulate(gi - 1);
+    pf.w->next<_MM_HINT_T1>(pf.w_lines * gs);
+    pf.y->next<_MM_HINT_T0>(pf.y_lines * gs);
+  }
+  accumulate(n_groups - 1);
+}
+
 // Units [u0, u1) against m-block pairs [p0, p1).
 void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t p1) {
   AmxScratch& s = amx_scratch();
@@ -396,12 +555,18 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
     const size_t need = static_cast<size_t>((u1 - u0) * job.mc_pairs * 1024);
     s.acc.reserve(static_cast<int64_t>(need));
   }
-  for (auto& panel : s.panel) panel.reserve(job.chunk_steps * kTileElems);
+  const int64_t panel_steps = std::max(job.chunk_steps, 2 * kInterleaveSteps);
+  for (int g = 0; g < 2; ++g) {
+    s.panel[g].reserve(panel_steps * kTileElems);
+  }
+  const uint16_t* const a[2] = {s.panel[0].data(), s.panel[1].data()};
+  const float mul = job.src ? job.src->col_scale_mul : 1.0f;
   LinePrefetcher pf_w, pf_y;
   PendingEpilogue pending;
   auto flush = [&] {
     if (pending.unit)
-      epilogue(*pending.unit, job.ep, pending.c, pending.nb, pending.m0, job.m, job.y, job.ldy);
+      epilogue(*pending.unit, job.ep, mul, pending.c, pending.nb, pending.m0, job.m, job.y,
+               job.ldy);
     pending.unit = nullptr;
   };
   int flip = 0;
@@ -411,21 +576,27 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
     for (int64_t kc = 0; kc < n_kc; ++kc) {
       const int64_t kb0 = kc * job.n_kb / n_kc, kb1 = (kc + 1) * job.n_kb / n_kc;
       const int64_t steps = kb1 - kb0;
-      for (int64_t ui = u0; ui < u1; ++ui) {
-        const Unit& u = job.units[ui];
+      // One m-block pair (batched decode): each unit is packed a few k-steps at a time into
+      // alternating halves of the panel, just before its tile products, so the panel stays in
+      // L1 (a whole-k panel of split weights is 4 x 64 KiB at k = 2048, and its round trip
+      // through L2 cost more than the products). Several pairs reuse a whole-k panel instead.
+      const bool interleave = pe - pc == 1;
+      auto pack = [&](const Unit& u, int64_t from, int64_t to, int64_t at) {
         for (int g = 0; g < u.n_groups; ++g) {
-          pack_a(u.g[g], job.is_f16, job.k, kb0, kb1, s.panel[g].data());
-        }
-        pf_w.clear();
-        if (ui + 1 < u1) {
-          const Unit& next = job.units[ui + 1];
-          const int64_t bytes = (std::min(job.k, kb1 * 32) - kb0 * 32) * 2;
-          for (int g = 0; g < next.n_groups; ++g) {
-            for (int64_t r = 0; r < next.g[g].rows; ++r) {
-              pf_w.add(next.g[g].data + r * job.k + kb0 * 32, bytes);
-            }
+          uint16_t* out = s.panel[g].data() + at * kTileElems;
+          if (job.src) {
+            job.src->pack(job.src->ctx, u.g[g].block, u.g[g].row0, u.g[g].rows, kb0 + from,
+                          kb0 + to, out);
+          } else {
+            pack_a(*job.w, u.g[g], kb0 + from, kb0 + to, out);
           }
         }
+      };
+      for (int64_t ui = u0; ui < u1; ++ui) {
+        const Unit& u = job.units[ui];
+        if (!interleave) pack(u, 0, steps, 0);
+        pf_w.clear();
+        if (ui + 1 < u1) add_prefetch(job, job.units[ui + 1], kb0, kb1, pf_w);
         pf_w.start();
         const int64_t unit_steps = (pe - pc) * steps;
         const int64_t w_lines = (pf_w.lines() + unit_steps - 1) / unit_steps;
@@ -457,15 +628,39 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
           }
           pf_y.start();
           const StepPrefetch pf{&pf_w, w_lines, &pf_y, (pf_y.lines() + steps - 1) / steps};
-          // The previous pair's epilogue runs after a few steps have been queued, so the vector
-          // work overlaps the tile products instead of waiting in line behind them.
-          const int64_t split = std::min<int64_t>(steps, 4);
           const bool hi_lo = job.xs == 2;
-          run_tiles(hi_lo, u.n_groups, NB, s.panel[0].data(), s.panel[1].data(), xp0, xp1, 0,
-                    split, pf);
-          flush();
-          run_tiles(hi_lo, u.n_groups, NB, s.panel[0].data(), s.panel[1].data(), xp0, xp1, split,
-                    steps, pf);
+          if (job.src && job.src->group_steps > 0) {  // one m-block, one k-chunk
+            float* c = s.c[flip];
+            flip ^= 1;
+            run_grouped_unit(job, s, u, xp0, steps, pack, flush, pf, c);
+            pending = {&u, NB, mb * 16, c};
+            continue;
+          }
+          if (interleave) {
+            // Packing runs one slice ahead: a tile load right after the stores that wrote
+            // its panel waits for them to drain, so the tile products of slice j are queued
+            // first and slice j + 1 is packed while they run.
+            pack(u, 0, std::min(steps, kInterleaveSteps), 0);
+            for (int64_t s0 = 0; s0 < steps; s0 += kInterleaveSteps) {
+              const int64_t s1 = std::min(steps, s0 + kInterleaveSteps);
+              const int64_t at = (s0 / kInterleaveSteps) % 2 * kInterleaveSteps;
+              const uint16_t* const ah[2] = {a[0] + at * kTileElems, a[1] + at * kTileElems};
+              const int64_t xoff = s0 * job.xs * kTileElems;
+              run_tiles(hi_lo, u.n_groups, NB, ah, xp0 + xoff, xp1 + xoff, 0,
+                        s1 - s0, pf);
+              if (s1 < steps) {
+                pack(u, s1, std::min(steps, s1 + kInterleaveSteps), kInterleaveSteps - at);
+              }
+              if (s0 == 0) flush();
+            }
+          } else {
+            // The previous pair's epilogue runs after a few steps have been queued, so the
+            // vector work overlaps the tile products instead of waiting in line behind them.
+            const int64_t split = std::min<int64_t>(steps, 4);
+            run_tiles(hi_lo, u.n_groups, NB, a, xp0, xp1, 0, split, pf);
+            flush();
+            run_tiles(hi_lo, u.n_groups, NB, a, xp0, xp1, split, steps, pf);
+          }
           if (kc + 1 < n_kc) {
             store_c(acc);
           } else {
@@ -504,8 +699,11 @@ std::atomic<int>& precision_slot() {
 
 }  // namespace
 
-void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
-              float* y, int64_t ldy, TaskRunner& runner) {
+namespace {
+
+void run_gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                  const AmxPanelSource* src, GemmEpilogue ep, float* y, int64_t ldy,
+                  TaskRunner& runner) {
   const int64_t k = w.k;
   const int64_t n_kb = (k + 31) / 32;
   const int64_t n_mb = (m + 15) / 16;
@@ -521,21 +719,23 @@ void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Gemm
     }
   });
 
-  const std::vector<Unit> units = make_units(w, ep);
+  const std::vector<Unit> units = make_units(w, src, ep);
   const int64_t n_units = static_cast<int64_t>(units.size());
   const int64_t n_pairs = (n_mb + 1) / 2;
   // k is only split when all of x would not fit the L2 budget: with few rows of x (batched
   // decode) one k-chunk avoids the partial-sum round trips and packs each unit in one go.
   const int64_t pair_step_bytes = 2048 * xs;  // packed x per m-block pair and k-step
   const int64_t max_steps = std::max(kChunkSteps, kXChunkBytes / (n_pairs * pair_step_bytes));
-  const int64_t n_kc = (n_kb + max_steps - 1) / max_steps;
+  // Grouped scales keep their per-group sums in f32 outside the tiles: one k-chunk (m <= 16).
+  const bool grouped = src && src->group_steps > 0;
+  const int64_t n_kc = grouped ? 1 : (n_kb + max_steps - 1) / max_steps;
   const int64_t chunk_steps = (n_kb + n_kc - 1) / n_kc;
   // Balanced m-chunks of at most the L2 budget.
   const int64_t max_pairs = std::max<int64_t>(1, kXChunkBytes / (chunk_steps * pair_step_bytes));
   const int64_t n_mc = (n_pairs + max_pairs - 1) / max_pairs;
   const int64_t mc_pairs = (n_pairs + n_mc - 1) / n_mc;
-  const AmxJob job{units.data(), w.dtype == DType::kF16, k, n_kb, n_mb, m, xs, xp.data(), ep, y,
-                   ldy, chunk_steps, mc_pairs};
+  const AmxJob job{units.data(), &w, src, k, n_kb, n_mb, m, xs, xp.data(), ep, y, ldy,
+                   chunk_steps, mc_pairs};
 
   const int64_t n_chunks = std::min(threads, n_units);
   const int64_t m_chunks = std::min((threads + n_chunks - 1) / n_chunks, n_pairs);
@@ -545,6 +745,20 @@ void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Gemm
     const int64_t p0 = n_pairs * mc / m_chunks, p1 = n_pairs * (mc + 1) / m_chunks;
     if (u0 < u1 && p0 < p1) run_amx_task(job, u0, u1, p0, p1);
   });
+}
+
+}  // namespace
+
+void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
+              float* y, int64_t ldy, TaskRunner& runner) {
+  run_gemm_amx(m, x, ldx, w, nullptr, ep, y, ldy, runner);
+}
+
+void gemm_amx_source(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                     const AmxPanelSource& src, GemmEpilogue ep, float* y, int64_t ldy,
+                     TaskRunner& runner) {
+  assert(src.group_steps == 0 || m <= 16);
+  run_gemm_amx(m, x, ldx, w, &src, ep, y, ldy, runner);
 }
 
 }  // namespace sampan::cpu::gemm_detail

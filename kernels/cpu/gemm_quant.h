@@ -6,7 +6,9 @@
 // Decode (m < kQuantPrefillMinM) is memory-bound: dot kernels take R weight rows at a time,
 // dequantize them in registers and multiply them with up to max_m rows of x, so every packed
 // weight byte and scale is read from memory once per call (m-groups beyond max_m reuse the R
-// rows from L1). Prefill (m >= kQuantPrefillMinM) is compute-bound: the driver dequantizes a
+// rows from L1). On AMX CPUs batched decode (quant_on_amx_tiles) instead dequantizes 16 rows
+// at a time into a tile panel in L1 and runs gemm_amx's tile loop on it: the integer-dot
+// kernels run out of arithmetic at m = 4..8 on a core, the tiles do not. Prefill (m >= kQuantPrefillMinM) is compute-bound: the driver dequantizes a
 // bounded chunk of weight rows into scratch (bf16 where cpu::gemm multiplies in bf16: AMX, or
 // AVX512-BF16 CPUs with GemmPrecision::kBf16; f32 otherwise) and runs the plain GEMM on it, so
 // the existing AMX / bf16-panel / FMA-panel machinery does the arithmetic.
@@ -29,6 +31,10 @@
 //    where the second term is the f32 summation of exact integer group sums (see the kernel),
 //    for groups with absmax_g(x) >= 2^-111 (s_x a normal f32; smaller ones round to 0 or less
 //    precisely). A group of x holding a NaN or an infinity gives NaN outputs.
+//  - On AMX tiles (quant_on_amx_tiles: fp8 from m = 4, int4 for m = 9..16; precision not kF32;
+//    gemm_quant_amx.cc): x = hi + lo in bf16 (2^-16; kBf16: x rounded to bf16, 2^-8); the
+//    weights are exact in bf16 (fp8 values, and int4 q - z) with the row or group scale applied
+//    in f32. Below 2^-16 * M plus f32 summation (1e-5 * M); with kBf16 2^-7 * M.
 //  - Prefill on AMX, or on AVX512-BF16 CPUs with kBf16: the dequantized weights are rounded to
 //    bf16 (2^-8 relative) and x kept to 2^-16 (GemmPrecision::kSplitBf16, AMX only) or 2^-8
 //    (kBf16): below 2^-8 * M (+ 2^-16) with the default on AMX, below 2^-7 * M with kBf16. As
@@ -118,6 +124,26 @@ const QuantKernels& quant_kernels_avx512();
 // The AVX-512 table with VNNI decode kernels (gemm_quant_avx512_vnni.cc): only where
 // has_avx512_vnni().
 const QuantKernels& quant_kernels_avx512_vnni();
+
+// On AMX CPUs (GemmPrecision not kF32) quantized GEMMs run on AMX tiles with the weights
+// dequantized per 16-row panel in L1 (gemm_quant_amx.cc), exact in bf16: fp8 from
+// kF8AmxMinM rows on (prefill included), int4 for kI4AmxMinM..kQuantPrefillMinM rows (one block
+// of 16 rows of x: the per-group sums need the spare C tiles). Measured end to end (TinyLlama
+// shape, 2 threads, `sampan bench --batch`, Sapphire Rapids class): a decode step of B rows
+// over one row's, fp8 1.40-1.49x at B = 4..12 (AVX512-VNNI kernels: 1.80-3.12x; 1.28x vs
+// 1.43x at B = 2), int4 3.0-3.2x at B = 2..12 (VNNI: 1.28, 1.79, 2.92, 4.14x at B = 2, 4, 8,
+// 12): the tile path costs the same per weight at any m, the integer-dot kernels grow with m.
+// fp8 prefill on the tiles ran 1.0-1.4x the dequantize-to-memory path (bench_gemm_quant gemm).
+constexpr int64_t kF8AmxMinM = 4;
+constexpr int64_t kI4AmxMinM = 9;
+
+// Whether cpu::gemm runs kF8E4M3 / kI4 weights with m rows of x through gemm_quant_amx (reads
+// the CPU's level and the calling thread's GemmPrecision, like cpu::gemm).
+bool quant_on_amx_tiles(DType dtype, int64_t m);
+
+// The AMX path (gemm_quant_amx.cc; CPUs with AMX-BF16 only; kI4 only for m <= 16).
+void gemm_quant_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                    GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 
 // cpu::gemm for w.dtype kF8E4M3 or kI4 (same contract; m >= 1).
 void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,

@@ -264,6 +264,12 @@ void gemm_quant_prefill(const QuantKernels& kt, int64_t m, const float* x, int64
 
 }  // namespace
 
+bool quant_on_amx_tiles(DType dtype, int64_t m) {
+  if (!has_amx() || gemm_precision() == GemmPrecision::kF32) return false;
+  return dtype == DType::kF8E4M3 ? m >= kF8AmxMinM
+                                 : m >= kI4AmxMinM && m <= kQuantPrefillMinM;
+}
+
 void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
                 float* y, int64_t ldy, TaskRunner& runner) {
   assert(w.dtype == DType::kF8E4M3 || w.dtype == DType::kI4);
@@ -271,7 +277,9 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
                                     w.group_size == 128) &&
                                    w.k % w.group_size == 0));
   static_assert(kMaxQuantRows >= 4 && kMaxQuantM >= 8);
-  if (m >= kQuantPrefillMinM) {
+  if (quant_on_amx_tiles(w.dtype, m)) {
+    gemm_quant_amx(m, x, ldx, w, ep, y, ldy, runner);
+  } else if (m >= kQuantPrefillMinM) {
     const QuantKernels& kt = has_avx512() ? quant_kernels_avx512() : quant_kernels_avx2();
     gemm_quant_prefill(kt, m, x, ldx, w, ep, y, ldy, runner);
   } else {

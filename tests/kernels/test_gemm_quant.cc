@@ -13,6 +13,9 @@
 //  - int4 decode (AVX2 kernel, and the AVX512-VNNI one from that level up) rounds x per (row of
 //    x, group) to absmax_g / 32639 steps (gemm_quant.h):
 //    we allow kI4DecodeXError * sum_g absmax_g(x) * sum_{c in g} |w_c| on top of 1e-5 * M.
+//  - AMX tiles with the weights dequantized into the panels (fp8 from m = 4, int4 for m = 9..16,
+//    on an AMX CPU): x split into bf16 hi + lo, fp8 and int4 weights exact: 2^-16 on top of
+//    1e-5 * M.
 //  - AMX prefill (m >= 16 on an AMX CPU): the dequantized weights are rounded to bf16
 //    (|dw| <= 2^-9 |w|) and x is split into bf16 hi + lo (2^-16): we allow 2^-8.
 // kSiluMul: as test_gemm.cc, |dy| <= 1.1 |u| eg + |silu(g)| eu + 1e-6 |y|, with eg and eu the
@@ -151,7 +154,20 @@ Block make_block(const Case& c, int64_t rows, bool bias, std::mt19937& rng) {
   return b;
 }
 
+// On AMX tiles (gemm_quant_amx.cc: fp8 from m = 4, int4 for m = 9..16): x split into bf16 hi + lo (2^-16), fp8 and
+// int4 weights exact in bf16 (scales applied in f32): 2^-16 of M, plus f32 summation.
+// (Called with the ISA already set.)
+bool amx_decode(Isa isa, const Case& c) {
+  return isa_includes(isa, Isa::kAmx) && gemm_detail::quant_on_amx_tiles(c.dtype, c.m);
+}
+
 double tolerance(Isa isa, const Case& c) {
+  if (amx_decode(isa, c)) {
+    if (sampan::cpu::gemm_precision() == sampan::cpu::GemmPrecision::kBf16) {
+      return std::ldexp(1.0, -7);
+    }
+    return std::ldexp(1.0, -16) + 1e-5;
+  }
   const bool prefill = c.m >= gemm_detail::kQuantPrefillMinM;
   // Prefill multiplies in bf16 on AMX, and with GemmPrecision::kBf16 on AVX512-BF16 too
   // (gemm_quant.h): weights (and x with kBf16) rounded to bf16.
@@ -165,7 +181,7 @@ double tolerance(Isa isa, const Case& c) {
 
 // Whether this ISA rounds x per group: every int4 decode kernel (AVX2, AVX512-VNNI) does.
 bool rounds_x(Isa isa, const Case& c) {
-  return c.dtype == DType::kI4 && c.m < gemm_detail::kQuantPrefillMinM;
+  return c.dtype == DType::kI4 && c.m < gemm_detail::kQuantPrefillMinM && !amx_decode(isa, c);
 }
 
 // Sets MXCSR.DAZ and FTZ while alive (when asked).
@@ -423,6 +439,34 @@ TEST_CASE("gemm int4 decode: SiLU-mul and blocks of mixed zero points", "[kernel
 }
 
 // A NaN in x makes its row of y NaN (whole-group rounding must not hide it).
+// The AMX batched-decode path reads the precision per call: kBf16 rounds x to bf16 there,
+// kF32 keeps these m on the exact decode kernels (checked at their tighter bounds).
+TEST_CASE("gemm int4 and fp8 batched decode under every GemmPrecision", "[kernels][gemm_quant]") {
+  struct Restore {
+    GemmPrecision saved = gemm_precision();
+    ~Restore() { set_gemm_precision(saved); }
+  } restore;
+  uint32_t seed = 7000;
+  for (GemmPrecision p : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16, GemmPrecision::kF32}) {
+    set_gemm_precision(p);
+    for (DType dt : {DType::kI4, DType::kF8E4M3}) {
+      for (int64_t m : {2, 5, 9, 16, 40}) {
+        Case c;
+        c.dtype = dt;
+        c.m = m;
+        c.k = dt == DType::kI4 ? 256 : 200;
+        c.rows = {37, 21};
+        c.bias = {true, false};
+        c.group = 64;
+        c.asym = m == 9;
+        c.x_fill = m == 16 ? XFill::kSpike : XFill::kUniform;
+        INFO("precision=" << static_cast<int>(p));
+        check_case(c, seed++);
+      }
+    }
+  }
+}
+
 TEST_CASE("gemm int4 and fp8 decode: a NaN in x gives NaN outputs", "[kernels][gemm_quant]") {
   for (DType dt : {DType::kI4, DType::kF8E4M3}) {
     const int64_t k = 256, n = 6, m = 2;
