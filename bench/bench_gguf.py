@@ -24,8 +24,17 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
 
 LLAMACPP_SNIPPET = r"""
-import json, sys, time
+import json, os, sys, time
+import llama_cpp.llama_cpp as lowlevel
 from llama_cpp import Llama
+if os.environ.get("SAMPAN_LLAMACPP_NO_EXTRA_BUFTS") and any(
+        f[0] == "use_extra_bufts" for f in lowlevel.llama_model_params._fields_):
+    _default = lowlevel.llama_model_default_params
+    def _no_extra_bufts():
+        p = _default()
+        p.use_extra_bufts = False
+        return p
+    lowlevel.llama_model_default_params = _no_extra_bufts
 path, threads, prompt_len, gen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 llm = Llama(model_path=path, n_ctx=prompt_len + gen + 16, n_batch=prompt_len, n_ubatch=prompt_len,
             n_threads=threads, n_threads_batch=threads, verbose=False)
@@ -61,9 +70,18 @@ def run_sampan(args, path):
 
 
 def run_llamacpp(args, path):
-    out = subprocess.run([sys.executable, "-c", LLAMACPP_SNIPPET, path, str(args.threads),
-                          str(args.prompt_len), str(args.gen)], capture_output=True, text=True,
-                         check=True)
+    cmd = [sys.executable, "-c", LLAMACPP_SNIPPET, path, str(args.threads), str(args.prompt_len),
+           str(args.gen)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode < 0:
+        # llama-cpp-python 0.3.36's AMX Q8_0 kernel crashes (SIGSEGV) on some CPUs: measure
+        # again without llama.cpp's extra buffer types (its AVX-512 kernels), and say so.
+        print(f"note: llama.cpp crashed on {os.path.basename(path)} (signal {-out.returncode}); "
+              "measuring it without its extra (AMX) buffer types", file=sys.stderr, flush=True)
+        out = subprocess.run(cmd, capture_output=True, text=True,
+                             env=dict(os.environ, SAMPAN_LLAMACPP_NO_EXTRA_BUFTS="1"))
+    if out.returncode != 0:
+        raise SystemExit(f"error: llama.cpp on {path} failed: {out.stderr.strip()[-300:]}")
     j = json.loads(out.stdout.strip().splitlines()[-1])
     return j["prefill_tok_s"], j["decode_tok_s"]
 
