@@ -340,31 +340,30 @@ void tile_loop(const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0, cons
 
 // Steps [0, steps) of one scale group into C tiles of parity p (zeroed first), then stored to
 // out: [2 groups, 16, 16] f32 at out and out + 256.
+#define SAMPAN_GROUPED_TILES(C0, C1)                                                   \
+  do {                                                                                 \
+    _tile_zero(C0);                                                                    \
+    _tile_zero(C1);                                                                    \
+    for (int64_t s = 0; s < steps; ++s) {                                              \
+      SAMPAN_GROUPED_STEP(C0, C1, G, kSplitX, a0 + s * kTileElems, a1 + s * kTileElems, \
+                          xp + s * kStep);                                             \
+    }                                                                                  \
+    _tile_stored(C0, out, 64);                                                         \
+    if constexpr (G == 2) _tile_stored(C1, out + 256, 64);                             \
+  } while (0)
+
 template <int G, bool kSplitX>
 void grouped_tiles(int p, const uint16_t* a0, const uint16_t* a1, const uint16_t* xp,
                    int64_t steps, float* out) {
   constexpr int64_t kStep = (kSplitX ? 2 : 1) * kTileElems;
   if (p == 0) {
-    _tile_zero(0);
-    _tile_zero(2);
-    for (int64_t s = 0; s < steps; ++s) {
-      SAMPAN_GROUPED_STEP(0, 2, G, kSplitX, a0 + s * kTileElems, a1 + s * kTileElems,
-                          xp + s * kStep);
-    }
-    _tile_stored(0, out, 64);
-    if constexpr (G == 2) _tile_stored(2, out + 256, 64);
+    SAMPAN_GROUPED_TILES(0, 2);
   } else {
-    _tile_zero(1);
-    _tile_zero(3);
-    for (int64_t s = 0; s < steps; ++s) {
-      SAMPAN_GROUPED_STEP(1, 3, G, kSplitX, a0 + s * kTileElems, a1 + s * kTileElems,
-                          xp + s * kStep);
-    }
-    _tile_stored(1, out, 64);
-    if constexpr (G == 2) _tile_stored(3, out + 256, 64);
+    SAMPAN_GROUPED_TILES(1, 3);
   }
 }
 
+#undef SAMPAN_GROUPED_TILES
 #undef SAMPAN_GROUPED_STEP
 
 void run_grouped_tiles(bool split, int G, int p, const uint16_t* a0, const uint16_t* a1,
@@ -494,7 +493,7 @@ void add_prefetch(const AmxJob& job, const Unit& u, int64_t kb0, int64_t kb1, Li
   const int64_t bytes = std::min(row_bytes - kb0 * step_bytes, (kb1 - kb0) * step_bytes);
   for (int g = 0; g < u.n_groups; ++g) {
     const Group& grp = u.g[g];
-    const char* data = static_cast<const char*>(src ? src->data[grp.block] : job.w->data[grp.block]);
+    const char* data = static_cast<const char*>(job.w->data[grp.block]);
     for (int64_t r = 0; r < grp.rows; ++r) {
       pf.add(data + (grp.row0 + r) * row_bytes + kb0 * step_bytes, bytes);
     }
@@ -516,6 +515,7 @@ void run_grouped_unit(const AmxJob& job, AmxScratch& s, const Unit& u, const uin
                       float* c) {
   const AmxPanelSource& src = *job.src;
   const int64_t gs = src.group_steps, n_groups = steps / gs;
+  assert(gs <= kInterleaveSteps && steps % gs == 0);  // two groups fit the panel (run_amx_task)
   for (int g = 0; g < 2; ++g) {
     for (int i = 0; i < 256; i += 16) _mm512_store_ps(c + 512 * g + i, _mm512_setzero_ps());
   }
@@ -578,8 +578,8 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
       const int64_t steps = kb1 - kb0;
       // One m-block pair (batched decode): each unit is packed a few k-steps at a time into
       // alternating halves of the panel, just before its tile products, so the panel stays in
-      // L1 (a whole-k panel of split weights is 4 x 64 KiB at k = 2048, and its round trip
-      // through L2 cost more than the products). Several pairs reuse a whole-k panel instead.
+      // L1 (a whole-k panel is 2 x 64 KiB at k = 2048, and its round trip through L2 cost
+      // more than the products). Several pairs reuse a whole-k panel instead.
       const bool interleave = pe - pc == 1;
       auto pack = [&](const Unit& u, int64_t from, int64_t to, int64_t at) {
         for (int g = 0; g < u.n_groups; ++g) {
@@ -696,10 +696,6 @@ std::atomic<int>& precision_slot() {
   static std::atomic<int> slot{static_cast<int>(precision_from_env())};
   return slot;
 }
-
-}  // namespace
-
-namespace {
 
 void run_gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                   const AmxPanelSource* src, GemmEpilogue ep, float* y, int64_t ldy,

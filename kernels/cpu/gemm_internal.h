@@ -191,8 +191,8 @@ struct AmxPanelSource {
   const void* col_scale[kMaxGemmBlocks] = {};
   float col_scale_mul = 1.0f;
   // What the next unit's packing will read, for prefetching: per row, row_bytes of packed data
-  // (step_bytes per k-step) at data[b], and side_row_bytes[j] of side[j][b] (scales, zeros).
-  const void* data[kMaxGemmBlocks] = {};
+  // (step_bytes per k-step) at the weights' data[b], and side_row_bytes[j] of side[j][b]
+  // (scales, zeros).
   int64_t row_bytes = 0, step_bytes = 0;
   const void* side[2][kMaxGemmBlocks] = {};
   int64_t side_row_bytes[2] = {};

@@ -149,4 +149,17 @@ void gemm_quant_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w
 void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
                 float* y, int64_t ldy, TaskRunner& runner);
 
+#if defined(__AVX512F__)
+// For the files compiled with AVX-512 (gemm_quant_avx512.cc, gemm_quant_amx.cc); `static` keeps
+// each translation unit's copy private (as gemm_internal.h's helpers).
+// 32 E4M3 bytes -> two vectors of f32 holding 2^-8 times their values, exactly: sign-extended to
+// 16 bits and shifted so exponent and mantissa land in an f16 (bias 15 for 7), subnormals too.
+static inline void fp8x32_to_f32(__m256i b, __m512& lo, __m512& hi) {
+  const __m512i w = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(b), 7),
+                                     _mm512_set1_epi16(static_cast<int16_t>(0xbf80)));
+  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(w));
+  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w, 1));
+}
+#endif
+
 }  // namespace sampan::cpu::gemm_detail

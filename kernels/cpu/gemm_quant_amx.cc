@@ -112,13 +112,9 @@ void pack_f8(const void* ctx, int b, int64_t row0, int64_t rows, int64_t kb0, in
     const int64_t col = kb * 32;
     const __mmask32 mask = mask32(k - col);
     for (int64_t r = 0; r < rows; ++r) {
-      // E4M3 -> f16 holding 2^-8 of its value (sign-extend, shift, keep sign/exponent/mantissa),
-      // then f32 and bf16, both exact.
-      const __m256i bytes = _mm256_maskz_loadu_epi8(mask, data + r * k + col);
-      const __m512i w16 = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(bytes), 7),
-                                           _mm512_set1_epi16(static_cast<int16_t>(0xbf80)));
-      const __m512 v0 = _mm512_cvtph_ps(_mm512_castsi512_si256(w16));
-      const __m512 v1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w16, 1));
+      // 2^-8 times the E4M3 values in f32, then bf16: both exact.
+      __m512 v0, v1;
+      fp8x32_to_f32(_mm256_maskz_loadu_epi8(mask, data + r * k + col), v0, v1);
       const __m512bh h = _mm512_cvtne2ps_pbh(v1, v0);
       _mm512_store_si512(hi + (kb - kb0) * kTileElems + r * 32, reinterpret_cast<const __m512i&>(h));
     }
@@ -136,7 +132,6 @@ void gemm_quant_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w
   f.k = w.k;
   AmxPanelSource src;
   src.ctx = &ctx;
-  for (int b = 0; b < w.n_blocks; ++b) src.data[b] = w.data[b];
   if (w.dtype == DType::kI4) {
     f.group = w.group_size;
     f.bf16_scales = w.scale_dtype == DType::kBF16;

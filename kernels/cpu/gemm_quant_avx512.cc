@@ -128,14 +128,6 @@ void dot_i4(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* 
 constexpr int kF8Rows = 4;
 constexpr int kF8MaxM = 4;
 
-// 32 E4M3 bytes -> two vectors of f32 holding 2^-8 times their values (exact).
-inline void fp8x32_to_f32(__m256i b, __m512& lo, __m512& hi) {
-  const __m512i w = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(b), 7),
-                                     _mm512_set1_epi16(static_cast<int16_t>(0xbf80)));
-  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(w));
-  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w, 1));
-}
-
 template <int MB>
 void dot_f8_mb(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
   constexpr int R = kF8Rows;
