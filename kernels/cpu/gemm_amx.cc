@@ -32,10 +32,8 @@
 // fewer units than threads). Tiles are configured per task and released at its end.
 //
 // Quantized weights (gemm_amx_source, AmxPanelSource in gemm_internal.h) come through a packer
-// that dequantizes a group of rows straight into the panel; fp8 values are exact in bf16 and
-// their row scale multiplies the finished columns in the epilogue; int4 panels hold q - z and,
-// with one m-block, each scale group's products go to C tiles of their own (tmm0/2 and tmm1/3 by
-// group parity) that are stored and added to f32 sums times the group's scales.
+// that dequantizes a group of rows straight into the panel (fp8: its values are exact in bf16,
+// and their row scale multiplies the finished columns in the epilogue).
 // With one m-block pair per m-chunk (batched decode), a unit is packed kInterleaveSteps k-steps
 // at a time into alternating halves of its panel, one slice ahead of its tile products, so the
 // panel stays in L1 (a whole-k panel went to L2 and back; 4 steps measured best of 1..16).
@@ -183,7 +181,6 @@ struct AmxScratch {
   AlignedBuffer<uint16_t> panel[2];  // per group: [steps, 16, 32] bf16, one A tile per k-step
   AlignedBuffer<float> acc;          // [units, m-pairs, 4, 16, 16] partial C between k-chunks
   alignas(64) float c[2][1024];      // finished C tiles, double-buffered for the late epilogue
-  alignas(64) float group_c[2][512];  // a scale group's C tiles (2 groups of rows), by parity
 };
 
 AmxScratch& amx_scratch() {
@@ -320,63 +317,6 @@ void tile_loop(const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0, cons
   }
 }
 
-// One k-step of a scale group for one m-block: C tiles C0 (group 0) and C1 (group 1). A macro:
-// the tile intrinsics take their register numbers as literal tokens.
-#define SAMPAN_GROUPED_STEP(C0, C1, G, kSplitX, a0, a1, xp) \
-  do {                                                      \
-    _tile_loadd(6, xp, 64);                                 \
-    _tile_loadd(4, a0, 64);                                 \
-    _tile_dpbf16ps(C0, 4, 6);                               \
-    if constexpr (G == 2) {                                 \
-      _tile_loadd(5, a1, 64);                               \
-      _tile_dpbf16ps(C1, 5, 6);                             \
-    }                                                       \
-    if constexpr (kSplitX) {                                \
-      _tile_loadd(7, (xp) + kTileElems, 64);                \
-      _tile_dpbf16ps(C0, 4, 7);                             \
-      if constexpr (G == 2) _tile_dpbf16ps(C1, 5, 7);       \
-    }                                                       \
-  } while (0)
-
-// Steps [0, steps) of one scale group into C tiles of parity p (zeroed first), then stored to
-// out: [2 groups, 16, 16] f32 at out and out + 256.
-#define SAMPAN_GROUPED_TILES(C0, C1)                                                   \
-  do {                                                                                 \
-    _tile_zero(C0);                                                                    \
-    _tile_zero(C1);                                                                    \
-    for (int64_t s = 0; s < steps; ++s) {                                              \
-      SAMPAN_GROUPED_STEP(C0, C1, G, kSplitX, a0 + s * kTileElems, a1 + s * kTileElems, \
-                          xp + s * kStep);                                             \
-    }                                                                                  \
-    _tile_stored(C0, out, 64);                                                         \
-    if constexpr (G == 2) _tile_stored(C1, out + 256, 64);                             \
-  } while (0)
-
-template <int G, bool kSplitX>
-void grouped_tiles(int p, const uint16_t* a0, const uint16_t* a1, const uint16_t* xp,
-                   int64_t steps, float* out) {
-  constexpr int64_t kStep = (kSplitX ? 2 : 1) * kTileElems;
-  if (p == 0) {
-    SAMPAN_GROUPED_TILES(0, 2);
-  } else {
-    SAMPAN_GROUPED_TILES(1, 3);
-  }
-}
-
-#undef SAMPAN_GROUPED_TILES
-#undef SAMPAN_GROUPED_STEP
-
-void run_grouped_tiles(bool split, int G, int p, const uint16_t* a0, const uint16_t* a1,
-                       const uint16_t* xp, int64_t steps, float* out) {
-  if (split) {
-    if (G == 2) grouped_tiles<2, true>(p, a0, a1, xp, steps, out);
-    if (G == 1) grouped_tiles<1, true>(p, a0, a1, xp, steps, out);
-  } else {
-    if (G == 2) grouped_tiles<2, false>(p, a0, a1, xp, steps, out);
-    if (G == 1) grouped_tiles<1, false>(p, a0, a1, xp, steps, out);
-  }
-}
-
 template <bool kSplit>
 void run_tiles_as(int G, int NB, const uint16_t* const a[2], const uint16_t* xp0,
                   const uint16_t* xp1, int64_t s0, int64_t s1, const StepPrefetch& pf) {
@@ -505,48 +445,6 @@ void add_prefetch(const AmxJob& job, const Unit& u, int64_t kb0, int64_t kb1, Li
   }
 }
 
-// One unit against one m-block with grouped scales (AmxPanelSource::group_steps; one k-chunk):
-// per scale group the products go to fresh C tiles of alternating parity, are stored, and are
-// added into c (tile layout, rows of group g at c + 512 g) times the group's row scales, one
-// group late so the vector work does not wait on the stores. Packing runs one group ahead.
-template <class Pack, class Flush>
-void run_grouped_unit(const AmxJob& job, AmxScratch& s, const Unit& u, const uint16_t* xp,
-                      int64_t steps, Pack&& pack, Flush&& flush, const StepPrefetch& pf,
-                      float* c) {
-  const AmxPanelSource& src = *job.src;
-  const int64_t gs = src.group_steps, n_groups = steps / gs;
-  assert(gs <= kInterleaveSteps && steps % gs == 0);  // two groups fit the panel (run_amx_task)
-  for (int g = 0; g < 2; ++g) {
-    for (int i = 0; i < 256; i += 16) _mm512_store_ps(c + 512 * g + i, _mm512_setzero_ps());
-  }
-  auto accumulate = [&](int64_t gi) {
-    for (int g = 0; g < u.n_groups; ++g) {
-      alignas(64) float sc[16] = {};
-      src.group_scale(src.ctx, u.g[g].block, u.g[g].row0, u.g[g].rows, gi, sc);
-      const float* part = s.group_c[gi % 2] + 256 * g;
-      float* sum = c + 512 * g;
-      for (int r = 0; r < u.g[g].rows; ++r) {
-        _mm512_store_ps(sum + 16 * r,
-                        _mm512_fmadd_ps(_mm512_load_ps(part + 16 * r), _mm512_set1_ps(sc[r]),
-                                        _mm512_load_ps(sum + 16 * r)));
-      }
-    }
-  };
-  pack(u, 0, gs, 0);
-  for (int64_t gi = 0; gi < n_groups; ++gi) {
-    const int64_t at = gi % 2 * gs;
-    run_grouped_tiles(job.xs == 2, u.n_groups, static_cast<int>(gi % 2),
-                      s.panel[0].data() + at * kTileElems, s.panel[1].data() + at * kTileElems,
-                      xp + gi * gs * job.xs * kTileElems, gs, s.group_c[gi % 2]);
-    if (gi + 1 < n_groups) pack(u, (gi + 1) * gs, (gi + 2) * gs, gs - at);
-    if (gi == 0) flush();
-    if (gi > 0) accumulate(gi - 1);
-    pf.w->next<_MM_HINT_T1>(pf.w_lines * gs);
-    pf.y->next<_MM_HINT_T0>(pf.y_lines * gs);
-  }
-  accumulate(n_groups - 1);
-}
-
 // Units [u0, u1) against m-block pairs [p0, p1).
 void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t p1) {
   AmxScratch& s = amx_scratch();
@@ -629,13 +527,6 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
           pf_y.start();
           const StepPrefetch pf{&pf_w, w_lines, &pf_y, (pf_y.lines() + steps - 1) / steps};
           const bool hi_lo = job.xs == 2;
-          if (job.src && job.src->group_steps > 0) {  // one m-block, one k-chunk
-            float* c = s.c[flip];
-            flip ^= 1;
-            run_grouped_unit(job, s, u, xp0, steps, pack, flush, pf, c);
-            pending = {&u, NB, mb * 16, c};
-            continue;
-          }
           if (interleave) {
             // Packing runs one slice ahead: a tile load right after the stores that wrote
             // its panel waits for them to drain, so the tile products of slice j are queued
@@ -722,9 +613,7 @@ void run_gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
   // decode) one k-chunk avoids the partial-sum round trips and packs each unit in one go.
   const int64_t pair_step_bytes = 2048 * xs;  // packed x per m-block pair and k-step
   const int64_t max_steps = std::max(kChunkSteps, kXChunkBytes / (n_pairs * pair_step_bytes));
-  // Grouped scales keep their per-group sums in f32 outside the tiles: one k-chunk (m <= 16).
-  const bool grouped = src && src->group_steps > 0;
-  const int64_t n_kc = grouped ? 1 : (n_kb + max_steps - 1) / max_steps;
+  const int64_t n_kc = (n_kb + max_steps - 1) / max_steps;
   const int64_t chunk_steps = (n_kb + n_kc - 1) / n_kc;
   // Balanced m-chunks of at most the L2 budget.
   const int64_t max_pairs = std::max<int64_t>(1, kXChunkBytes / (chunk_steps * pair_step_bytes));
@@ -753,7 +642,6 @@ void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Gemm
 void gemm_amx_source(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                      const AmxPanelSource& src, GemmEpilogue ep, float* y, int64_t ldy,
                      TaskRunner& runner) {
-  assert(src.group_steps == 0 || m <= 16);
   run_gemm_amx(m, x, ldx, w, &src, ep, y, ldy, runner);
 }
 

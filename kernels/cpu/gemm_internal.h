@@ -170,29 +170,23 @@ constexpr int64_t kPanelMinM = 12;
 void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
               float* y, int64_t ldy, TaskRunner& runner);
 
-// Weights that gemm_amx cannot read as bf16/f16 rows (kI4, kF8E4M3: gemm_quant_amx.cc) come
+// Weights that gemm_amx cannot read as bf16/f16 rows (kF8E4M3: gemm_quant_f8_amx.cc) come
 // through a packer that writes 16 rows at a time straight into the tile-ordered panel in L1,
 // so nothing is dequantized to memory.
 struct AmxPanelSource {
   const void* ctx = nullptr;
   // Rows [row0, row0 + rows) (rows <= 16) of block b, k-steps [kb0, kb1) (32 elements each) in
   // tile order: out: [kb1 - kb0, 16, 32] bf16, 64-byte aligned, rows >= `rows` and columns >= k
-  // zero. The weight is that value times col_scale (per row) or the group scale.
+  // zero. The weight is that value times col_scale (per row).
   void (*pack)(const void* ctx, int b, int64_t row0, int64_t rows, int64_t kb0, int64_t kb1,
                uint16_t* out) = nullptr;
-  // Weights with a scale per group_steps k-steps (kI4; m <= 16): the panels hold the unscaled
-  // values, each group's products accumulate in C tiles of their own, and group_scale writes the
-  // rows' multipliers for group `group` (out: [rows] f32), applied to those sums in f32.
-  int64_t group_steps = 0;
-  void (*group_scale)(const void* ctx, int b, int64_t row0, int64_t rows, int64_t group,
-                      float* out) = nullptr;
   // Per block, f32 [rows] (2-byte alignment is enough) multiplied by col_scale_mul into each
   // output column before the bias, or null.
   const void* col_scale[kMaxGemmBlocks] = {};
   float col_scale_mul = 1.0f;
   // What the next unit's packing will read, for prefetching: per row, row_bytes of packed data
   // (step_bytes per k-step) at the weights' data[b], and side_row_bytes[j] of side[j][b]
-  // (scales, zeros).
+  // (scales, zeros), where set.
   int64_t row_bytes = 0, step_bytes = 0;
   const void* side[2][kMaxGemmBlocks] = {};
   int64_t side_row_bytes[2] = {};

@@ -6,9 +6,11 @@
 // Decode (m < kQuantPrefillMinM) is memory-bound: dot kernels take R weight rows at a time,
 // dequantize them in registers and multiply them with up to max_m rows of x, so every packed
 // weight byte and scale is read from memory once per call (m-groups beyond max_m reuse the R
-// rows from L1). On AMX CPUs batched decode (quant_on_amx_tiles) instead dequantizes 16 rows
-// at a time into a tile panel in L1 and runs gemm_amx's tile loop on it: the integer-dot
-// kernels run out of arithmetic at m = 4..8 on a core, the tiles do not. Prefill (m >= kQuantPrefillMinM) is compute-bound: the driver dequantizes a
+// rows from L1). On AMX CPUs batched decode runs on the tiles instead (the integer-dot kernels
+// run out of arithmetic at m = 4..8 on a core, the tiles do not): fp8 dequantized 16 rows at a
+// time into a bf16 tile panel in L1 under gemm_amx's tile loop (quant_on_amx_tiles), int4 as
+// unsigned bytes into an INT8 tile panel against x rounded to x16 (i4_on_amx_int8). Prefill
+// (m >= kQuantPrefillMinM) is compute-bound: the driver dequantizes a
 // bounded chunk of weight rows into scratch (bf16 where cpu::gemm multiplies in bf16: AMX, or
 // AVX512-BF16 CPUs with GemmPrecision::kBf16; f32 otherwise) and runs the plain GEMM on it, so
 // the existing AMX / bf16-panel / FMA-panel machinery does the arithmetic.
@@ -22,7 +24,8 @@
 //    1e-5 * M for k up to a few thousand. (The AVX2 and AVX512-VNNI fp8 decode kernels keep this
 //    for |x| < 2^64.)
 //  - kI4 decode (the AVX2 kernel at m = 1 and below AVX512-VNNI, the VNNI kernel for m >= 2 from
-//    it up: gemm_quant_cpu.cc) multiplies in integers: x is rounded per (row of x, weight group g) to
+//    it up, the AMX-INT8 kernel for m = kI4AmxMinM..16 on AMX CPUs: gemm_quant_cpu.cc)
+//    multiplies in integers: x is rounded per (row of x, weight group g) to
 //    x16 * s_x, x16 = round(x / s_x) in [-32639, 32639], s_x = absmax_g(x) / 32639 (32639 =
 //    256 * 127 + 127, the most a signed hi byte and lo byte hold). Rounding x to the nearest
 //    multiple of s_x is off by s_x / 2 = absmax_g / 65278; computing x / s_x and s_x in f32 adds
@@ -31,10 +34,10 @@
 //    where the second term is the f32 summation of exact integer group sums (see the kernel),
 //    for groups with absmax_g(x) >= 2^-111 (s_x a normal f32; smaller ones round to 0 or less
 //    precisely). A group of x holding a NaN or an infinity gives NaN outputs.
-//  - On AMX tiles (quant_on_amx_tiles: fp8 from m = 4, int4 for m = 9..16; precision not kF32;
-//    gemm_quant_amx.cc): x = hi + lo in bf16 (2^-16; kBf16: x rounded to bf16, 2^-8); the
-//    weights are exact in bf16 (fp8 values, and int4 q - z) with the row or group scale applied
-//    in f32. Below 2^-16 * M plus f32 summation (1e-5 * M); with kBf16 2^-7 * M.
+//  - kF8E4M3 on AMX tiles (quant_on_amx_tiles: from m = 4; precision not kF32;
+//    gemm_quant_f8_amx.cc): x = hi + lo in bf16 (2^-16; kBf16: x rounded to bf16, 2^-8); the
+//    fp8 values are exact in bf16, the row scale applied in f32. Below 2^-16 * M plus f32
+//    summation (1e-5 * M); with kBf16 2^-7 * M.
 //  - Prefill on AMX, or on AVX512-BF16 CPUs with kBf16: the dequantized weights are rounded to
 //    bf16 (2^-8 relative) and x kept to 2^-16 (GemmPrecision::kSplitBf16, AMX only) or 2^-8
 //    (kBf16): below 2^-8 * M (+ 2^-16) with the default on AMX, below 2^-7 * M with kBf16. As
@@ -63,6 +66,9 @@ constexpr int64_t kQuantPrefillMinM = 16;
 
 // Relative rounding of x (to its group's absmax) on the kI4 decode path: 1/65278 + 2^-22.
 constexpr double kI4DecodeXError = 1.0 / 65278 + 0x1p-22;
+// The x16 range of the kI4 decode path: 256 * 127 + 127, the most a signed hi byte and lo byte
+// hold.
+constexpr int kI4XMax = 32639;
 
 // One weight row of a quantized block.
 struct QuantRow {
@@ -125,32 +131,43 @@ const QuantKernels& quant_kernels_avx512();
 // has_avx512_vnni().
 const QuantKernels& quant_kernels_avx512_vnni();
 
-// On AMX CPUs (GemmPrecision not kF32) quantized GEMMs run on AMX tiles with the weights
-// dequantized per 16-row panel in L1 (gemm_quant_amx.cc), exact in bf16: fp8 from
-// kF8AmxMinM rows on (prefill included), int4 for kI4AmxMinM..kQuantPrefillMinM rows (one block
-// of 16 rows of x: the per-group sums need the spare C tiles). Measured end to end (TinyLlama
-// shape, 2 threads, `sampan bench --batch`, Sapphire Rapids class): a decode step of B rows
-// over one row's, fp8 1.40-1.49x at B = 4..12 (AVX512-VNNI kernels: 1.80-3.12x; 1.28x vs
-// 1.43x at B = 2), int4 3.0-3.2x at B = 2..12 (VNNI: 1.28, 1.79, 2.92, 4.14x at B = 2, 4, 8,
-// 12): the tile path costs the same per weight at any m, the integer-dot kernels grow with m.
-// fp8 prefill on the tiles ran 1.0-1.4x the dequantize-to-memory path (bench_gemm_quant gemm).
+// On AMX CPUs batched decode runs on tiles, where the weights stream once per call for up to 16
+// rows of x at nearly the same cost per weight as for one row. Measured (bench_gemm_quant gemv,
+// weights streamed from DRAM, TinyLlama shapes, Sapphire Rapids class VM, fraction of the read
+// bandwidth at 1 / 2 threads):
+//  - kI4 (gemm_quant_i4_amx.cc, AMX-INT8): 0.50 / 0.49 at m = 4, 0.47 / 0.45 at m = 8, 0.42 /
+//    0.36 at m = 16, against the VNNI kernels' 0.45, 0.31 and (bf16 tiles, q - z panels, the
+//    path this replaced) 0.23. At m = 1..2 the dot kernels stream faster (0.73 and 0.52-0.62
+//    against 0.55 and 0.50): the tile kernel is held back by its per-group epilogue and its
+//    packing not overlapping the tile products, so it starts at kI4AmxMinM.
+//  - kF8E4M3 (gemm_quant_f8_amx.cc, AMX-BF16): from kF8AmxMinM rows on, prefill included. End
+//    to end (TinyLlama shape, 2 threads, `sampan bench --batch`) a decode step of B rows over one
+//    row's: 1.40-1.49x at B = 4..12 (AVX512-VNNI kernels: 1.80-3.12x); fp8 prefill on the tiles
+//    ran 1.0-1.4x the dequantize-to-memory path (bench_gemm_quant gemm).
 constexpr int64_t kF8AmxMinM = 4;
-constexpr int64_t kI4AmxMinM = 9;
+constexpr int64_t kI4AmxMinM = 4;
 
-// Whether cpu::gemm runs kF8E4M3 / kI4 weights with m rows of x through gemm_quant_amx (reads
-// the CPU's level and the calling thread's GemmPrecision, like cpu::gemm).
+// Whether cpu::gemm runs kF8E4M3 weights with m rows of x through gemm_quant_f8_amx (reads the
+// CPU's level and the calling thread's GemmPrecision, like cpu::gemm; false for kI4).
 bool quant_on_amx_tiles(DType dtype, int64_t m);
+void gemm_quant_f8_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                       GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 
-// The AMX path (gemm_quant_amx.cc; CPUs with AMX-BF16 only; kI4 only for m <= 16).
-void gemm_quant_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
-                    GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
+// Whether cpu::gemm runs kI4 weights with m rows of x through gemm_quant_i4_amx: on AMX CPUs
+// m = kI4AmxMinM..kQuantPrefillMinM - 1, and m = kQuantPrefillMinM too unless GemmPrecision is
+// kF32 (which keeps prefill exact in f32). The kI4 decode contract above (x rounded per group
+// to x16).
+bool i4_on_amx_int8(int64_t m);
+// m <= 16 rows of x (gemm_quant_i4_amx.cc; CPUs with AMX only).
+void gemm_quant_i4_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                       GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 
 // cpu::gemm for w.dtype kF8E4M3 or kI4 (same contract; m >= 1).
 void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
                 float* y, int64_t ldy, TaskRunner& runner);
 
 #if defined(__AVX512F__)
-// For the files compiled with AVX-512 (gemm_quant_avx512.cc, gemm_quant_amx.cc); `static` keeps
+// For the files compiled with AVX-512 (gemm_quant_avx512.cc, gemm_quant_*_amx.cc); `static` keeps
 // each translation unit's copy private (as gemm_internal.h's helpers).
 // 32 E4M3 bytes -> two vectors of f32 holding 2^-8 times their values, exactly: sign-extended to
 // 16 bits and shifted so exponent and mantissa land in an f16 (bias 15 for 7), subnormals too.
@@ -159,6 +176,28 @@ static inline void fp8x32_to_f32(__m256i b, __m512& lo, __m512& hi) {
                                      _mm512_set1_epi16(static_cast<int16_t>(0xbf80)));
   lo = _mm512_cvtph_ps(_mm512_castsi512_si256(w));
   hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w, 1));
+}
+
+// s_x and 1 / s_x of x[c0, c0 + n) (n a multiple of 16) for the kI4 decode rounding
+// (x16 = round(x / s_x), s_x = absmax / kI4XMax). A group holding a NaN or an infinity gets
+// s_x = NaN (its outputs come out NaN, as with f32 arithmetic) and x16 of no importance.
+static inline void i4_x_group_scale(const float* x, int64_t c0, int64_t n, float* sx,
+                                    float* inv) {
+  __m512 m = _mm512_setzero_ps(), bad = _mm512_setzero_ps();
+  for (int64_t c = c0; c < c0 + n; c += 16) {
+    const __m512 v = _mm512_loadu_ps(x + c);
+    m = _mm512_max_ps(m, _mm512_abs_ps(v));
+    bad = _mm512_fmadd_ps(v, _mm512_setzero_ps(), bad);  // NaN once an inf or NaN went in
+  }
+  const float absmax = _mm512_reduce_max_ps(m);
+  *sx = 0.0f;
+  *inv = 0.0f;
+  if (_mm512_cmp_ps_mask(bad, bad, _CMP_UNORD_Q) != 0) {
+    *sx = __builtin_nanf("");
+  } else if (absmax > 0.0f) {
+    *sx = absmax / kI4XMax;
+    *inv = kI4XMax / absmax;
+  }
 }
 #endif
 

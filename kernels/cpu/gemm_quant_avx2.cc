@@ -100,7 +100,6 @@ class DenormalsKept {
 //
 // x16 = 256 hi + lo with hi and lo in [-128, 127] reaches 256 * 127 + 127 = 32639 (not 32767):
 // x is scaled per group so that its absmax maps to 32639.
-constexpr int kI4XMax = 32639;
 
 // The prepared row is a sequence of steps of S = max(group, 64) weights (for group 32 the last
 // step of a k that is not a multiple of 64 holds one group, the rest zero), then the f32 scales

@@ -97,7 +97,6 @@ class DenormalsKept {
 //               (the nibble order of 16-bit word j of the packed weights)
 //   [256, 320): 16 int32 lanes L: -8 times the sum of x16 over vectors f = 0..2 of the lane
 //               (words 2L, 2L + 1), the offset of the unsigned nibbles (see the kernel)
-constexpr int kI4XMax = 32639;  // 256 * 127 + 127: the x16 range of the contract
 constexpr int64_t kStep = 128;
 constexpr int64_t kStepBytes = 320;
 
@@ -106,26 +105,6 @@ int64_t i4_scale_floats(int64_t k, int64_t group) { return (k / group + 15) / 16
 
 int64_t i4_x_floats(int64_t k, int64_t group) {
   return i4_steps(k) * kStepBytes / 4 + i4_scale_floats(k, group);
-}
-
-// s_x and 1 / s_x of x[c0, c0 + n) (n a multiple of 16). A group holding a NaN or an infinity
-// gets s_x = NaN (its outputs come out NaN, as with f32 arithmetic) and x16 of no importance.
-void group_scale(const float* x, int64_t c0, int64_t n, float* sx, float* inv) {
-  __m512 m = _mm512_setzero_ps(), bad = _mm512_setzero_ps();
-  for (int64_t c = c0; c < c0 + n; c += 16) {
-    const __m512 v = _mm512_loadu_ps(x + c);
-    m = _mm512_max_ps(m, _mm512_abs_ps(v));
-    bad = _mm512_fmadd_ps(v, _mm512_setzero_ps(), bad);  // NaN once an inf or NaN went in
-  }
-  const float absmax = _mm512_reduce_max_ps(m);
-  *sx = 0.0f;
-  *inv = 0.0f;
-  if (_mm512_cmp_ps_mask(bad, bad, _CMP_UNORD_Q) != 0) {
-    *sx = std::numeric_limits<float>::quiet_NaN();
-  } else if (absmax > 0.0f) {
-    *sx = absmax / kI4XMax;
-    *inv = kI4XMax / absmax;
-  }
 }
 
 void prep_i4(const float* x, int64_t k, int64_t group, float* out) {
@@ -141,7 +120,7 @@ void prep_i4(const float* x, int64_t k, int64_t group, float* out) {
   for (int64_t s0 = 0; s0 < k; s0 += kStep, dst += kStepBytes) {
     for (int64_t c = s0; c < s0 + kStep && c < k; c += group) {
       float v;
-      group_scale(x, c, group, &sx[c / group], &v);
+      i4_x_group_scale(x, c, group, &sx[c / group], &v);
       for (int64_t q = (c - s0) / 32; q < (c - s0 + group) / 32 && q < kStep / 32; ++q) inv[q] = v;
     }
     __m512i w[4];

@@ -265,9 +265,14 @@ void gemm_quant_prefill(const QuantKernels& kt, int64_t m, const float* x, int64
 }  // namespace
 
 bool quant_on_amx_tiles(DType dtype, int64_t m) {
-  if (!has_amx() || gemm_precision() == GemmPrecision::kF32) return false;
-  return dtype == DType::kF8E4M3 ? m >= kF8AmxMinM
-                                 : m >= kI4AmxMinM && m <= kQuantPrefillMinM;
+  return dtype == DType::kF8E4M3 && has_amx() && gemm_precision() != GemmPrecision::kF32 &&
+         m >= kF8AmxMinM;
+}
+
+bool i4_on_amx_int8(int64_t m) {
+  return has_amx() && m >= kI4AmxMinM &&
+         (m < kQuantPrefillMinM ||
+          (m == kQuantPrefillMinM && gemm_precision() != GemmPrecision::kF32));
 }
 
 void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
@@ -277,8 +282,10 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
                                     w.group_size == 128) &&
                                    w.k % w.group_size == 0));
   static_assert(kMaxQuantRows >= 4 && kMaxQuantM >= 8);
-  if (quant_on_amx_tiles(w.dtype, m)) {
-    gemm_quant_amx(m, x, ldx, w, ep, y, ldy, runner);
+  if (w.dtype == DType::kI4 && i4_on_amx_int8(m)) {
+    gemm_quant_i4_amx(m, x, ldx, w, ep, y, ldy, runner);
+  } else if (quant_on_amx_tiles(w.dtype, m)) {
+    gemm_quant_f8_amx(m, x, ldx, w, ep, y, ldy, runner);
   } else if (m >= kQuantPrefillMinM) {
     const QuantKernels& kt = has_avx512() ? quant_kernels_avx512() : quant_kernels_avx2();
     gemm_quant_prefill(kt, m, x, ldx, w, ep, y, ldy, runner);

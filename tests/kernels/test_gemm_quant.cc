@@ -10,12 +10,12 @@
 //    AMX: the kernels form (q - z) * s and fp8 * scale exactly in f32 (or apply the f32 row scale
 //    once at the end) and keep x in f32, so only f32 summation error remains: under 1e-5 * M for
 //    every k here (as in test_gemm.cc).
-//  - int4 decode (AVX2 kernel, and the AVX512-VNNI one from that level up) rounds x per (row of
-//    x, group) to absmax_g / 32639 steps (gemm_quant.h):
+//  - int4 decode (AVX2 kernel, the AVX512-VNNI one from that level up, and on AMX CPUs the
+//    AMX-INT8 one for m = 4..16) rounds x per (row of x, group) to absmax_g / 32639 steps
+//    (gemm_quant.h):
 //    we allow kI4DecodeXError * sum_g absmax_g(x) * sum_{c in g} |w_c| on top of 1e-5 * M.
-//  - AMX tiles with the weights dequantized into the panels (fp8 from m = 4, int4 for m = 9..16,
-//    on an AMX CPU): x split into bf16 hi + lo, fp8 and int4 weights exact: 2^-16 on top of
-//    1e-5 * M.
+//  - AMX-BF16 tiles with fp8 weights dequantized into the panels (from m = 4, on an AMX CPU): x
+//    split into bf16 hi + lo, the weights exact: 2^-16 on top of 1e-5 * M.
 //  - AMX prefill (m >= 16 on an AMX CPU): the dequantized weights are rounded to bf16
 //    (|dw| <= 2^-9 |w|) and x is split into bf16 hi + lo (2^-16): we allow 2^-8.
 // kSiluMul: as test_gemm.cc, |dy| <= 1.1 |u| eg + |silu(g)| eu + 1e-6 |y|, with eg and eu the
@@ -154,11 +154,12 @@ Block make_block(const Case& c, int64_t rows, bool bias, std::mt19937& rng) {
   return b;
 }
 
-// On AMX tiles (gemm_quant_amx.cc: fp8 from m = 4, int4 for m = 9..16): x split into bf16 hi + lo (2^-16), fp8 and
-// int4 weights exact in bf16 (scales applied in f32): 2^-16 of M, plus f32 summation.
+// fp8 on AMX-BF16 tiles (gemm_quant_f8_amx.cc, from m = 4): x split into bf16 hi + lo (2^-16),
+// the weights exact in bf16 (row scale applied in f32): 2^-16 of M, plus f32 summation.
 // (Called with the ISA already set.)
 bool amx_decode(Isa isa, const Case& c) {
-  return isa_includes(isa, Isa::kAmx) && gemm_detail::quant_on_amx_tiles(c.dtype, c.m);
+  return isa_includes(isa, Isa::kAmx) && c.dtype == DType::kF8E4M3 &&
+         gemm_detail::quant_on_amx_tiles(c.dtype, c.m);
 }
 
 double tolerance(Isa isa, const Case& c) {
@@ -167,6 +168,11 @@ double tolerance(Isa isa, const Case& c) {
       return std::ldexp(1.0, -7);
     }
     return std::ldexp(1.0, -16) + 1e-5;
+  }
+  // int4 on AMX-INT8 tiles (gemm_quant_i4_amx.cc): integer sums, the x rounding added by
+  // rounds_x below.
+  if (isa_includes(isa, Isa::kAmx) && c.dtype == DType::kI4 && gemm_detail::i4_on_amx_int8(c.m)) {
+    return 1e-5;
   }
   const bool prefill = c.m >= gemm_detail::kQuantPrefillMinM;
   // Prefill multiplies in bf16 on AMX, and with GemmPrecision::kBf16 on AVX512-BF16 too
@@ -179,9 +185,12 @@ double tolerance(Isa isa, const Case& c) {
                                                                              : std::ldexp(1.0, -8);
 }
 
-// Whether this ISA rounds x per group: every int4 decode kernel (AVX2, AVX512-VNNI) does.
+// Whether this ISA rounds x per group: every int4 decode kernel (AVX2, AVX512-VNNI, AMX-INT8
+// up to m = 16) does.
 bool rounds_x(Isa isa, const Case& c) {
-  return c.dtype == DType::kI4 && c.m < gemm_detail::kQuantPrefillMinM && !amx_decode(isa, c);
+  return c.dtype == DType::kI4 &&
+         (c.m < gemm_detail::kQuantPrefillMinM ||
+          (isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m)));
 }
 
 // Sets MXCSR.DAZ and FTZ while alive (when asked).
@@ -450,7 +459,7 @@ TEST_CASE("gemm int4 and fp8 batched decode under every GemmPrecision", "[kernel
   for (GemmPrecision p : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16, GemmPrecision::kF32}) {
     set_gemm_precision(p);
     for (DType dt : {DType::kI4, DType::kF8E4M3}) {
-      for (int64_t m : {2, 5, 9, 16, 40}) {
+      for (int64_t m : {2, 4, 5, 9, 16, 40}) {
         Case c;
         c.dtype = dt;
         c.m = m;
