@@ -437,11 +437,6 @@ void add_prefetch(const AmxJob& job, const Unit& u, int64_t kb0, int64_t kb1, Li
     for (int64_t r = 0; r < grp.rows; ++r) {
       pf.add(data + (grp.row0 + r) * row_bytes + kb0 * step_bytes, bytes);
     }
-    for (int j = 0; src && j < 2; ++j) {
-      if (!src->side[j][grp.block]) continue;
-      pf.add(static_cast<const char*>(src->side[j][grp.block]) + grp.row0 * src->side_row_bytes[j],
-             grp.rows * src->side_row_bytes[j]);
-    }
   }
 }
 

@@ -185,11 +185,8 @@ struct AmxPanelSource {
   const void* col_scale[kMaxGemmBlocks] = {};
   float col_scale_mul = 1.0f;
   // What the next unit's packing will read, for prefetching: per row, row_bytes of packed data
-  // (step_bytes per k-step) at the weights' data[b], and side_row_bytes[j] of side[j][b]
-  // (scales, zeros), where set.
+  // (step_bytes per k-step) at the weights' data[b].
   int64_t row_bytes = 0, step_bytes = 0;
-  const void* side[2][kMaxGemmBlocks] = {};
-  int64_t side_row_bytes[2] = {};
 };
 
 // gemm_amx with the weights' rows (w.rows, w.bias, w.k, w.n_blocks) read through `src`.

@@ -33,7 +33,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <limits>
 
 #include "kernels/cpu/gemm_quant.h"
 

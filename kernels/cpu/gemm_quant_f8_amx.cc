@@ -23,11 +23,6 @@ namespace {
 
 constexpr int64_t kTileElems = 512;  // bf16 elements in one 16x32 tile
 
-struct QuantSourceCtx {
-  const GemmWeights* w;
-  QuantFormat f;
-};
-
 inline __mmask32 mask32(int64_t n) {
   return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
 }
@@ -43,9 +38,9 @@ void zero_rows(int64_t rows, int64_t steps, uint16_t* out) {
 
 void pack_f8(const void* ctx, int b, int64_t row0, int64_t rows, int64_t kb0, int64_t kb1,
              uint16_t* hi) {
-  const QuantSourceCtx& c = *static_cast<const QuantSourceCtx*>(ctx);
-  const int64_t k = c.f.k;
-  const uint8_t* data = static_cast<const uint8_t*>(c.w->data[b]) + row0 * k;
+  const GemmWeights& w = *static_cast<const GemmWeights*>(ctx);
+  const int64_t k = w.k;
+  const uint8_t* data = static_cast<const uint8_t*>(w.data[b]) + row0 * k;
   for (int64_t kb = kb0; kb < kb1; ++kb) {
     const int64_t col = kb * 32;
     const __mmask32 mask = mask32(k - col);
@@ -63,14 +58,10 @@ void pack_f8(const void* ctx, int b, int64_t row0, int64_t rows, int64_t kb0, in
 }  // namespace
 
 void gemm_quant_f8_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
-                    GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
-  QuantSourceCtx ctx{&w, {}};
-  QuantFormat& f = ctx.f;
-  f.dtype = w.dtype;
-  f.k = w.k;
-  AmxPanelSource src;
-  src.ctx = &ctx;
+                       GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
   assert(w.dtype == DType::kF8E4M3);
+  AmxPanelSource src;
+  src.ctx = &w;
   src.pack = pack_f8;
   src.row_bytes = w.k;
   src.step_bytes = 32;
