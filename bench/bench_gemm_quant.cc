@@ -1,7 +1,7 @@
 // Quantized-weight GEMM speed (kF8E4M3, kI4 group 128) next to bf16, on TinyLlama-1.1B shapes.
 //
 //   bench_gemm_quant [gemv] [gemm] [--cached] [--reps N] [--isa LEVEL (avx2 ... amx: isa.h)]
-//                    [--m 1,4,8] [--format bf16|fp8|int4g128]
+//                    [--m 1,4,8] [--format bf16|fp8|int4g128] [--small-pages]
 //                    (default: gemv and gemm, best ISA, streaming, GEMV m = 1, 4, 8, all formats)
 //
 // GEMV (decode, m = 1, 4 and 8; --m picks others, e.g. 16 for the prefill path): bytes streamed per call (packed weights + scales) / time, in GB/s
@@ -16,6 +16,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -138,15 +139,42 @@ double read_bandwidth(ThreadPool& pool, const float* buf, int64_t n, int reps) {
   return n * 4.0 / median(times) / 1e9;
 }
 
+// Memory on 2 MiB boundaries, with transparent huge pages asked for (madvise, before the pages
+// are first touched) when `huge`: what the engine's own weight allocations do, so that a stream
+// of weights is not also a stream of 4 KiB page walks.
+template <typename T>
+class PageBuffer {
+ public:
+  void assign(int64_t n, bool huge) {
+    constexpr size_t kAlign = size_t(2) << 20;
+    const size_t bytes = (static_cast<size_t>(n) * sizeof(T) + kAlign - 1) / kAlign * kAlign;
+    data_.reset(static_cast<T*>(std::aligned_alloc(kAlign, bytes)));
+    if (huge) ::madvise(data_.get(), bytes, MADV_HUGEPAGE);
+    n_ = n;
+  }
+  T* data() const { return data_.get(); }
+  int64_t size() const { return n_; }
+  T* begin() const { return data_.get(); }
+  T* end() const { return data_.get() + n_; }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  int64_t n_ = 0;
+};
+
 struct Bench {
   int reps = 15;
+  bool huge_pages = true;
   // 16-bit values 0x3c00..0x3fff and their negatives: normal as bf16 and as f16, and their
   // bytes are normal E4M3 or random low bytes; as f32 (fp8 scales) pairs of them are normal.
-  std::vector<uint16_t> pool;
+  PageBuffer<uint16_t> pool;
   int64_t cursor = 0;  // bytes: where the next cycled call's weights start
 };
 
-void fill_pool(std::vector<uint16_t>& p, uint32_t seed) {
+void fill_pool(PageBuffer<uint16_t>& p, uint32_t seed) {
   std::mt19937 rng(seed);
   for (auto& v : p) {
     const uint32_t r = rng();
@@ -207,6 +235,8 @@ int main(int argc, char** argv) {
       want_gemv = true;
     } else if (a == "gemm") {
       want_gemm = true;
+    } else if (a == "--small-pages") {
+      b.huge_pages = false;
     } else if (a == "--cached") {
       cached = true;
     } else if (a == "--reps" && i + 1 < argc) {
@@ -227,7 +257,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [gemv] [gemm] [--cached] [--reps N] [--isa LEVEL] "
-                   "[--m 1,4,8] [--format bf16|fp8|int4g128]\n",
+                   "[--m 1,4,8] [--format bf16|fp8|int4g128] [--small-pages]\n",
                    argv[0]);
       return 2;
     }
@@ -245,17 +275,15 @@ int main(int argc, char** argv) {
   ThreadPool* pools[] = {&pool1, &pool2};
 
   if (want_gemv) {
-    b.pool.resize((int64_t(3) << 30) / 4);  // 1.5 GiB
+    b.pool.assign((int64_t(3) << 30) / 4, b.huge_pages);  // 1.5 GiB
     fill_pool(b.pool, 1);
-    struct Free {
-      void operator()(float* p) const { std::free(p); }
-    };
     const int64_t probe_n = (int64_t(2) << 30) / 4;
-    std::unique_ptr<float, Free> probe(static_cast<float*>(std::aligned_alloc(64, probe_n * 4)));
-    std::fill(probe.get(), probe.get() + probe_n, 1.0f);
+    PageBuffer<float> probe;
+    probe.assign(probe_n, b.huge_pages);
+    std::fill(probe.begin(), probe.end(), 1.0f);
     for (int64_t m : gemv_ms) {
       double bw[2];
-      for (int t = 0; t < 2; ++t) bw[t] = read_bandwidth(*pools[t], probe.get(), probe_n, 5);
+      for (int t = 0; t < 2; ++t) bw[t] = read_bandwidth(*pools[t], probe.data(), probe_n, 5);
       std::printf("\nread bandwidth (sum of 2 GiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n", bw[0],
                   bw[1]);
       std::printf("GEMV m=%ld: GB/s %s (weights + scales), fraction of read bandwidth\n",
@@ -282,8 +310,7 @@ int main(int argc, char** argv) {
   if (want_gemm) {
     int64_t most = 0;
     for (const Shape& s : kShapes) most = std::max(most, 2 * s.n * s.k * s.blocks + 4 * s.n * s.blocks);
-    b.pool.assign(most / 2 + 64, 0);
-    b.pool.shrink_to_fit();
+    b.pool.assign(most / 2 + 64, b.huge_pages);
     fill_pool(b.pool, 2);
     for (int64_t m : {128, 512}) {
       std::printf("\nGEMM m=%ld: GFLOP/s\n", static_cast<long>(m));

@@ -1,6 +1,9 @@
 #include "engine/core/device.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "engine/core/error.h"
@@ -16,14 +19,37 @@ std::string Device::str() const {
 
 namespace {
 
+// Allocations from this size on (quantized weights, KV cache pages, large activations) start on
+// a 2 MiB boundary and ask for transparent huge pages (madvise, before any page is touched), so
+// that streaming them is not also a stream of 4 KiB page walks and hardware-prefetch restarts at
+// every 4 KiB boundary. Measured on a Sapphire Rapids VM with THP "madvise", quantized on load
+// (TinyLlama shape, `sampan bench`, 2 alternating rounds): decode 1.25-1.28x (int4 g128) and
+// 1.25-1.29x (fp8) at 1 thread, 1.18-1.19x and 1.33-1.35x at 2, at the amx and avx2 levels
+// alike. SAMPAN_HUGE_PAGES=0 keeps 4 KiB pages (to compare); where the kernel has THP off the
+// advice is a no-op.
+// Only the whole 2 MiB pages inside an allocation are advised, so no allocation holds more
+// memory than it asked for.
+constexpr size_t kHugePage = size_t(2) << 20;
+
+bool huge_pages_wanted() {
+  static const bool on = [] {
+    const char* e = std::getenv("SAMPAN_HUGE_PAGES");
+    return !(e != nullptr && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     // 64-byte alignment: one cache line, one AVX-512 register; round up as aligned_alloc needs.
     const size_t rounded = (bytes + 63) & ~size_t{63};
-    void* p = std::aligned_alloc(64, rounded);
+    const bool huge = bytes >= kHugePage && huge_pages_wanted();
+    void* p = std::aligned_alloc(huge ? kHugePage : 64, rounded);
     if (!p) fail(ErrorCode::kOutOfMemory, "cpu: cannot allocate {} bytes", bytes);
+    // Advice only: where it fails (THP off, an old kernel) nothing changes.
+    if (huge) ::madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
     return p;
   }
   void deallocate(void* ptr, size_t) override { std::free(ptr); }

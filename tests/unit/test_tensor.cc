@@ -6,6 +6,12 @@
 #include "kernels/common/half.h"
 #include "quant/fp8.h"
 
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
 using namespace sampan;
 
 TEST_CASE("tensor shapes, strides and views", "[core]") {
@@ -116,4 +122,61 @@ TEST_CASE("Tensor::to the CPU is a packed copy that never aliases", "[core]") {
   if (!cuda_compiled() || cuda_device_count() == 0) {
     CHECK_THROWS_AS(t.to(Device::cuda(0)), Error);
   }
+}
+
+namespace {
+
+// The kernel's THP mode ("always", "madvise" or "never"), empty where it has no THP.
+std::string thp_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  const size_t a = line.find('['), b = line.find(']');
+  return a == std::string::npos || b == std::string::npos ? "" : line.substr(a + 1, b - a - 1);
+}
+
+// THPeligible of the mapping holding `addr` in /proc/self/smaps: -1 where it is not listed.
+int thp_eligible(const void* addr) {
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  std::ifstream f("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(f, line)) {
+    unsigned long lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= a && a < hi;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::atoi(line.c_str() + 12);
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("large CPU buffers start on 2 MiB pages advised for THP, small ones stay 64-byte aligned",
+          "[core]") {
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  Tensor small = Tensor::empty({1000}, DType::kF32);
+  CHECK(reinterpret_cast<uintptr_t>(small.raw()) % 64 == 0);
+  // 5 MiB + 4 bytes: two whole huge pages and a tail that stays on 4 KiB pages.
+  Tensor big = Tensor::empty({5 * (1 << 18) + 1}, DType::kF32);
+  auto* p = static_cast<uint8_t*>(big.raw());
+  REQUIRE(p != nullptr);
+  const bool wanted = std::getenv("SAMPAN_HUGE_PAGES") == nullptr ||
+                      std::string(std::getenv("SAMPAN_HUGE_PAGES")) != "0";
+  if (wanted) CHECK(reinterpret_cast<uintptr_t>(p) % kHuge == 0);
+  // Every byte is usable, the tail included.
+  for (int64_t i = 0; i < big.nbytes(); i += 4096) p[i] = static_cast<uint8_t>(i >> 12);
+  p[big.nbytes() - 1] = 0x5a;
+  CHECK(p[big.nbytes() - 1] == 0x5a);
+  CHECK(p[8192] == 2);
+  const std::string mode = thp_mode();
+  if (wanted && (mode == "always" || mode == "madvise")) {
+    // Eligible for huge pages because it was advised (under "madvise" nothing else makes it so).
+    CHECK(thp_eligible(p) == 1);
+  }
+  INFO("THP mode: " << (mode.empty() ? "none" : mode));
 }
