@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -27,9 +28,15 @@ namespace {
 // 1.25-1.29x (fp8) at 1 thread, 1.18-1.19x and 1.33-1.35x at 2, at the amx and avx2 levels
 // alike. SAMPAN_HUGE_PAGES=0 keeps 4 KiB pages (to compare); where the kernel has THP off the
 // advice is a no-op.
-// Only the whole 2 MiB pages inside an allocation are advised, so no allocation holds more
-// memory than it asked for.
+// An allocation is rounded up to whole 2 MiB pages where that adds at most an eighth to it (a
+// 5.5 MiB FFN matrix of int4 weights takes 6 MiB, all of it on huge pages); otherwise only the
+// whole pages inside it are advised and its tail stays on 4 KiB pages.
 constexpr size_t kHugePage = size_t(2) << 20;
+
+size_t huge_rounded(size_t bytes) {
+  const size_t up = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  return up - bytes <= bytes / 8 ? up : bytes / kHugePage * kHugePage;
+}
 
 bool huge_pages_wanted() {
   static const bool on = [] {
@@ -44,12 +51,13 @@ class CpuAllocator final : public Allocator {
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     // 64-byte alignment: one cache line, one AVX-512 register; round up as aligned_alloc needs.
-    const size_t rounded = (bytes + 63) & ~size_t{63};
     const bool huge = bytes >= kHugePage && huge_pages_wanted();
+    const size_t advised = huge ? huge_rounded(bytes) : 0;
+    const size_t rounded = std::max(advised, (bytes + 63) & ~size_t{63});
     void* p = std::aligned_alloc(huge ? kHugePage : 64, rounded);
     if (!p) fail(ErrorCode::kOutOfMemory, "cpu: cannot allocate {} bytes", bytes);
     // Advice only: where it fails (THP off, an old kernel) nothing changes.
-    if (huge) ::madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+    if (huge) ::madvise(p, advised, MADV_HUGEPAGE);
     return p;
   }
   void deallocate(void* ptr, size_t) override { std::free(ptr); }

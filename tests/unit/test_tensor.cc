@@ -174,9 +174,18 @@ TEST_CASE("large CPU buffers start on 2 MiB pages advised for THP, small ones st
   CHECK(p[big.nbytes() - 1] == 0x5a);
   CHECK(p[8192] == 2);
   const std::string mode = thp_mode();
+  // 5.5 MiB: rounded up to three whole huge pages (an eighth or less added).
+  Tensor fitted = Tensor::empty({11 * (1 << 17)}, DType::kF32);
+  auto* q = static_cast<uint8_t*>(fitted.raw());
+  for (int64_t i = 0; i < fitted.nbytes(); i += 4096) q[i] = 1;
   if (wanted && (mode == "always" || mode == "madvise")) {
     // Eligible for huge pages because it was advised (under "madvise" nothing else makes it so).
     CHECK(thp_eligible(p) == 1);
+    CHECK(thp_eligible(q + (5 << 20)) == 1);
+  }
+  if (wanted && mode == "madvise") {
+    // The 4-byte tail past two whole pages is not worth a third: not advised.
+    CHECK(thp_eligible(p + (4 << 20) + 8) == 0);
   }
   INFO("THP mode: " << (mode.empty() ? "none" : mode));
 }
