@@ -23,6 +23,7 @@
 #include "engine/runtime/engine.h"
 
 #include "server/commands.h"
+#include "server/op_profile.h"
 #include "server/model_flags.h"
 
 namespace sampan::cli {
@@ -131,6 +132,7 @@ Runner add_bench(CLI::App& app) {
     bool cuda_graphs = true;
     std::vector<int> batch;
     int64_t batch_prompt_len = 32;
+    bool profile = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("bench", "Measure prefill and decode tokens/s (one JSON line)");
@@ -150,6 +152,9 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--batch-prompt-len", a->batch_prompt_len,
                   "prompt tokens of each request in the --batch runs")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_flag("--profile", a->profile,
+                "after the timed runs, decode --gen tokens once more with per-node timing and "
+                "print the time per op type per token to stderr (CPU)");
   return [a] {
     using Clock = std::chrono::steady_clock;
     runtime::CausalLmOptions opt;
@@ -177,6 +182,25 @@ Runner add_bench(CLI::App& app) {
       auto t2 = Clock::now();
       best_prefill = std::min(best_prefill, std::chrono::duration<double>(t1 - t0).count());
       best_decode = std::min(best_decode, std::chrono::duration<double>(t2 - t1).count());
+    }
+    if (a->profile) {
+      // An extra, untimed pass: timing every node costs two clock reads per node.
+      lm->reset();
+      lm->forward(prompt, false);
+      const std::vector<double> before = lm->node_seconds();
+      lm->set_profiling(true);
+      int32_t next = dist(rng);
+      const auto t0 = Clock::now();
+      for (int64_t i = 0; i < a->gen; ++i) {
+        lm->forward(std::span<const int32_t>(&next, 1), false);
+        next = dist(rng);
+      }
+      const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+      lm->set_profiling(false);
+      std::vector<double> decode = lm->node_seconds();
+      for (size_t i = 0; i < decode.size() && i < before.size(); ++i) decode[i] -= before[i];
+      fmt::print(stderr, "decode, profiled: {:.3f} ms per token (wall)\n", wall * 1e3 / a->gen);
+      print_op_profile(stderr, lm->graph(), decode, a->gen, "token");
     }
     // Per decoded token every matrix is read once; the embedding reads one row (negligible).
     const HfConfig& c = lm->config();

@@ -14,6 +14,7 @@
 #include "engine/graph/executor.h"
 #include "engine/models/model.h"
 #include "server/commands.h"
+#include "server/op_profile.h"
 
 namespace sampan::cli {
 namespace {
@@ -76,29 +77,6 @@ void check_shape(const models::TensorSpec& spec, const Tensor& t, const std::str
   }
   SAMPAN_CHECK(ok, ErrorCode::kInvalidArgument, "{}: input '{}' has shape {}, the model takes [{}]",
                file, spec.api_name, shape_str(t.shape()), fmt::join(want, ", "));
-}
-
-// Time per op type and the ten slowest nodes, averaged over the runs.
-void print_profile(const graph::Graph& g, const std::vector<double>& seconds, int runs) {
-  std::map<std::string, double> by_op;
-  std::vector<std::pair<double, size_t>> by_node;
-  double total = 0;
-  for (size_t i = 0; i < seconds.size(); ++i) {
-    const double ms = seconds[i] * 1e3 / runs;
-    by_op[g.nodes()[i].op] += ms;
-    by_node.push_back({ms, i});
-    total += ms;
-  }
-  std::vector<std::pair<double, std::string>> ops;
-  for (const auto& [op, ms] : by_op) ops.push_back({ms, op});
-  std::sort(ops.rbegin(), ops.rend());
-  fmt::print("profile: {:.3f} ms per run in kernels\n", total);
-  for (const auto& [ms, op] : ops) fmt::print("  {:<20} {:9.3f} ms {:5.1f} %\n", op, ms, total > 0 ? 100 * ms / total : 0.0);
-  std::sort(by_node.rbegin(), by_node.rend());
-  for (size_t k = 0; k < by_node.size() && k < 10; ++k) {
-    const graph::Node& n = g.nodes()[by_node[k].second];
-    fmt::print("  node {:<40} {:<12} {:9.3f} ms\n", n.name, n.op, by_node[k].first);
-  }
 }
 
 }  // namespace
@@ -194,7 +172,7 @@ Runner add_infer(CLI::App& app) {
       write_npy(path, outputs[i].contiguous());
       fmt::print("{} {}{} -> {}\n", name, dtype_name(outputs[i].dtype()), shape_str(outputs[i].shape()), path);
     }
-    if (o->profile) print_profile(model->graph, exec.node_seconds(), o->repeat);
+    if (o->profile) print_op_profile(stdout, model->graph, exec.node_seconds(), o->repeat, "run");
     if (o->repeat > 1) {
       std::sort(ms.begin(), ms.end());
       fmt::print("latency: median {:.3f} ms over {} runs (min {:.3f}, max {:.3f}), {} threads\n",

@@ -63,6 +63,10 @@ class CausalLm {
   int threads() const { return pool_.concurrency(); }
   Device device() const { return executor_->device(); }
   const graph::Executor::GraphStats& graph_stats() const { return executor_->graph_stats(); }
+  // Per-node wall time of the forward graph (CPU; see Executor::set_profiling): summed over
+  // every forward while on, by node index of graph().
+  void set_profiling(bool on) { executor_->set_profiling(on); }
+  const std::vector<double>& node_seconds() const { return executor_->node_seconds(); }
 
  private:
   CausalLm(std::unique_ptr<models::Model> model, const CausalLmOptions& options);

@@ -10,7 +10,11 @@
    the engine one at a time, so its first steps may admit them in turn: each admission step
    after the first costs one all-B step, hence gen - B <= steps <= gen - 1. B = 1's
    step_vs_batch1 is 1, tok_s = B / step_s, and every step time is positive.
-3. Bad values: --batch 0, --batch x, --batch-prompt-len 0 are one error line and exit code 2
+3. `--profile`: stdout is still the one JSON line; stderr has the profiled pass's wall time per
+   token, the kernels' total per token (not more than the wall time it was measured within), one
+   line per op type whose times add up to that total (to the printed rounding), `linear` and
+   `attention` among them, and the ten slowest nodes.
+4. Bad values: --batch 0, --batch x, --batch-prompt-len 0 are one error line and exit code 2
    (CLI parse errors), before any model is loaded.
 """
 
@@ -86,6 +90,34 @@ def main():
             r = f.get("step_vs_batch1")
             res.check(f"batch{b}.ratio", r is not None and abs(r - f["step_s"] / figs[0]["step_s"])
                       <= 2e-3 * r + 1e-3, f"{r} vs {f['step_s']} / {figs[0]['step_s']}")
+
+    run = eu.run_sampan(args, ["bench", "--model", model, "--prompt-len", "8", "--gen", "6",
+                               "--repeat", "1", "--threads", "1", "--profile"])
+    if res.check("profile.exit", run.returncode == 0, run.describe()):
+        lines = [ln for ln in run.stdout.splitlines() if ln.startswith("{")]
+        res.check("profile.one_json_line", len(lines) == 1 and json.loads(lines[0])["gen"] == 6,
+                  run.stdout[-300:])
+        err = run.stderr.splitlines()
+        wall = [ln for ln in err if ln.startswith("decode, profiled: ")]
+        total = [ln for ln in err if ln.startswith("profile: ")]
+        ok = len(wall) == 1 and len(total) == 1 and total[0].endswith("ms per token in kernels")
+        if res.check("profile.header", ok, run.stderr[-600:]):
+            wall_ms = float(wall[0].split()[2])
+            total_ms = float(total[0].split()[1])
+            res.check("profile.within_wall", 0 < total_ms <= wall_ms, f"{total_ms} vs {wall_ms}")
+            start = err.index(total[0]) + 1
+            ops = {}
+            nodes = 0
+            for ln in err[start:]:
+                f = ln.split()
+                if len(f) >= 4 and f[0] == "node":
+                    nodes += 1
+                elif len(f) == 5 and f[2] == "ms" and f[4] == "%":
+                    ops[f[0]] = float(f[1])
+            res.check("profile.ops", "linear" in ops and "attention" in ops, str(sorted(ops)))
+            res.check("profile.ops_sum", abs(sum(ops.values()) - total_ms) <= 1e-3 * (len(ops) + 1),
+                      f"{sum(ops.values())} vs {total_ms}")
+            res.check("profile.nodes", nodes == 10, f"{nodes} node lines")
 
     for name, flags in (("batch_zero", ["--batch", "0"]), ("batch_word", ["--batch", "x"]),
                         ("batch_prompt_zero", ["--batch", "2", "--batch-prompt-len", "0"])):
