@@ -14,6 +14,14 @@ namespace sampan {
 
 std::string cpu_isa() { return std::string(cpu::isa_name(cpu::active_isa())); }
 
+bool cpu_huge_pages() {
+  static const bool on = [] {
+    const char* e = std::getenv("SAMPAN_HUGE_PAGES");
+    return !(e != nullptr && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+
 std::string Device::str() const {
   return type == DeviceType::kCPU ? std::string("cpu") : fmt::format("cuda:{}", index);
 }
@@ -31,27 +39,20 @@ namespace {
 // An allocation is rounded up to whole 2 MiB pages where that adds at most an eighth to it (a
 // 5.5 MiB FFN matrix of int4 weights takes 6 MiB, all of it on huge pages); otherwise only the
 // whole pages inside it are advised and its tail stays on 4 KiB pages.
-constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kHugePage = kCpuHugePageBytes;
 
 size_t huge_rounded(size_t bytes) {
   const size_t up = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   return up - bytes <= bytes / 8 ? up : bytes / kHugePage * kHugePage;
 }
 
-bool huge_pages_wanted() {
-  static const bool on = [] {
-    const char* e = std::getenv("SAMPAN_HUGE_PAGES");
-    return !(e != nullptr && std::strcmp(e, "0") == 0);
-  }();
-  return on;
-}
 
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     // 64-byte alignment: one cache line, one AVX-512 register; round up as aligned_alloc needs.
-    const bool huge = bytes >= kHugePage && huge_pages_wanted();
+    const bool huge = bytes >= kHugePage && cpu_huge_pages();
     const size_t advised = huge ? huge_rounded(bytes) : 0;
     const size_t rounded = std::max(advised, (bytes + 63) & ~size_t{63});
     void* p = std::aligned_alloc(huge ? kHugePage : 64, rounded);

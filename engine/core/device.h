@@ -40,4 +40,11 @@ int cuda_device_count();  // 0 when not compiled or no GPU/driver is present
 // lowered by SAMPAN_CPU_ISA. For reports; front-ends need not know the kernels.
 std::string cpu_isa();
 
+// Whether the CPU allocator puts buffers of 2 MiB or more on transparent huge pages (on unless
+// SAMPAN_HUGE_PAGES=0; see device.cc), and with it whether Model::upload_constants copies
+// file-mapped weights into such buffers on the CPU.
+bool cpu_huge_pages();
+// Buffers from this size on start on 2 MiB pages.
+constexpr size_t kCpuHugePageBytes = size_t(2) << 20;
+
 }  // namespace sampan

@@ -68,6 +68,13 @@ bool MappedFile::contains(const void* p, size_t bytes) const {
   return q >= begin && q - begin <= size_ && bytes <= size_ - (q - begin);
 }
 
+void MappedFile::release(const void* p, size_t bytes) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t begin = (a + page - 1) / page * page, end = (a + bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 void MappedFile::prefetch(size_t offset, size_t bytes) const {
   if (data_ == nullptr || offset >= size_) return;
   if (bytes > size_ - offset) bytes = size_ - offset;

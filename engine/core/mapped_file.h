@@ -32,6 +32,11 @@ class MappedFile {
   // Asks the kernel to start reading [offset, offset + bytes) ahead of use (MADV_WILLNEED);
   // a hint only: failures are ignored.
   void prefetch(size_t offset, size_t bytes) const;
+  // Drops the whole pages inside [p, p + bytes) of a file mapping from this process
+  // (MADV_DONTNEED): they leave its resident set, and a later read faults them in again from
+  // the file (the page cache). For bytes already copied elsewhere. p must lie in a MappedFile's
+  // mapping (a private read-only one: nothing of the process's own is lost).
+  static void release(const void* p, size_t bytes);
 
  private:
   MappedFile() = default;

@@ -63,6 +63,13 @@ std::shared_ptr<Storage> Storage::wrap_read_only(const void* data, size_t bytes,
   return s;
 }
 
+std::shared_ptr<Storage> Storage::wrap_mapped(const void* data, size_t bytes,
+                                              std::shared_ptr<const void> keepalive) {
+  std::shared_ptr<Storage> s = wrap_read_only(data, bytes, Device::cpu(), std::move(keepalive));
+  s->file_mapped_ = true;
+  return s;
+}
+
 Storage::~Storage() {
   if (allocator_) allocator_->deallocate(data_, bytes_);
 }

@@ -36,6 +36,11 @@ class Storage {
   // an input in place check read_only() and refuse with an error instead of faulting.
   static std::shared_ptr<Storage> wrap_read_only(const void* data, size_t bytes, Device device,
                                                  std::shared_ptr<const void> keepalive);
+  // A read-only view of a file mapping (MappedFile) that `keepalive` holds: as wrap_read_only,
+  // and file_mapped() says that its pages may be dropped and read again from the file
+  // (MappedFile::release) once the bytes are copied elsewhere.
+  static std::shared_ptr<Storage> wrap_mapped(const void* data, size_t bytes,
+                                              std::shared_ptr<const void> keepalive);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -44,6 +49,7 @@ class Storage {
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   bool read_only() const { return read_only_; }
+  bool file_mapped() const { return file_mapped_; }
 
  private:
   Storage() = default;
@@ -52,6 +58,7 @@ class Storage {
   Device device_;
   Allocator* allocator_ = nullptr;  // null when wrapping external memory
   bool read_only_ = false;
+  bool file_mapped_ = false;
   std::shared_ptr<const void> keepalive_;
 };
 

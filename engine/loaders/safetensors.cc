@@ -69,8 +69,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
                "{}: header does not start with '{{' (not a safetensors file?)", path);
   f.parse_header(header);
 
-  f.storage_ = Storage::wrap_read_only(f.file_->data() + f.data_offset_,
-                                       static_cast<size_t>(f.data_size_), Device::cpu(), f.file_);
+  f.storage_ = Storage::wrap_mapped(f.file_->data() + f.data_offset_,
+                                    static_cast<size_t>(f.data_size_), f.file_);
   if (header_len % 8 != 0 && !f.tensors_.empty()) {
     log::debug("{}: header length {} is not a multiple of 8; misaligned tensors will be copied",
                path, header_len);

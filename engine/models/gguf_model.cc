@@ -93,7 +93,7 @@ GgufSet open_set(const std::string& first) {
     }
     const auto& map = f.mapping();
     set.storages.push_back(
-        Storage::wrap_read_only(map->data(), map->size(), Device::cpu(), map));
+        Storage::wrap_mapped(map->data(), map->size(), map));
     for (const gguf::TensorInfo& t : f.tensors()) {
       SAMPAN_CHECK(set.tensors.emplace(t.name, std::make_pair(i, &t)).second,
                    ErrorCode::kInvalidModel, "{}: tensor '{}' is also in an earlier shard",

@@ -8,7 +8,17 @@
 #include <map>
 #include <string>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "engine/core/device.h"
 #include "engine/core/error.h"
+#include "engine/core/mapped_file.h"
+#include "engine/graph/graph.h"
 #include "engine/models/model.h"
 #include "loader_test_util.h"
 
@@ -110,4 +120,86 @@ TEST_CASE("load_model: failures name the model", "[model]") {
   sig.inputs.push_back({"x", "", TensorRole::kData, DType::kF32, {graph::Dim::sym("n")}});
   test::expect_error([&] { models::DecoderBindings::from(sig, "resnet.onnx"); },
                      ErrorCode::kUnsupported, {"resnet.onnx: not a decoder model"});
+}
+
+namespace {
+
+// Resident bytes (smaps Rss) of the mapping that holds `addr`; -1 where it is not listed.
+int64_t mapping_rss(const void* addr) {
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  std::ifstream f("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(f, line)) {
+    unsigned long lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= a && a < hi;
+    } else if (inside && line.rfind("Rss:", 0) == 0) {
+      return std::atoll(line.c_str() + 4) * 1024;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("upload_constants on the CPU copies large file-mapped weights onto huge pages",
+          "[model]") {
+  const char* hp = std::getenv("SAMPAN_HUGE_PAGES");
+  const bool on = hp == nullptr || std::string(hp) != "0";
+  test::TempDir dir("localize");
+  // A 3 MiB weight and a 64 KiB one in one file, the bytes a known pattern.
+  constexpr int64_t kBig = 3 << 20, kSmall = 64 << 10;
+  const std::string path = (dir.path / "w.bin").string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    for (int64_t i = 0; i < kBig + kSmall; ++i) out.put(static_cast<char>((i * 7 + i / 4096) & 0xff));
+  }
+  auto file = MappedFile::open(path);
+  auto storage = Storage::wrap_mapped(file->data(), file->size(), file);
+  models::Model m;
+  const Tensor big = Tensor::from_storage(storage, 0, {kBig / 4}, DType::kF32);
+  const Tensor small = Tensor::from_storage(storage, kBig, {kSmall / 4}, DType::kF32);
+  const graph::ValueId x = m.graph.add_input("x", DType::kF32, {graph::Dim::fixed(kBig / 4)});
+  const graph::ValueId a = m.graph.add_constant("big", big);
+  const graph::ValueId tied = m.graph.add_constant("big_again", big);  // a tied weight
+  const graph::ValueId b = m.graph.add_constant("small", small);
+  m.graph.mark_output(m.graph.add("add", "sum", {x, a}));
+  // Every page of the mapping resident before the copy, as after a forward pass.
+  uint64_t touch = 0;
+  for (size_t i = 0; i < file->size(); i += 4096) touch += file->data()[i];
+  CHECK(touch > 0);
+  const int64_t rss_before = mapping_rss(file->data());
+  m.upload_constants(Device::cpu());
+  const int64_t rss_after = mapping_rss(file->data());  // before anything reads the mapping
+
+  const Tensor& nb = m.graph.value(a).constant;
+  const Tensor& nt = m.graph.value(tied).constant;
+  const Tensor& ns = m.graph.value(b).constant;
+  CHECK(ns.raw() == small.raw());  // under 2 MiB: stays mapped
+  REQUIRE(nb.nbytes() == kBig);
+  const auto* got = static_cast<const uint8_t*>(nb.raw());
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < kBig; ++i) wrong += got[i] != static_cast<uint8_t>((i * 7 + i / 4096) & 0xff);
+  CHECK(wrong == 0);  // the file's bytes
+  if (on) {
+    CHECK(m.huge_page_weights == 1);
+    CHECK_FALSE(nb.storage()->file_mapped());
+    CHECK_FALSE(nb.storage()->read_only());
+    CHECK(reinterpret_cast<uintptr_t>(nb.raw()) % kCpuHugePageBytes == 0);
+    CHECK(nt.raw() == nb.raw());  // one copy for the tied pair
+    // The copied pages left the process: the mapping keeps at most the small weight's and the
+    // partial pages at the ends.
+    INFO("mapping Rss before " << rss_before << ", after " << rss_after);
+    CHECK(rss_before >= kBig);
+    CHECK(rss_after <= kSmall + 2 * 4096);
+  } else {
+    CHECK(m.huge_page_weights == 0);
+    CHECK(nb.raw() == big.raw());
+  }
+  // A second call finds nothing more to copy.
+  m.upload_constants(Device::cpu());
+  CHECK(m.huge_page_weights == (on ? 1 : 0));
 }
