@@ -5,15 +5,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <map>
-#include <string>
-
-#include <unistd.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <map>
+#include <string>
 
 #include "engine/core/device.h"
 #include "engine/core/error.h"
@@ -21,6 +17,7 @@
 #include "engine/graph/graph.h"
 #include "engine/models/model.h"
 #include "loader_test_util.h"
+#include "smaps_test_util.h"
 
 using namespace sampan;
 using models::TensorRole;
@@ -122,28 +119,6 @@ TEST_CASE("load_model: failures name the model", "[model]") {
                      ErrorCode::kUnsupported, {"resnet.onnx: not a decoder model"});
 }
 
-namespace {
-
-// Resident bytes (smaps Rss) of the mapping that holds `addr`; -1 where it is not listed.
-int64_t mapping_rss(const void* addr) {
-  const auto a = reinterpret_cast<uintptr_t>(addr);
-  std::ifstream f("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  while (std::getline(f, line)) {
-    unsigned long lo = 0, hi = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
-      inside = lo <= a && a < hi;
-    } else if (inside && line.rfind("Rss:", 0) == 0) {
-      return std::atoll(line.c_str() + 4) * 1024;
-    }
-  }
-  return -1;
-}
-
-}  // namespace
 
 TEST_CASE("upload_constants on the CPU copies large file-mapped weights onto huge pages",
           "[model]") {
@@ -171,9 +146,9 @@ TEST_CASE("upload_constants on the CPU copies large file-mapped weights onto hug
   uint64_t touch = 0;
   for (size_t i = 0; i < file->size(); i += 4096) touch += file->data()[i];
   CHECK(touch > 0);
-  const int64_t rss_before = mapping_rss(file->data());
+  const int64_t rss_before = test::smaps_field(file->data(), "Rss:") * 1024;
   m.upload_constants(Device::cpu());
-  const int64_t rss_after = mapping_rss(file->data());  // before anything reads the mapping
+  const int64_t rss_after = test::smaps_field(file->data(), "Rss:") * 1024;  // before anything reads the mapping
 
   const Tensor& nb = m.graph.value(a).constant;
   const Tensor& nt = m.graph.value(tied).constant;

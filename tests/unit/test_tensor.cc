@@ -9,8 +9,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
+
+#include "smaps_test_util.h"
 
 using namespace sampan;
 
@@ -135,25 +136,6 @@ std::string thp_mode() {
   return a == std::string::npos || b == std::string::npos ? "" : line.substr(a + 1, b - a - 1);
 }
 
-// THPeligible of the mapping holding `addr` in /proc/self/smaps: -1 where it is not listed.
-int thp_eligible(const void* addr) {
-  const auto a = reinterpret_cast<uintptr_t>(addr);
-  std::ifstream f("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  while (std::getline(f, line)) {
-    unsigned long lo = 0, hi = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
-      inside = lo <= a && a < hi;
-    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
-      return std::atoi(line.c_str() + 12);
-    }
-  }
-  return -1;
-}
-
 }  // namespace
 
 TEST_CASE("large CPU buffers start on 2 MiB pages advised for THP, small ones stay 64-byte aligned",
@@ -180,12 +162,12 @@ TEST_CASE("large CPU buffers start on 2 MiB pages advised for THP, small ones st
   for (int64_t i = 0; i < fitted.nbytes(); i += 4096) q[i] = 1;
   if (wanted && (mode == "always" || mode == "madvise")) {
     // Eligible for huge pages because it was advised (under "madvise" nothing else makes it so).
-    CHECK(thp_eligible(p) == 1);
-    CHECK(thp_eligible(q + (5 << 20)) == 1);
+    CHECK(test::smaps_field(p, "THPeligible:") == 1);
+    CHECK(test::smaps_field(q + (5 << 20), "THPeligible:") == 1);
   }
   if (wanted && mode == "madvise") {
     // The 4-byte tail past two whole pages is not worth a third: not advised.
-    CHECK(thp_eligible(p + (4 << 20) + 8) == 0);
+    CHECK(test::smaps_field(p + (4 << 20) + 8, "THPeligible:") == 0);
   }
   INFO("THP mode: " << (mode.empty() ? "none" : mode));
 }
