@@ -24,20 +24,15 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
 
 LLAMACPP_SNIPPET = r"""
-import json, os, sys, time
-import llama_cpp.llama_cpp as lowlevel
+import contextlib, json, os, sys, time
 from llama_cpp import Llama
-if os.environ.get("SAMPAN_LLAMACPP_NO_EXTRA_BUFTS") and any(
-        f[0] == "use_extra_bufts" for f in lowlevel.llama_model_params._fields_):
-    _default = lowlevel.llama_model_default_params
-    def _no_extra_bufts():
-        p = _default()
-        p.use_extra_bufts = False
-        return p
-    lowlevel.llama_model_default_params = _no_extra_bufts
+sys.path.insert(0, sys.argv[5])
+import gguf_models
 path, threads, prompt_len, gen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-llm = Llama(model_path=path, n_ctx=prompt_len + gen + 16, n_batch=prompt_len, n_ubatch=prompt_len,
-            n_threads=threads, n_threads_batch=threads, verbose=False)
+with (gguf_models.llama_cpp_without_extra_bufts()
+      if os.environ.get("SAMPAN_LLAMACPP_NO_EXTRA_BUFTS") else contextlib.nullcontext()):
+    llm = Llama(model_path=path, n_ctx=prompt_len + gen + 16, n_batch=prompt_len,
+                n_ubatch=prompt_len, n_threads=threads, n_threads_batch=threads, verbose=False)
 prompt = [259 + (i * 7919) % (llm.n_vocab() - 259) for i in range(prompt_len)]
 llm.eval(prompt[:8])
 llm.reset()
@@ -71,7 +66,7 @@ def run_sampan(args, path):
 
 def run_llamacpp(args, path):
     cmd = [sys.executable, "-c", LLAMACPP_SNIPPET, path, str(args.threads), str(args.prompt_len),
-           str(args.gen)]
+           str(args.gen), os.path.join(REPO, "tests", "reference")]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode < 0:
         # llama-cpp-python 0.3.36's AMX Q8_0 kernel crashes (SIGSEGV) on some CPUs: measure

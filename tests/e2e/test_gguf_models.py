@@ -80,24 +80,13 @@ def sampan_logits(args, res, name, path, seqs, vocab):
 
 
 def llama_cpp_logits(path, seqs):
-    import llama_cpp.llama_cpp as lowlevel
     from llama_cpp import Llama
-    # llama.cpp's AMX repacking (an "extra buffer type", built in when pip compiles it on a CPU
-    # with AMX-INT8) segfaults in ggml_backend_amx_mul_mat on these small Q8_0 models
-    # (llama-cpp-python 0.3.36 on a Sapphire Rapids VM). Its plain CPU kernels give llama.cpp's
-    # same quantized arithmetic, so the reference is taken with the extra buffer types off.
-    default_params = lowlevel.llama_model_default_params
-    if any(f[0] == "use_extra_bufts" for f in lowlevel.llama_model_params._fields_):
-        def no_extra_bufts():
-            p = default_params()
-            p.use_extra_bufts = False
-            return p
-        lowlevel.llama_model_default_params = no_extra_bufts
-    try:
+    import gguf_models
+    # The reference is taken without llama.cpp's AMX repacking, which crashes on these small
+    # Q8_0 models (see gguf_models.llama_cpp_without_extra_bufts).
+    with gguf_models.llama_cpp_without_extra_bufts():
         llm = Llama(model_path=path, n_ctx=256, n_batch=256, n_threads=2, logits_all=True,
                     verbose=False)
-    finally:
-        lowlevel.llama_model_default_params = default_params
     rows = []
     for ids in seqs:
         llm.reset()

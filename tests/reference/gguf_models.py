@@ -19,6 +19,7 @@ API); no converter code is copied. Command line, for benchmarks:
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -247,6 +248,27 @@ def hf_to_gguf(model_dir, out_path, outtype="f16", split_max_tensors=0, arch_nam
     w.write_tensors_to_file()
     w.close()
     return out_path
+
+
+@contextlib.contextmanager
+def llama_cpp_without_extra_bufts():
+    """Inside the block, llama-cpp-python's Llama(...) loads without llama.cpp's extra buffer
+    types (its AMX repacking, built in when pip compiles it on a CPU with AMX-INT8), which
+    segfaults in ggml_backend_amx_mul_mat on Q8_0/Q4_0 models (llama-cpp-python 0.3.36 on a
+    Sapphire Rapids VM). Its plain CPU kernels give llama.cpp's same quantized arithmetic. A
+    build without the field is left as it is."""
+    import llama_cpp.llama_cpp as lowlevel
+    default_params = lowlevel.llama_model_default_params
+    if any(f[0] == "use_extra_bufts" for f in lowlevel.llama_model_params._fields_):
+        def no_extra_bufts():
+            p = default_params()
+            p.use_extra_bufts = False
+            return p
+        lowlevel.llama_model_default_params = no_extra_bufts
+    try:
+        yield
+    finally:
+        lowlevel.llama_model_default_params = default_params
 
 
 def quantize(src, out_path, ftype, pure=True, threads=2):
