@@ -46,16 +46,17 @@ size_t huge_rounded(size_t bytes) {
   return up - bytes <= bytes / 8 ? up : bytes / kHugePage * kHugePage;
 }
 
-
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
-    // 64-byte alignment: one cache line, one AVX-512 register; round up as aligned_alloc needs.
+    // 64-byte alignment (one cache line, one AVX-512 register), or 2 MiB from kHugePage on.
     const bool huge = bytes >= kHugePage && cpu_huge_pages();
     const size_t advised = huge ? huge_rounded(bytes) : 0;
     const size_t rounded = std::max(advised, (bytes + 63) & ~size_t{63});
-    void* p = std::aligned_alloc(huge ? kHugePage : 64, rounded);
+    // posix_memalign: aligned_alloc wants the size to be a multiple of the alignment.
+    void* p = nullptr;
+    if (::posix_memalign(&p, huge ? kHugePage : 64, rounded) != 0) p = nullptr;
     if (!p) fail(ErrorCode::kOutOfMemory, "cpu: cannot allocate {} bytes", bytes);
     // Advice only: where it fails (THP off, an old kernel) nothing changes.
     if (huge) ::madvise(p, advised, MADV_HUGEPAGE);
