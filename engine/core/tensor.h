@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "engine/core/device.h"
@@ -132,5 +133,12 @@ enum class Fill { kUninitialized, kZero };
 // an operator needs to pick a smaller --max-context or kv_cache_bytes.
 Tensor allocate_named(const Shape& shape, DType dtype, Device device, std::string_view what,
                       Fill fill);
+
+// What a tensor views: tensors with equal keys read the same bytes the same way (tied weights,
+// the embedding table reused as the LM head). For maps that keep one copy per distinct view.
+using TensorViewKey = std::tuple<const Storage*, size_t, Shape, Shape, DType>;
+inline TensorViewKey view_key(const Tensor& t) {
+  return {t.storage().get(), t.byte_offset(), t.shape(), t.strides(), t.dtype()};
+}
 
 }  // namespace sampan

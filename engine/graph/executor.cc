@@ -115,8 +115,7 @@ void Executor::upload_constants() {
                  device_.str());
     // Tied weights (the embedding table reused as the LM head) are one tensor in two places:
     // one device copy serves both.
-    const auto key = std::make_tuple(c.storage().get(), c.byte_offset(), c.shape(), c.strides(),
-                                     c.dtype());
+    const TensorViewKey key = view_key(c);
     auto it = device_constants_.find(key);
     if (it == device_constants_.end()) {
       Tensor d;

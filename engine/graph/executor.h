@@ -146,7 +146,7 @@ class Executor {
   std::vector<Tensor> staged_sources_;  // host sources of this run's copies, alive until the sync
   std::shared_ptr<Storage> fault_;      // two device ints: KernelContext::fault
   int32_t fault_host_[2] = {0, 0};      // their copy after a run
-  std::map<std::tuple<const Storage*, size_t, Shape, Shape, DType>, Tensor> device_constants_;
+  std::map<TensorViewKey, Tensor> device_constants_;
   bool constants_uploaded_ = false;
   int64_t uploaded_constants_ = 0;
   const Node* last_launched_ = nullptr;

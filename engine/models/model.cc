@@ -174,34 +174,34 @@ void Model::bind_kv_pools(const KvPools& pools, std::map<std::string, Tensor>& f
   }
 }
 
-void Model::upload_constants(Device device) {
-  if (device.type == DeviceType::kCPU) {
-    localize_mapped_constants();
-    return;
-  }
-  std::map<std::tuple<const Storage*, size_t, Shape, Shape, DType>, Tensor> uploaded;
-  for (size_t v = 0; v < graph.n_values(); ++v) {
-    graph::Value& val = graph.mutable_value(static_cast<graph::ValueId>(v));
-    if (val.kind != graph::ValueKind::kConstant || val.constant.device() == device) continue;
+namespace {
+
+// Replaces every graph constant c with want(c) by make(c), made once per distinct view (tied
+// weights stay one tensor); returns how many were made. Running out of memory in make is
+// Error(kOutOfMemory): "<verb> weight '<name>' (<tensor>, <bytes> bytes) <where>: <why>".
+template <class Want, class Make>
+int64_t replace_constants(graph::Graph& g, const Want& want, const Make& make,
+                          std::string_view verb, std::string_view where) {
+  std::map<TensorViewKey, Tensor> made;
+  for (size_t v = 0; v < g.n_values(); ++v) {
+    graph::Value& val = g.mutable_value(static_cast<graph::ValueId>(v));
+    if (val.kind != graph::ValueKind::kConstant || !want(val.constant)) continue;
     const Tensor& c = val.constant;
-    // Tied weights (the embedding table reused as the LM head) are one tensor in two places.
-    const auto key = std::make_tuple(c.storage().get(), c.byte_offset(), c.shape(), c.strides(),
-                                     c.dtype());
-    auto it = uploaded.find(key);
-    if (it == uploaded.end()) {
+    const TensorViewKey key = view_key(c);
+    auto it = made.find(key);
+    if (it == made.end()) {
       try {
-        it = uploaded.emplace(key, c.to(device)).first;
+        it = made.emplace(key, make(c)).first;
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kOutOfMemory) throw;
-        fail(ErrorCode::kOutOfMemory, "uploading weight '{}' ({}, {} bytes) to {}: {}", val.name,
-             c.str(), c.nbytes(), device.str(), e.what());
+        fail(ErrorCode::kOutOfMemory, "{} weight '{}' ({}, {} bytes) {}: {}", verb, val.name,
+             c.str(), c.nbytes(), where, e.what());
       }
     }
     val.constant = it->second;
   }
+  return static_cast<int64_t>(made.size());
 }
-
-namespace {
 
 // memcpy on up to 8 threads, in slices of whole 2 MiB pages: the kernel zeroes each new huge
 // page in the thread that first touches it, which on one thread made the copy of a 2.2 GB bf16
@@ -223,39 +223,31 @@ void parallel_copy(void* dst, const void* src, size_t bytes) {
 
 }  // namespace
 
+void Model::upload_constants(Device device) {
+  if (device.type == DeviceType::kCPU) {
+    localize_mapped_constants();
+    return;
+  }
+  replace_constants(
+      graph, [&](const Tensor& c) { return !(c.device() == device); },
+      [&](const Tensor& c) { return c.to(device); }, "uploading", "to " + device.str());
+}
+
 void Model::localize_mapped_constants() {
   if (!cpu_huge_pages()) return;
-  std::map<std::tuple<const Storage*, size_t, Shape, Shape, DType>, Tensor> copied;
-  for (size_t v = 0; v < graph.n_values(); ++v) {
-    graph::Value& val = graph.mutable_value(static_cast<graph::ValueId>(v));
-    if (val.kind != graph::ValueKind::kConstant) continue;
-    const Tensor& c = val.constant;
-    if (!c.storage() || !c.storage()->file_mapped() ||
-        c.nbytes() < static_cast<int64_t>(kCpuHugePageBytes)) {
-      continue;
-    }
-    const auto key = std::make_tuple(c.storage().get(), c.byte_offset(), c.shape(), c.strides(),
-                                     c.dtype());
-    auto it = copied.find(key);
-    if (it == copied.end()) {
-      Tensor d;
-      try {
-        // From the CPU allocator: 2 MiB pages.
-        d = c.is_contiguous() ? Tensor::empty(c.shape(), c.dtype()) : c.to(Device::cpu());
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::kOutOfMemory) throw;
-        fail(ErrorCode::kOutOfMemory, "copying weight '{}' ({}, {} bytes) to huge pages: {}",
-             val.name, c.str(), c.nbytes(), e.what());
-      }
-      if (c.is_contiguous()) {
-        parallel_copy(d.raw(), c.raw(), static_cast<size_t>(c.nbytes()));
-        MappedFile::release(c.raw(), static_cast<size_t>(c.nbytes()));
-      }
-      it = copied.emplace(key, std::move(d)).first;
-      ++huge_page_weights;
-    }
-    val.constant = it->second;
-  }
+  auto mapped = [](const Tensor& c) {
+    return c.storage() && c.storage()->file_mapped() &&
+           c.nbytes() >= static_cast<int64_t>(kCpuHugePageBytes);
+  };
+  // From the CPU allocator: 2 MiB pages.
+  auto copy = [](const Tensor& c) {
+    if (!c.is_contiguous()) return c.to(Device::cpu());
+    Tensor d = Tensor::empty(c.shape(), c.dtype());
+    parallel_copy(d.raw(), c.raw(), static_cast<size_t>(c.nbytes()));
+    MappedFile::release(c.raw(), static_cast<size_t>(c.nbytes()));
+    return d;
+  };
+  huge_page_weights += replace_constants(graph, mapped, copy, "copying", "to huge pages");
 }
 
 void register_model_builder(const std::string& format, const std::string& architecture,
