@@ -89,7 +89,8 @@ class ScopedGemmPrecision {
 //    CPU with AVX512-BF16 and no AMX): as AMX with kBf16 (x rounded to bf16, one f32
 //    accumulator per output; denormal inputs count as zero). f16 weights are rounded to bf16
 //    on both bf16 paths (another 2^-8); so are kI4 weights at m > 16 (prefill dequantizes
-//    row panels to bf16 for them; see gemm_quant.h). On AMX, kF8E4M3 weights from m = 4 stay
+//    row panels to bf16 for them; see gemm_quant.h) and GGUF block types at m >= 32
+//    (gemm_ggml.h). On AMX, kF8E4M3 weights from m = 4 stay
 //    exact on the tiles (only x's 2^-16 split), and kI4 weights at m = 4..16 run on the INT8
 //    tiles with the kI4 decode rounding of x (gemm_quant.h).
 //    Quantized weights at small m are dequantized exactly to f32 in registers: error is f32

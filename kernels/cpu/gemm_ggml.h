@@ -13,12 +13,21 @@
 // driver prepares x once per call, in the layout the table's prep_x16 defines), measured
 // 1.5-2x (Q4_K, Q5_K) and 1.05-1.15x (Q4_0, Q8_0, 2 threads, from DRAM) the speed of their
 // exact f32 decoders; everything else keeps x in f32.
-// Prefill (m >= kGgmlPrefillMinM): the driver dequantizes a bounded chunk of weight rows to f32
-// in scratch and runs the plain f32 gemm() on it (AVX-512 / AVX2 FMA panel kernels).
+// Prefill (m >= kGgmlPrefillMinM): the driver dequantizes a bounded chunk of weight rows in
+// scratch and runs the plain gemm() on it: bf16 rows, with x rounded to bf16, on the AMX tiles
+// where gemm() multiplies in bf16 (prefill_in_bf16(): AMX CPUs unless GemmPrecision::kF32;
+// AVX512-BF16 with kBf16), else exact f32 rows on the FMA panel kernels. Measured (TinyLlama
+// shape, prompt 512, 2 threads, Sapphire Rapids VM, alternating runs): Q8_0 / Q4_0 / Q4_K_M
+// prefill 126-136 tok/s on the f32 panels, 340-395 with bf16 rows and x split (kSplitBf16),
+// 553 (Q4_K_M) with x rounded as well.
 //
 // Accuracy (what test_gemm_ggml.cc checks), with w the weights exactly as dequantize_ggml_row
 // defines them (ggml_dequant.h) and M = |bias| + sum_c |x_c| |w_c|:
-//  - f32 kernels (every type but the x16 ones at decode, and every type at prefill): they form
+//  - Prefill in bf16 (prefill_in_bf16()): every dequantized weight and x are rounded to bf16
+//    (relative 2^-9 each), one f32 accumulator per output: |y - y_exact| <= 2^-7 * M, M below
+//    (measured far less). llama.cpp rounds x to 8 bits per 32 (or 256) elements for the same
+//    products.
+//  - f32 kernels (every type but the x16 ones at decode, and every type at f32 prefill): they form
 //    exactly the reference's f32 weights (the decoders repeat its f32 operations in the same
 //    order; gemm_ggml_avx*.cc say how) and keep x in f32, so the only error is f32 summation:
 //    |y - y_exact| <= (k / 8 + 16) * 2^-24 * M at decode (8- or 16-lane vector partial sums,

@@ -8,13 +8,21 @@
 // memory. For the x16 kernels (Q4_K, Q5_K) the calling thread first rounds x to 16 bits per
 // 256 elements into thread-local scratch (gemm_ggml.h), read by every worker.
 //
-// Prefill (m >= kGgmlPrefillMinM): output rows are taken in chunks of at most kDequantBytes of
-// f32; all workers dequantize a chunk, then the plain gemm() runs on it with the chunk's biases
-// and epilogue, writing its columns of y.
+// Prefill (m >= kGgmlPrefillMinM): output rows are taken in chunks of dequantized weights; all
+// workers dequantize a chunk, then the plain gemm() runs on it with the chunk's biases and
+// epilogue, writing its columns of y. Where gemm() multiplies in bf16 (prefill_in_bf16: AMX
+// tiles, or the vdpbf16ps panels with kBf16) the chunk is bf16 (each row dequantized to f32 in
+// L1, then rounded), up to kDequantBytesBf16, as the kI4 prefill does; otherwise exact f32, up
+// to kDequantBytes. Once the weights are rounded to bf16 (2^-9), kSplitBf16's second product
+// for x's low half (x kept to 2^-16) buys no accuracy that matters, so these calls run with x
+// rounded to bf16 (kBf16) as well: 1.4x the prefill speed (Q4_K_M, TinyLlama shape, 2 threads,
+// Sapphire Rapids: 401 -> 553 tok/s).
 #include <algorithm>
 #include <cassert>
+#include <optional>
 #include <vector>
 
+#include "kernels/cpu/convert_cpu.h"
 #include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/isa.h"
 
@@ -27,6 +35,10 @@ constexpr int64_t kStripe = 64;  // output columns per epilogue pass
 // m = 32 / 128 / 512): 16 MB 43 / 81 / 88, 2 MB 67 / 88 / 83, 512 KB 74 / 89 / 83, 256 KB 44 /
 // 46 / 45 (32-row chunks: per-call overhead).
 constexpr int64_t kDequantBytes = 2 << 20;
+// bf16 chunks for the AMX path: as gemm_quant_cpu.cc. The tile kernels split one call's output
+// columns over the workers and prepare x once per call, so a chunk holds a whole TinyLlama
+// weight (k = 2048: 4096 rows).
+constexpr int64_t kDequantBytesBf16 = 16 << 20;
 
 struct DecodeJob {
   const GgmlKernels* kt;
@@ -159,8 +171,14 @@ void gemm_ggml_decode(const GgmlKernels& kt, int64_t m, const float* x, int64_t 
   }
 }
 
-// Dequantized rows of the calling thread's prefill chunks; kept between calls.
-AlignedBuffer<float>& prefill_scratch() {
+// Dequantized rows of the calling thread's prefill chunks (f32 or bf16); kept between calls.
+AlignedBuffer<uint8_t>& prefill_scratch() {
+  thread_local AlignedBuffer<uint8_t> s;
+  return s;
+}
+
+// One f32 row of each worker, rounded to bf16 after dequantization.
+AlignedBuffer<float>& row_scratch() {
   thread_local AlignedBuffer<float> s;
   return s;
 }
@@ -170,10 +188,14 @@ void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t
                        TaskRunner& runner) {
   const GgmlDequantFn dequant = kt.dequant[static_cast<int>(w.ggml_type)];
   const int64_t k = w.k, row_bytes = ggml_row_bytes(w.ggml_type, k);
+  const bool bf16 = prefill_in_bf16();
+  const int64_t elem = bf16 ? 2 : 4;
   const bool silu = ep == GemmEpilogue::kSiluMul;
   const int n_src = silu ? 2 : 1;  // blocks dequantized together
-  const int64_t chunk_rows = std::max<int64_t>(32, kDequantBytes / (n_src * k * 4) / 32 * 32);
-  AlignedBuffer<float>& scratch = prefill_scratch();
+  // Multiples of 32 rows keep AMX units (2 x 16 rows) whole inside a chunk.
+  const int64_t chunk_rows = std::max<int64_t>(
+      32, (bf16 ? kDequantBytesBf16 : kDequantBytes) / (n_src * k * elem) / 32 * 32);
+  AlignedBuffer<uint8_t>& scratch = prefill_scratch();
   const int64_t threads = std::max(1, runner.concurrency());
   const int n_segments = silu ? 1 : w.n_blocks;
   int64_t base = 0;  // first output column of the segment
@@ -181,15 +203,27 @@ void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t
     const int64_t rows = w.rows[b];
     for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
       const int64_t nr = std::min(chunk_rows, rows - r0);
-      scratch.reserve(n_src * nr * k);
-      float* buf = scratch.data();
+      scratch.reserve(n_src * nr * k * elem);
+      uint8_t* buf = scratch.data();
       const int64_t total = n_src * nr;
       const int64_t n_tasks = std::min(threads, total);
       auto task = [&](int64_t t) {
+        float* tmp = nullptr;
+        if (bf16) {
+          AlignedBuffer<float>& rs = row_scratch();
+          rs.reserve(k);
+          tmp = rs.data();
+        }
         for (int64_t i = total * t / n_tasks; i < total * (t + 1) / n_tasks; ++i) {
           const int src = silu ? static_cast<int>(i / nr) : b;
           const uint8_t* row = static_cast<const uint8_t*>(w.data[src]) + (r0 + i % nr) * row_bytes;
-          dequant(row, k, buf + i * k);
+          uint8_t* dst = buf + i * k * elem;
+          if (bf16) {
+            dequant(row, k, tmp);
+            convert_f32_to_bf16(tmp, reinterpret_cast<uint16_t*>(dst), k);
+          } else {
+            dequant(row, k, reinterpret_cast<float*>(dst));
+          }
         }
       };
       if (n_tasks == 1) {
@@ -198,14 +232,18 @@ void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t
         runner.run(n_tasks, task);
       }
       GemmWeights pw;
-      pw.dtype = DType::kF32;
+      pw.dtype = bf16 ? DType::kBF16 : DType::kF32;
       pw.k = k;
       pw.n_blocks = n_src;
       for (int j = 0; j < n_src; ++j) {
         const int src = silu ? j : b;
-        pw.data[j] = buf + j * nr * k;
+        pw.data[j] = buf + j * nr * k * elem;
         pw.rows[j] = nr;
         pw.bias[j] = w.bias[src] ? w.bias[src] + r0 : nullptr;
+      }
+      std::optional<ScopedGemmPrecision> x_in_bf16;
+      if (bf16 && gemm_precision() == GemmPrecision::kSplitBf16) {
+        x_in_bf16.emplace(GemmPrecision::kBf16);
       }
       gemm(m, x, ldx, pw, ep, y + (silu ? r0 : base + r0), ldy, runner);
     }

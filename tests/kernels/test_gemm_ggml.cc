@@ -7,9 +7,11 @@
 //
 // Tolerances, from gemm_ggml.h: the kernels form exactly the reference's f32 weights and keep x
 // in f32, so |y - y_exact| <= (k / 8 + 16) * 2^-24 * M at decode and (k + 16) * 2^-24 * M at
-// prefill (the plain f32 GEMM's panel kernels sum each output's k products in one lane), with
-// M = |bias| + sum |x| |w|. Decode kernels that round x to 16 bits per 256 elements (the table's
-// x16 flag) are allowed kGgmlDecodeXError * sum_b absmax_b(x) sum_b |w| + (k / 8 + 16) 2^-24 M',
+// f32 prefill (the plain f32 GEMM's panel kernels sum each output's k products in one lane),
+// with M = |bias| + sum |x| |w|. Prefill in bf16 (AMX levels, or AVX512-BF16 with kBf16:
+// weights and x rounded to bf16) is allowed 2^-7 M; the f32 prefill bound is also checked at every level with GemmPrecision::kF32. Decode kernels
+// that round x to 16 bits per 256 elements (the table's x16 flag) are allowed
+// kGgmlDecodeXError * sum_b absmax_b(x) sum_b |w| + (k / 8 + 16) 2^-24 M',
 // M' = |bias| + sum |x| (|w1| + |w2|) for w = w1 - w2 split into scale and min parts (w2 = 0
 // for types without a min, e.g. Q4_0 / Q8_0), the 256-element blocks of x counted from element
 // 0 (a last partial block, k % 256 elements, has its own absmax: k = 32, 96, 2080 cover it).
@@ -23,6 +25,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -196,7 +199,7 @@ void check_case(const Case& c, uint32_t seed) {
   const int64_t n_out = silu ? c.rows[0] : n_total;
   const int64_t ldy = n_out + c.ldy_pad;
   const bool prefill = c.m >= gemm_detail::kGgmlPrefillMinM;
-  const double tol = (prefill ? c.k + 16.0 : c.k / 8.0 + 16.0) * std::ldexp(1.0, -24);
+  const double tol_f32 = (prefill ? c.k + 16.0 : c.k / 8.0 + 16.0) * std::ldexp(1.0, -24);
 
   IsaRestore restore;
   Runners runners;
@@ -207,44 +210,54 @@ void check_case(const Case& c, uint32_t seed) {
                                              ? gemm_detail::ggml_kernels_avx512()
                                              : gemm_detail::ggml_kernels_avx2();
     const bool x16 = !prefill && kt.dot[static_cast<int>(c.type->type)].x16;
-    auto allowed_at = [&](int64_t idx) {
-      return x16 ? gemm_detail::kGgmlDecodeXError * xmag[idx] + tol * mag2[idx] : tol * mag[idx];
-    };
-    for (auto [name, runner] : runners.all()) {
-      INFO("isa=" << isa_name(isa) << " runner=" << name << (x16 ? " x16" : ""));
-      std::vector<float> y(c.m * ldy, kSentinel);
-      gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
-      double worst = 0.0;
-      int64_t wi = 0, wj = 0;
-      bool padding_ok = true;
-      for (int64_t i = 0; i < c.m; ++i) {
-        for (int64_t j = n_out; j < ldy; ++j) padding_ok &= y[i * ldy + j] == kSentinel;
-        for (int64_t j = 0; j < n_out; ++j) {
-          double want, allowed;
-          if (silu) {
-            const double g = dot[i * n_total + j], u = dot[i * n_total + n_out + j];
-            const double sg = g / (1.0 + std::exp(-g));
-            want = sg * u;
-            const double eg = allowed_at(i * n_total + j);
-            const double eu = allowed_at(i * n_total + n_out + j);
-            allowed = 1.1 * eg * (std::fabs(u) + eu) + std::fabs(sg) * eu + 1e-6 * std::fabs(want);
-          } else {
-            want = dot[i * n_total + j];
-            allowed = allowed_at(i * n_total + j);
-          }
-          const double got = y[i * ldy + j];
-          const double ratio = std::isfinite(got) ? std::fabs(got - want) / (allowed + 1e-30)
-                                                  : std::numeric_limits<double>::infinity();
-          if (!(ratio <= worst)) {
-            worst = ratio;
-            wi = i;
-            wj = j;
+    // Prefill at this level's default precision, then (prefill only) exact f32 as well.
+    for (const bool f32_prefill : {false, true}) {
+      if (f32_prefill && !prefill) break;
+      std::optional<ScopedGemmPrecision> scope;
+      if (f32_prefill) scope.emplace(GemmPrecision::kF32);
+      const bool bf16 = prefill && gemm_detail::prefill_in_bf16();
+      const double tol = bf16 ? std::ldexp(1.0, -7) : tol_f32;
+      auto allowed_at = [&](int64_t idx) {
+        return x16 ? gemm_detail::kGgmlDecodeXError * xmag[idx] + tol * mag2[idx] : tol * mag[idx];
+      };
+      for (auto [name, runner] : runners.all()) {
+        INFO("isa=" << isa_name(isa) << " runner=" << name << (x16 ? " x16" : "")
+                    << (bf16 ? " bf16-prefill" : ""));
+        std::vector<float> y(c.m * ldy, kSentinel);
+        gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
+        double worst = 0.0;
+        int64_t wi = 0, wj = 0;
+        bool padding_ok = true;
+        for (int64_t i = 0; i < c.m; ++i) {
+          for (int64_t j = n_out; j < ldy; ++j) padding_ok &= y[i * ldy + j] == kSentinel;
+          for (int64_t j = 0; j < n_out; ++j) {
+            double want, allowed;
+            if (silu) {
+              const double g = dot[i * n_total + j], u = dot[i * n_total + n_out + j];
+              const double sg = g / (1.0 + std::exp(-g));
+              want = sg * u;
+              const double eg = allowed_at(i * n_total + j);
+              const double eu = allowed_at(i * n_total + n_out + j);
+              allowed =
+                  1.1 * eg * (std::fabs(u) + eu) + std::fabs(sg) * eu + 1e-6 * std::fabs(want);
+            } else {
+              want = dot[i * n_total + j];
+              allowed = allowed_at(i * n_total + j);
+            }
+            const double got = y[i * ldy + j];
+            const double ratio = std::isfinite(got) ? std::fabs(got - want) / (allowed + 1e-30)
+                                                    : std::numeric_limits<double>::infinity();
+            if (!(ratio <= worst)) {
+              worst = ratio;
+              wi = i;
+              wj = j;
+            }
           }
         }
+        INFO("worst at row " << wi << " col " << wj << ": error/allowed = " << worst);
+        CHECK(padding_ok);
+        CHECK(worst <= 1.0);
       }
-      INFO("worst at row " << wi << " col " << wj << ": error/allowed = " << worst);
-      CHECK(padding_ok);
-      CHECK(worst <= 1.0);
     }
   }
 }
