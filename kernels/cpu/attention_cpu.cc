@@ -25,9 +25,10 @@ void attention_range_avx2(const AttentionRange& a) { attention_range_any<Avx2>(a
 
 namespace {
 
-// A decode step of few sequences has few (token, KV head) ranges, often fewer than the workers
-// want; then long ranges are split (split-K, merged afterwards). Below this many keys per piece
-// the merge and the hand-off cost more than the parallelism brings.
+// A decode step of few sequences has few token ranges (each takes every KV head), often fewer
+// than the workers want; then long ranges are split (split-K, merged afterwards). Below this many
+// keys per piece the merge and the hand-off cost more than the parallelism brings (measured: 64
+// keys of TinyLlama's 4 KV heads per piece made one 512-key decode on 2 threads 1.2x slower).
 constexpr int64_t kMinSplitKeys = 256;
 // Pieces of work per worker that the split aims for: enough that the dynamic hand-out evens out
 // ranges of different lengths (sequences of a batch differ), few enough to keep merges rare.
@@ -40,26 +41,26 @@ float* thread_scratch(int64_t n) {
   return buf.data();
 }
 
-// One task: key positions [first, last] of token t's sequence against KV head kvh. part < 0: the
-// token's whole range, normalised straight into out; else the slot of a partial result.
+// One task: key positions [first, last] of token t's sequence against every KV head (each cache
+// row is read whole, attention_impl.h). part < 0: the token's whole range, normalised straight
+// into out; else the slot of a partial result.
 struct Piece {
-  int32_t t = 0;
-  int32_t kvh = 0;
+  int64_t t = 0;
   int64_t first = 0;
   int64_t last = 0;
   int64_t part = -1;
 };
 
-// A (token, KV head) whose range was split into n pieces, in slots part .. part + n - 1.
+// A token whose range was split into n pieces, in slots part .. part + n - 1.
 struct Merge {
-  int32_t t = 0;
-  int32_t kvh = 0;
+  int64_t t = 0;
   int64_t part = 0;
   int64_t n = 0;
 };
 
-// Folds the n_split partial results of one (token, KV head) into out: [group, head_dim].
-// part holds, per split, [group * head_dim] unnormalised sums then [group] maxima, [group] sums.
+// Folds the n_split partial results of one token into out: [group, head_dim], group its query
+// heads. part holds, per split, [group * head_dim] unnormalised sums then [group] maxima,
+// [group] sums.
 void merge_splits(const float* part, int64_t n_split, int64_t group, int64_t hd, float* out) {
   const int64_t stride = group * hd + 2 * group;
   for (int64_t g = 0; g < group; ++g) {
@@ -121,23 +122,24 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   const int64_t window = shape.sliding_window;
   const auto kernel =
       has_avx512() ? detail::attention_range_avx512 : detail::attention_range_avx2;
-  const int64_t scratch_floats = detail::attention_scratch_floats(group, hd);
-  const int64_t part_stride = group * hd + 2 * group;
-  const int64_t head_bytes = kv_head_bytes(cache.dtype, hd);
+  const int64_t scratch_floats = detail::attention_scratch_floats(group, hd, n_kv);
+  // A partial result: [n_heads, hd] sums, [n_heads] maxima, [n_heads] sums of weights (merged
+  // as one group of n_heads query heads).
+  const int64_t n_heads = n_kv * group;
+  const int64_t part_stride = n_heads * (hd + 2);
 
   // Cut the work so that every worker gets about kPiecesPerWorker pieces of similar size, but
   // only ever by splitting long ranges: a batch with many ranges (prefill, a large decode batch)
   // is not split at all, a decode of one long sequence is split into pieces of at least
-  // kMinSplitKeys keys. Each range is split on its own length, so a batch mixing long and short
-  // sequences splits only the long ones.
+  // kMinSplitKeys keys (each with every KV head). Each range is split on its own length, so a
+  // batch mixing long and short sequences splits only the long ones.
   const int64_t workers = runner.concurrency();
-  int64_t piece_len = INT64_MAX;
+  int64_t piece_len = INT64_MAX;  // keys
   if (workers > 1) {
     int64_t total = 0;
     for (int64_t t = 0; t < n_tokens; ++t) {
       total += pos[t] - attention_first_key(pos[t], window) + 1;
     }
-    total *= n_kv;
     piece_len = util::ceil_div(total, kPiecesPerWorker * workers);
     if (piece_len < kMinSplitKeys) piece_len = kMinSplitKeys;
   }
@@ -150,22 +152,19 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
     const int64_t first = attention_first_key(pos[t], window), last = pos[t];
     const int64_t len = last - first + 1;
     const int64_t n_split = len > piece_len ? util::ceil_div(len, piece_len) : 1;
-    for (int64_t kvh = 0; kvh < n_kv; ++kvh) {
-      const auto t32 = static_cast<int32_t>(t), h32 = static_cast<int32_t>(kvh);
-      if (n_split <= 1) {
-        pieces.push_back({t32, h32, first, last, -1});
-        continue;
-      }
-      // Equal chunks; none is empty since piece_len >= chunk.
-      const int64_t chunk = util::ceil_div(len, n_split);
-      merges.push_back({t32, h32, n_parts, n_split});
-      for (int64_t i = 0; i < n_split; ++i) {
-        const int64_t f = first + i * chunk;
-        const int64_t l = f + chunk - 1 < last ? f + chunk - 1 : last;
-        pieces.push_back({t32, h32, f, l, n_parts + i});
-      }
-      n_parts += n_split;
+    if (n_split <= 1) {
+      pieces.push_back({t, first, last, -1});
+      continue;
     }
+    // Equal chunks; none is empty since piece_len >= chunk.
+    const int64_t chunk = util::ceil_div(len, n_split);
+    merges.push_back({t, n_parts, n_split});
+    for (int64_t i = 0; i < n_split; ++i) {
+      const int64_t f = first + i * chunk;
+      const int64_t l = f + chunk - 1 < last ? f + chunk - 1 : last;
+      pieces.push_back({t, f, l, n_parts + i});
+    }
+    n_parts += n_split;
   }
   // Longest first, so that the parallel section ends evenly (later prefill tokens and longer
   // sequences see more keys).
@@ -182,17 +181,12 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   runner.run(static_cast<int64_t>(pieces.size()), [&](int64_t task) {
     const Piece& pc = piece_list[task];
     detail::AttentionRange a;
-    a.q = q + pc.t * ldq + pc.kvh * group * hd;
-    if (cache.dtype == KvDtype::kF32) {
-      a.k = static_cast<const float*>(cache.k) + pc.kvh * hd;
-      a.v = static_cast<const float*>(cache.v) + pc.kvh * hd;
-      a.ld_kv = n_kv * hd;
-    } else {
-      a.dtype = cache.dtype;
-      a.k_rows = static_cast<const uint8_t*>(cache.k) + pc.kvh * head_bytes;
-      a.v_rows = static_cast<const uint8_t*>(cache.v) + pc.kvh * head_bytes;
-      a.ld_bytes = n_kv * head_bytes;
-    }
+    a.n_kv = n_kv;
+    a.q = q + pc.t * ldq;
+    a.dtype = cache.dtype;
+    a.k_rows = static_cast<const uint8_t*>(cache.k);
+    a.v_rows = static_cast<const uint8_t*>(cache.v);
+    a.ld_bytes = kv_row_bytes(cache.dtype, n_kv, hd);
     a.blocks = cache.block_tables + seq_ids[pc.t] * cache.max_blocks;
     a.block_size = cache.block_size;
     a.group = group;
@@ -202,12 +196,12 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
     a.last = pc.last;
     a.scratch = thread_scratch(scratch_floats);
     if (pc.part < 0) {
-      a.out = out + pc.t * ldo + pc.kvh * group * hd;
+      a.out = out + pc.t * ldo;
     } else {
       float* part = part_base + pc.part * part_stride;
       a.out = part;
-      a.m = part + group * hd;
-      a.l = part + group * hd + group;
+      a.m = part + n_heads * hd;
+      a.l = part + n_heads * (hd + 1);
     }
     kernel(a);
   });
@@ -215,8 +209,7 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   const Merge* merge_list = merges.data();
   runner.run(static_cast<int64_t>(merges.size()), [&](int64_t i) {
     const Merge& mg = merge_list[i];
-    merge_splits(part_base + mg.part * part_stride, mg.n, group, hd,
-                 out + mg.t * ldo + mg.kvh * group * hd);
+    merge_splits(part_base + mg.part * part_stride, mg.n, n_heads, hd, out + mg.t * ldo);
   });
 }
 

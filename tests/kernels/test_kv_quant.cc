@@ -525,6 +525,9 @@ TEST_CASE("kv formats: attention over each quantized cache", "[kv_quant][attenti
       {10, 2, 40, 16, 0, {{200, 1}, {0, 30}}},
       // An odd head size: a half-used int4 byte, scalar tails everywhere.
       {2, 1, 7, 3, 0, {{20, 2}}},
+      // Eight heads per KV head (the whole group in one V pass on AVX-512, 2 x 16 lanes at a
+      // time) with a head size of 2 x 32 + 8: the pass's vector tail.
+      {16, 2, 72, 16, 0, {{300, 1}, {0, 9}}},
   };
   std::mt19937 rng(11);
   Runners runners;
