@@ -1,7 +1,7 @@
 // CPU paged attention speed on the TinyLlama-1.1B shape (32 query heads, 4 KV heads, head dim 64),
 // one layer, per instruction set and thread count.
 //
-//   bench_attention [--reps N] [--block-size B] [--isa avx2|avx512] [--formats-only]
+//   bench_attention [--reps N] [--block-size B] [--isa avx2|avx512|amx] [--formats-only]
 //
 // Cases (K/V in shuffled blocks of B rows of a shared pool, as the serving engine lays them out):
 //   batched decode   64 sequences x 256 context, one token each, in one call
@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
       formats_only = true;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--reps N] [--block-size B] [--isa avx2|avx512] [--formats-only]\n",
+                   "usage: %s [--reps N] [--block-size B] [--isa avx2|avx512|amx] [--formats-only]\n",
                    argv[0]);
       return 2;
     }
@@ -209,7 +209,8 @@ int main(int argc, char** argv) {
   ThreadPool* const pools[] = {&pool1, &pool2};
   const Isa saved = sampan::cpu::active_isa();
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+  // amx: as avx512 for every format but int8, which runs on the AMX-INT8 tiles there.
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     if (!sampan::cpu::isa_supported(isa)) continue;
     if (!only_isa.empty() && only_isa != sampan::cpu::isa_name(isa)) continue;
     isas.push_back(isa);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_impl.h"
+#include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_avx2.h"
 #include "kernels/cpu/kv_quant.h"
@@ -113,6 +114,12 @@ void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* 
   }
 }
 
+bool attention_on_int8_tiles(const AttentionShape& shape, KvDtype dtype) {
+  return dtype == KvDtype::kI8 && has_amx() && gemm_precision() != GemmPrecision::kF32 &&
+         shape.n_kv_heads > 0 &&
+         detail::attention_i8_amx_supported(shape.n_heads / shape.n_kv_heads, shape.head_dim);
+}
+
 void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, int64_t ldq,
                const PagedKvCache& cache, const int32_t* pos, const int32_t* seq_ids, float* out,
                int64_t ldo, TaskRunner& runner) {
@@ -120,8 +127,10 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   const int64_t n_kv = shape.n_kv_heads, hd = shape.head_dim;
   const int64_t group = shape.n_heads / n_kv;
   const int64_t window = shape.sliding_window;
-  const auto kernel =
-      has_avx512() ? detail::attention_range_avx512 : detail::attention_range_avx2;
+  const auto kernel = attention_on_int8_tiles(shape, cache.dtype)
+                          ? detail::attention_range_i8_amx
+                      : has_avx512() ? detail::attention_range_avx512
+                                     : detail::attention_range_avx2;
   const int64_t scratch_floats = detail::attention_scratch_floats(group, hd, n_kv);
   // A partial result: [n_heads, hd] sums, [n_heads] maxima, [n_heads] sums of weights (merged
   // as one group of n_heads query heads).

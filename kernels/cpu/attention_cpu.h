@@ -70,8 +70,20 @@ void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* 
 // too little work to keep every worker busy (a decode of few sequences), long key ranges are
 // split over workers and merged, so results can differ in the last bits with the runner's
 // width.
+//
+// Accuracy: every format but kI8 on AMX computes the attention of the stored (dequantized) K and
+// V in f32 (softmax with a running maximum, f32 sums). A kI8 cache on a CPU with AMX-INT8
+// (attention_on_int8_tiles) multiplies on the int8 tiles instead, with q and the softmax weights
+// rounded to 16 bits (two int8 planes); its error bound is stated in attention_i8_amx.cc
+// (measured up to 2e-5 of max |v| in test_kv_quant, against the format's own 4e-3).
+// SAMPAN_GEMM_PRECISION=f32 (GemmPrecision::kF32) keeps kI8 on the f32 path.
 void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, int64_t ldq,
                const PagedKvCache& cache, const int32_t* pos, const int32_t* seq_ids, float* out,
                int64_t ldo, TaskRunner& runner);
+
+// Whether attention() runs `shape` over a cache of `dtype` on the AMX-INT8 tiles (kI8, AMX CPU,
+// GemmPrecision not kF32, head_dim a multiple of 64 up to 256, at most 8 query heads per KV
+// head).
+bool attention_on_int8_tiles(const AttentionShape& shape, KvDtype dtype);
 
 }  // namespace sampan::cpu

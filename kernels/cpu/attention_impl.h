@@ -68,6 +68,10 @@ inline int64_t attention_scratch_floats(int64_t group, int64_t head_dim, int64_t
 
 void attention_range_avx2(const AttentionRange& a);
 void attention_range_avx512(const AttentionRange& a);
+// kI8 caches on AMX-INT8 tiles (attention_i8_amx.cc, which states its error bound), for the
+// shapes attention_i8_amx_supported accepts; AMX CPUs only.
+bool attention_i8_amx_supported(int64_t group, int64_t head_dim);
+void attention_range_i8_amx(const AttentionRange& a);
 
 }  // namespace sampan::cpu::detail
 
