@@ -28,9 +28,10 @@ namespace {
 
 // A decode step of few sequences has few token ranges (each takes every KV head), often fewer
 // than the workers want; then long ranges are split (split-K, merged afterwards). Below this many
-// keys per piece the merge and the hand-off cost more than the parallelism brings (measured: 64
-// keys of TinyLlama's 4 KV heads per piece made one 512-key decode on 2 threads 1.2x slower).
-constexpr int64_t kMinSplitKeys = 256;
+// keys per piece the merge and the hand-off cost more than the parallelism brings. Measured on 2
+// threads, TinyLlama's 4 KV heads per piece: 64 made a 512-key decode 1.2x slower than 128, and
+// 256 left a 256-key decode on one worker (1.3x slower than 128).
+constexpr int64_t kMinSplitKeys = 128;
 // Pieces of work per worker that the split aims for: enough that the dynamic hand-out evens out
 // ranges of different lengths (sequences of a batch differ), few enough to keep merges rare.
 constexpr int64_t kPiecesPerWorker = 4;
