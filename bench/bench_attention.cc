@@ -2,6 +2,7 @@
 // one layer, per instruction set and thread count.
 //
 //   bench_attention [--reps N] [--block-size B] [--isa avx2|avx512|amx] [--formats-only]
+//                   [--cold]
 //
 // Cases (K/V in shuffled blocks of B rows of a shared pool, as the serving engine lays them out):
 //   batched decode   64 sequences x 256 context, one token each, in one call
@@ -15,6 +16,8 @@
 // with 2 threads it also counts the pool's spinning), and K/V cache bytes read per wall second
 // (every attended K and V row, in its format's bytes, counted once per token, i.e. what a decode
 // streams).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -128,11 +131,26 @@ struct Timing {
 };
 
 // Wall and process CPU seconds per run of `fn`, medians of `reps` after one warm-up.
+// --cold: every timed call finds the K/V pools in memory, not in any cache, as a decode step does
+// after the weights of the layers between two attention calls have streamed through the caches
+// (the cache of a few MB per layer fits this VM's L3, which would otherwise hold it hot).
+bool g_cold = false;
+
+void flush(const std::vector<uint8_t>& buf) {
+  for (size_t i = 0; i < buf.size(); i += 64) _mm_clflush(buf.data() + i);
+  _mm_mfence();
+}
+
 template <class F>
-Timing time_it(int reps, F&& fn) {
+Timing time_it(int reps, F&& fn, const std::vector<uint8_t>* k = nullptr,
+               const std::vector<uint8_t>* v = nullptr) {
   fn();
   std::vector<double> wall, cpu;
   for (int r = 0; r < reps; ++r) {
+    if (g_cold && k != nullptr) {
+      flush(*k);
+      flush(*v);
+    }
     const double t0 = now_s(), c0 = cpu_s();
     fn();
     wall.push_back(now_s() - t0);
@@ -173,7 +191,7 @@ void run_rows(const std::string& label, const Row* rows, size_t n_rows, int reps
           sampan::cpu::attention(1, shape, c.q.data() + t * qw, qw, c.cache, &c.pos[size_t(t)],
                                  &c.seq[size_t(t)], c.out.data() + t * qw, qw, *pool);
         }
-      });
+      }, &c.k, &c.v);
       const double bytes = static_cast<double>(c.kv_rows_read) * 2.0 * c.row_bytes;
       std::printf("%-14s %-26s %8d %10.3f %10.3f %10.2f\n", label.c_str(), r.name,
                   pool->concurrency(), tm.wall_s * 1e3, tm.cpu_s * 1e3, bytes / tm.wall_s / 1e9);
@@ -198,9 +216,12 @@ int main(int argc, char** argv) {
       only_isa = argv[++i];
     } else if (a == "--formats-only") {
       formats_only = true;
+    } else if (a == "--cold") {
+      g_cold = true;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--reps N] [--block-size B] [--isa avx2|avx512|amx] [--formats-only]\n",
+                   "usage: %s [--reps N] [--block-size B] [--isa avx2|avx512|amx] [--formats-only] "
+                   "[--cold]\n",
                    argv[0]);
       return 2;
     }

@@ -1,24 +1,20 @@
 // The inner loop of CPU attention: one query token, the query heads of n_kv consecutive KV
 // heads, and a range of key positions of its sequence, read through the sequence's block table.
-// This file holds the range's contract and the online-softmax steps; the loop itself, written
-// once over a SIMD traits type (vec_avx2.h / vec_avx512.h) and over the KV formats, is
-// kv_quant_impl.h, instantiated in attention_cpu.cc (AVX2) and attention_avx512.cc.
+// This file holds the range's contract and the online-softmax steps; the loops, written once
+// over a SIMD traits type (vec_avx2.h / vec_avx512.h), are attention_f32_impl.h (f32 cache, one
+// KV head per range, key blocks gathered into scratch) and kv_quant_impl.h (the other formats,
+// every KV head of the token per range, rows read in place), instantiated in attention_cpu.cc
+// (AVX2) and attention_avx512.cc; attention_i8_amx.cc is the int8 cache on AMX tiles.
 // attention_cpu.cc owns the work split, the threads and the merge of split ranges.
 //
-// Keys are taken in blocks of kKeyBlock positions. Per block:
-//  - the cache rows of its positions are found once (one run per physical cache block), and
-//    every KV head of the range is computed from them in turn, so each row is consumed whole
-//    while it is in cache. One KV head at a time over the whole range (each piece one KV head)
-//    reads 256 of every 1024 bytes of an f32 row, a pattern the hardware prefetchers do not
-//    follow: taking all KV heads per block made f32 decode 1.2-1.3x faster (bench_attention,
-//    one sequence of 4096 keys and 64 of 256).
+// Keys are taken in blocks of kKeyBlock positions. Per block and KV head:
 //  - the scores of every query head: kWidth keys at a time, each (head, key) summing its
-//    products in its own vector, then one transpose_sum per head for kWidth scores. A K vector
-//    is read (and dequantized) once for up to 8 heads.
+//    products in its own vector, then one transpose_sum per head for kWidth scores; a K vector
+//    is read (and dequantized) once for several heads.
 //  - the online-softmax update in f32: block maximum, vector exp, and a rescale of the running
 //    sums only when the maximum grew.
-//  - the V rows weighted into the accumulators, a V vector read (and dequantized) once for 8
-//    heads on AVX-512.
+//  - the V rows weighted into the accumulators, a V vector read (and dequantized) once for
+//    several heads (the whole group of 8 on AVX-512 for the quantized formats).
 #pragma once
 
 #include <immintrin.h>
@@ -31,7 +27,7 @@
 namespace sampan::cpu::detail {
 
 struct AttentionRange {
-  int64_t n_kv = 1;          // KV heads of the range, consecutive
+  int64_t n_kv = 1;          // KV heads of the range, consecutive (1 for kF32)
   const float* q = nullptr;  // [n_kv, group, head_dim]: their query heads, contiguous
   // The cache pools (kv_quant.h layout of `dtype`) offset to the first KV head's record: row r
   // of physical block b is at k_rows + (b * block_size + r) * ld_bytes, KV head i's record
@@ -61,9 +57,10 @@ struct AttentionRange {
 // head_dim 128 f32 head (2 x 16 KB) stay inside a 48 KB L1 while the group's heads use them.
 constexpr int64_t kKeyBlock = 32;
 
-// Scaled q, running maxima and sums of every head, and one KV head's score tile.
+// Scaled q, running maxima and sums of every head, one KV head's score tile, and (f32) the
+// packed K and V blocks of one KV head.
 inline int64_t attention_scratch_floats(int64_t group, int64_t head_dim, int64_t n_kv) {
-  return n_kv * group * (head_dim + 2) + group * kKeyBlock;
+  return n_kv * group * (head_dim + 2) + group * kKeyBlock + 2 * kKeyBlock * head_dim;
 }
 
 void attention_range_avx2(const AttentionRange& a);
@@ -158,6 +155,34 @@ inline void softmax_block(float* sc, int64_t group, int64_t nb, int64_t hd, floa
 }
 
 // Normalises a.out, or hands the running maxima and sums over for a merge.
+// Asks for every cache line of the K and V rows (row_bytes each: all the range's KV heads) of
+// rows [i0, i1) of the key block starting at position j0 (none past a.last). The kernels ask for
+// the whole next block before they compute one: the rows lie in a few physical cache blocks in
+// block-table order, whose starts the hardware prefetchers cannot foresee. Measured with the
+// cache in memory: bench_attention --cold, f32 decode of one long sequence 1.1-1.2x the same loop
+// without it; `sampan bench --profile` (int4 weights, 1900 cached tokens, 2 threads), attention
+// per token 8.0 -> 6.6 ms. Spreading the requests over the block's KV heads instead measured
+// 8.5-8.9 ms there. With the cache in L3 it costs 10-25 % (bench_attention without --cold), which
+// a decode step, whose weights stream through the caches between layers, does not see.
+inline void prefetch_key_block(const detail::AttentionRange& a, int64_t row_bytes, int64_t j0,
+                               int64_t i0, int64_t i1) {
+  const int64_t bs = a.block_size, ld = a.ld_bytes;
+  const int64_t n = a.last - j0 + 1 < i1 ? a.last - j0 + 1 : i1;
+  for (int64_t i = i0, j = j0 + i0; i < n;) {
+    const int64_t r = j % bs;
+    const int64_t run = bs - r < n - i ? bs - r : n - i;
+    const int64_t row = static_cast<int64_t>(a.blocks[j / bs]) * bs + r;
+    const char* kp = reinterpret_cast<const char*>(a.k_rows + row * ld);
+    const char* vp = reinterpret_cast<const char*>(a.v_rows + row * ld);
+    for (int64_t o = 0; o < (run - 1) * ld + row_bytes; o += 64) {
+      _mm_prefetch(kp + o, _MM_HINT_T0);
+      _mm_prefetch(vp + o, _MM_HINT_T0);
+    }
+    i += run;
+    j += run;
+  }
+}
+
 // mx, sum: [n_kv, group].
 template <class S>
 inline void finish_range(const detail::AttentionRange& a, const float* mx, const float* sum) {
