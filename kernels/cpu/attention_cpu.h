@@ -66,7 +66,7 @@ void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* 
 // positions [lo(t), pos[t]] of sequence seq_ids[t], which must already hold K/V (kv_cache_write
 // first, for the whole batch). out: [n_tokens, n_heads * head_dim] row stride ldo; it may be q
 // itself (same stride), nothing else overlapping. Softmax in f32 with a running maximum.
-// The work is cut into one range of keys per token (all KV heads together); when the batch holds
+// The work is cut into key ranges per token (and KV head, for an f32 cache); when the batch holds
 // too little work to keep every worker busy (a decode of few sequences), long key ranges are
 // split over workers and merged, so results can differ in the last bits with the runner's
 // width.
