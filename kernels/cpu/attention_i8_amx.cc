@@ -69,33 +69,6 @@ void configure() {
   _tile_loadconfig(&cfg);
 }
 
-// r[0..15] (16 dwords each) become their transpose: r[c] lane i = old r[i] lane c.
-inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // s[4 i + c]: in 128-bit block b, column 4 b + c of rows 4 i .. 4 i + 3.
-  __m512i s[16];
-  for (int i = 0; i < 4; ++i) {
-    s[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    s[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    s[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    s[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i x0 = _mm512_shuffle_i32x4(s[c], s[4 + c], 0x88);
-    const __m512i y0 = _mm512_shuffle_i32x4(s[8 + c], s[12 + c], 0x88);
-    const __m512i x1 = _mm512_shuffle_i32x4(s[c], s[4 + c], 0xdd);
-    const __m512i y1 = _mm512_shuffle_i32x4(s[8 + c], s[12 + c], 0xdd);
-    r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-    r[8 + c] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
-    r[4 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
-  }
-}
-
 // v: [16] f32 in [-127.5, 127.5] -> hi = round(v), lo = round((v - hi) 256) saturated to int8,
 // 16 bytes each.
 inline void split_planes(__m512 v, int8_t* hi, int8_t* lo) {
@@ -123,7 +96,7 @@ bool attention_i8_amx_supported(int64_t group, int64_t head_dim) {
 
 void attention_range_i8_amx(const AttentionRange& a) {
   const int64_t hd = a.head_dim, group = a.group, n_kv = a.n_kv, heads = n_kv * group;
-  const int64_t bs = a.block_size, ld = a.ld_bytes, slices = hd / 64;
+  const int64_t slices = hd / 64;
   const int64_t head_bytes = kv_head_bytes(KvDtype::kI8, hd);
   thread_local Scratch sc_tl;
   thread_local gemm_detail::AlignedBuffer<int8_t> qbuf;
@@ -161,19 +134,7 @@ void attention_range_i8_amx(const AttentionRange& a) {
   const uint8_t* vb[kB];
   for (int64_t j0 = a.first; j0 <= a.last; j0 += kB) {
     const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
-    {
-      int64_t i = 0, j = j0;
-      while (i < nb) {  // one run per physical cache block
-        const int64_t r = j % bs;
-        const int64_t run = bs - r < nb - i ? bs - r : nb - i;
-        const int64_t row = static_cast<int64_t>(a.blocks[j / bs]) * bs + r;
-        for (int64_t e = 0; e < run; ++e, ++i) {
-          kb[i] = a.k_rows + (row + e) * ld;
-          vb[i] = a.v_rows + (row + e) * ld;
-        }
-        j += run;
-      }
-    }
+    key_block_rows(a, j0, nb, kb, vb);
     // The next block's rows, asked for before this block is computed.
     if (j0 + kB <= a.last) prefetch_key_block(a, head_bytes * n_kv, j0 + kB, 0, kB);
     for (int64_t h = 0; h < n_kv; ++h) {
@@ -192,7 +153,7 @@ void attention_range_i8_amx(const AttentionRange& a) {
           for (int64_t i = 0; i < 16; ++i) {
             r[i] = i < nk ? _mm512_loadu_si512(kb[k0 + i] + off + sl * 64) : _mm512_setzero_si512();
           }
-          transpose16(r);
+          gemm_detail::transpose16(r);  // r[c] lane i = key i's dword c
           for (int i = 0; i < 16; ++i) _mm512_store_si512(s.kt[hf][sl] + i * 64, r[i]);
         }
       }

@@ -155,6 +155,23 @@ inline void softmax_block(float* sc, int64_t group, int64_t nb, int64_t hd, floa
 }
 
 // Normalises a.out, or hands the running maxima and sums over for a merge.
+// kb[i], vb[i] = the K and V rows of position j0 + i for i < nb (the range's first KV head's
+// record), found one run per physical cache block.
+inline void key_block_rows(const detail::AttentionRange& a, int64_t j0, int64_t nb,
+                           const uint8_t** kb, const uint8_t** vb) {
+  const int64_t bs = a.block_size, ld = a.ld_bytes;
+  for (int64_t i = 0, j = j0; i < nb;) {
+    const int64_t r = j % bs;
+    const int64_t run = bs - r < nb - i ? bs - r : nb - i;
+    const int64_t row = static_cast<int64_t>(a.blocks[j / bs]) * bs + r;
+    for (int64_t e = 0; e < run; ++e, ++i) {
+      kb[i] = a.k_rows + (row + e) * ld;
+      vb[i] = a.v_rows + (row + e) * ld;
+    }
+    j += run;
+  }
+}
+
 // Asks for every cache line of the K and V rows (row_bytes each: all the range's KV heads) of
 // rows [i0, i1) of the key block starting at position j0 (none past a.last). The kernels ask for
 // the whole next block before they compute one: the rows lie in a few physical cache blocks in

@@ -275,7 +275,7 @@ template <class S, KvDtype D, int kHd>
 void kv_attention_range(const detail::AttentionRange& a) {
   using L = KvLoad<S, D>;
   const int64_t hd = kHd > 0 ? kHd : a.head_dim;
-  const int64_t group = a.group, bs = a.block_size, ld = a.ld_bytes;
+  const int64_t group = a.group;
   const int64_t n_kv = a.n_kv, heads = n_kv * group;
   const int64_t head_bytes = kv_head_bytes(D, hd);
   constexpr int64_t kB = detail::kKeyBlock;
@@ -297,19 +297,7 @@ void kv_attention_range(const detail::AttentionRange& a) {
   }
   for (int64_t j0 = a.first; j0 <= a.last; j0 += kB) {
     const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
-    {
-      int64_t i = 0, j = j0;
-      while (i < nb) {  // one run per physical cache block
-        const int64_t r = j % bs;
-        const int64_t run = bs - r < nb - i ? bs - r : nb - i;
-        const int64_t row = static_cast<int64_t>(a.blocks[j / bs]) * bs + r;
-        for (int64_t e = 0; e < run; ++e, ++i) {
-          kb[i] = a.k_rows + (row + e) * ld;
-          vb[i] = a.v_rows + (row + e) * ld;
-        }
-        j += run;
-      }
-    }
+    key_block_rows(a, j0, nb, kb, vb);
     // The next block's rows, asked for before this block is computed.
     if (j0 + kB <= a.last) prefetch_key_block(a, head_bytes * n_kv, j0 + kB, 0, kB);
     for (int64_t h = 0; h < n_kv; ++h) {
