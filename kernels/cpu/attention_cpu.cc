@@ -65,8 +65,8 @@ struct Merge {
 };
 
 // Folds the n_split partial results of one (token, first KV head) into out: [group, head_dim],
-// group the piece's query heads. part holds, per split, [group * head_dim] unnormalised sums then [group] maxima,
-// [group] sums.
+// group the piece's query heads. part holds, per split, [group * head_dim] unnormalised sums,
+// then [group] maxima and [group] sums.
 void merge_splits(const float* part, int64_t n_split, int64_t group, int64_t hd, float* out) {
   const int64_t stride = group * hd + 2 * group;
   for (int64_t g = 0; g < group; ++g) {
