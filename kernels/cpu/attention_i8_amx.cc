@@ -73,7 +73,8 @@ void configure() {
 // 16 bytes each.
 inline void split_planes(__m512 v, int8_t* hi, int8_t* lo) {
   const __m512i h = _mm512_cvtps_epi32(v);
-  const __m512 rest = _mm512_mul_ps(_mm512_sub_ps(v, _mm512_cvtepi32_ps(h)), _mm512_set1_ps(256.0f));
+  const __m512 rest =
+      _mm512_mul_ps(_mm512_sub_ps(v, _mm512_cvtepi32_ps(h)), _mm512_set1_ps(256.0f));
   const __m512i l = _mm512_cvtps_epi32(rest);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(hi), _mm512_cvtsepi32_epi8(h));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), _mm512_cvtsepi32_epi8(l));
@@ -191,7 +192,8 @@ void attention_range_i8_amx(const AttentionRange& a) {
         __m512 w[2];
         for (int u = 0; u < 2; ++u) {
           const int64_t n = nb - 16 * u;
-          const __mmask16 mk = n >= 16 ? 0xffff : n > 0 ? static_cast<__mmask16>((1u << n) - 1u) : 0;
+          const __mmask16 mk =
+              n >= 16 ? 0xffff : n > 0 ? static_cast<__mmask16>((1u << n) - 1u) : 0;
           w[u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, s.sc + g * kB + 16 * u),
                                _mm512_loadu_ps(s.vs + 16 * u));
         }
@@ -203,7 +205,8 @@ void attention_range_i8_amx(const AttentionRange& a) {
         }
         const __m512 inv = _mm512_set1_ps(127.0f / m);
         for (int u = 0; u < 2; ++u) {
-          split_planes(_mm512_mul_ps(w[u], inv), s.w + g * 32 + 16 * u, s.w + (8 + g) * 32 + 16 * u);
+          split_planes(_mm512_mul_ps(w[u], inv), s.w + g * 32 + 16 * u,
+                       s.w + (8 + g) * 32 + 16 * u);
         }
       }
       // V tiles: row r of the tile for dims 16 t .. 16 t + 15 holds, per dim, keys 4 r .. 4 r + 3.

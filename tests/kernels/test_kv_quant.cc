@@ -581,7 +581,8 @@ float flat_rows_fill(int64_t si, int64_t p, int64_t i) {
 
 // Which shapes take the AMX-INT8 path: kI8 only, on AMX levels only, not with GemmPrecision::kF32,
 // head_dim a multiple of 64 up to 256, groups of at most 8.
-TEST_CASE("kv formats: int8 attention on AMX tiles exactly where promised", "[kv_quant][attention]") {
+TEST_CASE("kv formats: int8 attention on AMX tiles exactly where promised",
+          "[kv_quant][attention]") {
   IsaRestore restore;
   auto shape = [](int64_t heads, int64_t kv, int64_t hd) {
     AttentionShape s;
