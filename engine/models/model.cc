@@ -212,7 +212,8 @@ void parallel_copy(void* dst, const void* src, size_t bytes) {
   const size_t n = std::min<size_t>({hw, 8, (bytes + kSlice - 1) / kSlice});
   auto part = [&](size_t i) {
     const size_t b = bytes * i / n / kCpuHugePageBytes * kCpuHugePageBytes;
-    const size_t e = i + 1 == n ? bytes : bytes * (i + 1) / n / kCpuHugePageBytes * kCpuHugePageBytes;
+    const size_t e =
+        i + 1 == n ? bytes : bytes * (i + 1) / n / kCpuHugePageBytes * kCpuHugePageBytes;
     if (e > b) std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b);
   };
   std::vector<std::thread> threads;

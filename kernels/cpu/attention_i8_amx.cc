@@ -137,7 +137,7 @@ void attention_range_i8_amx(const AttentionRange& a) {
     const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
     key_block_rows(a, j0, nb, kb, vb);
     // The next block's rows, asked for before this block is computed.
-    if (j0 + kB <= a.last) prefetch_key_block(a, head_bytes * n_kv, j0 + kB, 0, kB);
+    if (j0 + kB <= a.last) prefetch_key_block(a, head_bytes * n_kv, j0 + kB);
     for (int64_t h = 0; h < n_kv; ++h) {
       const int64_t off = h * head_bytes;
       float* acc = a.out + h * group * hd;  // [group, hd]

@@ -155,49 +155,51 @@ inline void softmax_block(float* sc, int64_t group, int64_t nb, int64_t hd, floa
 }
 
 // Normalises a.out, or hands the running maxima and sums over for a merge.
-// kb[i], vb[i] = the K and V rows of position j0 + i for i < nb (the range's first KV head's
-// record), found one run per physical cache block.
-inline void key_block_rows(const detail::AttentionRange& a, int64_t j0, int64_t nb,
-                           const uint8_t** kb, const uint8_t** vb) {
-  const int64_t bs = a.block_size, ld = a.ld_bytes;
-  for (int64_t i = 0, j = j0; i < nb;) {
+// Calls f(row, run, i) for positions j0 .. j0 + n - 1 of the range's sequence, one call per run
+// of them inside one physical cache block: positions j0 + i .. j0 + i + run - 1 are the pool's
+// rows row .. row + run - 1.
+template <class F>
+inline void for_each_block_run(const detail::AttentionRange& a, int64_t j0, int64_t n, F&& f) {
+  const int64_t bs = a.block_size;
+  for (int64_t i = 0, j = j0; i < n;) {
     const int64_t r = j % bs;
-    const int64_t run = bs - r < nb - i ? bs - r : nb - i;
-    const int64_t row = static_cast<int64_t>(a.blocks[j / bs]) * bs + r;
-    for (int64_t e = 0; e < run; ++e, ++i) {
-      kb[i] = a.k_rows + (row + e) * ld;
-      vb[i] = a.v_rows + (row + e) * ld;
-    }
+    const int64_t run = bs - r < n - i ? bs - r : n - i;
+    f(static_cast<int64_t>(a.blocks[j / bs]) * bs + r, run, i);
+    i += run;
     j += run;
   }
 }
 
+// kb[i], vb[i] = the K and V rows of position j0 + i for i < nb (the range's first KV head's
+// record).
+inline void key_block_rows(const detail::AttentionRange& a, int64_t j0, int64_t nb,
+                           const uint8_t** kb, const uint8_t** vb) {
+  for_each_block_run(a, j0, nb, [&](int64_t row, int64_t run, int64_t i) {
+    for (int64_t e = 0; e < run; ++e) {
+      kb[i + e] = a.k_rows + (row + e) * a.ld_bytes;
+      vb[i + e] = a.v_rows + (row + e) * a.ld_bytes;
+    }
+  });
+}
+
 // Asks for every cache line of the K and V rows (row_bytes each: all the range's KV heads) of
-// rows [i0, i1) of the key block starting at position j0 (none past a.last). The kernels ask for
-// the whole next block before they compute one: the rows lie in a few physical cache blocks in
-// block-table order, whose starts the hardware prefetchers cannot foresee. Measured with the
-// cache in memory: bench_attention --cold, f32 decode of one long sequence 1.1-1.2x the same loop
-// without it; `sampan bench --profile` (int4 weights, 1900 cached tokens, 2 threads), attention
-// per token 8.0 -> 6.6 ms. Spreading the requests over the block's KV heads instead measured
-// 8.5-8.9 ms there. With the cache in L3 it costs 10-25 % (bench_attention without --cold), which
-// a decode step, whose weights stream through the caches between layers, does not see.
-inline void prefetch_key_block(const detail::AttentionRange& a, int64_t row_bytes, int64_t j0,
-                               int64_t i0, int64_t i1) {
-  const int64_t bs = a.block_size, ld = a.ld_bytes;
-  const int64_t n = a.last - j0 + 1 < i1 ? a.last - j0 + 1 : i1;
-  for (int64_t i = i0, j = j0 + i0; i < n;) {
-    const int64_t r = j % bs;
-    const int64_t run = bs - r < n - i ? bs - r : n - i;
-    const int64_t row = static_cast<int64_t>(a.blocks[j / bs]) * bs + r;
-    const char* kp = reinterpret_cast<const char*>(a.k_rows + row * ld);
-    const char* vp = reinterpret_cast<const char*>(a.v_rows + row * ld);
-    for (int64_t o = 0; o < (run - 1) * ld + row_bytes; o += 64) {
+// the key block starting at position j0 (up to kKeyBlock positions, none past a.last). The
+// quantized kernels ask for the whole next block before they compute one: the rows lie in a few
+// physical cache blocks in block-table order, whose starts the hardware prefetchers cannot
+// foresee. Measured with the cache in memory (bench_attention --cold): int8 decode of one long
+// sequence 1.2x the same loop without it. With the cache in L3 it costs 10-25 % (bench_attention
+// without --cold), which a decode step, whose weights stream through the caches between layers,
+// does not see.
+inline void prefetch_key_block(const detail::AttentionRange& a, int64_t row_bytes, int64_t j0) {
+  const int64_t n = a.last - j0 + 1 < detail::kKeyBlock ? a.last - j0 + 1 : detail::kKeyBlock;
+  for_each_block_run(a, j0, n, [&](int64_t row, int64_t run, int64_t) {
+    const char* kp = reinterpret_cast<const char*>(a.k_rows + row * a.ld_bytes);
+    const char* vp = reinterpret_cast<const char*>(a.v_rows + row * a.ld_bytes);
+    for (int64_t o = 0; o < (run - 1) * a.ld_bytes + row_bytes; o += 64) {
       _mm_prefetch(kp + o, _MM_HINT_T0);
       _mm_prefetch(vp + o, _MM_HINT_T0);
     }
-    i += run;
-    j += run;
-  }
+  });
 }
 
 // mx, sum: [n_kv, group].

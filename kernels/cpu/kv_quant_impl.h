@@ -299,7 +299,7 @@ void kv_attention_range(const detail::AttentionRange& a) {
     const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
     key_block_rows(a, j0, nb, kb, vb);
     // The next block's rows, asked for before this block is computed.
-    if (j0 + kB <= a.last) prefetch_key_block(a, head_bytes * n_kv, j0 + kB, 0, kB);
+    if (j0 + kB <= a.last) prefetch_key_block(a, head_bytes * n_kv, j0 + kB);
     for (int64_t h = 0; h < n_kv; ++h) {
       float* acc = a.out + h * group * hd;  // [group, hd]
       for (int64_t i = 0; i < nb; ++i) {

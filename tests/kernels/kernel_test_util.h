@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -113,6 +115,48 @@ struct Runners {
     return {{"serial", &serial}, {"pool2", &pool}, {"wide", &wide}};
   }
 };
+
+// The GEMM tests' verdict on one call's output y [m, ldy]: every column j < n_out within its
+// allowed error of the exact result, and y's padding (columns n_out .. ldy) still `sentinel`.
+// dot: [m, n_total] exact dot products (plus bias); allowed_at(i * n_total + c): the allowed error
+// of dot[i, c]. With silu the output is silu(g) u, g = dot[i, j], u = dot[i, n_out + j], allowed
+// 1.1 |u| eg + |silu(g)| eu + 1e-6 |y| (eg, eu the two products' allowed errors, first order).
+// Reports the worst error / allowed ratio and where it is.
+template <class Allowed>
+void check_gemm_output(const std::vector<float>& y, int64_t m, int64_t ldy, int64_t n_out,
+                       int64_t n_total, bool silu, const std::vector<double>& dot,
+                       Allowed&& allowed_at, float sentinel) {
+  double worst = 0.0;
+  int64_t wi = 0, wj = 0;
+  bool padding_ok = true;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = n_out; j < ldy; ++j) padding_ok &= y[i * ldy + j] == sentinel;
+    for (int64_t j = 0; j < n_out; ++j) {
+      double want, allowed;
+      if (silu) {
+        const double g = dot[i * n_total + j], u = dot[i * n_total + n_out + j];
+        const double sg = g / (1.0 + std::exp(-g));
+        want = sg * u;
+        const double eg = allowed_at(i * n_total + j), eu = allowed_at(i * n_total + n_out + j);
+        allowed = 1.1 * eg * (std::fabs(u) + eu) + std::fabs(sg) * eu + 1e-6 * std::fabs(want);
+      } else {
+        want = dot[i * n_total + j];
+        allowed = allowed_at(i * n_total + j);
+      }
+      const double got = y[i * ldy + j];
+      const double ratio = std::isfinite(got) ? std::fabs(got - want) / (allowed + 1e-30)
+                                              : std::numeric_limits<double>::infinity();
+      if (!(ratio <= worst)) {
+        worst = ratio;
+        wi = i;
+        wj = j;
+      }
+    }
+  }
+  INFO("worst at row " << wi << " col " << wj << ": error/allowed = " << worst);
+  CHECK(padding_ok);
+  CHECK(worst <= 1.0);
+}
 
 inline float from_bits(uint32_t u) { return std::bit_cast<float>(u); }
 inline uint32_t to_bits(float f) { return std::bit_cast<uint32_t>(f); }

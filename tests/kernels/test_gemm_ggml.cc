@@ -9,8 +9,9 @@
 // in f32, so |y - y_exact| <= (k / 8 + 16) * 2^-24 * M at decode and (k + 16) * 2^-24 * M at
 // f32 prefill (the plain f32 GEMM's panel kernels sum each output's k products in one lane),
 // with M = |bias| + sum |x| |w|. Prefill in bf16 (AMX levels, or AVX512-BF16 with kBf16:
-// weights and x rounded to bf16) is allowed 2^-7 M; the f32 prefill bound is also checked at every level with GemmPrecision::kF32. Decode kernels
-// that round x to 16 bits per 256 elements (the table's x16 flag) are allowed
+// weights and x rounded to bf16) is allowed 2^-7 M; the f32 prefill bound is also checked at
+// every level with GemmPrecision::kF32. Decode kernels that round x to 16 bits per 256 elements
+// (the table's x16 flag) are allowed
 // kGgmlDecodeXError * sum_b absmax_b(x) sum_b |w| + (k / 8 + 16) 2^-24 M',
 // M' = |bias| + sum |x| (|w1| + |w2|) for w = w1 - w2 split into scale and min parts (w2 = 0
 // for types without a min, e.g. Q4_0 / Q8_0), the 256-element blocks of x counted from element
@@ -225,38 +226,7 @@ void check_case(const Case& c, uint32_t seed) {
                     << (bf16 ? " bf16-prefill" : ""));
         std::vector<float> y(c.m * ldy, kSentinel);
         gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
-        double worst = 0.0;
-        int64_t wi = 0, wj = 0;
-        bool padding_ok = true;
-        for (int64_t i = 0; i < c.m; ++i) {
-          for (int64_t j = n_out; j < ldy; ++j) padding_ok &= y[i * ldy + j] == kSentinel;
-          for (int64_t j = 0; j < n_out; ++j) {
-            double want, allowed;
-            if (silu) {
-              const double g = dot[i * n_total + j], u = dot[i * n_total + n_out + j];
-              const double sg = g / (1.0 + std::exp(-g));
-              want = sg * u;
-              const double eg = allowed_at(i * n_total + j);
-              const double eu = allowed_at(i * n_total + n_out + j);
-              allowed =
-                  1.1 * eg * (std::fabs(u) + eu) + std::fabs(sg) * eu + 1e-6 * std::fabs(want);
-            } else {
-              want = dot[i * n_total + j];
-              allowed = allowed_at(i * n_total + j);
-            }
-            const double got = y[i * ldy + j];
-            const double ratio = std::isfinite(got) ? std::fabs(got - want) / (allowed + 1e-30)
-                                                    : std::numeric_limits<double>::infinity();
-            if (!(ratio <= worst)) {
-              worst = ratio;
-              wi = i;
-              wj = j;
-            }
-          }
-        }
-        INFO("worst at row " << wi << " col " << wj << ": error/allowed = " << worst);
-        CHECK(padding_ok);
-        CHECK(worst <= 1.0);
+        check_gemm_output(y, c.m, ldy, n_out, n_total, silu, dot, allowed_at, kSentinel);
       }
     }
   }

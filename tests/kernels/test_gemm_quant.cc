@@ -283,36 +283,7 @@ void check_case(const Case& c, uint32_t seed) {
         DazFtz mode(c.daz_ftz);
         gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
       }
-      double worst = 0.0;
-      int64_t wi = 0, wj = 0;
-      bool padding_ok = true;
-      for (int64_t i = 0; i < c.m; ++i) {
-        for (int64_t j = n_out; j < ldy; ++j) padding_ok &= y[i * ldy + j] == kSentinel;
-        for (int64_t j = 0; j < n_out; ++j) {
-          double want, allowed;
-          if (silu) {
-            const double g = dot[i * n_total + j], u = dot[i * n_total + n_out + j];
-            const double sg = g / (1.0 + std::exp(-g));
-            want = sg * u;
-            const double eg = allowed_at(i * n_total + j), eu = allowed_at(i * n_total + n_out + j);
-            allowed = 1.1 * eg * (std::fabs(u) + eu) + std::fabs(sg) * eu + 1e-6 * std::fabs(want);
-          } else {
-            want = dot[i * n_total + j];
-            allowed = allowed_at(i * n_total + j);
-          }
-          const double got = y[i * ldy + j];
-          const double ratio = std::isfinite(got) ? std::fabs(got - want) / (allowed + 1e-30)
-                                                  : std::numeric_limits<double>::infinity();
-          if (!(ratio <= worst)) {
-            worst = ratio;
-            wi = i;
-            wj = j;
-          }
-        }
-      }
-      INFO("worst at row " << wi << " col " << wj << ": error/allowed = " << worst);
-      CHECK(padding_ok);
-      CHECK(worst <= 1.0);
+      check_gemm_output(y, c.m, ldy, n_out, n_total, silu, dot, allowed_at, kSentinel);
     }
   }
 }
