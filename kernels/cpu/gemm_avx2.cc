@@ -1,7 +1,8 @@
 // AVX2 micro-kernels for the FMA GEMM path (see gemm_internal.h). Dot kernels (decode): R = 4
-// weight rows by MB <= 2 rows of x, or R = 2 by MB <= 5; 16 ymm registers hold at most 10
-// accumulators, the converted weight vectors and one x vector. Panel kernels (prefill): a 6 x 16
-// register tile against a k-major f32 panel packed with 8x8 transposes.
+// weight rows by MB <= 2 rows of x, or R = 2 by MB = 3..6 (more rows of x: groups of 3..6,
+// FmaKernels::group_on_wide); 16 ymm registers hold at most 12 accumulators, the converted
+// weight vectors and one x vector. Panel kernels (prefill): a 6 x 16 register tile against a
+// k-major f32 panel packed with 8x8 transposes.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -275,12 +276,14 @@ void fill_dtype(FmaKernels& t) {
   t.wide.dot[DT][3] = dot_kernel<DT, 2, 3>;
   t.wide.dot[DT][4] = dot_kernel<DT, 2, 4>;
   t.wide.dot[DT][5] = dot_kernel<DT, 2, 5>;
+  t.wide.dot[DT][6] = dot_kernel<DT, 2, 6>;
 }
 
 FmaKernels make_table() {
   FmaKernels t;
   t.narrow = {4, 1, 2, {}};
-  t.wide = {2, 3, 5, {}};
+  t.wide = {2, 3, 6, {}};
+  t.group_on_wide = true;
   t.panel = {kPanelMr, kPanelNr, 256, pack_panel, panel_kernel};  // 16 KiB panel: L1
   fill_dtype<kDtF32>(t);
   fill_dtype<kDtF16>(t);

@@ -92,8 +92,24 @@ bool pair_layout(const FmaJob& job) {
 // The kernel shape for mr rows of x: one pass over the weights whenever a table covers mr.
 const DotTable& pick_table(const FmaKernels& kt, int64_t mr) {
   if (mr <= kt.narrow.max_m) return kt.narrow;
-  if (mr >= kt.wide.min_m && mr <= kt.wide.max_m) return kt.wide;
+  if (mr >= kt.wide.min_m && (mr <= kt.wide.max_m || kt.group_on_wide)) return kt.wide;
   return kt.narrow;
+}
+
+// The m-groups dot_rows runs for mr rows of x on table t. A wide table (min_m > 1, reached
+// through FmaKernels::group_on_wide) takes near-equal groups, which keeps each one at or above
+// min_m (8 rows on AVX2: 4 + 4); a narrow table takes max_m rows per group and the rest last.
+struct MGroups {
+  int64_t n, mr, max_m;
+  bool even;
+  int64_t start(int64_t g) const { return even ? g * (mr / n) + std::min(g, mr % n) : g * max_m; }
+  int64_t size(int64_t g) const {
+    return even ? mr / n + (g < mr % n ? 1 : 0) : std::min(max_m, mr - g * max_m);
+  }
+};
+
+MGroups split_m(const DotTable& t, int64_t mr) {
+  return {(mr + t.max_m - 1) / t.max_m, mr, t.max_m, t.min_m > 1};
 }
 
 // out[(i - i0) * R + r] = x[i] · rows[r] for i in [i0, i1).
@@ -110,7 +126,8 @@ void dot_rows(const FmaJob& job, const DotTable& t, const void* const* rows, int
                       true, out);
     return;
   }
-  const int64_t n_groups = (mr + t.max_m - 1) / t.max_m;
+  const MGroups groups = split_m(t, mr);
+  const int64_t n_groups = groups.n;
   // (Not with x in pair layout: f32 weights would not match it, and those bf16 kernels widen
   // weights with one ALU op per vector anyway.)
   const bool preconvert =
@@ -130,8 +147,8 @@ void dot_rows(const FmaJob& job, const DotTable& t, const void* const* rows, int
       }
     }
     for (int64_t g = 0; g < n_groups; ++g) {
-      const int64_t gi = g * t.max_m;
-      const int64_t mb = std::min<int64_t>(t.max_m, mr - gi);
+      const int64_t gi = groups.start(g);
+      const int64_t mb = groups.size(g);
       t.dot[dt][mb](chunk_rows, job.x + (i0 + gi - job.x_row0) * job.ldx + c0, job.ldx, 0, len,
                     s.acc.data() + gi * R * kMaxLanes, c0 == 0, c0 + len == k, out + gi * R);
     }

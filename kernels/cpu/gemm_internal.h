@@ -129,6 +129,11 @@ struct FmaKernels {
   // R = 2 for more rows of x in one pass (decode batches up to 8), so the weights still stream
   // from memory in a single pass instead of one pass per narrow group.
   DotTable wide;
+  // Rows of x beyond wide.max_m run in near-equal groups of the wide kernels (else in groups
+  // of narrow.max_m). AVX2 sets it: its narrow kernels hold 8 accumulators, just the FMA
+  // latency (4 cycles) times its throughput (2 per cycle), so a pass of 2 rows of x stalls on
+  // the sums, where a wide group of 3..6 rows holds 6..12.
+  bool group_on_wide = false;
   PanelKernels panel;  // for m >= kPanelMinM
   // When set, the bf16 dot kernels read x in "pair layout" and the driver converts x with it:
   // within each block of 32 elements, the 16 even-indexed ones then the 16 odd ones, each row

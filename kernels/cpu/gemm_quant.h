@@ -1,7 +1,7 @@
 // Internal contract between the quantized-weight GEMM driver (gemm_quant_cpu.cc, baseline AVX2
 // flags) and its per-instruction-set kernels (gemm_quant_avx512.cc, gemm_quant_avx512_vnni.cc,
-// gemm_quant_avx2.cc). Callers use cpu::gemm (gemm_cpu.h), which hands kF8E4M3 and kI4 weights
-// to gemm_quant.
+// gemm_quant_avx2.cc, gemm_quant_batch_avx2.cc). Callers use cpu::gemm (gemm_cpu.h), which hands
+// kF8E4M3 and kI4 weights to gemm_quant.
 //
 // Decode (m < kQuantPrefillMinM) is memory-bound: dot kernels take R weight rows at a time,
 // dequantize them in registers and multiply them with up to max_m rows of x, so every packed
@@ -9,7 +9,10 @@
 // rows from L1). On AMX CPUs batched decode runs on the tiles instead (the integer-dot kernels
 // run out of arithmetic at m = 4..8 on a core, the tiles do not): fp8 dequantized 16 rows at a
 // time into a bf16 tile panel in L1 under gemm_amx's tile loop (quant_on_amx_tiles), int4 as
-// unsigned bytes into an INT8 tile panel against x rounded to x16 (i4_on_amx_int8). Prefill
+// unsigned bytes into an INT8 tile panel against x rounded to x16 (i4_on_amx_int8). Without
+// AVX512-VNNI, m = 3..16 runs the AVX2 batched kernels (quant_on_avx2_batch): 16 weight rows per
+// call, k in chunks outermost so that a chunk of x stays in L1 for all of them, 12 (fp8) or up to
+// 8 x 4 (int4) sums in registers. Prefill
 // (m >= kQuantPrefillMinM) is compute-bound: the driver dequantizes a
 // bounded chunk of weight rows into scratch (bf16 where cpu::gemm multiplies in bf16: AMX, or
 // AVX512-BF16 CPUs with GemmPrecision::kBf16; f32 otherwise) and runs the plain GEMM on it, so
@@ -23,8 +26,9 @@
 //    scale is applied once to the finished sum, and x stays f32: only f32 summation error, below
 //    1e-5 * M for k up to a few thousand. (The AVX2 and AVX512-VNNI fp8 decode kernels keep this
 //    for |x| < 2^64.)
-//  - kI4 decode (the AVX2 kernel at m = 1 and below AVX512-VNNI, the VNNI kernel for m >= 2 from
-//    it up, the AMX-INT8 kernel for m = kI4AmxMinM..16 on AMX CPUs: gemm_quant_cpu.cc)
+//  - kI4 decode (the AVX2 kernels: one-row at m = 1..2 and batched at m = 3..16 below
+//    AVX512-VNNI, the one-row kernel at m = 1 from it up; the VNNI kernel for m >= 2 from it up,
+//    the AMX-INT8 kernel for m = kI4AmxMinM..16 on AMX CPUs: gemm_quant_cpu.cc)
 //    multiplies in integers: x is rounded per (row of x, weight group g) to
 //    x16 * s_x, x16 = round(x / s_x) in [-32639, 32639], s_x = absmax_g(x) / 32639 (32639 =
 //    256 * 127 + 127, the most a signed hi byte and lo byte hold). Rounding x to the nearest
@@ -33,7 +37,9 @@
 //      |y - y_exact| <= kI4DecodeXError * sum_g absmax_g(x) * sum_{c in g} |w_c|  +  1e-5 * M
 //    where the second term is the f32 summation of exact integer group sums (see the kernel),
 //    for groups with absmax_g(x) >= 2^-111 (s_x a normal f32; smaller ones round to 0 or less
-//    precisely). A group of x holding a NaN or an infinity gives NaN outputs.
+//    precisely). A group of x holding a NaN or an infinity gives NaN outputs. The AVX2 one-row
+//    and batched kernels give the same bits for a row of x, however many rows share the call
+//    (gemm_quant_batch_avx2.cc says how): below AVX512-VNNI, int4 decode is batch-invariant.
 //  - kF8E4M3 on AMX tiles (quant_on_amx_tiles: from m = 4; precision not kF32;
 //    gemm_quant_f8_amx.cc): x = hi + lo in bf16 (2^-16; kBf16: x rounded to bf16, 2^-8); the
 //    fp8 values are exact in bf16, the row scale applied in f32. Below 2^-16 * M plus f32
@@ -61,7 +67,9 @@ namespace sampan::cpu::gemm_detail {
 // AMX a decode step of 16 sequences through the dequantizing path cost 6-22x one sequence's step
 // (bench/bench_cpu_isa.py, Zen 4); 32 here measured 4.8x (fp8) / 7.4x (int4) but moves m = 16..31
 // onto the int4 kernels that round x per group, which the LoRA trainer's exactness test against
-// a dequantized twin (test_lora_trainer) does not allow: left at 16 until that is settled.
+// a dequantized twin (test_lora_trainer) does not allow: left at 16 until that is settled. (The
+// AVX2 batched kernels take m = 16 too, int4 only when GemmPrecision is not kF32: on Zen 3 the
+// dequantizing path ran a 16-row decode step at 27.7x one row's, int4.)
 constexpr int64_t kQuantPrefillMinM = 16;
 
 // Relative rounding of x (to its group's absmax) on the kI4 decode path: 1/65278 + 2^-22.
@@ -126,6 +134,19 @@ struct QuantKernels {
 };
 
 const QuantKernels& quant_kernels_avx2();
+// The AVX2 table with batched-decode dot kernels (gemm_quant_batch_avx2.cc: 2 weight rows by
+// up to kAvx2BatchMaxM rows of x per call, k-chunked): for m = kAvx2BatchMinM.. where the
+// AVX2 table would otherwise serve batched decode (no AVX512-VNNI, no AMX).
+const QuantKernels& quant_kernels_avx2_batch();
+constexpr int64_t kAvx2BatchMinM = 3;
+constexpr int64_t kAvx2BatchMaxM = 16;
+// Whether cpu::gemm runs m rows of x through quant_kernels_avx2_batch(): CPUs without
+// AVX512-VNNI (AVX2, plain AVX-512), m = kAvx2BatchMinM..kAvx2BatchMaxM, and for kI4 at
+// m = kQuantPrefillMinM.. only when GemmPrecision is not kF32 (its x rounding is the kI4 decode
+// contract, where prefill is exact in f32).
+bool quant_on_avx2_batch(DType dtype, int64_t m);
+// Largest QuantDotTable::rows of any table (the driver's buffers are sized with it).
+constexpr int kMaxQuantRows = 16;
 const QuantKernels& quant_kernels_avx512();
 // The AVX-512 table with VNNI decode kernels (gemm_quant_avx512_vnni.cc): only where
 // has_avx512_vnni().

@@ -30,9 +30,17 @@
 #include <limits>
 
 #include "kernels/cpu/gemm_quant.h"
+#include "kernels/cpu/gemm_quant_avx2_common.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
+
+using avx2q::DenormalsKept;
+using avx2q::group_scale;
+using avx2q::hsum;
+using avx2q::i4_step;
+using avx2q::quantize8;
+using avx2q::XScale;
 
 // Rows per call; each is decoded whole before the next, so that the weights (contiguous rows) are
 // one sequential stream. Measured, int4 m = 1 streaming on a loaded machine, medians of 5: 13.3
@@ -45,13 +53,6 @@ constexpr int kMaxM = 4;
 // int4 768: 11.6, 1024: 13.2, 1536: 13.7, 2048: 13.3, 3072: 12.3; fp8 768: 14.2, 1024: 15.0,
 // 1536: 14.6, 2048: 15.2, 3072: 13.8. One call (4 rows) ahead instead: int4 11.1 (loaded).
 constexpr int64_t kPrefetchBytes = 1536;
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // The f32 scale of an fp8 row; scales need only 2-byte alignment, like the weights.
 inline float row_scale(const void* p) {
@@ -77,25 +78,6 @@ inline void prefetch(const uint8_t* p) {
   _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
 }
 
-// Clears MXCSR.DAZ and FTZ for its lifetime where they are set: the fp8 kernel reads E4M3
-// subnormals as f32 denormals. Reading MXCSR costs a few cycles; writing it only happens when a
-// caller set the flags.
-class DenormalsKept {
- public:
-  DenormalsKept() : saved_(_mm_getcsr()) {
-    if (saved_ & kFlags) _mm_setcsr(saved_ & ~kFlags);
-  }
-  ~DenormalsKept() {
-    if (saved_ & kFlags) _mm_setcsr(saved_);
-  }
-  DenormalsKept(const DenormalsKept&) = delete;
-  DenormalsKept& operator=(const DenormalsKept&) = delete;
-
- private:
-  static constexpr unsigned kFlags = 0x8040;  // FTZ (bit 15), DAZ (bit 6)
-  unsigned saved_;
-};
-
 // ---- kI4: prepared x ----
 //
 // x16 = 256 hi + lo with hi and lo in [-128, 127] reaches 256 * 127 + 127 = 32639 (not 32767):
@@ -110,7 +92,6 @@ class DenormalsKept {
 //   +0:  8 int32 lanes j: 8 sum(x16) over the weights 8j..8j+7 of every chunk of the step (what
 //        the kernel's int32 lane j sums over), to turn its sum of u x16 into one of q x16
 //   +32: the same lanes as int16 pairs (sum of hi, sum of lo), for zero points
-constexpr int64_t i4_step(int64_t group) { return group < 64 ? 64 : group; }
 constexpr int64_t i4_step_bytes(int64_t step) { return 2 * step + 64; }
 constexpr int64_t i4_steps(int64_t k, int64_t group) {
   return (k + i4_step(group) - 1) / i4_step(group);
@@ -119,42 +100,6 @@ constexpr int64_t i4_scale_floats(int64_t k, int64_t group) { return (k / group 
 
 int64_t i4_x_floats(int64_t k, int64_t group) {
   return i4_steps(k, group) * i4_step_bytes(i4_step(group)) / 4 + i4_scale_floats(k, group);
-}
-
-struct XScale {
-  float sx = 0.0f;   // x = sx * x16
-  float inv = 0.0f;  // x16 = round(x * inv)
-};
-
-// Scale of x[c0, c0 + n) (n a multiple of 8). A group with a NaN or an infinity gets sx = NaN and
-// x16 = 0, so that its outputs come out NaN as with f32 arithmetic.
-XScale group_scale(const float* x, int64_t c0, int64_t n) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-  for (int64_t c = c0; c < c0 + n; c += 8) {
-    const __m256 v = _mm256_loadu_ps(x + c);
-    m = _mm256_max_ps(m, _mm256_and_ps(v, abs_mask));
-    bad = _mm256_fmadd_ps(v, _mm256_setzero_ps(), bad);  // NaN once an inf or NaN went in
-  }
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_max_ss(h, _mm_movehdup_ps(h));
-  const float absmax = _mm_cvtss_f32(h);
-  XScale s;
-  if (_mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q)) != 0) {
-    s.sx = std::numeric_limits<float>::quiet_NaN();
-  } else if (absmax > 0.0f) {
-    s.sx = absmax / kI4XMax;
-    s.inv = kI4XMax / absmax;
-  }
-  return s;
-}
-
-// x16 of x[c, c + 8) (zeros from k on; k is a multiple of 32), as int32 lanes.
-inline __m256i quantize8(const float* x, int64_t c, int64_t k, __m256 inv) {
-  if (c >= k) return _mm256_setzero_si256();
-  const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(x + c), inv);
-  return _mm256_cvtps_epi32(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 // One chunk: x[c, c + 64) -> dst [128 bytes], x16 scaled by inv_a for [c, c + 32) and inv_b for

@@ -26,8 +26,7 @@ namespace {
 
 constexpr int64_t kStripe = 64;             // output columns per epilogue pass
 constexpr int64_t kDequantBytes = 16 << 20;  // dequantized weights per prefill chunk
-constexpr int kMaxQuantRows = 4;            // largest R of any table
-constexpr int kMaxQuantM = 8;               // largest max_m of any table
+constexpr int kMaxQuantM = 16;              // largest max_m of any table
 
 QuantFormat format_of(const GemmWeights& w) {
   QuantFormat f;
@@ -275,17 +274,25 @@ bool i4_on_amx_int8(int64_t m) {
           (m == kQuantPrefillMinM && gemm_precision() != GemmPrecision::kF32));
 }
 
+bool quant_on_avx2_batch(DType dtype, int64_t m) {
+  return !has_avx512_vnni() && m >= kAvx2BatchMinM && m <= kAvx2BatchMaxM &&
+         (m < kQuantPrefillMinM || dtype == DType::kF8E4M3 ||
+          gemm_precision() != GemmPrecision::kF32);
+}
+
 void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
                 float* y, int64_t ldy, TaskRunner& runner) {
   assert(w.dtype == DType::kF8E4M3 || w.dtype == DType::kI4);
   assert(w.dtype != DType::kI4 || ((w.group_size == 32 || w.group_size == 64 ||
                                     w.group_size == 128) &&
                                    w.k % w.group_size == 0));
-  static_assert(kMaxQuantRows >= 4 && kMaxQuantM >= 8);
+  static_assert(kMaxQuantRows >= 4 && kMaxQuantM >= 8 && kMaxQuantM >= kAvx2BatchMaxM);
   if (w.dtype == DType::kI4 && i4_on_amx_int8(m)) {
     gemm_quant_i4_amx(m, x, ldx, w, ep, y, ldy, runner);
   } else if (quant_on_amx_tiles(w.dtype, m)) {
     gemm_quant_f8_amx(m, x, ldx, w, ep, y, ldy, runner);
+  } else if (quant_on_avx2_batch(w.dtype, m)) {
+    gemm_quant_decode(quant_kernels_avx2_batch(), m, x, ldx, w, ep, y, ldy, runner);
   } else if (m >= kQuantPrefillMinM) {
     const QuantKernels& kt = has_avx512() ? quant_kernels_avx512() : quant_kernels_avx2();
     gemm_quant_prefill(kt, m, x, ldx, w, ep, y, ldy, runner);

@@ -2,7 +2,8 @@
 // written here: unpack the nibbles, w = (q - z) * s, decode E4M3 with quant::fp8_e4m3_to_f32 and
 // multiply by the row scale, sum in double. Every instruction set this CPU has (AVX2, AVX-512,
 // AMX), serial / two-thread / wide-serial runners, both epilogues, 1..3 blocks, biases, padded
-// strides, decode (m < 16: in-register dequantization) and prefill (m >= 16: dequantized chunks).
+// strides, decode (m < 16: in-register dequantization; up to 16 on the AVX2 batched kernels) and
+// prefill (m >= 16: dequantized chunks).
 //
 // Tolerances are relative to M = sum_k |x| (|q| + |z|) |s| per output (int4; for fp8 and
 // symmetric int4 this is sum |x||w|), a bound on the magnitude of every partial sum.
@@ -10,8 +11,9 @@
 //    AMX: the kernels form (q - z) * s and fp8 * scale exactly in f32 (or apply the f32 row scale
 //    once at the end) and keep x in f32, so only f32 summation error remains: under 1e-5 * M for
 //    every k here (as in test_gemm.cc).
-//  - int4 decode (AVX2 kernel, the AVX512-VNNI one from that level up, and on AMX CPUs the
-//    AMX-INT8 one for m = 4..16) rounds x per (row of x, group) to absmax_g / 32639 steps
+//  - int4 decode (AVX2 kernels, one-row and batched (up to m = 16), the AVX512-VNNI one from that
+//    level up, and on AMX CPUs the AMX-INT8 one for m = 4..16) rounds x per (row of x, group) to
+//    absmax_g / 32639 steps
 //    (gemm_quant.h):
 //    we allow kI4DecodeXError * sum_g absmax_g(x) * sum_{c in g} |w_c| on top of 1e-5 * M.
 //  - AMX-BF16 tiles with fp8 weights dequantized into the panels (from m = 4, on an AMX CPU): x
@@ -186,11 +188,12 @@ double tolerance(Isa isa, const Case& c) {
 }
 
 // Whether this ISA rounds x per group: every int4 decode kernel (AVX2, AVX512-VNNI, AMX-INT8
-// up to m = 16) does.
+// up to m = 16, and the AVX2 batched kernels up to m = 16 unless GemmPrecision is kF32) does.
 bool rounds_x(Isa isa, const Case& c) {
   return c.dtype == DType::kI4 &&
          (c.m < gemm_detail::kQuantPrefillMinM ||
-          (isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m)));
+          (isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m)) ||
+          gemm_detail::quant_on_avx2_batch(c.dtype, c.m));
 }
 
 // Sets MXCSR.DAZ and FTZ while alive (when asked).
@@ -560,6 +563,117 @@ TEST_CASE("gemm fp8: two and three blocks, SiLU-mul", "[kernels][gemm_quant]") {
     c.rows = {7, 7};
     check_case(c, seed++);
   }
+}
+
+// The AVX2 batched-decode kernels (gemm_quant_batch_avx2.cc, m = 3..16 without AVX512-VNNI) take
+// 16 weight rows per call in k-chunks sized by m (int4: 256..2048 weights, fp8: 128..1024), rows
+// of x in register groups of up to 8 (int4) or 6 (fp8): calls that are full and short, that cross
+// weight blocks, k of many chunks with a half step (group 32) or a tail of k % 8 codes (fp8).
+TEST_CASE("gemm int4 and fp8 batched decode: 16-row calls, long k, m = 3..16",
+          "[kernels][gemm_quant]") {
+  uint32_t seed = 8000;
+  for (int64_t m : {3, 5, 7, 8, 9, 13, 16}) {
+    for (int64_t k : {int64_t{64}, int64_t{2080}, int64_t{5632}}) {
+      for (int64_t g : {32, 64, 128}) {
+        if (k % g != 0) continue;
+        Case c;
+        c.m = m;
+        c.k = k;
+        c.group = g;
+        c.rows = {37, 16, 35};
+        c.bias = {true, false, seed % 2 == 0};
+        c.asym = seed % 2 == 1;
+        c.scale_dtype = (seed / 2) % 2 == 0 ? DType::kF16 : DType::kBF16;
+        c.x_fill = seed % 3 == 0 ? XFill::kSpike : XFill::kUniform;
+        c.ldx_pad = seed % 4 == 0 ? 0 : 5;
+        check_case(c, seed++);
+      }
+    }
+    for (int64_t k : {int64_t{7}, int64_t{1001}, int64_t{5632}}) {
+      Case c;
+      c.dtype = DType::kF8E4M3;
+      c.m = m;
+      c.k = k;
+      c.rows = {37, 16, 35};
+      c.bias = {false, true, true};
+      c.x_fill = seed % 3 == 0 ? XFill::kWide : XFill::kUniform;
+      c.fp8_subnormal = seed % 5 == 0;
+      c.daz_ftz = seed % 2 == 0;
+      c.ldx_pad = seed % 4 == 0 ? 0 : 3;
+      check_case(c, seed++);
+    }
+    Case c;  // SiLU-mul: 8 gate and 8 up rows per call
+    c.m = m;
+    c.k = 2080;
+    c.group = 32;
+    c.asym = m % 2 == 1;
+    c.rows = {40, 40};
+    c.bias = {true, false};
+    c.ep = GemmEpilogue::kSiluMul;
+    check_case(c, seed++);
+    c.dtype = DType::kF8E4M3;
+    c.k = 1001;
+    check_case(c, seed++);
+  }
+}
+
+// Batch invariance of int4 decode where batched rows take the AVX2 kernels (levels without
+// AVX512-VNNI): m = 2 runs the one-row kernels, m = 3..16 the batched ones, which form the same
+// x16, the same integer group sums and the same f32 steps (gemm_quant_batch_avx2.cc), so every
+// row of a batch equals, bit for bit, the same row multiplied alone. (Its accuracy against the
+// reference is what the cases above check.)
+TEST_CASE("gemm int4 batched decode on AVX2: each row equals its one-row result bit for bit",
+          "[kernels][gemm_quant]") {
+  IsaRestore restore;
+  int levels = 0;
+  for (Isa isa : supported_isas()) {
+    REQUIRE(set_isa(isa));
+    if (has_avx512_vnni()) continue;  // batched decode runs the VNNI or AMX kernels there
+    ++levels;
+    uint32_t seed = 9000;
+    for (int64_t g : {32, 64, 128}) {
+      for (bool asym : {false, true}) {
+        for (DType sd : {DType::kF16, DType::kBF16}) {
+          const int64_t k = g == 32 ? 2080 : 2 * g + 4096;
+          const int64_t n = 37;
+          std::mt19937 rng(seed++);
+          std::vector<uint8_t> data(n * k / 2);
+          for (auto& v : data) v = static_cast<uint8_t>(rng());
+          std::vector<uint16_t> scales(n * k / g);
+          std::uniform_real_distribution<float> sdist(0.005f, 0.05f);
+          for (auto& v : scales) v = sd == DType::kBF16 ? f32_to_bf16(sdist(rng)) : f32_to_f16(sdist(rng));
+          std::vector<int8_t> zeros(n * k / g);
+          for (auto& v : zeros) v = static_cast<int8_t>(static_cast<int>(rng() % 16) - 8);
+          GemmWeights w;
+          w.dtype = DType::kI4;
+          w.k = k;
+          w.n_blocks = 1;
+          w.rows[0] = n;
+          w.data[0] = data.data();
+          w.scales[0] = scales.data();
+          w.zeros[0] = asym ? zeros.data() : nullptr;
+          w.scale_dtype = sd;
+          w.group_size = g;
+          std::normal_distribution<float> xd;
+          for (int64_t m = 2; m <= 16; ++m) {
+            INFO("isa=" << isa_name(isa) << " group=" << g << (asym ? " asym" : " sym") << " m=" << m);
+            std::vector<float> x(m * k), y(m * n), y1(n);
+            for (auto& v : x) v = xd(rng) * (rng() % 64 == 0 ? 300.0f : 1.0f);
+            SerialRunner serial;
+            gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, serial);
+            int64_t differ = 0;
+            for (int64_t i = 0; i < m; ++i) {
+              gemm(1, x.data() + i * k, k, w, GemmEpilogue::kStore, y1.data(), n, serial);
+              differ += std::memcmp(y1.data(), y.data() + i * n, n * sizeof(float)) != 0;
+            }
+            CHECK(differ == 0);
+          }
+        }
+      }
+    }
+  }
+  // Every x86 CPU the project runs on has at least the AVX2 level.
+  CHECK(levels > 0);
 }
 
 }  // namespace

@@ -1,0 +1,83 @@
+// Pieces shared by the AVX2 quantized-weight kernels (gemm_quant_avx2.cc, the one-row decode
+// kernels, and gemm_quant_batch_avx2.cc, the batched ones): the kI4 rounding of x per weight
+// group, the horizontal sum and the MXCSR guard. The batched int4 kernel promises results bit for
+// bit equal to the one-row kernel's (the same x16, the same integer group sums, the same f32
+// operations in the same order), which holds only while both use these definitions.
+// Include only from files compiled with AVX2 flags.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "kernels/cpu/gemm_quant.h"
+
+namespace sampan::cpu::gemm_detail::avx2q {
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Clears MXCSR.DAZ and FTZ for its lifetime where they are set: the fp8 kernels read E4M3
+// subnormals as f32 denormals. Reading MXCSR costs a few cycles; writing it only happens when a
+// caller set the flags.
+class DenormalsKept {
+ public:
+  DenormalsKept() : saved_(_mm_getcsr()) {
+    if (saved_ & kFlags) _mm_setcsr(saved_ & ~kFlags);
+  }
+  ~DenormalsKept() {
+    if (saved_ & kFlags) _mm_setcsr(saved_);
+  }
+  DenormalsKept(const DenormalsKept&) = delete;
+  DenormalsKept& operator=(const DenormalsKept&) = delete;
+
+ private:
+  static constexpr unsigned kFlags = 0x8040;  // FTZ (bit 15), DAZ (bit 6)
+  unsigned saved_;
+};
+
+// Weights per kI4 step of the AVX2 kernels: a group, but at least 64 (one 32-byte load).
+constexpr int64_t i4_step(int64_t group) { return group < 64 ? 64 : group; }
+
+struct XScale {
+  float sx = 0.0f;   // x = sx * x16
+  float inv = 0.0f;  // x16 = round(x * inv)
+};
+
+// Scale of x[c0, c0 + n) (n a multiple of 8). A group with a NaN or an infinity gets sx = NaN and
+// x16 = 0, so that its outputs come out NaN as with f32 arithmetic.
+inline XScale group_scale(const float* x, int64_t c0, int64_t n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+  for (int64_t c = c0; c < c0 + n; c += 8) {
+    const __m256 v = _mm256_loadu_ps(x + c);
+    m = _mm256_max_ps(m, _mm256_and_ps(v, abs_mask));
+    bad = _mm256_fmadd_ps(v, _mm256_setzero_ps(), bad);  // NaN once an inf or NaN went in
+  }
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  const float absmax = _mm_cvtss_f32(h);
+  XScale s;
+  if (_mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q)) != 0) {
+    s.sx = std::numeric_limits<float>::quiet_NaN();
+  } else if (absmax > 0.0f) {
+    s.sx = absmax / kI4XMax;
+    s.inv = kI4XMax / absmax;
+  }
+  return s;
+}
+
+// x16 of x[c, c + 8) (zeros from k on; k is a multiple of 32), as int32 lanes.
+inline __m256i quantize8(const float* x, int64_t c, int64_t k, __m256 inv) {
+  if (c >= k) return _mm256_setzero_si256();
+  const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(x + c), inv);
+  return _mm256_cvtps_epi32(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+}  // namespace sampan::cpu::gemm_detail::avx2q
