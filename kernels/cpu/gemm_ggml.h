@@ -1,18 +1,20 @@
 // Internal contract between the GGUF block-type GEMM driver (gemm_ggml_cpu.cc, baseline AVX2
-// flags) and its per-instruction-set kernels (gemm_ggml_avx512.cc, gemm_ggml_avx2.cc). Callers
-// use cpu::gemm (gemm_cpu.h), which hands weights of dtype kU8 (GemmWeights::ggml_type a block
-// type, ggml_type.h) to gemm_ggml.
+// flags) and its per-instruction-set kernels (gemm_ggml_avx512.cc; gemm_ggml_avx2.cc with
+// gemm_ggml_x16_avx2.cc). Callers use cpu::gemm (gemm_cpu.h), which hands weights of dtype kU8
+// (GemmWeights::ggml_type a block type, ggml_type.h) to gemm_ggml.
 //
 // Decode (m < kGgmlPrefillMinM) is memory-bound: a dot kernel takes R weight rows, walks their
-// blocks in step (one block of each row at a time), dequantizes each block in registers 32
-// elements at a time and multiplies them with up to max_m rows of x, so every weight byte is
-// read from memory once per call for m <= max_m (larger m: further passes over the same R rows,
-// from L1). Every supported type has SIMD decoders on both ISAs; nothing is dequantized to
-// memory. Q4_K and Q5_K decode (AVX-512 and AVX2), and Q4_0 and Q8_0 decode (AVX-512), run
-// against x rounded to 16 bits per 256 elements with integer products (the x16 kernels; the
-// driver prepares x once per call, in the layout the table's prep_x16 defines), measured
-// 1.5-2x (Q4_K, Q5_K) and 1.05-1.15x (Q4_0, Q8_0, 2 threads, from DRAM) the speed of their
-// exact f32 decoders; everything else keeps x in f32.
+// blocks in step (one block of each row at a time; AVX2's Q4_0, Q8_0 and Q6_K kernels take the
+// rows one after another), dequantizes each block in registers 32 elements at a time and
+// multiplies them with up to max_m rows of x, so every weight byte is read from memory once per
+// call for m <= max_m (larger m: further passes over the same R rows, from L1). Every supported
+// type has SIMD decoders on both ISAs; nothing is dequantized to memory. Decode of Q4_0, Q8_0,
+// Q4_K and Q5_K (AVX-512 and AVX2) and of Q6_K (AVX2) runs against x rounded to 16 bits per 256
+// elements with integer products (the x16 kernels; the driver prepares x once per call, in the
+// layout the table's prep_x16 defines), measured 1.5-2x (Q4_K, Q5_K) and 1.05-1.15x (Q4_0,
+// Q8_0, 2 threads, from DRAM) the speed of their exact f32 decoders on AVX-512, and on AVX2
+// (Zen 3, 1 thread, weights in cache, thread CPU time, m = 1) 2.4-2.6x (Q4_0, Q6_K) and
+// 2.3-2.5x (Q8_0; gemm_ggml_x16_avx2.cc has the figures); everything else keeps x in f32.
 // Prefill (m >= kGgmlPrefillMinM): the driver dequantizes a bounded chunk of weight rows in
 // scratch and runs the plain gemm() on it: bf16 rows, with x rounded to bf16, on the AMX tiles
 // where gemm() multiplies in bf16 (prefill_in_bf16(): AMX CPUs unless GemmPrecision::kF32;
@@ -33,11 +35,12 @@
 //    |y - y_exact| <= (k / 8 + 16) * 2^-24 * M at decode (8- or 16-lane vector partial sums,
 //    then a tree) and (k + 16) * 2^-24 * M at prefill (the plain GEMM's panel kernels sum each
 //    output in one lane); measured errors are far smaller.
-//  - x16 kernels (decode of Q4_K and Q5_K; on AVX-512 also Q4_0 and Q8_0): x is rounded to
+//  - x16 kernels (decode of Q4_0, Q8_0, Q4_K and Q5_K; on AVX2 also Q6_K): x is rounded to
 //    1/65534 of its 256-element block's absmax (kGgmlDecodeXError and the full bound below;
 //    blocks start at element 0 of the row, a last one of k % 256 elements takes its own
 //    absmax), about 1.5e-5 relative: 250x finer than llama.cpp's 8-bit x, the same order as
-//    the bf16-split AMX path (2^-16). Q4_0 / Q8_0 have no min part (w2 = 0, M' = sum |x||w|).
+//    the bf16-split AMX path (2^-16). Q4_0, Q8_0 and Q6_K have no min part (w2 = 0,
+//    M' = sum |x||w|: their integer sums already hold (q - offset) x16 exactly).
 //  - Bias and the SiLU-mul epilogue add the usual one or two f32 roundings (exp: ~2 ulp).
 //  - Non-finite weights (an inf/NaN f16 scale) or x give non-finite outputs where they meet
 //    (an x16 block of x holding an inf or NaN makes the whole block's contribution NaN).
@@ -96,7 +99,8 @@ struct GgmlDotTable {
 //                    + (k / 8 + 16) * 2^-24 * M'
 // with M' = sum_c |x_c| (|w1_c| + |w2_c|), w = w1 - w2 its split into the (d sc) q and the
 // dmin mn parts (the kernel sums them separately). A block of x with absmax below 2^-100 is
-// taken as zero (its contribution, under 2^-100 sum |w|, is dropped).
+// taken as zero: its contribution, at most absmax_b sum_{c in b} |w_c| < 2^-100 sum |w|, is
+// dropped (a term outside the bound above; test_gemm_ggml.cc adds it).
 constexpr double kGgmlDecodeXError = 1.0 / 65534 + 0x1p-22;
 
 struct GgmlKernels {

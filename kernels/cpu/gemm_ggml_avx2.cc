@@ -10,40 +10,21 @@
 //    compare) assembled in bytes; IQ4 codebook by byte shuffle; then the f32 affine map.
 //  - Q2_K, Q3_K, Q5_K: codes from 16-bit shifts and byte masks, widened, then (d sc) q (- dmin mn).
 // AVX2 has 16 vector registers: R = 4 rows against at most 2 rows of x per pass (8 accumulators,
-// 4 weight vectors); x is re-read from L1 per row. Decode of Q4_K and Q5_K takes x rounded to
-// 16 bits instead (x16 kernels at the end of the file, as on AVX-512; bound in gemm_ggml.h).
+// 4 weight vectors); x is re-read from L1 per row. Decode of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K
+// takes x rounded to 16 bits instead (the x16 kernels, gemm_ggml_x16_avx2.cc; bound in
+// gemm_ggml.h): the decoders here still dequantize those types for prefill.
 #include <immintrin.h>
 
 #include <cstring>
 
-#include "kernels/cpu/gemm_ggml.h"
+#include "kernels/cpu/gemm_ggml_avx2.h"
 #include "kernels/cpu/ggml_dequant.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
 
-constexpr int kRows = 4;
 constexpr int kMaxM = 2;
-static_assert(kRows <= kGgmlMaxRows && kMaxM <= kGgmlMaxM);
-// Software prefetch distance: the same position in the rows 1.5 calls ahead, as in
-// gemm_ggml_avx512.cc (which says why and what it measured).
-inline int64_t prefetch_ahead(int64_t row_bytes) {
-  return 3 * kRows * row_bytes / 2;
-}
-
-inline float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-inline __m128i load16(const uint8_t* p) {
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-}
-
-inline __m256i load32(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
+static_assert(kMaxM <= kGgmlMaxM);
 
 inline __m256 i8x8_to_f32(__m128i v) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
@@ -90,20 +71,6 @@ struct DecQ4_0 {
   }
 };
 
-// The eight 6-bit scales and mins of a Q4_K / Q5_K block (b: its 12 scale bytes), as bytes
-// 0..7 of sc and mn: j < 4 from the low 6 bits of bytes j and j + 4, j >= 4 from byte j + 4's
-// nibbles plus the top 2 bits of bytes j - 4 and j (the packing in ggml_dequant.h).
-inline void k_scales_min8(const uint8_t* b, uint64_t* sc, uint64_t* mn) {
-  uint32_t u0, u1, u2;
-  std::memcpy(&u0, b, 4);
-  std::memcpy(&u1, b + 4, 4);
-  std::memcpy(&u2, b + 8, 4);
-  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
-  const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
-  *sc = (u0 & 0x3f3f3f3fu) | static_cast<uint64_t>(sc_hi) << 32;
-  *mn = (u1 & 0x3f3f3f3fu) | static_cast<uint64_t>(mn_hi) << 32;
-}
-
 // dl[j] = d * sc[j], ml[j] = dmin * mn[j] for the 8 sub-blocks of a Q4_K / Q5_K block.
 inline void k_block_scales(const uint8_t* b, float* dl, float* ml) {
   uint64_t sc, mn;
@@ -140,19 +107,6 @@ struct DecQ4_K {
     w[3] = _mm256_fmsub_ps(u8x8_to_f32(_mm_srli_si128(b, 8)), s, m);
   }
 };
-
-// 32 six-bit codes minus 32, as signed bytes: elements 32 c .. 32 c + 31 of a Q6_K block p
-// (the same as gemm_ggml_avx512.cc's; see the shift argument there).
-inline __m256i q6_codes(const uint8_t* p, int c) {
-  const int a = c / 4, s = c % 4;
-  __m256i lo = load32(p + 64 * a + 32 * (s & 1));
-  if (s >> 1) lo = _mm256_srli_epi16(lo, 4);
-  lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0f));
-  __m256i hi = load32(p + 128 + 32 * a);
-  hi = s == 3 ? _mm256_srli_epi16(hi, 2) : _mm256_sll_epi16(hi, _mm_cvtsi32_si128(4 - 2 * s));
-  hi = _mm256_and_si256(hi, _mm256_set1_epi8(0x30));
-  return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
-}
 
 struct DecQ6_K {
   static constexpr int kBlock = 256, kBytes = 210;
@@ -448,13 +402,6 @@ struct DecQ2_K {
   }
 };
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 template <class Dec, int MB>
 void dot_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
   constexpr int R = kRows;
@@ -499,140 +446,6 @@ void dot(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int
   }
 }
 
-// ---- Q4_K and Q5_K with x rounded to 16 bits (the x16 kernels of gemm_ggml.h) ----
-// The scheme of gemm_ggml_avx512.cc's x16 kernels (same prepared layout) on 16 int16 lanes:
-// per 64 weights four vectors of codes times their 6-bit scale, vpmaddwd'ed with x16 into 8
-// int32 lanes per block (Q5_K: 16 pairs of at most 2 * 31 * 63 * 32767 each, < 2^31).
-// Measured (Zen 4 at SAMPAN_CPU_ISA=avx2, 1 thread, m = 1, 2048 x 2048 in cache, thread CPU
-// time, bench_gemm_ggml --cached --cpu-time --isa avx2): Q4_K 13.7 GB/s against 7.4 with the
-// f32 decoder, Q5_K 8.6-11.0 against 6.4-7.3.
-constexpr int64_t kX16BlockFloats = 144;  // 128 (256 int16) + 8 sums + scale + 7 zero
-
-int64_t x16_floats(int64_t k) {
-  return k / 256 * kX16BlockFloats;
-}
-
-void prep_x16(const float* x, int64_t k, float* out) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  for (int64_t b = 0; b < k / 256; ++b) {
-    const float* xb = x + 256 * b;
-    float* o = out + b * kX16BlockFloats;
-    __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-    for (int c = 0; c < 256; c += 8) {
-      const __m256 v = _mm256_loadu_ps(xb + c);
-      mx = _mm256_max_ps(mx, _mm256_and_ps(v, abs_mask));
-      bad = _mm256_fmadd_ps(v, _mm256_setzero_ps(), bad);  // NaN once an inf or NaN went in
-    }
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    const float absmax = _mm_cvtss_f32(h);
-    float sx = 0.0f, inv = 0.0f;
-    if (_mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q)) != 0) {
-      sx = __builtin_nanf("");         // x16 = 0 and s = NaN: the block's outputs come out NaN
-    } else if (absmax >= 0x1p-100f) {  // smaller blocks are taken as zero (gemm_ggml.h)
-      sx = absmax / 32767.0f;
-      inv = 32767.0f / absmax;
-    }
-    int16_t* q = reinterpret_cast<int16_t*>(o);
-    for (int j = 0; j < 8; ++j) {
-      __m256i sum = _mm256_setzero_si256();
-      for (int h2 = 0; h2 < 2; ++h2) {
-        const int c = 32 * j + 16 * h2;
-        __m256i v[2];
-        for (int e = 0; e < 2; ++e) {
-          const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xb + c + 8 * e), _mm256_set1_ps(inv));
-          v[e] =
-              _mm256_cvtps_epi32(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-          sum = _mm256_add_epi32(sum, v[e]);
-        }
-        // |x16| <= 32767: the saturating pack is exact; the permute restores element order.
-        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xd8);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + c), packed);
-      }
-      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-      o[128 + j] = sx * static_cast<float>(_mm_cvtsi128_si32(s4));  // |sum| < 2^24
-    }
-    o[136] = sx;
-    for (int j = 137; j < kX16BlockFloats; ++j) o[j] = 0.0f;
-  }
-}
-
-template <bool kQ5, int MB>
-void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
-  constexpr int R = kRows;
-  constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
-  __m256 acc[MB][R];
-  for (int i = 0; i < MB; ++i)
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
-  const __m256i low4 = _mm256_set1_epi16(15), one = _mm256_set1_epi16(1);
-  const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
-  for (int64_t b = 0; b < k / 256; ++b) {
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = rows[r] + b * kBytes;
-      for (int off = 0; off < kBytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
-      }
-      uint64_t sc, mn;
-      k_scales_min8(p + 4, &sc, &mn);
-      const float d = f16_at(p);
-      const __m256 ml = _mm256_mul_ps(
-          _mm256_set1_ps(f16_at(p + 2)),
-          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
-      __m256i qh[2];
-      if (kQ5) {
-        qh[0] = _mm256_cvtepu8_epi16(load16(p + 16));
-        qh[1] = _mm256_cvtepu8_epi16(load16(p + 32));
-      }
-      __m256i ai[MB];
-      for (int i = 0; i < MB; ++i) ai[i] = _mm256_setzero_si256();
-      for (int c2 = 0; c2 < 4; ++c2) {
-        for (int half = 0; half < 2; ++half) {  // elements l = 16 half .. 16 half + 15
-          const __m256i v = _mm256_cvtepu8_epi16(load16(p + kQs + 32 * c2 + 16 * half));
-          for (int nib = 0; nib < 2; ++nib) {  // sub-block j = 2 c2 + nib
-            const int j = 2 * c2 + nib;
-            __m256i w = nib ? _mm256_srli_epi16(v, 4) : _mm256_and_si256(v, low4);
-            if (kQ5) {
-              const __m256i hb =
-                  _mm256_and_si256(_mm256_srl_epi16(qh[half], _mm_cvtsi32_si128(j)), one);
-              w = _mm256_or_si256(w, _mm256_slli_epi16(hb, 4));
-            }
-            w = _mm256_mullo_epi16(w,
-                                   _mm256_set1_epi16(static_cast<int16_t>((sc >> (8 * j)) & 0xff)));
-            for (int i = 0; i < MB; ++i) {
-              const int16_t* xq =
-                  reinterpret_cast<const int16_t*>(x + i * ldx + b * kX16BlockFloats);
-              ai[i] = _mm256_add_epi32(
-                  ai[i], _mm256_madd_epi16(
-                             w, load32(reinterpret_cast<const uint8_t*>(xq + 32 * j + 16 * half))));
-            }
-          }
-        }
-      }
-      for (int i = 0; i < MB; ++i) {
-        const float* xb = x + i * ldx + b * kX16BlockFloats;
-        acc[i][r] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[i]), _mm256_set1_ps(d * xb[136]), acc[i][r]);
-        acc[i][r] = _mm256_fnmadd_ps(ml, _mm256_loadu_ps(xb + 128), acc[i][r]);
-      }
-    }
-  }
-  for (int i = 0; i < MB; ++i)
-    for (int r = 0; r < R; ++r) out[i * R + r] = hsum(acc[i][r]);
-}
-
-template <bool kQ5>
-void dot_k_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
-               float* out) {
-  if (mb == 1) {
-    dot_k_x16_mb<kQ5, 1>(rows, k, x, ldx, out);
-  } else {
-    dot_k_x16_mb<kQ5, 2>(rows, k, x, ldx, out);
-  }
-}
-
 template <class Dec>
 void dequant(const uint8_t* row, int64_t k, float* out) {
   Dec d;
@@ -669,11 +482,7 @@ GgmlKernels make_table() {
   set<DecMXFP4>(t, GgmlType::kMXFP4);
   set<DecTQ2_0>(t, GgmlType::kTQ2_0);
   set<DecTQ1_0>(t, GgmlType::kTQ1_0);
-  // Decode of Q4_K and Q5_K against x16 (the f32 decoders above still dequantize for prefill).
-  t.dot[static_cast<int>(GgmlType::kQ4_K)] = {kRows, kMaxM, dot_k_x16<false>, true, x16_floats,
-                                              prep_x16};
-  t.dot[static_cast<int>(GgmlType::kQ5_K)] = {kRows, kMaxM, dot_k_x16<true>, true, x16_floats,
-                                              prep_x16};
+  set_x16_kernels_avx2(t);  // decode of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K
   t.epilogue = fma_kernels_avx2().epilogue;
   return t;
 }

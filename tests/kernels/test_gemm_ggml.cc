@@ -15,7 +15,9 @@
 // kGgmlDecodeXError * sum_b absmax_b(x) sum_b |w| + (k / 8 + 16) 2^-24 M',
 // M' = |bias| + sum |x| (|w1| + |w2|) for w = w1 - w2 split into scale and min parts (w2 = 0
 // for types without a min, e.g. Q4_0 / Q8_0), the 256-element blocks of x counted from element
-// 0 (a last partial block, k % 256 elements, has its own absmax: k = 32, 96, 2080 cover it).
+// 0 (a last partial block, k % 256 elements, has its own absmax: k = 32, 96, 2080 cover it),
+// plus absmax_b sum_b |w| for each block taken as zero (absmax below 2^-100). The x16 cases add
+// x with an outlier, all zero, tiny (1e-30) or holding a NaN (its row's outputs must be NaN).
 // kSiluMul: as test_gemm_quant.cc, |dy| <= 1.1 |u| eg + |silu(g)| eu + 1e-6 |y| with eg and eu
 // the allowed errors of the two dot products.
 // Weight blocks are allocated to their exact size at an address 2 mod 16 (the alignment an
@@ -60,6 +62,11 @@ const std::vector<TypeInfo>& all_types() {
   return types;
 }
 
+// How x is filled: uniform in [-1, 1]; the same with one element per row times 1000 (its
+// 256-element group's other elements keep few bits at x16); zero; uniform times 1e-30 (above the
+// x16 kernels' 2^-100 floor); uniform with one NaN in row m / 2.
+enum class XFill { kUniform, kOutlier, kZero, kTiny, kNaN };
+
 struct Case {
   const TypeInfo* type = nullptr;
   int64_t m = 1, k = 256;
@@ -67,6 +74,7 @@ struct Case {
   std::vector<bool> bias;     // per block
   GemmEpilogue ep = GemmEpilogue::kStore;
   int64_t ldx_pad = 0, ldy_pad = 0;
+  XFill x_fill = XFill::kUniform;
 };
 
 std::string describe(const Case& c) {
@@ -76,7 +84,7 @@ std::string describe(const Case& c) {
     s << (b ? "," : "") << c.rows[b] << (c.bias[b] ? "+b" : "");
   }
   s << " ep=" << (c.ep == GemmEpilogue::kStore ? "store" : "silu_mul") << " ldx_pad=" << c.ldx_pad
-    << " ldy_pad=" << c.ldy_pad;
+    << " ldy_pad=" << c.ldy_pad << " x_fill=" << static_cast<int>(c.x_fill);
   return s.str();
 }
 
@@ -162,21 +170,31 @@ void check_case(const Case& c, uint32_t seed) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   // Exactly up to the end of the last row; padding between rows is NaN, so reading it shows.
   std::vector<float> x((c.m - 1) * ldx + c.k, std::numeric_limits<float>::quiet_NaN());
-  for (int64_t i = 0; i < c.m; ++i)
-    for (int64_t j = 0; j < c.k; ++j) x[i * ldx + j] = dist(rng);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.k; ++j) {
+      const float v = dist(rng);
+      x[i * ldx + j] = c.x_fill == XFill::kZero ? 0.0f : c.x_fill == XFill::kTiny ? v * 1e-30f : v;
+    }
+    if (c.x_fill == XFill::kOutlier) x[i * ldx + rng() % c.k] *= 1000.0f;
+  }
+  const int64_t nan_row = c.x_fill == XFill::kNaN ? c.m / 2 : -1;
+  if (nan_row >= 0) x[nan_row * ldx + rng() % c.k] = std::numeric_limits<float>::quiet_NaN();
 
-  // Per output: the dot product, M = |bias| + sum |x||w|, M' (the same with |w1| + |w2|) and
-  // sum over 256-blocks of absmax_b(x) sum_b |w| (the x16 kernels' rounding of x).
+  // Per output: the dot product, M = |bias| + sum |x||w|, M' (the same with |w1| + |w2|), the
+  // sum over 256-blocks of absmax_b(x) sum_b |w| (the x16 kernels' rounding of x) and the same
+  // over the blocks they take as zero (absmax below 2^-100). The NaN row's are left zero.
   const int64_t n_total = w.n();
   std::vector<double> dot(c.m * n_total), mag(c.m * n_total), mag2(c.m * n_total),
-      xmag(c.m * n_total);
+      xmag(c.m * n_total), dropped(c.m * n_total);
   int64_t col = 0;
   for (int b = 0; b < n_blocks; ++b) {
     for (int64_t r = 0; r < c.rows[b]; ++r, ++col) {
       const float* wr = blocks[b].value.data() + r * c.k;
       const float* sr = blocks[b].split_mag.data() + r * c.k;
       for (int64_t i = 0; i < c.m; ++i) {
-        double s = c.bias[b] ? blocks[b].bias[r] : 0.0, a = std::fabs(s), a2 = a, xa = 0.0;
+        if (i == nan_row) continue;
+        double s = c.bias[b] ? blocks[b].bias[r] : 0.0, a = std::fabs(s), a2 = a, xa = 0.0,
+               xd = 0.0;
         for (int64_t g0 = 0; g0 < c.k; g0 += 256) {
           double amax = 0.0, wsum = 0.0;
           for (int64_t j = g0; j < std::min(c.k, g0 + 256); ++j) {
@@ -188,11 +206,13 @@ void check_case(const Case& c, uint32_t seed) {
             wsum += std::fabs(wr[j]);
           }
           xa += amax * wsum;
+          if (amax < 0x1p-100) xd += amax * wsum;
         }
         dot[i * n_total + col] = s;
         mag[i * n_total + col] = a;
         mag2[i * n_total + col] = a2;
         xmag[i * n_total + col] = xa;
+        dropped[i * n_total + col] = xd;
       }
     }
   }
@@ -219,13 +239,22 @@ void check_case(const Case& c, uint32_t seed) {
       const bool bf16 = prefill && gemm_detail::prefill_in_bf16();
       const double tol = bf16 ? std::ldexp(1.0, -7) : tol_f32;
       auto allowed_at = [&](int64_t idx) {
-        return x16 ? gemm_detail::kGgmlDecodeXError * xmag[idx] + tol * mag2[idx] : tol * mag[idx];
+        return x16 ? gemm_detail::kGgmlDecodeXError * xmag[idx] + tol * mag2[idx] + dropped[idx]
+                   : tol * mag[idx];
       };
       for (auto [name, runner] : runners.all()) {
         INFO("isa=" << isa_name(isa) << " runner=" << name << (x16 ? " x16" : "")
                     << (bf16 ? " bf16-prefill" : ""));
         std::vector<float> y(c.m * ldy, kSentinel);
         gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
+        if (nan_row >= 0) {  // every output of that row NaN; then checked as zeros (its reference)
+          int64_t not_nan = 0;
+          for (int64_t j = 0; j < n_out; ++j) {
+            not_nan += !std::isnan(y[nan_row * ldy + j]);
+            y[nan_row * ldy + j] = 0.0f;
+          }
+          CHECK(not_nan == 0);
+        }
         check_gemm_output(y, c.m, ldy, n_out, n_total, silu, dot, allowed_at, kSentinel);
       }
     }
@@ -359,6 +388,49 @@ TEST_CASE("gemm ggml: wide outputs", "[kernels][gemm_ggml]") {
       c.bias = {true, false};
       c.ep = GemmEpilogue::kSiluMul;
       check_case(c, seed++);
+    }
+  }
+}
+
+// The x16 decode kernels (Q4_0, Q8_0, Q4_K, Q5_K, and Q6_K on AVX2) and their preparation of x:
+// k of every kind the preparation treats differently (a last group of k % 256 = 32, 64, 96, 224
+// elements, 256 + 32; whole groups: 256, 512, 2048, 5632), m = 1..17 (up to 4 rows of x per
+// pass), rows not a multiple of R = 4, biases, SiLU-mul, and x with an outlier, all zero, tiny or
+// with a NaN.
+TEST_CASE("gemm ggml: x16 decode, awkward k, m = 1..17 and x", "[kernels][gemm_ggml]") {
+  uint32_t seed = 1100;
+  for (const TypeInfo& t : all_types()) {
+    if (t.type != GgmlType::kQ4_0 && t.type != GgmlType::kQ8_0 && t.type != GgmlType::kQ6_K &&
+        t.type != GgmlType::kQ4_K && t.type != GgmlType::kQ5_K) {
+      continue;
+    }
+    const std::vector<int64_t> ks = ggml_block_size(t.type) == 32
+                                        ? std::vector<int64_t>{32, 64, 96, 224, 288, 2048, 5632}
+                                        : std::vector<int64_t>{256, 512, 2048, 5632};
+    for (int64_t k : ks) {
+      for (int64_t m = 1; m <= 17; ++m) {
+        for (XFill fill :
+             {XFill::kUniform, XFill::kOutlier, XFill::kZero, XFill::kTiny, XFill::kNaN}) {
+          // Special x and long rows at fewer m: the double reference dominates the run time.
+          const bool few_m = m <= 5 || m == 9 || m == 17;
+          if ((fill != XFill::kUniform || k >= 2048) && !few_m) continue;
+          Case c;
+          c.type = &t;
+          c.m = m;
+          c.k = k;
+          c.x_fill = fill;
+          c.rows = {seed % 3 == 0 ? 13 : seed % 3 == 1 ? 7 : 5};
+          c.bias = {seed % 2 == 0};
+          if (seed % 4 == 1) {
+            c.rows = {6, 6};
+            c.bias = {seed % 8 == 1, true};
+            c.ep = GemmEpilogue::kSiluMul;
+          }
+          c.ldx_pad = seed % 3 == 0 ? 0 : 5;
+          c.ldy_pad = seed % 5 == 0 ? 0 : 3;
+          check_case(c, seed++);
+        }
+      }
     }
   }
 }

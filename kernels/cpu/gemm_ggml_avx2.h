@@ -1,0 +1,81 @@
+// Helpers shared by the AVX2 GGUF kernels: gemm_ggml_avx2.cc (f32 decoders, the table) and
+// gemm_ggml_x16_avx2.cc (the integer decode kernels against x rounded to 16 bits).
+//
+// Include only from translation units compiled with the baseline kernel flags (not *_avx512.cc):
+// everything here has internal linkage, so no AVX2 copy is ever merged with an AVX-512 one.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/gemm_ggml.h"
+
+namespace sampan::cpu::gemm_detail {
+
+// Decode kernels against x rounded to 16 bits (gemm_ggml_x16_avx2.cc): sets the table entries of
+// Q4_0, Q8_0, Q4_K, Q5_K and Q6_K (their dot kernels only; dequant stays the f32 decoders').
+void set_x16_kernels_avx2(GgmlKernels& t);
+
+namespace {
+
+constexpr int kRows = 4;
+static_assert(kRows <= kGgmlMaxRows);
+
+// Software prefetch distance: the same position in the rows 1.5 calls ahead, as in
+// gemm_ggml_avx512.cc (which says why and what it measured).
+inline int64_t prefetch_ahead(int64_t row_bytes) {
+  return 3 * kRows * row_bytes / 2;
+}
+
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline __m128i load16(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+
+inline __m256i load32(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// The eight 6-bit scales and mins of a Q4_K / Q5_K block (b: its 12 scale bytes), as bytes
+// 0..7 of sc and mn: j < 4 from the low 6 bits of bytes j and j + 4, j >= 4 from byte j + 4's
+// nibbles plus the top 2 bits of bytes j - 4 and j (the packing in ggml_dequant.h).
+inline void k_scales_min8(const uint8_t* b, uint64_t* sc, uint64_t* mn) {
+  uint32_t u0, u1, u2;
+  std::memcpy(&u0, b, 4);
+  std::memcpy(&u1, b + 4, 4);
+  std::memcpy(&u2, b + 8, 4);
+  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+  const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+  *sc = (u0 & 0x3f3f3f3fu) | static_cast<uint64_t>(sc_hi) << 32;
+  *mn = (u1 & 0x3f3f3f3fu) | static_cast<uint64_t>(mn_hi) << 32;
+}
+
+// 32 six-bit codes minus 32, as signed bytes: elements 32 c .. 32 c + 31 of a Q6_K block p
+// (the same as gemm_ggml_avx512.cc's; see the shift argument there).
+inline __m256i q6_codes(const uint8_t* p, int c) {
+  const int a = c / 4, s = c % 4;
+  __m256i lo = load32(p + 64 * a + 32 * (s & 1));
+  if (s >> 1) lo = _mm256_srli_epi16(lo, 4);
+  lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0f));
+  __m256i hi = load32(p + 128 + 32 * a);
+  hi = s == 3 ? _mm256_srli_epi16(hi, 2) : _mm256_sll_epi16(hi, _mm_cvtsi32_si128(4 - 2 * s));
+  hi = _mm256_and_si256(hi, _mm256_set1_epi8(0x30));
+  return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+}
+
+}  // namespace
+}  // namespace sampan::cpu::gemm_detail

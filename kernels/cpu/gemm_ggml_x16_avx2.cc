@@ -1,0 +1,387 @@
+// AVX2 decode kernels for GGUF weights against x rounded to 16 bits (the x16 kernels of
+// gemm_ggml.h; error bound there): Q4_0, Q8_0, Q4_K, Q5_K and Q6_K. The f32 decoders
+// (gemm_ggml_avx2.cc) spend about twice the vector operations per weight byte (a widening to
+// int32, a convert and a multiply per 8 weights, then an FMA per 8 weights and row of x), and a
+// Zen 3 core retires about 3 vector operations per cycle here, so that count sets the speed.
+// Here the codes are widened to int16 once, shared by the rows of x, and vpmaddwd multiplies 16
+// of them with x16 and sums them in pairs into exact int32 lanes, converted to f32 once per
+// block (Q4_0, Q8_0) or half block (Q6_K).
+// Measured (Zen 3 VM, AVX2, 1 thread, bench_gemm_ggml --cached --cpu-time --isa avx2, TinyLlama
+// shapes, medians of 8 alternating runs, GB/s new / f32 decoder): m = 1: Q8_0 19.0-20.6 / 8.0-8.5
+// (2.3-2.5x), Q4_0 9.7-11.1 / 4.1-4.2 (2.4-2.6x), Q6_K 11.3-12.2 / 4.3-4.6 (2.4-2.6x); m = 2:
+// 2.1-2.3x for each.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/gemm_ggml_avx2.h"
+
+namespace sampan::cpu::gemm_detail {
+namespace {
+
+// Rows of x per call of the Q4_0, Q8_0 and Q6_K kernels (they take the R weight rows one after
+// another, so a row's accumulators are few); the Q4_K / Q5_K kernels take 2.
+constexpr int kMaxM = 4, kKMaxM = 2;
+static_assert(kMaxM <= kGgmlMaxM && kKMaxM <= kGgmlMaxM);
+
+// ---- Prepared x (every x16 kernel here) ----
+//
+// Per group of 256 elements (a last group of k % 256 elements takes its own absmax; the K types
+// have none): x16 = round(x / s), s = absmax / 32767, as 256 int16 (zero past the group's end),
+// then the f32 sums s * sum x16 of its eight 32-element sub-blocks (Q4_K and Q5_K subtract their
+// mins with them), then s. The int16 are in element order, or for Q6_K
+// (kEvenOdd) each 32 elements as their even ones, then their odd ones, each 16 in the order
+// [0, 2, .., 14 | 16, .., 30] (+1 for the odd): the 16-bit lanes of 32 code bytes split by
+// shifts.
+constexpr int64_t kX16GroupFloats = 144;  // 128 (256 int16) + 8 sums + s + 7 zero
+constexpr int kX16Sums = 128, kX16Scale = 136;
+
+int64_t x16_floats(int64_t k) {
+  return (k + 255) / 256 * kX16GroupFloats;
+}
+
+// 16 int16 of x16 from two vectors of 8 int32 (|x16| <= 32767: the saturating pack is exact) in
+// the order of a and b, or of the even (kOdd false) or odd int16 of a and then b.
+inline __m256i pack16(__m256i a, __m256i b) {
+  return _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);
+}
+template <bool kOdd>
+inline __m256i pack_alternate(__m256i a, __m256i b) {
+  auto pick = [](__m256i v) {
+    return kOdd ? _mm256_srai_epi32(v, 16) : _mm256_srai_epi32(_mm256_slli_epi32(v, 16), 16);
+  };
+  return pack16(pick(a), pick(b));
+}
+
+template <bool kEvenOdd>
+void prep_x16(const float* x, int64_t k, float* out) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t g = 0; g < (k + 255) / 256; ++g) {
+    const float* xg = x + 256 * g;
+    const int n = static_cast<int>(std::min<int64_t>(256, k - 256 * g));  // a multiple of 32
+    float* o = out + g * kX16GroupFloats;
+    __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int c = 0; c < n; c += 8) {
+      const __m256 v = _mm256_loadu_ps(xg + c);
+      mx = _mm256_max_ps(mx, _mm256_and_ps(v, abs_mask));
+      bad = _mm256_fmadd_ps(v, _mm256_setzero_ps(), bad);  // NaN once an inf or NaN went in
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float absmax = _mm_cvtss_f32(h);
+    float sx = 0.0f, inv = 0.0f;
+    if (_mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q)) != 0) {
+      sx = __builtin_nanf("");         // s = NaN: the group's outputs come out NaN
+    } else if (absmax >= 0x1p-100f) {  // smaller groups are taken as zero (gemm_ggml.h)
+      sx = absmax / 32767.0f;
+      inv = 32767.0f / absmax;
+    }
+    int16_t* q = reinterpret_cast<int16_t*>(o);
+    for (int j = 0; j < 8; ++j) {
+      if (32 * j >= n) {
+        std::memset(q + 32 * j, 0, 32 * sizeof(int16_t));
+        o[kX16Sums + j] = 0.0f;
+        continue;
+      }
+      __m256i v[4], sum = _mm256_setzero_si256();
+      for (int e = 0; e < 4; ++e) {
+        const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xg + 32 * j + 8 * e), _mm256_set1_ps(inv));
+        v[e] =
+            _mm256_cvtps_epi32(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        sum = _mm256_add_epi32(sum, v[e]);
+      }
+      __m256i lo = pack16(v[0], v[1]), hi = pack16(v[2], v[3]);  // elements 0..15, 16..31
+      if (kEvenOdd) {
+        const __m256i even = pack_alternate<false>(lo, hi);
+        hi = pack_alternate<true>(lo, hi);
+        lo = even;
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * j), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * j + 16), hi);
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+      o[kX16Sums + j] = sx * static_cast<float>(_mm_cvtsi128_si32(s4));  // |sum| < 2^24
+    }
+    o[kX16Scale] = sx;
+    for (int j = kX16Scale + 1; j < kX16GroupFloats; ++j) o[j] = 0.0f;
+  }
+}
+
+// Row i's prepared group g, as int16.
+inline const int16_t* x16_group(const float* x, int64_t ldx, int i, int64_t g) {
+  return reinterpret_cast<const int16_t*>(x + i * ldx + g * kX16GroupFloats);
+}
+
+inline __m256 f16_broadcast(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<int16_t>(h)));
+}
+
+// ---- Q8_0 and Q4_0 (32-element blocks) ----
+//
+// The kernels take the R rows one after another (each row one sequential stream, as
+// gemm_quant_avx2.cc measured faster than rows interleaved), so a pass holds only 2 accumulators
+// per row of x and takes up to 4 rows of x. Per block: the 32 codes as two vectors of 16 int16
+// in element order (Q4_0: n - 8, exact), per row of x two vpmaddwd with x16 (int32 lanes of four
+// products each: at most 4 * 128 * 32767 < 2^24, exact in f32 too), converted and accumulated
+// times d (vpbroadcastw + vcvtph2ps from the block) with one FMA; per 256-element group of x the
+// sum is multiplied by its s.
+// Measured against alternatives (Zen 3, 1 thread, k = 2048, weights in L2, thread CPU time,
+// alternating): the 8 scales of a group gathered by scalar loads and converted at once: 0.85x
+// (Q8_0) and 0.91x (Q4_0); Q4_0 codes left as n with 8 d sum(x16) subtracted per group: 1.00-1.02x
+// (not kept: the f32 sums would then carry (n + 8) |d|, not |w|); two accumulator chains per row:
+// no faster; Q4_0 by vpmaddubsw of the nibbles (two blocks per vector) with x16 split into a
+// signed high and low byte (s = absmax / 32639, per-lane offset sums prepared with x): 1.03-1.12x
+// at m = 1 but 0.91-0.97x at m = 2 and 3.
+struct BlockQ8_0 {
+  static constexpr int kBytes = 34;
+  static void codes(const uint8_t* b, __m256i* w) {
+    w[0] = _mm256_cvtepi8_epi16(load16(b + 2));
+    w[1] = _mm256_cvtepi8_epi16(load16(b + 18));
+  }
+};
+
+// Byte l holds element l in its low nibble and l + 16 in its high one; w = (n - 8) d.
+struct BlockQ4_0 {
+  static constexpr int kBytes = 18;
+  static void codes(const uint8_t* b, __m256i* w) {
+    const __m256i v = _mm256_cvtepu8_epi16(load16(b + 2)), eight = _mm256_set1_epi16(8);
+    w[0] = _mm256_sub_epi16(_mm256_and_si256(v, _mm256_set1_epi16(15)), eight);
+    w[1] = _mm256_sub_epi16(_mm256_srli_epi16(v, 4), eight);
+  }
+};
+
+// Block j of a group (p: its bytes) times MB rows of x (xg: the rows' prepared groups).
+template <class B, int MB>
+inline void b32_step(const uint8_t* p, const int16_t* const* xg, int j, __m256* ag) {
+  __m256i w[2];
+  B::codes(p, w);
+  const __m256 d = f16_broadcast(p);
+  for (int i = 0; i < MB; ++i) {
+    const int16_t* xb = xg[i] + 32 * j;
+    const __m256i t = _mm256_add_epi32(_mm256_madd_epi16(w[0], load32(xb)),
+                                       _mm256_madd_epi16(w[1], load32(xb + 16)));
+    ag[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), d, ag[i]);
+  }
+}
+
+template <class B, int MB>
+void dot_b32_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                    float* out) {
+  const int64_t nb = k / 32;
+  const int64_t ahead = prefetch_ahead(nb * B::kBytes);
+  for (int r = 0; r < kRows; ++r) {
+    __m256 acc[MB];
+    for (int i = 0; i < MB; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+      const int64_t g = b0 / 8;
+      const uint8_t* p = rows[r] + b0 * B::kBytes;
+      for (int off = 0; off < 8 * B::kBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+      }
+      const int16_t* xg[MB];
+      __m256 ag[MB];
+      for (int i = 0; i < MB; ++i) {
+        xg[i] = x16_group(x, ldx, i, g);
+        ag[i] = _mm256_setzero_ps();
+      }
+      if (b0 + 8 <= nb) {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) b32_step<B, MB>(p + j * B::kBytes, xg, j, ag);
+      } else {  // the last group of k % 256 elements
+        for (int j = 0; j < nb - b0; ++j) b32_step<B, MB>(p + j * B::kBytes, xg, j, ag);
+      }
+      for (int i = 0; i < MB; ++i) {
+        const float sx = x[i * ldx + g * kX16GroupFloats + kX16Scale];
+        acc[i] = _mm256_fmadd_ps(ag[i], _mm256_set1_ps(sx), acc[i]);
+      }
+    }
+    for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[i]);
+  }
+}
+
+template <class B>
+void dot_b32_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+                 float* out) {
+  switch (mb) {
+    case 1: return dot_b32_x16_mb<B, 1>(rows, k, x, ldx, out);
+    case 2: return dot_b32_x16_mb<B, 2>(rows, k, x, ldx, out);
+    case 3: return dot_b32_x16_mb<B, 3>(rows, k, x, ldx, out);
+    default: return dot_b32_x16_mb<B, 4>(rows, k, x, ldx, out);
+  }
+}
+
+// ---- Q6_K ----
+//
+// Per 32 weights the codes are assembled in bytes minus 32 (q6_codes: elements 32 c.. of the
+// block, sub-block 2 c in the low 128-bit lane, 2 c + 1 in the high one), split into the even
+// and the odd bytes of each 16-bit lane, sign-extended by shifts (no widening shuffle; x is
+// prepared in the same even / odd order), multiplied by their sub-block's int8 scale (vpmullw:
+// |(q - 32) sc| <= 32 * 128 = 4096; one scale vector serves both, lane 0 holding sc_2c and lane 1
+// sc_2c+1) and vpmaddwd'ed with x16. An int32 lane sums 16 such products per half block (128
+// weights), at most 16 * 4096 * 32767 < 2^31, so each half is converted to f32 on its own; per
+// block one FMA with d s. Measured (Zen 3, 1 thread, weights in L2, thread CPU time) 1.27x the
+// speed of the widening by vpmovsxbw at m = 1 (1.11x at m = 2).
+template <int MB>
+void dot_q6_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                     float* out) {
+  constexpr int kBytes = 210;
+  const int64_t nb = k / 256;
+  const int64_t ahead = prefetch_ahead(nb * kBytes);
+  // Scale bytes 0, 2, .., 14 then 1, 3, .., 15: widened, int16 c of lane 0 is sc_2c, of lane 1
+  // sc_2c+1.
+  const __m128i by_parity = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int r = 0; r < kRows; ++r) {
+    __m256 acc[MB];
+    for (int i = 0; i < MB; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = rows[r] + b * kBytes;
+      for (int off = 0; off < kBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+      }
+      const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(load16(p + 192), by_parity));
+      const int16_t* xg[MB];
+      for (int i = 0; i < MB; ++i) xg[i] = x16_group(x, ldx, i, b);
+      // Half a of the block (elements 128 a..) into exact int32 lanes, converted.
+      auto half = [&](int a, __m256* f) {
+        __m256i ai[MB];
+        for (int i = 0; i < MB; ++i) ai[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 4 * a; c < 4 * a + 4; ++c) {
+          const __m256i q = q6_codes(p, c);
+          const __m256i sv = _mm256_shuffle_epi8(
+              sc, _mm256_set1_epi16(static_cast<int16_t>(0x0101 * 2 * c + 0x100)));
+          const __m256i even =
+              _mm256_mullo_epi16(_mm256_srai_epi16(_mm256_slli_epi16(q, 8), 8), sv);
+          const __m256i odd = _mm256_mullo_epi16(_mm256_srai_epi16(q, 8), sv);
+          for (int i = 0; i < MB; ++i) {
+            const int16_t* xb = xg[i] + 32 * c;
+            const __m256i t = _mm256_add_epi32(_mm256_madd_epi16(even, load32(xb)),
+                                               _mm256_madd_epi16(odd, load32(xb + 16)));
+            ai[i] = _mm256_add_epi32(ai[i], t);
+          }
+        }
+        for (int i = 0; i < MB; ++i) f[i] = _mm256_cvtepi32_ps(ai[i]);
+      };
+      __m256 f[MB], f1[MB];
+      half(0, f);
+      half(1, f1);
+      for (int i = 0; i < MB; ++i) f[i] = _mm256_add_ps(f[i], f1[i]);
+      const float d = f16_at(p + 208);
+      for (int i = 0; i < MB; ++i) {
+        const float sx = x[i * ldx + b * kX16GroupFloats + kX16Scale];
+        acc[i] = _mm256_fmadd_ps(f[i], _mm256_set1_ps(d * sx), acc[i]);
+      }
+    }
+    for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[i]);
+  }
+}
+
+void dot_q6_k_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+                  float* out) {
+  switch (mb) {
+    case 1: return dot_q6_k_x16_mb<1>(rows, k, x, ldx, out);
+    case 2: return dot_q6_k_x16_mb<2>(rows, k, x, ldx, out);
+    case 3: return dot_q6_k_x16_mb<3>(rows, k, x, ldx, out);
+    default: return dot_q6_k_x16_mb<4>(rows, k, x, ldx, out);
+  }
+}
+
+// ---- Q4_K and Q5_K ----
+//
+// The scheme of gemm_ggml_avx512.cc's x16 kernels on 16 int16 lanes, the R rows in step: per 64
+// weights four vectors of codes times their 6-bit scale, vpmaddwd'ed with x16 into 8 int32
+// lanes per block (Q5_K: 16 pairs of at most 2 * 31 * 63 * 32767 each, < 2^31); the mins
+// subtracted with the prepared sub-block sums. Measured (Zen 4 at SAMPAN_CPU_ISA=avx2, 1 thread,
+// m = 1, 2048 x 2048 in cache, thread CPU time, bench_gemm_ggml --cached --cpu-time --isa avx2):
+// Q4_K 13.7 GB/s against 7.4 with the f32 decoder, Q5_K 8.6-11.0 against 6.4-7.3.
+template <bool kQ5, int MB>
+void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
+  constexpr int R = kRows;
+  constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
+  __m256 acc[MB][R];
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi16(15), one = _mm256_set1_epi16(1);
+  const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = rows[r] + b * kBytes;
+      for (int off = 0; off < kBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+      }
+      uint64_t sc, mn;
+      k_scales_min8(p + 4, &sc, &mn);
+      const float d = f16_at(p);
+      const __m256 ml = _mm256_mul_ps(
+          _mm256_set1_ps(f16_at(p + 2)),
+          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+      __m256i qh[2];
+      if (kQ5) {
+        qh[0] = _mm256_cvtepu8_epi16(load16(p + 16));
+        qh[1] = _mm256_cvtepu8_epi16(load16(p + 32));
+      }
+      __m256i ai[MB];
+      for (int i = 0; i < MB; ++i) ai[i] = _mm256_setzero_si256();
+      for (int c2 = 0; c2 < 4; ++c2) {
+        for (int half = 0; half < 2; ++half) {  // elements l = 16 half .. 16 half + 15
+          const __m256i v = _mm256_cvtepu8_epi16(load16(p + kQs + 32 * c2 + 16 * half));
+          for (int nib = 0; nib < 2; ++nib) {  // sub-block j = 2 c2 + nib
+            const int j = 2 * c2 + nib;
+            __m256i w = nib ? _mm256_srli_epi16(v, 4) : _mm256_and_si256(v, low4);
+            if (kQ5) {
+              const __m256i hb =
+                  _mm256_and_si256(_mm256_srl_epi16(qh[half], _mm_cvtsi32_si128(j)), one);
+              w = _mm256_or_si256(w, _mm256_slli_epi16(hb, 4));
+            }
+            w = _mm256_mullo_epi16(w,
+                                   _mm256_set1_epi16(static_cast<int16_t>((sc >> (8 * j)) & 0xff)));
+            for (int i = 0; i < MB; ++i) {
+              const int16_t* xq = x16_group(x, ldx, i, b);
+              ai[i] =
+                  _mm256_add_epi32(ai[i], _mm256_madd_epi16(w, load32(xq + 32 * j + 16 * half)));
+            }
+          }
+        }
+      }
+      for (int i = 0; i < MB; ++i) {
+        const float* xb = x + i * ldx + b * kX16GroupFloats;
+        acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[i]), _mm256_set1_ps(d * xb[kX16Scale]),
+                                    acc[i][r]);
+        acc[i][r] = _mm256_fnmadd_ps(ml, _mm256_loadu_ps(xb + kX16Sums), acc[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) out[i * R + r] = hsum(acc[i][r]);
+}
+
+template <bool kQ5>
+void dot_k_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+               float* out) {
+  if (mb == 1) {
+    dot_k_x16_mb<kQ5, 1>(rows, k, x, ldx, out);
+  } else {
+    dot_k_x16_mb<kQ5, 2>(rows, k, x, ldx, out);
+  }
+}
+
+}  // namespace
+
+void set_x16_kernels_avx2(GgmlKernels& t) {
+  auto set = [&](GgmlType type, GgmlDotFn fn, int max_m, bool even_odd) {
+    t.dot[static_cast<int>(type)] = {kRows,      max_m, fn, true, x16_floats,
+                                     even_odd ? prep_x16<true> : prep_x16<false>};
+  };
+  set(GgmlType::kQ8_0, dot_b32_x16<BlockQ8_0>, kMaxM, false);
+  set(GgmlType::kQ4_0, dot_b32_x16<BlockQ4_0>, kMaxM, false);
+  set(GgmlType::kQ6_K, dot_q6_k_x16, kMaxM, true);
+  set(GgmlType::kQ4_K, dot_k_x16<false>, kKMaxM, false);
+  set(GgmlType::kQ5_K, dot_k_x16<true>, kKMaxM, false);
+}
+
+}  // namespace sampan::cpu::gemm_detail
