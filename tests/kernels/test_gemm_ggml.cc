@@ -17,7 +17,8 @@
 // for types without a min, e.g. Q4_0 / Q8_0), the 256-element blocks of x counted from element
 // 0 (a last partial block, k % 256 elements, has its own absmax: k = 32, 96, 2080 cover it),
 // plus absmax_b sum_b |w| for each block taken as zero (absmax below 2^-100). The x16 cases add
-// x with an outlier, all zero, tiny (1e-30) or holding a NaN (its row's outputs must be NaN).
+// x with an outlier, all zero, tiny (1e-30) or holding a NaN or an infinity (its row's outputs
+// must be NaN; +-inf allowed for an infinity where the kernel keeps x in f32).
 // kSiluMul: as test_gemm_quant.cc, |dy| <= 1.1 |u| eg + |silu(g)| eu + 1e-6 |y| with eg and eu
 // the allowed errors of the two dot products.
 // Weight blocks are allocated to their exact size at an address 2 mod 16 (the alignment an
@@ -64,8 +65,8 @@ const std::vector<TypeInfo>& all_types() {
 
 // How x is filled: uniform in [-1, 1]; the same with one element per row times 1000 (its
 // 256-element group's other elements keep few bits at x16); zero; uniform times 1e-30 (above the
-// x16 kernels' 2^-100 floor); uniform with one NaN in row m / 2.
-enum class XFill { kUniform, kOutlier, kZero, kTiny, kNaN };
+// x16 kernels' 2^-100 floor); uniform with one NaN, or one infinity, in row m / 2.
+enum class XFill { kUniform, kOutlier, kZero, kTiny, kNaN, kInf };
 
 struct Case {
   const TypeInfo* type = nullptr;
@@ -177,8 +178,13 @@ void check_case(const Case& c, uint32_t seed) {
     }
     if (c.x_fill == XFill::kOutlier) x[i * ldx + rng() % c.k] *= 1000.0f;
   }
-  const int64_t nan_row = c.x_fill == XFill::kNaN ? c.m / 2 : -1;
-  if (nan_row >= 0) x[nan_row * ldx + rng() % c.k] = std::numeric_limits<float>::quiet_NaN();
+  const bool bad_x = c.x_fill == XFill::kNaN || c.x_fill == XFill::kInf;
+  const int64_t nan_row = bad_x ? c.m / 2 : -1;
+  if (nan_row >= 0) {
+    x[nan_row * ldx + rng() % c.k] = c.x_fill == XFill::kNaN
+                                         ? std::numeric_limits<float>::quiet_NaN()
+                                         : std::numeric_limits<float>::infinity();
+  }
 
   // Per output: the dot product, M = |bias| + sum |x||w|, M' (the same with |w1| + |w2|), the
   // sum over 256-blocks of absmax_b(x) sum_b |w| (the x16 kernels' rounding of x) and the same
@@ -247,13 +253,16 @@ void check_case(const Case& c, uint32_t seed) {
                     << (bf16 ? " bf16-prefill" : ""));
         std::vector<float> y(c.m * ldy, kSentinel);
         gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
-        if (nan_row >= 0) {  // every output of that row NaN; then checked as zeros (its reference)
-          int64_t not_nan = 0;
+        if (nan_row >= 0) {
+          // Every output of that row NaN (an x16 group with a NaN or infinity has s = NaN; f32
+          // kernels give NaN or, for an infinity, +-inf); then checked as zeros, its reference.
+          int64_t finite = 0;
           for (int64_t j = 0; j < n_out; ++j) {
-            not_nan += !std::isnan(y[nan_row * ldy + j]);
+            const float v = y[nan_row * ldy + j];
+            finite += x16 || c.x_fill == XFill::kNaN ? !std::isnan(v) : std::isfinite(v);
             y[nan_row * ldy + j] = 0.0f;
           }
-          CHECK(not_nan == 0);
+          CHECK(finite == 0);
         }
         check_gemm_output(y, c.m, ldy, n_out, n_total, silu, dot, allowed_at, kSentinel);
       }
@@ -396,7 +405,7 @@ TEST_CASE("gemm ggml: wide outputs", "[kernels][gemm_ggml]") {
 // k of every kind the preparation treats differently (a last group of k % 256 = 32, 64, 96, 224
 // elements, 256 + 32; whole groups: 256, 512, 2048, 5632), m = 1..17 (up to 4 rows of x per
 // pass), rows not a multiple of R = 4, biases, SiLU-mul, and x with an outlier, all zero, tiny or
-// with a NaN.
+// with a NaN or an infinity.
 TEST_CASE("gemm ggml: x16 decode, awkward k, m = 1..17 and x", "[kernels][gemm_ggml]") {
   uint32_t seed = 1100;
   for (const TypeInfo& t : all_types()) {
@@ -409,8 +418,8 @@ TEST_CASE("gemm ggml: x16 decode, awkward k, m = 1..17 and x", "[kernels][gemm_g
                                         : std::vector<int64_t>{256, 512, 2048, 5632};
     for (int64_t k : ks) {
       for (int64_t m = 1; m <= 17; ++m) {
-        for (XFill fill :
-             {XFill::kUniform, XFill::kOutlier, XFill::kZero, XFill::kTiny, XFill::kNaN}) {
+        for (XFill fill : {XFill::kUniform, XFill::kOutlier, XFill::kZero, XFill::kTiny,
+                           XFill::kNaN, XFill::kInf}) {
           // Special x and long rows at fewer m: the double reference dominates the run time.
           const bool few_m = m <= 5 || m == 9 || m == 17;
           if ((fill != XFill::kUniform || k >= 2048) && !few_m) continue;
