@@ -18,7 +18,9 @@ own quantizer (llama-cpp-python) makes the quantized files, so the block bytes a
     against the exact result at ~1.5 % of positions: mean KL <= 1e-3; exact run: every top-1
     difference from llama.cpp is a position where llama.cpp differs from the exact numpy
     result and Sampan does not; default run: top-1 agreement with the exact result at least
-    llama.cpp's.
+    llama.cpp's. A third run feeds one token per forward (`logits --chunk 1`), the decode path
+    (x rounded to 16 bits per 256 elements for the types gemm_ggml.h lists): the default run's
+    bounds against both references.
   - A split set (NAME-0000i-of-0000N.gguf) gives the single file's logits.
   - `sampan info` and `sampan run` on a GGUF file (tokenizer and chat template from metadata).
 Bad files are tests/e2e/test_bad_gguf.py (which also runs under the sanitizers).
@@ -67,9 +69,10 @@ def mean_kl(ref, got):
     return float((p * (np.log(np.maximum(p, 1e-300)) - np.log(np.maximum(q, 1e-300)))).sum(axis=1).mean())
 
 
-def sampan_logits(args, res, name, path, seqs, vocab, precision=None):
+def sampan_logits(args, res, name, path, seqs, vocab, precision=None, chunk=None):
     """Logits of every position of every sequence, stacked -> [sum len, vocab] (None on failure).
-    precision: SAMPAN_GEMM_PRECISION for the run (None: the default)."""
+    precision: SAMPAN_GEMM_PRECISION for the run (None: the default). chunk: --chunk (1: one
+    token per forward, the decode path; None: the whole sequence as one prefill)."""
     rows = []
     saved = os.environ.get("SAMPAN_GEMM_PRECISION")
     for i, ids in enumerate(seqs):
@@ -78,7 +81,8 @@ def sampan_logits(args, res, name, path, seqs, vocab, precision=None):
             os.environ["SAMPAN_GEMM_PRECISION"] = precision
         try:
             r = U.run_sampan(args, ["logits", "--model", path, "--ids", ",".join(map(str, ids)),
-                                    "--out", out, "--threads", "2"])
+                                    "--out", out, "--threads", "2"] +
+                             ([] if chunk is None else ["--chunk", str(chunk)]))
         finally:
             if saved is None:
                 os.environ.pop("SAMPAN_GEMM_PRECISION", None)
@@ -194,6 +198,23 @@ def main():
         res.check(f"{tag} vs numpy on the gguf package's dequantization",
                   cos >= F16_MIN_COSINE and kl_ours <= 0.5 * kl_theirs,
                   f"min cosine {cos:.8f}, mean KL {kl_ours:.1e} (llama.cpp {kl_theirs:.1e})")
+        # Decode: one token per forward through the KV cache (--chunk 1), the path of the decode
+        # kernels (x rounded to 16 bits per 256 elements for the types gemm_ggml.h lists), held
+        # to the default run's bounds against both references.
+        got_dec = sampan_logits(args, res, tag + " decode", path, seqs, vocab, chunk=1)
+        if got_dec is not None:
+            cos, kl_dec = U.cosine_per_row(exact, got_dec).min(), mean_kl(exact, got_dec)
+            res.check(f"{tag} decode vs numpy on the gguf package's dequantization",
+                      cos >= F16_MIN_COSINE and kl_dec <= 0.5 * kl_theirs,
+                      f"min cosine {cos:.8f}, mean KL {kl_dec:.1e} (llama.cpp {kl_theirs:.1e})")
+            top1, kl = U.top1_agreement(ref, got_dec), mean_kl(ref, got_dec)
+            if ftype in TERNARY_TYPES:  # as the default run below
+                ok = ((got_dec.argmax(1) == exact.argmax(1)).mean() >=
+                      (ref.argmax(1) == exact.argmax(1)).mean())
+            else:
+                ok = top1 >= QUANT_MIN_TOP1
+            res.check(f"{tag} decode vs llama.cpp", ok and kl <= QUANT_MAX_KL,
+                      f"top-1 {top1:.4f}, mean KL {kl:.2e}")
         for run, y in (("", got), (" f32", got_exact)):
             top1, kl = U.top1_agreement(ref, y), mean_kl(ref, y)
             detail = (f"top-1 {top1:.4f}, mean KL {kl:.2e} (llama.cpp vs numpy: top-1 "
