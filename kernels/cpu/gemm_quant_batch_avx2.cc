@@ -13,10 +13,11 @@
 //  - x re-read from L2: with m rows of x, x is m * k floats (48 KB for 6 rows of k = 2048), so
 //    a call over a few weight rows streams all of it from L2 again (measured: 12 cycles per 8
 //    weights of 2 rows x 6 rows of x, where the FMAs need 6). Here a call takes kCallRows = 16
-//    weight rows and walks k in chunks of kChunk columns outermost: a chunk of x (at most
-//    16 x 256 floats = 16 KB) is loaded once and serves all 16 rows while it sits in L1, next
-//    to their 16 x m sums (8 KB). Prepared x rows are padded by 64 bytes (rows 2^n floats apart
-//    share L1 sets);
+//    weight rows and walks k in chunks outermost (f8_chunk, i4_chunk: about 12 KB of prepared
+//    x): a chunk of x is loaded once and serves all 16 rows while it sits in L1, next to their
+//    16 x m sums (up to 8 KB). Prepared x rows are padded by 64 bytes (rows 2^n floats apart
+//    share L1 sets). Each row's next chunk, and from its last chunk on the next call's rows,
+//    are prefetched;
 //  - decode cost: one weight vector is decoded once for all the rows of x of a group.
 //
 // kF8E4M3 (exact as the fp8 dot kernels: the weight is w * 2^-120 in an f32, E4M3 subnormals as
@@ -38,33 +39,36 @@ namespace {
 
 constexpr int kRows = 2;        // weight rows per register pass
 constexpr int kCallRows = 16;   // weight rows per call (kRows at a time over each chunk)
-constexpr int kMaxGroupM = 6;   // rows of x per register pass: 2 x 6 sums + 2 weights + x
+static_assert(kCallRows <= kMaxQuantRows && kCallRows % kRows == 0);
+static_assert(kAvx2BatchMaxM <= 16, "the chunks of x are sized for 16 rows");
 // k per chunk: about kChunkXBytes of x, so that x, the call's sums (16 x m x 32 bytes) and the
 // weights' stretch (16 x chunk bytes) share L1; longer chunks for fewer rows of x spread each
-// pass's fixed cost (loading and storing its 12 sums) over more FMAs.
+// pass's fixed cost (loading and storing its sums, converting scales) over more products.
 constexpr int64_t kChunkXBytes = 12 << 10;
-inline int64_t f8_chunk(int mb) { return std::clamp<int64_t>(kChunkXBytes / (4 * mb) / 64 * 64, 128, 1024); }
-static_assert(kCallRows <= kMaxQuantRows && kCallRows % kRows == 0);
-constexpr int kF8XExp = 64;     // x is prepared as x * 2^kF8XExp; weights decode to w * 2^-120
-
-static_assert(kAvx2BatchMaxM <= 16, "the chunk of x is sized for 16 rows");
 
 using avx2q::DenormalsKept;
 using avx2q::hsum;
 
-// Near-equal groups of at most kMaxGroupM rows: 16 -> 6, 5, 5; 8 -> 4, 4.
+// Near-equal groups of at most max_m rows of x for the register passes: 16 -> 6, 5, 5 (fp8).
 struct Groups {
   int n, base, big;
   int start(int g) const { return g * base + std::min(g, big); }
   int size(int g) const { return base + (g < big ? 1 : 0); }
 };
 
-Groups groups_of(int mb) {
-  const int n = (mb + kMaxGroupM - 1) / kMaxGroupM;
+Groups groups_of(int mb, int max_m) {
+  const int n = (mb + max_m - 1) / max_m;
   return {n, mb / n, mb % n};
 }
 
 // ---- kF8E4M3 ----
+
+constexpr int kF8MaxGroupM = 6;  // rows of x per register pass: 2 x 6 sums + 2 weights + x
+constexpr int kF8XExp = 64;      // x is prepared as x * 2^kF8XExp; weights decode to w * 2^-120
+
+inline int64_t f8_chunk(int mb) {
+  return std::clamp<int64_t>(kChunkXBytes / (4 * mb) / 64 * 64, 128, 1024);
+}
 
 // Prepared row: x * 2^64 in element order, zero from k on, k rounded up to 8 plus 16 floats.
 int64_t f8_x_floats(int64_t k) { return (k + 7) / 8 * 8 + 16; }
@@ -91,7 +95,7 @@ inline __m256 f8x8(const uint8_t* p, __m256i keep) {
 // the 12 sums in registers.
 template <int MB, bool kPrefetch>
 void f8_pass(const uint8_t* w0, const uint8_t* w1, int64_t n, const float* x, int64_t ldx,
-             float* acc) {
+             float* acc, int64_t ahead) {
   __m256 a0[MB], a1[MB];
   const float* xr[MB];
 #pragma GCC unroll 6
@@ -103,9 +107,9 @@ void f8_pass(const uint8_t* w0, const uint8_t* w1, int64_t n, const float* x, in
   const __m256i keep = _mm256_set1_epi32(static_cast<int>(0x87f00000u));
 #pragma GCC unroll 2
   for (int64_t c = 0; c < n; c += 8) {
-    if (kPrefetch && (c & 63) == 0) {  // the next chunk's stretch of each row, once per line
-      _mm_prefetch(reinterpret_cast<const char*>(w0 + c + n), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w1 + c + n), _MM_HINT_T0);
+    if (kPrefetch && (c & 63) == 0) {  // `ahead` bytes on in each row, once per line
+      _mm_prefetch(reinterpret_cast<const char*>(w0 + c + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w1 + c + ahead), _MM_HINT_T0);
     }
     const __m256 v0 = f8x8(w0 + c, keep), v1 = f8x8(w1 + c, keep);
 #pragma GCC unroll 6
@@ -122,10 +126,11 @@ void f8_pass(const uint8_t* w0, const uint8_t* w1, int64_t n, const float* x, in
   }
 }
 
-using F8PassFn = void (*)(const uint8_t*, const uint8_t*, int64_t, const float*, int64_t, float*);
+using F8PassFn = void (*)(const uint8_t*, const uint8_t*, int64_t, const float*, int64_t, float*,
+                          int64_t);
 
 template <bool kPrefetch>
-constexpr F8PassFn kF8Pass[kMaxGroupM + 1] = {
+constexpr F8PassFn kF8Pass[kF8MaxGroupM + 1] = {
     nullptr,
     f8_pass<1, kPrefetch>,
     f8_pass<2, kPrefetch>,
@@ -141,22 +146,29 @@ inline float* pair_sums(float* acc, int pair, int mb) { return acc + pair * mb *
 void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
   DenormalsKept keep;
   const int64_t k = f.k;
-  const Groups g = groups_of(x.mb);
+  const Groups g = groups_of(x.mb, kF8MaxGroupM);
   alignas(32) float acc[kSumFloats];
   std::memset(acc, 0, sizeof(float) * static_cast<size_t>(kCallRows * x.mb * 8));
   const int64_t full = k / 8 * 8, chunk = f8_chunk(x.mb);
   // The sums of row pair p for rows i0.. of x start at pair_sums(acc, p, x.mb) + i0 * kRows * 8.
-  auto run = [&](const uint8_t* w0, const uint8_t* w1, int64_t n, int64_t c, int p, bool ahead) {
+  // ahead: the prefetch distance of the first group's pass (0: none).
+  auto run = [&](const uint8_t* w0, const uint8_t* w1, int64_t n, int64_t c, int p,
+                 int64_t ahead) {
     for (int j = 0; j < g.n; ++j) {
       const int i0 = g.start(j);
-      (ahead && j == 0 ? kF8Pass<true> : kF8Pass<false>)[g.size(j)](
-          w0, w1, n, x.x + i0 * x.ldx + c, x.ldx, pair_sums(acc, p, x.mb) + i0 * kRows * 8);
+      (ahead != 0 && j == 0 ? kF8Pass<true> : kF8Pass<false>)[g.size(j)](
+          w0, w1, n, x.x + i0 * x.ldx + c, x.ldx, pair_sums(acc, p, x.mb) + i0 * kRows * 8,
+          ahead);
     }
   };
   for (int64_t c0 = 0; c0 < full; c0 += chunk) {
     const int64_t n = std::min(chunk, full - c0);
+    // The next chunk of the row, or from the last chunk on the first chunk of the row
+    // kCallRows further on: the next call's, where the rows of a block are contiguous (any other
+    // address is only a wasted prefetch).
+    const int64_t ahead = c0 + chunk < full ? n : kCallRows * k - c0;
     for (int p = 0; p < kCallRows / kRows; ++p) {
-      run(rows[2 * p].data + c0, rows[2 * p + 1].data + c0, n, c0, p, c0 + chunk < full);
+      run(rows[2 * p].data + c0, rows[2 * p + 1].data + c0, n, c0, p, ahead);
     }
   }
   if (full < k) {  // the last k % 8 codes, without reading past the rows (x is zero there)
@@ -164,7 +176,7 @@ void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* 
       alignas(8) uint8_t t0[8] = {}, t1[8] = {};
       std::memcpy(t0, rows[2 * p].data + full, static_cast<size_t>(k - full));
       std::memcpy(t1, rows[2 * p + 1].data + full, static_cast<size_t>(k - full));
-      run(t0, t1, 8, full, p, false);
+      run(t0, t1, 8, full, p, 0);
     }
   }
   static_assert(kF8XExp == 64);
@@ -285,7 +297,9 @@ void chunk_scales(const QuantRow& row, const QuantFormat& f, int64_t g0, int n,
 // The step's lanes of a per-group value: group j (G >= 64), or groups 2j, 2j + 1 (G = 32).
 template <int G>
 inline __m256 step_lanes(const float* v, int j) {
-  if (G == 32) return _mm256_setr_m128(_mm_broadcast_ss(v + 2 * j), _mm_broadcast_ss(v + 2 * j + 1));
+  if (G == 32) {
+    return _mm256_setr_m128(_mm_broadcast_ss(v + 2 * j), _mm_broadcast_ss(v + 2 * j + 1));
+  }
   return _mm256_broadcast_ss(v + j);
 }
 
@@ -307,15 +321,18 @@ void i4_pass(const uint8_t* w, int n_steps, bool half, const I4ChunkScales& cs, 
   constexpr int64_t kStepBytes = i4_step_bytes(S);
   for (int st = 0; st < n_steps; ++st) {
     const bool hs = half && st == n_steps - 1;
-    if (prefetch != nullptr) _mm_prefetch(reinterpret_cast<const char*>(prefetch + st * S / 2), _MM_HINT_T0);
+    if (prefetch != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(prefetch + st * S / 2), _MM_HINT_T0);
+    }
     __m256i t[MB];
     __m256i zv = _mm256_setzero_si256();
     if (kAsym) zv = step_zeros<G>(cs.z, st);
 #pragma GCC unroll 2
     for (int c = 0; c < C; ++c) {
       const uint8_t* wp = w + st * S / 2 + 32 * c;
-      const __m256i b = hs ? _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wp)))
-                           : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp));
+      const __m256i b =
+          hs ? _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wp)))
+             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp));
       __m256i q[4] = {_mm256_srai_epi16(_mm256_slli_epi16(b, 12), 12),
                       _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 12),
                       _mm256_srai_epi16(_mm256_slli_epi16(b, 4), 12), _mm256_srai_epi16(b, 12)};
@@ -326,7 +343,8 @@ void i4_pass(const uint8_t* w, int n_steps, bool half, const I4ChunkScales& cs, 
       // itself GCC issued all 4 x MB products first and spilled them (measured 1.4x slower).
 #pragma GCC unroll 8
       for (int i = 0; i < MB; ++i) {
-        const __m256i* xv = reinterpret_cast<const __m256i*>(x + i * ldx + st * kStepBytes + 128 * c);
+        const __m256i* xv =
+            reinterpret_cast<const __m256i*>(x + i * ldx + st * kStepBytes + 128 * c);
         __m256i a = _mm256_madd_epi16(q[0], _mm256_loadu_si256(xv));
         if (c > 0) a = _mm256_add_epi32(t[i], a);
         for (int p = 1; p < 4; ++p) {
@@ -374,8 +392,8 @@ template <int G, bool kAsym>
 void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
   constexpr int64_t S = G < 64 ? 64 : G;
   const int64_t k = f.k, ldx = x.ldx * 4;
-  const int mb = x.mb, n_groups = (mb + kI4MaxGroupM - 1) / kI4MaxGroupM;
-  const Groups g{n_groups, mb / n_groups, mb % n_groups};
+  const int mb = x.mb;
+  const Groups g = groups_of(mb, kI4MaxGroupM);
   alignas(32) float acc[kSumFloats];
   std::memset(acc, 0, sizeof(float) * static_cast<size_t>(kCallRows * mb * 8));
   const uint8_t* xb = reinterpret_cast<const uint8_t*>(x.x);
@@ -389,7 +407,9 @@ void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float
     for (int r = 0; r < kCallRows; ++r) {
       chunk_scales(rows[r], f, c0 / G, static_cast<int>(n / G), cs);
       const uint8_t* w = rows[r].data + c0 / 2;
-      const uint8_t* ahead = c0 + chunk < k ? w + chunk / 2 : nullptr;
+      // The next chunk of the row, or from the last chunk on the first chunk of the row
+      // kCallRows further on (the next call's, where the block's rows are contiguous).
+      const uint8_t* ahead = c0 + chunk < k ? w + chunk / 2 : w + (kCallRows * k - c0) / 2;
       for (int j = 0; j < g.n; ++j) {
         const int i0 = g.start(j);
         kI4Pass<G, kAsym>[g.size(j)](w, n_steps, half, cs, xc + i0 * ldx, ldx,
@@ -398,7 +418,9 @@ void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float
     }
   }
   for (int r = 0; r < kCallRows; ++r) {
-    for (int i = 0; i < mb; ++i) out[i * kCallRows + r] = hsum(_mm256_load_ps(acc + (r * mb + i) * 8));
+    for (int i = 0; i < mb; ++i) {
+      out[i * kCallRows + r] = hsum(_mm256_load_ps(acc + (r * mb + i) * 8));
+    }
   }
 }
 

@@ -641,7 +641,9 @@ TEST_CASE("gemm int4 batched decode on AVX2: each row equals its one-row result 
           for (auto& v : data) v = static_cast<uint8_t>(rng());
           std::vector<uint16_t> scales(n * k / g);
           std::uniform_real_distribution<float> sdist(0.005f, 0.05f);
-          for (auto& v : scales) v = sd == DType::kBF16 ? f32_to_bf16(sdist(rng)) : f32_to_f16(sdist(rng));
+          for (auto& v : scales) {
+            v = sd == DType::kBF16 ? f32_to_bf16(sdist(rng)) : f32_to_f16(sdist(rng));
+          }
           std::vector<int8_t> zeros(n * k / g);
           for (auto& v : zeros) v = static_cast<int8_t>(static_cast<int>(rng() % 16) - 8);
           GemmWeights w;
@@ -656,7 +658,8 @@ TEST_CASE("gemm int4 batched decode on AVX2: each row equals its one-row result 
           w.group_size = g;
           std::normal_distribution<float> xd;
           for (int64_t m = 2; m <= 16; ++m) {
-            INFO("isa=" << isa_name(isa) << " group=" << g << (asym ? " asym" : " sym") << " m=" << m);
+            INFO("isa=" << isa_name(isa) << " group=" << g << (asym ? " asym" : " sym")
+                        << " m=" << m);
             std::vector<float> x(m * k), y(m * n), y1(n);
             for (auto& v : x) v = xd(rng) * (rng() % 64 == 0 ? 300.0f : 1.0f);
             SerialRunner serial;
