@@ -50,6 +50,8 @@
 //    for f16 weights, SAMPAN_CPU_ISA=avx512 keeps every m exact in f32.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstdint>
 
 #include "kernels/common/dtype.h"
@@ -110,6 +112,25 @@ using QuantDotFn = void (*)(const QuantRow* rows, const QuantFormat& f, const Qu
 // within one f32 rounding) or to bf16 (rounded to nearest even). out: [f.k].
 using DequantF32Fn = void (*)(const QuantRow& row, const QuantFormat& f, float* out);
 using DequantBf16Fn = void (*)(const QuantRow& row, const QuantFormat& f, uint16_t* out);
+
+// Clears MXCSR.DAZ and FTZ for its lifetime where they are set: the AVX2 and AVX512-VNNI fp8
+// kernels read E4M3 subnormals as f32 denormals. Reading MXCSR costs a few cycles; writing it only happens when a
+// caller set the flags.
+class DenormalsKept {
+ public:
+  DenormalsKept() : saved_(_mm_getcsr()) {
+    if (saved_ & kFlags) _mm_setcsr(saved_ & ~kFlags);
+  }
+  ~DenormalsKept() {
+    if (saved_ & kFlags) _mm_setcsr(saved_);
+  }
+  DenormalsKept(const DenormalsKept&) = delete;
+  DenormalsKept& operator=(const DenormalsKept&) = delete;
+
+ private:
+  static constexpr unsigned kFlags = 0x8040;  // FTZ (bit 15), DAZ (bit 6)
+  unsigned saved_;
+};
 
 struct QuantDotTable {
   int rows = 0;   // R

@@ -35,7 +35,6 @@
 namespace sampan::cpu::gemm_detail {
 namespace {
 
-using avx2q::DenormalsKept;
 using avx2q::group_scale;
 using avx2q::hsum;
 using avx2q::i4_step;

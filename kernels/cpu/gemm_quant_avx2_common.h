@@ -1,6 +1,6 @@
 // Pieces shared by the AVX2 quantized-weight kernels (gemm_quant_avx2.cc, the one-row decode
 // kernels, and gemm_quant_batch_avx2.cc, the batched ones): the kI4 rounding of x per weight
-// group, the horizontal sum and the MXCSR guard. The batched int4 kernel promises results bit for
+// group and the horizontal sum. The batched int4 kernel promises results bit for
 // bit equal to the one-row kernel's (the same x16, the same integer group sums, the same f32
 // operations in the same order), which holds only while both use these definitions.
 // Include only from files compiled with AVX2 flags.
@@ -21,25 +21,6 @@ inline float hsum(__m256 v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
-
-// Clears MXCSR.DAZ and FTZ for its lifetime where they are set: the fp8 kernels read E4M3
-// subnormals as f32 denormals. Reading MXCSR costs a few cycles; writing it only happens when a
-// caller set the flags.
-class DenormalsKept {
- public:
-  DenormalsKept() : saved_(_mm_getcsr()) {
-    if (saved_ & kFlags) _mm_setcsr(saved_ & ~kFlags);
-  }
-  ~DenormalsKept() {
-    if (saved_ & kFlags) _mm_setcsr(saved_);
-  }
-  DenormalsKept(const DenormalsKept&) = delete;
-  DenormalsKept& operator=(const DenormalsKept&) = delete;
-
- private:
-  static constexpr unsigned kFlags = 0x8040;  // FTZ (bit 15), DAZ (bit 6)
-  unsigned saved_;
-};
 
 // Weights per kI4 step of the AVX2 kernels: a group, but at least 64 (one 32-byte load).
 constexpr int64_t i4_step(int64_t group) { return group < 64 ? 64 : group; }

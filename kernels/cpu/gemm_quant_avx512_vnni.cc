@@ -70,24 +70,6 @@ inline float row_scale(const void* p) {
   return s;
 }
 
-// Clears MXCSR.DAZ and FTZ for its lifetime where they are set: the fp8 kernel reads E4M3
-// subnormals as f32 denormals.
-class DenormalsKept {
- public:
-  DenormalsKept() : saved_(_mm_getcsr()) {
-    if (saved_ & kFlags) _mm_setcsr(saved_ & ~kFlags);
-  }
-  ~DenormalsKept() {
-    if (saved_ & kFlags) _mm_setcsr(saved_);
-  }
-  DenormalsKept(const DenormalsKept&) = delete;
-  DenormalsKept& operator=(const DenormalsKept&) = delete;
-
- private:
-  static constexpr unsigned kFlags = 0x8040;  // FTZ (bit 15), DAZ (bit 6)
-  unsigned saved_;
-};
-
 // ---- kI4: prepared x ----
 //
 // Per row: steps of 128 weights (the last one zero-padded), then the f32 scales s_x of the

@@ -46,7 +46,6 @@ static_assert(kAvx2BatchMaxM <= 16, "the chunks of x are sized for 16 rows");
 // pass's fixed cost (loading and storing its sums, converting scales) over more products.
 constexpr int64_t kChunkXBytes = 12 << 10;
 
-using avx2q::DenormalsKept;
 using avx2q::hsum;
 
 // Near-equal groups of at most max_m rows of x for the register passes: 16 -> 6, 5, 5 (fp8).
