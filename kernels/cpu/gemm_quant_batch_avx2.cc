@@ -154,10 +154,12 @@ void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* 
   auto run = [&](const uint8_t* w0, const uint8_t* w1, int64_t n, int64_t c, int p,
                  int64_t ahead) {
     for (int j = 0; j < g.n; ++j) {
-      const int i0 = g.start(j);
-      (ahead != 0 && j == 0 ? kF8Pass<true> : kF8Pass<false>)[g.size(j)](
-          w0, w1, n, x.x + i0 * x.ldx + c, x.ldx, pair_sums(acc, p, x.mb) + i0 * kRows * 8,
-          ahead);
+      const int i0 = g.start(j), size = g.size(j);
+      // Indexed before the choice: GCC 12 at -O1 -fsanitize=undefined compiled
+      // (cond ? table_a : table_b)[i] here into a null-`this` report (CI's Sanitize build).
+      const F8PassFn pass = ahead != 0 && j == 0 ? kF8Pass<true>[size] : kF8Pass<false>[size];
+      pass(w0, w1, n, x.x + i0 * x.ldx + c, x.ldx, pair_sums(acc, p, x.mb) + i0 * kRows * 8,
+           ahead);
     }
   };
   for (int64_t c0 = 0; c0 < full; c0 += chunk) {
