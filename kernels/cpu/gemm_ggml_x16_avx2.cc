@@ -20,17 +20,17 @@
 namespace sampan::cpu::gemm_detail {
 namespace {
 
-// Rows of x per call of the Q4_0, Q8_0 and Q6_K kernels (they take the R weight rows one after
-// another, so a row's accumulators are few); the Q4_K / Q5_K kernels take 2.
-constexpr int kMaxM = 4, kKMaxM = 2;
-static_assert(kMaxM <= kGgmlMaxM && kKMaxM <= kGgmlMaxM);
+// Rows of x per call of every kernel here (they take the R weight rows one after another, so a
+// row's accumulators are few).
+constexpr int kMaxM = 4;
+static_assert(kMaxM <= kGgmlMaxM);
 
 // ---- Prepared x (every x16 kernel here) ----
 //
 // Per group of 256 elements (a last group of k % 256 elements takes its own absmax; the K types
 // have none): x16 = round(x / s), s = absmax / 32767, as 256 int16 (zero past the group's end),
 // then the f32 sums s * sum x16 of its eight 32-element sub-blocks (Q4_K and Q5_K subtract their
-// mins with them), then s. The int16 are in element order, or for Q6_K
+// mins with them), then s. The int16 are in element order (Q4_0, Q8_0), or for the K types
 // (kEvenOdd) each 32 elements as their even ones, then their odd ones, each 16 in the order
 // [0, 2, .., 14 | 16, .., 30] (+1 for the odd): the 16-bit lanes of 32 code bytes split by
 // shifts.
@@ -293,80 +293,129 @@ void dot_q6_k_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t
 
 // ---- Q4_K and Q5_K ----
 //
-// The scheme of gemm_ggml_avx512.cc's x16 kernels on 16 int16 lanes, the R rows in step: per 64
-// weights four vectors of codes times their 6-bit scale, vpmaddwd'ed with x16 into 8 int32
-// lanes per block (Q5_K: 16 pairs of at most 2 * 31 * 63 * 32767 each, < 2^31); the mins
-// subtracted with the prepared sub-block sums. Measured (Zen 4 at SAMPAN_CPU_ISA=avx2, 1 thread,
-// m = 1, 2048 x 2048 in cache, thread CPU time, bench_gemm_ggml --cached --cpu-time --isa avx2):
-// Q4_K 13.7 GB/s against 7.4 with the f32 decoder, Q5_K 8.6-11.0 against 6.4-7.3.
+// The R rows one after another, as for Q6_K (each row one stream, few accumulators), up to 4
+// rows of x per pass, x in the even / odd order. Per 64 weights (sub-blocks j = 2 c2 and j + 1)
+// one 32-byte load of nibbles: as 16-bit lanes, bits 0-3 hold sub-block j's even elements, 8-11
+// its odd ones, 4-7 and 12-15 those of j + 1, so three shifts and three masks widen all 64
+// (Q5_K: the fifth bits, bit j of qh byte l, moved next to the nibbles by 16-bit shifts of the
+// 32 qh bytes). The 6-bit scale sc_j is applied in one of two exact ways:
+//  - one row of x: to the int32 sums, vpmulld per sub-block and 64 weights (a lane then holds 4
+//    products of at most 31 * 32767, times sc <= 63);
+//  - 2..4 rows: to the codes, vpmullw per 16 (shared by the rows; sc q <= 63 * 31).
+// Either way an int32 lane sums 32 products of at most 63 * 31 * 32767 per block (2.05e9 <
+// 2^31), one accumulator per row of x, converted and scaled by d s once per block; the mins are
+// subtracted per block with the prepared sub-block sums (dmin mn s sum x16).
+// Measured (Zen 3 VM, 1 thread, bench_gemm_ggml --cached --cpu-time --isa avx2 --reps 200,
+// TinyLlama shapes, medians of 5 alternating runs, against the previous x16 kernel that took 2
+// rows of x with the weight rows interleaved per block): Q4_K 1.12-1.34x at m = 1 (12-14 GB/s),
+// 1.14-1.27x at m = 2, 1.19-1.46x at m = 4; Q5_K 1.41-1.78x, 1.40-1.66x, 1.62-1.98x. The
+// row-sequential structure gained most (GCC compiled the interleaved one with spills of the
+// vpmaddwd results and a scalar shift, move and broadcast per sub-block scale).
+// The vpmulld form at m = 1 measured 1.04-1.08x the vpmullw one; at m >= 2 it does the same
+// number of multiplies and more adds. Widening and scaling at once by vpmaddubsw of the nibble
+// bytes with (sc, 0) and (0, sc) byte pairs (fewer shifts, more multiplies and masks):
+// 0.82-1.0x at m = 2 and 4.
 template <bool kQ5, int MB>
 void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
-  constexpr int R = kRows;
   constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
-  __m256 acc[MB][R];
-  for (int i = 0; i < MB; ++i)
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
-  const __m256i low4 = _mm256_set1_epi16(15), one = _mm256_set1_epi16(1);
-  const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
-  for (int64_t b = 0; b < k / 256; ++b) {
-    for (int r = 0; r < R; ++r) {
+  constexpr bool kScaleSums = MB == 1;
+  const int64_t nb = k / 256;
+  const int64_t ahead = prefetch_ahead(nb * kBytes);
+  const __m256i low4 = _mm256_set1_epi16(0x000f);
+  for (int r = 0; r < kRows; ++r) {
+    __m256 acc[MB];
+    for (int i = 0; i < MB; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* p = rows[r] + b * kBytes;
       for (int off = 0; off < kBytes; off += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
       }
-      uint64_t sc, mn;
-      k_scales_min8(p + 4, &sc, &mn);
-      const float d = f16_at(p);
-      const __m256 ml = _mm256_mul_ps(
-          _mm256_set1_ps(f16_at(p + 2)),
-          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
-      __m256i qh[2];
-      if (kQ5) {
-        qh[0] = _mm256_cvtepu8_epi16(load16(p + 16));
-        qh[1] = _mm256_cvtepu8_epi16(load16(p + 32));
-      }
+      uint64_t sc8, mn8;
+      k_scales_min8(p + 4, &sc8, &mn8);
+      // The 8 scale bytes in every 64-bit lane: a byte shuffle with index (j, 0x80) per 16-bit
+      // lane (j, 0x80, 0x80, 0x80 per 32-bit lane) broadcasts sc_j as int16 (int32).
+      const __m256i scb = _mm256_set1_epi64x(static_cast<int64_t>(sc8));
+      const int16_t* xg[MB];
       __m256i ai[MB];
-      for (int i = 0; i < MB; ++i) ai[i] = _mm256_setzero_si256();
+      for (int i = 0; i < MB; ++i) {
+        xg[i] = x16_group(x, ldx, i, b);
+        ai[i] = _mm256_setzero_si256();
+      }
+      const __m256i qh = kQ5 ? load32(p + 16) : _mm256_setzero_si256();
+#pragma GCC unroll 4
       for (int c2 = 0; c2 < 4; ++c2) {
-        for (int half = 0; half < 2; ++half) {  // elements l = 16 half .. 16 half + 15
-          const __m256i v = _mm256_cvtepu8_epi16(load16(p + kQs + 32 * c2 + 16 * half));
-          for (int nib = 0; nib < 2; ++nib) {  // sub-block j = 2 c2 + nib
-            const int j = 2 * c2 + nib;
-            __m256i w = nib ? _mm256_srli_epi16(v, 4) : _mm256_and_si256(v, low4);
-            if (kQ5) {
-              const __m256i hb =
-                  _mm256_and_si256(_mm256_srl_epi16(qh[half], _mm_cvtsi32_si128(j)), one);
-              w = _mm256_or_si256(w, _mm256_slli_epi16(hb, 4));
-            }
-            w = _mm256_mullo_epi16(w,
-                                   _mm256_set1_epi16(static_cast<int16_t>((sc >> (8 * j)) & 0xff)));
-            for (int i = 0; i < MB; ++i) {
-              const int16_t* xq = x16_group(x, ldx, i, b);
-              ai[i] =
-                  _mm256_add_epi32(ai[i], _mm256_madd_epi16(w, load32(xq + 32 * j + 16 * half)));
-            }
+        const int j = 2 * c2;
+        const __m256i v = load32(p + kQs + 32 * c2);
+        __m256i w[4];  // sub-block j even, odd elements, then j + 1's
+        if constexpr (kQ5) {
+          // The fifth bits of sub-blocks j and j + 1 to bits 4 and 12, above their nibbles.
+          const __m256i h0 = _mm256_and_si256(
+              j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4),
+              _mm256_set1_epi16(0x1010));
+          const __m256i h1 = _mm256_and_si256(
+              j + 1 <= 4 ? _mm256_slli_epi16(qh, 3 - j) : _mm256_srli_epi16(qh, j - 3),
+              _mm256_set1_epi16(0x1010));
+          const __m256i nib = _mm256_set1_epi16(0x0f0f), byte = _mm256_set1_epi16(0x00ff);
+          const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, nib), h0);
+          const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), nib), h1);
+          w[0] = _mm256_and_si256(lo, byte);
+          w[1] = _mm256_srli_epi16(lo, 8);
+          w[2] = _mm256_and_si256(hi, byte);
+          w[3] = _mm256_srli_epi16(hi, 8);
+        } else {
+          w[0] = _mm256_and_si256(v, low4);
+          w[1] = _mm256_and_si256(_mm256_srli_epi16(v, 8), low4);
+          w[2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+          w[3] = _mm256_srli_epi16(v, 12);
+        }
+        if constexpr (!kScaleSums) {
+          const __m256i s0 = _mm256_shuffle_epi8(scb, _mm256_set1_epi16(0x8000 | j));
+          const __m256i s1 = _mm256_shuffle_epi8(scb, _mm256_set1_epi16(0x8000 | (j + 1)));
+          w[0] = _mm256_mullo_epi16(w[0], s0);
+          w[1] = _mm256_mullo_epi16(w[1], s0);
+          w[2] = _mm256_mullo_epi16(w[2], s1);
+          w[3] = _mm256_mullo_epi16(w[3], s1);
+        }
+        for (int i = 0; i < MB; ++i) {
+          const int16_t* xb = xg[i] + 64 * c2;
+          __m256i t0 = _mm256_add_epi32(_mm256_madd_epi16(w[0], load32(xb)),
+                                        _mm256_madd_epi16(w[1], load32(xb + 16)));
+          __m256i t1 = _mm256_add_epi32(_mm256_madd_epi16(w[2], load32(xb + 32)),
+                                        _mm256_madd_epi16(w[3], load32(xb + 48)));
+          if constexpr (kScaleSums) {
+            const int32_t i0 = static_cast<int32_t>(0x80808000u | j);
+            t0 = _mm256_mullo_epi32(t0, _mm256_shuffle_epi8(scb, _mm256_set1_epi32(i0)));
+            t1 = _mm256_mullo_epi32(t1, _mm256_shuffle_epi8(scb, _mm256_set1_epi32(i0 + 1)));
           }
+          ai[i] = _mm256_add_epi32(ai[i], _mm256_add_epi32(t0, t1));
+          // Keeps GCC from hoisting every vpmaddwd of the block ahead of the adds (it then
+          // spilled most of them): the sum is complete, in a register, after each 64 weights.
+          __asm__("" : "+x"(ai[i]));
         }
       }
+      const __m256 d = f16_broadcast(p);
+      const __m256 ml = _mm256_mul_ps(
+          f16_broadcast(p + 2),
+          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn8)))));
       for (int i = 0; i < MB; ++i) {
         const float* xb = x + i * ldx + b * kX16GroupFloats;
-        acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[i]), _mm256_set1_ps(d * xb[kX16Scale]),
-                                    acc[i][r]);
-        acc[i][r] = _mm256_fnmadd_ps(ml, _mm256_loadu_ps(xb + kX16Sums), acc[i][r]);
+        const __m256 ds = _mm256_mul_ps(d, _mm256_broadcast_ss(xb + kX16Scale));
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[i]), ds, acc[i]);
+        acc[i] = _mm256_fnmadd_ps(ml, _mm256_loadu_ps(xb + kX16Sums), acc[i]);
       }
     }
+    for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[i]);
   }
-  for (int i = 0; i < MB; ++i)
-    for (int r = 0; r < R; ++r) out[i * R + r] = hsum(acc[i][r]);
 }
 
 template <bool kQ5>
 void dot_k_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
                float* out) {
-  if (mb == 1) {
-    dot_k_x16_mb<kQ5, 1>(rows, k, x, ldx, out);
-  } else {
-    dot_k_x16_mb<kQ5, 2>(rows, k, x, ldx, out);
+  switch (mb) {
+    case 1: return dot_k_x16_mb<kQ5, 1>(rows, k, x, ldx, out);
+    case 2: return dot_k_x16_mb<kQ5, 2>(rows, k, x, ldx, out);
+    case 3: return dot_k_x16_mb<kQ5, 3>(rows, k, x, ldx, out);
+    default: return dot_k_x16_mb<kQ5, 4>(rows, k, x, ldx, out);
   }
 }
 
@@ -380,8 +429,8 @@ void set_x16_kernels_avx2(GgmlKernels& t) {
   set(GgmlType::kQ8_0, dot_b32_x16<BlockQ8_0>, kMaxM, false);
   set(GgmlType::kQ4_0, dot_b32_x16<BlockQ4_0>, kMaxM, false);
   set(GgmlType::kQ6_K, dot_q6_k_x16, kMaxM, true);
-  set(GgmlType::kQ4_K, dot_k_x16<false>, kKMaxM, false);
-  set(GgmlType::kQ5_K, dot_k_x16<true>, kKMaxM, false);
+  set(GgmlType::kQ4_K, dot_k_x16<false>, kMaxM, true);
+  set(GgmlType::kQ5_K, dot_k_x16<true>, kMaxM, true);
 }
 
 }  // namespace sampan::cpu::gemm_detail
