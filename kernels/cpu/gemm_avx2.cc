@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/vec_avx2.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
@@ -52,12 +53,7 @@ inline __m256 load_w_partial(const void* p, int64_t i, int64_t left) {
   }
 }
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+inline float hsum(__m256 v) { return Avx2::reduce_add(v); }
 
 template <int DT>
 constexpr int kElemBytes = DT == kDtF32 ? 4 : 2;

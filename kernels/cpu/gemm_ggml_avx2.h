@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_ggml.h"
+#include "kernels/cpu/vec_avx2.h"
 
 namespace sampan::cpu::gemm_detail {
 
@@ -43,12 +44,7 @@ inline __m256i load32(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+inline float hsum(__m256 v) { return Avx2::reduce_add(v); }
 
 // The eight 6-bit scales and mins of a Q4_K / Q5_K block (b: its 12 scale bytes), as bytes
 // 0..7 of sc and mn: j < 4 from the low 6 bits of bytes j and j + 4, j >= 4 from byte j + 4's

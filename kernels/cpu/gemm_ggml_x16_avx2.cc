@@ -56,27 +56,17 @@ inline __m256i pack_alternate(__m256i a, __m256i b) {
 
 template <bool kEvenOdd>
 void prep_x16(const float* x, int64_t k, float* out) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   for (int64_t g = 0; g < (k + 255) / 256; ++g) {
     const float* xg = x + 256 * g;
     const int n = static_cast<int>(std::min<int64_t>(256, k - 256 * g));  // a multiple of 32
     float* o = out + g * kX16GroupFloats;
-    __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-    for (int c = 0; c < n; c += 8) {
-      const __m256 v = _mm256_loadu_ps(xg + c);
-      mx = _mm256_max_ps(mx, _mm256_and_ps(v, abs_mask));
-      bad = _mm256_fmadd_ps(v, _mm256_setzero_ps(), bad);  // NaN once an inf or NaN went in
-    }
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    const float absmax = _mm_cvtss_f32(h);
+    const AbsMax a = absmax_avx2(xg, n);
     float sx = 0.0f, inv = 0.0f;
-    if (_mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q)) != 0) {
-      sx = __builtin_nanf("");         // s = NaN: the group's outputs come out NaN
-    } else if (absmax >= 0x1p-100f) {  // smaller groups are taken as zero (gemm_ggml.h)
-      sx = absmax / 32767.0f;
-      inv = 32767.0f / absmax;
+    if (!a.finite) {
+      sx = __builtin_nanf("");          // s = NaN: the group's outputs come out NaN
+    } else if (a.value >= 0x1p-100f) {  // smaller groups are taken as zero (gemm_ggml.h)
+      sx = a.value / 32767.0f;
+      inv = 32767.0f / a.value;
     }
     int16_t* q = reinterpret_cast<int16_t*>(o);
     for (int j = 0; j < 8; ++j) {

@@ -12,15 +12,11 @@
 #include <limits>
 
 #include "kernels/cpu/gemm_quant.h"
+#include "kernels/cpu/vec_avx2.h"
 
 namespace sampan::cpu::gemm_detail::avx2q {
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+inline float hsum(__m256 v) { return Avx2::reduce_add(v); }
 
 // Weights per kI4 step of the AVX2 kernels: a group, but at least 64 (one 32-byte load).
 constexpr int64_t i4_step(int64_t group) { return group < 64 ? 64 : group; }
@@ -33,23 +29,13 @@ struct XScale {
 // Scale of x[c0, c0 + n) (n a multiple of 8). A group with a NaN or an infinity gets sx = NaN and
 // x16 = 0, so that its outputs come out NaN as with f32 arithmetic.
 inline XScale group_scale(const float* x, int64_t c0, int64_t n) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-  for (int64_t c = c0; c < c0 + n; c += 8) {
-    const __m256 v = _mm256_loadu_ps(x + c);
-    m = _mm256_max_ps(m, _mm256_and_ps(v, abs_mask));
-    bad = _mm256_fmadd_ps(v, _mm256_setzero_ps(), bad);  // NaN once an inf or NaN went in
-  }
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_max_ss(h, _mm_movehdup_ps(h));
-  const float absmax = _mm_cvtss_f32(h);
+  const AbsMax a = absmax_avx2(x + c0, n);
   XScale s;
-  if (_mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q)) != 0) {
+  if (!a.finite) {
     s.sx = std::numeric_limits<float>::quiet_NaN();
-  } else if (absmax > 0.0f) {
-    s.sx = absmax / kI4XMax;
-    s.inv = kI4XMax / absmax;
+  } else if (a.value > 0.0f) {
+    s.sx = a.value / kI4XMax;
+    s.inv = kI4XMax / a.value;
   }
   return s;
 }

@@ -101,5 +101,23 @@ struct Avx2 {
   }
 };
 
+// The largest |x[i]| of x[0, n) (n a multiple of 8) and whether every x[i] is finite: the scale
+// of the integer roundings of x in the quantized decode kernels, which must see an infinity or a
+// NaN (their integers cannot hold one) to make the outputs NaN as f32 arithmetic would.
+struct AbsMax {
+  float value = 0.0f;
+  bool finite = true;
+};
+inline AbsMax absmax_avx2(const float* x, int64_t n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+  for (int64_t c = 0; c < n; c += 8) {
+    const __m256 v = _mm256_loadu_ps(x + c);
+    m = _mm256_max_ps(m, _mm256_and_ps(v, abs_mask));
+    bad = _mm256_fmadd_ps(v, _mm256_setzero_ps(), bad);  // NaN once an inf or NaN went in
+  }
+  return {Avx2::reduce_max(m), _mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q)) == 0};
+}
+
 }  // namespace
 }  // namespace sampan::cpu
