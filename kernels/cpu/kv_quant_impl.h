@@ -119,16 +119,16 @@ struct KvLoad {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + d));
       return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
     } else if constexpr (D == KvDtype::kF8E4M3) {
-      const __m256i x =
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + d)));
-      const __m256i m = _mm256_and_si256(x, _mm256_set1_epi32(0x7f));
-      const __m256 normal = _mm256_castsi256_ps(
-          _mm256_add_epi32(_mm256_slli_epi32(m, 20), _mm256_set1_epi32(120 << 23)));
-      const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-9f));
-      const __m256 is_sub = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), m));
-      const __m256 f = _mm256_blendv_ps(normal, sub, is_sub);
-      const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24);
-      return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(f), sign));
+      // Through f16 (F16C): code byte c in the high byte of a 16-bit lane, shifted right by one
+      // arithmetically and bit 14 cleared, is the f16 with c's sign, exponent bits and mantissa
+      // bits in place: c's value times 2^-8, subnormal codes as f16 subnormals, so exact for
+      // every code (0x7f / 0xff come out +-480 as in kv_e4m3_to_f32). 5 instructions, 11 for
+      // the normal / subnormal blend it replaced: fp8 attention 1.21-1.24x (Zen 3, 1 thread,
+      // bench_attention --isa avx2 --formats-only --cold, 16 alternating runs, CPU time).
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + d));
+      const __m128i h = _mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(_mm_setzero_si128(), b), 1),
+                                      _mm_set1_epi16(static_cast<int16_t>(0xbfff)));
+      return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
     } else {
       uint32_t w;
       std::memcpy(&w, r + d / 2, 4);
