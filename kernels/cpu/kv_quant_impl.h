@@ -228,6 +228,10 @@ inline void group_scores_q(const float* q, int64_t group, const uint8_t* const* 
 // taken kU vectors at a time; a V vector is dequantized once for the kH heads, and the kH * kU
 // accumulators stay in registers for the block. kH = 8, kU = 2 (AVX-512, a group of 8) reads
 // each V vector once for the whole group: 1.1-1.3x the speed of two passes of kH = 4, kU = 4.
+// AVX2 (16 registers) takes kH = 4, kU = 2: against pairs of heads (kH = 2, kU = 4) it decodes
+// a V vector half as often, measured (Zen 3, bench_attention --isa avx2 --formats-only --cold,
+// 12 alternating runs) int4 1.14-1.26x, fp8 1.08-1.13x, bf16 1.05-1.13x, int8 1.01-1.06x;
+// kH = 8, kU = 1 gave int4 1.1-1.3x but bf16 0.8-1.0x.
 template <class S, KvDtype D, int kH, int kU, int kHd>
 inline void accumulate_v_q(float* acc, int64_t hd_rt, const float* p, const uint8_t* const* rows,
                            int64_t nb) {
@@ -332,6 +336,10 @@ void kv_attention_range(const detail::AttentionRange& a) {
         }
         for (; g + 4 <= group; g += 4) {
           accumulate_v_q<S, D, 4, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb);
+        }
+      } else {
+        for (; g + 4 <= group; g += 4) {
+          accumulate_v_q<S, D, 4, 2, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb);
         }
       }
       for (; g + 2 <= group; g += 2) {
