@@ -5,8 +5,8 @@
 // worker. A range is walked in stripes of up to kStripe columns; each kernel call takes R weight
 // rows (kSiluMul: R/2 gate rows and the same R/2 up rows) and runs every m-group of x against
 // them while they sit in L1, so the blocks stream from memory once. Nothing is dequantized to
-// memory. For the x16 kernels (gemm_ggml.h says which types) the calling thread first rounds x to 16 bits per
-// 256 elements into thread-local scratch (gemm_ggml.h), read by every worker.
+// memory. For the x16 kernels (gemm_ggml.h says which types) the calling thread first rounds x
+// to 16 bits per 256 elements into thread-local scratch (gemm_ggml.h), read by every worker.
 //
 // Prefill (m >= kGgmlPrefillMinM): output rows are taken in chunks of dequantized weights; all
 // workers dequantize a chunk, then the plain gemm() runs on it with the chunk's biases and

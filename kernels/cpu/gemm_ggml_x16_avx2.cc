@@ -194,17 +194,6 @@ void dot_b32_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
   }
 }
 
-template <class B>
-void dot_b32_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
-                 float* out) {
-  switch (mb) {
-    case 1: return dot_b32_x16_mb<B, 1>(rows, k, x, ldx, out);
-    case 2: return dot_b32_x16_mb<B, 2>(rows, k, x, ldx, out);
-    case 3: return dot_b32_x16_mb<B, 3>(rows, k, x, ldx, out);
-    default: return dot_b32_x16_mb<B, 4>(rows, k, x, ldx, out);
-  }
-}
-
 // ---- Q6_K ----
 //
 // Per 32 weights the codes are assembled in bytes minus 32 (q6_codes: elements 32 c.. of the
@@ -268,16 +257,6 @@ void dot_q6_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int6
       }
     }
     for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[i]);
-  }
-}
-
-void dot_q6_k_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
-                  float* out) {
-  switch (mb) {
-    case 1: return dot_q6_k_x16_mb<1>(rows, k, x, ldx, out);
-    case 2: return dot_q6_k_x16_mb<2>(rows, k, x, ldx, out);
-    case 3: return dot_q6_k_x16_mb<3>(rows, k, x, ldx, out);
-    default: return dot_q6_k_x16_mb<4>(rows, k, x, ldx, out);
   }
 }
 
@@ -398,29 +377,42 @@ void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t
   }
 }
 
-template <bool kQ5>
-void dot_k_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
-               float* out) {
-  switch (mb) {
-    case 1: return dot_k_x16_mb<kQ5, 1>(rows, k, x, ldx, out);
-    case 2: return dot_k_x16_mb<kQ5, 2>(rows, k, x, ldx, out);
-    case 3: return dot_k_x16_mb<kQ5, 3>(rows, k, x, ldx, out);
-    default: return dot_k_x16_mb<kQ5, 4>(rows, k, x, ldx, out);
-  }
+// ---- Dispatch ----
+
+// A kernel's instances for 1..kMaxM rows of x; by_rows_of_x calls the one for mb.
+using X16Fn = void (*)(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                       float* out);
+using X16Fns = X16Fn[kMaxM];
+static_assert(kMaxM == 4);
+constexpr X16Fns kQ8_0Fns = {dot_b32_x16_mb<BlockQ8_0, 1>, dot_b32_x16_mb<BlockQ8_0, 2>,
+                             dot_b32_x16_mb<BlockQ8_0, 3>, dot_b32_x16_mb<BlockQ8_0, 4>};
+constexpr X16Fns kQ4_0Fns = {dot_b32_x16_mb<BlockQ4_0, 1>, dot_b32_x16_mb<BlockQ4_0, 2>,
+                             dot_b32_x16_mb<BlockQ4_0, 3>, dot_b32_x16_mb<BlockQ4_0, 4>};
+constexpr X16Fns kQ6_KFns = {dot_q6_k_x16_mb<1>, dot_q6_k_x16_mb<2>, dot_q6_k_x16_mb<3>,
+                             dot_q6_k_x16_mb<4>};
+constexpr X16Fns kQ4_KFns = {dot_k_x16_mb<false, 1>, dot_k_x16_mb<false, 2>,
+                             dot_k_x16_mb<false, 3>, dot_k_x16_mb<false, 4>};
+constexpr X16Fns kQ5_KFns = {dot_k_x16_mb<true, 1>, dot_k_x16_mb<true, 2>,
+                             dot_k_x16_mb<true, 3>, dot_k_x16_mb<true, 4>};
+
+template <const X16Fns& kFns>
+void by_rows_of_x(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+                  float* out) {
+  kFns[std::min(mb, kMaxM) - 1](rows, k, x, ldx, out);
 }
 
 }  // namespace
 
 void set_x16_kernels_avx2(GgmlKernels& t) {
-  auto set = [&](GgmlType type, GgmlDotFn fn, int max_m, bool even_odd) {
-    t.dot[static_cast<int>(type)] = {kRows,      max_m, fn, true, x16_floats,
+  auto set = [&](GgmlType type, GgmlDotFn fn, bool even_odd) {
+    t.dot[static_cast<int>(type)] = {kRows,      kMaxM, fn, true, x16_floats,
                                      even_odd ? prep_x16<true> : prep_x16<false>};
   };
-  set(GgmlType::kQ8_0, dot_b32_x16<BlockQ8_0>, kMaxM, false);
-  set(GgmlType::kQ4_0, dot_b32_x16<BlockQ4_0>, kMaxM, false);
-  set(GgmlType::kQ6_K, dot_q6_k_x16, kMaxM, true);
-  set(GgmlType::kQ4_K, dot_k_x16<false>, kMaxM, true);
-  set(GgmlType::kQ5_K, dot_k_x16<true>, kMaxM, true);
+  set(GgmlType::kQ8_0, by_rows_of_x<kQ8_0Fns>, false);
+  set(GgmlType::kQ4_0, by_rows_of_x<kQ4_0Fns>, false);
+  set(GgmlType::kQ6_K, by_rows_of_x<kQ6_KFns>, true);
+  set(GgmlType::kQ4_K, by_rows_of_x<kQ4_KFns>, true);
+  set(GgmlType::kQ5_K, by_rows_of_x<kQ5_KFns>, true);
 }
 
 }  // namespace sampan::cpu::gemm_detail

@@ -114,8 +114,8 @@ using DequantF32Fn = void (*)(const QuantRow& row, const QuantFormat& f, float* 
 using DequantBf16Fn = void (*)(const QuantRow& row, const QuantFormat& f, uint16_t* out);
 
 // Clears MXCSR.DAZ and FTZ for its lifetime where they are set: the AVX2 and AVX512-VNNI fp8
-// kernels read E4M3 subnormals as f32 denormals. Reading MXCSR costs a few cycles; writing it only happens when a
-// caller set the flags.
+// kernels read E4M3 subnormals as f32 denormals. Reading MXCSR costs a few cycles; writing it
+// only happens when a caller set the flags.
 class DenormalsKept {
  public:
   DenormalsKept() : saved_(_mm_getcsr()) {

@@ -377,14 +377,17 @@ TEST_CASE("gemm ggml: kernel tables decode exactly the reference weights", "[ker
   }
 }
 
+// The types with x16 decode kernels (gemm_ggml.h; Q6_K's on AVX2 only, f32 elsewhere).
+bool has_x16_kernel(GgmlType t) {
+  return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0 || t == GgmlType::kQ6_K ||
+         t == GgmlType::kQ4_K || t == GgmlType::kQ5_K;
+}
+
 // Many columns: the work splits over workers, stripes of 64 columns and the prefill chunking.
 TEST_CASE("gemm ggml: wide outputs", "[kernels][gemm_ggml]") {
   uint32_t seed = 900;
   for (const TypeInfo& t : all_types()) {
-    if (t.type != GgmlType::kQ4_0 && t.type != GgmlType::kQ4_K && t.type != GgmlType::kQ6_K &&
-        t.type != GgmlType::kQ8_0 && t.type != GgmlType::kQ5_K) {
-      continue;
-    }
+    if (!has_x16_kernel(t.type)) continue;
     for (int64_t m : {1, 4, 16, 32}) {
       Case c;
       c.type = &t;
@@ -409,10 +412,7 @@ TEST_CASE("gemm ggml: wide outputs", "[kernels][gemm_ggml]") {
 TEST_CASE("gemm ggml: x16 decode, awkward k, m = 1..17 and x", "[kernels][gemm_ggml]") {
   uint32_t seed = 1100;
   for (const TypeInfo& t : all_types()) {
-    if (t.type != GgmlType::kQ4_0 && t.type != GgmlType::kQ8_0 && t.type != GgmlType::kQ6_K &&
-        t.type != GgmlType::kQ4_K && t.type != GgmlType::kQ5_K) {
-      continue;
-    }
+    if (!has_x16_kernel(t.type)) continue;
     const std::vector<int64_t> ks = ggml_block_size(t.type) == 32
                                         ? std::vector<int64_t>{32, 64, 96, 224, 288, 2048, 5632}
                                         : std::vector<int64_t>{256, 512, 2048, 5632};
