@@ -1,7 +1,7 @@
 // Quantized-weight GEMM speed (kF8E4M3, kI4 group 128) next to bf16, on TinyLlama-1.1B shapes.
 //
 //   bench_gemm_quant [gemv] [gemm] [--cached] [--reps N] [--isa LEVEL (avx2 ... amx: isa.h)]
-//                    [--m 1,4,8] [--format bf16|fp8|int4g128] [--small-pages]
+//                    [--m 1,4,8] [--format bf16|fp8|int4g128] [--small-pages] [--fp8-random]
 //                    (default: gemv and gemm, best ISA, streaming, GEMV m = 1, 4, 8, all formats)
 //
 // GEMV (decode, m = 1, 4 and 8; --m picks others, e.g. 16 for the prefill path): bytes streamed per call (packed weights + scales) / time, in GB/s
@@ -12,6 +12,10 @@
 // kernels' compute speed, which must exceed the read bandwidth for streaming to reach it.
 // GEMM (prefill, m = 128 and 512): GFLOP/s (2*m*n*k per call), weights reused from cache.
 // Figures are medians over the repeats after two warm-up calls; threads are a ThreadPool of 1, 2.
+// fp8 weights are the E4M3 codes of Gaussian weights quantized per row (absmax -> 448, as
+// `sampan quantize` does): about 1 code in 10^4 is subnormal. --fp8-random fills them with
+// uniformly random bytes instead (1 code in 16 subnormal), the worst case for kernels whose
+// speed depends on the codes (f32 denormals).
 // GCC 12 warns about its own intrinsics' undefined pass-through operands (fixed in GCC 13).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -20,6 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,6 +35,7 @@
 #include <vector>
 
 #include "engine/core/thread_pool.h"
+#include "quant/fp8.h"
 #include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/isa.h"
 
@@ -171,6 +177,8 @@ struct Bench {
   // 16-bit values 0x3c00..0x3fff and their negatives: normal as bf16 and as f16, and their
   // bytes are normal E4M3 or random low bytes; as f32 (fp8 scales) pairs of them are normal.
   PageBuffer<uint16_t> pool;
+  PageBuffer<uint16_t> pool_fp8;  // the same size: E4M3 codes (fill_pool_fp8) or random bytes
+  bool fp8_random = false;
   int64_t cursor = 0;  // bytes: where the next cycled call's weights start
 };
 
@@ -179,6 +187,34 @@ void fill_pool(PageBuffer<uint16_t>& p, uint32_t seed) {
   for (auto& v : p) {
     const uint32_t r = rng();
     v = static_cast<uint16_t>(0x3c00 | (r & 0x3ff) | ((r >> 16) & 0x8000));
+  }
+}
+
+// E4M3 codes of rows of 2048 Gaussian weights, each row scaled so that its absmax is 448, laid
+// over the whole pool (1 MiB of codes repeated at shifting offsets: the memory system does not
+// see the repetition, and filling 1.5 GiB code by code would take minutes). The f32 row scales
+// the bench reads from the pool then hold such bytes too: 4 codes read as an f32 are a normal
+// number unless the top one is a zero code (1 in ~10^5), and a scale's value does not change
+// the kernels' speed.
+void fill_pool_fp8(PageBuffer<uint16_t>& p, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss;
+  constexpr int64_t kRow = 2048, kTile = int64_t(1) << 20;
+  std::vector<uint8_t> tile(kTile);
+  std::vector<float> row(kRow);
+  for (int64_t r0 = 0; r0 < kTile; r0 += kRow) {
+    float absmax = 0.0f;
+    for (float& v : row) absmax = std::max(absmax, std::fabs(v = gauss(rng)));
+    for (int64_t c = 0; c < kRow; ++c) {
+      tile[r0 + c] = sampan::quant::f32_to_fp8_e4m3(row[c] / absmax * 448.0f);
+    }
+  }
+  uint8_t* dst = reinterpret_cast<uint8_t*>(p.data());
+  const int64_t bytes = p.size() * 2;
+  for (int64_t at = 0, shift = 0; at < bytes; at += kTile, shift = (shift + 4099) % kTile) {
+    const int64_t n = std::min(kTile, bytes - at), first = std::min(n, kTile - shift);
+    std::memcpy(dst + at, tile.data() + shift, static_cast<size_t>(first));
+    std::memcpy(dst + at + first, tile.data(), static_cast<size_t>(n - first));
   }
 }
 
@@ -193,7 +229,8 @@ double time_call(Bench& b, const Shape& s, Format f, int64_t m, ThreadPool& thre
   std::vector<float> y(m * n_out);
   const int64_t db = data_bytes(f, s.n, s.k), sb = (scale_bytes(f, s.n, s.k) + 63) / 64 * 64;
   const int64_t call_bytes = (db + sb) * s.blocks;
-  const int64_t pool_bytes = static_cast<int64_t>(b.pool.size()) * 2;
+  const PageBuffer<uint16_t>& pool = f == Format::kFp8 ? b.pool_fp8 : b.pool;
+  const int64_t pool_bytes = static_cast<int64_t>(pool.size()) * 2;
   auto call = [&] {
     GemmWeights w;
     w.dtype = f == Format::kBf16 ? DType::kBF16 : f == Format::kFp8 ? DType::kF8E4M3 : DType::kI4;
@@ -202,7 +239,7 @@ double time_call(Bench& b, const Shape& s, Format f, int64_t m, ThreadPool& thre
     w.group_size = kGroup;
     w.scale_dtype = DType::kF16;
     if (!cycle || b.cursor + call_bytes > pool_bytes) b.cursor = 0;
-    const uint8_t* base = reinterpret_cast<const uint8_t*>(b.pool.data()) + b.cursor;
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(pool.data()) + b.cursor;
     if (cycle) b.cursor += call_bytes;
     for (int i = 0; i < s.blocks; ++i) {
       w.data[i] = base + i * (db + sb);
@@ -235,6 +272,8 @@ int main(int argc, char** argv) {
       want_gemv = true;
     } else if (a == "gemm") {
       want_gemm = true;
+    } else if (a == "--fp8-random") {
+      b.fp8_random = true;
     } else if (a == "--small-pages") {
       b.huge_pages = false;
     } else if (a == "--cached") {
@@ -257,7 +296,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [gemv] [gemm] [--cached] [--reps N] [--isa LEVEL] "
-                   "[--m 1,4,8] [--format bf16|fp8|int4g128] [--small-pages]\n",
+                   "[--m 1,4,8] [--format bf16|fp8|int4g128] [--small-pages] [--fp8-random]\n",
                    argv[0]);
       return 2;
     }
@@ -277,6 +316,12 @@ int main(int argc, char** argv) {
   if (want_gemv) {
     b.pool.assign((int64_t(3) << 30) / 4, b.huge_pages);  // 1.5 GiB
     fill_pool(b.pool, 1);
+    b.pool_fp8.assign(b.pool.size(), b.huge_pages);
+    if (b.fp8_random) {
+      fill_pool(b.pool_fp8, 3);
+    } else {
+      fill_pool_fp8(b.pool_fp8, 3);
+    }
     const int64_t probe_n = (int64_t(2) << 30) / 4;
     PageBuffer<float> probe;
     probe.assign(probe_n, b.huge_pages);
@@ -312,6 +357,12 @@ int main(int argc, char** argv) {
     for (const Shape& s : kShapes) most = std::max(most, 2 * s.n * s.k * s.blocks + 4 * s.n * s.blocks);
     b.pool.assign(most / 2 + 64, b.huge_pages);
     fill_pool(b.pool, 2);
+    b.pool_fp8.assign(b.pool.size(), b.huge_pages);
+    if (b.fp8_random) {
+      fill_pool(b.pool_fp8, 4);
+    } else {
+      fill_pool_fp8(b.pool_fp8, 4);
+    }
     for (int64_t m : {128, 512}) {
       std::printf("\nGEMM m=%ld: GFLOP/s\n", static_cast<long>(m));
       std::printf("%-26s %-9s %10s %10s\n", "shape", "format", "1 thread", "2 threads");

@@ -27,7 +27,7 @@ static_assert(kRows <= kGgmlMaxRows);
 // Software prefetch distance: the same position in the rows 1.5 calls ahead, as in
 // gemm_ggml_avx512.cc (which says why and what it measured).
 inline int64_t prefetch_ahead(int64_t row_bytes) {
-  return 3 * kRows * row_bytes / 2;
+  return 3 * row_bytes / 2;
 }
 
 inline float f16_at(const uint8_t* p) {

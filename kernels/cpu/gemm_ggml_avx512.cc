@@ -48,15 +48,15 @@ namespace {
 constexpr int kRows = 4;  // R
 constexpr int kMaxM = 4;  // rows of x per pass: 4 x 4 accumulators, 8 x vectors, 2 weights
 static_assert(kRows <= kGgmlMaxRows && kMaxM <= kGgmlMaxM);
-// Software prefetch distance: the same position in the rows 1.5 calls ahead (R rows per call).
-// The R rows of a call are consecutive rows of W, each only a few KB, so a fixed distance of
-// 1 KB (gemm_quant_avx512.cc's) mostly lands in rows this call already streams and leaves the
-// next call's rows to the hardware. Measured (Zen 4, 1 thread, m = 1, 2048 x 2048 streamed from
-// DRAM, loaded machine, read probe 12.7 GB/s): Q8_0 6.6 / Q4_0 5.0 / Q4_K 5.5 GB/s at 1 KB,
-// 8.9 / 6.5 / 7.3 half a call ahead, 11.6 / 8.9 / 12.0 one call, 11.5 / 9.4 / 12.4 one and a
-// half, 12.2 / 8.6 / 11.6 two calls ahead.
+// Software prefetch distance: the same position in the rows 1.5 calls ahead. The R rows of a
+// call are one row of each of R streams (gemm_decode_walk.h), and a stream's next row is the next
+// call's, so that is 1.5 rows on in the same stream. Measured when the R rows were consecutive
+// rows of W (then 1.5 x R rows on; Zen 4, 1 thread, m = 1, 2048 x 2048 streamed from DRAM, loaded
+// machine, read probe 12.7 GB/s): Q8_0 6.6 / Q4_0 5.0 / Q4_K 5.5 GB/s at a fixed 1 KB, 8.9 / 6.5
+// / 7.3 half a call ahead, 11.6 / 8.9 / 12.0 one call, 11.5 / 9.4 / 12.4 one and a half, 12.2 /
+// 8.6 / 11.6 two calls ahead.
 inline int64_t prefetch_ahead(int64_t row_bytes) {
-  return 3 * kRows * row_bytes / 2;
+  return 3 * row_bytes / 2;
 }
 
 inline float f16_at(const uint8_t* p) {

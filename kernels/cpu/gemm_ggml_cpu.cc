@@ -2,9 +2,10 @@
 // gemm_ggml_avx2.cc, contract in gemm_ggml.h.
 //
 // Decode (m < kGgmlPrefillMinM): the output columns are split into one contiguous range per
-// worker. A range is walked in stripes of up to kStripe columns; each kernel call takes R weight
-// rows (kSiluMul: R/2 gate rows and the same R/2 up rows) and runs every m-group of x against
-// them while they sit in L1, so the blocks stream from memory once. Nothing is dequantized to
+// worker, which walk_decode_columns (gemm_decode_walk.h) reads as R interleaved streams: each
+// kernel call takes R weight rows, one per stream (kSiluMul: R/2 gate rows and the same R/2 up
+// rows), and runs every m-group of x against them while they sit in L1, so the blocks stream
+// from memory once. Nothing is dequantized to
 // memory. For the x16 kernels (gemm_ggml.h says which types) the calling thread first rounds x
 // to 16 bits per 256 elements into thread-local scratch (gemm_ggml.h), read by every worker.
 //
@@ -23,13 +24,13 @@
 #include <vector>
 
 #include "kernels/cpu/convert_cpu.h"
+#include "kernels/cpu/gemm_decode_walk.h"
 #include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/isa.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
 
-constexpr int64_t kStripe = 64;  // output columns per epilogue pass
 // Dequantized f32 weights per prefill chunk: small enough to stay in L2 while the panel kernels
 // pack them. Measured (Zen 4, 1 thread, Q4_K 2048 x 2048 in cache, thread CPU time, GFLOP/s at
 // m = 32 / 128 / 512): 16 MB 43 / 81 / 88, 2 MB 67 / 88 / 83, 512 KB 74 / 89 / 83, 256 KB 44 /
@@ -53,86 +54,19 @@ struct DecodeJob {
   int64_t ldy;
 };
 
-struct DecodeScratch {
-  std::vector<float> gate;  // [m, kStripe] (kSiluMul)
-  std::vector<float> up;    // [m, kStripe] (kSiluMul)
-};
-
-DecodeScratch& decode_scratch() {
-  thread_local DecodeScratch s;
-  return s;
-}
-
 const uint8_t* row_ptr(const DecodeJob& job, int b, int64_t r) {
   return static_cast<const uint8_t*>(job.w->data[b]) + r * job.row_bytes;
 }
 
 // Output columns [c0, c1).
 void run_decode_task(const DecodeJob& job, int64_t c0, int64_t c1) {
-  const GemmWeights& w = *job.w;
   const GgmlDotTable& t = job.t;
-  const bool silu = job.ep == GemmEpilogue::kSiluMul;
-  const int R = t.rows;
-  const int per_call = silu ? R / 2 : R;
-  DecodeScratch& s = decode_scratch();
-  if (silu && static_cast<int64_t>(s.gate.size()) < job.m * kStripe) {
-    s.gate.resize(job.m * kStripe);
-    s.up.resize(job.m * kStripe);
-  }
-  int64_t block_start[kMaxGemmBlocks + 1] = {};
-  for (int b = 0; b < w.n_blocks; ++b) block_start[b + 1] = block_start[b] + w.rows[b];
-  float out[kGgmlMaxM * kGgmlMaxRows];
-  for (int64_t s0 = c0; s0 < c1; s0 += kStripe) {
-    const int64_t width = std::min(kStripe, c1 - s0);
-    for (int64_t c = s0; c < s0 + width; c += per_call) {
-      const int nc = static_cast<int>(std::min<int64_t>(per_call, s0 + width - c));
-      const uint8_t* rows[kGgmlMaxRows];
-      int blk[kGgmlMaxRows] = {};
-      int64_t row_in_blk[kGgmlMaxRows] = {};
-      for (int j = 0; j < per_call; ++j) {
-        // A short last call repeats its last row: that row is in L1 by then.
-        const int64_t col = c + std::min(j, nc - 1);
-        if (silu) {
-          rows[j] = row_ptr(job, 0, col);
-          rows[per_call + j] = row_ptr(job, 1, col);
-        } else {
-          int bb = 0;
-          while (col >= block_start[bb + 1]) ++bb;
-          blk[j] = bb;
-          row_in_blk[j] = col - block_start[bb];
-          rows[j] = row_ptr(job, bb, row_in_blk[j]);
-        }
-      }
-      for (int64_t i0 = 0; i0 < job.m; i0 += t.max_m) {
-        const int mb = static_cast<int>(std::min<int64_t>(t.max_m, job.m - i0));
-        t.dot(rows, w.k, job.x + i0 * job.ldx, job.ldx, mb, out);
-        for (int i = 0; i < mb; ++i) {
-          const float* o = out + i * R;
-          if (silu) {
-            float* g = s.gate.data() + (i0 + i) * kStripe + (c - s0);
-            float* u = s.up.data() + (i0 + i) * kStripe + (c - s0);
-            for (int j = 0; j < nc; ++j) {
-              g[j] = o[j];
-              u[j] = o[per_call + j];
-            }
-          } else {
-            float* yrow = job.y + (i0 + i) * job.ldy + c;
-            for (int j = 0; j < nc; ++j) {
-              const float* bias = w.bias[blk[j]];
-              yrow[j] = o[j] + (bias ? bias[row_in_blk[j]] : 0.0f);
-            }
-          }
-        }
-      }
-    }
-    if (silu) {
-      for (int64_t i = 0; i < job.m; ++i) {
-        job.kt->epilogue(GemmEpilogue::kSiluMul, s.gate.data() + i * kStripe,
-                         w.bias[0] ? w.bias[0] + s0 : nullptr, s.up.data() + i * kStripe,
-                         w.bias[1] ? w.bias[1] + s0 : nullptr, job.y + i * job.ldy + s0, width);
-      }
-    }
-  }
+  const DecodeWalk walk{job.w, job.ep, job.kt->epilogue, t.rows, t.max_m, job.m, job.y, job.ldy};
+  walk_decode_columns<const uint8_t*, kGgmlMaxRows, kGgmlMaxM>(
+      walk, c0, c1, [&](int b, int64_t r) { return row_ptr(job, b, r); },
+      [&](const uint8_t* const* rows, int64_t i0, int mb, float* out) {
+        t.dot(rows, job.w->k, job.x + i0 * job.ldx, job.ldx, mb, out);
+      });
 }
 
 // Prepared x of the calling thread (x16 kernels); kept between calls: a decode step makes

@@ -414,33 +414,74 @@ inline void f8_block(__m256i b, const float* xs, int64_t ldx, __m256* acc) {
   }
 }
 
-// One row times MT rows of x; out[i * ldo].
+// Position in prepared x (prep_f8) of element e of a 32-element block: 8 v + e / 4, v the
+// vector that holds field e % 4 (the order 0, 2, 1, 3 is its own inverse).
+inline int f8_x_pos(int e) {
+  static constexpr int kV[4] = {0, 2, 1, 3};
+  return 8 * kV[e % 4] + e / 4;
+}
+
+// b (32 codes) with its subnormal codes zeroed; their products with the MT rows of x (xs: the
+// block's prepared x, ldx apart, x * 2^64) added to slow[i] (double, units of w * x * 2^64).
+template <int MT>
+__attribute__((noinline)) __m256i f8_take_subnormals(__m256i b, const float* xs, int64_t ldx,
+                                                     double* slow, bool& found) {
+  uint32_t sub = avx2q::f8_subnormal_mask(b);
+  if (sub == 0) return b;
+  found = true;
+  alignas(32) uint8_t codes[32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(codes), b);
+  for (uint32_t m = sub; m != 0; m &= m - 1) {
+    const int e = std::countr_zero(m);
+    const double w = avx2q::f8_subnormal_value(codes[e]);
+    for (int i = 0; i < MT; ++i) slow[i] += w * xs[i * ldx + f8_x_pos(e)];
+    codes[e] = 0;
+  }
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(codes));
+}
+
+// One row times MT rows of x; out[i * ldo]. Blocks holding E4M3 subnormals go through
+// f8_take_subnormals (gemm_quant_avx2_common.h says why).
 template <int MT, int NA>
 void f8_row(const QuantRow& row, int64_t k, const float* x, int64_t ldx, float* out, int ldo) {
   __m256 acc[MT * NA];
 #pragma GCC unroll 8
   for (int a = 0; a < MT * NA; ++a) acc[a] = _mm256_setzero_ps();
+  double slow[MT] = {};
+  bool any_subnormal = false;
+  auto blocks = [&](__m256i b0, __m256i b1, int64_t kk, bool two) {
+    if (__builtin_expect(avx2q::f8_maybe_subnormal(b0, b1), 0)) {
+      b0 = f8_take_subnormals<MT>(b0, x + kk, ldx, slow, any_subnormal);
+      if (two) b1 = f8_take_subnormals<MT>(b1, x + kk + 32, ldx, slow, any_subnormal);
+    }
+    f8_block<MT, NA>(b0, x + kk, ldx, acc);
+    if (two) f8_block<MT, NA>(b1, x + kk + 32, ldx, acc);
+  };
   const uint8_t* p = row.data;
+  const __m256i normal = _mm256_set1_epi8(0x08);  // a normal code: stands in for a missing block
   int64_t kk = 0;
   for (; kk + 64 <= k; kk += 64) {  // one prefetch per 64-byte line
     prefetch(p + kk + kPrefetchBytes);
-    f8_block<MT, NA>(load32(p + kk), x + kk, ldx, acc);
-    f8_block<MT, NA>(load32(p + kk + 32), x + kk + 32, ldx, acc);
+    blocks(load32(p + kk), load32(p + kk + 32), kk, true);
   }
   if (kk + 32 <= k) {
-    f8_block<MT, NA>(load32(p + kk), x + kk, ldx, acc);
+    blocks(load32(p + kk), normal, kk, false);
     kk += 32;
   }
   if (kk < k) {  // the last k % 32 bytes, without reading past the row (x is zero-padded)
     alignas(32) uint8_t tail[32] = {};
     std::memcpy(tail, p + kk, static_cast<size_t>(k - kk));
-    f8_block<MT, NA>(_mm256_load_si256(reinterpret_cast<const __m256i*>(tail)), x + kk, ldx, acc);
+    blocks(_mm256_load_si256(reinterpret_cast<const __m256i*>(tail)), normal, kk, false);
   }
   const float s = row_scale(row.scales) * 0x1p56f;  // 2^(120 - kF8XExp)
   for (int i = 0; i < MT; ++i) {
     __m256 a = acc[i * NA];
     for (int j = 1; j < NA; ++j) a = _mm256_add_ps(a, acc[i * NA + j]);
-    out[i * ldo] = hsum(a) * s;
+    if (any_subnormal) {  // slow is in units of w x 2^64, the sums of w x 2^-56
+      out[i * ldo] = static_cast<float>((hsum(a) + slow[i] * 0x1p-120) * s);
+    } else {
+      out[i * ldo] = hsum(a) * s;
+    }
   }
 }
 

@@ -47,4 +47,37 @@ inline __m256i quantize8(const float* x, int64_t c, int64_t k, __m256 inv) {
   return _mm256_cvtps_epi32(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
+// ---- kF8E4M3 subnormal codes ----
+//
+// The fp8 kernels decode a code to the f32 w * 2^-120, which for E4M3 subnormals (exponent 0,
+// mantissa not 0) is an f32 denormal; an FMA with a denormal operand takes a microcode assist on
+// Intel cores unless MXCSR.DAZ is set (which would read it as 0): measured on an Emerald Rapids
+// core, 46x slower per vector holding one. Quantized weights hold few such codes (~1e-4 of
+// Gaussian weights scaled to 448), so the kernels test their codes cheaply, and where a block
+// holds some, multiply a copy with those codes zeroed and add the subnormal codes' products
+// apart (f8_subnormal_dot), in double.
+
+// Nonzero test of "some code of b0 or b1 has exponent 0" (a subnormal or a zero code): 8 minus
+// (b & 0x78), saturated, is 8 exactly for those bytes.
+inline bool f8_maybe_subnormal(__m256i b0, __m256i b1) {
+  const __m256i e = _mm256_set1_epi8(0x78), eight = _mm256_set1_epi8(8);
+  const __m256i t = _mm256_or_si256(_mm256_subs_epu8(eight, _mm256_and_si256(b0, e)),
+                                    _mm256_subs_epu8(eight, _mm256_and_si256(b1, e)));
+  return !_mm256_testz_si256(t, t);
+}
+
+// Bit j set when code j of b is subnormal.
+inline uint32_t f8_subnormal_mask(__m256i b) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i e0 = _mm256_cmpeq_epi8(_mm256_and_si256(b, _mm256_set1_epi8(0x78)), zero);
+  const __m256i m0 = _mm256_cmpeq_epi8(_mm256_and_si256(b, _mm256_set1_epi8(0x07)), zero);
+  return static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_andnot_si256(m0, e0)));
+}
+
+// The value of a subnormal E4M3 code: m * 2^-9, signed.
+inline double f8_subnormal_value(uint8_t b) {
+  const double v = (b & 7) * 0x1p-9;
+  return b & 0x80 ? -v : v;
+}
+
 }  // namespace sampan::cpu::gemm_detail::avx2q

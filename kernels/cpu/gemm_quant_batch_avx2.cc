@@ -142,6 +142,26 @@ constexpr F8PassFn kF8Pass[kF8MaxGroupM + 1] = {
 constexpr int64_t kSumFloats = int64_t{kCallRows} * kAvx2BatchMaxM * 8;
 inline float* pair_sums(float* acc, int pair, int mb) { return acc + pair * mb * kRows * 8; }
 
+// w[0, n) (n a multiple of 8, at most 1024) copied to `clean` with its subnormal codes zeroed,
+// their products with the mb rows of x (xs: [mb, ldx] prepared, from the chunk's first column)
+// added to slow[i]. Returns `clean`, or w where no code is subnormal.
+__attribute__((noinline)) const uint8_t* f8_chunk_subnormals(
+    const uint8_t* w, int64_t n, const float* xs, int64_t ldx, int mb, double* slow,
+    bool& any_subnormal, uint8_t* clean) {
+  bool found = false;
+  for (int64_t c = 0; c < n; ++c) {
+    const uint8_t b = w[c];
+    const bool sub = (b & 0x78) == 0 && (b & 0x07) != 0;
+    clean[c] = sub ? 0 : b;
+    if (!sub) continue;
+    found = true;
+    for (int i = 0; i < mb; ++i) slow[i] += avx2q::f8_subnormal_value(b) * xs[i * ldx + c];
+  }
+  if (!found) return w;
+  any_subnormal = true;
+  return clean;
+}
+
 void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
   DenormalsKept keep;
   const int64_t k = f.k;
@@ -162,14 +182,38 @@ void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* 
            ahead);
     }
   };
+  // Chunks holding E4M3 subnormal codes (gemm_quant_avx2_common.h: they would be f32 denormals
+  // in the FMAs) run from a copy with those codes zeroed; their products go to slow[r][i]
+  // (double, units of w x 2^64).
+  double slow[kCallRows][kAvx2BatchMaxM] = {};
+  bool any_subnormal = false;
+  alignas(32) uint8_t clean[1024];
+  auto take_subnormals = [&](int r, const uint8_t* w, int64_t n, int64_t c0) -> const uint8_t* {
+    bool maybe = false;
+    for (int64_t c = 0; c < n && !maybe; c += 64) {
+      const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c));
+      const __m256i b1 = c + 32 < n ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c + 32))
+                                    : _mm256_set1_epi8(0x08);
+      maybe = avx2q::f8_maybe_subnormal(b0, b1);
+    }
+    if (__builtin_expect(!maybe, 1)) return w;
+    return f8_chunk_subnormals(w, n, x.x + c0, x.ldx, x.mb, slow[r], any_subnormal, clean);
+  };
   for (int64_t c0 = 0; c0 < full; c0 += chunk) {
     const int64_t n = std::min(chunk, full - c0);
-    // The next chunk of the row, or from the last chunk on the first chunk of the row
-    // kCallRows further on: the next call's, where the rows of a block are contiguous (any other
-    // address is only a wasted prefetch).
-    const int64_t ahead = c0 + chunk < full ? n : kCallRows * k - c0;
+    // The next chunk of the row, or from the last chunk on the first chunk of the next row of
+    // its stream (the next call's, gemm_decode_walk.h; any other address is only a wasted
+    // prefetch).
+    const int64_t ahead = c0 + chunk < full ? n : k - c0;
     for (int p = 0; p < kCallRows / kRows; ++p) {
-      run(rows[2 * p].data + c0, rows[2 * p + 1].data + c0, n, c0, p, ahead);
+      const uint8_t* w0 = take_subnormals(2 * p, rows[2 * p].data + c0, n, c0);
+      alignas(32) uint8_t clean0[1024];
+      if (w0 == clean) {  // the second row's copy would overwrite the first's
+        std::memcpy(clean0, clean, static_cast<size_t>(n));
+        w0 = clean0;
+      }
+      const uint8_t* w1 = take_subnormals(2 * p + 1, rows[2 * p + 1].data + c0, n, c0);
+      run(w0, w1, n, c0, p, ahead);
     }
   }
   if (full < k) {  // the last k % 8 codes, without reading past the rows (x is zero there)
@@ -177,6 +221,17 @@ void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* 
       alignas(8) uint8_t t0[8] = {}, t1[8] = {};
       std::memcpy(t0, rows[2 * p].data + full, static_cast<size_t>(k - full));
       std::memcpy(t1, rows[2 * p + 1].data + full, static_cast<size_t>(k - full));
+      for (int j = 0; j < 8; ++j) {
+        for (int r = 0; r < 2; ++r) {
+          uint8_t& b = r == 0 ? t0[j] : t1[j];
+          if ((b & 0x78) != 0 || (b & 0x07) == 0) continue;
+          any_subnormal = true;
+          for (int i = 0; i < x.mb; ++i) {
+            slow[2 * p + r][i] += avx2q::f8_subnormal_value(b) * x.x[i * x.ldx + full + j];
+          }
+          b = 0;
+        }
+      }
       run(t0, t1, 8, full, p, 0);
     }
   }
@@ -188,7 +243,9 @@ void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* 
       s *= 0x1p56f;  // 2^(120 - kF8XExp)
       const float* a = pair_sums(acc, p, x.mb);
       for (int i = 0; i < x.mb; ++i) {
-        out[i * kCallRows + 2 * p + r] = hsum(_mm256_load_ps(a + (i * kRows + r) * 8)) * s;
+        const float sum = hsum(_mm256_load_ps(a + (i * kRows + r) * 8));
+        out[i * kCallRows + 2 * p + r] =
+            any_subnormal ? static_cast<float>((sum + slow[2 * p + r][i] * 0x1p-120) * s) : sum * s;
       }
     }
   }
@@ -408,9 +465,10 @@ void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float
     for (int r = 0; r < kCallRows; ++r) {
       chunk_scales(rows[r], f, c0 / G, static_cast<int>(n / G), cs);
       const uint8_t* w = rows[r].data + c0 / 2;
-      // The next chunk of the row, or from the last chunk on the first chunk of the row
-      // kCallRows further on (the next call's, where the block's rows are contiguous).
-      const uint8_t* ahead = c0 + chunk < k ? w + chunk / 2 : w + (kCallRows * k - c0) / 2;
+      // The next chunk of the row, or from the last chunk on the first chunk of the next row of
+      // its stream (the next call's row r, gemm_decode_walk.h; any other address is only a
+      // wasted prefetch).
+      const uint8_t* ahead = c0 + chunk < k ? w + chunk / 2 : w + (k - c0) / 2;
       for (int j = 0; j < g.n; ++j) {
         const int i0 = g.start(j);
         kI4Pass<G, kAsym>[g.size(j)](w, n_steps, half, cs, xc + i0 * ldx, ldx,

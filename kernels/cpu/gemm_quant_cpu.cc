@@ -3,10 +3,11 @@
 //
 // Decode (m < kQuantPrefillMinM): x is prepared once by the calling thread into the kernel
 // table's layout (kI4 always; kF8E4M3 where the table has prep_f8, else x is read as it is),
-// then the output columns are split into one contiguous range per worker. A range is walked in
-// stripes of up to kStripe columns; each kernel call takes R weight rows (kSiluMul: R/2 gate rows
-// and the same R/2 up rows) and runs every m-group of x against them while they sit in L1, so the
-// packed weights and scales stream from memory once. Nothing is dequantized to memory.
+// then the output columns are split into one contiguous range per worker, which
+// walk_decode_columns (gemm_decode_walk.h) reads as R interleaved streams: each kernel call takes
+// R weight rows, one per stream (kSiluMul: R/2 gate rows and the same R/2 up rows), and runs every
+// m-group of x against them while they sit in L1, so the packed weights and scales stream from
+// memory once. Nothing is dequantized to memory.
 //
 // Prefill (m >= kQuantPrefillMinM): output rows are taken in chunks of at most kDequantBytes of
 // dequantized weights (bf16 on AMX CPUs, exact f32 otherwise); all workers dequantize a chunk,
@@ -18,13 +19,13 @@
 #include <cassert>
 #include <vector>
 
+#include "kernels/cpu/gemm_decode_walk.h"
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/isa.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
 
-constexpr int64_t kStripe = 64;             // output columns per epilogue pass
 constexpr int64_t kDequantBytes = 16 << 20;  // dequantized weights per prefill chunk
 constexpr int kMaxQuantM = 16;              // largest max_m of any table
 
@@ -78,86 +79,16 @@ struct DecodeJob {
   int64_t ldy;
 };
 
-struct DecodeScratch {
-  std::vector<float> gate;  // [m, kStripe] (kSiluMul)
-  std::vector<float> up;    // [m, kStripe] (kSiluMul)
-};
-
-DecodeScratch& decode_scratch() {
-  thread_local DecodeScratch s;
-  return s;
-}
-
 // Output columns [c0, c1).
 void run_decode_task(const DecodeJob& job, int64_t c0, int64_t c1) {
-  const GemmWeights& w = *job.w;
   const QuantDotTable& t = *job.t;
-  const bool silu = job.ep == GemmEpilogue::kSiluMul;
-  const int R = t.rows;
-  const int per_call = silu ? R / 2 : R;
-  DecodeScratch& s = decode_scratch();
-  if (silu && static_cast<int64_t>(s.gate.size()) < job.m * kStripe) {
-    s.gate.resize(job.m * kStripe);
-    s.up.resize(job.m * kStripe);
-  }
-  int64_t block_start[kMaxGemmBlocks + 1] = {};
-  for (int b = 0; b < w.n_blocks; ++b) block_start[b + 1] = block_start[b] + w.rows[b];
-  auto locate = [&](int64_t col, int* b, int64_t* r) {
-    int bb = 0;
-    while (col >= block_start[bb + 1]) ++bb;
-    *b = bb;
-    *r = col - block_start[bb];
-  };
-  float out[kMaxQuantM * kMaxQuantRows];
-  for (int64_t s0 = c0; s0 < c1; s0 += kStripe) {
-    const int64_t width = std::min(kStripe, c1 - s0);
-    for (int64_t c = s0; c < s0 + width; c += per_call) {
-      const int nc = static_cast<int>(std::min<int64_t>(per_call, s0 + width - c));
-      QuantRow rows[kMaxQuantRows];
-      int blk[kMaxQuantRows] = {};
-      int64_t row_in_blk[kMaxQuantRows] = {};
-      for (int j = 0; j < per_call; ++j) {
-        // A short last call repeats its last row: that row is in L1 by then.
-        const int64_t col = c + std::min(j, nc - 1);
-        if (silu) {
-          rows[j] = row_of(w, job.f, job.strides, 0, col);
-          rows[per_call + j] = row_of(w, job.f, job.strides, 1, col);
-        } else {
-          locate(col, &blk[j], &row_in_blk[j]);
-          rows[j] = row_of(w, job.f, job.strides, blk[j], row_in_blk[j]);
-        }
-      }
-      for (int64_t i0 = 0; i0 < job.m; i0 += t.max_m) {
-        const int mb = static_cast<int>(std::min<int64_t>(t.max_m, job.m - i0));
-        const QuantX qx{mb, job.x + i0 * job.ldx, job.ldx};
-        t.dot(rows, job.f, qx, out);
-        for (int i = 0; i < mb; ++i) {
-          const float* o = out + i * R;
-          if (silu) {
-            float* g = s.gate.data() + (i0 + i) * kStripe + (c - s0);
-            float* u = s.up.data() + (i0 + i) * kStripe + (c - s0);
-            for (int j = 0; j < nc; ++j) {
-              g[j] = o[j];
-              u[j] = o[per_call + j];
-            }
-          } else {
-            float* yrow = job.y + (i0 + i) * job.ldy + c;
-            for (int j = 0; j < nc; ++j) {
-              const float* bias = w.bias[blk[j]];
-              yrow[j] = o[j] + (bias ? bias[row_in_blk[j]] : 0.0f);
-            }
-          }
-        }
-      }
-    }
-    if (silu) {
-      for (int64_t i = 0; i < job.m; ++i) {
-        job.kt->epilogue(GemmEpilogue::kSiluMul, s.gate.data() + i * kStripe,
-                         w.bias[0] ? w.bias[0] + s0 : nullptr, s.up.data() + i * kStripe,
-                         w.bias[1] ? w.bias[1] + s0 : nullptr, job.y + i * job.ldy + s0, width);
-      }
-    }
-  }
+  const DecodeWalk walk{job.w, job.ep, job.kt->epilogue, t.rows, t.max_m, job.m, job.y, job.ldy};
+  walk_decode_columns<QuantRow, kMaxQuantRows, kMaxQuantM>(
+      walk, c0, c1,
+      [&](int b, int64_t r) { return row_of(*job.w, job.f, job.strides, b, r); },
+      [&](const QuantRow* rows, int64_t i0, int mb, float* out) {
+        t.dot(rows, job.f, QuantX{mb, job.x + i0 * job.ldx, job.ldx}, out);
+      });
 }
 
 // Scratch of the calling thread: prepared x (decode), dequantized rows (prefill). Kept between calls: a decode step makes hundreds.
@@ -297,14 +228,17 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
     const QuantKernels& kt = has_avx512() ? quant_kernels_avx512() : quant_kernels_avx2();
     gemm_quant_prefill(kt, m, x, ldx, w, ep, y, ldy, runner);
   } else {
-    // Batched decode (m >= 2) from AVX512-VNNI on: the VNNI kernels (int4 dot products in
-    // vpdpwssd, 8 rows of x per call), 1.3-2.2x the AVX2 ones per step at m = 4..8. A single row
-    // (m = 1) stays on the AVX2 kernels at every level: end to end (bench/bench_cpu_isa.py,
-    // TinyLlama shape, Zen 4) the VNNI ones streamed int4 at 0.69-0.76x and fp8 at 0.85-0.88x
-    // their decode tok/s. The AVX2 ones also serve the plain AVX-512 level: there they ran int4
-    // g128 at 1.3-2x and fp8 at 1.1-1.6x the AVX-512 f32-dequantizing kernels.
-    const QuantKernels& kt =
-        has_avx512_vnni() && m >= 2 ? quant_kernels_avx512_vnni() : quant_kernels_avx2();
+    // From AVX512-VNNI on: the VNNI kernels (int4 dot products in vpdpwssd, 4 weight rows of
+    // separate streams read 64 bytes at a time; up to 8 rows of x per call), batched decode
+    // 1.3-2.2x the AVX2 kernels per step at m = 4..8 (Zen 4). At m = 1, measured on Emerald
+    // Rapids (bench_gemm_quant gemv, weights streamed, both through gemm_decode_walk.h's
+    // streams, alternating calls): the AVX2 kernels ran 0.80-0.97x these. Zen 4 (zmm_split)
+    // keeps the AVX2 kernels at m = 1: there the VNNI kernels of an earlier session, one row at a
+    // time, streamed int4 at 0.69-0.76x and fp8 at 0.85-0.88x the AVX2 ones end to end, and
+    // these were not measured there. The AVX2 kernels also serve the plain AVX-512 level: there
+    // they ran int4 g128 at 1.3-2x and fp8 at 1.1-1.6x the AVX-512 f32-dequantizing kernels.
+    const bool vnni = has_avx512_vnni() && (m >= 2 || !cpu_features().zmm_split);
+    const QuantKernels& kt = vnni ? quant_kernels_avx512_vnni() : quant_kernels_avx2();
     gemm_quant_decode(kt, m, x, ldx, w, ep, y, ldy, runner);
   }
 }

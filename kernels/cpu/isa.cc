@@ -23,9 +23,20 @@ uint64_t read_xcr0() {
   return (static_cast<uint64_t>(edx) << 32) | eax;
 }
 
+// AMD family 19h (Zen 3, Zen 4: only Zen 4 has AVX-512) splits 512-bit operations in two.
+bool splits_zmm() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
+  if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const unsigned family = ((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? (a >> 20) & 0xff : 0);
+  return family == 0x19;
+}
+
 CpuFeatures detect() {
   CpuFeatures f;
   unsigned a, b, c, d;
+  f.zmm_split = splits_zmm();
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool osxsave = c & (1u << 27);
   f.fma = c & (1u << 12);

@@ -46,6 +46,10 @@ struct CpuFeatures {
   bool amx_bf16 = false;
   bool amx_int8 = false;
   bool amx_os_enabled = false;  // the kernel granted this process the AMX tile state
+  // A tuning hint, not a feature (no level depends on it): the CPU executes 512-bit operations
+  // as two 256-bit halves (AMD family 19h, Zen 4), so a kernel gains nothing from zmm over ymm
+  // there and may lose (kernels/cpu/gemm_quant_cpu.cc says where it is used).
+  bool zmm_split = false;
 };
 
 // What this CPU (and the OS's saved register state) offers.
