@@ -40,6 +40,7 @@ using avx2q::hsum;
 using avx2q::i4_step;
 using avx2q::quantize8;
 using avx2q::XScale;
+using avx2q::fp8x8_to_f32;
 
 // Rows per call; each is decoded whole before the next, so that the weights (contiguous rows) are
 // one sequential stream. Measured, int4 m = 1 streaming on a loaded machine, medians of 5: 13.3
@@ -505,14 +506,6 @@ inline void nibbles16(const uint8_t* p, __m256i& e, __m256i& o) {
   const __m256i v = _mm256_cvtepu8_epi32(load8(p));
   e = _mm256_srai_epi32(_mm256_slli_epi32(v, 28), 28);
   o = _mm256_srai_epi32(_mm256_slli_epi32(v, 24), 28);
-}
-
-// 8 E4M3 bytes -> f32 holding 2^-8 times their values (exact, through f16: vcvtph2ps converts
-// f16 subnormals whatever MXCSR says).
-inline __m256 fp8x8_to_f32(__m128i b) {
-  const __m128i w = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7),
-                                  _mm_set1_epi16(static_cast<int16_t>(0xbf80)));
-  return _mm256_cvtph_ps(w);
 }
 
 // The first n (< 8) bytes at p, the rest 0, without reading past p + n.

@@ -57,6 +57,17 @@ inline __m256i quantize8(const float* x, int64_t c, int64_t k, __m256 inv) {
 // holds some, multiply a copy with those codes zeroed and add the subnormal codes' products
 // apart (f8_subnormal_dot), in double.
 
+// 8 E4M3 codes -> f32 holding 2^-8 times their values, exactly and without denormals: the code
+// sign-extended to 16 bits and shifted so that exponent and mantissa land in an f16 (bias 15 for
+// 7), E4M3 subnormals as f16 subnormals, which vcvtph2ps converts to normal f32 whatever MXCSR
+// says. Four instructions per 8 codes (the kernels' vpmaddwd or vpmovsxbd decode takes three
+// and makes denormals); where a decoded vector serves several rows of x that does not matter.
+inline __m256 fp8x8_to_f32(__m128i b) {
+  const __m128i w = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7),
+                                  _mm_set1_epi16(static_cast<int16_t>(0xbf80)));
+  return _mm256_cvtph_ps(w);
+}
+
 // Nonzero test of "some code of b0 or b1 has exponent 0" (a subnormal or a zero code): 8 minus
 // (b & 0x78), saturated, is 8 exactly for those bytes.
 inline bool f8_maybe_subnormal(__m256i b0, __m256i b1) {

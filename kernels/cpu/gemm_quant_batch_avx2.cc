@@ -20,12 +20,13 @@
 //    are prefetched;
 //  - decode cost: one weight vector is decoded once for all the rows of x of a group.
 //
-// kF8E4M3 (exact as the fp8 dot kernels: the weight is w * 2^-120 in an f32, E4M3 subnormals as
-// f32 denormals, x prepared as x * 2^64, the row scale times 2^56 applied to the finished sum;
-// only f32 summation error, bound in gemm_quant.h): 8 codes sign-extended to 32-bit lanes
-// (vpmovsxbd), shifted left by 20 and masked to the sign and the 7 exponent and mantissa bits.
-// Each (row of x, weight row) is one 8-lane sum over k in order, whatever the grouping, so a
-// row's result does not depend on how many rows share the call.
+// kF8E4M3 (exact as the fp8 dot kernels: only f32 summation error, bound in gemm_quant.h): 8
+// codes become w * 2^-8 through f16 (fp8x8_to_f32, gemm_quant_avx2_common.h: E4M3 subnormals
+// come out normal), multiplied with x as it is, the row scale times 2^8 applied to the finished
+// sum. (vpmovsxbd + shift + and, one instruction less per 8 codes, made E4M3 subnormals f32
+// denormals, which cost a microcode assist per FMA on Intel cores; here each decoded vector
+// serves up to 6 rows of x.) Each (row of x, weight row) is one 8-lane sum over k in order,
+// whatever the grouping, so a row's result does not depend on how many rows share the call.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -63,30 +64,25 @@ Groups groups_of(int mb, int max_m) {
 // ---- kF8E4M3 ----
 
 constexpr int kF8MaxGroupM = 6;  // rows of x per register pass: 2 x 6 sums + 2 weights + x
-constexpr int kF8XExp = 64;      // x is prepared as x * 2^kF8XExp; weights decode to w * 2^-120
 
 inline int64_t f8_chunk(int mb) {
   return std::clamp<int64_t>(kChunkXBytes / (4 * mb) / 64 * 64, 128, 1024);
 }
 
-// Prepared row: x * 2^64 in element order, zero from k on, k rounded up to 8 plus 16 floats.
+// Prepared row: x as it is, zero from k on, k rounded up to 8 plus 16 floats (the padding keeps
+// rows 2^n floats apart off the same L1 sets).
 int64_t f8_x_floats(int64_t k) { return (k + 7) / 8 * 8 + 16; }
 
 void prep_f8(const float* x, int64_t k, float* out) {
-  DenormalsKept keep;  // a denormal x times 2^64 is a normal f32
-  const __m256 s = _mm256_set1_ps(0x1p64f);
-  int64_t c = 0;
-  for (; c + 8 <= k; c += 8) _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_loadu_ps(x + c), s));
-  for (; c < k; ++c) out[c] = x[c] * 0x1p64f;
-  for (; c < f8_x_floats(k); ++c) out[c] = 0.0f;
+  std::memcpy(out, x, static_cast<size_t>(k) * 4);
+  for (int64_t c = k; c < f8_x_floats(k); ++c) out[c] = 0.0f;
 }
 
-// 8 E4M3 codes -> 8 f32 lanes holding w * 2^-120 (see the file comment).
-inline __m256 f8x8(const uint8_t* p, __m256i keep) {
+// 8 E4M3 codes -> 8 f32 lanes holding w * 2^-8 (see the file comment).
+inline __m256 f8x8(const uint8_t* p) {
   int64_t b;
   std::memcpy(&b, p, 8);
-  const __m256i v = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(b));
-  return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(v, 20), keep));
+  return avx2q::fp8x8_to_f32(_mm_cvtsi64_si128(b));
 }
 
 // acc[i][r] (8 lanes at acc + (i * kRows + r) * 8) += x_i[0, n) . w_r[0, n) for MB rows of x,
@@ -103,14 +99,13 @@ void f8_pass(const uint8_t* w0, const uint8_t* w1, int64_t n, const float* x, in
     a0[i] = _mm256_load_ps(acc + (i * kRows) * 8);
     a1[i] = _mm256_load_ps(acc + (i * kRows + 1) * 8);
   }
-  const __m256i keep = _mm256_set1_epi32(static_cast<int>(0x87f00000u));
 #pragma GCC unroll 2
   for (int64_t c = 0; c < n; c += 8) {
     if (kPrefetch && (c & 63) == 0) {  // `ahead` bytes on in each row, once per line
       _mm_prefetch(reinterpret_cast<const char*>(w0 + c + ahead), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(w1 + c + ahead), _MM_HINT_T0);
     }
-    const __m256 v0 = f8x8(w0 + c, keep), v1 = f8x8(w1 + c, keep);
+    const __m256 v0 = f8x8(w0 + c), v1 = f8x8(w1 + c);
 #pragma GCC unroll 6
     for (int i = 0; i < MB; ++i) {
       const __m256 xv = _mm256_loadu_ps(xr[i] + c);
@@ -142,26 +137,6 @@ constexpr F8PassFn kF8Pass[kF8MaxGroupM + 1] = {
 constexpr int64_t kSumFloats = int64_t{kCallRows} * kAvx2BatchMaxM * 8;
 inline float* pair_sums(float* acc, int pair, int mb) { return acc + pair * mb * kRows * 8; }
 
-// w[0, n) (n a multiple of 8, at most 1024) copied to `clean` with its subnormal codes zeroed,
-// their products with the mb rows of x (xs: [mb, ldx] prepared, from the chunk's first column)
-// added to slow[i]. Returns `clean`, or w where no code is subnormal.
-__attribute__((noinline)) const uint8_t* f8_chunk_subnormals(
-    const uint8_t* w, int64_t n, const float* xs, int64_t ldx, int mb, double* slow,
-    bool& any_subnormal, uint8_t* clean) {
-  bool found = false;
-  for (int64_t c = 0; c < n; ++c) {
-    const uint8_t b = w[c];
-    const bool sub = (b & 0x78) == 0 && (b & 0x07) != 0;
-    clean[c] = sub ? 0 : b;
-    if (!sub) continue;
-    found = true;
-    for (int i = 0; i < mb; ++i) slow[i] += avx2q::f8_subnormal_value(b) * xs[i * ldx + c];
-  }
-  if (!found) return w;
-  any_subnormal = true;
-  return clean;
-}
-
 void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
   DenormalsKept keep;
   const int64_t k = f.k;
@@ -182,23 +157,6 @@ void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* 
            ahead);
     }
   };
-  // Chunks holding E4M3 subnormal codes (gemm_quant_avx2_common.h: they would be f32 denormals
-  // in the FMAs) run from a copy with those codes zeroed; their products go to slow[r][i]
-  // (double, units of w x 2^64).
-  double slow[kCallRows][kAvx2BatchMaxM] = {};
-  bool any_subnormal = false;
-  alignas(32) uint8_t clean[1024];
-  auto take_subnormals = [&](int r, const uint8_t* w, int64_t n, int64_t c0) -> const uint8_t* {
-    bool maybe = false;
-    for (int64_t c = 0; c < n && !maybe; c += 64) {
-      const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c));
-      const __m256i b1 = c + 32 < n ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c + 32))
-                                    : _mm256_set1_epi8(0x08);
-      maybe = avx2q::f8_maybe_subnormal(b0, b1);
-    }
-    if (__builtin_expect(!maybe, 1)) return w;
-    return f8_chunk_subnormals(w, n, x.x + c0, x.ldx, x.mb, slow[r], any_subnormal, clean);
-  };
   for (int64_t c0 = 0; c0 < full; c0 += chunk) {
     const int64_t n = std::min(chunk, full - c0);
     // The next chunk of the row, or from the last chunk on the first chunk of the next row of
@@ -206,14 +164,7 @@ void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* 
     // prefetch).
     const int64_t ahead = c0 + chunk < full ? n : k - c0;
     for (int p = 0; p < kCallRows / kRows; ++p) {
-      const uint8_t* w0 = take_subnormals(2 * p, rows[2 * p].data + c0, n, c0);
-      alignas(32) uint8_t clean0[1024];
-      if (w0 == clean) {  // the second row's copy would overwrite the first's
-        std::memcpy(clean0, clean, static_cast<size_t>(n));
-        w0 = clean0;
-      }
-      const uint8_t* w1 = take_subnormals(2 * p + 1, rows[2 * p + 1].data + c0, n, c0);
-      run(w0, w1, n, c0, p, ahead);
+      run(rows[2 * p].data + c0, rows[2 * p + 1].data + c0, n, c0, p, ahead);
     }
   }
   if (full < k) {  // the last k % 8 codes, without reading past the rows (x is zero there)
@@ -221,31 +172,17 @@ void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* 
       alignas(8) uint8_t t0[8] = {}, t1[8] = {};
       std::memcpy(t0, rows[2 * p].data + full, static_cast<size_t>(k - full));
       std::memcpy(t1, rows[2 * p + 1].data + full, static_cast<size_t>(k - full));
-      for (int j = 0; j < 8; ++j) {
-        for (int r = 0; r < 2; ++r) {
-          uint8_t& b = r == 0 ? t0[j] : t1[j];
-          if ((b & 0x78) != 0 || (b & 0x07) == 0) continue;
-          any_subnormal = true;
-          for (int i = 0; i < x.mb; ++i) {
-            slow[2 * p + r][i] += avx2q::f8_subnormal_value(b) * x.x[i * x.ldx + full + j];
-          }
-          b = 0;
-        }
-      }
       run(t0, t1, 8, full, p, 0);
     }
   }
-  static_assert(kF8XExp == 64);
   for (int p = 0; p < kCallRows / kRows; ++p) {
     for (int r = 0; r < kRows; ++r) {
       float s;
       std::memcpy(&s, rows[2 * p + r].scales, 4);
-      s *= 0x1p56f;  // 2^(120 - kF8XExp)
+      s *= 256.0f;  // the weights decoded to w * 2^-8
       const float* a = pair_sums(acc, p, x.mb);
       for (int i = 0; i < x.mb; ++i) {
-        const float sum = hsum(_mm256_load_ps(a + (i * kRows + r) * 8));
-        out[i * kCallRows + 2 * p + r] =
-            any_subnormal ? static_cast<float>((sum + slow[2 * p + r][i] * 0x1p-120) * s) : sum * s;
+        out[i * kCallRows + 2 * p + r] = hsum(_mm256_load_ps(a + (i * kRows + r) * 8)) * s;
       }
     }
   }
