@@ -161,10 +161,16 @@ const QuantKernels& quant_kernels_avx2();
 const QuantKernels& quant_kernels_avx2_batch();
 constexpr int64_t kAvx2BatchMinM = 3;
 constexpr int64_t kAvx2BatchMaxM = 16;
+// Whether m rows of x take the decode kernels (weights read once per call, dequantized in
+// registers) rather than the prefill path (dequantized chunks and the plain GEMM) where no tile
+// path takes them: m < kQuantPrefillMinM, and m = kQuantPrefillMinM for kF8E4M3 (exact either
+// way) and for kI4 unless GemmPrecision is kF32 (the decode kernels round x: the kI4 decode
+// contract, where prefill is exact in f32). A decode step of 16 sequences through the prefill
+// path cost 14.9x one sequence's step (int4, TinyLlama shape, 2 threads, Emerald Rapids, no
+// AMX), because it dequantizes every weight to f32 for 16 rows.
+bool decode_kernels_take(DType dtype, int64_t m);
 // Whether cpu::gemm runs m rows of x through quant_kernels_avx2_batch(): CPUs without
-// AVX512-VNNI (AVX2, plain AVX-512), m = kAvx2BatchMinM..kAvx2BatchMaxM, and for kI4 at
-// m = kQuantPrefillMinM.. only when GemmPrecision is not kF32 (its x rounding is the kI4 decode
-// contract, where prefill is exact in f32).
+// AVX512-VNNI (AVX2, plain AVX-512), m from kAvx2BatchMinM where decode_kernels_take(dtype, m).
 bool quant_on_avx2_batch(DType dtype, int64_t m);
 // Largest QuantDotTable::rows of any table (the driver's buffers are sized with it).
 constexpr int kMaxQuantRows = 16;

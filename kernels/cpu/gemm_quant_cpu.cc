@@ -205,10 +205,14 @@ bool i4_on_amx_int8(int64_t m) {
           (m == kQuantPrefillMinM && gemm_precision() != GemmPrecision::kF32));
 }
 
+bool decode_kernels_take(DType dtype, int64_t m) {
+  return m < kQuantPrefillMinM ||
+         (m == kQuantPrefillMinM &&
+          (dtype == DType::kF8E4M3 || gemm_precision() != GemmPrecision::kF32));
+}
+
 bool quant_on_avx2_batch(DType dtype, int64_t m) {
-  return !has_avx512_vnni() && m >= kAvx2BatchMinM && m <= kAvx2BatchMaxM &&
-         (m < kQuantPrefillMinM || dtype == DType::kF8E4M3 ||
-          gemm_precision() != GemmPrecision::kF32);
+  return !has_avx512_vnni() && m >= kAvx2BatchMinM && decode_kernels_take(dtype, m);
 }
 
 void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
@@ -218,13 +222,14 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
                                     w.group_size == 128) &&
                                    w.k % w.group_size == 0));
   static_assert(kMaxQuantRows >= 4 && kMaxQuantM >= 8 && kMaxQuantM >= kAvx2BatchMaxM);
+  static_assert(kAvx2BatchMaxM == kQuantPrefillMinM, "decode_kernels_take bounds the batched m");
   if (w.dtype == DType::kI4 && i4_on_amx_int8(m)) {
     gemm_quant_i4_amx(m, x, ldx, w, ep, y, ldy, runner);
   } else if (quant_on_amx_tiles(w.dtype, m)) {
     gemm_quant_f8_amx(m, x, ldx, w, ep, y, ldy, runner);
   } else if (quant_on_avx2_batch(w.dtype, m)) {
     gemm_quant_decode(quant_kernels_avx2_batch(), m, x, ldx, w, ep, y, ldy, runner);
-  } else if (m >= kQuantPrefillMinM) {
+  } else if (!decode_kernels_take(w.dtype, m)) {
     const QuantKernels& kt = has_avx512() ? quant_kernels_avx512() : quant_kernels_avx2();
     gemm_quant_prefill(kt, m, x, ldx, w, ep, y, ldy, runner);
   } else {

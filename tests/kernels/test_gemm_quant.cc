@@ -176,7 +176,7 @@ double tolerance(Isa isa, const Case& c) {
   if (isa_includes(isa, Isa::kAmx) && c.dtype == DType::kI4 && gemm_detail::i4_on_amx_int8(c.m)) {
     return 1e-5;
   }
-  const bool prefill = c.m >= gemm_detail::kQuantPrefillMinM;
+  const bool prefill = !gemm_detail::decode_kernels_take(c.dtype, c.m);
   // Prefill multiplies in bf16 on AMX, and with GemmPrecision::kBf16 on AVX512-BF16 too
   // (gemm_quant.h): weights (and x with kBf16) rounded to bf16.
   const bool bf16 = isa_includes(isa, Isa::kAmx) ||
@@ -187,13 +187,12 @@ double tolerance(Isa isa, const Case& c) {
                                                                              : std::ldexp(1.0, -8);
 }
 
-// Whether this ISA rounds x per group: every int4 decode kernel (AVX2, AVX512-VNNI, AMX-INT8
-// up to m = 16, and the AVX2 batched kernels up to m = 16 unless GemmPrecision is kF32) does.
+// Whether this ISA rounds x per group: every int4 decode kernel (AVX2, AVX512-VNNI, AMX-INT8)
+// does, and they take m = 16 too unless GemmPrecision is kF32 (decode_kernels_take).
 bool rounds_x(Isa isa, const Case& c) {
   return c.dtype == DType::kI4 &&
-         (c.m < gemm_detail::kQuantPrefillMinM ||
-          (isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m)) ||
-          gemm_detail::quant_on_avx2_batch(c.dtype, c.m));
+         ((isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m)) ||
+          gemm_detail::decode_kernels_take(c.dtype, c.m));
 }
 
 // Sets MXCSR.DAZ and FTZ while alive (when asked).
