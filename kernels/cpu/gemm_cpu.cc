@@ -5,13 +5,13 @@
 // else (every f32 weight) takes the FMA path of the active ISA, with the dot kernels below
 // kPanelMinM rows of x and the panel kernels from there (thresholds in gemm_internal.h).
 //
-// Dot driver (decode): the output columns are split into one contiguous chunk per worker. A
-// chunk is walked in stripes of up to kStripe columns that never straddle a weight block; a
-// stripe in row-blocks of R weight rows (kStore: R consecutive rows; kSiluMul: R/2 gate rows and
-// the same R/2 up rows, so both halves of each output are ready together). Each row-block is
-// multiplied with all m rows of x before moving on, so every weight byte comes from memory once
-// per call: in one kernel call when a kernel table covers m, otherwise in k-chunks of kChunk
-// columns, running every m-group over a chunk while its R rows sit in L1.
+// Dot driver (decode): the output columns are split into one contiguous chunk per worker, which
+// walk_decode_columns (gemm_decode_walk.h) reads as R interleaved streams, in row-blocks of R
+// weight rows, one per stream (kSiluMul: R/2 gate rows and the same R/2 up rows, so both halves
+// of each output are ready together). Each row-block is multiplied with all m rows of x before
+// moving on, so every weight byte comes from memory once per call: in one kernel call when a
+// kernel table covers m, otherwise in k-chunks of kChunk columns, running every m-group over a
+// chunk while its R rows sit in L1.
 //
 // Panel driver (prefill without AMX, or f32 weights): per panel of NR output columns and
 // k-chunk, the weights are packed k-major once and every MR-row block of x runs against them;
@@ -24,6 +24,7 @@
 #include <cassert>
 #include <vector>
 
+#include "kernels/cpu/gemm_decode_walk.h"
 #include "kernels/cpu/gemm_internal.h"
 #include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/gemm_quant.h"
@@ -39,7 +40,6 @@ using gemm_detail::kMaxDotRows;
 using gemm_detail::kMaxLanes;
 using gemm_detail::PanelKernels;
 
-constexpr int64_t kStripe = 64;  // output columns per epilogue pass
 constexpr int64_t kChunk = 512;  // k columns per chunk when x has several m-groups (x 32)
 // Converting a row-block chunk to f32 once pays off when at least this many m-groups reuse it;
 // below that the kernels convert in registers for free (they wait on memory anyway).
@@ -74,7 +74,6 @@ struct FmaJob {
 struct FmaScratch {
   std::vector<float> acc;      // [m, R, kMaxLanes] partial sums between k-chunks
   std::vector<float> out;      // [m, R] finished dot products of one row-block
-  std::vector<float> up;       // [m, kStripe] up-projection results of one stripe (kSiluMul)
   std::vector<float> wf32;     // [R, kChunk] row-block chunk converted to f32
   AlignedBuffer<float> xpair;  // [m, round_up(k, 32)] x in the bf16 kernels' pair layout
 };
@@ -155,53 +154,6 @@ void dot_rows(const FmaJob& job, const DotTable& t, const void* const* rows, int
   }
 }
 
-// Output columns [j0, j0 + width) of rows [i0, i1). For kStore the columns are rows
-// [r0, r0 + width) of block b (output column = col_base + row); for kSiluMul rows [r0, ...)
-// of blocks 0 and 1 and col_base is 0.
-void run_stripe(const FmaJob& job, const DotTable& t, int b, int64_t r0, int64_t col_base,
-                int64_t width, int64_t i0, int64_t i1, FmaScratch& s) {
-  const GemmWeights& w = *job.w;
-  const int R = t.rows;
-  const bool silu = job.ep == GemmEpilogue::kSiluMul;
-  const int per_block = silu ? R / 2 : R;  // output columns per row-block
-  const int64_t row_bytes = w.k * job.elem_bytes;
-  for (int64_t c = 0; c < width; c += per_block) {
-    const int nc = static_cast<int>(std::min<int64_t>(per_block, width - c));
-    const void* rows[kMaxDotRows];
-    for (int j = 0; j < per_block; ++j) {
-      // A short last row-block repeats its last row: that row is in L1 by then.
-      const int64_t row = r0 + c + std::min(j, nc - 1);
-      if (silu) {
-        rows[j] = static_cast<const char*>(w.data[0]) + row * row_bytes;
-        rows[per_block + j] = static_cast<const char*>(w.data[1]) + row * row_bytes;
-      } else {
-        rows[j] = static_cast<const char*>(w.data[b]) + row * row_bytes;
-      }
-    }
-    dot_rows(job, t, rows, i0, i1, s);
-    for (int64_t i = i0; i < i1; ++i) {
-      const float* o = s.out.data() + (i - i0) * R;
-      float* yrow = job.y + i * job.ldy + col_base + r0 + c;
-      if (silu) {
-        float* up = s.up.data() + (i - i0) * kStripe + c;
-        for (int j = 0; j < nc; ++j) {
-          yrow[j] = o[j] + (w.bias[0] ? w.bias[0][r0 + c + j] : 0.0f);
-          up[j] = o[per_block + j] + (w.bias[1] ? w.bias[1][r0 + c + j] : 0.0f);
-        }
-      } else {
-        for (int j = 0; j < nc; ++j) yrow[j] = o[j] + (w.bias[b] ? w.bias[b][r0 + c + j] : 0.0f);
-      }
-    }
-  }
-  if (silu) {
-    for (int64_t i = i0; i < i1; ++i) {
-      float* yrow = job.y + i * job.ldy + r0;
-      job.kt->epilogue(GemmEpilogue::kSiluMul, yrow, nullptr, s.up.data() + (i - i0) * kStripe,
-                       nullptr, yrow, width);
-    }
-  }
-}
-
 // Output columns [c0, c1) for rows [i0, i1).
 void run_fma_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64_t i1) {
   FmaScratch& s = fma_scratch();
@@ -210,9 +162,6 @@ void run_fma_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64_t
   const int R = t.rows;
   if (static_cast<int64_t>(s.acc.size()) < mr * R * kMaxLanes) s.acc.resize(mr * R * kMaxLanes);
   if (static_cast<int64_t>(s.out.size()) < mr * R) s.out.resize(mr * R);
-  if (job.ep == GemmEpilogue::kSiluMul && static_cast<int64_t>(s.up.size()) < mr * kStripe) {
-    s.up.resize(mr * kStripe);
-  }
   if (s.wf32.size() < static_cast<size_t>(kMaxDotRows * kChunk))
     s.wf32.resize(kMaxDotRows * kChunk);
 
@@ -230,17 +179,21 @@ void run_fma_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64_t
     local.x_row0 = i0;
   }
 
+  // The columns as R interleaved streams (gemm_decode_walk.h), all rows [i0, i1) of x per
+  // kernel call (dot_rows groups them).
   const GemmWeights& w = *job.w;
-  const int n_segments = job.ep == GemmEpilogue::kSiluMul ? 1 : w.n_blocks;
-  int64_t base = 0;  // first output column of the current block
-  for (int b = 0; b < n_segments; ++b) {
-    const int64_t rows = w.rows[b];
-    const int64_t lo = std::max(c0, base), hi = std::min(c1, base + rows);
-    for (int64_t c = lo; c < hi; c += kStripe) {
-      run_stripe(local, t, b, c - base, base, std::min(kStripe, hi - c), i0, i1, s);
-    }
-    base += rows;
-  }
+  const int64_t row_bytes = w.k * job.elem_bytes;
+  const gemm_detail::DecodeWalk walk{job.w, job.ep, job.kt->epilogue, R, static_cast<int>(mr),
+                                     mr, job.y + i0 * job.ldy, job.ldy};
+  gemm_detail::walk_decode_columns<const void*, kMaxDotRows, gemm_detail::kPanelMinM>(
+      walk, c0, c1,
+      [&](int b, int64_t r) -> const void* {
+        return static_cast<const char*>(w.data[b]) + r * row_bytes;
+      },
+      [&](const void* const* rows, int64_t, int, float* out) {
+        dot_rows(local, t, rows, i0, i1, s);
+        std::copy_n(s.out.data(), mr * R, out);
+      });
 }
 
 // Per-thread scratch of the panel kernels.

@@ -3,10 +3,11 @@
 // gemm_quant_avx2.cc, gemm_quant_batch_avx2.cc). Callers use cpu::gemm (gemm_cpu.h), which hands
 // kF8E4M3 and kI4 weights to gemm_quant.
 //
-// Decode (m < kQuantPrefillMinM) is memory-bound: dot kernels take R weight rows at a time,
-// dequantize them in registers and multiply them with up to max_m rows of x, so every packed
-// weight byte and scale is read from memory once per call (m-groups beyond max_m reuse the R
-// rows from L1). On AMX CPUs batched decode runs on the tiles instead (the integer-dot kernels
+// Decode (decode_kernels_take: m < kQuantPrefillMinM, and m = 16 but for int4 under kF32) is
+// memory-bound: dot kernels take R weight rows at a time, one from each of R streams of the
+// worker's columns (gemm_decode_walk.h), dequantize them in registers and multiply them with up
+// to max_m rows of x, so every packed weight byte and scale is read from memory once per call
+// (m-groups beyond max_m reuse the R rows from L1). On AMX CPUs batched decode runs on the tiles instead (the integer-dot kernels
 // run out of arithmetic at m = 4..8 on a core, the tiles do not): fp8 dequantized 16 rows at a
 // time into a bf16 tile panel in L1 under gemm_amx's tile loop (quant_on_amx_tiles), int4 as
 // unsigned bytes into an INT8 tile panel against x rounded to x16 (i4_on_amx_int8). Without
@@ -24,10 +25,13 @@
 //    default kSplitBf16): (q - z) * s
 //    (at most 9 x 11 significant bits) and fp8 values (4 bits) are exact in f32, the fp8 row
 //    scale is applied once to the finished sum, and x stays f32: only f32 summation error, below
-//    1e-5 * M for k up to a few thousand. (The AVX2 and AVX512-VNNI fp8 decode kernels keep this
-//    for |x| < 2^64.)
+//    1e-5 * M for k up to a few thousand. (The AVX2 one-row and AVX512-VNNI fp8 decode kernels
+//    keep this for |x| < 2^64.) Whatever the codes: E4M3 subnormals, which the one-row and VNNI
+//    kernels' decode makes f32 denormals, are taken apart before the FMAs (an assist each on
+//    Intel cores) and their products added exactly; the AVX2 batched kernel decodes through F16C,
+//    where they come out normal.
 //  - kI4 decode (the AVX2 kernels: one-row at m = 1..2 and batched at m = 3..16 below
-//    AVX512-VNNI, the one-row kernel at m = 1 from it up; the VNNI kernel for m >= 2 from it up,
+//    AVX512-VNNI, and the one-row kernel at m = 1 on Zen 4; the VNNI kernel from AVX512-VNNI up,
 //    the AMX-INT8 kernel for m = kI4AmxMinM..16 on AMX CPUs: gemm_quant_cpu.cc)
 //    multiplies in integers: x is rounded per (row of x, weight group g) to
 //    x16 * s_x, x16 = round(x / s_x) in [-32639, 32639], s_x = absmax_g(x) / 32639 (32639 =

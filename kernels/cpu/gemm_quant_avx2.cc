@@ -18,11 +18,13 @@
 // exactly, E4M3 subnormals as f32 denormals. x is prepared as x * 2^64 (in the order the kernel
 // decodes), so the products land at w * x * 2^-56, far from underflow; the row scale times 2^56
 // is applied once to the finished sum. The denormal weights need MXCSR.DAZ clear (and FTZ for
-// sums below 2^-70), which the kernel ensures for its own duration. NaN codes (0x7f, 0xff) read
-// as +-480 (quantizers never write them).
+// sums below 2^-70), which the kernel ensures for its own duration, and they cost an FMA assist
+// each on Intel cores: blocks holding E4M3 subnormals are multiplied with those codes zeroed and
+// their products added apart (f8_take_subnormals; gemm_quant_avx2_common.h). NaN codes (0x7f,
+// 0xff) read as +-480 (quantizers never write them).
 //
-// Both take R = 4 rows per call and decode them one after another against the (up to 4) rows of
-// x, so the weights are read in address order (int4 takes the rows of x two at a time).
+// Both take R = 4 rows per call, one of each of 4 streams (gemm_decode_walk.h), and decode them
+// one after another against the (up to 4) rows of x (int4 takes the rows of x two at a time).
 #include <immintrin.h>
 
 #include <bit>
@@ -42,10 +44,10 @@ using avx2q::quantize8;
 using avx2q::XScale;
 using avx2q::fp8x8_to_f32;
 
-// Rows per call; each is decoded whole before the next, so that the weights (contiguous rows) are
-// one sequential stream. Measured, int4 m = 1 streaming on a loaded machine, medians of 5: 13.3
-// GB/s, against 10.4 with the 4 rows interleaved (the layout that shares x loads between rows,
-// 3 % faster from L1).
+// Rows per call, one of each of 4 streams (gemm_decode_walk.h); each is decoded whole before the
+// next. (When the 4 rows were consecutive rows of W, interleaving them measured 10.4 GB/s against
+// 13.3 one after another, int4 m = 1 streaming on a loaded machine, medians of 5: adjacent rows
+// share pages; far-apart ones interleaved stream faster, as gemm_decode_walk.h measured.)
 constexpr int kRows = 4;
 constexpr int kMaxM = 4;
 // Software prefetch this far ahead in the stream, one per 64-byte line (T0; T1 and NTA measured

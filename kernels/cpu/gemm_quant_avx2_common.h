@@ -53,9 +53,10 @@ inline __m256i quantize8(const float* x, int64_t c, int64_t k, __m256 inv) {
 // mantissa not 0) is an f32 denormal; an FMA with a denormal operand takes a microcode assist on
 // Intel cores unless MXCSR.DAZ is set (which would read it as 0): measured on an Emerald Rapids
 // core, 46x slower per vector holding one. Quantized weights hold few such codes (~1e-4 of
-// Gaussian weights scaled to 448), so the kernels test their codes cheaply, and where a block
-// holds some, multiply a copy with those codes zeroed and add the subnormal codes' products
-// apart (f8_subnormal_dot), in double.
+// Gaussian weights scaled to 448; more where an outlier sets a row's scale), so the one-row
+// kernel tests its codes cheaply (f8_maybe_subnormal), and where a block holds some, multiplies
+// it with those codes zeroed and adds their products apart, in double. The batched kernel, whose
+// decoded vectors serve several rows of x, decodes through F16C instead (fp8x8_to_f32).
 
 // 8 E4M3 codes -> f32 holding 2^-8 times their values, exactly and without denormals: the code
 // sign-extended to 16 bits and shifted so that exponent and mantissa land in an f16 (bias 15 for

@@ -16,11 +16,18 @@
 // the kernel decodes, with the row scale times 2^56 applied to the finished sum; here on 64 bytes
 // at a time: 9 vector operations per 64 weights shared by the rows of x and 4 FMAs per row of x.
 // vdpbf16ps against x split into bf16 hi + lo also takes 4 instructions per 64 weights and row
-// of x, so it saves no arithmetic, and E4M3 subnormals do not become bf16 by shifts (vdpbf16ps
-// reads bf16 denormals as 0). Replacing some vpmaddwd by shifts measured the same (+-3 %).
+// of x, so it saves no arithmetic (and on Emerald Rapids it issues once per 2.2 cycles, an FMA
+// twice per cycle), and E4M3 subnormals do not become bf16 by shifts (vdpbf16ps reads bf16
+// denormals as 0). Replacing some vpmaddwd by shifts measured the same (+-3 %). The f32
+// denormals the decode makes of E4M3 subnormals are taken apart before the FMAs
+// (f8_subnormal_codes / f8_subnormals, where the cost is measured). The F16C decode (no
+// denormals: widen, shift, and, two vcvtph2ps) took 8.7 TSC cycles per 64 weights against 5.6
+// for this one with normal codes on Emerald Rapids, in L1 (vcvtph2ps zmm issues once per cycle).
 //
-// Both take R = 4 rows per call, two at a time (sharing each load of x) from m = 2 on, against
-// up to 8 rows of x in one pass. Measured, 1 thread, weights in L1/L2 (k = 2048, kernel alone,
+// Both take R = 4 rows per call, one of each of 4 streams (gemm_decode_walk.h): all four
+// decoded together for one row of x (64 bytes of each in turn), two at a time (sharing each load
+// of x) from m = 2 on, against up to 8 rows of x in one pass. Earlier measurements, one row at
+// a time for m = 1: Measured, 1 thread, weights in L1/L2 (k = 2048, kernel alone,
 // GB/s of weights, best of 200): int4 g128 m = 1: 21-22, m = 4: 7.4, m = 8: 3.6 (AVX2 kernel:
 // 18-20, 4.5, -); fp8 m = 1: 25 (27 with two rows at a time), m = 4: 7.4, m = 8: 3.6 (AVX2:
 // 24-26, 6.2, -). Past m = 4 the rows of x (2.5 and 4 bytes per weight) no longer fit L1 next
@@ -408,8 +415,10 @@ void f8_rows(const QuantRow* rows, int64_t k, const float* x, int64_t ldx, float
       }
       for (int r = 0; r < RT; ++r) {
         if (sub[r] == 0) continue;
-        __m512 ws[4];
-        f8_subnormals(w[r], ws);
+        // Through a copy: w itself never has its address taken, which would keep it in memory.
+        __m512 wr[4] = {w[r][0], w[r][1], w[r][2], w[r][3]}, ws[4];
+        f8_subnormals(wr, ws);
+        for (int v = 0; v < 4; ++v) w[r][v] = wr[v];
         for (int i = 0; i < MT; ++i)
           for (int v = 0; v < 4; ++v)
             slow[i][r] = _mm512_fmadd_ps(ws[v], _mm512_loadu_ps(x + i * ldx + kk + 16 * v), slow[i][r]);
