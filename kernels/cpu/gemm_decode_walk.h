@@ -129,9 +129,10 @@ void walk_decode_columns(const DecodeWalk& d, int64_t c0, int64_t c1, RowOf&& ro
           const int64_t n = std::min(width, end[j] - col);
           if (n <= 0) continue;
           const int64_t at = i * per_row + j * kDecodeStripe;
-          d.epilogue(GemmEpilogue::kSiluMul, s.gate.data() + at, w.bias[0] ? w.bias[0] + col : nullptr,
-                     s.up.data() + at, w.bias[1] ? w.bias[1] + col : nullptr, d.y + i * d.ldy + col,
-                     n);
+          const float* bg = w.bias[0] ? w.bias[0] + col : nullptr;
+          const float* bu = w.bias[1] ? w.bias[1] + col : nullptr;
+          d.epilogue(GemmEpilogue::kSiluMul, s.gate.data() + at, bg, s.up.data() + at, bu,
+                     d.y + i * d.ldy + col, n);
         }
       }
     }

@@ -7,8 +7,9 @@
 // memory-bound: dot kernels take R weight rows at a time, one from each of R streams of the
 // worker's columns (gemm_decode_walk.h), dequantize them in registers and multiply them with up
 // to max_m rows of x, so every packed weight byte and scale is read from memory once per call
-// (m-groups beyond max_m reuse the R rows from L1). On AMX CPUs batched decode runs on the tiles instead (the integer-dot kernels
-// run out of arithmetic at m = 4..8 on a core, the tiles do not): fp8 dequantized 16 rows at a
+// (m-groups beyond max_m reuse the R rows from L1). On AMX CPUs batched decode runs on the
+// tiles instead (the integer-dot kernels run out of arithmetic at m = 4..8 on a core, the tiles
+// do not): fp8 dequantized 16 rows at a
 // time into a bf16 tile panel in L1 under gemm_amx's tile loop (quant_on_amx_tiles), int4 as
 // unsigned bytes into an INT8 tile panel against x rounded to x16 (i4_on_amx_int8). Without
 // AVX512-VNNI, m = 3..16 runs the AVX2 batched kernels (quant_on_avx2_batch): 16 weight rows per

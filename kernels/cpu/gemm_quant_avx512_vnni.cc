@@ -369,11 +369,12 @@ inline __mmask64 f8_subnormal_codes(__m512i b) {
 __attribute__((noinline)) void f8_subnormals(__m512* w, __m512* ws) {
   for (int v = 0; v < 4; ++v) {
     const __m512i p = _mm512_castps_si512(w[v]);
-    const __mmask16 sub = _mm512_mask_test_epi32_mask(
-        _mm512_testn_epi32_mask(p, _mm512_set1_epi32(0x7f800000)), p, _mm512_set1_epi32(0x00700000));
-    const __m512 m = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(p, 20), _mm512_set1_epi32(7)));
+    const __mmask16 exp0 = _mm512_testn_epi32_mask(p, _mm512_set1_epi32(0x7f800000));
+    const __mmask16 sub = _mm512_mask_test_epi32_mask(exp0, p, _mm512_set1_epi32(0x00700000));
+    const __m512i mant = _mm512_and_si512(_mm512_srli_epi32(p, 20), _mm512_set1_epi32(7));
+    const __m512 m = _mm512_mul_ps(_mm512_cvtepi32_ps(mant), _mm512_set1_ps(0x1p-65f));
     const __m512 sign = _mm512_castsi512_ps(_mm512_and_si512(p, _mm512_set1_epi32(INT32_MIN)));
-    ws[v] = _mm512_maskz_mov_ps(sub, _mm512_or_ps(_mm512_mul_ps(m, _mm512_set1_ps(0x1p-65f)), sign));
+    ws[v] = _mm512_maskz_mov_ps(sub, _mm512_or_ps(m, sign));
     w[v] = _mm512_maskz_mov_ps(static_cast<__mmask16>(~sub), w[v]);
   }
 }
@@ -421,7 +422,8 @@ void f8_rows(const QuantRow* rows, int64_t k, const float* x, int64_t ldx, float
         for (int v = 0; v < 4; ++v) w[r][v] = wr[v];
         for (int i = 0; i < MT; ++i)
           for (int v = 0; v < 4; ++v)
-            slow[i][r] = _mm512_fmadd_ps(ws[v], _mm512_loadu_ps(x + i * ldx + kk + 16 * v), slow[i][r]);
+            slow[i][r] =
+                _mm512_fmadd_ps(ws[v], _mm512_loadu_ps(x + i * ldx + kk + 16 * v), slow[i][r]);
       }
     }
 #pragma GCC unroll 8
@@ -446,7 +448,8 @@ void f8_rows(const QuantRow* rows, int64_t k, const float* x, int64_t ldx, float
       for (int j = 1; j < NA; ++j) a = _mm512_add_ps(a, acc[i][r][j]);
       float sum = _mm512_reduce_add_ps(a);
       if (any_subnormal) {  // in double: 2^-64 times a small sum may be an f32 denormal
-        sum = static_cast<float>(sum + static_cast<double>(_mm512_reduce_add_ps(slow[i][r])) * 0x1p-64);
+        const double apart = _mm512_reduce_add_ps(slow[i][r]);
+        sum = static_cast<float>(sum + apart * 0x1p-64);
       }
       out[i * kRows + r] = sum * s;
     }
