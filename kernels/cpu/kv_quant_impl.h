@@ -30,7 +30,10 @@ namespace {
 // Vector reads of one head record (kv_quant.h layout) of head_dim hd.
 //  load(r, d, hd): the kWidth values from element d (d + kWidth <= hd), reading no byte past
 //    them; tail(r, d, hd): the last hd - d < kWidth values, zeros after.
-//  Both leave out the row scale of kI8 / kF8E4M3 (row_scale(r, hd)).
+//  Both leave out the row scale of kI8 / kF8E4M3 (row_scale(r, hd)); kF8E4M3 values come out
+//  times 2^-8 and its row_scale times 2^8 (the f16 route below yields c * 2^-8; the power of two
+//  moves into the one product per key or value, so every score and weighted value is the same
+//  f32 as with c and the plain scale, barring scales above 2^119).
 template <class S, KvDtype D>
 struct KvLoad {
   using V = typename S::V;
@@ -38,6 +41,7 @@ struct KvLoad {
   static constexpr bool kRowScale = D == KvDtype::kI8 || D == KvDtype::kF8E4M3;
 
   static float row_scale(const uint8_t* r, int64_t hd) {
+    if constexpr (D == KvDtype::kF8E4M3) return kv_load_f32(r + hd) * 256.0f;
     return kRowScale ? kv_load_f32(r + hd) : 1.0f;
   }
 
@@ -66,7 +70,7 @@ struct KvLoad {
       } else if constexpr (D == KvDtype::kI8) {
         x = static_cast<float>(static_cast<int8_t>(r[i]));
       } else if constexpr (D == KvDtype::kF8E4M3) {
-        x = kv_e4m3_to_f32(r[i]);
+        x = kv_e4m3_to_f32(r[i]) * 0x1p-8f;
       } else {
         const uint8_t* p = i4_params(r, i, hd);
         const int u = (r[i / 2] >> (4 * (i & 1))) & 0xf;
@@ -86,28 +90,37 @@ struct KvLoad {
       const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + d));
       return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
     } else if constexpr (D == KvDtype::kF8E4M3) {
-      const __m512i x =
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + d)));
-      const __m512i m = _mm512_and_si512(x, _mm512_set1_epi32(0x7f));
-      // Normal codes: the exponent and mantissa bits moved into place, bias 7 -> 127.
-      const __m512 normal = _mm512_castsi512_ps(
-          _mm512_add_epi32(_mm512_slli_epi32(m, 20), _mm512_set1_epi32(120 << 23)));
-      const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f));
-      const __mmask16 is_sub = _mm512_cmplt_epi32_mask(m, _mm512_set1_epi32(8));
-      const __m512 f = _mm512_mask_blend_ps(is_sub, normal, sub);
-      const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
-      return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(f), sign));
+      // The f16 route of load8 below on 16 codes: the 16 bytes broadcast to both 128-bit lanes,
+      // vpshufb puts byte j in the high byte of 16-bit lane j (bytes 0-7 from the low lane, 8-15
+      // from the high one), then the same shift, and, vcvtph2ps: c * 2^-8, exact for every code.
+      // 4 vector instructions (plus the conversion's two uops) for the 11 of the normal /
+      // subnormal blend it replaced.
+      const __m256i b = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + d)));
+      const __m256i hi = _mm256_shuffle_epi8(
+          b, _mm256_setr_epi8(-128, 0, -128, 1, -128, 2, -128, 3, -128, 4, -128, 5, -128, 6, -128,
+                              7, -128, 8, -128, 9, -128, 10, -128, 11, -128, 12, -128, 13, -128,
+                              14, -128, 15));
+      const __m256i h = _mm256_and_si256(_mm256_srai_epi16(hi, 1),
+                                         _mm256_set1_epi16(static_cast<int16_t>(0xbfff)));
+      return _mm512_cvtph_ps(h);
     } else {
-      uint64_t w;
-      std::memcpy(&w, r + d / 2, 8);
-      const __m128i b = _mm_cvtsi64_si128(static_cast<long long>(w));
-      const __m128i nib = _mm_set1_epi8(0x0f);
-      const __m128i u8 = _mm_unpacklo_epi8(_mm_and_si128(b, nib),
-                                           _mm_and_si128(_mm_srli_epi16(b, 4), nib));
-      const uint8_t* p = i4_params(r, d, hd);
-      return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u8)),
-                             _mm512_set1_ps(_cvtsh_ss(kv_load_u16(p))),
-                             _mm512_set1_ps(_cvtsh_ss(kv_load_u16(p + 2))));
+      // As load8: element j of the 16 is nibble j % 8 of 32-bit word j / 8, each word broadcast
+      // to its half of the lanes, one variable shift and a mask; the group's (scale, min) f16
+      // pair converted by one vcvtph2ps and spread by two in-lane shuffles.
+      uint32_t w0, w1, sm;
+      std::memcpy(&w0, r + d / 2, 4);
+      std::memcpy(&w1, r + d / 2 + 4, 4);
+      std::memcpy(&sm, i4_params(r, d, hd), 4);
+      const __m512i w = _mm512_inserti32x8(_mm512_set1_epi32(static_cast<int>(w0)),
+                                           _mm256_set1_epi32(static_cast<int>(w1)), 1);
+      const __m512i u = _mm512_and_si512(
+          _mm512_srlv_epi32(w, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16,
+                                                 20, 24, 28)),
+          _mm512_set1_epi32(0xf));
+      const __m512 f = _mm512_cvtph_ps(_mm256_set1_epi32(static_cast<int>(sm)));  // s, m, s, m..
+      return _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_shuffle_ps(f, f, 0x00),
+                             _mm512_shuffle_ps(f, f, 0x55));
     }
   }
 
@@ -122,13 +135,14 @@ struct KvLoad {
       // Through f16 (F16C): code byte c in the high byte of a 16-bit lane, shifted right by one
       // arithmetically and bit 14 cleared, is the f16 with c's sign, exponent bits and mantissa
       // bits in place: c's value times 2^-8, subnormal codes as f16 subnormals, so exact for
-      // every code (0x7f / 0xff come out +-480 as in kv_e4m3_to_f32). 5 instructions, 11 for
-      // the normal / subnormal blend it replaced: fp8 attention 1.21-1.24x (Zen 3, 1 thread,
+      // every code (0x7f / 0xff come out +-480 * 2^-8 as in kv_e4m3_to_f32). 4 instructions
+      // (the x 256 since moved into row_scale), 11 for the normal / subnormal blend it
+      // replaced: fp8 attention 1.21-1.24x (Zen 3, 1 thread,
       // bench_attention --isa avx2 --formats-only --cold, 16 alternating runs, CPU time).
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + d));
       const __m128i h = _mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(_mm_setzero_si128(), b), 1),
                                       _mm_set1_epi16(static_cast<int16_t>(0xbfff)));
-      return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+      return _mm256_cvtph_ps(h);  // c * 2^-8 (row_scale carries the 2^8)
     } else {
       // Element j of the 8 is nibble j of the little-endian 32-bit word: one broadcast, a
       // variable shift and a mask; the (scale, min) f16 pair converted by one vcvtph2ps. Against
