@@ -9,9 +9,9 @@
 // multiplies them with up to max_m rows of x, so every weight byte is read from memory once per
 // call for m <= max_m (larger m: further passes over the same R rows, from L1). Every supported
 // type has SIMD decoders on both ISAs; nothing is dequantized to memory. Decode of Q4_0, Q8_0,
-// Q4_K and Q5_K (AVX-512 and AVX2) and of Q6_K (AVX2) runs against x rounded to 16 bits per 256
-// elements with integer products (the x16 kernels; the driver prepares x once per call, in the
-// layout the table's prep_x16 defines), measured 1.5-2x (Q4_K, Q5_K) and 1.05-1.15x (Q4_0,
+// Q4_K and Q5_K (AVX-512 and AVX2) and of Q6_K (the AVX2 kernel on both) runs against x
+// rounded to 16 bits per 256 elements with integer products (the x16 kernels; the driver
+// prepares x once per call, in the layout the table's prep_x16 defines), measured 1.5-2x (Q4_K, Q5_K) and 1.05-1.15x (Q4_0,
 // Q8_0, 2 threads, from DRAM) the speed of their exact f32 decoders on AVX-512, and on AVX2
 // (Zen 3, 1 thread, weights in cache, thread CPU time, m = 1) 2.4-2.6x (Q4_0, Q6_K) and
 // 2.3-2.5x (Q8_0; gemm_ggml_x16_avx2.cc has the figures); everything else keeps x in f32.
@@ -35,7 +35,7 @@
 //    |y - y_exact| <= (k / 8 + 16) * 2^-24 * M at decode (8- or 16-lane vector partial sums,
 //    then a tree) and (k + 16) * 2^-24 * M at prefill (the plain GEMM's panel kernels sum each
 //    output in one lane); measured errors are far smaller.
-//  - x16 kernels (decode of Q4_0, Q8_0, Q4_K and Q5_K; on AVX2 also Q6_K): x is rounded to
+//  - x16 kernels (decode of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K): x is rounded to
 //    1/65534 of its 256-element block's absmax (kGgmlDecodeXError and the full bound below;
 //    blocks start at element 0 of the row, a last one of k % 256 elements takes its own
 //    absmax), about 1.5e-5 relative: 250x finer than llama.cpp's 8-bit x, the same order as
@@ -111,6 +111,10 @@ struct GgmlKernels {
 
 const GgmlKernels& ggml_kernels_avx2();
 const GgmlKernels& ggml_kernels_avx512();
+
+// The AVX2 x16 decode kernel of `type` (Q4_0, Q8_0, Q4_K, Q5_K or Q6_K; gemm_ggml_x16_avx2.cc):
+// the AVX-512 table takes Q6_K's, faster there than its f32 decoder (figures at make_table).
+GgmlDotTable ggml_x16_dot_avx2(GgmlType type);
 
 // cpu::gemm for w.dtype kU8 (same contract; m >= 1; w.ggml_type supported, w.k a multiple of
 // its block size: the caller (linear op) checked both).

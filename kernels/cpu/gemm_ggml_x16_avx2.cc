@@ -403,16 +403,26 @@ void by_rows_of_x(const uint8_t* const* rows, int64_t k, const float* x, int64_t
 
 }  // namespace
 
-void set_x16_kernels_avx2(GgmlKernels& t) {
-  auto set = [&](GgmlType type, GgmlDotFn fn, bool even_odd) {
-    t.dot[static_cast<int>(type)] = {kRows,      kMaxM, fn, true, x16_floats,
-                                     even_odd ? prep_x16<true> : prep_x16<false>};
+GgmlDotTable ggml_x16_dot_avx2(GgmlType type) {
+  auto entry = [](GgmlDotFn fn, bool even_odd) {
+    return GgmlDotTable{kRows,      kMaxM, fn, true, x16_floats,
+                        even_odd ? prep_x16<true> : prep_x16<false>};
   };
-  set(GgmlType::kQ8_0, by_rows_of_x<kQ8_0Fns>, false);
-  set(GgmlType::kQ4_0, by_rows_of_x<kQ4_0Fns>, false);
-  set(GgmlType::kQ6_K, by_rows_of_x<kQ6_KFns>, true);
-  set(GgmlType::kQ4_K, by_rows_of_x<kQ4_KFns>, true);
-  set(GgmlType::kQ5_K, by_rows_of_x<kQ5_KFns>, true);
+  switch (type) {
+    case GgmlType::kQ8_0: return entry(by_rows_of_x<kQ8_0Fns>, false);
+    case GgmlType::kQ4_0: return entry(by_rows_of_x<kQ4_0Fns>, false);
+    case GgmlType::kQ6_K: return entry(by_rows_of_x<kQ6_KFns>, true);
+    case GgmlType::kQ4_K: return entry(by_rows_of_x<kQ4_KFns>, true);
+    case GgmlType::kQ5_K: return entry(by_rows_of_x<kQ5_KFns>, true);
+    default: return GgmlDotTable{};
+  }
+}
+
+void set_x16_kernels_avx2(GgmlKernels& t) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ6_K, GgmlType::kQ4_K,
+                        GgmlType::kQ5_K}) {
+    t.dot[static_cast<int>(type)] = ggml_x16_dot_avx2(type);
+  }
 }
 
 }  // namespace sampan::cpu::gemm_detail

@@ -377,7 +377,7 @@ TEST_CASE("gemm ggml: kernel tables decode exactly the reference weights", "[ker
   }
 }
 
-// The types with x16 decode kernels (gemm_ggml.h; Q6_K's on AVX2 only, f32 elsewhere).
+// The types with x16 decode kernels (gemm_ggml.h).
 bool has_x16_kernel(GgmlType t) {
   return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0 || t == GgmlType::kQ6_K ||
          t == GgmlType::kQ4_K || t == GgmlType::kQ5_K;
@@ -404,7 +404,7 @@ TEST_CASE("gemm ggml: wide outputs", "[kernels][gemm_ggml]") {
   }
 }
 
-// The x16 decode kernels (Q4_0, Q8_0, Q4_K, Q5_K, and Q6_K on AVX2) and their preparation of x:
+// The x16 decode kernels (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) and their preparation of x:
 // k of every kind the preparation treats differently (a last group of k % 256 = 32, 64, 96, 224
 // elements, 256 + 32; whole groups: 256, 512, 2048, 5632), m = 1..17 (up to 4 rows of x per
 // pass), rows not a multiple of R = 4, biases, SiLU-mul, and x with an outlier, all zero, tiny or
