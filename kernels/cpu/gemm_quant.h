@@ -215,6 +215,15 @@ bool i4_on_amx_int8(int64_t m);
 void gemm_quant_i4_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                        GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 
+// Whether cpu::gemm runs kI4 weights with m rows of x through gemm_quant_i4_vnni_prefill:
+// AVX512-VNNI CPUs without AMX, the prefill sizes (not decode_kernels_take), GemmPrecision not
+// kF32 (which keeps prefill exact in f32; kBf16 takes it too: it rounds x less than bf16 does).
+// The kI4 decode contract above (x rounded per group to x16).
+bool i4_on_vnni_prefill(int64_t m);
+// Any m >= 1 (gemm_quant_prefill_i4_avx512_vnni.cc; AVX512-VNNI CPUs only).
+void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                                GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
+
 // cpu::gemm for w.dtype kF8E4M3 or kI4 (same contract; m >= 1).
 void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
                 float* y, int64_t ldy, TaskRunner& runner);

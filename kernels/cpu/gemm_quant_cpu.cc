@@ -211,6 +211,11 @@ bool decode_kernels_take(DType dtype, int64_t m) {
           (dtype == DType::kF8E4M3 || gemm_precision() != GemmPrecision::kF32));
 }
 
+bool i4_on_vnni_prefill(int64_t m) {
+  return has_avx512_vnni() && !has_amx() && gemm_precision() != GemmPrecision::kF32 &&
+         !decode_kernels_take(DType::kI4, m);
+}
+
 bool quant_on_avx2_batch(DType dtype, int64_t m) {
   return !has_avx512_vnni() && m >= kAvx2BatchMinM && decode_kernels_take(dtype, m);
 }
@@ -227,6 +232,8 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
     gemm_quant_i4_amx(m, x, ldx, w, ep, y, ldy, runner);
   } else if (quant_on_amx_tiles(w.dtype, m)) {
     gemm_quant_f8_amx(m, x, ldx, w, ep, y, ldy, runner);
+  } else if (w.dtype == DType::kI4 && i4_on_vnni_prefill(m)) {
+    gemm_quant_i4_vnni_prefill(m, x, ldx, w, ep, y, ldy, runner);
   } else if (quant_on_avx2_batch(w.dtype, m)) {
     gemm_quant_decode(quant_kernels_avx2_batch(), m, x, ldx, w, ep, y, ldy, runner);
   } else if (!decode_kernels_take(w.dtype, m)) {

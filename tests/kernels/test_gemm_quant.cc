@@ -171,9 +171,10 @@ double tolerance(Isa isa, const Case& c) {
     }
     return std::ldexp(1.0, -16) + 1e-5;
   }
-  // int4 on AMX-INT8 tiles (gemm_quant_i4_amx.cc): integer sums, the x rounding added by
-  // rounds_x below.
-  if (isa_includes(isa, Isa::kAmx) && c.dtype == DType::kI4 && gemm_detail::i4_on_amx_int8(c.m)) {
+  // int4 on AMX-INT8 tiles (gemm_quant_i4_amx.cc) and int4 prefill on AVX512-VNNI without AMX
+  // (gemm_quant_prefill_i4_avx512_vnni.cc): integer sums, the x rounding added by rounds_x below.
+  const bool amx_i4 = isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m);
+  if (c.dtype == DType::kI4 && (amx_i4 || gemm_detail::i4_on_vnni_prefill(c.m))) {
     return 1e-5;
   }
   const bool prefill = !gemm_detail::decode_kernels_take(c.dtype, c.m);
@@ -188,11 +189,12 @@ double tolerance(Isa isa, const Case& c) {
 }
 
 // Whether this ISA rounds x per group: every int4 decode kernel (AVX2, AVX512-VNNI, AMX-INT8)
-// does, and they take m = 16 too unless GemmPrecision is kF32 (decode_kernels_take).
+// does, and they take m = 16 too unless GemmPrecision is kF32 (decode_kernels_take); so does
+// int4 prefill on AVX512-VNNI CPUs without AMX (i4_on_vnni_prefill).
 bool rounds_x(Isa isa, const Case& c) {
   return c.dtype == DType::kI4 &&
          ((isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m)) ||
-          gemm_detail::decode_kernels_take(c.dtype, c.m));
+          gemm_detail::decode_kernels_take(c.dtype, c.m) || gemm_detail::i4_on_vnni_prefill(c.m));
 }
 
 // Sets MXCSR.DAZ and FTZ while alive (when asked).
@@ -401,6 +403,126 @@ TEST_CASE("gemm int4 decode: groups, half steps, zeros, scale dtypes, m = 1..15,
   }
 }
 
+// int4 prefill on AVX512-VNNI (no AMX): 6 rows of x per tile (m not a multiple of 6), units of
+// 32 output columns (blocks not a multiple of 32, a unit past a block's end, several blocks,
+// SiLU-mul pairs), groups of 32 / 64 / 128 pairs of elements, zero points, both scale dtypes,
+// and the x that stress the rounding per group (outliers, wide exponents, zeros). On other
+// levels the same cases check the dequantizing prefill.
+TEST_CASE("gemm int4 prefill: tiles of 6 rows, 32-column units, groups, zeros, x fills",
+          "[kernels][gemm_quant]") {
+  const XFill fills[] = {XFill::kUniform, XFill::kSpike, XFill::kWide, XFill::kZeros};
+  uint32_t seed = 2700;
+  for (int64_t m : {17, 23, 64}) {
+    for (int64_t g : {32, 64, 128}) {
+      for (int shape = 0; shape < 3; ++shape) {
+        Case c;
+        c.m = m;
+        c.k = g == 128 ? 1152 : (m == 23 ? 2112 : 96 * g / 32);
+        c.group = g;
+        c.asym = seed % 2 == 1;
+        c.scale_dtype = (seed / 2) % 2 == 0 ? DType::kF16 : DType::kBF16;
+        c.x_fill = fills[seed % 4];
+        c.ldx_pad = seed % 3 == 0 ? 0 : 5;
+        c.ldy_pad = seed % 5 == 0 ? 0 : 3;
+        if (shape == 0) {
+          c.rows = {45};
+          c.bias = {true};
+        } else if (shape == 1) {
+          c.rows = {33, 7, 64};
+          c.bias = {false, true, false};
+        } else {
+          c.rows = {33, 33};
+          c.bias = {true, seed % 2 == 0};
+          c.ep = GemmEpilogue::kSiluMul;
+        }
+        check_case(c, seed++);
+      }
+    }
+  }
+}
+
+// The same path against x rounded exactly as the kI4 contract says (gemm_quant.h), here in
+// scalar code: s_x = absmax_g / 32639 and 1 / s_x as f32 divisions, x16 = round-half-even of
+// the f32 product x * (1 / s_x); a group whose 1 / s_x overflows (absmax below ~2^-113) counts
+// as zero. What remains is f32 summation of exact integer group sums: 1e-5 * M. Groups of x:
+// uniform, one +-1e4 outlier, 2^-120 times uniform (taken as zero), zeros, 2^-60 times uniform.
+TEST_CASE("gemm int4 prefill on AVX512-VNNI: x rounded as the contract says",
+          "[kernels][gemm_quant]") {
+  uint32_t seed = 2900;
+  IsaRestore restore;
+  Runners runners;
+  for (int64_t g : {32, 64, 128}) {
+    const int64_t m = 19, k = 10 * g, n = 37;
+    Case c;
+    c.m = m;
+    c.k = k;
+    c.group = g;
+    c.asym = g == 64;
+    c.scale_dtype = g == 128 ? DType::kBF16 : DType::kF16;
+    std::mt19937 rng(seed++);
+    Block blk = make_block(c, n, false, rng);
+    GemmWeights w;
+    w.dtype = DType::kI4;
+    w.k = k;
+    w.n_blocks = 1;
+    w.rows[0] = n;
+    w.data[0] = blk.data.data() + 1;
+    w.scales[0] = blk.scales.data() + 2;
+    w.zeros[0] = c.asym ? blk.zeros.data() : nullptr;
+    w.group_size = g;
+    w.scale_dtype = c.scale_dtype;
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> x(m * k);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t kind = (j / g + i) % 5;
+        float v = kind == 3 ? 0.0f : dist(rng);
+        if (kind == 2) v = std::ldexp(v, -120);
+        if (kind == 4) v = std::ldexp(v, -60);
+        x[i * k + j] = v;
+      }
+      for (int64_t g0 = 0; g0 < k; g0 += g) {
+        if ((g0 / g + i) % 5 == 1) x[i * k + g0 + rng() % g] = rng() % 2 ? 1e4f : -1e4f;
+      }
+    }
+    // Reference: sum_g s_x sum_c x16_c w_c in double, and M.
+    std::vector<double> ref(m * n), mag(m * n);
+    for (int64_t i = 0; i < m; ++i) {
+      std::vector<double> xr(k);
+      for (int64_t g0 = 0; g0 < k; g0 += g) {
+        float amax = 0.0f;
+        for (int64_t j = g0; j < g0 + g; ++j) amax = std::max(amax, std::fabs(x[i * k + j]));
+        const float sx = amax / 32639.0f, inv = amax > 0.0f ? 32639.0f / amax : 0.0f;
+        for (int64_t j = g0; j < g0 + g; ++j) {
+          xr[j] = std::isinf(inv) ? 0.0 : std::nearbyint(x[i * k + j] * inv) * double{sx};
+        }
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        double s = 0.0, a = 0.0;
+        for (int64_t j = 0; j < k; ++j) {
+          s += xr[j] * blk.value[r * k + j];
+          a += std::fabs(x[i * k + j]) * blk.mag[r * k + j];
+        }
+        ref[i * n + r] = s;
+        mag[i * n + r] = a;
+      }
+    }
+    for (Isa isa : supported_isas()) {
+      REQUIRE(set_isa(isa));
+      if (!gemm_detail::i4_on_vnni_prefill(m)) continue;
+      for (auto [name, runner] : runners.all()) {
+        std::vector<float> y(m * n);
+        gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, *runner);
+        for (int64_t idx = 0; idx < m * n; ++idx) {
+          INFO("group=" << g << " isa=" << isa_name(isa) << " runner=" << name << " row "
+                        << idx / n << " col " << idx % n);
+          CHECK(std::fabs(y[idx] - ref[idx]) <= 1e-5 * mag[idx] + 1e-30);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("gemm int4 decode: SiLU-mul and blocks of mixed zero points", "[kernels][gemm_quant]") {
   uint32_t seed = 2500;
   for (int64_t m : {1, 2, 3, 4, 6}) {
@@ -420,7 +542,6 @@ TEST_CASE("gemm int4 decode: SiLU-mul and blocks of mixed zero points", "[kernel
   }
 }
 
-// A NaN in x makes its row of y NaN (whole-group rounding must not hide it).
 // The AMX batched-decode path reads the precision per call: kBf16 rounds x to bf16 there,
 // kF32 keeps these m on the exact decode kernels (checked at their tighter bounds).
 TEST_CASE("gemm int4 and fp8 batched decode under every GemmPrecision", "[kernels][gemm_quant]") {
@@ -449,9 +570,24 @@ TEST_CASE("gemm int4 and fp8 batched decode under every GemmPrecision", "[kernel
   }
 }
 
-TEST_CASE("gemm int4 and fp8 decode: a NaN in x gives NaN outputs", "[kernels][gemm_quant]") {
+// A NaN or an infinity in x makes its row of y NaN (whole-group rounding must not hide it), at
+// decode and prefill sizes.
+TEST_CASE("gemm int4 and fp8 decode and prefill: a NaN or inf in x gives NaN outputs",
+          "[kernels][gemm_quant]") {
+  struct Bad {
+    DType dt;
+    int64_t m;
+    float v;
+  };
+  std::vector<Bad> cases;
   for (DType dt : {DType::kI4, DType::kF8E4M3}) {
-    const int64_t k = 256, n = 6, m = 2;
+    for (int64_t m : {2, 20}) {
+      cases.push_back({dt, m, std::numeric_limits<float>::quiet_NaN()});
+      cases.push_back({dt, m, std::numeric_limits<float>::infinity()});
+    }
+  }
+  for (const auto& [dt, m, bad] : cases) {
+    const int64_t k = 256, n = 6;
     std::vector<uint8_t> data(dt == DType::kI4 ? n * k / 2 : n * k, 0x11);
     std::vector<uint16_t> scales(n * (k / 64), f32_to_f16(0.01f));
     std::vector<float> fscales(n, 0.01f);
@@ -464,7 +600,7 @@ TEST_CASE("gemm int4 and fp8 decode: a NaN in x gives NaN outputs", "[kernels][g
     w.group_size = dt == DType::kI4 ? 64 : 0;
     w.scales[0] = dt == DType::kI4 ? static_cast<const void*>(scales.data()) : fscales.data();
     std::vector<float> x(m * k, 0.5f), y(m * n);
-    x[100] = std::numeric_limits<float>::quiet_NaN();
+    x[100] = bad;
     IsaRestore restore;
     Runners runners;
     for (Isa isa : supported_isas()) {
@@ -472,9 +608,14 @@ TEST_CASE("gemm int4 and fp8 decode: a NaN in x gives NaN outputs", "[kernels][g
       gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, runners.serial);
       for (int64_t j = 0; j < n; ++j) {
         INFO("dtype=" << (dt == DType::kI4 ? "int4" : "fp8") << " isa=" << isa_name(isa)
-                      << " col " << j);
-        CHECK(std::isnan(y[j]));
-        CHECK(std::isfinite(y[n + j]));
+                      << " m=" << m << " x=" << bad << " col " << j);
+        // An inf: NaN where x is rounded per group (s_x NaN), inf or NaN where it stays f32.
+        if (std::isnan(bad)) {
+          CHECK(std::isnan(y[j]));
+        } else {
+          CHECK(!std::isfinite(y[j]));
+        }
+        for (int64_t i = 1; i < m; ++i) CHECK(std::isfinite(y[i * n + j]));
       }
     }
   }

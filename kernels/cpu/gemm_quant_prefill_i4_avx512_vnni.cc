@@ -1,0 +1,285 @@
+// Prefill (m >= kQuantPrefillMinM rows of x) of kI4 weights on AVX512-VNNI CPUs without AMX, in
+// integers: vpdpwssd multiplies int16 pairs and sums them into int32 lanes, 32 products per
+// instruction where an FMA makes 16. Contract and bound: gemm_quant.h (i4_on_vnni_prefill).
+//
+// x is rounded per (row of x, weight group) to x16 = round(x / s_x), s_x = absmax_g / kI4XMax,
+// as the kI4 decode kernels round it (the same bound), and stored as int16 in element order, so
+// the dword at pair p of a row holds x16 of elements 2p and 2p + 1 (prep_x). The weights of 32
+// output columns are repacked per call into a panel [k / 2][32] of dwords, lane c of pair p
+// holding (q - z) of elements 2p and 2p + 1 of column c as two int16 (pack_panel): q - z is
+// exact in int16 and a weight group's sum of products in int32 (|q - z| <= 136, |x16| <= 32639,
+// at most 128 products per lane: < 2^30). The micro-kernel (tile) keeps 6 rows x 32 columns of
+// group sums in 12 int32 registers and their f32 totals in 12 more: per pair of elements 2
+// panel loads, 6 dword broadcasts of x16 and 12 vpdpwssd; per group one conversion and one FMA
+// with s_w s_x per register. So a group's sum is exact before its one conversion to f32 (24
+// bits), and the f32 totals add one rounding per group: the bound's 1e-5 * M term.
+//
+// Order of work: a task takes whole units (32 columns of one weight block, or of the gate and
+// the up block for kSiluMul), packs the unit's panel (k * 64 bytes, L2-resident) and then
+// sweeps every row tile of x over it; the 6 rows of x16 of a tile (12 k bytes) stay in L1. The
+// packing costs about as much as one row tile's products (it is amortized over m / 6 tiles).
+//
+// Why int16 x and not int8 (llama.cpp's Q8 activations, 2x the products per instruction): x
+// rounded to int8 per group is off by up to absmax / 254, 128x the decode kernels' rounding, and
+// gemm_quant_cpu.cc's choice against AMX-INT8 prefill for the same reason stands.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/gemm_quant.h"
+
+namespace sampan::cpu::gemm_detail {
+namespace {
+
+constexpr int kCols = 32;  // output columns per unit / panel (two vectors of 16 lanes)
+constexpr int kMr = 6;     // rows of x per micro-tile
+
+struct Plan {
+  int64_t m = 0, k = 0, group = 0, ng = 0;
+  int64_t ldq = 0;  // dwords per prepared row of x: k / 2
+  bool bf16_scales = false;
+  const int32_t* xq = nullptr;  // [m][ldq]: x16 pairs
+  const float* sx = nullptr;    // [m][ng]: s_x (0 for a group taken as zero, NaN for inf / NaN)
+};
+
+// Row i of x: its groups' s_x and x16.
+void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx) {
+  for (int64_t g = 0; g < p.ng; ++g) {
+    float s, inv;
+    i4_x_group_scale(x, g * p.group, p.group, &s, &inv);
+    if (!(inv < INFINITY)) {  // absmax below ~2^-113: 1 / s_x overflows; the group counts as 0
+      if (!std::isnan(s)) s = 0.0f;
+      inv = 0.0f;
+    }
+    sx[g] = s;
+    const __m512 vinv = _mm512_set1_ps(inv);
+    for (int64_t c = g * p.group; c < (g + 1) * p.group; c += 32) {
+      const __m512i a = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + c), vinv),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512i b = _mm512_cvt_roundps_epi32(
+          _mm512_mul_ps(_mm512_loadu_ps(x + c + 16), vinv),
+          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      // |x16| <= kI4XMax: the saturating narrowing is exact (an inf / NaN group's s_x is NaN).
+      const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(a)),
+                                           _mm512_cvtsepi32_epi16(b), 1);
+      _mm512_storeu_si512(xq + c / 2, h);
+    }
+  }
+}
+
+struct Scratch {
+  AlignedBuffer<int32_t> panel;  // [2 (gate, up)][k / 2][kCols]
+  AlignedBuffer<float> sw;       // [2][ng][kCols]: s_w, 0 past the unit's columns
+  AlignedBuffer<int32_t> zz;     // [ng][kCols]: 8 + z
+  alignas(64) float c[2][kMr * kCols];  // a tile's results (gate, up)
+};
+
+Scratch& task_scratch(const Plan& p) {
+  thread_local Scratch s;
+  s.panel.reserve(2 * p.k / 2 * kCols);
+  s.sw.reserve(2 * p.ng * kCols);
+  s.zz.reserve(p.ng * kCols);
+  return s;
+}
+
+// Columns [row0, row0 + cols) of weight block b into panel [k / 2][kCols] and its scales into
+// sw [ng][kCols]; columns from cols on get zero weights and scales.
+void pack_panel(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch& s,
+                int32_t* panel, float* sw) {
+  const int64_t rb = p.k / 2;  // bytes per weight row
+  const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
+  const auto* scales = static_cast<const uint16_t*>(w.scales[b]) + row0 * p.ng;
+  const int8_t* zeros = w.zeros[b] ? w.zeros[b] + row0 * p.ng : nullptr;
+  for (int c = 0; c < kCols; ++c) {
+    for (int64_t g = 0; g < p.ng; ++g) {
+      float v = 0.0f;
+      int32_t z = 0;
+      if (c < cols) {
+        const uint16_t h = scales[c * p.ng + g];
+        v = p.bf16_scales ? std::bit_cast<float>(static_cast<uint32_t>(h) << 16) : _cvtsh_ss(h);
+        z = zeros ? zeros[c * p.ng + g] : 0;
+      }
+      sw[g * kCols + c] = v;
+      s.zz.data()[g * kCols + c] = 8 + z;
+    }
+  }
+  const __m512i low4 = _mm512_set1_epi32(0xf), eight = _mm512_set1_epi32(8);
+  const __m512i lo16 = _mm512_set1_epi32(0xffff);
+  for (int half = 0; half < 2; ++half) {
+    const int n = std::clamp(cols - 16 * half, 0, 16);
+    const __mmask16 mk = static_cast<__mmask16>((1u << n) - 1);
+    const __m512i idx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(static_cast<int>(rb)));
+    const uint8_t* base = data + 16 * half * rb;
+    for (int64_t j0 = 0; j0 < rb; j0 += 4) {  // bytes j0..j0+3: pairs j0..j0+3
+      const __m512i zz = _mm512_load_si512(s.zz.data() + (2 * j0 / p.group) * kCols + 16 * half);
+      // 4 bytes of each of 16 rows (masked lanes: 0, which with zz = 8 gives weight 0).
+      const __m512i v = n == 0 ? _mm512_setzero_si512()
+                               : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx,
+                                                             base + j0, 1);
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        // Two's complement nibble n -> q = (n ^ 8) - 8; q - z = (n ^ 8) - (8 + z).
+        const __m512i lo = _mm512_sub_epi32(
+            _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi32(v, 8 * t), low4), eight), zz);
+        const __m512i hi = _mm512_sub_epi32(
+            _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi32(v, 8 * t + 4), low4), eight), zz);
+        _mm512_store_si512(panel + (j0 + t) * kCols + 16 * half,
+                           _mm512_or_si512(_mm512_and_si512(lo, lo16), _mm512_slli_epi32(hi, 16)));
+      }
+    }
+  }
+}
+
+// c[i][0, kCols) = sum over groups g of s_w[g] s_x[i][g] sum_{pairs of g} (q - z) x16, for the
+// MR rows of x from xq / sx (row i at xq + i ldq, sx + i ng).
+template <int MR>
+void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* xq,
+          const float* sx, float* c) {
+  const int64_t ppg = p.group / 2;  // pairs per group
+  __m512 acc[MR][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < p.ng; ++g) {
+    __m512i s[MR][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) s[i][0] = s[i][1] = _mm512_setzero_si512();
+    const int32_t* pw = panel + g * ppg * kCols;
+    const int32_t* px = xq + g * ppg;
+    for (int64_t j = 0; j < ppg; ++j) {
+      const __m512i w0 = _mm512_load_si512(pw + j * kCols);
+      const __m512i w1 = _mm512_load_si512(pw + j * kCols + 16);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m512i xb = _mm512_set1_epi32(px[i * p.ldq + j]);
+        s[i][0] = _mm512_dpwssd_epi32(s[i][0], xb, w0);
+        s[i][1] = _mm512_dpwssd_epi32(s[i][1], xb, w1);
+      }
+    }
+    const __m512 sw0 = _mm512_load_ps(sw + g * kCols), sw1 = _mm512_load_ps(sw + g * kCols + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 f = _mm512_set1_ps(sx[i * p.ng + g]);
+      acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][0]), _mm512_mul_ps(sw0, f), acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][1]), _mm512_mul_ps(sw1, f), acc[i][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    _mm512_store_ps(c + i * kCols, acc[i][0]);
+    _mm512_store_ps(c + i * kCols + 16, acc[i][1]);
+  }
+}
+
+void tile_rows(const Plan& p, int mr, const int32_t* panel, const float* sw, int64_t i0,
+               float* c) {
+  const int32_t* xq = p.xq + i0 * p.ldq;
+  const float* sx = p.sx + i0 * p.ng;
+  switch (mr) {
+    case 6: return tile<6>(p, panel, sw, xq, sx, c);
+    case 5: return tile<5>(p, panel, sw, xq, sx, c);
+    case 4: return tile<4>(p, panel, sw, xq, sx, c);
+    case 3: return tile<3>(p, panel, sw, xq, sx, c);
+    case 2: return tile<2>(p, panel, sw, xq, sx, c);
+    default: return tile<1>(p, panel, sw, xq, sx, c);
+  }
+}
+
+struct PrepScratch {
+  AlignedBuffer<int32_t> xq;
+  AlignedBuffer<float> sx;
+};
+
+PrepScratch& prep_scratch() {
+  thread_local PrepScratch s;
+  return s;
+}
+
+}  // namespace
+
+void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                                GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
+  assert(w.dtype == DType::kI4 && m >= 1);
+  Plan p;
+  p.m = m;
+  p.k = w.k;
+  p.group = w.group_size;
+  p.ng = p.k / p.group;
+  p.ldq = p.k / 2;
+  p.bf16_scales = w.scale_dtype == DType::kBF16;
+  PrepScratch& ps = prep_scratch();
+  ps.xq.reserve(m * p.ldq);
+  ps.sx.reserve(m * p.ng);
+  p.xq = ps.xq.data();
+  p.sx = ps.sx.data();
+  const int64_t threads = std::max(1, runner.concurrency());
+  {
+    const int64_t n_tasks = std::min(threads, m);
+    auto prep = [&](int64_t t) {
+      for (int64_t i = m * t / n_tasks; i < m * (t + 1) / n_tasks; ++i) {
+        prep_row(x + i * ldx, p, ps.xq.data() + i * p.ldq, ps.sx.data() + i * p.ng);
+      }
+    };
+    if (n_tasks == 1) {
+      prep(0);
+    } else {
+      runner.run(n_tasks, prep);
+    }
+  }
+
+  const bool silu = ep == GemmEpilogue::kSiluMul;
+  // Units of kCols columns per block (kSiluMul: of the gate block, with the same up columns).
+  int64_t first_unit[kMaxGemmBlocks + 1] = {};
+  int64_t col0[kMaxGemmBlocks + 1] = {};
+  const int n_segments = silu ? 1 : w.n_blocks;
+  for (int b = 0; b < n_segments; ++b) {
+    first_unit[b + 1] = first_unit[b] + (w.rows[b] + kCols - 1) / kCols;
+    col0[b + 1] = col0[b] + w.rows[b];
+  }
+  const int64_t units = first_unit[n_segments];
+  const EpilogueFn epilogue = fma_kernels_avx512().epilogue;
+  const int64_t n_tasks = std::min(threads, units);
+  auto task = [&](int64_t t) {
+    Scratch& s = task_scratch(p);
+    int32_t* panels[2] = {s.panel.data(), s.panel.data() + p.k / 2 * kCols};
+    float* sws[2] = {s.sw.data(), s.sw.data() + p.ng * kCols};
+    int b = 0;
+    for (int64_t u = units * t / n_tasks; u < units * (t + 1) / n_tasks; ++u) {
+      while (u >= first_unit[b + 1]) ++b;
+      const int64_t row0 = (u - first_unit[b]) * kCols;
+      const int cols = static_cast<int>(std::min<int64_t>(kCols, w.rows[b] - row0));
+      const int n_src = silu ? 2 : 1;
+      for (int j = 0; j < n_src; ++j) {
+        pack_panel(w, p, silu ? j : b, row0, cols, s, panels[j], sws[j]);
+      }
+      for (int64_t i0 = 0; i0 < m; i0 += kMr) {
+        const int mr = static_cast<int>(std::min<int64_t>(kMr, m - i0));
+        for (int j = 0; j < n_src; ++j) tile_rows(p, mr, panels[j], sws[j], i0, s.c[j]);
+        for (int i = 0; i < mr; ++i) {
+          float* yi = y + (i0 + i) * ldy;
+          if (silu) {
+            epilogue(ep, s.c[0] + i * kCols, w.bias[0] ? w.bias[0] + row0 : nullptr,
+                     s.c[1] + i * kCols, w.bias[1] ? w.bias[1] + row0 : nullptr, yi + row0, cols);
+          } else {
+            epilogue(ep, s.c[0] + i * kCols, w.bias[b] ? w.bias[b] + row0 : nullptr, nullptr,
+                     nullptr, yi + col0[b] + row0, cols);
+          }
+        }
+      }
+    }
+  };
+  if (n_tasks == 1) {
+    task(0);
+  } else {
+    runner.run(n_tasks, task);
+  }
+}
+
+}  // namespace sampan::cpu::gemm_detail
