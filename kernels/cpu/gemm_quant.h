@@ -18,7 +18,10 @@
 // (m >= kQuantPrefillMinM) is compute-bound: the driver dequantizes a
 // bounded chunk of weight rows into scratch (bf16 where cpu::gemm multiplies in bf16: AMX, or
 // AVX512-BF16 CPUs with GemmPrecision::kBf16; f32 otherwise) and runs the plain GEMM on it, so
-// the existing AMX / bf16-panel / FMA-panel machinery does the arithmetic.
+// the existing AMX / bf16-panel / FMA-panel machinery does the arithmetic. Except int4 on
+// AVX512-VNNI CPUs without AMX (i4_on_vnni_prefill): there vpdpwssd multiplies the int16 q - z
+// with x rounded per group to x16 (the decode rounding), 32 products per instruction against an
+// FMA's 16 (gemm_quant_prefill_i4_avx512_vnni.cc).
 //
 // Accuracy, against dequantize-then-multiply in double (tests/kernels/test_gemm_quant.cc), with
 // M = sum_k |x| (|q| + |z|) |s| (= sum |x||w| for fp8 and symmetric int4):
@@ -33,7 +36,8 @@
 //    where they come out normal.
 //  - kI4 decode (the AVX2 kernels: one-row at m = 1..2 and batched at m = 3..16 below
 //    AVX512-VNNI, and the one-row kernel at m = 1 on Zen 4; the VNNI kernel from AVX512-VNNI up,
-//    the AMX-INT8 kernel for m = kI4AmxMinM..16 on AMX CPUs: gemm_quant_cpu.cc)
+//    the AMX-INT8 kernel for m = kI4AmxMinM..16 on AMX CPUs: gemm_quant_cpu.cc), and kI4 prefill
+//    on AVX512-VNNI CPUs without AMX unless GemmPrecision is kF32 (i4_on_vnni_prefill),
 //    multiplies in integers: x is rounded per (row of x, weight group g) to
 //    x16 * s_x, x16 = round(x / s_x) in [-32639, 32639], s_x = absmax_g(x) / 32639 (32639 =
 //    256 * 127 + 127, the most a signed hi byte and lo byte hold). Rounding x to the nearest
