@@ -138,6 +138,13 @@ void pack_panel(const GemmWeights& w, const Plan& p, int b, int64_t row0, int co
   }
 }
 
+// acc += the pairwise int16 products of a and b (vpdpwssd). In asm so that the accumulator is
+// updated in place: through the intrinsic GCC 12 copied every accumulator to another register
+// once per step (12 vmovdqa per 12 vpdpwssd), which held the tile to ~0.75x.
+inline void dpwssd(__m512i& acc, __m512i a, __m512i b) {
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+}
+
 // c[i][0, kCols) = sum over groups g of s_w[g] s_x[i][g] sum_{pairs of g} (q - z) x16, for the
 // MR rows of x from xq / sx (row i at xq + i ldq, sx + i ng).
 template <int MR>
@@ -159,8 +166,8 @@ void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* x
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const __m512i xb = _mm512_set1_epi32(px[i * p.ldq + j]);
-        s[i][0] = _mm512_dpwssd_epi32(s[i][0], xb, w0);
-        s[i][1] = _mm512_dpwssd_epi32(s[i][1], xb, w1);
+        dpwssd(s[i][0], xb, w0);
+        dpwssd(s[i][1], xb, w1);
       }
     }
     const __m512 sw0 = _mm512_load_ps(sw + g * kCols), sw1 = _mm512_load_ps(sw + g * kCols + 16);
