@@ -112,6 +112,16 @@ struct GgmlKernels {
 const GgmlKernels& ggml_kernels_avx2();
 const GgmlKernels& ggml_kernels_avx512();
 
+// Whether cpu::gemm runs GGUF weights of `type` with m rows of x through
+// gemm_ggml_vnni_prefill: Q4_0 and Q8_0 on AVX512-VNNI CPUs without AMX, m >=
+// kGgmlPrefillMinM, GemmPrecision not kF32. x is then rounded per 32 elements to x16 =
+// round(x / s), s = absmax / 32767: within the x16 kernels' bound below (their blocks of 256
+// hold these groups of 32), with integer products as theirs.
+bool ggml_on_vnni_prefill(GgmlType type, int64_t m);
+// Any m >= 1 (gemm_prefill_i16_avx512_vnni.cc; AVX512-VNNI CPUs only).
+void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                            GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
+
 // The AVX2 x16 decode kernel of `type` (Q4_0, Q8_0, Q4_K, Q5_K or Q6_K; gemm_ggml_x16_avx2.cc):
 // the AVX-512 table takes Q6_K's, faster there than its f32 decoder (figures at make_table).
 GgmlDotTable ggml_x16_dot_avx2(GgmlType type);

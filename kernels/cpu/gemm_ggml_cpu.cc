@@ -187,6 +187,11 @@ void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t
 
 }  // namespace
 
+bool ggml_on_vnni_prefill(GgmlType type, int64_t m) {
+  return (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0) && m >= kGgmlPrefillMinM &&
+         has_avx512_vnni() && !has_amx() && gemm_precision() != GemmPrecision::kF32;
+}
+
 void gemm_ggml(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
                float* y, int64_t ldy, TaskRunner& runner) {
   assert(w.dtype == DType::kU8 && ggml_block_type_supported(w.ggml_type));
@@ -196,7 +201,9 @@ void gemm_ggml(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Gem
   // Kernels never throw: a caller that skipped the checks gets y untouched, not a crash.
   if (!ggml_block_type_supported(w.ggml_type) || ggml_row_bytes(w.ggml_type, w.k) <= 0) return;
   const GgmlKernels& kt = has_avx512() ? ggml_kernels_avx512() : ggml_kernels_avx2();
-  if (m >= kGgmlPrefillMinM) {
+  if (ggml_on_vnni_prefill(w.ggml_type, m)) {
+    gemm_ggml_vnni_prefill(m, x, ldx, w, ep, y, ldy, runner);
+  } else if (m >= kGgmlPrefillMinM) {
     gemm_ggml_prefill(kt, m, x, ldx, w, ep, y, ldy, runner);
   } else {
     gemm_ggml_decode(kt, m, x, ldx, w, ep, y, ldy, runner);

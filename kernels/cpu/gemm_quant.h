@@ -21,7 +21,7 @@
 // the existing AMX / bf16-panel / FMA-panel machinery does the arithmetic. Except int4 on
 // AVX512-VNNI CPUs without AMX (i4_on_vnni_prefill): there vpdpwssd multiplies the int16 q - z
 // with x rounded per group to x16 (the decode rounding), 32 products per instruction against an
-// FMA's 16 (gemm_quant_prefill_i4_avx512_vnni.cc).
+// FMA's 16 (gemm_prefill_i16_avx512_vnni.cc).
 //
 // Accuracy, against dequantize-then-multiply in double (tests/kernels/test_gemm_quant.cc), with
 // M = sum_k |x| (|q| + |z|) |s| (= sum |x||w| for fp8 and symmetric int4):
@@ -224,7 +224,7 @@ void gemm_quant_i4_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights
 // kF32 (which keeps prefill exact in f32; kBf16 takes it too: it rounds x less than bf16 does).
 // The kI4 decode contract above (x rounded per group to x16).
 bool i4_on_vnni_prefill(int64_t m);
-// Any m >= 1 (gemm_quant_prefill_i4_avx512_vnni.cc; AVX512-VNNI CPUs only).
+// Any m >= 1 (gemm_prefill_i16_avx512_vnni.cc; AVX512-VNNI CPUs only).
 void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                                 GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 
@@ -245,10 +245,11 @@ static inline void fp8x32_to_f32(__m256i b, __m512& lo, __m512& hi) {
 }
 
 // s_x and 1 / s_x of x[c0, c0 + n) (n a multiple of 16) for the kI4 decode rounding
-// (x16 = round(x / s_x), s_x = absmax / kI4XMax). A group holding a NaN or an infinity gets
-// s_x = NaN (its outputs come out NaN, as with f32 arithmetic) and x16 of no importance.
+// (x16 = round(x / s_x), s_x = absmax / xmax, xmax = kI4XMax; the GGUF prefill passes 32767).
+// A group holding a NaN or an infinity gets s_x = NaN (its outputs come out NaN, as with f32
+// arithmetic) and x16 of no importance.
 static inline void i4_x_group_scale(const float* x, int64_t c0, int64_t n, float* sx,
-                                    float* inv) {
+                                    float* inv, float xmax = kI4XMax) {
   __m512 m = _mm512_setzero_ps(), bad = _mm512_setzero_ps();
   for (int64_t c = c0; c < c0 + n; c += 16) {
     const __m512 v = _mm512_loadu_ps(x + c);
@@ -261,8 +262,8 @@ static inline void i4_x_group_scale(const float* x, int64_t c0, int64_t n, float
   if (_mm512_cmp_ps_mask(bad, bad, _CMP_UNORD_Q) != 0) {
     *sx = __builtin_nanf("");
   } else if (absmax > 0.0f) {
-    *sx = absmax / kI4XMax;
-    *inv = kI4XMax / absmax;
+    *sx = absmax / xmax;
+    *inv = xmax / absmax;
   }
 }
 #endif

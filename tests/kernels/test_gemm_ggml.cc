@@ -236,12 +236,15 @@ void check_case(const Case& c, uint32_t seed) {
     const gemm_detail::GgmlKernels& kt = isa_includes(isa, Isa::kAvx512)
                                              ? gemm_detail::ggml_kernels_avx512()
                                              : gemm_detail::ggml_kernels_avx2();
-    const bool x16 = !prefill && kt.dot[static_cast<int>(c.type->type)].x16;
     // Prefill at this level's default precision, then (prefill only) exact f32 as well.
     for (const bool f32_prefill : {false, true}) {
       if (f32_prefill && !prefill) break;
       std::optional<ScopedGemmPrecision> scope;
       if (f32_prefill) scope.emplace(GemmPrecision::kF32);
+      // Decode kernels that round x, and Q4_0 / Q8_0 prefill on AVX512-VNNI without AMX, which
+      // rounds it within the same bound (gemm_ggml.h).
+      const bool x16 = prefill ? gemm_detail::ggml_on_vnni_prefill(c.type->type, c.m)
+                               : kt.dot[static_cast<int>(c.type->type)].x16;
       const bool bf16 = prefill && gemm_detail::prefill_in_bf16();
       const double tol = bf16 ? std::ldexp(1.0, -7) : tol_f32;
       auto allowed_at = [&](int64_t idx) {
@@ -439,6 +442,123 @@ TEST_CASE("gemm ggml: x16 decode, awkward k, m = 1..17 and x", "[kernels][gemm_g
           c.ldy_pad = seed % 5 == 0 ? 0 : 3;
           check_case(c, seed++);
         }
+      }
+    }
+  }
+}
+
+// Q4_0 / Q8_0 prefill in integers on AVX512-VNNI without AMX (gemm_prefill_i16_avx512_vnni.cc;
+// elsewhere these cases check the dequantizing prefill): tiles of 6 rows of x (m not a multiple
+// of 6), units of 32 columns (blocks not a multiple of 32, several blocks, SiLU-mul pairs),
+// groups of 32 elements with their own x scale, and the same special x as the decode case.
+TEST_CASE("gemm ggml: Q4_0 / Q8_0 prefill, tiles, units and x", "[kernels][gemm_ggml]") {
+  uint32_t seed = 1500;
+  for (const TypeInfo& t : all_types()) {
+    if (t.type != GgmlType::kQ4_0 && t.type != GgmlType::kQ8_0) continue;
+    for (int64_t m : {32, 45}) {
+      for (XFill fill : {XFill::kUniform, XFill::kOutlier, XFill::kZero, XFill::kTiny,
+                         XFill::kNaN, XFill::kInf}) {
+        for (int shape = 0; shape < 3; ++shape) {
+          Case c;
+          c.type = &t;
+          c.m = m;
+          c.k = fill == XFill::kUniform ? 1088 : 160;
+          c.x_fill = fill;
+          if (shape == 0) {
+            c.rows = {45};
+            c.bias = {true};
+          } else if (shape == 1) {
+            c.rows = {33, 7, 64};
+            c.bias = {false, true, false};
+          } else {
+            c.rows = {33, 33};
+            c.bias = {seed % 2 == 0, true};
+            c.ep = GemmEpilogue::kSiluMul;
+          }
+          c.ldx_pad = seed % 3 == 0 ? 0 : 5;
+          c.ldy_pad = seed % 5 == 0 ? 0 : 3;
+          check_case(c, seed++);
+        }
+      }
+    }
+  }
+}
+
+// The same path against x rounded exactly as gemm_ggml.h says for it, computed here in scalar
+// code: per 32 elements s = absmax / 32767 and 1 / s as f32 divisions, x16 = round-half-even
+// of the f32 product x * (1 / s) (a group whose 1 / s overflows counts as zero). Q8_0 blocks
+// written here: d an f16, 32 int8 codes. What remains is f32 summation: 1e-5 of sum |x||w|.
+TEST_CASE("gemm ggml: Q8_0 prefill on AVX512-VNNI rounds x as stated", "[kernels][gemm_ggml]") {
+  const int64_t m = 37, k = 320, n = 35, nb = k / 32;
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<uint8_t> data(n * nb * 34);
+  std::vector<double> wv(n * k);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = data.data() + (r * nb + b) * 34;
+      const uint16_t h = f32_to_f16(0.001f + 0.01f * std::fabs(dist(rng)));
+      std::memcpy(blk, &h, 2);
+      for (int j = 0; j < 32; ++j) {
+        const auto q = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+        blk[2 + j] = static_cast<uint8_t>(q);
+        wv[r * k + b * 32 + j] = double{q} * f16_to_f32(h);
+      }
+    }
+  }
+  std::vector<float> x(m * k);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t kind = (j / 32 + i) % 5;  // uniform, outlier, tiny, zero, small
+      float v = kind == 3 ? 0.0f : dist(rng);
+      if (kind == 2) v = std::ldexp(v, -120);
+      if (kind == 4) v = std::ldexp(v, -60);
+      x[i * k + j] = v;
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      if ((b + i) % 5 == 1) x[i * k + b * 32 + rng() % 32] = rng() % 2 ? 1e4f : -1e4f;
+    }
+  }
+  std::vector<double> ref(m * n), mag(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    std::vector<double> xr(k);
+    for (int64_t g0 = 0; g0 < k; g0 += 32) {
+      float amax = 0.0f;
+      for (int64_t j = g0; j < g0 + 32; ++j) amax = std::max(amax, std::fabs(x[i * k + j]));
+      const float sx = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+      for (int64_t j = g0; j < g0 + 32; ++j) {
+        xr[j] = std::isinf(inv) ? 0.0 : std::nearbyint(x[i * k + j] * inv) * double{sx};
+      }
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      double acc = 0.0, a = 0.0;
+      for (int64_t j = 0; j < k; ++j) {
+        acc += xr[j] * wv[r * k + j];
+        a += std::fabs(x[i * k + j] * wv[r * k + j]);
+      }
+      ref[i * n + r] = acc;
+      mag[i * n + r] = a;
+    }
+  }
+  GemmWeights w;
+  w.dtype = DType::kU8;
+  w.ggml_type = GgmlType::kQ8_0;
+  w.k = k;
+  w.n_blocks = 1;
+  w.rows[0] = n;
+  w.data[0] = data.data();
+  IsaRestore restore;
+  Runners runners;
+  for (Isa isa : supported_isas()) {
+    REQUIRE(set_isa(isa));
+    if (!gemm_detail::ggml_on_vnni_prefill(GgmlType::kQ8_0, m)) continue;
+    for (auto [name, runner] : runners.all()) {
+      std::vector<float> y(m * n);
+      gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, *runner);
+      for (int64_t idx = 0; idx < m * n; ++idx) {
+        INFO("isa=" << isa_name(isa) << " runner=" << name << " row " << idx / n << " col "
+                    << idx % n);
+        CHECK(std::fabs(y[idx] - ref[idx]) <= 1e-5 * mag[idx] + 1e-30);
       }
     }
   }

@@ -172,7 +172,7 @@ double tolerance(Isa isa, const Case& c) {
     return std::ldexp(1.0, -16) + 1e-5;
   }
   // int4 on AMX-INT8 tiles (gemm_quant_i4_amx.cc) and int4 prefill on AVX512-VNNI without AMX
-  // (gemm_quant_prefill_i4_avx512_vnni.cc): integer sums, the x rounding added by rounds_x below.
+  // (gemm_prefill_i16_avx512_vnni.cc): integer sums, the x rounding added by rounds_x below.
   const bool amx_i4 = isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m);
   if (c.dtype == DType::kI4 && (amx_i4 || gemm_detail::i4_on_vnni_prefill(c.m))) {
     return 1e-5;

@@ -1,23 +1,31 @@
-// Prefill (m >= kQuantPrefillMinM rows of x) of kI4 weights on AVX512-VNNI CPUs without AMX, in
-// integers: vpdpwssd multiplies int16 pairs and sums them into int32 lanes, 32 products per
-// instruction where an FMA makes 16. Contract and bound: gemm_quant.h (i4_on_vnni_prefill).
+// Prefill (m rows of x, from the prefill sizes on) of weights whose values are small integers
+// times a per-group scale, on AVX512-VNNI CPUs without AMX, in integers: vpdpwssd multiplies
+// int16 pairs and sums them into int32 lanes, 32 products per instruction where an FMA makes 16.
+// Formats: kI4 (any group, zero points; contract and bound: gemm_quant.h, i4_on_vnni_prefill)
+// and GGUF Q4_0 / Q8_0 (blocks of 32 with an f16 scale; gemm_ggml.h, ggml_on_vnni_prefill).
 //
-// x is rounded per (row of x, weight group) to x16 = round(x / s_x), s_x = absmax_g / kI4XMax,
-// as the kI4 decode kernels round it (the same bound), and stored as int16 in element order, so
-// the dword at pair p of a row holds x16 of elements 2p and 2p + 1 (prep_x). The weights of 32
-// output columns are repacked per call into a panel [k / 2][32] of dwords, lane c of pair p
-// holding (q - z) of elements 2p and 2p + 1 of column c as two int16 (pack_panel): q - z is
-// exact in int16 and a weight group's sum of products in int32 (|q - z| <= 136, |x16| <= 32639,
-// at most 128 products per lane: < 2^30). The micro-kernel (tile) keeps 6 rows x 32 columns of
-// group sums in 12 int32 registers and their f32 totals in 12 more: per pair of elements 2
-// panel loads, 6 dword broadcasts of x16 and 12 vpdpwssd; per group one conversion and one FMA
-// with s_w s_x per register. So a group's sum is exact before its one conversion to f32 (24
-// bits), and the f32 totals add one rounding per group: the bound's 1e-5 * M term.
+// x is rounded per (row of x, weight group) to x16 = round(x / s_x), s_x = absmax_g / xmax (kI4:
+// kI4XMax, as the kI4 decode kernels round it; GGUF: 32767, within the GGUF x16 bound, whose
+// blocks of 256 hold these groups of 32), and stored as int16 in element order, so the dword at
+// pair p of a row holds x16 of elements 2p and 2p + 1 (prep_row). The weights of 32 output
+// columns are repacked per call into a panel [k / 2][32] of dwords, lane c of pair p holding the
+// integer weights (kI4 q - z, Q4_0 n - 8, Q8_0 q) of elements 2p and 2p + 1 of column c as two
+// int16 (the format's pack function), with their scales beside them. A group's sum of products
+// is exact in int32 (|w| <= 136, |x16| <= 32767, at most 128 products per lane: < 2^30). The
+// micro-kernel (tile) keeps 6 rows x 32 columns of group sums in 12 int32 registers and their
+// f32 totals in 12 more: per pair of elements 2 panel loads, 6 dword broadcasts of x16 and 12
+// vpdpwssd; per group one conversion and one FMA with s_w s_x per register. So a group's sum is
+// exact before its one conversion to f32 (24 bits), and the f32 totals add one rounding per
+// group: the bounds' f32 summation term.
 //
 // Order of work: a task takes whole units (32 columns of one weight block, or of the gate and
 // the up block for kSiluMul), packs the unit's panel (k * 64 bytes, L2-resident) and then
 // sweeps every row tile of x over it; the 6 rows of x16 of a tile (12 k bytes) stay in L1. The
 // packing costs about as much as one row tile's products (it is amortized over m / 6 tiles).
+// Tried and slower (Emerald Rapids, bench_gemm_quant gemm, m = 512): 12 or 8 rows per tile with
+// the f32 totals in L1 (0.6x, 0.96x); k blocked so that a chunk of the panel stays in L1
+// (16-64 KB chunks: 0.8-0.95x); this kernel for batched decode (m = 2..16: packing dominates,
+// 0.3-1.0x the decode kernels).
 //
 // Why int16 x and not int8 (llama.cpp's Q8 activations, 2x the products per instruction): x
 // rounded to int8 per group is off by up to absmax / 254, 128x the decode kernels' rounding, and
@@ -31,7 +39,9 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
+#include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/gemm_quant.h"
 
 namespace sampan::cpu::gemm_detail {
@@ -43,7 +53,8 @@ constexpr int kMr = 6;     // rows of x per micro-tile
 struct Plan {
   int64_t m = 0, k = 0, group = 0, ng = 0;
   int64_t ldq = 0;  // dwords per prepared row of x: k / 2
-  bool bf16_scales = false;
+  bool bf16_scales = false;   // kI4 only
+  float xmax = kI4XMax;       // x16 range
   const int32_t* xq = nullptr;  // [m][ldq]: x16 pairs
   const float* sx = nullptr;    // [m][ng]: s_x (0 for a group taken as zero, NaN for inf / NaN)
 };
@@ -52,7 +63,7 @@ struct Plan {
 void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx) {
   for (int64_t g = 0; g < p.ng; ++g) {
     float s, inv;
-    i4_x_group_scale(x, g * p.group, p.group, &s, &inv);
+    i4_x_group_scale(x, g * p.group, p.group, &s, &inv, p.xmax);
     if (!(inv < INFINITY)) {  // absmax below ~2^-113: 1 / s_x overflows; the group counts as 0
       if (!std::isnan(s)) s = 0.0f;
       inv = 0.0f;
@@ -65,7 +76,7 @@ void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx) {
       const __m512i b = _mm512_cvt_roundps_epi32(
           _mm512_mul_ps(_mm512_loadu_ps(x + c + 16), vinv),
           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      // |x16| <= kI4XMax: the saturating narrowing is exact (an inf / NaN group's s_x is NaN).
+      // |x16| <= xmax: the saturating narrowing is exact (an inf / NaN group's s_x is NaN).
       const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(a)),
                                            _mm512_cvtsepi32_epi16(b), 1);
       _mm512_storeu_si512(xq + c / 2, h);
@@ -90,8 +101,12 @@ Scratch& task_scratch(const Plan& p) {
 
 // Columns [row0, row0 + cols) of weight block b into panel [k / 2][kCols] and its scales into
 // sw [ng][kCols]; columns from cols on get zero weights and scales.
-void pack_panel(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch& s,
-                int32_t* panel, float* sw) {
+using PackFn = void (*)(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
+                        Scratch& s, int32_t* panel, float* sw);
+
+// kI4: 4 bytes of 16 rows per vpgatherdd, each byte's nibbles widened to q - z.
+void pack_i4(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch& s,
+             int32_t* panel, float* sw) {
   const int64_t rb = p.k / 2;  // bytes per weight row
   const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
   const auto* scales = static_cast<const uint16_t*>(w.scales[b]) + row0 * p.ng;
@@ -133,6 +148,55 @@ void pack_panel(const GemmWeights& w, const Plan& p, int b, int64_t row0, int co
             _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi32(v, 8 * t + 4), low4), eight), zz);
         _mm512_store_si512(panel + (j0 + t) * kCols + 16 * half,
                            _mm512_or_si512(_mm512_and_si512(lo, lo16), _mm512_slli_epi32(hi, 16)));
+      }
+    }
+  }
+}
+
+// GGUF Q4_0 (kQ8 false) and Q8_0: a block of 32 elements is 16 dwords of int16 pairs (Q4_0:
+// byte l's low nibble is element l, its high nibble element l + 16, w = n - 8; Q8_0: int8 q),
+// taken for 16 columns at a time and transposed into 16 panel rows of 16 lanes.
+template <bool kQ8>
+void pack_ggml(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch&,
+               int32_t* panel, float* sw) {
+  constexpr int64_t kBytes = kQ8 ? 34 : 18;
+  const int64_t rb = p.ng * kBytes;  // bytes per weight row
+  const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
+  for (int64_t g = 0; g < p.ng; ++g) {
+    for (int c = 0; c < kCols; ++c) {
+      float v = 0.0f;
+      if (c < cols) {
+        uint16_t h;
+        std::memcpy(&h, data + c * rb + g * kBytes, 2);
+        v = _cvtsh_ss(h);
+      }
+      sw[g * kCols + c] = v;
+    }
+  }
+  for (int half = 0; half < 2; ++half) {
+    const int n = std::clamp(cols - 16 * half, 0, 16);
+    for (int64_t g = 0; g < p.ng; ++g) {
+      __m512i v[16];
+      for (int c = 0; c < 16; ++c) {
+        if (c >= n) {
+          v[c] = _mm512_setzero_si512();
+          continue;
+        }
+        const uint8_t* q = data + (16 * half + c) * rb + g * kBytes + 2;
+        if constexpr (kQ8) {
+          v[c] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+        } else {
+          const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+          const __m128i nib = _mm_set1_epi8(0x0f);
+          const __m256i lo = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, nib));
+          const __m256i hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), nib));
+          v[c] = _mm512_sub_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+                                  _mm512_set1_epi16(8));
+        }
+      }
+      transpose16(v);  // v[j]: pair j of the block for the 16 columns
+      for (int j = 0; j < 16; ++j) {
+        _mm512_store_si512(panel + (g * 16 + j) * kCols + 16 * half, v[j]);
       }
     }
   }
@@ -209,18 +273,9 @@ PrepScratch& prep_scratch() {
   return s;
 }
 
-}  // namespace
-
-void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
-                                GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
-  assert(w.dtype == DType::kI4 && m >= 1);
-  Plan p;
-  p.m = m;
-  p.k = w.k;
-  p.group = w.group_size;
-  p.ng = p.k / p.group;
-  p.ldq = p.k / 2;
-  p.bf16_scales = w.scale_dtype == DType::kBF16;
+void prefill_i16(Plan& p, PackFn pack, const float* x, int64_t ldx, const GemmWeights& w,
+                 GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
+  const int64_t m = p.m;
   PrepScratch& ps = prep_scratch();
   ps.xq.reserve(m * p.ldq);
   ps.sx.reserve(m * p.ng);
@@ -264,7 +319,7 @@ void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const Ge
       const int cols = static_cast<int>(std::min<int64_t>(kCols, w.rows[b] - row0));
       const int n_src = silu ? 2 : 1;
       for (int j = 0; j < n_src; ++j) {
-        pack_panel(w, p, silu ? j : b, row0, cols, s, panels[j], sws[j]);
+        pack(w, p, silu ? j : b, row0, cols, s, panels[j], sws[j]);
       }
       for (int64_t i0 = 0; i0 < m; i0 += kMr) {
         const int mr = static_cast<int>(std::min<int64_t>(kMr, m - i0));
@@ -287,6 +342,36 @@ void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const Ge
   } else {
     runner.run(n_tasks, task);
   }
+}
+
+}  // namespace
+
+void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                                GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
+  assert(w.dtype == DType::kI4 && m >= 1);
+  Plan p;
+  p.m = m;
+  p.k = w.k;
+  p.group = w.group_size;
+  p.ng = p.k / p.group;
+  p.ldq = p.k / 2;
+  p.bf16_scales = w.scale_dtype == DType::kBF16;
+  prefill_i16(p, pack_i4, x, ldx, w, ep, y, ldy, runner);
+}
+
+void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                            GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
+  assert(w.dtype == DType::kU8 && m >= 1 && w.k % 32 == 0 &&
+         (w.ggml_type == GgmlType::kQ4_0 || w.ggml_type == GgmlType::kQ8_0));
+  Plan p;
+  p.m = m;
+  p.k = w.k;
+  p.group = 32;
+  p.ng = p.k / 32;
+  p.ldq = p.k / 2;
+  p.xmax = 32767.0f;
+  prefill_i16(p, w.ggml_type == GgmlType::kQ8_0 ? pack_ggml<true> : pack_ggml<false>, x, ldx, w,
+              ep, y, ldy, runner);
 }
 
 }  // namespace sampan::cpu::gemm_detail
