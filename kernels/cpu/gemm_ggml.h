@@ -113,10 +113,11 @@ const GgmlKernels& ggml_kernels_avx2();
 const GgmlKernels& ggml_kernels_avx512();
 
 // Whether cpu::gemm runs GGUF weights of `type` with m rows of x through
-// gemm_ggml_vnni_prefill: Q4_0 and Q8_0 on AVX512-VNNI CPUs without AMX, m >=
+// gemm_ggml_vnni_prefill: Q4_0, Q8_0 and Q4_K on AVX512-VNNI CPUs without AMX, m >=
 // kGgmlPrefillMinM, GemmPrecision not kF32. x is then rounded per 32 elements to x16 =
 // round(x / s), s = absmax / 32767: within the x16 kernels' bound below (their blocks of 256
-// hold these groups of 32), with integer products as theirs.
+// hold these groups of 32), with integer products as theirs (Q4_K: the (d sc) q part in
+// integers, the dmin mn part against the f32 sums s * sum x16 of each group).
 bool ggml_on_vnni_prefill(GgmlType type, int64_t m);
 // Any m >= 1 (gemm_prefill_i16_avx512_vnni.cc; AVX512-VNNI CPUs only).
 void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,

@@ -2,14 +2,15 @@
 // times a per-group scale, on AVX512-VNNI CPUs without AMX, in integers: vpdpwssd multiplies
 // int16 pairs and sums them into int32 lanes, 32 products per instruction where an FMA makes 16.
 // Formats: kI4 (any group, zero points; contract and bound: gemm_quant.h, i4_on_vnni_prefill)
-// and GGUF Q4_0 / Q8_0 (blocks of 32 with an f16 scale; gemm_ggml.h, ggml_on_vnni_prefill).
+// and GGUF Q4_0 / Q8_0 (blocks of 32 with an f16 scale) and Q4_K (groups of 32 with a scale and
+// a min; gemm_ggml.h, ggml_on_vnni_prefill).
 //
 // x is rounded per (row of x, weight group) to x16 = round(x / s_x), s_x = absmax_g / xmax (kI4:
 // kI4XMax, as the kI4 decode kernels round it; GGUF: 32767, within the GGUF x16 bound, whose
 // blocks of 256 hold these groups of 32), and stored as int16 in element order, so the dword at
 // pair p of a row holds x16 of elements 2p and 2p + 1 (prep_row). The weights of 32 output
 // columns are repacked per call into a panel [k / 2][32] of dwords, lane c of pair p holding the
-// integer weights (kI4 q - z, Q4_0 n - 8, Q8_0 q) of elements 2p and 2p + 1 of column c as two
+// integer weights (kI4 q - z, Q4_0 n - 8, Q8_0 q, Q4_K q) of elements 2p and 2p + 1 of column c as two
 // int16 (the format's pack function), with their scales beside them. A group's sum of products
 // is exact in int32 (|w| <= 136, |x16| <= 32767, at most 128 products per lane: < 2^30). The
 // micro-kernel (tile) keeps 6 rows x 32 columns of group sums in 12 int32 registers and their
@@ -43,6 +44,7 @@
 
 #include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/gemm_quant.h"
+#include "kernels/cpu/ggml_dequant.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
@@ -55,12 +57,14 @@ struct Plan {
   int64_t ldq = 0;  // dwords per prepared row of x: k / 2
   bool bf16_scales = false;   // kI4 only
   float xmax = kI4XMax;       // x16 range
+  bool mins = false;          // weights w = s_w q - mn (Q4_K): the group sums of x are needed
   const int32_t* xq = nullptr;  // [m][ldq]: x16 pairs
   const float* sx = nullptr;    // [m][ng]: s_x (0 for a group taken as zero, NaN for inf / NaN)
+  const float* xs = nullptr;    // [m][ng]: s_x * sum of the group's x16 (mins only)
 };
 
-// Row i of x: its groups' s_x and x16.
-void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx) {
+// Row i of x: its groups' s_x and x16, and s_x times their sums (xs, where the format has mins).
+void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs) {
   for (int64_t g = 0; g < p.ng; ++g) {
     float s, inv;
     i4_x_group_scale(x, g * p.group, p.group, &s, &inv, p.xmax);
@@ -70,6 +74,7 @@ void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx) {
     }
     sx[g] = s;
     const __m512 vinv = _mm512_set1_ps(inv);
+    __m512i sum = _mm512_setzero_si512();
     for (int64_t c = g * p.group; c < (g + 1) * p.group; c += 32) {
       const __m512i a = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + c), vinv),
                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -80,13 +85,17 @@ void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx) {
       const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(a)),
                                            _mm512_cvtsepi32_epi16(b), 1);
       _mm512_storeu_si512(xq + c / 2, h);
+      sum = _mm512_add_epi32(sum, _mm512_add_epi32(a, b));
     }
+    // |sum| <= 128 * 32767 < 2^24: exact in f32. NaN groups: s_x NaN, so xs NaN too.
+    if (p.mins) xs[g] = s * static_cast<float>(_mm512_reduce_add_epi32(sum));
   }
 }
 
 struct Scratch {
   AlignedBuffer<int32_t> panel;  // [2 (gate, up)][k / 2][kCols]
-  AlignedBuffer<float> sw;       // [2][ng][kCols]: s_w, 0 past the unit's columns
+  AlignedBuffer<float> sw;       // [2][2][ng][kCols]: s_w, then mn (mins only); 0 past the
+                                 // unit's columns
   AlignedBuffer<int32_t> zz;     // [ng][kCols]: 8 + z
   alignas(64) float c[2][kMr * kCols];  // a tile's results (gate, up)
 };
@@ -94,14 +103,15 @@ struct Scratch {
 Scratch& task_scratch(const Plan& p) {
   thread_local Scratch s;
   s.panel.reserve(2 * p.k / 2 * kCols);
-  s.sw.reserve(2 * p.ng * kCols);
+  s.sw.reserve(4 * p.ng * kCols);
   s.zz.reserve(p.ng * kCols);
   return s;
 }
 
 // Columns [row0, row0 + cols) of weight block b into panel [k / 2][kCols] and its scales into
-// sw [ng][kCols]; columns from cols on get zero weights and scales.
-using PackFn = void (*)(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
+// sw [ng][kCols] (formats with mins: their mins into sw + ng kCols, [ng][kCols]); columns from
+// cols on get zero weights, scales and mins.
+using I16PackFn = void (*)(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
                         Scratch& s, int32_t* panel, float* sw);
 
 // kI4: 4 bytes of 16 rows per vpgatherdd, each byte's nibbles widened to q - z.
@@ -156,21 +166,42 @@ void pack_i4(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
 // GGUF Q4_0 (kQ8 false) and Q8_0: a block of 32 elements is 16 dwords of int16 pairs (Q4_0:
 // byte l's low nibble is element l, its high nibble element l + 16, w = n - 8; Q8_0: int8 q),
 // taken for 16 columns at a time and transposed into 16 panel rows of 16 lanes.
-template <bool kQ8>
+// GGUF Q4_K: a 256-element block is 8 groups of 32 (sub-block j: nibble j % 2 of bytes
+// 32 (j / 2).. of qs, w = (d sc_j) q - dmin mn_j with q in 0..15); d sc_j and dmin mn_j are exact
+// in f32 (11 + 6 bits), so s_w = d sc_j and the min mn = dmin mn_j.
+enum class GgmlKind { kQ4_0, kQ8_0, kQ4_K };
+
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+template <GgmlKind kKind>
 void pack_ggml(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch&,
                int32_t* panel, float* sw) {
-  constexpr int64_t kBytes = kQ8 ? 34 : 18;
-  const int64_t rb = p.ng * kBytes;  // bytes per weight row
+  constexpr bool kQ8 = kKind == GgmlKind::kQ8_0, kK = kKind == GgmlKind::kQ4_K;
+  constexpr int64_t kBytes = kK ? 144 : kQ8 ? 34 : 18;  // per block
+  constexpr int64_t kGroups = kK ? 8 : 1;               // groups of 32 per block
+  const int64_t rb = p.ng / kGroups * kBytes;           // bytes per weight row
   const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
+  float* mins = sw + p.ng * kCols;
   for (int64_t g = 0; g < p.ng; ++g) {
     for (int c = 0; c < kCols; ++c) {
-      float v = 0.0f;
+      float v = 0.0f, mn = 0.0f;
       if (c < cols) {
-        uint16_t h;
-        std::memcpy(&h, data + c * rb + g * kBytes, 2);
-        v = _cvtsh_ss(h);
+        const uint8_t* blk = data + c * rb + g / kGroups * kBytes;
+        if constexpr (kK) {
+          int sc, mi;
+          k_scale_min(blk + 4, static_cast<int>(g % 8), &sc, &mi);
+          v = f16_at(blk) * static_cast<float>(sc);
+          mn = f16_at(blk + 2) * static_cast<float>(mi);
+        } else {
+          v = f16_at(blk);
+        }
       }
       sw[g * kCols + c] = v;
+      if constexpr (kK) mins[g * kCols + c] = mn;
     }
   }
   for (int half = 0; half < 2; ++half) {
@@ -182,7 +213,16 @@ void pack_ggml(const GemmWeights& w, const Plan& p, int b, int64_t row0, int col
           v[c] = _mm512_setzero_si512();
           continue;
         }
-        const uint8_t* q = data + (16 * half + c) * rb + g * kBytes + 2;
+        const uint8_t* blk = data + (16 * half + c) * rb + g / kGroups * kBytes;
+        if constexpr (kK) {
+          const __m256i bytes =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (g % 8 / 2)));
+          const __m256i nib = _mm256_and_si256(g % 2 ? _mm256_srli_epi16(bytes, 4) : bytes,
+                                               _mm256_set1_epi8(0x0f));
+          v[c] = _mm512_cvtepu8_epi16(nib);
+          continue;
+        }
+        const uint8_t* q = blk + 2;
         if constexpr (kQ8) {
           v[c] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
         } else {
@@ -213,7 +253,7 @@ inline void dpwssd(__m512i& acc, __m512i a, __m512i b) {
 // MR rows of x from xq / sx (row i at xq + i ldq, sx + i ng).
 template <int MR>
 void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* xq,
-          const float* sx, float* c) {
+          const float* sx, const float* xs, float* c) {
   const int64_t ppg = p.group / 2;  // pairs per group
   __m512 acc[MR][2];
 #pragma GCC unroll 8
@@ -241,6 +281,16 @@ void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* x
       acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][0]), _mm512_mul_ps(sw0, f), acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][1]), _mm512_mul_ps(sw1, f), acc[i][1]);
     }
+    if (p.mins) {  // minus mn times the group's sum of x
+      const float* mn = sw + (p.ng + g) * kCols;
+      const __m512 mn0 = _mm512_load_ps(mn), mn1 = _mm512_load_ps(mn + 16);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m512 t = _mm512_set1_ps(xs[i * p.ng + g]);
+        acc[i][0] = _mm512_fnmadd_ps(mn0, t, acc[i][0]);
+        acc[i][1] = _mm512_fnmadd_ps(mn1, t, acc[i][1]);
+      }
+    }
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
@@ -253,19 +303,20 @@ void tile_rows(const Plan& p, int mr, const int32_t* panel, const float* sw, int
                float* c) {
   const int32_t* xq = p.xq + i0 * p.ldq;
   const float* sx = p.sx + i0 * p.ng;
+  const float* xs = p.mins ? p.xs + i0 * p.ng : nullptr;
   switch (mr) {
-    case 6: return tile<6>(p, panel, sw, xq, sx, c);
-    case 5: return tile<5>(p, panel, sw, xq, sx, c);
-    case 4: return tile<4>(p, panel, sw, xq, sx, c);
-    case 3: return tile<3>(p, panel, sw, xq, sx, c);
-    case 2: return tile<2>(p, panel, sw, xq, sx, c);
-    default: return tile<1>(p, panel, sw, xq, sx, c);
+    case 6: return tile<6>(p, panel, sw, xq, sx, xs, c);
+    case 5: return tile<5>(p, panel, sw, xq, sx, xs, c);
+    case 4: return tile<4>(p, panel, sw, xq, sx, xs, c);
+    case 3: return tile<3>(p, panel, sw, xq, sx, xs, c);
+    case 2: return tile<2>(p, panel, sw, xq, sx, xs, c);
+    default: return tile<1>(p, panel, sw, xq, sx, xs, c);
   }
 }
 
 struct PrepScratch {
   AlignedBuffer<int32_t> xq;
-  AlignedBuffer<float> sx;
+  AlignedBuffer<float> sx, xs;
 };
 
 PrepScratch& prep_scratch() {
@@ -273,20 +324,23 @@ PrepScratch& prep_scratch() {
   return s;
 }
 
-void prefill_i16(Plan& p, PackFn pack, const float* x, int64_t ldx, const GemmWeights& w,
+void prefill_i16(Plan& p, I16PackFn pack, const float* x, int64_t ldx, const GemmWeights& w,
                  GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
   const int64_t m = p.m;
   PrepScratch& ps = prep_scratch();
   ps.xq.reserve(m * p.ldq);
   ps.sx.reserve(m * p.ng);
+  ps.xs.reserve(m * p.ng);
   p.xq = ps.xq.data();
   p.sx = ps.sx.data();
+  p.xs = ps.xs.data();
   const int64_t threads = std::max(1, runner.concurrency());
   {
     const int64_t n_tasks = std::min(threads, m);
     auto prep = [&](int64_t t) {
       for (int64_t i = m * t / n_tasks; i < m * (t + 1) / n_tasks; ++i) {
-        prep_row(x + i * ldx, p, ps.xq.data() + i * p.ldq, ps.sx.data() + i * p.ng);
+        prep_row(x + i * ldx, p, ps.xq.data() + i * p.ldq, ps.sx.data() + i * p.ng,
+                 ps.xs.data() + i * p.ng);
       }
     };
     if (n_tasks == 1) {
@@ -311,7 +365,7 @@ void prefill_i16(Plan& p, PackFn pack, const float* x, int64_t ldx, const GemmWe
   auto task = [&](int64_t t) {
     Scratch& s = task_scratch(p);
     int32_t* panels[2] = {s.panel.data(), s.panel.data() + p.k / 2 * kCols};
-    float* sws[2] = {s.sw.data(), s.sw.data() + p.ng * kCols};
+    float* sws[2] = {s.sw.data(), s.sw.data() + 2 * p.ng * kCols};
     int b = 0;
     for (int64_t u = units * t / n_tasks; u < units * (t + 1) / n_tasks; ++u) {
       while (u >= first_unit[b + 1]) ++b;
@@ -361,8 +415,9 @@ void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const Ge
 
 void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                             GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
-  assert(w.dtype == DType::kU8 && m >= 1 && w.k % 32 == 0 &&
-         (w.ggml_type == GgmlType::kQ4_0 || w.ggml_type == GgmlType::kQ8_0));
+  const GgmlType t = w.ggml_type;
+  assert(w.dtype == DType::kU8 && m >= 1 && w.k % ggml_block_size(t) == 0 &&
+         (t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0 || t == GgmlType::kQ4_K));
   Plan p;
   p.m = m;
   p.k = w.k;
@@ -370,8 +425,11 @@ void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWe
   p.ng = p.k / 32;
   p.ldq = p.k / 2;
   p.xmax = 32767.0f;
-  prefill_i16(p, w.ggml_type == GgmlType::kQ8_0 ? pack_ggml<true> : pack_ggml<false>, x, ldx, w,
-              ep, y, ldy, runner);
+  p.mins = t == GgmlType::kQ4_K;
+  const I16PackFn pack = t == GgmlType::kQ8_0   ? pack_ggml<GgmlKind::kQ8_0>
+                      : t == GgmlType::kQ4_K ? pack_ggml<GgmlKind::kQ4_K>
+                                             : pack_ggml<GgmlKind::kQ4_0>;
+  prefill_i16(p, pack, x, ldx, w, ep, y, ldy, runner);
 }
 
 }  // namespace sampan::cpu::gemm_detail

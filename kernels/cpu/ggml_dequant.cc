@@ -125,17 +125,6 @@ void block_q3_k(const uint8_t* b, float* y) {
   }
 }
 
-// The 6-bit scale and min of sub-block j (< 8) of a Q4_K / Q5_K block.
-void k_scale_min(const uint8_t* b, int j, int* sc, int* mn) {
-  if (j < 4) {
-    *sc = b[j] & 63;
-    *mn = b[j + 4] & 63;
-  } else {
-    *sc = (b[j + 4] & 15) | (b[j - 4] >> 6) << 4;
-    *mn = (b[j + 4] >> 4) | (b[j] >> 6) << 4;
-  }
-}
-
 void block_q4_k(const uint8_t* b, float* y) {
   const float d = f16_at(b), dmin = f16_at(b + 2);
   const uint8_t* qs = b + 16;
@@ -282,6 +271,16 @@ BlockFn block_fn(GgmlType t) {
 }
 
 }  // namespace
+
+void k_scale_min(const uint8_t* b, int j, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = b[j] & 63;
+    *mn = b[j + 4] & 63;
+  } else {
+    *sc = (b[j + 4] & 15) | (b[j - 4] >> 6) << 4;
+    *mn = (b[j + 4] >> 4) | (b[j] >> 6) << 4;
+  }
+}
 
 void dequantize_ggml_row(GgmlType t, const void* src, float* dst, int64_t k) {
   const BlockFn fn = block_fn(t);

@@ -75,5 +75,8 @@ extern const int8_t kIq4Values[16];
 extern const int8_t kMxfp4Values[16];
 // MXFP4's scale: 2^(e - 128) as llama.cpp's GGML_E8M0_TO_FP32_HALF gives it.
 float mxfp4_scale(uint8_t e);
+// The 6-bit scale and min of sub-block j (< 8) of a Q4_K / Q5_K block, from its 12 scale bytes
+// (scales: the block's bytes 4..15).
+void k_scale_min(const uint8_t* scales /*[12]*/, int j, int* sc, int* mn);
 
 }  // namespace sampan::cpu
