@@ -2,16 +2,17 @@
 // times a per-group scale, on AVX512-VNNI CPUs without AMX, in integers: vpdpwssd multiplies
 // int16 pairs and sums them into int32 lanes, 32 products per instruction where an FMA makes 16.
 // Formats: kI4 (any group, zero points; contract and bound: gemm_quant.h, i4_on_vnni_prefill)
-// and GGUF Q4_0 / Q8_0 (blocks of 32 with an f16 scale) and Q4_K (groups of 32 with a scale and
-// a min; gemm_ggml.h, ggml_on_vnni_prefill).
+// and GGUF Q4_0 / Q8_0 (blocks of 32 with an f16 scale), Q4_K (groups of 32 with a scale and a
+// min) and Q6_K (groups of 16; gemm_ggml.h, ggml_on_vnni_prefill).
 //
 // x is rounded per (row of x, weight group) to x16 = round(x / s_x), s_x = absmax_g / xmax (kI4:
 // kI4XMax, as the kI4 decode kernels round it; GGUF: 32767, within the GGUF x16 bound, whose
-// blocks of 256 hold these groups of 32), and stored as int16 in element order, so the dword at
-// pair p of a row holds x16 of elements 2p and 2p + 1 (prep_row). The weights of 32 output
-// columns are repacked per call into a panel [k / 2][32] of dwords, lane c of pair p holding the
-// integer weights (kI4 q - z, Q4_0 n - 8, Q8_0 q, Q4_K q) of elements 2p and 2p + 1 of column c as two
-// int16 (the format's pack function), with their scales beside them. A group's sum of products
+// blocks of 256 hold these groups of 32 or 16), and stored as int16 in element order, so the
+// dword at pair p of a row holds x16 of elements 2p and 2p + 1 (prep_row). The weights of 32
+// output columns are repacked per call into a panel [k / 2][32] of dwords, lane c of pair p
+// holding the integer weights (kI4 q - z, Q4_0 n - 8, Q8_0 q, Q4_K q, Q6_K q - 32) of elements
+// 2p and 2p + 1 of column c as two int16 (the format's pack function), with their scales (and
+// Q4_K's mins) beside them. A group's sum of products
 // is exact in int32 (|w| <= 136, |x16| <= 32767, at most 128 products per lane: < 2^30). The
 // micro-kernel (tile) keeps 6 rows x 32 columns of group sums in 12 int32 registers and their
 // f32 totals in 12 more: per pair of elements 2 panel loads, 6 dword broadcasts of x16 and 12
@@ -75,17 +76,12 @@ void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs) 
     sx[g] = s;
     const __m512 vinv = _mm512_set1_ps(inv);
     __m512i sum = _mm512_setzero_si512();
-    for (int64_t c = g * p.group; c < (g + 1) * p.group; c += 32) {
+    for (int64_t c = g * p.group; c < (g + 1) * p.group; c += 16) {
       const __m512i a = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + c), vinv),
                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __m512i b = _mm512_cvt_roundps_epi32(
-          _mm512_mul_ps(_mm512_loadu_ps(x + c + 16), vinv),
-          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       // |x16| <= xmax: the saturating narrowing is exact (an inf / NaN group's s_x is NaN).
-      const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(a)),
-                                           _mm512_cvtsepi32_epi16(b), 1);
-      _mm512_storeu_si512(xq + c / 2, h);
-      sum = _mm512_add_epi32(sum, _mm512_add_epi32(a, b));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + c / 2), _mm512_cvtsepi32_epi16(a));
+      sum = _mm512_add_epi32(sum, a);
     }
     // |sum| <= 128 * 32767 < 2^24: exact in f32. NaN groups: s_x NaN, so xs NaN too.
     if (p.mins) xs[g] = s * static_cast<float>(_mm512_reduce_add_epi32(sum));
@@ -163,13 +159,12 @@ void pack_i4(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
   }
 }
 
-// GGUF Q4_0 (kQ8 false) and Q8_0: a block of 32 elements is 16 dwords of int16 pairs (Q4_0:
-// byte l's low nibble is element l, its high nibble element l + 16, w = n - 8; Q8_0: int8 q),
-// taken for 16 columns at a time and transposed into 16 panel rows of 16 lanes.
 // GGUF Q4_K: a 256-element block is 8 groups of 32 (sub-block j: nibble j % 2 of bytes
 // 32 (j / 2).. of qs, w = (d sc_j) q - dmin mn_j with q in 0..15); d sc_j and dmin mn_j are exact
-// in f32 (11 + 6 bits), so s_w = d sc_j and the min mn = dmin mn_j.
-enum class GgmlKind { kQ4_0, kQ8_0, kQ4_K };
+// in f32 (11 + 6 bits), so s_w = d sc_j and the min mn = dmin mn_j. Q6_K: 16 groups of 16,
+// w = (d sc_j) (q - 32), sc_j int8 (d sc_j exact in f32: 11 + 8 bits), q from 4 low bits of ql
+// and 2 high bits of qh (ggml_dequant.h).
+enum class GgmlKind { kQ4_0, kQ8_0, kQ4_K, kQ6_K };
 
 inline float f16_at(const uint8_t* p) {
   uint16_t h;
@@ -177,56 +172,76 @@ inline float f16_at(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
+// Q4_0, Q8_0: a block of 32 elements is 16 dwords of int16 pairs (Q4_0: byte l's low nibble is
+// element l, its high nibble element l + 16, w = n - 8; Q8_0: int8 q); the K types per 32
+// elements of their 256. Taken for 16 columns at a time and transposed into 16 panel rows of 16
+// lanes.
 template <GgmlKind kKind>
 void pack_ggml(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch&,
                int32_t* panel, float* sw) {
-  constexpr bool kQ8 = kKind == GgmlKind::kQ8_0, kK = kKind == GgmlKind::kQ4_K;
-  constexpr int64_t kBytes = kK ? 144 : kQ8 ? 34 : 18;  // per block
-  constexpr int64_t kGroups = kK ? 8 : 1;               // groups of 32 per block
-  const int64_t rb = p.ng / kGroups * kBytes;           // bytes per weight row
+  constexpr bool kQ8 = kKind == GgmlKind::kQ8_0, kQ4K = kKind == GgmlKind::kQ4_K;
+  constexpr bool kQ6K = kKind == GgmlKind::kQ6_K, kK = kQ4K || kQ6K;
+  constexpr int64_t kBytes = kQ6K ? 210 : kQ4K ? 144 : kQ8 ? 34 : 18;  // per block
+  constexpr int64_t kBlock = kK ? 256 : 32;                              // elements per block
+  const int64_t rb = p.k / kBlock * kBytes;  // bytes per weight row
+  const int64_t per_block = kBlock / p.group;  // groups per block
   const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
   float* mins = sw + p.ng * kCols;
   for (int64_t g = 0; g < p.ng; ++g) {
     for (int c = 0; c < kCols; ++c) {
       float v = 0.0f, mn = 0.0f;
       if (c < cols) {
-        const uint8_t* blk = data + c * rb + g / kGroups * kBytes;
-        if constexpr (kK) {
+        const uint8_t* blk = data + c * rb + g / per_block * kBytes;
+        const int j = static_cast<int>(g % per_block);
+        if constexpr (kQ4K) {
           int sc, mi;
-          k_scale_min(blk + 4, static_cast<int>(g % 8), &sc, &mi);
+          k_scale_min(blk + 4, j, &sc, &mi);
           v = f16_at(blk) * static_cast<float>(sc);
           mn = f16_at(blk + 2) * static_cast<float>(mi);
+        } else if constexpr (kQ6K) {
+          v = f16_at(blk + 208) * static_cast<float>(static_cast<int8_t>(blk[192 + j]));
         } else {
           v = f16_at(blk);
         }
       }
       sw[g * kCols + c] = v;
-      if constexpr (kK) mins[g * kCols + c] = mn;
+      if constexpr (kQ4K) mins[g * kCols + c] = mn;
     }
   }
+  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03);
   for (int half = 0; half < 2; ++half) {
     const int n = std::clamp(cols - 16 * half, 0, 16);
-    for (int64_t g = 0; g < p.ng; ++g) {
+    for (int64_t ch = 0; ch < p.k / 32; ++ch) {  // 32 elements: 16 pairs
+      const int64_t cb = ch % (kBlock / 32);        // the chunk's place in its block
       __m512i v[16];
       for (int c = 0; c < 16; ++c) {
         if (c >= n) {
           v[c] = _mm512_setzero_si512();
           continue;
         }
-        const uint8_t* blk = data + (16 * half + c) * rb + g / kGroups * kBytes;
-        if constexpr (kK) {
+        const uint8_t* blk = data + (16 * half + c) * rb + ch * 32 / kBlock * kBytes;
+        if constexpr (kQ4K) {
           const __m256i bytes =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (g % 8 / 2)));
-          const __m256i nib = _mm256_and_si256(g % 2 ? _mm256_srli_epi16(bytes, 4) : bytes,
-                                               _mm256_set1_epi8(0x0f));
-          v[c] = _mm512_cvtepu8_epi16(nib);
-          continue;
-        }
-        const uint8_t* q = blk + 2;
-        if constexpr (kQ8) {
-          v[c] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (cb / 2)));
+          v[c] = _mm512_cvtepu8_epi16(
+              _mm256_and_si256(cb % 2 ? _mm256_srli_epi16(bytes, 4) : bytes, low4));
+        } else if constexpr (kQ6K) {
+          const int64_t a = cb / 4, t = cb % 4;
+          const __m256i lo = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(blk + 64 * a + 32 * (t & 1)));
+          const __m256i hi =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * a));
+          // 16-bit shifts: each byte's bits that the masks keep come from that byte.
+          const __m256i q = _mm256_or_si256(
+              _mm256_and_si256(_mm256_srl_epi16(lo, _mm_cvtsi64_si128(4 * (t >> 1))), low4),
+              _mm256_slli_epi16(
+                  _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi64_si128(2 * t)), low2), 4));
+          v[c] = _mm512_sub_epi16(_mm512_cvtepu8_epi16(q), _mm512_set1_epi16(32));
+        } else if constexpr (kQ8) {
+          v[c] = _mm512_cvtepi8_epi16(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
         } else {
-          const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+          const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
           const __m128i nib = _mm_set1_epi8(0x0f);
           const __m256i lo = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, nib));
           const __m256i hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), nib));
@@ -234,9 +249,9 @@ void pack_ggml(const GemmWeights& w, const Plan& p, int b, int64_t row0, int col
                                   _mm512_set1_epi16(8));
         }
       }
-      transpose16(v);  // v[j]: pair j of the block for the 16 columns
+      transpose16(v);  // v[j]: pair j of the chunk for the 16 columns
       for (int j = 0; j < 16; ++j) {
-        _mm512_store_si512(panel + (g * 16 + j) * kCols + 16 * half, v[j]);
+        _mm512_store_si512(panel + (ch * 16 + j) * kCols + 16 * half, v[j]);
       }
     }
   }
@@ -417,18 +432,20 @@ void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWe
                             GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
   const GgmlType t = w.ggml_type;
   assert(w.dtype == DType::kU8 && m >= 1 && w.k % ggml_block_size(t) == 0 &&
-         (t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0 || t == GgmlType::kQ4_K));
+         (t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0 || t == GgmlType::kQ4_K ||
+          t == GgmlType::kQ6_K));
   Plan p;
   p.m = m;
   p.k = w.k;
-  p.group = 32;
-  p.ng = p.k / 32;
+  p.group = t == GgmlType::kQ6_K ? 16 : 32;
+  p.ng = p.k / p.group;
   p.ldq = p.k / 2;
   p.xmax = 32767.0f;
   p.mins = t == GgmlType::kQ4_K;
   const I16PackFn pack = t == GgmlType::kQ8_0   ? pack_ggml<GgmlKind::kQ8_0>
-                      : t == GgmlType::kQ4_K ? pack_ggml<GgmlKind::kQ4_K>
-                                             : pack_ggml<GgmlKind::kQ4_0>;
+                         : t == GgmlType::kQ4_K ? pack_ggml<GgmlKind::kQ4_K>
+                         : t == GgmlType::kQ6_K ? pack_ggml<GgmlKind::kQ6_K>
+                                                : pack_ggml<GgmlKind::kQ4_0>;
   prefill_i16(p, pack, x, ldx, w, ep, y, ldy, runner);
 }
 
