@@ -12,10 +12,13 @@
 // Q4_K and Q5_K (AVX-512 and AVX2) and of Q6_K (the AVX2 kernel on both) runs against x
 // rounded to 16 bits per 256 elements with integer products (the x16 kernels; the driver
 // prepares x once per call, in the layout the table's prep_x16 defines), measured 1.5-2x (Q4_K,
-// Q5_K) and 1.05-1.15x (Q4_0, Q8_0, 2 threads, from DRAM) the speed of their exact f32 decoders on AVX-512, and on AVX2
-// (Zen 3, 1 thread, weights in cache, thread CPU time, m = 1) 2.4-2.6x (Q4_0, Q6_K) and
-// 2.3-2.5x (Q8_0; gemm_ggml_x16_avx2.cc has the figures); everything else keeps x in f32.
-// Prefill (m >= kGgmlPrefillMinM): the driver dequantizes a bounded chunk of weight rows in
+// Q5_K) and 1.05-1.15x (Q4_0, Q8_0, 2 threads, from DRAM) the speed of their exact f32 decoders
+// on AVX-512, and on AVX2 (Zen 3, 1 thread, weights in cache, thread CPU time, m = 1) 2.4-2.6x
+// (Q4_0, Q6_K) and 2.3-2.5x (Q8_0; gemm_ggml_x16_avx2.cc has the figures); everything else keeps
+// x in f32.
+// Prefill (m >= kGgmlPrefillMinM) on AVX512-VNNI CPUs without AMX, for Q4_0, Q8_0, Q4_K, Q5_K
+// and Q6_K: integer products in int16 pairs (ggml_on_vnni_prefill below). Otherwise, and for
+// every other type: the driver dequantizes a bounded chunk of weight rows in
 // scratch and runs the plain gemm() on it: bf16 rows, with x rounded to bf16, on the AMX tiles
 // where gemm() multiplies in bf16 (prefill_in_bf16(): AMX CPUs unless GemmPrecision::kF32;
 // AVX512-BF16 with kBf16), else exact f32 rows on the FMA panel kernels. Measured (TinyLlama
@@ -113,10 +116,10 @@ const GgmlKernels& ggml_kernels_avx2();
 const GgmlKernels& ggml_kernels_avx512();
 
 // Whether cpu::gemm runs GGUF weights of `type` with m rows of x through
-// gemm_ggml_vnni_prefill: Q4_0, Q8_0, Q4_K and Q6_K on AVX512-VNNI CPUs without AMX, m >=
+// gemm_ggml_vnni_prefill: Q4_0, Q8_0, Q4_K, Q5_K and Q6_K on AVX512-VNNI CPUs without AMX, m >=
 // kGgmlPrefillMinM, GemmPrecision not kF32. x is then rounded per 32 (Q6_K: 16) elements to x16 =
 // round(x / s), s = absmax / 32767: within the x16 kernels' bound below (their blocks of 256
-// hold these groups), with integer products as theirs (Q4_K: the (d sc) q part in
+// hold these groups), with integer products as theirs (Q4_K / Q5_K: the (d sc) q part in
 // integers, the dmin mn part against the f32 sums s * sum x16 of each group).
 bool ggml_on_vnni_prefill(GgmlType type, int64_t m);
 // Any m >= 1 (gemm_prefill_i16_avx512_vnni.cc; AVX512-VNNI CPUs only).

@@ -3,16 +3,17 @@
 // int16 pairs and sums them into int32 lanes, 32 products per instruction where an FMA makes 16.
 // Formats: kI4 (any group, zero points; contract and bound: gemm_quant.h, i4_on_vnni_prefill)
 // and GGUF Q4_0 / Q8_0 (blocks of 32 with an f16 scale), Q4_K (groups of 32 with a scale and a
-// min) and Q6_K (groups of 16; gemm_ggml.h, ggml_on_vnni_prefill).
+// min), Q5_K (the same with a fifth bit) and Q6_K (groups of 16; gemm_ggml.h,
+// ggml_on_vnni_prefill).
 //
 // x is rounded per (row of x, weight group) to x16 = round(x / s_x), s_x = absmax_g / xmax (kI4:
 // kI4XMax, as the kI4 decode kernels round it; GGUF: 32767, within the GGUF x16 bound, whose
 // blocks of 256 hold these groups of 32 or 16), and stored as int16 in element order, so the
 // dword at pair p of a row holds x16 of elements 2p and 2p + 1 (prep_row). The weights of 32
 // output columns are repacked per call into a panel [k / 2][32] of dwords, lane c of pair p
-// holding the integer weights (kI4 q - z, Q4_0 n - 8, Q8_0 q, Q4_K q, Q6_K q - 32) of elements
-// 2p and 2p + 1 of column c as two int16 (the format's pack function), with their scales (and
-// Q4_K's mins) beside them. A group's sum of products
+// holding the integer weights (kI4 q - z, Q4_0 n - 8, Q8_0 q, Q4_K / Q5_K q, Q6_K q - 32) of
+// elements 2p and 2p + 1 of column c as two int16 (the format's pack function), with their scales (and
+// the K types' mins) beside them. A group's sum of products
 // is exact in int32 (|w| <= 136, |x16| <= 32767, at most 128 products per lane: < 2^30). The
 // micro-kernel (tile) keeps 6 rows x 32 columns of group sums in 12 int32 registers and their
 // f32 totals in 12 more: per pair of elements 2 panel loads, 6 dword broadcasts of x16 and 12
@@ -163,8 +164,8 @@ void pack_i4(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
 // 32 (j / 2).. of qs, w = (d sc_j) q - dmin mn_j with q in 0..15); d sc_j and dmin mn_j are exact
 // in f32 (11 + 6 bits), so s_w = d sc_j and the min mn = dmin mn_j. Q6_K: 16 groups of 16,
 // w = (d sc_j) (q - 32), sc_j int8 (d sc_j exact in f32: 11 + 8 bits), q from 4 low bits of ql
-// and 2 high bits of qh (ggml_dequant.h).
-enum class GgmlKind { kQ4_0, kQ8_0, kQ4_K, kQ6_K };
+// and 2 high bits of qh (ggml_dequant.h). Q5_K: as Q4_K with a fifth bit from qh (q in 0..31).
+enum class GgmlKind { kQ4_0, kQ8_0, kQ4_K, kQ5_K, kQ6_K };
 
 inline float f16_at(const uint8_t* p) {
   uint16_t h;
@@ -179,9 +180,10 @@ inline float f16_at(const uint8_t* p) {
 template <GgmlKind kKind>
 void pack_ggml(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch&,
                int32_t* panel, float* sw) {
-  constexpr bool kQ8 = kKind == GgmlKind::kQ8_0, kQ4K = kKind == GgmlKind::kQ4_K;
+  constexpr bool kQ8 = kKind == GgmlKind::kQ8_0, kQ5K = kKind == GgmlKind::kQ5_K;
+  constexpr bool kQ4K = kKind == GgmlKind::kQ4_K || kQ5K;  // scales and mins as Q4_K's
   constexpr bool kQ6K = kKind == GgmlKind::kQ6_K, kK = kQ4K || kQ6K;
-  constexpr int64_t kBytes = kQ6K ? 210 : kQ4K ? 144 : kQ8 ? 34 : 18;  // per block
+  constexpr int64_t kBytes = kQ6K ? 210 : kQ5K ? 176 : kQ4K ? 144 : kQ8 ? 34 : 18;  // per block
   constexpr int64_t kBlock = kK ? 256 : 32;                              // elements per block
   const int64_t rb = p.k / kBlock * kBytes;  // bytes per weight row
   const int64_t per_block = kBlock / p.group;  // groups per block
@@ -221,10 +223,17 @@ void pack_ggml(const GemmWeights& w, const Plan& p, int b, int64_t row0, int col
         }
         const uint8_t* blk = data + (16 * half + c) * rb + ch * 32 / kBlock * kBytes;
         if constexpr (kQ4K) {
-          const __m256i bytes =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * (cb / 2)));
-          v[c] = _mm512_cvtepu8_epi16(
-              _mm256_and_si256(cb % 2 ? _mm256_srli_epi16(bytes, 4) : bytes, low4));
+          const __m256i bytes = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(blk + (kQ5K ? 48 : 16) + 32 * (cb / 2)));
+          __m256i q = _mm256_and_si256(cb % 2 ? _mm256_srli_epi16(bytes, 4) : bytes, low4);
+          if constexpr (kQ5K) {  // bit cb of qh[l] is bit 4 of element 32 cb + l
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+            q = _mm256_or_si256(
+                q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi64_si128(cb)),
+                                                      _mm256_set1_epi8(0x01)),
+                                     4));
+          }
+          v[c] = _mm512_cvtepu8_epi16(q);
         } else if constexpr (kQ6K) {
           const int64_t a = cb / 4, t = cb % 4;
           const __m256i lo = _mm256_loadu_si256(
@@ -433,7 +442,7 @@ void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWe
   const GgmlType t = w.ggml_type;
   assert(w.dtype == DType::kU8 && m >= 1 && w.k % ggml_block_size(t) == 0 &&
          (t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0 || t == GgmlType::kQ4_K ||
-          t == GgmlType::kQ6_K));
+          t == GgmlType::kQ5_K || t == GgmlType::kQ6_K));
   Plan p;
   p.m = m;
   p.k = w.k;
@@ -441,9 +450,10 @@ void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWe
   p.ng = p.k / p.group;
   p.ldq = p.k / 2;
   p.xmax = 32767.0f;
-  p.mins = t == GgmlType::kQ4_K;
+  p.mins = t == GgmlType::kQ4_K || t == GgmlType::kQ5_K;
   const I16PackFn pack = t == GgmlType::kQ8_0   ? pack_ggml<GgmlKind::kQ8_0>
                          : t == GgmlType::kQ4_K ? pack_ggml<GgmlKind::kQ4_K>
+                         : t == GgmlType::kQ5_K ? pack_ggml<GgmlKind::kQ5_K>
                          : t == GgmlType::kQ6_K ? pack_ggml<GgmlKind::kQ6_K>
                                                 : pack_ggml<GgmlKind::kQ4_0>;
   prefill_i16(p, pack, x, ldx, w, ep, y, ldy, runner);

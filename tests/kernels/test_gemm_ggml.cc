@@ -447,20 +447,20 @@ TEST_CASE("gemm ggml: x16 decode, awkward k, m = 1..17 and x", "[kernels][gemm_g
   }
 }
 
-// Q4_0 / Q8_0 / Q4_K / Q6_K prefill in integers on AVX512-VNNI without AMX
+// Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill in integers on AVX512-VNNI without AMX
 // (gemm_prefill_i16_avx512_vnni.cc; elsewhere these cases check the dequantizing prefill): tiles
 // of 6 rows of x (m not a multiple of 6), units of 32 columns (blocks not a multiple of 32,
 // several blocks, SiLU-mul pairs), groups of 32 (Q6_K: 16) elements with their own x scale
 // (Q4_K: and its min), and the same special x as the decode case.
-TEST_CASE("gemm ggml: Q4_0 / Q8_0 / Q4_K / Q6_K prefill, tiles, units and x",
+TEST_CASE("gemm ggml: Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill, tiles, units and x",
           "[kernels][gemm_ggml]") {
   uint32_t seed = 1500;
   for (const TypeInfo& t : all_types()) {
     if (t.type != GgmlType::kQ4_0 && t.type != GgmlType::kQ8_0 && t.type != GgmlType::kQ4_K &&
-        t.type != GgmlType::kQ6_K) {
+        t.type != GgmlType::kQ5_K && t.type != GgmlType::kQ6_K) {
       continue;
     }
-    const bool k_type = t.type == GgmlType::kQ4_K || t.type == GgmlType::kQ6_K;
+    const bool k_type = ggml_block_size(t.type) == 256;
     for (int64_t m : {32, 45}) {
       for (XFill fill : {XFill::kUniform, XFill::kOutlier, XFill::kZero, XFill::kTiny,
                          XFill::kNaN, XFill::kInf}) {
