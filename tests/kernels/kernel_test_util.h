@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include "engine/core/thread_pool.h"
+#include "kernels/common/gemm_weights.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/task_runner.h"
 
@@ -156,6 +157,24 @@ void check_gemm_output(const std::vector<float>& y, int64_t m, int64_t ldy, int6
   INFO("worst at row " << wi << " col " << wj << ": error/allowed = " << worst);
   CHECK(padding_ok);
   CHECK(worst <= 1.0);
+}
+
+// The weight blocks the quantized prefill cases cycle through (shape 0..2) for a Case with
+// rows, bias and ep: one block of 45 rows (a unit of 32 columns and a short one), three blocks
+// of 33, 7 and 64 rows (units past a block's end), a SiLU-mul pair of 33.
+template <class C>
+void set_prefill_blocks(C& c, int shape, uint32_t seed) {
+  if (shape == 0) {
+    c.rows = {45};
+    c.bias = {true};
+  } else if (shape == 1) {
+    c.rows = {33, 7, 64};
+    c.bias = {false, true, false};
+  } else {
+    c.rows = {33, 33};
+    c.bias = {true, seed % 2 == 0};
+    c.ep = GemmEpilogue::kSiluMul;
+  }
 }
 
 inline float from_bits(uint32_t u) { return std::bit_cast<float>(u); }

@@ -470,17 +470,7 @@ TEST_CASE("gemm ggml: Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill, tiles, units and
           c.m = m;
           c.k = fill == XFill::kUniform ? (k_type ? 1280 : 1088) : (k_type ? 512 : 160);
           c.x_fill = fill;
-          if (shape == 0) {
-            c.rows = {45};
-            c.bias = {true};
-          } else if (shape == 1) {
-            c.rows = {33, 7, 64};
-            c.bias = {false, true, false};
-          } else {
-            c.rows = {33, 33};
-            c.bias = {seed % 2 == 0, true};
-            c.ep = GemmEpilogue::kSiluMul;
-          }
+          set_prefill_blocks(c, shape, seed);
           c.ldx_pad = seed % 3 == 0 ? 0 : 5;
           c.ldy_pad = seed % 5 == 0 ? 0 : 3;
           check_case(c, seed++);

@@ -424,17 +424,7 @@ TEST_CASE("gemm int4 prefill: tiles of 6 rows, 32-column units, groups, zeros, x
         c.x_fill = fills[seed % 4];
         c.ldx_pad = seed % 3 == 0 ? 0 : 5;
         c.ldy_pad = seed % 5 == 0 ? 0 : 3;
-        if (shape == 0) {
-          c.rows = {45};
-          c.bias = {true};
-        } else if (shape == 1) {
-          c.rows = {33, 7, 64};
-          c.bias = {false, true, false};
-        } else {
-          c.rows = {33, 33};
-          c.bias = {true, seed % 2 == 0};
-          c.ep = GemmEpilogue::kSiluMul;
-        }
+        set_prefill_blocks(c, shape, seed);
         check_case(c, seed++);
       }
     }
