@@ -59,7 +59,7 @@ struct Plan {
   int64_t ldq = 0;  // dwords per prepared row of x: k / 2
   bool bf16_scales = false;   // kI4 only
   float xmax = kI4XMax;       // x16 range
-  bool mins = false;          // weights w = s_w q - mn (Q4_K): the group sums of x are needed
+  bool mins = false;          // w = s_w q - mn (Q4_K, Q5_K): the group sums of x are needed
   const int32_t* xq = nullptr;  // [m][ldq]: x16 pairs
   const float* sx = nullptr;    // [m][ng]: s_x (0 for a group taken as zero, NaN for inf / NaN)
   const float* xs = nullptr;    // [m][ng]: s_x * sum of the group's x16 (mins only)
@@ -109,7 +109,7 @@ Scratch& task_scratch(const Plan& p) {
 // sw [ng][kCols] (formats with mins: their mins into sw + ng kCols, [ng][kCols]); columns from
 // cols on get zero weights, scales and mins.
 using I16PackFn = void (*)(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
-                        Scratch& s, int32_t* panel, float* sw);
+                           Scratch& s, int32_t* panel, float* sw);
 
 // kI4: 4 bytes of 16 rows per vpgatherdd, each byte's nibbles widened to q - z.
 void pack_i4(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch& s,
