@@ -122,6 +122,8 @@ const GgmlKernels& ggml_kernels_avx512();
 // hold these groups), with integer products as theirs (Q4_K / Q5_K: the (d sc) q part in
 // integers, the dmin mn part against the f32 sums s * sum x16 of each group).
 bool ggml_on_vnni_prefill(GgmlType type, int64_t m);
+// The types gemm_ggml_vnni_prefill packs (the type half of ggml_on_vnni_prefill).
+bool ggml_i16_prefill_type(GgmlType type);
 // Any m >= 1 (gemm_prefill_i16_avx512_vnni.cc; AVX512-VNNI CPUs only).
 void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                             GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);

@@ -187,10 +187,13 @@ void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t
 
 }  // namespace
 
+bool ggml_i16_prefill_type(GgmlType type) {
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
+         type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+}
+
 bool ggml_on_vnni_prefill(GgmlType type, int64_t m) {
-  return (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
-          type == GgmlType::kQ5_K || type == GgmlType::kQ6_K) &&
-         m >= kGgmlPrefillMinM &&
+  return ggml_i16_prefill_type(type) && m >= kGgmlPrefillMinM &&
          has_avx512_vnni() && !has_amx() && gemm_precision() != GemmPrecision::kF32;
 }
 

@@ -441,8 +441,7 @@ void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWe
                             GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
   const GgmlType t = w.ggml_type;
   assert(w.dtype == DType::kU8 && m >= 1 && w.k % ggml_block_size(t) == 0 &&
-         (t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0 || t == GgmlType::kQ4_K ||
-          t == GgmlType::kQ5_K || t == GgmlType::kQ6_K));
+         ggml_i16_prefill_type(t));
   Plan p;
   p.m = m;
   p.k = w.k;

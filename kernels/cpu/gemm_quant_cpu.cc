@@ -16,7 +16,7 @@
 // int8 per row (~2^-8 relative, and worse with outlier channels), far from the 2^-16 the bf16
 // split path keeps, and the dequantization is a small fraction of the work from m = 16 on.
 // Without AMX, int4 prefill on AVX512-VNNI runs in integers instead (x rounded per group to 16
-// bits, as at decode; gemm_prefill_i16_avx512_vnni.cc): 1.9x the dequantize-to-f32 path
+// bits, as at decode; gemm_prefill_i16_avx512_vnni.cc): 2.2x the dequantize-to-f32 path
 // there, which multiplies on the f32 FMA panels.
 #include <algorithm>
 #include <cassert>

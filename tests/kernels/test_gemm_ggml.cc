@@ -456,10 +456,7 @@ TEST_CASE("gemm ggml: Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill, tiles, units and
           "[kernels][gemm_ggml]") {
   uint32_t seed = 1500;
   for (const TypeInfo& t : all_types()) {
-    if (t.type != GgmlType::kQ4_0 && t.type != GgmlType::kQ8_0 && t.type != GgmlType::kQ4_K &&
-        t.type != GgmlType::kQ5_K && t.type != GgmlType::kQ6_K) {
-      continue;
-    }
+    if (!gemm_detail::ggml_i16_prefill_type(t.type)) continue;
     const bool k_type = ggml_block_size(t.type) == 256;
     for (int64_t m : {32, 45}) {
       for (XFill fill : {XFill::kUniform, XFill::kOutlier, XFill::kZero, XFill::kTiny,
@@ -498,7 +495,7 @@ TEST_CASE("gemm ggml: Q8_0 prefill on AVX512-VNNI rounds x as stated", "[kernels
       for (int j = 0; j < 32; ++j) {
         const auto q = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
         blk[2 + j] = static_cast<uint8_t>(q);
-        wv[r * k + b * 32 + j] = double{q} * f16_to_f32(h);
+        wv[r * k + b * 32 + j] = static_cast<double>(q) * f16_to_f32(h);
       }
     }
   }
