@@ -12,6 +12,8 @@ measures batched decode in the serving engine (`--batch`: the median step time w
 decode together, relative to B = 1). llama.cpp (llama-cpp-python) runs the same synthetic
 TinyLlama-1.1B-shaped model as F16, Q8_0 and Q4_0 GGUFs, the formats closest to bf16, fp8 and
 int4. The bandwidth probe runs first, in the same session, so every fraction is from one run.
+From AVX512-VNNI up, prefill is measured again with SAMPAN_GEMM_PRECISION=bf16 ("fast x": x
+rounded to int8 per group for int4 without AMX, to bf16 for the bf16 panels and AMX tiles).
 Decode streams every linear weight once per token (`decode_bytes_per_token` of sampan bench;
 for GGUF, the file's tensors less the gathered embedding table).
 """
@@ -38,6 +40,8 @@ LEVELS = [
 ]
 QUANT = {"bf16": "none", "fp8": "fp8", "int4": "int4"}
 GGUF_TYPE = {"bf16": "F16", "fp8": "Q8_0", "int4": "Q4_0"}
+# The levels where SAMPAN_GEMM_PRECISION=bf16 changes the prefill kernels.
+FAST_X_LEVELS = ("avx512_vnni", "avx512_bf16", "amx")
 
 
 def cpu_flags():
@@ -63,15 +67,17 @@ def supported_levels(flags):
     return have
 
 
-def run_sampan(args, isa, fmt, threads, batch):
+def run_sampan(args, isa, fmt, threads, batch, precision=None):
     cmd = [args.sampan, "bench", "--model", args.model_dir, "--threads", str(threads),
-           "--prompt-len", str(args.prompt_len), "--gen", str(args.gen), "--repeat", "2",
-           "--quantization", QUANT[fmt]]
+           "--prompt-len", str(args.prompt_len), "--gen", str(args.gen if not precision else 2),
+           "--repeat", "2", "--quantization", QUANT[fmt]]
     if fmt == "int4":
         cmd += ["--group-size", "128"]
     if batch:
         cmd += ["--batch", ",".join(str(b) for b in args.batch)]
     env = dict(os.environ, SAMPAN_CPU_ISA=isa)
+    if precision:
+        env["SAMPAN_GEMM_PRECISION"] = precision
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise SystemExit(f"error: {' '.join(cmd)} failed: {out.stderr.strip().splitlines()[-1:]}")
@@ -124,8 +130,16 @@ def main():
                 if j["isa"] != isa:
                     raise SystemExit(f"error: SAMPAN_CPU_ISA={isa} ran at {j['isa']}")
                 frac = j["decode_gb_s"] / gbs[t]
-                print(f"{isa:12s} {fmt:5s} {t} thr: prefill {j['prefill_tok_s']:7.1f} tok/s, "
-                      f"decode {j['decode_tok_s']:6.2f} tok/s = {j['decode_gb_s']:5.1f} GB/s "
+                # Prefill again with SAMPAN_GEMM_PRECISION=bf16 ("fast x") where it changes the
+                # kernels: x rounded to int8 per group for int4 on AVX512-VNNI without AMX, to
+                # bf16 on AVX512-BF16 and AMX (kernels/cpu/gemm_quant.h, gemm_cpu.h).
+                if isa in FAST_X_LEVELS:
+                    j["fast_x_prefill_tok_s"] = run_sampan(args, isa, fmt, t, False,
+                                                           "bf16")["prefill_tok_s"]
+                fast = j.get("fast_x_prefill_tok_s")
+                print(f"{isa:12s} {fmt:5s} {t} thr: prefill {j['prefill_tok_s']:7.1f} tok/s"
+                      + (f" ({fast:.1f} fast x)" if fast else "") +
+                      f", decode {j['decode_tok_s']:6.2f} tok/s = {j['decode_gb_s']:5.1f} GB/s "
                       f"({frac * 100:.0f} % of probe)", flush=True)
                 rows.append((isa, (fmt, t, j, frac)))
 
@@ -152,8 +166,8 @@ def main():
 
     print()
     print("| ISA | weights | threads | decode tok/s | of bandwidth | llama.cpp decode (same "
-          "format) | decode ratio | prefill tok/s | llama.cpp prefill | prefill ratio | "
-          "batched decode step time vs B=1 |")
+          "format) | decode ratio | prefill tok/s (fast x) | llama.cpp prefill | prefill ratio "
+          "(fast x) | batched decode step time vs B=1 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for isa, r in rows:
         if r is None:
@@ -164,10 +178,13 @@ def main():
         batch = ", ".join(f"B={b['batch']}: {b.get('step_vs_batch1', 0):.2f}x"
                           for b in j.get("batch_decode", []))
         ltxt = f"{d:.1f} ({GGUF_TYPE[fmt]}, {lfrac * 100:.0f} %)" if d else "n/a"
+        fast = j.get("fast_x_prefill_tok_s")
+        ptxt = f"{j['prefill_tok_s']:.0f}" + (f" ({fast:.0f})" if fast else "")
+        rtxt = (f"{j['prefill_tok_s'] / p:.2f}x" + (f" ({fast / p:.2f}x)" if fast else "")
+                if p else "n/a")
         print(f"| {isa} | {fmt} | {t} | {j['decode_tok_s']:.1f} | {frac * 100:.0f} % | {ltxt} | "
-              f"{(j['decode_tok_s'] / d) if d else float('nan'):.2f}x | {j['prefill_tok_s']:.0f} | "
-              f"{p if p else float('nan'):.0f} | "
-              f"{(j['prefill_tok_s'] / p) if p else float('nan'):.2f}x | {batch} |")
+              f"{(j['decode_tok_s'] / d) if d else float('nan'):.2f}x | {ptxt} | "
+              f"{p if p else float('nan'):.0f} | {rtxt} | {batch} |")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ recipes (Q4_K_M keeps some tensors in Q6_K). Each round runs every type on both 
 after the other, so both see the same machine state; the best round of each is reported, and the
 bandwidth probe runs in the same session. Decode streams every weight but the embedding table's
 (one row is gathered), so decode GB/s = (file tensor bytes - token_embd bytes) x decode tok/s.
-Results print as a markdown table, ratios Sampan / llama.cpp.
+Results print as a markdown table, ratios Sampan / llama.cpp. Sampan's prefill is measured at
+the default GemmPrecision and again with SAMPAN_GEMM_PRECISION=bf16 ("fast x"): x rounded to int8
+per group of the weights on AVX512-VNNI CPUs without AMX (as llama.cpp rounds its activations to
+Q8), to bf16 elsewhere; kernels/cpu/gemm_quant.h states the error of each.
 """
 import argparse
 import json
@@ -55,13 +58,18 @@ def streamed_bytes(path):
     return total - (0 if tied else embd)
 
 
-def run_sampan(args, path):
+def run_sampan(args, path, env=None):
     out = subprocess.run([args.sampan, "bench", "--model", path, "--threads", str(args.threads),
                           "--prompt-len", str(args.prompt_len), "--gen", str(args.gen),
-                          "--repeat", "1"], capture_output=True, text=True, check=True)
+                          "--repeat", "1"], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, **(env or {})))
     line = [l for l in out.stdout.splitlines() if l.startswith("{")][-1]
     j = json.loads(line)
     return j["prefill_tok_s"], j["decode_tok_s"]
+
+
+def run_sampan_fast_x(args, path):
+    return run_sampan(args, path, env={"SAMPAN_GEMM_PRECISION": "bf16"})
 
 
 def run_llamacpp(args, path):
@@ -118,22 +126,26 @@ def main():
     for r in range(args.rounds):
         gbs = max(gbs, probe_gbs(args))
         for t, path in files.items():
-            for engine, fn in (("sampan", run_sampan), ("llama.cpp", run_llamacpp)):
+            for engine, fn in (("sampan", run_sampan), ("sampan fast x", run_sampan_fast_x),
+                               ("llama.cpp", run_llamacpp)):
                 p, d = fn(args, path)
                 b = best.setdefault((t, engine), [0.0, 0.0])
                 b[0], b[1] = max(b[0], p), max(b[1], d)
-                print(f"round {r}: {t:7s} {engine:9s} prefill {p:8.1f} tok/s  decode {d:6.2f} tok/s",
+                print(f"round {r}: {t:7s} {engine:13s} prefill {p:8.1f} tok/s  decode {d:6.2f} tok/s",
                       flush=True)
     print(f"\nread bandwidth (probe, {args.threads} threads): {gbs:.1f} GB/s")
     print(f"| weights | Sampan decode | of bandwidth | llama.cpp decode | decode ratio | "
-          f"Sampan prefill {args.prompt_len} | llama.cpp prefill | prefill ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"Sampan prefill {args.prompt_len} | fast x | llama.cpp prefill | prefill ratio "
+          f"(fast x) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for t, path in files.items():
         sp, sd = best[(t, "sampan")]
+        fp = best[(t, "sampan fast x")][0]
         lp, ld = best[(t, "llama.cpp")]
         frac = streamed_bytes(path) * sd / 1e9 / gbs
         print(f"| {t} | {sd:.1f} tok/s | {frac * 100:.0f} % | {ld:.1f} tok/s | {sd / ld:.2f}x | "
-              f"{sp:.0f} tok/s | {lp:.0f} tok/s | {sp / lp:.2f}x |")
+              f"{sp:.0f} tok/s | {fp:.0f} tok/s | {lp:.0f} tok/s | {sp / lp:.2f}x "
+              f"({fp / lp:.2f}x) |")
 
 
 if __name__ == "__main__":

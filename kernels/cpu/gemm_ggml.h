@@ -120,11 +120,13 @@ const GgmlKernels& ggml_kernels_avx512();
 // kGgmlPrefillMinM, GemmPrecision not kF32. x is then rounded per 32 (Q6_K: 16) elements to x16 =
 // round(x / s), s = absmax / 32767: within the x16 kernels' bound below (their blocks of 256
 // hold these groups), with integer products as theirs (Q4_K / Q5_K: the (d sc) q part in
-// integers, the dmin mn part against the f32 sums s * sum x16 of each group).
+// integers, the dmin mn part against the f32 sums s * sum x16 of each group). With
+// GemmPrecision::kBf16, x is rounded per 32 (Q6_K: 16) elements to int8 instead, within
+// kPrefillX8Error (gemm_quant.h, vnni_prefill_x8), as llama.cpp rounds its activations.
 bool ggml_on_vnni_prefill(GgmlType type, int64_t m);
 // The types gemm_ggml_vnni_prefill packs (the type half of ggml_on_vnni_prefill).
 bool ggml_i16_prefill_type(GgmlType type);
-// Any m >= 1 (gemm_prefill_i16_avx512_vnni.cc; AVX512-VNNI CPUs only).
+// Any m >= 1 (gemm_prefill_int_avx512_vnni.cc; AVX512-VNNI CPUs only).
 void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                             GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 

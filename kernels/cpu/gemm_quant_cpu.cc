@@ -16,7 +16,7 @@
 // int8 per row (~2^-8 relative, and worse with outlier channels), far from the 2^-16 the bf16
 // split path keeps, and the dequantization is a small fraction of the work from m = 16 on.
 // Without AMX, int4 prefill on AVX512-VNNI runs in integers instead (x rounded per group to 16
-// bits, as at decode; gemm_prefill_i16_avx512_vnni.cc): 2.2x the dequantize-to-f32 path
+// bits, as at decode; gemm_prefill_int_avx512_vnni.cc): 2.2x the dequantize-to-f32 path
 // there, which multiplies on the f32 FMA panels.
 #include <algorithm>
 #include <cassert>
@@ -218,6 +218,8 @@ bool i4_on_vnni_prefill(int64_t m) {
   return has_avx512_vnni() && !has_amx() && gemm_precision() != GemmPrecision::kF32 &&
          !decode_kernels_take(DType::kI4, m);
 }
+
+bool vnni_prefill_x8() { return gemm_precision() == GemmPrecision::kBf16; }
 
 bool quant_on_avx2_batch(DType dtype, int64_t m) {
   return !has_avx512_vnni() && m >= kAvx2BatchMinM && decode_kernels_take(dtype, m);

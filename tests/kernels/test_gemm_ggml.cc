@@ -38,6 +38,7 @@
 #include "kernels/common/half.h"
 #include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/gemm_ggml.h"
+#include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/ggml_dequant.h"
 #include "kernels/cpu/isa.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -236,24 +237,26 @@ void check_case(const Case& c, uint32_t seed) {
     const gemm_detail::GgmlKernels& kt = isa_includes(isa, Isa::kAvx512)
                                              ? gemm_detail::ggml_kernels_avx512()
                                              : gemm_detail::ggml_kernels_avx2();
-    // Prefill at this level's default precision, then (prefill only) exact f32 as well.
-    for (const bool f32_prefill : {false, true}) {
-      if (f32_prefill && !prefill) break;
-      std::optional<ScopedGemmPrecision> scope;
-      if (f32_prefill) scope.emplace(GemmPrecision::kF32);
-      // Decode kernels that round x, and Q4_0 / Q8_0 prefill on AVX512-VNNI without AMX, which
-      // rounds it within the same bound (gemm_ggml.h).
+    // Prefill at this level's default precision, then (prefill only) kBf16 and exact f32.
+    for (const GemmPrecision prec : {gemm_precision(), GemmPrecision::kBf16, GemmPrecision::kF32}) {
+      if (!prefill && prec != gemm_precision()) break;
+      ScopedGemmPrecision scope(prec);
+      // Decode kernels that round x, and the prefill in integers on AVX512-VNNI without AMX,
+      // which rounds it within the same bound (gemm_ggml.h), or to x8 with kBf16
+      // (vnni_prefill_x8, gemm_quant.h; its groups of 32 or 16 lie in these blocks of 256).
       const bool x16 = prefill ? gemm_detail::ggml_on_vnni_prefill(c.type->type, c.m)
                                : kt.dot[static_cast<int>(c.type->type)].x16;
+      const double x_err = prefill && gemm_detail::vnni_prefill_x8()
+                               ? gemm_detail::kPrefillX8Error
+                               : gemm_detail::kGgmlDecodeXError;
       const bool bf16 = prefill && gemm_detail::prefill_in_bf16();
       const double tol = bf16 ? std::ldexp(1.0, -7) : tol_f32;
       auto allowed_at = [&](int64_t idx) {
-        return x16 ? gemm_detail::kGgmlDecodeXError * xmag[idx] + tol * mag2[idx] + dropped[idx]
-                   : tol * mag[idx];
+        return x16 ? x_err * xmag[idx] + tol * mag2[idx] + dropped[idx] : tol * mag[idx];
       };
       for (auto [name, runner] : runners.all()) {
         INFO("isa=" << isa_name(isa) << " runner=" << name << (x16 ? " x16" : "")
-                    << (bf16 ? " bf16-prefill" : ""));
+                    << (bf16 ? " bf16-prefill" : "") << " precision=" << static_cast<int>(prec));
         std::vector<float> y(c.m * ldy, kSentinel);
         gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);
         if (nan_row >= 0) {
@@ -448,7 +451,7 @@ TEST_CASE("gemm ggml: x16 decode, awkward k, m = 1..17 and x", "[kernels][gemm_g
 }
 
 // Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill in integers on AVX512-VNNI without AMX
-// (gemm_prefill_i16_avx512_vnni.cc; elsewhere these cases check the dequantizing prefill): tiles
+// (gemm_prefill_int_avx512_vnni.cc; elsewhere these cases check the dequantizing prefill): tiles
 // of 6 rows of x (m not a multiple of 6), units of 32 columns (blocks not a multiple of 32,
 // several blocks, SiLU-mul pairs), groups of 32 (Q6_K: 16) elements with their own x scale
 // (Q4_K: and its min), and the same special x as the decode case.
@@ -478,9 +481,10 @@ TEST_CASE("gemm ggml: Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill, tiles, units and
 }
 
 // The same path against x rounded exactly as gemm_ggml.h says for it, computed here in scalar
-// code: per 32 elements s = absmax / 32767 and 1 / s as f32 divisions, x16 = round-half-even
-// of the f32 product x * (1 / s) (a group whose 1 / s overflows counts as zero). Q8_0 blocks
-// written here: d an f16, 32 int8 codes. What remains is f32 summation: 1e-5 of sum |x||w|.
+// code: per 32 elements s = absmax / 32767 (x8 with kBf16: 127) and 1 / s as f32 divisions,
+// x16 = round-half-even of the f32 product x * (1 / s) (a group whose 1 / s overflows counts as
+// zero). Q8_0 blocks written here: d an f16, 32 int8 codes. What remains is f32 summation: 1e-5
+// of sum |x||w|.
 TEST_CASE("gemm ggml: Q8_0 prefill on AVX512-VNNI rounds x as stated", "[kernels][gemm_ggml]") {
   const int64_t m = 37, k = 320, n = 35, nb = k / 32;
   std::mt19937 rng(77);
@@ -512,27 +516,6 @@ TEST_CASE("gemm ggml: Q8_0 prefill on AVX512-VNNI rounds x as stated", "[kernels
       if ((b + i) % 5 == 1) x[i * k + b * 32 + rng() % 32] = rng() % 2 ? 1e4f : -1e4f;
     }
   }
-  std::vector<double> ref(m * n), mag(m * n);
-  for (int64_t i = 0; i < m; ++i) {
-    std::vector<double> xr(k);
-    for (int64_t g0 = 0; g0 < k; g0 += 32) {
-      float amax = 0.0f;
-      for (int64_t j = g0; j < g0 + 32; ++j) amax = std::max(amax, std::fabs(x[i * k + j]));
-      const float sx = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-      for (int64_t j = g0; j < g0 + 32; ++j) {
-        xr[j] = std::isinf(inv) ? 0.0 : std::nearbyint(x[i * k + j] * inv) * double{sx};
-      }
-    }
-    for (int64_t r = 0; r < n; ++r) {
-      double acc = 0.0, a = 0.0;
-      for (int64_t j = 0; j < k; ++j) {
-        acc += xr[j] * wv[r * k + j];
-        a += std::fabs(x[i * k + j] * wv[r * k + j]);
-      }
-      ref[i * n + r] = acc;
-      mag[i * n + r] = a;
-    }
-  }
   GemmWeights w;
   w.dtype = DType::kU8;
   w.ggml_type = GgmlType::kQ8_0;
@@ -542,16 +525,42 @@ TEST_CASE("gemm ggml: Q8_0 prefill on AVX512-VNNI rounds x as stated", "[kernels
   w.data[0] = data.data();
   IsaRestore restore;
   Runners runners;
-  for (Isa isa : supported_isas()) {
-    REQUIRE(set_isa(isa));
-    if (!gemm_detail::ggml_on_vnni_prefill(GgmlType::kQ8_0, m)) continue;
-    for (auto [name, runner] : runners.all()) {
-      std::vector<float> y(m * n);
-      gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, *runner);
-      for (int64_t idx = 0; idx < m * n; ++idx) {
-        INFO("isa=" << isa_name(isa) << " runner=" << name << " row " << idx / n << " col "
-                    << idx % n);
-        CHECK(std::fabs(y[idx] - ref[idx]) <= 1e-5 * mag[idx] + 1e-30);
+  // x16 by default, x8 with kBf16 (vnni_prefill_x8): xmax 32767 or 127.
+  for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
+    ScopedGemmPrecision scope(prec);
+    const float xmax = prec == GemmPrecision::kBf16 ? 127.0f : 32767.0f;
+    std::vector<double> ref(m * n), mag(m * n);
+    for (int64_t i = 0; i < m; ++i) {
+      std::vector<double> xr(k);
+      for (int64_t g0 = 0; g0 < k; g0 += 32) {
+        float amax = 0.0f;
+        for (int64_t j = g0; j < g0 + 32; ++j) amax = std::max(amax, std::fabs(x[i * k + j]));
+        const float sx = amax / xmax, inv = amax > 0.0f ? xmax / amax : 0.0f;
+        for (int64_t j = g0; j < g0 + 32; ++j) {
+          xr[j] = std::isinf(inv) ? 0.0 : std::nearbyint(x[i * k + j] * inv) * double{sx};
+        }
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        double acc = 0.0, a = 0.0;
+        for (int64_t j = 0; j < k; ++j) {
+          acc += xr[j] * wv[r * k + j];
+          a += std::fabs(x[i * k + j] * wv[r * k + j]);
+        }
+        ref[i * n + r] = acc;
+        mag[i * n + r] = a;
+      }
+    }
+    for (Isa isa : supported_isas()) {
+      REQUIRE(set_isa(isa));
+      if (!gemm_detail::ggml_on_vnni_prefill(GgmlType::kQ8_0, m)) continue;
+      for (auto [name, runner] : runners.all()) {
+        std::vector<float> y(m * n);
+        gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, *runner);
+        for (int64_t idx = 0; idx < m * n; ++idx) {
+          INFO("isa=" << isa_name(isa) << " runner=" << name << " xmax=" << xmax << " row "
+                      << idx / n << " col " << idx % n);
+          CHECK(std::fabs(y[idx] - ref[idx]) <= 1e-5 * mag[idx] + 1e-30);
+        }
       }
     }
   }

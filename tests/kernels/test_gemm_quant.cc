@@ -172,7 +172,7 @@ double tolerance(Isa isa, const Case& c) {
     return std::ldexp(1.0, -16) + 1e-5;
   }
   // int4 on AMX-INT8 tiles (gemm_quant_i4_amx.cc) and int4 prefill on AVX512-VNNI without AMX
-  // (gemm_prefill_i16_avx512_vnni.cc): integer sums, the x rounding added by rounds_x below.
+  // (gemm_prefill_int_avx512_vnni.cc): integer sums, the x rounding added by x_rounding below.
   const bool amx_i4 = isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m);
   if (c.dtype == DType::kI4 && (amx_i4 || gemm_detail::i4_on_vnni_prefill(c.m))) {
     return 1e-5;
@@ -188,14 +188,26 @@ double tolerance(Isa isa, const Case& c) {
                                                                              : std::ldexp(1.0, -8);
 }
 
-// Whether this ISA rounds x per group: every int4 decode kernel (AVX2, AVX512-VNNI, AMX-INT8)
-// does, and they take m = 16 too unless GemmPrecision is kF32 (decode_kernels_take); so does
-// int4 prefill on AVX512-VNNI CPUs without AMX (i4_on_vnni_prefill).
-bool rounds_x(Isa isa, const Case& c) {
-  return c.dtype == DType::kI4 &&
-         ((isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m)) ||
-          gemm_detail::decode_kernels_take(c.dtype, c.m) || gemm_detail::i4_on_vnni_prefill(c.m));
+// The rounding of x on this ISA, relative to sum_g absmax_g(x) sum_{c in g} |w_c|: every int4
+// decode kernel (AVX2, AVX512-VNNI, AMX-INT8) rounds x per group to x16, and they take m = 16 too
+// unless GemmPrecision is kF32 (decode_kernels_take); so does int4 prefill on AVX512-VNNI CPUs
+// without AMX (i4_on_vnni_prefill), to x8 with GemmPrecision::kBf16 (vnni_prefill_x8).
+double x_rounding(Isa isa, const Case& c) {
+  if (c.dtype != DType::kI4) return 0.0;
+  if (gemm_detail::i4_on_vnni_prefill(c.m) && gemm_detail::vnni_prefill_x8()) {
+    return gemm_detail::kPrefillX8Error;
+  }
+  const bool rounds = (isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m)) ||
+                      gemm_detail::decode_kernels_take(c.dtype, c.m) ||
+                      gemm_detail::i4_on_vnni_prefill(c.m);
+  return rounds ? gemm_detail::kI4DecodeXError : 0.0;
 }
+
+// Restores the process-wide GemmPrecision when it goes out of scope.
+struct PrecisionRestore {
+  GemmPrecision saved = gemm_precision();
+  ~PrecisionRestore() { set_gemm_precision(saved); }
+};
 
 // Sets MXCSR.DAZ and FTZ while alive (when asked).
 struct DazFtz {
@@ -278,7 +290,7 @@ void check_case(const Case& c, uint32_t seed) {
   for (Isa isa : supported_isas()) {
     REQUIRE(set_isa(isa));
     const double tol = tolerance(isa, c);
-    const double xtol = rounds_x(isa, c) ? gemm_detail::kI4DecodeXError : 0.0;
+    const double xtol = x_rounding(isa, c);
     auto allowed_at = [&](int64_t idx) { return tol * mag[idx] + xtol * xmag[idx]; };
     for (auto [name, runner] : runners.all()) {
       INFO("isa=" << isa_name(isa) << " runner=" << name);
@@ -411,37 +423,49 @@ TEST_CASE("gemm int4 decode: groups, half steps, zeros, scale dtypes, m = 1..15,
 TEST_CASE("gemm int4 prefill: tiles of 6 rows, 32-column units, groups, zeros, x fills",
           "[kernels][gemm_quant]") {
   const XFill fills[] = {XFill::kUniform, XFill::kSpike, XFill::kWide, XFill::kZeros};
+  PrecisionRestore restore;
   uint32_t seed = 2700;
-  for (int64_t m : {17, 23, 64}) {
-    for (int64_t g : {32, 64, 128}) {
-      for (int shape = 0; shape < 3; ++shape) {
-        Case c;
-        c.m = m;
-        c.k = g == 128 ? 1152 : (m == 23 ? 2112 : 96 * g / 32);
-        c.group = g;
-        c.asym = seed % 2 == 1;
-        c.scale_dtype = (seed / 2) % 2 == 0 ? DType::kF16 : DType::kBF16;
-        c.x_fill = fills[seed % 4];
-        c.ldx_pad = seed % 3 == 0 ? 0 : 5;
-        c.ldy_pad = seed % 5 == 0 ? 0 : 3;
-        set_prefill_blocks(c, shape, seed);
-        check_case(c, seed++);
+  // kBf16: on AVX512-VNNI without AMX, x rounded to x8 (vnni_prefill_x8).
+  for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
+    set_gemm_precision(prec);
+    INFO("precision=" << static_cast<int>(prec));
+    for (int64_t m : {17, 23, 64}) {
+      for (int64_t g : {32, 64, 128}) {
+        for (int shape = 0; shape < 3; ++shape) {
+          Case c;
+          c.m = m;
+          c.k = g == 128 ? 1152 : (m == 23 ? 2112 : 96 * g / 32);
+          c.group = g;
+          c.asym = seed % 2 == 1;
+          c.scale_dtype = (seed / 2) % 2 == 0 ? DType::kF16 : DType::kBF16;
+          c.x_fill = fills[seed % 4];
+          c.ldx_pad = seed % 3 == 0 ? 0 : 5;
+          c.ldy_pad = seed % 5 == 0 ? 0 : 3;
+          set_prefill_blocks(c, shape, seed);
+          check_case(c, seed++);
+        }
       }
     }
   }
 }
 
 // The same path against x rounded exactly as the kI4 contract says (gemm_quant.h), here in
-// scalar code: s_x = absmax_g / 32639 and 1 / s_x as f32 divisions, x16 = round-half-even of
-// the f32 product x * (1 / s_x); a group whose 1 / s_x overflows (absmax below ~2^-113) counts
-// as zero. What remains is f32 summation of exact integer group sums: 1e-5 * M. Groups of x:
-// uniform, one +-1e4 outlier, 2^-120 times uniform (taken as zero), zeros, 2^-60 times uniform.
+// scalar code: s_x = absmax_g / 32639 (x8 with kBf16: 127) and 1 / s_x as f32 divisions,
+// x16 = round-half-even of the f32 product x * (1 / s_x); a group whose 1 / s_x overflows
+// (absmax below ~2^-113) counts as zero. What remains is f32 summation of exact integer group
+// sums: 1e-5 * M. Groups of x: uniform, one +-1e4 outlier, 2^-120 times uniform (taken as zero),
+// zeros, 2^-60 times uniform.
 TEST_CASE("gemm int4 prefill on AVX512-VNNI: x rounded as the contract says",
           "[kernels][gemm_quant]") {
   uint32_t seed = 2900;
   IsaRestore restore;
+  PrecisionRestore prec_restore;
   Runners runners;
+  // x16 by default, x8 with kBf16 (vnni_prefill_x8): xmax 32639 or 127.
+  for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16})
   for (int64_t g : {32, 64, 128}) {
+    set_gemm_precision(prec);
+    const float xmax = prec == GemmPrecision::kBf16 ? 127.0f : 32639.0f;
     const int64_t m = 19, k = 10 * g, n = 37;
     Case c;
     c.m = m;
@@ -482,7 +506,7 @@ TEST_CASE("gemm int4 prefill on AVX512-VNNI: x rounded as the contract says",
       for (int64_t g0 = 0; g0 < k; g0 += g) {
         float amax = 0.0f;
         for (int64_t j = g0; j < g0 + g; ++j) amax = std::max(amax, std::fabs(x[i * k + j]));
-        const float sx = amax / 32639.0f, inv = amax > 0.0f ? 32639.0f / amax : 0.0f;
+        const float sx = amax / xmax, inv = amax > 0.0f ? xmax / amax : 0.0f;
         for (int64_t j = g0; j < g0 + g; ++j) {
           xr[j] = std::isinf(inv) ? 0.0 : std::nearbyint(x[i * k + j] * inv) * double{sx};
         }
@@ -504,7 +528,8 @@ TEST_CASE("gemm int4 prefill on AVX512-VNNI: x rounded as the contract says",
         std::vector<float> y(m * n);
         gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, *runner);
         for (int64_t idx = 0; idx < m * n; ++idx) {
-          INFO("group=" << g << " isa=" << isa_name(isa) << " runner=" << name << " row "
+          INFO("group=" << g << " xmax=" << xmax << " isa=" << isa_name(isa) << " runner=" << name
+                        << " row "
                         << idx / n << " col " << idx % n);
           CHECK(std::fabs(y[idx] - ref[idx]) <= 1e-5 * mag[idx] + 1e-30);
         }
@@ -535,10 +560,7 @@ TEST_CASE("gemm int4 decode: SiLU-mul and blocks of mixed zero points", "[kernel
 // The AMX batched-decode path reads the precision per call: kBf16 rounds x to bf16 there,
 // kF32 keeps these m on the exact decode kernels (checked at their tighter bounds).
 TEST_CASE("gemm int4 and fp8 batched decode under every GemmPrecision", "[kernels][gemm_quant]") {
-  struct Restore {
-    GemmPrecision saved = gemm_precision();
-    ~Restore() { set_gemm_precision(saved); }
-  } restore;
+  PrecisionRestore restore;
   uint32_t seed = 7000;
   for (GemmPrecision p : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16, GemmPrecision::kF32}) {
     set_gemm_precision(p);
@@ -568,15 +590,21 @@ TEST_CASE("gemm int4 and fp8 decode and prefill: a NaN or inf in x gives NaN out
     DType dt;
     int64_t m;
     float v;
+    GemmPrecision prec;
   };
   std::vector<Bad> cases;
   for (DType dt : {DType::kI4, DType::kF8E4M3}) {
     for (int64_t m : {2, 20}) {
-      cases.push_back({dt, m, std::numeric_limits<float>::quiet_NaN()});
-      cases.push_back({dt, m, std::numeric_limits<float>::infinity()});
+      // kBf16 at m = 20: int4 prefill on AVX512-VNNI rounds x to x8 (vnni_prefill_x8).
+      for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
+        cases.push_back({dt, m, std::numeric_limits<float>::quiet_NaN(), prec});
+        cases.push_back({dt, m, std::numeric_limits<float>::infinity(), prec});
+      }
     }
   }
-  for (const auto& [dt, m, bad] : cases) {
+  PrecisionRestore prec_restore;
+  for (const auto& [dt, m, bad, prec] : cases) {
+    set_gemm_precision(prec);
     const int64_t k = 256, n = 6;
     std::vector<uint8_t> data(dt == DType::kI4 ? n * k / 2 : n * k, 0x11);
     std::vector<uint16_t> scales(n * (k / 64), f32_to_f16(0.01f));
@@ -598,7 +626,8 @@ TEST_CASE("gemm int4 and fp8 decode and prefill: a NaN or inf in x gives NaN out
       gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, runners.serial);
       for (int64_t j = 0; j < n; ++j) {
         INFO("dtype=" << (dt == DType::kI4 ? "int4" : "fp8") << " isa=" << isa_name(isa)
-                      << " m=" << m << " x=" << bad << " col " << j);
+                      << " m=" << m << " x=" << bad << " precision=" << static_cast<int>(prec)
+                      << " col " << j);
         // An inf: NaN where x is rounded per group (s_x NaN), inf or NaN where it stays f32.
         if (std::isnan(bad)) {
           CHECK(std::isnan(y[j]));
