@@ -7,6 +7,8 @@
 // llama architecture are copied: llama.cpp's converter permutes their rows for its interleaved
 // RoPE, and the rows are put back into Hugging Face order here so the one Llama graph (llama.h)
 // runs every file. A quantized row moves as a whole (blocks never span rows), so this is exact.
+// Q4_0 linear weights are copied too, into Sampan's INT4 layout (group 32, f16 scales; exact,
+// quant/gguf_repack.h), whose kernels run them faster; their mapped pages are then released.
 //
 // The hyper-parameters come from the metadata (<arch>.embedding_length, ...); what the graph
 // cannot run (partial rotary, yarn RoPE, a value length differing from the key length, an
@@ -22,9 +24,11 @@
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
+#include "engine/core/mapped_file.h"
 #include "engine/loaders/gguf.h"
 #include "engine/models/llama.h"
 #include "engine/models/model.h"
+#include "quant/gguf_repack.h"
 
 namespace sampan::models {
 namespace {
@@ -302,6 +306,22 @@ Tensor unpermute_rows(const Tensor& t, int64_t n_heads) {
   return out;
 }
 
+// A Q4_0 matrix (u8 [out, row bytes], mapped) as Sampan INT4 (quant/gguf_repack.h), its source
+// pages released from the resident set.
+Linear q4_0_as_int4(const Tensor& src, int64_t out, int64_t in) {
+  Linear l;
+  l.weight = Tensor::empty({out, in}, DType::kI4);
+  l.scales = Tensor::empty({out, in / 32}, DType::kF16);
+  l.group_size = 32;
+  quant::q4_0_to_int4(static_cast<const uint8_t*>(src.raw()), out, in,
+                      static_cast<uint8_t*>(l.weight.raw()),
+                      static_cast<uint16_t*>(l.scales.raw()));
+  if (src.storage() && src.storage()->file_mapped()) {
+    MappedFile::release(src.raw(), static_cast<size_t>(src.nbytes()));
+  }
+  return l;
+}
+
 LlamaWeights load_weights(const HfConfig& c, const GgufSet& set) {
   const TensorReader r(set);
   const int64_t d = c.hidden_size;
@@ -310,12 +330,14 @@ LlamaWeights load_weights(const HfConfig& c, const GgufSet& set) {
   auto linear = [&](const std::string& name, int64_t out, int64_t in, bool bias, int64_t heads) {
     Linear l;
     l.weight = r.matrix(name + ".weight", out, in, &l.ggml_type);
+    if (l.ggml_type == GgmlType::kQ4_0) l = q4_0_as_int4(l.weight, out, in);
     if (bias) l.bias = r.vector_f32(name + ".bias", out);
     if (heads > 0) {
       SAMPAN_CHECK(out % heads == 0 && (out / heads) % 2 == 0, ErrorCode::kInvalidModel,
                    "{}: tensor '{}.weight' has {} rows, not {} heads of an even size", set.path(),
                    name, out, heads);
       l.weight = unpermute_rows(l.weight, heads);
+      if (l.scales.defined()) l.scales = unpermute_rows(l.scales, heads);
       if (bias) l.bias = unpermute_rows(l.bias, heads);
     }
     return l;
