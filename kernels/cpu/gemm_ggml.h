@@ -116,7 +116,8 @@ const GgmlKernels& ggml_kernels_avx2();
 const GgmlKernels& ggml_kernels_avx512();
 
 // Whether cpu::gemm runs GGUF weights of `type` with m rows of x through
-// gemm_ggml_vnni_prefill: Q4_0, Q8_0, Q4_K, Q5_K and Q6_K on AVX512-VNNI CPUs without AMX, m >=
+// gemm_ggml_vnni_prefill (gemm_ggml_avx_vnni_prefill at an AVX-VNNI level below AVX512-VNNI):
+// Q4_0, Q8_0, Q4_K, Q5_K and Q6_K on AVX512-VNNI or AVX-VNNI CPUs without AMX, m >=
 // kGgmlPrefillMinM, GemmPrecision not kF32. x is then rounded per 32 (Q6_K: 16) elements to x16 =
 // round(x / s), s = absmax / 32767: within the x16 kernels' bound below (their blocks of 256
 // hold these groups), with integer products as theirs (Q4_K / Q5_K: the (d sc) q part in
@@ -129,6 +130,10 @@ bool ggml_i16_prefill_type(GgmlType type);
 // Any m >= 1 (gemm_prefill_int_avx512_vnni.cc; AVX512-VNNI CPUs only).
 void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                             GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
+// The same on 8-lane vectors (gemm_prefill_int_avx2_vnni.cc), where the level has AVX-VNNI but
+// not AVX512-VNNI.
+void gemm_ggml_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                                GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 
 // The AVX2 x16 decode kernel of `type` (Q4_0, Q8_0, Q4_K, Q5_K or Q6_K; gemm_ggml_x16_avx2.cc):
 // the AVX-512 table takes Q6_K's, faster there than its f32 decoder (figures at make_table).

@@ -54,27 +54,13 @@
 #include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/ggml_dequant.h"
+#include "kernels/cpu/gemm_prefill_int_common.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
 
 constexpr int kCols = 32;  // output columns per unit / panel (two vectors of 16 lanes)
 constexpr int kMr = 6;     // rows of x per micro-tile
-
-struct Plan {
-  int64_t m = 0, k = 0, group = 0, ng = 0;
-  int64_t ldq = 0;  // dwords per prepared row of x: k / 2 (x16), k / 4 rounded up to 16 (x8)
-  bool bf16_scales = false;   // kI4 only
-  bool x8 = false;            // x rounded to int8, the panel of u8 quads (vpdpbusd)
-  float xmax = kI4XMax;       // x16 (x8) range
-  int32_t off = 0;            // x8: the weight is u - off (u the panel's unsigned byte)
-  bool mins = false;          // w = s_w q - mn (Q4_K, Q5_K; x8 kI4 with zero points, mn =
-                              // s_w z): the group sums of x are needed
-  const int32_t* xq = nullptr;  // [m][ldq]: x16 pairs (x8 quads)
-  const float* sx = nullptr;    // [m][ng]: s_x (0 for a group taken as zero, NaN for inf / NaN)
-  const float* xs = nullptr;    // [m][ng]: s_x * sum of the group's x16 (x8) (mins only)
-  const int32_t* xo = nullptr;  // [m][ng]: x8: -off * sum of the group's x8
-};
 
 // Row i of x: its groups' s_x and x16 (x8), s_x times their sums (xs, where the format has
 // mins) and, for x8, -off times their sums (xo: the group sums then start from it, so that they
@@ -110,55 +96,6 @@ void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs, 
   }
 }
 
-struct Scratch {
-  AlignedBuffer<int32_t> panel;  // [2 (gate, up)][k / 2][kCols] (x8: [k / 4, rounded up to
-                                 // 16][kCols] used)
-  AlignedBuffer<float> sw;       // [2][2][ng][kCols]: s_w, then mn (mins only); 0 past the
-                                 // unit's columns
-  AlignedBuffer<int32_t> zz;     // [ng][kCols]: 8 + z (kI4 x16)
-  alignas(64) float c[2][kMr * kCols];  // a tile's results (gate, up)
-};
-
-Scratch& task_scratch(const Plan& p) {
-  thread_local Scratch s;
-  s.panel.reserve(2 * p.k / 2 * kCols);
-  s.sw.reserve(4 * p.ng * kCols);
-  s.zz.reserve(p.ng * kCols);
-  return s;
-}
-
-// Columns [row0, row0 + cols) of weight block b into panel [k / 2][kCols] (x8: [k / 4][kCols],
-// padded to 16 quads for GGUF) and its scales into
-// sw [ng][kCols] (formats with mins: their mins into sw + ng kCols, [ng][kCols]); columns from
-// cols on get zero weights, scales and mins.
-using IntPackFn = void (*)(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
-                           Scratch& s, int32_t* panel, float* sw);
-
-// kI4's scales of columns [row0, row0 + cols) of block b into sw [ng][kCols], 8 + z into s.zz
-// (x16) and, where p.mins (x8 with zero points), s_w z into sw + ng kCols; 0 past cols.
-void i4_scales(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch& s,
-               float* sw) {
-  const auto* scales = static_cast<const uint16_t*>(w.scales[b]) + row0 * p.ng;
-  const int8_t* zeros = w.zeros[b] ? w.zeros[b] + row0 * p.ng : nullptr;
-  for (int c = 0; c < kCols; ++c) {
-    for (int64_t g = 0; g < p.ng; ++g) {
-      float v = 0.0f;
-      int32_t z = 0;
-      if (c < cols) {
-        const uint16_t h = scales[c * p.ng + g];
-        v = p.bf16_scales ? std::bit_cast<float>(static_cast<uint32_t>(h) << 16) : _cvtsh_ss(h);
-        z = zeros ? zeros[c * p.ng + g] : 0;
-      }
-      sw[g * kCols + c] = v;
-      if (p.x8) {
-        if (p.mins) sw[(p.ng + g) * kCols + c] = v * static_cast<float>(z);  // exact: 8 + 8 bits
-      } else {
-        s.zz.data()[g * kCols + c] = 8 + z;
-      }
-    }
-  }
-}
-
 // The 16-row index vector of a vpgatherdd over rows rb bytes apart.
 inline __m512i row_index(int64_t rb) {
   return _mm512_mullo_epi32(
@@ -173,7 +110,7 @@ void pack_i4_x8(const GemmWeights& w, const Plan& p, int b, int64_t row0, int co
                 int32_t* panel, float* sw) {
   const int64_t rb = p.k / 2;  // bytes per weight row
   const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
-  i4_scales(w, p, b, row0, cols, s, sw);
+  i4_scales<kCols>(w, p, b, row0, cols, s, sw);
   const __m512i lo16 = _mm512_set1_epi32(0xffff), m8 = _mm512_set1_epi32(0x00ff00ff);
   const __m512i m4 = _mm512_set1_epi32(0x0f0f0f0f), eights = _mm512_set1_epi32(0x08080808);
   // n0 | n1 << 4 | n2 << 8 | n3 << 12 -> (n0 | n1 << 8 | n2 << 16 | n3 << 24) ^ 0x08080808.
@@ -205,7 +142,7 @@ void pack_i4(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
              int32_t* panel, float* sw) {
   const int64_t rb = p.k / 2;  // bytes per weight row
   const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
-  i4_scales(w, p, b, row0, cols, s, sw);
+  i4_scales<kCols>(w, p, b, row0, cols, s, sw);
   const __m512i low4 = _mm512_set1_epi32(0xf), eight = _mm512_set1_epi32(8);
   const __m512i lo16 = _mm512_set1_epi32(0xffff);
   for (int half = 0; half < 2; ++half) {
@@ -233,101 +170,6 @@ void pack_i4(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
   }
 }
 
-// GGUF Q4_K: a 256-element block is 8 groups of 32 (sub-block j: nibble j % 2 of bytes
-// 32 (j / 2).. of qs, w = (d sc_j) q - dmin mn_j with q in 0..15); d sc_j and dmin mn_j are exact
-// in f32 (11 + 6 bits), so s_w = d sc_j and the min mn = dmin mn_j. Q6_K: 16 groups of 16,
-// w = (d sc_j) (q - 32), sc_j int8 (d sc_j exact in f32: 11 + 8 bits), q from 4 low bits of ql
-// and 2 high bits of qh (ggml_dequant.h). Q5_K: as Q4_K with a fifth bit from qh (q in 0..31).
-enum class GgmlKind { kQ4_0, kQ8_0, kQ4_K, kQ5_K, kQ6_K };
-
-inline float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-template <GgmlKind kKind>
-struct GgmlLayout {
-  static constexpr bool kQ8 = kKind == GgmlKind::kQ8_0, kQ5K = kKind == GgmlKind::kQ5_K;
-  static constexpr bool kQ4K = kKind == GgmlKind::kQ4_K || kQ5K;  // scales and mins as Q4_K's
-  static constexpr bool kQ6K = kKind == GgmlKind::kQ6_K, kK = kQ4K || kQ6K;
-  static constexpr int64_t kBytes = kQ6K ? 210 : kQ5K ? 176 : kQ4K ? 144 : kQ8 ? 34 : 18;
-  static constexpr int64_t kBlock = kK ? 256 : 32;  // elements per block
-  // w = s_w (u - kOff) (- mn) for u the unsigned byte of ggml_chunk_u8.
-  static constexpr int kOff = kQ8 ? 128 : kQ6K ? 32 : kQ4K ? 0 : 8;
-};
-
-// The scales (and Q4_K / Q5_K's mins) of columns [row0, row0 + cols) of block b into sw
-// [ng][kCols] (mins: sw + ng kCols); 0 past cols.
-template <GgmlKind kKind>
-void ggml_scales(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, float* sw) {
-  using L = GgmlLayout<kKind>;
-  const int64_t rb = p.k / L::kBlock * L::kBytes;  // bytes per weight row
-  const int64_t per_block = L::kBlock / p.group;   // groups per block
-  const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
-  float* mins = sw + p.ng * kCols;
-  for (int64_t g = 0; g < p.ng; ++g) {
-    for (int c = 0; c < kCols; ++c) {
-      float v = 0.0f, mn = 0.0f;
-      if (c < cols) {
-        const uint8_t* blk = data + c * rb + g / per_block * L::kBytes;
-        const int j = static_cast<int>(g % per_block);
-        if constexpr (L::kQ4K) {
-          int sc, mi;
-          k_scale_min(blk + 4, j, &sc, &mi);
-          v = f16_at(blk) * static_cast<float>(sc);
-          mn = f16_at(blk + 2) * static_cast<float>(mi);
-        } else if constexpr (L::kQ6K) {
-          v = f16_at(blk + 208) * static_cast<float>(static_cast<int8_t>(blk[192 + j]));
-        } else {
-          v = f16_at(blk);
-        }
-      }
-      sw[g * kCols + c] = v;
-      if constexpr (L::kQ4K) mins[g * kCols + c] = mn;
-    }
-  }
-}
-
-// The 32 elements of chunk cb (of kBlock / 32) of block blk as unsigned bytes: Q4_0 n (w = n -
-// 8), Q8_0 q ^ 0x80 (q + 128), Q4_K / Q5_K q, Q6_K q (w = q - 32).
-template <GgmlKind kKind>
-inline __m256i ggml_chunk_u8(const uint8_t* blk, int64_t cb) {
-  using L = GgmlLayout<kKind>;
-  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03);
-  if constexpr (L::kQ4K) {
-    const __m256i bytes = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(blk + (L::kQ5K ? 48 : 16) + 32 * (cb / 2)));
-    __m256i q = _mm256_and_si256(cb % 2 ? _mm256_srli_epi16(bytes, 4) : bytes, low4);
-    if constexpr (L::kQ5K) {  // bit cb of qh[l] is bit 4 of element 32 cb + l
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
-      q = _mm256_or_si256(
-          q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi64_si128(cb)),
-                                                _mm256_set1_epi8(0x01)),
-                               4));
-    }
-    return q;
-  } else if constexpr (L::kQ6K) {
-    const int64_t a = cb / 4, t = cb % 4;
-    const __m256i lo =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * a + 32 * (t & 1)));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * a));
-    // 16-bit shifts: each byte's bits that the masks keep come from that byte.
-    return _mm256_or_si256(
-        _mm256_and_si256(_mm256_srl_epi16(lo, _mm_cvtsi64_si128(4 * (t >> 1))), low4),
-        _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi64_si128(2 * t)), low2),
-                          4));
-  } else if constexpr (L::kQ8) {
-    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)),
-                            _mm256_set1_epi8(static_cast<char>(0x80)));
-  } else {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-    const __m128i nib = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nib),
-                            _mm_and_si128(bytes, nib));
-  }
-}
-
 // For x8: 64 elements (2 chunks) of 16 columns at a time, one zmm of u8 per column, transposed
 // into 16 panel rows (quads) of 16 lanes. A k that is not a multiple of 64 pads the last
 // transpose with zeros (panel quads past k / 4 that the tiles never read).
@@ -337,7 +179,7 @@ void pack_ggml_x8(const GemmWeights& w, const Plan& p, int b, int64_t row0, int 
   using L = GgmlLayout<kKind>;
   const int64_t rb = p.k / L::kBlock * L::kBytes;
   const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
-  ggml_scales<kKind>(w, p, b, row0, cols, sw);
+  ggml_scales<kKind, kCols>(w, p, b, row0, cols, sw);
   const int64_t chunks = p.k / 32;
   for (int half = 0; half < 2; ++half) {
     const int n = std::clamp(cols - 16 * half, 0, 16);
@@ -374,7 +216,7 @@ void pack_ggml(const GemmWeights& w, const Plan& p, int b, int64_t row0, int col
   using L = GgmlLayout<kKind>;
   const int64_t rb = p.k / L::kBlock * L::kBytes;  // bytes per weight row
   const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
-  ggml_scales<kKind>(w, p, b, row0, cols, sw);
+  ggml_scales<kKind, kCols>(w, p, b, row0, cols, sw);
   const __m512i off = _mm512_set1_epi16(L::kOff);
   for (int half = 0; half < 2; ++half) {
     const int n = std::clamp(cols - 16 * half, 0, 16);
@@ -494,100 +336,18 @@ void tile_rows(const Plan& p, int mr, const int32_t* panel, const float* sw, int
   }
 }
 
-struct PrepScratch {
-  AlignedBuffer<int32_t> xq, xo;
-  AlignedBuffer<float> sx, xs;
+struct Avx512Kernel {
+  static constexpr int kCols = gemm_detail::kCols, kMr = gemm_detail::kMr;
+  static void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs,
+                       int32_t* xo) {
+    gemm_detail::prep_row(x, p, xq, sx, xs, xo);
+  }
+  static void tile_rows(const Plan& p, int mr, const int32_t* panel, const float* sw, int64_t i0,
+                        float* c) {
+    gemm_detail::tile_rows(p, mr, panel, sw, i0, c);
+  }
+  static EpilogueFn epilogue() { return fma_kernels_avx512().epilogue; }
 };
-
-PrepScratch& prep_scratch() {
-  thread_local PrepScratch s;
-  return s;
-}
-
-void prefill_int(Plan& p, IntPackFn pack, const float* x, int64_t ldx, const GemmWeights& w,
-                 GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
-  const int64_t m = p.m;
-  PrepScratch& ps = prep_scratch();
-  ps.xq.reserve(m * p.ldq);
-  ps.sx.reserve(m * p.ng);
-  ps.xs.reserve(m * p.ng);
-  ps.xo.reserve(m * p.ng);
-  p.xq = ps.xq.data();
-  p.sx = ps.sx.data();
-  p.xs = ps.xs.data();
-  p.xo = ps.xo.data();
-  const int64_t threads = std::max(1, runner.concurrency());
-  {
-    const int64_t n_tasks = std::min(threads, m);
-    auto prep = [&](int64_t t) {
-      for (int64_t i = m * t / n_tasks; i < m * (t + 1) / n_tasks; ++i) {
-        prep_row(x + i * ldx, p, ps.xq.data() + i * p.ldq, ps.sx.data() + i * p.ng,
-                 ps.xs.data() + i * p.ng, ps.xo.data() + i * p.ng);
-      }
-    };
-    if (n_tasks == 1) {
-      prep(0);
-    } else {
-      runner.run(n_tasks, prep);
-    }
-  }
-
-  const bool silu = ep == GemmEpilogue::kSiluMul;
-  // Units of kCols columns per block (kSiluMul: of the gate block, with the same up columns).
-  int64_t first_unit[kMaxGemmBlocks + 1] = {};
-  int64_t col0[kMaxGemmBlocks + 1] = {};
-  const int n_segments = silu ? 1 : w.n_blocks;
-  for (int b = 0; b < n_segments; ++b) {
-    first_unit[b + 1] = first_unit[b] + (w.rows[b] + kCols - 1) / kCols;
-    col0[b + 1] = col0[b] + w.rows[b];
-  }
-  const int64_t units = first_unit[n_segments];
-  const EpilogueFn epilogue = fma_kernels_avx512().epilogue;
-  const int64_t n_tasks = std::min(threads, units);
-  auto task = [&](int64_t t) {
-    Scratch& s = task_scratch(p);
-    int32_t* panels[2] = {s.panel.data(), s.panel.data() + p.k / 2 * kCols};
-    float* sws[2] = {s.sw.data(), s.sw.data() + 2 * p.ng * kCols};
-    int b = 0;
-    for (int64_t u = units * t / n_tasks; u < units * (t + 1) / n_tasks; ++u) {
-      while (u >= first_unit[b + 1]) ++b;
-      const int64_t row0 = (u - first_unit[b]) * kCols;
-      const int cols = static_cast<int>(std::min<int64_t>(kCols, w.rows[b] - row0));
-      const int n_src = silu ? 2 : 1;
-      for (int j = 0; j < n_src; ++j) {
-        pack(w, p, silu ? j : b, row0, cols, s, panels[j], sws[j]);
-      }
-      for (int64_t i0 = 0; i0 < m; i0 += kMr) {
-        const int mr = static_cast<int>(std::min<int64_t>(kMr, m - i0));
-        for (int j = 0; j < n_src; ++j) tile_rows(p, mr, panels[j], sws[j], i0, s.c[j]);
-        for (int i = 0; i < mr; ++i) {
-          float* yi = y + (i0 + i) * ldy;
-          if (silu) {
-            epilogue(ep, s.c[0] + i * kCols, w.bias[0] ? w.bias[0] + row0 : nullptr,
-                     s.c[1] + i * kCols, w.bias[1] ? w.bias[1] + row0 : nullptr, yi + row0, cols);
-          } else {
-            epilogue(ep, s.c[0] + i * kCols, w.bias[b] ? w.bias[b] + row0 : nullptr, nullptr,
-                     nullptr, yi + col0[b] + row0, cols);
-          }
-        }
-      }
-    }
-  };
-  if (n_tasks == 1) {
-    task(0);
-  } else {
-    runner.run(n_tasks, task);
-  }
-}
-
-
-// The x8 form of a plan: x rounded to int8 per group, quads of x8 per dword.
-void set_x8(Plan& p, int32_t off) {
-  p.x8 = true;
-  p.xmax = kX8Max;
-  p.off = off;
-  p.ldq = (p.k / 4 + 15) / 16 * 16;  // pack_ggml_x8 transposes 16 quads at a time
-}
 
 }  // namespace
 
@@ -607,7 +367,7 @@ void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const Ge
     for (int b = 0; b < w.n_blocks; ++b) p.mins = p.mins || w.zeros[b] != nullptr;
     pack = pack_i4_x8;
   }
-  prefill_int(p, pack, x, ldx, w, ep, y, ldy, runner);
+  prefill_int<Avx512Kernel>(p, pack, x, ldx, w, ep, y, ldy, runner);
 }
 
 void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
@@ -638,7 +398,7 @@ void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWe
     default: pick.template operator()<GgmlKind::kQ4_0>(); break;
   }
   if (x8) set_x8(p, off);
-  prefill_int(p, pack, x, ldx, w, ep, y, ldy, runner);
+  prefill_int<Avx512Kernel>(p, pack, x, ldx, w, ep, y, ldy, runner);
 }
 
 }  // namespace sampan::cpu::gemm_detail

@@ -220,8 +220,9 @@ bool i4_on_amx_int8(int64_t m);
 void gemm_quant_i4_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                        GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 
-// Whether cpu::gemm runs kI4 weights with m rows of x through gemm_quant_i4_vnni_prefill:
-// AVX512-VNNI CPUs without AMX, the prefill sizes (not decode_kernels_take), GemmPrecision not
+// Whether cpu::gemm runs kI4 weights with m rows of x through gemm_quant_i4_vnni_prefill (or,
+// at a level with AVX-VNNI but not AVX512-VNNI, gemm_quant_i4_avx_vnni_prefill):
+// AVX512-VNNI or AVX-VNNI CPUs without AMX, the prefill sizes (not decode_kernels_take), GemmPrecision not
 // kF32 (which keeps prefill exact in f32). The kI4 decode contract above (x rounded per group
 // to x16), except with kBf16 (vnni_prefill_x8).
 bool i4_on_vnni_prefill(int64_t m);
@@ -242,6 +243,11 @@ constexpr int kX8Max = 127;
 // Any m >= 1 (gemm_prefill_int_avx512_vnni.cc; AVX512-VNNI CPUs only).
 void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                                 GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
+// The same on 8-lane vectors (gemm_prefill_int_avx2_vnni.cc; AVX-VNNI CPUs only), where the
+// level has AVX-VNNI but not AVX512-VNNI.
+void gemm_quant_i4_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx,
+                                    const GemmWeights& w, GemmEpilogue ep, float* y, int64_t ldy,
+                                    TaskRunner& runner);
 
 // cpu::gemm for w.dtype kF8E4M3 or kI4 (same contract; m >= 1).
 void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,

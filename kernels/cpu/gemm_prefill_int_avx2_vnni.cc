@@ -1,0 +1,362 @@
+// The integer prefill of gemm_prefill_int_avx512_vnni.cc on CPUs with AVX-VNNI but no AVX-512
+// (Alder Lake and later client cores, Sierra Forest; and AVX-512 CPUs lowered to avx2_vnni):
+// the VEX forms of vpdpwssd (x16, the default: 16 products per instruction against an FMA's 8)
+// and vpdpbusd (x8 with GemmPrecision::kBf16: 32) on 8-lane vectors. Same formats, roundings,
+// bounds and driver (gemm_prefill_int_common.h); what differs is the width:
+//  - a unit is 16 output columns (two vectors), the panel [k / 2][16] (x16) or [k / 4][16] (x8)
+//    dwords, packed 8 columns at a time through an 8 x 8 dword transpose of one 8-dword run of
+//    each column (8 pairs or 8 quads; a GGUF 32-element chunk as unsigned bytes from
+//    ggml_chunk_u8);
+//  - 16 vector registers: a tile of 6 rows keeps its 12 integer group sums in registers with the
+//    two panel vectors and the broadcast x, and its f32 totals in L1 (c), read and written once
+//    per group.
+// Measured on the Emerald Rapids VM lowered to avx2_vnni (SAMPAN_CPU_ISA=avx2_vnni) against the
+// f32 FMA panels the level ran before (bench_gemm_quant gemm --format int4g128, m = 512, one
+// core): 66-73 GFLOP/s -> 146-156 (x16), 249-279 (x8); sampan bench prefill 512, int4 g128, 2
+// threads: 73 -> 135 tok/s (x16), 220 (x8); GGUF Q8_0 73 -> 124 / 188, Q4_K_M 74 -> 118 / 172.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/cpu/gemm_prefill_int_common.h"
+#include "kernels/cpu/vec_avx2.h"
+
+namespace sampan::cpu::gemm_detail {
+namespace {
+
+constexpr int kCols = 16;  // output columns per unit / panel (two vectors of 8 lanes)
+constexpr int kMr = 6;     // rows of x per micro-tile
+
+// As i4_x_group_scale (gemm_quant.h): s_x = absmax / xmax and 1 / s_x = xmax / absmax as f32
+// divisions; a group holding a NaN or an infinity gets s_x = NaN.
+inline void group_scale(const float* x, int64_t n, float xmax, float* sx, float* inv) {
+  const AbsMax a = absmax_avx2(x, n);
+  *sx = 0.0f;
+  *inv = 0.0f;
+  if (!a.finite) {
+    *sx = std::numeric_limits<float>::quiet_NaN();
+  } else if (a.value > 0.0f) {
+    *sx = a.value / xmax;
+    *inv = xmax / a.value;
+  }
+}
+
+inline __m256i round8(const float* x, __m256 inv) {
+  return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), inv),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// As the AVX-512 prep_row: s_x, x16 (x8) in element order, xs and xo per group.
+void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs, int32_t* xo) {
+  auto* x8 = reinterpret_cast<int8_t*>(xq);
+  auto* x16 = reinterpret_cast<int16_t*>(xq);
+  for (int64_t g = 0; g < p.ng; ++g) {
+    float s, inv;
+    group_scale(x + g * p.group, p.group, p.xmax, &s, &inv);
+    if (!(inv < INFINITY)) {  // absmax below ~2^-113: 1 / s_x overflows; the group counts as 0
+      if (!std::isnan(s)) s = 0.0f;
+      inv = 0.0f;
+    }
+    sx[g] = s;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    __m256i sum = _mm256_setzero_si256();
+    for (int64_t c = g * p.group; c < (g + 1) * p.group; c += 16) {
+      const __m256i a0 = round8(x + c, vinv), a1 = round8(x + c + 8, vinv);
+      sum = _mm256_add_epi32(sum, _mm256_add_epi32(a0, a1));
+      // |x16| <= xmax: the saturating packs are exact (a NaN group's values are don't-cares).
+      const __m256i h = _mm256_permute4x64_epi64(_mm256_packs_epi32(a0, a1), 0xd8);
+      if (p.x8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(x8 + c),
+                         _mm_packs_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(x16 + c), h);
+      }
+    }
+    const int32_t total = hsum_epi32(sum);
+    if (p.mins) xs[g] = s * static_cast<float>(total);
+    if (p.x8) xo[g] = -p.off * total;
+  }
+}
+
+// r[c] dword j -> r[j] dword c.
+inline void transpose8(__m256i r[8]) {
+  __m256i a[8], b[8];
+  for (int i = 0; i < 4; ++i) {
+    a[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    b[4 * i] = _mm256_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm256_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm256_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm256_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x31);
+  }
+}
+
+// Stores v[0..8) (one 8-dword run per column of a half, columns from n on zero) transposed into
+// panel rows row0 .. row0 + 7, lanes 8 half .. 8 half + 7.
+inline void store_transposed(__m256i v[8], int32_t* panel, int64_t row0, int half) {
+  transpose8(v);
+  for (int j = 0; j < 8; ++j) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(panel + (row0 + j) * kCols + 8 * half), v[j]);
+  }
+}
+
+// kI4, x16: 8 bytes (8 pairs) of each column, q - z as int16 pairs (two's complement nibble n:
+// q = (n ^ 8) - 8).
+void pack_i4(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch& s,
+             int32_t* panel, float* sw) {
+  const int64_t rb = p.k / 2;
+  const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
+  i4_scales<kCols>(w, p, b, row0, cols, s, sw);
+  const __m256i low4 = _mm256_set1_epi32(0xf), eight = _mm256_set1_epi32(8);
+  const __m256i lo16 = _mm256_set1_epi32(0xffff);
+  for (int half = 0; half < 2; ++half) {
+    for (int64_t j0 = 0; j0 < rb; j0 += 8) {  // bytes j0..j0+7: pairs j0..j0+7
+      const int64_t g = 2 * j0 / p.group;     // groups hold >= 16 pairs
+      __m256i v[8];
+      for (int c = 0; c < 8; ++c) {
+        const int col = 8 * half + c;
+        if (col >= cols) {
+          v[c] = _mm256_setzero_si256();
+          continue;
+        }
+        const __m256i zz = _mm256_set1_epi32(s.zz.data()[g * kCols + col]);
+        const __m256i u = _mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(data + col * rb + j0)));
+        const __m256i lo = _mm256_sub_epi32(_mm256_xor_si256(_mm256_and_si256(u, low4), eight), zz);
+        const __m256i hi = _mm256_sub_epi32(
+            _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi32(u, 4), low4), eight), zz);
+        v[c] = _mm256_or_si256(_mm256_and_si256(lo, lo16), _mm256_slli_epi32(hi, 16));
+      }
+      store_transposed(v, panel, j0, half);
+    }
+  }
+}
+
+// kI4, x8: 16 bytes (32 elements, 8 quads) of each column, nibbles spread one per byte in
+// element order and turned to u = q + 8 (n ^ 8).
+void pack_i4_x8(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch& s,
+                int32_t* panel, float* sw) {
+  const int64_t rb = p.k / 2;
+  const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
+  i4_scales<kCols>(w, p, b, row0, cols, s, sw);
+  const __m128i nib = _mm_set1_epi8(0x0f), eights = _mm_set1_epi8(0x08);
+  for (int half = 0; half < 2; ++half) {
+    for (int64_t j0 = 0; j0 < rb; j0 += 16) {  // bytes j0..j0+15: quads j0 / 2 .. j0 / 2 + 7
+      __m256i v[8];
+      for (int c = 0; c < 8; ++c) {
+        const int col = 8 * half + c;
+        if (col >= cols) {
+          v[c] = _mm256_setzero_si256();
+          continue;
+        }
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data + col * rb + j0));
+        const __m128i lo = _mm_xor_si128(_mm_and_si128(bytes, nib), eights);
+        const __m128i hi = _mm_xor_si128(_mm_and_si128(_mm_srli_epi16(bytes, 4), nib), eights);
+        v[c] = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+      }
+      store_transposed(v, panel, j0 / 2, half);
+    }
+  }
+}
+
+// GGUF: per 32-element chunk of each column, its unsigned bytes (ggml_chunk_u8): x8 takes them
+// as 8 quads; x16 widens them to int16 minus the format's offset, two runs of 8 pairs.
+template <GgmlKind kKind, bool kX8>
+void pack_ggml(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch&,
+               int32_t* panel, float* sw) {
+  using L = GgmlLayout<kKind>;
+  const int64_t rb = p.k / L::kBlock * L::kBytes;
+  const auto* data = static_cast<const uint8_t*>(w.data[b]) + row0 * rb;
+  ggml_scales<kKind, kCols>(w, p, b, row0, cols, sw);
+  const __m256i off = _mm256_set1_epi16(L::kOff);
+  for (int half = 0; half < 2; ++half) {
+    for (int64_t ch = 0; ch < p.k / 32; ++ch) {
+      __m256i u[8];
+      for (int c = 0; c < 8; ++c) {
+        const int col = 8 * half + c;
+        u[c] = col >= cols ? _mm256_setzero_si256()
+                           : ggml_chunk_u8<kKind>(
+                                 data + col * rb + ch * 32 / L::kBlock * L::kBytes,
+                                 ch % (L::kBlock / 32));
+      }
+      if constexpr (kX8) {
+        store_transposed(u, panel, ch * 8, half);
+      } else {
+        __m256i v[8];
+        for (int t = 0; t < 2; ++t) {  // elements 16 t .. 16 t + 15: pairs 16 ch + 8 t ..
+          for (int c = 0; c < 8; ++c) {
+            const __m128i q = t ? _mm256_extracti128_si256(u[c], 1) : _mm256_castsi256_si128(u[c]);
+            v[c] = 8 * half + c >= cols ? _mm256_setzero_si256()
+                                        : _mm256_sub_epi16(_mm256_cvtepu8_epi16(q), off);
+          }
+          store_transposed(v, panel, ch * 16 + 8 * t, half);
+        }
+      }
+    }
+  }
+}
+
+// acc += pairwise int16 products (x16) / 4 u8 x s8 products per lane (x8), VEX forms. In asm so
+// that the accumulators stay in place (see the AVX-512 file).
+inline void dpwssd(__m256i& acc, __m256i a, __m256i b) {
+  asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+}
+inline void dpbusd(__m256i& acc, __m256i u, __m256i s) {
+  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+}
+
+// As the AVX-512 tile, with the f32 totals in c (L1).
+template <int MR, bool kX8>
+void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* xq,
+          const float* sx, const float* xs, const int32_t* xo, float* c) {
+  const int64_t steps = p.group / (kX8 ? 4 : 2);
+  for (int i = 0; i < MR * kCols; i += 8) _mm256_store_ps(c + i, _mm256_setzero_ps());
+  for (int64_t g = 0; g < p.ng; ++g) {
+    __m256i s[MR][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      s[i][0] = s[i][1] = kX8 ? _mm256_set1_epi32(xo[i * p.ng + g]) : _mm256_setzero_si256();
+    }
+    const int32_t* pw = panel + g * steps * kCols;
+    const int32_t* px = xq + g * steps;
+    for (int64_t j = 0; j < steps; ++j) {
+      const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols));
+      const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols + 8));
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m256i xb = _mm256_set1_epi32(px[i * p.ldq + j]);
+        if constexpr (kX8) {
+          dpbusd(s[i][0], w0, xb);
+          dpbusd(s[i][1], w1, xb);
+        } else {
+          dpwssd(s[i][0], xb, w0);
+          dpwssd(s[i][1], xb, w1);
+        }
+      }
+    }
+    const __m256 sw0 = _mm256_load_ps(sw + g * kCols), sw1 = _mm256_load_ps(sw + g * kCols + 8);
+    const float* mn = sw + (p.ng + g) * kCols;
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256 f = _mm256_set1_ps(sx[i * p.ng + g]);
+      float* ci = c + i * kCols;
+      __m256 a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][0]), _mm256_mul_ps(sw0, f),
+                                  _mm256_load_ps(ci));
+      __m256 a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][1]), _mm256_mul_ps(sw1, f),
+                                  _mm256_load_ps(ci + 8));
+      if (p.mins) {  // minus mn times the group's sum of x
+        const __m256 t = _mm256_set1_ps(xs[i * p.ng + g]);
+        a0 = _mm256_fnmadd_ps(_mm256_load_ps(mn), t, a0);
+        a1 = _mm256_fnmadd_ps(_mm256_load_ps(mn + 8), t, a1);
+      }
+      _mm256_store_ps(ci, a0);
+      _mm256_store_ps(ci + 8, a1);
+    }
+  }
+}
+
+template <bool kX8>
+void tile_rows_t(const Plan& p, int mr, const int32_t* panel, const float* sw, int64_t i0,
+                 float* c) {
+  const int32_t* xq = p.xq + i0 * p.ldq;
+  const float* sx = p.sx + i0 * p.ng;
+  const float* xs = p.mins ? p.xs + i0 * p.ng : nullptr;
+  const int32_t* xo = kX8 ? p.xo + i0 * p.ng : nullptr;
+  switch (mr) {
+    case 6: return tile<6, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+    case 5: return tile<5, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+    case 4: return tile<4, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+    case 3: return tile<3, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+    case 2: return tile<2, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+    default: return tile<1, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+  }
+}
+
+struct Avx2VnniKernel {
+  static constexpr int kCols = gemm_detail::kCols, kMr = gemm_detail::kMr;
+  static void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs,
+                       int32_t* xo) {
+    gemm_detail::prep_row(x, p, xq, sx, xs, xo);
+  }
+  static void tile_rows(const Plan& p, int mr, const int32_t* panel, const float* sw, int64_t i0,
+                        float* c) {
+    if (p.x8) {
+      tile_rows_t<true>(p, mr, panel, sw, i0, c);
+    } else {
+      tile_rows_t<false>(p, mr, panel, sw, i0, c);
+    }
+  }
+  static EpilogueFn epilogue() { return fma_kernels_avx2().epilogue; }
+};
+
+}  // namespace
+
+void gemm_quant_i4_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                                    GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
+  assert(w.dtype == DType::kI4 && m >= 1);
+  Plan p;
+  p.m = m;
+  p.k = w.k;
+  p.group = w.group_size;
+  p.ng = p.k / p.group;
+  p.ldq = p.k / 2;
+  p.bf16_scales = w.scale_dtype == DType::kBF16;
+  IntPackFn pack = pack_i4;
+  if (vnni_prefill_x8()) {
+    set_x8(p, 8);
+    for (int b = 0; b < w.n_blocks; ++b) p.mins = p.mins || w.zeros[b] != nullptr;
+    pack = pack_i4_x8;
+  }
+  prefill_int<Avx2VnniKernel>(p, pack, x, ldx, w, ep, y, ldy, runner);
+}
+
+void gemm_ggml_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                                GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
+  const GgmlType t = w.ggml_type;
+  assert(w.dtype == DType::kU8 && m >= 1 && w.k % ggml_block_size(t) == 0 &&
+         ggml_i16_prefill_type(t));
+  Plan p;
+  p.m = m;
+  p.k = w.k;
+  p.group = t == GgmlType::kQ6_K ? 16 : 32;
+  p.ng = p.k / p.group;
+  p.ldq = p.k / 2;
+  p.xmax = 32767.0f;
+  p.mins = t == GgmlType::kQ4_K || t == GgmlType::kQ5_K;
+  const bool x8 = vnni_prefill_x8();
+  IntPackFn pack = nullptr;
+  int32_t off = 0;
+  auto pick = [&]<GgmlKind kKind>() {
+    pack = x8 ? pack_ggml<kKind, true> : pack_ggml<kKind, false>;
+    off = GgmlLayout<kKind>::kOff;
+  };
+  switch (t) {
+    case GgmlType::kQ8_0: pick.template operator()<GgmlKind::kQ8_0>(); break;
+    case GgmlType::kQ4_K: pick.template operator()<GgmlKind::kQ4_K>(); break;
+    case GgmlType::kQ5_K: pick.template operator()<GgmlKind::kQ5_K>(); break;
+    case GgmlType::kQ6_K: pick.template operator()<GgmlKind::kQ6_K>(); break;
+    default: pick.template operator()<GgmlKind::kQ4_0>(); break;
+  }
+  if (x8) set_x8(p, off);
+  prefill_int<Avx2VnniKernel>(p, pack, x, ldx, w, ep, y, ldy, runner);
+}
+
+}  // namespace sampan::cpu::gemm_detail
