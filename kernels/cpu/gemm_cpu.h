@@ -31,7 +31,7 @@ enum class GemmPrecision {
   // vdpbf16ps: prefill ~2x faster than kSplitBf16 on AMX, ~1.9x the f32 FMA panels on Zen 4.
   // The integer prefill of kI4 and GGUF weights on AVX512-VNNI without AMX rounds x per weight
   // group to int8 instead (vpdpbusd, error up to absmax_g / 254: gemm_quant.h,
-  // vnni_prefill_x8): ~1.9x the kSplitBf16 tile on Emerald Rapids.
+  // vnni_x8): ~1.9x the kSplitBf16 tile on Emerald Rapids.
   kBf16,
   // Every product exact in f32 on every CPU: x stays f32, bf16/f16 weights convert to f32
   // exactly (the FMA panels, never AMX or vdpbf16ps) and quantized prefill dequantizes to f32.

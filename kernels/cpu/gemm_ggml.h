@@ -123,7 +123,7 @@ const GgmlKernels& ggml_kernels_avx512();
 // hold these groups), with integer products as theirs (Q4_K / Q5_K: the (d sc) q part in
 // integers, the dmin mn part against the f32 sums s * sum x16 of each group). With
 // GemmPrecision::kBf16, x is rounded per 32 (Q6_K: 16) elements to int8 instead, within
-// kPrefillX8Error (gemm_quant.h, vnni_prefill_x8), as llama.cpp rounds its activations.
+// kX8Error (gemm_quant.h, vnni_x8), as llama.cpp rounds its activations.
 bool ggml_on_vnni_prefill(GgmlType type, int64_t m);
 // The types gemm_ggml_vnni_prefill packs (the type half of ggml_on_vnni_prefill).
 bool ggml_i16_prefill_type(GgmlType type);

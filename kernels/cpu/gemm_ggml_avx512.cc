@@ -42,6 +42,7 @@
 
 #include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/ggml_dequant.h"
+#include "kernels/cpu/isa.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
@@ -556,8 +557,20 @@ void prep_x16(const float* x, int64_t k, float* out) {
   }
 }
 
+// acc += the pairwise int16 products of a and b: vpdpwssd where the CPU has AVX512-VNNI (kVnni:
+// one instruction for vpmaddwd + vpaddd; in asm, as this file is compiled without the VNNI
+// flag and the kernel runs only where isa.h reports it).
+template <bool kVnni>
+inline void madd_add(__m512i& acc, __m512i a, __m512i b) {
+  if constexpr (kVnni) {
+    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  } else {
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+  }
+}
+
 // kQ5: Q5_K, whose fifth bit (bit j of qh[l] for element 32 j + l) adds 16 to the code.
-template <bool kQ5, int MB>
+template <bool kQ5, int MB, bool kVnni>
 void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
   constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
   constexpr int R = kRows;
@@ -601,9 +614,8 @@ void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t
             hi, _mm512_set1_epi16(static_cast<int16_t>((sc >> (16 * c2 + 8)) & 0xff)));
         for (int i = 0; i < MB; ++i) {
           const int16_t* xq = reinterpret_cast<const int16_t*>(x + i * ldx + b * kX16BlockFloats);
-          ai[i] = _mm512_add_epi32(ai[i], _mm512_madd_epi16(lo, _mm512_loadu_si512(xq + 64 * c2)));
-          ai[i] =
-              _mm512_add_epi32(ai[i], _mm512_madd_epi16(hi, _mm512_loadu_si512(xq + 64 * c2 + 32)));
+          madd_add<kVnni>(ai[i], lo, _mm512_loadu_si512(xq + 64 * c2));
+          madd_add<kVnni>(ai[i], hi, _mm512_loadu_si512(xq + 64 * c2 + 32));
         }
       }
       for (int i = 0; i < MB; ++i) {
@@ -619,15 +631,22 @@ void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t
     for (int r = 0; r < R; ++r) out[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
 }
 
+template <bool kQ5, bool kVnni>
+void dot_k_x16_v(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+                 float* out) {
+  switch (mb) {
+    case 1: return dot_k_x16_mb<kQ5, 1, kVnni>(rows, k, x, ldx, out);
+    case 2: return dot_k_x16_mb<kQ5, 2, kVnni>(rows, k, x, ldx, out);
+    case 3: return dot_k_x16_mb<kQ5, 3, kVnni>(rows, k, x, ldx, out);
+    default: return dot_k_x16_mb<kQ5, 4, kVnni>(rows, k, x, ldx, out);
+  }
+}
+
 template <bool kQ5>
 void dot_k_x16(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
                float* out) {
-  switch (mb) {
-    case 1: return dot_k_x16_mb<kQ5, 1>(rows, k, x, ldx, out);
-    case 2: return dot_k_x16_mb<kQ5, 2>(rows, k, x, ldx, out);
-    case 3: return dot_k_x16_mb<kQ5, 3>(rows, k, x, ldx, out);
-    default: return dot_k_x16_mb<kQ5, 4>(rows, k, x, ldx, out);
-  }
+  if (has_avx512_vnni()) return dot_k_x16_v<kQ5, true>(rows, k, x, ldx, mb, out);
+  dot_k_x16_v<kQ5, false>(rows, k, x, ldx, mb, out);
 }
 
 // ---- Q4_0 and Q8_0 with x rounded to 16 bits (x16 kernels over pairs of 32-element blocks) ----

@@ -320,7 +320,7 @@ void gemm_quant_i4_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, cons
   p.ldq = p.k / 2;
   p.bf16_scales = w.scale_dtype == DType::kBF16;
   IntPackFn pack = pack_i4;
-  if (vnni_prefill_x8()) {
+  if (vnni_x8()) {
     set_x8(p, 8);
     for (int b = 0; b < w.n_blocks; ++b) p.mins = p.mins || w.zeros[b] != nullptr;
     pack = pack_i4_x8;
@@ -341,7 +341,7 @@ void gemm_ggml_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const Ge
   p.ldq = p.k / 2;
   p.xmax = 32767.0f;
   p.mins = t == GgmlType::kQ4_K || t == GgmlType::kQ5_K;
-  const bool x8 = vnni_prefill_x8();
+  const bool x8 = vnni_x8();
   IntPackFn pack = nullptr;
   int32_t off = 0;
   auto pick = [&]<GgmlKind kKind>() {

@@ -31,7 +31,7 @@
 // (16-64 KB chunks: 0.8-0.95x); this kernel for batched decode (m = 2..16: packing dominates,
 // 0.3-1.0x the decode kernels).
 //
-// x8 (GemmPrecision::kBf16, vnni_prefill_x8 in gemm_quant.h): x rounded per group to int8
+// x8 (GemmPrecision::kBf16, vnni_x8 in gemm_quant.h): x rounded per group to int8
 // (xmax = 127, bytes in element order, a dword per 4 elements), the weights packed as unsigned
 // bytes u (kI4 q + 8, Q4_0 n, Q8_0 q + 128, Q4_K / Q5_K q, Q6_K q) so that w = s_w (u - off)
 // (- mn), a panel [k / 4][32] of dwords holding 4 elements' u each, and vpdpbusd sums 4 u * x8
@@ -362,7 +362,7 @@ void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const Ge
   p.ldq = p.k / 2;
   p.bf16_scales = w.scale_dtype == DType::kBF16;
   IntPackFn pack = pack_i4;
-  if (vnni_prefill_x8()) {
+  if (vnni_x8()) {
     set_x8(p, 8);
     for (int b = 0; b < w.n_blocks; ++b) p.mins = p.mins || w.zeros[b] != nullptr;
     pack = pack_i4_x8;
@@ -383,7 +383,7 @@ void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWe
   p.ldq = p.k / 2;
   p.xmax = 32767.0f;
   p.mins = t == GgmlType::kQ4_K || t == GgmlType::kQ5_K;
-  const bool x8 = vnni_prefill_x8();
+  const bool x8 = vnni_x8();
   IntPackFn pack = nullptr;
   int32_t off = 0;
   auto pick = [&]<GgmlKind kKind>() {

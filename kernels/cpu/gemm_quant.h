@@ -22,7 +22,7 @@
 // AVX512-VNNI CPUs without AMX (i4_on_vnni_prefill): there vpdpwssd multiplies the int16 q - z
 // with x rounded per group to x16 (the decode rounding), 32 products per instruction against an
 // FMA's 16, or with GemmPrecision::kBf16 vpdpbusd the bytes q + 8 with x rounded to int8, 64 per
-// instruction (vnni_prefill_x8; gemm_prefill_int_avx512_vnni.cc).
+// instruction (vnni_x8; gemm_prefill_int_avx512_vnni.cc).
 //
 // Accuracy, against dequantize-then-multiply in double (tests/kernels/test_gemm_quant.cc), with
 // M = sum_k |x| (|q| + |z|) |s| (= sum |x||w| for fp8 and symmetric int4):
@@ -222,24 +222,34 @@ void gemm_quant_i4_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights
 
 // Whether cpu::gemm runs kI4 weights with m rows of x through gemm_quant_i4_vnni_prefill (or,
 // at a level with AVX-VNNI but not AVX512-VNNI, gemm_quant_i4_avx_vnni_prefill):
-// AVX512-VNNI or AVX-VNNI CPUs without AMX, the prefill sizes (not decode_kernels_take), GemmPrecision not
-// kF32 (which keeps prefill exact in f32). The kI4 decode contract above (x rounded per group
-// to x16), except with kBf16 (vnni_prefill_x8).
+// AVX512-VNNI or AVX-VNNI CPUs without AMX, the prefill sizes (not decode_kernels_take),
+// GemmPrecision not kF32 (which keeps prefill exact in f32). The kI4 decode contract above (x
+// rounded per group to x16), except with kBf16 (vnni_x8).
 bool i4_on_vnni_prefill(int64_t m);
 
-// Whether the integer prefill on AVX512-VNNI (i4_on_vnni_prefill, ggml_on_vnni_prefill) rounds x
-// to int8 instead of int16: with GemmPrecision::kBf16, the precision that rounds x to bf16
-// elsewhere. x8 = round(x / s_x), s_x = absmax_g(x) / 127 per (row of x, weight group), so
+// Whether the integer kernels on VNNI (the prefill of i4_on_vnni_prefill and
+// ggml_on_vnni_prefill, and the kI4 decode of i4_decode_on_vnni) round x to int8 instead of
+// int16: with GemmPrecision::kBf16, the precision that rounds x to bf16 elsewhere. x8 = round(x / s_x), s_x = absmax_g(x) / 127 per (row of x, weight group), so
 // vpdpbusd multiplies 4 (unsigned weight byte, x8) pairs per lane, 64 products per instruction
 // against vpdpwssd's 32 (~1.9x the x16 tile on Emerald Rapids, bench_gemm_quant). The rounding
 // is off by s_x / 2 = absmax_g / 254, plus f32 roundings under 2^-22 absmax_g:
-//   |y - y_exact| <= kPrefillX8Error * sum_g absmax_g(x) * sum_{c in g} |w_c|  +  1e-5 * M
+//   |y - y_exact| <= kX8Error * sum_g absmax_g(x) * sum_{c in g} |w_c|  +  1e-5 * M
 // (llama.cpp rounds x so, to its Q8_0 / Q8_K activations, for every quantized type; bf16
 // rounding of x is off by up to 2^-9 |x| per element, so this is the same order for the
 // largest elements of a group and coarser for the smaller ones.)
-bool vnni_prefill_x8();
-constexpr double kPrefillX8Error = 1.0 / 254 + 0x1p-22;
+// The kI4 decode then takes 2 vpdpbusd per 128 weights and row of x, the unpacking of a
+// weight row 3 operations (gemm_quant_i4x8_avx512_vnni.cc): a batched decode step no longer
+// bound by arithmetic from m = 4.
+bool vnni_x8();
+constexpr double kX8Error = 1.0 / 254 + 0x1p-22;
 constexpr int kX8Max = 127;
+// Whether cpu::gemm runs kI4 weights with m rows of x on the AVX512-VNNI decode table
+// (quant_kernels_avx512_vnni, or its x8 form quant_kernels_avx512_vnni_x8 where vnni_x8()):
+// decode_kernels_take, not AMX-INT8 (i4_on_amx_int8), AVX512-VNNI, and m >= 2 where the CPU
+// splits zmm operations (Zen 4 keeps the AVX2 kernels at m = 1).
+bool i4_decode_on_vnni(int64_t m);
+// The VNNI table with the x8 kI4 decode kernel (gemm_quant_i4x8_avx512_vnni.cc).
+const QuantKernels& quant_kernels_avx512_vnni_x8();
 // Any m >= 1 (gemm_prefill_int_avx512_vnni.cc; AVX512-VNNI CPUs only).
 void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                                 GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);

@@ -219,7 +219,12 @@ bool i4_on_vnni_prefill(int64_t m) {
          gemm_precision() != GemmPrecision::kF32 && !decode_kernels_take(DType::kI4, m);
 }
 
-bool vnni_prefill_x8() { return gemm_precision() == GemmPrecision::kBf16; }
+bool vnni_x8() { return gemm_precision() == GemmPrecision::kBf16; }
+
+bool i4_decode_on_vnni(int64_t m) {
+  return decode_kernels_take(DType::kI4, m) && !i4_on_amx_int8(m) && has_avx512_vnni() &&
+         (m >= 2 || !cpu_features().zmm_split);
+}
 
 bool quant_on_avx2_batch(DType dtype, int64_t m) {
   return !has_avx512_vnni() && m >= kAvx2BatchMinM && decode_kernels_take(dtype, m);
@@ -259,7 +264,9 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
     // these were not measured there. The AVX2 kernels also serve the plain AVX-512 level: there
     // they ran int4 g128 at 1.3-2x and fp8 at 1.1-1.6x the AVX-512 f32-dequantizing kernels.
     const bool vnni = has_avx512_vnni() && (m >= 2 || !cpu_features().zmm_split);
-    const QuantKernels& kt = vnni ? quant_kernels_avx512_vnni() : quant_kernels_avx2();
+    const QuantKernels& kt = !vnni                                    ? quant_kernels_avx2()
+                             : w.dtype == DType::kI4 && vnni_x8()     ? quant_kernels_avx512_vnni_x8()
+                                                                      : quant_kernels_avx512_vnni();
     gemm_quant_decode(kt, m, x, ldx, w, ep, y, ldy, runner);
   }
 }

@@ -243,11 +243,11 @@ void check_case(const Case& c, uint32_t seed) {
       ScopedGemmPrecision scope(prec);
       // Decode kernels that round x, and the prefill in integers on AVX512-VNNI without AMX,
       // which rounds it within the same bound (gemm_ggml.h), or to x8 with kBf16
-      // (vnni_prefill_x8, gemm_quant.h; its groups of 32 or 16 lie in these blocks of 256).
+      // (vnni_x8, gemm_quant.h; its groups of 32 or 16 lie in these blocks of 256).
       const bool x16 = prefill ? gemm_detail::ggml_on_vnni_prefill(c.type->type, c.m)
                                : kt.dot[static_cast<int>(c.type->type)].x16;
-      const double x_err = prefill && gemm_detail::vnni_prefill_x8()
-                               ? gemm_detail::kPrefillX8Error
+      const double x_err = prefill && gemm_detail::vnni_x8()
+                               ? gemm_detail::kX8Error
                                : gemm_detail::kGgmlDecodeXError;
       const bool bf16 = prefill && gemm_detail::prefill_in_bf16();
       const double tol = bf16 ? std::ldexp(1.0, -7) : tol_f32;
@@ -525,7 +525,7 @@ TEST_CASE("gemm ggml: Q8_0 prefill on AVX512-VNNI rounds x as stated", "[kernels
   w.data[0] = data.data();
   IsaRestore restore;
   Runners runners;
-  // x16 by default, x8 with kBf16 (vnni_prefill_x8): xmax 32767 or 127.
+  // x16 by default, x8 with kBf16 (vnni_x8): xmax 32767 or 127.
   for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
     ScopedGemmPrecision scope(prec);
     const float xmax = prec == GemmPrecision::kBf16 ? 127.0f : 32767.0f;

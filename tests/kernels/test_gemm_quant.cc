@@ -191,11 +191,13 @@ double tolerance(Isa isa, const Case& c) {
 // The rounding of x on this ISA, relative to sum_g absmax_g(x) sum_{c in g} |w_c|: every int4
 // decode kernel (AVX2, AVX512-VNNI, AMX-INT8) rounds x per group to x16, and they take m = 16 too
 // unless GemmPrecision is kF32 (decode_kernels_take); so does int4 prefill on AVX512-VNNI CPUs
-// without AMX (i4_on_vnni_prefill), to x8 with GemmPrecision::kBf16 (vnni_prefill_x8).
+// without AMX (i4_on_vnni_prefill); to x8 with GemmPrecision::kBf16 (vnni_x8) there and in the
+// AVX512-VNNI decode kernels (i4_decode_on_vnni).
 double x_rounding(Isa isa, const Case& c) {
   if (c.dtype != DType::kI4) return 0.0;
-  if (gemm_detail::i4_on_vnni_prefill(c.m) && gemm_detail::vnni_prefill_x8()) {
-    return gemm_detail::kPrefillX8Error;
+  if ((gemm_detail::i4_on_vnni_prefill(c.m) || gemm_detail::i4_decode_on_vnni(c.m)) &&
+      gemm_detail::vnni_x8()) {
+    return gemm_detail::kX8Error;
   }
   const bool rounds = (isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m)) ||
                       gemm_detail::decode_kernels_take(c.dtype, c.m) ||
@@ -397,20 +399,26 @@ TEST_CASE("gemm int4 decode: groups, half steps, zeros, scale dtypes, m = 1..15,
   const KG kgs[] = {{32, 32},  {64, 64},  {128, 128}, {96, 32},   {160, 32},  {192, 64},
                     {384, 128}, {2080, 32}, {2112, 64}, {1152, 128}};
   const XFill fills[] = {XFill::kUniform, XFill::kSpike, XFill::kZeros, XFill::kWide};
+  PrecisionRestore restore;
   uint32_t seed = 2000;
-  for (int64_t m = 1; m <= 15; ++m) {
-    for (const KG& kg : kgs) {
-      Case c;
-      c.m = m;
-      c.k = kg.k;
-      c.group = kg.group;
-      c.rows = {seed % 3 == 0 ? 9 : 5};  // 4 rows per call: full and short last calls
-      c.bias = {seed % 2 == 0};
-      c.asym = (seed / 2) % 2 == 1;
-      c.scale_dtype = (seed / 4) % 2 == 0 ? DType::kF16 : DType::kBF16;
-      c.x_fill = fills[seed % 4];
-      c.ldx_pad = seed % 5 == 0 ? 0 : 7;
-      check_case(c, seed++);
+  // kBf16: the AVX512-VNNI kernels round x to x8 (vnni_x8).
+  for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
+    set_gemm_precision(prec);
+    INFO("precision=" << static_cast<int>(prec));
+    for (int64_t m = 1; m <= 15; ++m) {
+      for (const KG& kg : kgs) {
+        Case c;
+        c.m = m;
+        c.k = kg.k;
+        c.group = kg.group;
+        c.rows = {seed % 3 == 0 ? 9 : 5};  // 4 rows per call: full and short last calls
+        c.bias = {seed % 2 == 0};
+        c.asym = (seed / 2) % 2 == 1;
+        c.scale_dtype = (seed / 4) % 2 == 0 ? DType::kF16 : DType::kBF16;
+        c.x_fill = fills[seed % 4];
+        c.ldx_pad = seed % 5 == 0 ? 0 : 7;
+        check_case(c, seed++);
+      }
     }
   }
 }
@@ -425,7 +433,7 @@ TEST_CASE("gemm int4 prefill: tiles of 6 rows, 32-column units, groups, zeros, x
   const XFill fills[] = {XFill::kUniform, XFill::kSpike, XFill::kWide, XFill::kZeros};
   PrecisionRestore restore;
   uint32_t seed = 2700;
-  // kBf16: on AVX512-VNNI without AMX, x rounded to x8 (vnni_prefill_x8).
+  // kBf16: on AVX512-VNNI without AMX, x rounded to x8 (vnni_x8).
   for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
     set_gemm_precision(prec);
     INFO("precision=" << static_cast<int>(prec));
@@ -453,20 +461,28 @@ TEST_CASE("gemm int4 prefill: tiles of 6 rows, 32-column units, groups, zeros, x
 // scalar code: s_x = absmax_g / 32639 (x8 with kBf16: 127) and 1 / s_x as f32 divisions,
 // x16 = round-half-even of the f32 product x * (1 / s_x); a group whose 1 / s_x overflows
 // (absmax below ~2^-113) counts as zero. What remains is f32 summation of exact integer group
-// sums: 1e-5 * M. Groups of x: uniform, one +-1e4 outlier, 2^-120 times uniform (taken as zero),
-// zeros, 2^-60 times uniform.
-TEST_CASE("gemm int4 prefill on AVX512-VNNI: x rounded as the contract says",
+// sums: 1e-5 * M. Groups of x: uniform, one +-1e4 outlier, 2^-120 times uniform (taken as zero
+// at x16), zeros, 2^-60 times uniform, 2^-126 times uniform (taken as zero).
+TEST_CASE("gemm int4 prefill on VNNI and x8 decode: x rounded as the contract says",
           "[kernels][gemm_quant]") {
   uint32_t seed = 2900;
   IsaRestore restore;
   PrecisionRestore prec_restore;
   Runners runners;
-  // x16 by default, x8 with kBf16 (vnni_prefill_x8): xmax 32639 or 127.
-  for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16})
+  // x16 by default, x8 with kBf16 (vnni_x8): xmax 32639 or 127. Decode sizes (m = 1, 2, 5) with
+  // kBf16: the x8 decode kernels (i4_decode_on_vnni) round x the same way.
+  struct Run {
+    GemmPrecision prec;
+    int64_t m;
+  };
+  const Run runs[] = {{GemmPrecision::kSplitBf16, 19}, {GemmPrecision::kBf16, 19},
+                      {GemmPrecision::kBf16, 1},       {GemmPrecision::kBf16, 2},
+                      {GemmPrecision::kBf16, 5}};
+  for (const auto& [prec, m] : runs)
   for (int64_t g : {32, 64, 128}) {
     set_gemm_precision(prec);
     const float xmax = prec == GemmPrecision::kBf16 ? 127.0f : 32639.0f;
-    const int64_t m = 19, k = 10 * g, n = 37;
+    const int64_t k = 10 * g, n = 37;
     Case c;
     c.m = m;
     c.k = k;
@@ -489,14 +505,15 @@ TEST_CASE("gemm int4 prefill on AVX512-VNNI: x rounded as the contract says",
     std::vector<float> x(m * k);
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < k; ++j) {
-        const int64_t kind = (j / g + i) % 5;
+        const int64_t kind = (j / g + i) % 6;
         float v = kind == 3 ? 0.0f : dist(rng);
         if (kind == 2) v = std::ldexp(v, -120);
         if (kind == 4) v = std::ldexp(v, -60);
+        if (kind == 5) v = std::ldexp(v, -126);
         x[i * k + j] = v;
       }
       for (int64_t g0 = 0; g0 < k; g0 += g) {
-        if ((g0 / g + i) % 5 == 1) x[i * k + g0 + rng() % g] = rng() % 2 ? 1e4f : -1e4f;
+        if ((g0 / g + i) % 6 == 1) x[i * k + g0 + rng() % g] = rng() % 2 ? 1e4f : -1e4f;
       }
     }
     // Reference: sum_g s_x sum_c x16_c w_c in double, and M.
@@ -523,7 +540,10 @@ TEST_CASE("gemm int4 prefill on AVX512-VNNI: x rounded as the contract says",
     }
     for (Isa isa : supported_isas()) {
       REQUIRE(set_isa(isa));
-      if (!gemm_detail::i4_on_vnni_prefill(m)) continue;
+      if (!gemm_detail::i4_on_vnni_prefill(m) &&
+          !(gemm_detail::i4_decode_on_vnni(m) && gemm_detail::vnni_x8())) {
+        continue;
+      }
       for (auto [name, runner] : runners.all()) {
         std::vector<float> y(m * n);
         gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, *runner);
@@ -595,7 +615,7 @@ TEST_CASE("gemm int4 and fp8 decode and prefill: a NaN or inf in x gives NaN out
   std::vector<Bad> cases;
   for (DType dt : {DType::kI4, DType::kF8E4M3}) {
     for (int64_t m : {2, 20}) {
-      // kBf16 at m = 20: int4 prefill on AVX512-VNNI rounds x to x8 (vnni_prefill_x8).
+      // kBf16 at m = 20: int4 prefill on AVX512-VNNI rounds x to x8 (vnni_x8).
       for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
         cases.push_back({dt, m, std::numeric_limits<float>::quiet_NaN(), prec});
         cases.push_back({dt, m, std::numeric_limits<float>::infinity(), prec});
