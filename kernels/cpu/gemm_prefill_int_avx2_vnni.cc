@@ -273,90 +273,35 @@ void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* x
   }
 }
 
-template <bool kX8>
-void tile_rows_t(const Plan& p, int mr, const int32_t* panel, const float* sw, int64_t i0,
-                 float* c) {
-  const int32_t* xq = p.xq + i0 * p.ldq;
-  const float* sx = p.sx + i0 * p.ng;
-  const float* xs = p.mins ? p.xs + i0 * p.ng : nullptr;
-  const int32_t* xo = kX8 ? p.xo + i0 * p.ng : nullptr;
-  switch (mr) {
-    case 6: return tile<6, kX8>(p, panel, sw, xq, sx, xs, xo, c);
-    case 5: return tile<5, kX8>(p, panel, sw, xq, sx, xs, xo, c);
-    case 4: return tile<4, kX8>(p, panel, sw, xq, sx, xs, xo, c);
-    case 3: return tile<3, kX8>(p, panel, sw, xq, sx, xs, xo, c);
-    case 2: return tile<2, kX8>(p, panel, sw, xq, sx, xs, xo, c);
-    default: return tile<1, kX8>(p, panel, sw, xq, sx, xs, xo, c);
-  }
-}
-
 struct Avx2VnniKernel {
   static constexpr int kCols = gemm_detail::kCols, kMr = gemm_detail::kMr;
   static void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs,
                        int32_t* xo) {
     gemm_detail::prep_row(x, p, xq, sx, xs, xo);
   }
-  static void tile_rows(const Plan& p, int mr, const int32_t* panel, const float* sw, int64_t i0,
-                        float* c) {
-    if (p.x8) {
-      tile_rows_t<true>(p, mr, panel, sw, i0, c);
-    } else {
-      tile_rows_t<false>(p, mr, panel, sw, i0, c);
-    }
+  template <int MR, bool kX8>
+  static void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* xq,
+                   const float* sx, const float* xs, const int32_t* xo, float* c) {
+    gemm_detail::tile<MR, kX8>(p, panel, sw, xq, sx, xs, xo, c);
   }
   static EpilogueFn epilogue() { return fma_kernels_avx2().epilogue; }
+  static IntPackFn i4_pack(bool x8) { return x8 ? pack_i4_x8 : pack_i4; }
+  template <GgmlKind kKind>
+  static IntPackFn ggml_pack(bool x8) {
+    return x8 ? pack_ggml<kKind, true> : pack_ggml<kKind, false>;
+  }
 };
 
 }  // namespace
 
 void gemm_quant_i4_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                                     GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
-  assert(w.dtype == DType::kI4 && m >= 1);
-  Plan p;
-  p.m = m;
-  p.k = w.k;
-  p.group = w.group_size;
-  p.ng = p.k / p.group;
-  p.ldq = p.k / 2;
-  p.bf16_scales = w.scale_dtype == DType::kBF16;
-  IntPackFn pack = pack_i4;
-  if (vnni_x8()) {
-    set_x8(p, 8);
-    for (int b = 0; b < w.n_blocks; ++b) p.mins = p.mins || w.zeros[b] != nullptr;
-    pack = pack_i4_x8;
-  }
-  prefill_int<Avx2VnniKernel>(p, pack, x, ldx, w, ep, y, ldy, runner);
+  i4_prefill<Avx2VnniKernel>(m, x, ldx, w, ep, y, ldy, runner);
 }
 
 void gemm_ggml_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                                 GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
-  const GgmlType t = w.ggml_type;
-  assert(w.dtype == DType::kU8 && m >= 1 && w.k % ggml_block_size(t) == 0 &&
-         ggml_i16_prefill_type(t));
-  Plan p;
-  p.m = m;
-  p.k = w.k;
-  p.group = t == GgmlType::kQ6_K ? 16 : 32;
-  p.ng = p.k / p.group;
-  p.ldq = p.k / 2;
-  p.xmax = 32767.0f;
-  p.mins = t == GgmlType::kQ4_K || t == GgmlType::kQ5_K;
-  const bool x8 = vnni_x8();
-  IntPackFn pack = nullptr;
-  int32_t off = 0;
-  auto pick = [&]<GgmlKind kKind>() {
-    pack = x8 ? pack_ggml<kKind, true> : pack_ggml<kKind, false>;
-    off = GgmlLayout<kKind>::kOff;
-  };
-  switch (t) {
-    case GgmlType::kQ8_0: pick.template operator()<GgmlKind::kQ8_0>(); break;
-    case GgmlType::kQ4_K: pick.template operator()<GgmlKind::kQ4_K>(); break;
-    case GgmlType::kQ5_K: pick.template operator()<GgmlKind::kQ5_K>(); break;
-    case GgmlType::kQ6_K: pick.template operator()<GgmlKind::kQ6_K>(); break;
-    default: pick.template operator()<GgmlKind::kQ4_0>(); break;
-  }
-  if (x8) set_x8(p, off);
-  prefill_int<Avx2VnniKernel>(p, pack, x, ldx, w, ep, y, ldy, runner);
+  ggml_prefill<Avx2VnniKernel>(m, x, ldx, w, ep, y, ldy, runner);
 }
 
 }  // namespace sampan::cpu::gemm_detail

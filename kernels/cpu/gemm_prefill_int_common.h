@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 
@@ -193,10 +194,35 @@ void set_x8(Plan& p, int32_t off) {
   p.ldq = (p.k / 4 + 15) / 16 * 16;  // the AVX-512 pack_ggml_x8 transposes 16 quads at a time
 }
 
+// Rows i0 .. i0 + mr (mr <= 6) of x against a panel (c: [mr][kCols]) through K's tile<MR, kX8>.
+template <class K>
+void tile_rows(const Plan& p, int mr, const int32_t* panel, const float* sw, int64_t i0,
+               float* c) {
+  auto rows = [&]<bool kX8>() {
+    const int32_t* xq = p.xq + i0 * p.ldq;
+    const float* sx = p.sx + i0 * p.ng;
+    const float* xs = p.mins ? p.xs + i0 * p.ng : nullptr;
+    const int32_t* xo = kX8 ? p.xo + i0 * p.ng : nullptr;
+    switch (mr) {
+      case 6: return K::template tile<6, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+      case 5: return K::template tile<5, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+      case 4: return K::template tile<4, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+      case 3: return K::template tile<3, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+      case 2: return K::template tile<2, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+      default: return K::template tile<1, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+    }
+  };
+  if (p.x8) {
+    rows.template operator()<true>();
+  } else {
+    rows.template operator()<false>();
+  }
+}
+
 // The driver. K provides kCols and kMr (<= kMaxIntCols, kMaxIntMr), prep_row(x, p, xq, sx, xs,
-// xo) (one row of x: its groups' s_x, x16 or x8, and the sums xs / xo), tile_rows(p, mr, panel,
-// sw, i0, c) (rows i0 .. i0 + mr of x against a panel: c [mr][kCols]) and epilogue() (the FMA
-// table's bias / SiLU-mul epilogue of the same ISA).
+// xo) (one row of x: its groups' s_x, x16 or x8, and the sums xs / xo), tile<MR, kX8>(p, panel,
+// sw, xq, sx, xs, xo, c) (MR rows of x from xq / sx / xs / xo against a panel: c [MR][kCols])
+// and epilogue() (the FMA table's bias / SiLU-mul epilogue of the same ISA).
 struct PrepScratch {
   AlignedBuffer<int32_t> xq, xo;
   AlignedBuffer<float> sx, xs;
@@ -264,7 +290,7 @@ void prefill_int(Plan& p, IntPackFn pack, const float* x, int64_t ldx, const Gem
       }
       for (int64_t i0 = 0; i0 < m; i0 += kMr) {
         const int mr = static_cast<int>(std::min<int64_t>(kMr, m - i0));
-        for (int j = 0; j < n_src; ++j) K::tile_rows(p, mr, panels[j], sws[j], i0, s.c[j]);
+        for (int j = 0; j < n_src; ++j) tile_rows<K>(p, mr, panels[j], sws[j], i0, s.c[j]);
         for (int i = 0; i < mr; ++i) {
           float* yi = y + (i0 + i) * ldy;
           if (silu) {
@@ -283,6 +309,60 @@ void prefill_int(Plan& p, IntPackFn pack, const float* x, int64_t ldx, const Gem
   } else {
     runner.run(n_tasks, task);
   }
+}
+
+
+// The entry points' plans. K also provides i4_pack(x8) and ggml_pack<kKind>(x8), its packers of
+// kI4 and of the GGUF kinds for x16 (false) and x8 (true).
+template <class K>
+void i4_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
+                float* y, int64_t ldy, TaskRunner& runner) {
+  assert(w.dtype == DType::kI4 && m >= 1);
+  Plan p;
+  p.m = m;
+  p.k = w.k;
+  p.group = w.group_size;
+  p.ng = p.k / p.group;
+  p.ldq = p.k / 2;
+  p.bf16_scales = w.scale_dtype == DType::kBF16;
+  const bool x8 = vnni_x8();
+  if (x8) {
+    set_x8(p, 8);
+    for (int b = 0; b < w.n_blocks; ++b) p.mins = p.mins || w.zeros[b] != nullptr;
+  }
+  prefill_int<K>(p, K::i4_pack(x8), x, ldx, w, ep, y, ldy, runner);
+}
+
+template <class K>
+void ggml_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
+                  float* y, int64_t ldy, TaskRunner& runner) {
+  const GgmlType t = w.ggml_type;
+  assert(w.dtype == DType::kU8 && m >= 1 && w.k % ggml_block_size(t) == 0 &&
+         ggml_i16_prefill_type(t));
+  Plan p;
+  p.m = m;
+  p.k = w.k;
+  p.group = t == GgmlType::kQ6_K ? 16 : 32;
+  p.ng = p.k / p.group;
+  p.ldq = p.k / 2;
+  p.xmax = 32767.0f;
+  p.mins = t == GgmlType::kQ4_K || t == GgmlType::kQ5_K;
+  const bool x8 = vnni_x8();
+  IntPackFn pack = nullptr;
+  int32_t off = 0;
+  auto pick = [&]<GgmlKind kKind>() {
+    pack = K::template ggml_pack<kKind>(x8);
+    off = GgmlLayout<kKind>::kOff;
+  };
+  switch (t) {
+    case GgmlType::kQ8_0: pick.template operator()<GgmlKind::kQ8_0>(); break;
+    case GgmlType::kQ4_K: pick.template operator()<GgmlKind::kQ4_K>(); break;
+    case GgmlType::kQ5_K: pick.template operator()<GgmlKind::kQ5_K>(); break;
+    case GgmlType::kQ6_K: pick.template operator()<GgmlKind::kQ6_K>(); break;
+    default: pick.template operator()<GgmlKind::kQ4_0>(); break;
+  }
+  if (x8) set_x8(p, off);
+  prefill_int<K>(p, pack, x, ldx, w, ep, y, ldy, runner);
 }
 
 }  // namespace
