@@ -84,7 +84,9 @@ void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs, 
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(x16 + c), h);
       }
     }
-    const int32_t total = hsum_epi32(sum);
+    // A NaN group converts to INT_MIN lanes: its sum is a don't-care (s_x is NaN), taken as 0
+    // so that -off * total cannot overflow.
+    const int32_t total = std::isnan(s) ? 0 : hsum_epi32(sum);
     if (p.mins) xs[g] = s * static_cast<float>(total);
     if (p.x8) xo[g] = -p.off * total;
   }

@@ -88,9 +88,10 @@ void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs, 
       }
       sum = _mm512_add_epi32(sum, a);
     }
-    // |sum| <= 128 * 32767 < 2^24: exact in f32. NaN groups: s_x NaN, so xs NaN too (xo is then
-    // some integer, multiplied by s_x later).
-    const int32_t total = _mm512_reduce_add_epi32(sum);
+    // |sum| <= 128 * 32767 < 2^24: exact in f32. A NaN group converts to INT_MIN lanes: its sum
+    // is a don't-care (s_x is NaN, so xs is NaN and xo is multiplied by it later), taken as 0 so
+    // that -off * total cannot overflow.
+    const int32_t total = std::isnan(s) ? 0 : _mm512_reduce_add_epi32(sum);
     if (p.mins) xs[g] = s * static_cast<float>(total);
     if (p.x8) xo[g] = -p.off * total;
   }
