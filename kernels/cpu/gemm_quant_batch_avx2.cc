@@ -34,6 +34,7 @@
 
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/gemm_quant_avx2_common.h"
+#include "kernels/cpu/isa.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
@@ -304,11 +305,25 @@ inline __m256i step_zeros(const int16_t* z, int j) {
   return _mm256_set1_epi16(z[j]);
 }
 
+// a += the pairwise int16 products of q and x: on AVX-VNNI one VEX vpdpwssd (kVnni; in asm, as
+// this file is compiled without the AVX-VNNI flag and runs it only where isa.h reports it),
+// else vpmaddwd and vpaddd. The same int32 sums either way (no lane can overflow: see above),
+// so the batched results stay bit for bit the one-row kernel's.
+template <bool kVnni>
+inline void madd_add(__m256i& a, __m256i q, __m256i x) {
+  if constexpr (kVnni) {
+    asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(a) : "x"(q), "x"(x));
+  } else {
+    a = _mm256_add_epi32(a, _mm256_madd_epi16(q, x));
+    __asm__("" : "+x"(a));
+  }
+}
+
 // acc[i] (8 lanes at acc + i * 8) += the steps [0, n_steps) of one weight row (w: its bytes of
 // the chunk) times MB rows of prepared x (x: the chunk's first step of row 0, rows ldx bytes
 // apart). kHalf: the last step holds one group of 32 (its second half is zero). cs: the chunk's
 // scales. Sums of a step stay in registers; acc lives in memory (the call's sums for 16 rows).
-template <int G, int MB, bool kAsym>
+template <int G, int MB, bool kAsym, bool kVnni>
 void i4_pass(const uint8_t* w, int n_steps, bool half, const I4ChunkScales& cs, const uint8_t* x,
              int64_t ldx, float* acc, const uint8_t* prefetch) {
   constexpr int64_t S = G < 64 ? 64 : G;
@@ -340,12 +355,8 @@ void i4_pass(const uint8_t* w, int n_steps, bool half, const I4ChunkScales& cs, 
       for (int i = 0; i < MB; ++i) {
         const __m256i* xv =
             reinterpret_cast<const __m256i*>(x + i * ldx + st * kStepBytes + 128 * c);
-        __m256i a = _mm256_madd_epi16(q[0], _mm256_loadu_si256(xv));
-        if (c > 0) a = _mm256_add_epi32(t[i], a);
-        for (int p = 1; p < 4; ++p) {
-          a = _mm256_add_epi32(a, _mm256_madd_epi16(q[p], _mm256_loadu_si256(xv + p)));
-          __asm__("" : "+x"(a));
-        }
+        __m256i a = c > 0 ? t[i] : _mm256_setzero_si256();
+        for (int p = 0; p < 4; ++p) madd_add<kVnni>(a, q[p], _mm256_loadu_si256(xv + p));
         t[i] = a;
       }
     }
@@ -371,17 +382,17 @@ inline int64_t i4_chunk(int mb) {
 using I4PassFn = void (*)(const uint8_t*, int, bool, const I4ChunkScales&, const uint8_t*,
                           int64_t, float*, const uint8_t*);
 
-template <int G, bool kAsym>
+template <int G, bool kAsym, bool kVnni>
 constexpr I4PassFn kI4Pass[kI4MaxGroupM + 1] = {
     nullptr,
-    i4_pass<G, 1, kAsym>,
-    i4_pass<G, 2, kAsym>,
-    i4_pass<G, 3, kAsym>,
-    i4_pass<G, 4, kAsym>,
-    i4_pass<G, 5, kAsym>,
-    i4_pass<G, 6, kAsym>,
-    i4_pass<G, 7, kAsym>,
-    i4_pass<G, 8, kAsym>};
+    i4_pass<G, 1, kAsym, kVnni>,
+    i4_pass<G, 2, kAsym, kVnni>,
+    i4_pass<G, 3, kAsym, kVnni>,
+    i4_pass<G, 4, kAsym, kVnni>,
+    i4_pass<G, 5, kAsym, kVnni>,
+    i4_pass<G, 6, kAsym, kVnni>,
+    i4_pass<G, 7, kAsym, kVnni>,
+    i4_pass<G, 8, kAsym, kVnni>};
 
 template <int G, bool kAsym>
 void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
@@ -394,6 +405,7 @@ void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float
   const uint8_t* xb = reinterpret_cast<const uint8_t*>(x.x);
   I4ChunkScales cs;
   const int64_t chunk = i4_chunk(mb);
+  const I4PassFn* pass = has_avx_vnni() ? kI4Pass<G, kAsym, true> : kI4Pass<G, kAsym, false>;
   for (int64_t c0 = 0; c0 < k; c0 += chunk) {
     const int64_t n = std::min(chunk, k - c0);
     const int n_steps = static_cast<int>((n + S - 1) / S);
@@ -408,8 +420,8 @@ void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float
       const uint8_t* ahead = c0 + chunk < k ? w + chunk / 2 : w + (k - c0) / 2;
       for (int j = 0; j < g.n; ++j) {
         const int i0 = g.start(j);
-        kI4Pass<G, kAsym>[g.size(j)](w, n_steps, half, cs, xc + i0 * ldx, ldx,
-                                     acc + (r * mb + i0) * 8, j == 0 ? ahead : nullptr);
+        pass[g.size(j)](w, n_steps, half, cs, xc + i0 * ldx, ldx, acc + (r * mb + i0) * 8,
+                        j == 0 ? ahead : nullptr);
       }
     }
   }
