@@ -65,10 +65,7 @@ void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs, 
   for (int64_t g = 0; g < p.ng; ++g) {
     float s, inv;
     group_scale(x + g * p.group, p.group, p.xmax, &s, &inv);
-    if (!(inv < INFINITY)) {  // absmax below ~2^-113: 1 / s_x overflows; the group counts as 0
-      if (!std::isnan(s)) s = 0.0f;
-      inv = 0.0f;
-    }
+    zero_if_inverse_overflows(&s, &inv);  // absmax below ~2^-113 (x16), ~2^-121 (x8)
     sx[g] = s;
     const __m256 vinv = _mm256_set1_ps(inv);
     __m256i sum = _mm256_setzero_si256();

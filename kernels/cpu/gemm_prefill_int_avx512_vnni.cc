@@ -70,10 +70,7 @@ void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs, 
   for (int64_t g = 0; g < p.ng; ++g) {
     float s, inv;
     i4_x_group_scale(x, g * p.group, p.group, &s, &inv, p.xmax);
-    if (!(inv < INFINITY)) {  // absmax below ~2^-113: 1 / s_x overflows; the group counts as 0
-      if (!std::isnan(s)) s = 0.0f;
-      inv = 0.0f;
-    }
+    zero_if_inverse_overflows(&s, &inv);  // absmax below ~2^-113 (x16), ~2^-121 (x8)
     sx[g] = s;
     const __m512 vinv = _mm512_set1_ps(inv);
     __m512i sum = _mm512_setzero_si512();

@@ -62,6 +62,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/common/dtype.h"
@@ -243,6 +244,15 @@ bool i4_on_vnni_prefill(int64_t m);
 bool vnni_x8();
 constexpr double kX8Error = 1.0 / 254 + 0x1p-22;
 constexpr int kX8Max = 127;
+// A group whose 1 / s_x overflowed (absmax below about xmax * 2^-128) counts as zero there:
+// s_x = 0 (a NaN s_x stays NaN) and 1 / s_x = 0 (the integer prefill and x8 decode preparations;
+// static: each file compiles its own copy with its own ISA flags).
+static inline void zero_if_inverse_overflows(float* sx, float* inv) {
+  if (!(*inv < INFINITY)) {
+    if (!std::isnan(*sx)) *sx = 0.0f;
+    *inv = 0.0f;
+  }
+}
 // Whether cpu::gemm runs kI4 weights with m rows of x on the AVX512-VNNI decode table
 // (quant_kernels_avx512_vnni, or its x8 form quant_kernels_avx512_vnni_x8 where vnni_x8()):
 // decode_kernels_take, not AMX-INT8 (i4_on_amx_int8), AVX512-VNNI, and m >= 2 where the CPU

@@ -58,10 +58,7 @@ void prep_x8(const float* x, int64_t k, int64_t group, float* out) {
     for (int64_t c = s0; c < s0 + kStep && c < k; c += group) {
       float s, v;
       i4_x_group_scale(x, c, group, &s, &v, kX8Max);
-      if (!(v < INFINITY)) {  // absmax below ~2^-121: 1 / s_x overflows; the group counts as 0
-        if (!std::isnan(s)) s = 0.0f;
-        v = 0.0f;
-      }
+      zero_if_inverse_overflows(&s, &v);  // absmax below ~2^-121
       sx[c / group] = s;
       for (int64_t q = (c - s0) / 32; q < (c - s0 + group) / 32 && q < kStep / 32; ++q) inv[q] = v;
     }
