@@ -9,6 +9,10 @@
 #
 #   --quick       bench_cuda_decode on its small smoke shape instead of the Llama-3-8B one
 #   --build-only  configure and build, then stop (a first call when one command has a time limit)
+#   --prebuilt PACK  no setup, configure or build: run what scripts/gpu-pack.sh packed in PACK on a
+#                 machine that can build (for GPU machines without a package registry). The pack's
+#                 absolute build path is recreated here (the checkout linked to where it was built)
+#                 and its libraries go on LD_LIBRARY_PATH beside this machine's CUDA libraries.
 #
 # Without a GPU it still builds and runs the tests (they skip), writes a summary saying so and
 # exits 0. Exit status: 0 when every test passed or skipped and every benchmark ran (or none could
@@ -22,12 +26,15 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 QUICK=0
 BUILD_ONLY=0
+PREBUILT=""
 OUT=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1; shift ;;
     --build-only) BUILD_ONLY=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --prebuilt) [[ $# -ge 2 ]] || { echo "gpu-check: --prebuilt needs the pack's folder" >&2; exit 2; }
+                PREBUILT="$(cd "$2" && pwd)"; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     *) [[ -z "$OUT" ]] || { echo "gpu-check: one OUTDIR only" >&2; exit 2; }; OUT="$1"; shift ;;
   esac
@@ -58,12 +65,32 @@ else
   log "no GPU visible (nvidia-smi absent or lists none): tests will skip, benchmarks will not run"
 fi
 
+# ---- a pack built elsewhere (scripts/gpu-pack.sh) --------------------------------------------
+if [[ -n "$PREBUILT" ]]; then
+  [[ -f "$PREBUILT/build_path" && -d "$PREBUILT/build" ]] ||
+    { log "$PREBUILT is not a pack made by scripts/gpu-pack.sh"; exit 2; }
+  BUILD="$(cat "$PREBUILT/build_path")"
+  SRC_AT="$(dirname "$BUILD")"     # where the checkout was when the pack was built
+  if [[ "$(cd "$SRC_AT" 2>/dev/null && pwd -P)" != "$(cd "$REPO" && pwd -P)" ]]; then
+    [[ ! -e "$SRC_AT" ]] || { log "$SRC_AT exists and is not this checkout: cannot recreate the pack's paths"; exit 2; }
+    mkdir -p "$(dirname "$SRC_AT")" && ln -s "$REPO" "$SRC_AT"
+  fi
+  # A real build there (this is the machine that made the pack) is used as it is.
+  if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then rm -rf "$BUILD" && cp -a "$PREBUILT/build" "$BUILD"; fi
+  cuda_dirs="$(find / -xdev \( -name 'libcublasLt.so.*' -o -name 'libcudart.so.*' \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)"
+  export LD_LIBRARY_PATH="$PREBUILT/lib:$BUILD${cuda_dirs:+:$cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  log "prebuilt pack $PREBUILT at $BUILD; CUDA libraries from ${cuda_dirs:-nowhere found}"
+fi
+
 # ---- setup, configure, build ----------------------------------------------------------------
-if [[ "${SAMPAN_SKIP_SETUP:-0}" != 1 ]]; then
+if [[ -n "$PREBUILT" ]]; then
+  :
+elif [[ "${SAMPAN_SKIP_SETUP:-0}" != 1 ]]; then
   # A machine without network access may still have everything; configure says what is missing.
   bash "$REPO/scripts/setup.sh" >"$OUT/setup.log" 2>&1 || log "setup.sh failed (see setup.log); trying the build anyway"
 fi
 
+if [[ -z "$PREBUILT" ]]; then
 # "native" makes CMake ask the driver, which fails without a GPU; 90 is what CI compiles.
 ARCH="${SAMPAN_CUDA_ARCH:-}"
 [[ -n "$ARCH" ]] || { if ((HAVE_GPU)); then ARCH=native; else ARCH=90; fi; }
@@ -97,6 +124,7 @@ log "building ${TARGETS[*]} with $JOBS jobs"
 if ! ninja -C "$BUILD" -j "$JOBS" "${TARGETS[@]}" >"$OUT/build.log" 2>&1; then
   log "build failed: $OUT/build.log"; grep -m 20 -E "error|FAILED" "$OUT/build.log" || true; exit 2
 fi
+fi
 if ((BUILD_ONLY)); then log "built; --build-only: stopping here"; exit 0; fi
 
 # ---- tests ----------------------------------------------------------------------------------
@@ -121,7 +149,7 @@ run_bench() {  # name, then its arguments
   local name="$1"; shift
   local bin="$BUILD/bench/$name"
   if [[ ! -x "$bin" ]]; then echo missing >"$OUT/$name.rc"; return; fi
-  log "running $name $*"
+  log "running $name $*" >&2
   set +e
   timeout "$BENCH_TIMEOUT" "$bin" "$@" 2>"$OUT/$name.log"
   echo $? >"$OUT/$name.rc"

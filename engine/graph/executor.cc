@@ -76,7 +76,13 @@ void Executor::find_written_inputs() {
   for (size_t ni = 0; ni < graph_.nodes().size(); ++ni) {
     const Node& n = graph_.nodes()[ni];
     if (schemas_[ni]->has_side_effects) {
-      for (ValueId v : n.inputs) {
+      const std::vector<int>& written = schemas_[ni]->written_inputs;
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (!written.empty() && std::find(written.begin(), written.end(), static_cast<int>(i)) ==
+                                    written.end()) {
+          continue;
+        }
+        const ValueId v = n.inputs[i];
         const int r = v == kNoValue ? -1 : root[static_cast<size_t>(v)];
         if (r >= 0) input_written_[static_cast<size_t>(r)] = true;
       }

@@ -179,7 +179,11 @@ void run_cpu(const KernelContext& ctx) {
 }
 
 const RegisterOp kSchema(with_attrs<AttentionAttrs>(
-    {.name = "attention", .min_inputs = 8, .max_inputs = 8, .has_side_effects = true},
+    {.name = "attention",
+     .min_inputs = 8,
+     .max_inputs = 8,
+     .has_side_effects = true,
+     .written_inputs = {3, 4}},  // k_cache, v_cache
     {{"n_heads", AttrType::kInt},
      {"n_kv_heads", AttrType::kInt},
      {"head_dim", AttrType::kInt},

@@ -113,6 +113,10 @@ struct OpSchema {
   int max_inputs = 1;
   int n_outputs = 1;
   bool has_side_effects = false;  // writes a graph input in place (e.g. a KV cache)
+  // With has_side_effects: the indices of the inputs it writes (empty: any of them). The CUDA
+  // executor stages host inputs that no op writes and refuses host inputs that one does (a copy
+  // would drop the writes), so naming only the written ones keeps q, positions, ... stageable.
+  std::vector<int> written_inputs;
   // (node, inputs): parses the node's attributes first, for callers without a plan (tools,
   // tests); throws Error(kInvalidArgument) naming the node on bad shapes or attributes.
   InferFn infer;

@@ -5,12 +5,14 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "engine/runtime/causal_lm.h"
 #include "engine/runtime/engine.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -67,5 +69,36 @@ struct Collected {
     REQUIRE(cv.wait_for(lock, std::chrono::seconds(120), [this] { return finished; }));
   }
 };
+
+// Greedy continuations of `prompt`: `want` from the CPU, `got` from the GPU. Equal token for
+// token, or equal up to a first difference at which the CPU itself nearly ties (near_tie: fed
+// the prompt and the common prefix, the CPU's logits of its own token and of the GPU's lie
+// within kNearTie times the rms of that row's GPU-minus-CPU difference). After such a step the
+// two continuations are different texts and are not compared further. `cpu` and `gpu` hold the
+// same model on the two devices; both are reset.
+inline void expect_same_greedy(runtime::CausalLm& cpu, runtime::CausalLm& gpu,
+                               const std::vector<int32_t>& prompt,
+                               const std::vector<int32_t>& want, const std::vector<int32_t>& got) {
+  REQUIRE(got.size() == want.size());
+  size_t p = 0;
+  while (p < want.size() && got[p] == want[p]) ++p;
+  if (p == want.size()) return;
+  std::vector<int32_t> ctx = prompt;
+  ctx.insert(ctx.end(), want.begin(), want.begin() + static_cast<std::ptrdiff_t>(p));
+  const int64_t vocab = cpu.config().vocab_size;
+  cpu.reset();
+  gpu.reset();
+  const Tensor a = cpu.forward(ctx, false);
+  const Tensor b = gpu.forward(ctx, false);
+  REQUIRE(a.device() == Device::cpu());
+  REQUIRE(b.device() == Device::cpu());
+  const float* x = a.data<float>();
+  INFO("greedy tokens differ first at step " << p << " of " << want.size() << ": cpu " << want[p]
+       << " (logit " << x[want[p]] << "), cuda " << got[p] << " (cpu logit " << x[got[p]] << ")");
+  CHECK(argmax(x, vocab) == want[p]);  // the CPU's one-prefill logits choose as its decode did
+  CHECK(near_tie(x, b.data<float>(), vocab, got[p]));
+  cpu.reset();
+  gpu.reset();
+}
 
 }  // namespace sampan::cuda_test

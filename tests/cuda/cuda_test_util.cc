@@ -103,13 +103,24 @@ int64_t argmax(const float* row, int64_t n) {
   return best;
 }
 
+bool near_tie(const float* a, const float* b, int64_t vocab, int64_t t) {
+  double ss = 0;
+  for (int64_t j = 0; j < vocab; ++j) {
+    const double d = static_cast<double>(b[j]) - a[j];
+    ss += d * d;
+  }
+  const double noise = std::sqrt(ss / static_cast<double>(vocab));
+  return static_cast<double>(a[argmax(a, vocab)]) - a[t] <= kNearTie * noise;
+}
+
 Agreement compare_logits(const Tensor& a, const Tensor& b) {
   REQUIRE(a.device() == Device::cpu());
   REQUIRE(b.device() == Device::cpu());
   REQUIRE(a.shape() == b.shape());
   const int64_t rows = a.dim(0), vocab = a.dim(1);
   Agreement r;
-  int64_t same = 0;
+  r.rows = rows;
+  int64_t same = 0, same_decided = 0;
   for (int64_t i = 0; i < rows; ++i) {
     const float* x = a.data<float>() + i * vocab;
     const float* y = b.data<float>() + i * vocab;
@@ -121,9 +132,23 @@ Agreement compare_logits(const Tensor& a, const Tensor& b) {
       yy += static_cast<double>(y[j]) * y[j];
     }
     r.min_cosine = std::min(r.min_cosine, xy / std::sqrt(xx * yy));
-    same += argmax(x, vocab) == argmax(y, vocab) ? 1 : 0;
+    const int64_t top = argmax(x, vocab);
+    const bool agree = top == argmax(y, vocab);
+    same += agree ? 1 : 0;
+    // The runner-up of the reference row: a near tie when it is within the noise of the top.
+    int64_t second = top == 0 ? 1 : 0;
+    for (int64_t j = 0; j < vocab; ++j) {
+      if (j != top && x[j] > x[second]) second = j;
+    }
+    if (vocab > 1 && near_tie(x, y, vocab, second)) {
+      ++r.near_ties;
+    } else {
+      same_decided += agree ? 1 : 0;
+    }
   }
   r.top1 = static_cast<double>(same) / static_cast<double>(rows);
+  const int64_t decided = rows - r.near_ties;
+  r.top1_decided = decided > 0 ? static_cast<double>(same_decided) / static_cast<double>(decided) : 1;
   return r;
 }
 

@@ -66,13 +66,28 @@ void compare_backends(const graph::Graph& g, const std::map<std::string, Tensor>
 // Index of the first maximum of row[0, n), like the CPU sampler's greedy choice.
 int64_t argmax(const float* row, int64_t n);
 
+// A row's top two logits of the reference closer than kNearTie times the rms of the row's
+// difference between the devices (their measured noise there) make the row a near tie: either
+// device may pick either token. The GPU rounds activations to bf16 / f16 in its GEMMs (gemm.cuh),
+// the CPU keeps them to 2^-16 or exact, so a row whose top two logits differ by less than that
+// noise has no right answer; a real fault moves the cosine too, or flips decided rows.
+inline constexpr double kNearTie = 5.0;
+
 // How closely two sets of logits agree, row by row.
 struct Agreement {
   double min_cosine = 1.0;
-  double top1 = 0;  // fraction of rows with the same argmax
+  double top1 = 0;          // fraction of all rows with the same argmax
+  int64_t rows = 0;
+  int64_t near_ties = 0;    // rows whose reference top-2 gap is within kNearTie x rms(b - a)
+  double top1_decided = 1;  // fraction of the other rows with the same argmax
 };
 
-// a, b: [rows, vocab] f32 host tensors; every value of b must be finite (REQUIREd).
+// a (the reference), b: [rows, vocab] f32 host tensors; every value of b must be finite
+// (REQUIREd).
 Agreement compare_logits(const Tensor& a, const Tensor& b);
+
+// Whether the reference row `a` nearly ties (see kNearTie) between its argmax and token `t`,
+// given the other device's row `b` for the noise.
+bool near_tie(const float* a, const float* b, int64_t vocab, int64_t t);
 
 }  // namespace sampan::cuda_test

@@ -4,15 +4,17 @@
 //   causal_lm: a tiny model decoding token by token on the GPU with graphs (recorded on the
 //     second step, replayed from the third) gives the logits of the same model with graphs off
 //     (the same kernels with the same arguments: equal to 1e-5, not just close) and the CPU's
-//     greedy tokens; the executor reports captures and replays and no failure.
+//     greedy tokens (up to a step where the CPU itself nearly ties: expect_same_greedy); the
+//     executor reports captures and replays and no failure.
 //   invalidation: a long prompt after some decode steps makes the executor plan a larger arena,
 //     which drops the recorded graphs (they hold the old addresses); decoding afterwards records
 //     again and still matches the node-by-node logits.
 //   quantized: INT4 weights and an INT4 KV cache (the GEMV and the quantized-KV decode kernels
 //     inside a recorded graph) match node by node too.
 //   engine: the batched Engine pads decode-only steps to 1, 2, 4, 8, 16, ... tokens and replays
-//     them; 9 concurrent greedy requests of ragged lengths give the tokens of the CPU Engine and
-//     of the GPU Engine with graphs off, and the engine reports replays. Every other request
+//     them; 9 concurrent greedy requests of ragged lengths give the tokens of the GPU Engine
+//     with graphs off, exactly, and of the CPU Engine (up to a near tie, as above), and the
+//     engine reports replays. Every other request
 //     asks for no logprobs, so it is sampled on the GPU (device_sampler.h) in the same steps as
 //     the others are sampled on the host: greedy ids must be the CPU's either way.
 //   seeded sampling on the GPU: temperature 0.8 / top_p 0.9 with a seed gives the same tokens
@@ -102,12 +104,13 @@ void check_decode_matches(const std::string& dir, const models::ModelBuildOption
   const auto got = decode(*graphs, prompt, 40);
   const auto want = decode(*eager, prompt, 40);
   expect_same_rows(got, want, 1e-5f);
-  CHECK(greedy_tokens(got) == greedy_tokens(decode(*cpu, prompt, 40)));
   const graph::Executor::GraphStats& st = graphs->graph_stats();
   CHECK(st.failures == 0);
   CHECK(st.captures >= 1);
   CHECK(st.replays >= 37);  // every step from the second of one shape on
   CHECK(eager->graph_stats().replays == 0);
+  expect_same_greedy(*cpu, *eager, prompt, greedy_tokens(decode(*cpu, prompt, 40)),
+                     greedy_tokens(got));
 }
 
 SamplingParams greedy() {
@@ -217,11 +220,15 @@ TEST_CASE("cuda graphs: the padded, replayed Engine generates the CPU's tokens",
   const auto got = run_engine(kGpu, true, &graph_stats);
   const auto eager = run_engine(kGpu, false, &eager_stats);
   REQUIRE(want.size() == got.size());
+  auto cpu_lm = load_lm(serve_model(), Device::cpu(), false);
+  auto gpu_lm = load_lm(serve_model(), kGpu, false);
+  const int64_t vocab = cpu_lm->config().vocab_size;
   for (size_t i = 0; i < want.size(); ++i) {
     INFO("request " << i);
     CHECK(got[i].size() == 20 + 3 * i);
-    CHECK(got[i] == want[i]);
-    CHECK(eager[i] == want[i]);
+    CHECK(got[i] == eager[i]);  // replayed and padded or not, the same kernels on the same GPU
+    const uint32_t r = static_cast<uint32_t>(i);
+    expect_same_greedy(*cpu_lm, *gpu_lm, random_ids(3 + 5 * r, vocab, 200 + r), want[i], got[i]);
   }
   CHECK(cpu_stats.cuda_graph_replays == 0);  // graphs exist only on a CUDA device
   CHECK(eager_stats.cuda_graph_replays == 0);

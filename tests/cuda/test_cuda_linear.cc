@@ -12,6 +12,8 @@
 //   bf16 weights: x rounded to bf16, <= 2^-8 S;
 //   f16 weights: x rounded to f16, <= 2^-11 S, plus 2^-25 W1 for x in f16's subnormal range;
 //   int4 / fp8, m <= kGemvMaxM (GEMV): exact dequantization, nothing more;
+//   int4, m < 16 (the CPU's decode kernels, on every ISA): the CPU rounds x per weight group g
+//     to x16, <= kI4DecodeXError sum_g max_{c in g} |x_ic| sum_{c in g} |w_jc| (gemm_quant.h);
 //   int4, m > kGemvMaxM: x and w each rounded to bf16, <= (2^-7 + 2^-16) S;
 //   fp8, m > kGemvMaxM: on sm_89+ x quantized to E4M3 per tensor, <= 2^-4 S + 2^-10 (max|x| /
 //     448) W1 (the bf16 fallback's 2^-7 S is inside that bound);
@@ -39,6 +41,7 @@
 #include "engine/core/error.h"
 #include "engine/graph/graph.h"
 #include "engine/models/model_options.h"
+#include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cuda/gemm.cuh"
 #include "engine/models/weight_quant.h"
@@ -170,6 +173,19 @@ Bound bound(const Format& f, int64_t m, const float* xr, int64_t k, const Block&
       break;
     case DType::kI4:
       if (!gemv) rel += std::ldexp(1.0, -7) + std::ldexp(1.0, -16);
+      // The CPU reference's int4 decode kernels (m below kQuantPrefillMinM, on every ISA) round
+      // x per weight group to x16 (gemm_quant.h): kI4DecodeXError * sum_g absmax_g(x) W1_g.
+      if (m < cpu::gemm_detail::kQuantPrefillMinM) {
+        const int64_t gs = f.scheme.group_size;
+        for (int64_t g0 = 0; g0 < k; g0 += gs) {
+          double ax = 0, wg = 0;
+          for (int64_t c = g0; c < std::min(k, g0 + gs); ++c) {
+            ax = std::max(ax, std::fabs(static_cast<double>(xr[c])));
+            wg += std::fabs(static_cast<double>(wr[c]));
+          }
+          abs += cpu::gemm_detail::kI4DecodeXError * ax * wg;
+        }
+      }
       break;
     case DType::kF8E4M3:
       if (!gemv) {
