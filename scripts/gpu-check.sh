@@ -9,10 +9,11 @@
 #
 #   --quick       bench_cuda_decode on its small smoke shape instead of the Llama-3-8B one
 #   --build-only  configure and build, then stop (a first call when one command has a time limit)
-#   --prebuilt PACK  no setup, configure or build: run what scripts/gpu-pack.sh packed in PACK on a
-#                 machine that can build (for GPU machines without a package registry). The pack's
-#                 absolute build path is recreated here (the checkout linked to where it was built)
-#                 and its libraries go on LD_LIBRARY_PATH beside this machine's CUDA libraries.
+#   --prebuilt PACK  no setup, configure or build: run what scripts/gpu-pack.sh packed in PACK
+#                 (folder or --xz form) on a machine that can build, for GPU machines without a
+#                 package registry. The pack's absolute build path is recreated here (the
+#                 checkout linked to where it was built) and its libraries go on LD_LIBRARY_PATH
+#                 beside this machine's CUDA libraries.
 #
 # Without a GPU it still builds and runs the tests (they skip), writes a summary saying so and
 # exits 0. Exit status: 0 when every test passed or skipped and every benchmark ran (or none could
@@ -67,6 +68,9 @@ fi
 
 # ---- a pack built elsewhere (scripts/gpu-pack.sh) --------------------------------------------
 if [[ -n "$PREBUILT" ]]; then
+  if [[ -f "$PREBUILT/pack.tar.xz" && ! -f "$PREBUILT/build_path" ]]; then  # gpu-pack.sh --xz
+    xz -dc "$PREBUILT/pack.tar.xz" | tar -C "$PREBUILT" -xf -
+  fi
   [[ -f "$PREBUILT/build_path" && -d "$PREBUILT/build" ]] ||
     { log "$PREBUILT is not a pack made by scripts/gpu-pack.sh"; exit 2; }
   BUILD="$(cat "$PREBUILT/build_path")"

@@ -14,6 +14,7 @@ using attn::kKeyTile;
 using attn::kMaxRows;
 using attn::kThreads;
 using attn::kWarps;
+static_assert(kMinSplitKeys >= kKeyTile, "a split shorter than a key tile leaves lanes idle");
 
 // Keys per split of a range of len keys cut for n_splits, and how many splits are non-empty.
 __host__ __device__ inline int64_t split_keys(int64_t len, int64_t n_splits) {
