@@ -544,3 +544,21 @@ TEST_CASE("a custom pipeline runs only its passes and reports them", "[graph]") 
   CHECK(none.passes.empty());
   CHECK(none.ops_before == none.ops_after);
 }
+
+TEST_CASE("ops with side effects name the inputs they write", "[graph]") {
+  // A CUDA executor stages every host input that no op writes and refuses the written ones (a
+  // copy would drop the writes): attention must name exactly its two KV pools (inputs 3 and 4),
+  // or a host q, positions or block table is refused and no model runs on a GPU.
+  const ops::OpRegistry& reg = ops::OpRegistry::instance();
+  const ops::OpSchema& attention = reg.schema("attention");
+  CHECK(attention.has_side_effects);
+  CHECK(attention.written_inputs == std::vector<int>{3, 4});
+  // Every op that writes an input says which (an empty list would mean "any of them").
+  for (const std::string& name : reg.op_names()) {
+    const ops::OpSchema& s = reg.schema(name);
+    if (!s.has_side_effects) continue;
+    INFO(name);
+    CHECK_FALSE(s.written_inputs.empty());
+    for (int i : s.written_inputs) CHECK((i >= 0 && i < s.max_inputs));
+  }
+}
