@@ -10,12 +10,19 @@
 // shapes, medians of 8 alternating runs, GB/s new / f32 decoder): m = 1: Q8_0 19.0-20.6 / 8.0-8.5
 // (2.3-2.5x), Q4_0 9.7-11.1 / 4.1-4.2 (2.4-2.6x), Q6_K 11.3-12.2 / 4.3-4.6 (2.4-2.6x); m = 2:
 // 2.1-2.3x for each.
+// At the avx2_vnni level (AVX-VNNI: Alder Lake, Sierra Forest) VEX vpdpwssd replaces a vpmaddwd
+// and its vpaddd (madd_add; the same int32 lanes). Measured on Emerald Rapids at
+// SAMPAN_CPU_ISA=avx2_vnni (1 thread, --cached --cpu-time, old and new alternating x3), GB/s:
+// Q4_K m = 1 / 2 / 4: 11.8-12.2 / 8.7-8.9 / 5.3-5.5 -> 12.5-13.0 / 9.6-10.1 / 5.7-6.3; Q6_K
+// 12.9-13.2 / 9.1-9.3 / 5.3-5.7 -> 13.3-13.9 / 10.5-10.8 / 6.4-7.0; `sampan bench` Q4_K_M decode
+// 1 thread 17.0-17.1 -> 17.6 tok/s, 2 threads 32.1-33.1 -> 33.8-34.2.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/gemm_ggml_avx2.h"
+#include "kernels/cpu/isa.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
@@ -24,6 +31,20 @@ namespace {
 // row's accumulators are few).
 constexpr int kMaxM = 4;
 static_assert(kMaxM <= kGgmlMaxM);
+
+// a + the pairwise int16 products of w and x: one VEX vpdpwssd on AVX-VNNI CPUs (kVnni: the
+// avx2_vnni level; in asm, as this file is compiled without the flag and runs it only where
+// isa.h reports it), else vpmaddwd and vpaddd. The same int32 lanes either way (no kernel here
+// lets a lane overflow), so outputs do not depend on the level.
+template <bool kVnni>
+inline __m256i madd_add(__m256i a, __m256i w, __m256i x) {
+  if constexpr (kVnni) {
+    asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(a) : "x"(w), "x"(x));
+    return a;
+  } else {
+    return _mm256_add_epi32(a, _mm256_madd_epi16(w, x));
+  }
+}
 
 // ---- Prepared x (every x16 kernel here) ----
 //
@@ -146,20 +167,19 @@ struct BlockQ4_0 {
 };
 
 // Block j of a group (p: its bytes) times MB rows of x (xg: the rows' prepared groups).
-template <class B, int MB>
+template <class B, int MB, bool kVnni>
 inline void b32_step(const uint8_t* p, const int16_t* const* xg, int j, __m256* ag) {
   __m256i w[2];
   B::codes(p, w);
   const __m256 d = f16_broadcast(p);
   for (int i = 0; i < MB; ++i) {
     const int16_t* xb = xg[i] + 32 * j;
-    const __m256i t = _mm256_add_epi32(_mm256_madd_epi16(w[0], load32(xb)),
-                                       _mm256_madd_epi16(w[1], load32(xb + 16)));
+    const __m256i t = madd_add<kVnni>(_mm256_madd_epi16(w[0], load32(xb)), w[1], load32(xb + 16));
     ag[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), d, ag[i]);
   }
 }
 
-template <class B, int MB>
+template <class B, int MB, bool kVnni>
 void dot_b32_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
                     float* out) {
   const int64_t nb = k / 32;
@@ -181,9 +201,9 @@ void dot_b32_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
       }
       if (b0 + 8 <= nb) {
 #pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) b32_step<B, MB>(p + j * B::kBytes, xg, j, ag);
+        for (int j = 0; j < 8; ++j) b32_step<B, MB, kVnni>(p + j * B::kBytes, xg, j, ag);
       } else {  // the last group of k % 256 elements
-        for (int j = 0; j < nb - b0; ++j) b32_step<B, MB>(p + j * B::kBytes, xg, j, ag);
+        for (int j = 0; j < nb - b0; ++j) b32_step<B, MB, kVnni>(p + j * B::kBytes, xg, j, ag);
       }
       for (int i = 0; i < MB; ++i) {
         const float sx = x[i * ldx + g * kX16GroupFloats + kX16Scale];
@@ -205,7 +225,7 @@ void dot_b32_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
 // weights), at most 16 * 4096 * 32767 < 2^31, so each half is converted to f32 on its own; per
 // block one FMA with d s. Measured (Zen 3, 1 thread, weights in L2, thread CPU time) 1.27x the
 // speed of the widening by vpmovsxbw at m = 1 (1.11x at m = 2).
-template <int MB>
+template <int MB, bool kVnni>
 void dot_q6_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
                      float* out) {
   constexpr int kBytes = 210;
@@ -239,9 +259,8 @@ void dot_q6_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int6
           const __m256i odd = _mm256_mullo_epi16(_mm256_srai_epi16(q, 8), sv);
           for (int i = 0; i < MB; ++i) {
             const int16_t* xb = xg[i] + 32 * c;
-            const __m256i t = _mm256_add_epi32(_mm256_madd_epi16(even, load32(xb)),
-                                               _mm256_madd_epi16(odd, load32(xb + 16)));
-            ai[i] = _mm256_add_epi32(ai[i], t);
+            ai[i] = _mm256_add_epi32(
+                ai[i], madd_add<kVnni>(_mm256_madd_epi16(even, load32(xb)), odd, load32(xb + 16)));
           }
         }
         for (int i = 0; i < MB; ++i) f[i] = _mm256_cvtepi32_ps(ai[i]);
@@ -284,7 +303,7 @@ void dot_q6_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int6
 // number of multiplies and more adds. Widening and scaling at once by vpmaddubsw of the nibble
 // bytes with (sc, 0) and (0, sc) byte pairs (fewer shifts, more multiplies and masks):
 // 0.82-1.0x at m = 2 and 4.
-template <bool kQ5, int MB>
+template <bool kQ5, int MB, bool kVnni>
 void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
   constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
   constexpr bool kScaleSums = MB == 1;
@@ -347,16 +366,22 @@ void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t
         }
         for (int i = 0; i < MB; ++i) {
           const int16_t* xb = xg[i] + 64 * c2;
-          __m256i t0 = _mm256_add_epi32(_mm256_madd_epi16(w[0], load32(xb)),
-                                        _mm256_madd_epi16(w[1], load32(xb + 16)));
-          __m256i t1 = _mm256_add_epi32(_mm256_madd_epi16(w[2], load32(xb + 32)),
-                                        _mm256_madd_epi16(w[3], load32(xb + 48)));
           if constexpr (kScaleSums) {
+            __m256i t0 = madd_add<kVnni>(_mm256_madd_epi16(w[0], load32(xb)), w[1], load32(xb + 16));
+            __m256i t1 =
+                madd_add<kVnni>(_mm256_madd_epi16(w[2], load32(xb + 32)), w[3], load32(xb + 48));
             const int32_t i0 = static_cast<int32_t>(0x80808000u | j);
             t0 = _mm256_mullo_epi32(t0, _mm256_shuffle_epi8(scb, _mm256_set1_epi32(i0)));
             t1 = _mm256_mullo_epi32(t1, _mm256_shuffle_epi8(scb, _mm256_set1_epi32(i0 + 1)));
+            ai[i] = _mm256_add_epi32(ai[i], _mm256_add_epi32(t0, t1));
+          } else {  // the codes carry their scales: two short chains, then one add into the sum
+            // (a chain of four vpdpwssd into ai measured 0.90-0.98x at m = 2: their latency)
+            const __m256i t0 =
+                madd_add<kVnni>(_mm256_madd_epi16(w[0], load32(xb)), w[1], load32(xb + 16));
+            const __m256i t1 =
+                madd_add<kVnni>(_mm256_madd_epi16(w[2], load32(xb + 32)), w[3], load32(xb + 48));
+            ai[i] = _mm256_add_epi32(ai[i], _mm256_add_epi32(t0, t1));
           }
-          ai[i] = _mm256_add_epi32(ai[i], _mm256_add_epi32(t0, t1));
           // Keeps GCC from hoisting every vpmaddwd of the block ahead of the adds (it then
           // spilled most of them): the sum is complete, in a register, after each 64 weights.
           __asm__("" : "+x"(ai[i]));
@@ -384,21 +409,27 @@ using X16Fn = void (*)(const uint8_t* const* rows, int64_t k, const float* x, in
                        float* out);
 using X16Fns = X16Fn[kMaxM];
 static_assert(kMaxM == 4);
-constexpr X16Fns kQ8_0Fns = {dot_b32_x16_mb<BlockQ8_0, 1>, dot_b32_x16_mb<BlockQ8_0, 2>,
-                             dot_b32_x16_mb<BlockQ8_0, 3>, dot_b32_x16_mb<BlockQ8_0, 4>};
-constexpr X16Fns kQ4_0Fns = {dot_b32_x16_mb<BlockQ4_0, 1>, dot_b32_x16_mb<BlockQ4_0, 2>,
-                             dot_b32_x16_mb<BlockQ4_0, 3>, dot_b32_x16_mb<BlockQ4_0, 4>};
-constexpr X16Fns kQ6_KFns = {dot_q6_k_x16_mb<1>, dot_q6_k_x16_mb<2>, dot_q6_k_x16_mb<3>,
-                             dot_q6_k_x16_mb<4>};
-constexpr X16Fns kQ4_KFns = {dot_k_x16_mb<false, 1>, dot_k_x16_mb<false, 2>,
-                             dot_k_x16_mb<false, 3>, dot_k_x16_mb<false, 4>};
-constexpr X16Fns kQ5_KFns = {dot_k_x16_mb<true, 1>, dot_k_x16_mb<true, 2>,
-                             dot_k_x16_mb<true, 3>, dot_k_x16_mb<true, 4>};
+template <bool V>
+constexpr X16Fns kQ8_0Fns = {dot_b32_x16_mb<BlockQ8_0, 1, V>, dot_b32_x16_mb<BlockQ8_0, 2, V>,
+                             dot_b32_x16_mb<BlockQ8_0, 3, V>, dot_b32_x16_mb<BlockQ8_0, 4, V>};
+template <bool V>
+constexpr X16Fns kQ4_0Fns = {dot_b32_x16_mb<BlockQ4_0, 1, V>, dot_b32_x16_mb<BlockQ4_0, 2, V>,
+                             dot_b32_x16_mb<BlockQ4_0, 3, V>, dot_b32_x16_mb<BlockQ4_0, 4, V>};
+template <bool V>
+constexpr X16Fns kQ6_KFns = {dot_q6_k_x16_mb<1, V>, dot_q6_k_x16_mb<2, V>, dot_q6_k_x16_mb<3, V>,
+                             dot_q6_k_x16_mb<4, V>};
+template <bool V>
+constexpr X16Fns kQ4_KFns = {dot_k_x16_mb<false, 1, V>, dot_k_x16_mb<false, 2, V>,
+                             dot_k_x16_mb<false, 3, V>, dot_k_x16_mb<false, 4, V>};
+template <bool V>
+constexpr X16Fns kQ5_KFns = {dot_k_x16_mb<true, 1, V>, dot_k_x16_mb<true, 2, V>,
+                             dot_k_x16_mb<true, 3, V>, dot_k_x16_mb<true, 4, V>};
 
-template <const X16Fns& kFns>
+// kFns<true> (vpdpwssd) at the avx2_vnni level, asked per call (tests change the level).
+template <const X16Fns& kPlain, const X16Fns& kVnni>
 void by_rows_of_x(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
                   float* out) {
-  kFns[std::min(mb, kMaxM) - 1](rows, k, x, ldx, out);
+  (has_avx_vnni() ? kVnni : kPlain)[std::min(mb, kMaxM) - 1](rows, k, x, ldx, out);
 }
 
 }  // namespace
@@ -409,11 +440,11 @@ GgmlDotTable ggml_x16_dot_avx2(GgmlType type) {
                         even_odd ? prep_x16<true> : prep_x16<false>};
   };
   switch (type) {
-    case GgmlType::kQ8_0: return entry(by_rows_of_x<kQ8_0Fns>, false);
-    case GgmlType::kQ4_0: return entry(by_rows_of_x<kQ4_0Fns>, false);
-    case GgmlType::kQ6_K: return entry(by_rows_of_x<kQ6_KFns>, true);
-    case GgmlType::kQ4_K: return entry(by_rows_of_x<kQ4_KFns>, true);
-    case GgmlType::kQ5_K: return entry(by_rows_of_x<kQ5_KFns>, true);
+    case GgmlType::kQ8_0: return entry(by_rows_of_x<kQ8_0Fns<false>, kQ8_0Fns<true>>, false);
+    case GgmlType::kQ4_0: return entry(by_rows_of_x<kQ4_0Fns<false>, kQ4_0Fns<true>>, false);
+    case GgmlType::kQ6_K: return entry(by_rows_of_x<kQ6_KFns<false>, kQ6_KFns<true>>, true);
+    case GgmlType::kQ4_K: return entry(by_rows_of_x<kQ4_KFns<false>, kQ4_KFns<true>>, true);
+    case GgmlType::kQ5_K: return entry(by_rows_of_x<kQ5_KFns<false>, kQ5_KFns<true>>, true);
     default: return GgmlDotTable{};
   }
 }
