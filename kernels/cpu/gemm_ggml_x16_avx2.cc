@@ -429,7 +429,7 @@ constexpr X16Fns kQ5_KFns = {dot_k_x16_mb<true, 1, V>, dot_k_x16_mb<true, 2, V>,
 template <const X16Fns& kPlain, const X16Fns& kVnni>
 void by_rows_of_x(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
                   float* out) {
-  (has_avx_vnni() ? kVnni : kPlain)[std::min(mb, kMaxM) - 1](rows, k, x, ldx, out);
+  (has_vex_vnni() ? kVnni : kPlain)[std::min(mb, kMaxM) - 1](rows, k, x, ldx, out);
 }
 
 }  // namespace

@@ -405,7 +405,7 @@ void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float
   const uint8_t* xb = reinterpret_cast<const uint8_t*>(x.x);
   I4ChunkScales cs;
   const int64_t chunk = i4_chunk(mb);
-  const I4PassFn* pass = has_avx_vnni() ? kI4Pass<G, kAsym, true> : kI4Pass<G, kAsym, false>;
+  const I4PassFn* pass = has_vex_vnni() ? kI4Pass<G, kAsym, true> : kI4Pass<G, kAsym, false>;
   for (int64_t c0 = 0; c0 < k; c0 += chunk) {
     const int64_t n = std::min(chunk, k - c0);
     const int n_steps = static_cast<int>((n + S - 1) / S);

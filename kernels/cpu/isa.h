@@ -90,6 +90,12 @@ inline bool has_avx512() { return isa_at_least(Isa::kAvx512); }
 inline bool has_avx_vnni() { return isa_at_least(Isa::kAvx2Vnni); }
 // EVEX-encoded vpdpbusd/vpdpwssd, on 512-bit and (with VL) 256-bit registers.
 inline bool has_avx512_vnni() { return isa_at_least(Isa::kAvx512Vnni); }
+// VEX vpdpbusd / vpdpwssd for the AVX2 kernels: the avx2_vnni level, or an AVX512-VNNI level on
+// a CPU that has AVX-VNNI too (Sapphire, Emerald, Granite Rapids; not Ice Lake or Zen 4), where
+// some formats still decode on AVX2 kernels (GGUF Q6_K). Never at the plain avx512 level.
+inline bool has_vex_vnni() {
+  return has_avx_vnni() || (has_avx512_vnni() && cpu_features().avx_vnni);
+}
 // vdpbf16ps and the f32 -> bf16 conversions vcvtne(2)ps2bf16.
 inline bool has_avx512_bf16() { return isa_at_least(Isa::kAvx512Bf16); }
 inline bool has_amx() { return isa_at_least(Isa::kAmx); }
