@@ -252,6 +252,12 @@ TEST_CASE("isa: set_isa moves between supported levels, refuses the others", "[i
     if (has_avx512_vnni()) CHECK(f.avx512_vnni);
     if (has_avx512_bf16()) CHECK(f.avx512_bf16);
     if (has_amx()) CHECK((f.amx_tile && f.amx_bf16 && f.amx_int8 && f.amx_os_enabled));
+    // VEX VNNI for the AVX2 kernels: at avx2_vnni, or at an AVX512-VNNI level where the CPU has
+    // AVX-VNNI as well; never at avx2 or plain avx512, never without the CPU feature.
+    CHECK(has_vex_vnni() == (isa_includes(isa, Isa::kAvx2Vnni) ||
+                             (isa_includes(isa, Isa::kAvx512Vnni) && f.avx_vnni)));
+    if (has_vex_vnni()) CHECK(f.avx_vnni);
+    if (isa == Isa::kAvx2 || isa == Isa::kAvx512) CHECK_FALSE(has_vex_vnni());
   }
 }
 
