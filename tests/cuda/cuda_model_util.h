@@ -95,7 +95,10 @@ inline void expect_same_greedy(runtime::CausalLm& cpu, runtime::CausalLm& gpu,
   const float* x = a.data<float>();
   INFO("greedy tokens differ first at step " << p << " of " << want.size() << ": cpu " << want[p]
        << " (logit " << x[want[p]] << "), cuda " << got[p] << " (cpu logit " << x[got[p]] << ")");
-  CHECK(argmax(x, vocab) == want[p]);  // the CPU's one-prefill logits choose as its decode did
+  // Both choices lie within the noise of the maximum of the CPU's logits, recomputed here in one
+  // prefill (the CPU's own prefill and decode paths differ in the last bits too, so its own
+  // choice need not be this recomputation's argmax at a near tie, only close to it).
+  CHECK(near_tie(x, b.data<float>(), vocab, want[p]));
   CHECK(near_tie(x, b.data<float>(), vocab, got[p]));
   cpu.reset();
   gpu.reset();
