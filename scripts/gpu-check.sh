@@ -87,9 +87,7 @@ if [[ -n "$PREBUILT" ]]; then
 fi
 
 # ---- setup, configure, build ----------------------------------------------------------------
-if [[ -n "$PREBUILT" ]]; then
-  :
-elif [[ "${SAMPAN_SKIP_SETUP:-0}" != 1 ]]; then
+if [[ -z "$PREBUILT" && "${SAMPAN_SKIP_SETUP:-0}" != 1 ]]; then
   # A machine without network access may still have everything; configure says what is missing.
   bash "$REPO/scripts/setup.sh" >"$OUT/setup.log" 2>&1 || log "setup.sh failed (see setup.log); trying the build anyway"
 fi

@@ -32,19 +32,9 @@ namespace {
 constexpr int kMaxM = 4;
 static_assert(kMaxM <= kGgmlMaxM);
 
-// a + the pairwise int16 products of w and x: one VEX vpdpwssd on AVX-VNNI CPUs (kVnni: the
-// avx2_vnni level; in asm, as this file is compiled without the flag and runs it only where
-// isa.h reports it), else vpmaddwd and vpaddd. The same int32 lanes either way (no kernel here
-// lets a lane overflow), so outputs do not depend on the level.
-template <bool kVnni>
-inline __m256i madd_add(__m256i a, __m256i w, __m256i x) {
-  if constexpr (kVnni) {
-    asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(a) : "x"(w), "x"(x));
-    return a;
-  } else {
-    return _mm256_add_epi32(a, _mm256_madd_epi16(w, x));
-  }
-}
+// kVnni (the avx2_vnni level, or has_vex_vnni()): the kernels' vpmaddwd + vpaddd pairs become
+// one VEX vpdpwssd (madd_add, vec_avx2.h); the same int32 lanes (no kernel here lets a lane
+// overflow), so outputs do not depend on the level.
 
 // ---- Prepared x (every x16 kernel here) ----
 //

@@ -246,13 +246,6 @@ inline __m256i step_lanes(const int32_t* v, int j) {
   return _mm256_castps_si256(step_lanes<G>(reinterpret_cast<const float*>(v), j));
 }
 
-// a += the products of the unsigned bytes u and the signed bytes x, summed by 4 into int32
-// lanes: one VEX vpdpbusd (AVX-VNNI; in asm, as this file is compiled without the flag and runs
-// it only where isa.h reports it).
-inline void dpbusd_vex(__m256i& a, __m256i u, __m256i x) {
-  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(a) : "x"(u), "x"(x));
-}
-
 // Accumulates one step (S weights; w: the row's bytes of the step; step j of its block) times
 // MT rows of x into acc[0..MT). kVnni (AVX-VNNI CPUs): the byte products go straight into int32
 // lanes by vpdpbusd instead of vpmaddubsw into int16 pairs, added, then widened by vpmaddwd. The

@@ -305,14 +305,14 @@ inline __m256i step_zeros(const int16_t* z, int j) {
   return _mm256_set1_epi16(z[j]);
 }
 
-// a += the pairwise int16 products of q and x: on AVX-VNNI one VEX vpdpwssd (kVnni; in asm, as
-// this file is compiled without the AVX-VNNI flag and runs it only where isa.h reports it),
-// else vpmaddwd and vpaddd. The same int32 sums either way (no lane can overflow: see above),
-// so the batched results stay bit for bit the one-row kernel's.
+// a += the pairwise int16 products of q and x: on AVX-VNNI one VEX vpdpwssd (kVnni;
+// dpwssd_vex, vec_avx2.h), else vpmaddwd and vpaddd (kept from being hoisted). The same int32
+// sums either way (no lane can overflow: see above), so the batched results stay bit for bit
+// the one-row kernel's.
 template <bool kVnni>
-inline void madd_add(__m256i& a, __m256i q, __m256i x) {
+inline void madd_acc(__m256i& a, __m256i q, __m256i x) {
   if constexpr (kVnni) {
-    asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(a) : "x"(q), "x"(x));
+    dpwssd_vex(a, q, x);
   } else {
     a = _mm256_add_epi32(a, _mm256_madd_epi16(q, x));
     __asm__("" : "+x"(a));
@@ -356,7 +356,7 @@ void i4_pass(const uint8_t* w, int n_steps, bool half, const I4ChunkScales& cs, 
         const __m256i* xv =
             reinterpret_cast<const __m256i*>(x + i * ldx + st * kStepBytes + 128 * c);
         __m256i a = c > 0 ? t[i] : _mm256_setzero_si256();
-        for (int p = 0; p < 4; ++p) madd_add<kVnni>(a, q[p], _mm256_loadu_si256(xv + p));
+        for (int p = 0; p < 4; ++p) madd_acc<kVnni>(a, q[p], _mm256_loadu_si256(xv + p));
         t[i] = a;
       }
     }

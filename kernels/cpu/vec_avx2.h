@@ -119,5 +119,27 @@ inline AbsMax absmax_avx2(const float* x, int64_t n) {
   return {Avx2::reduce_max(m), _mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q)) == 0};
 }
 
+// VEX-encoded VNNI on 256-bit registers (AVX-VNNI), in asm: the baseline files are compiled
+// without the flag and call these only where isa.h's has_vex_vnni() holds.
+// a += the pairwise int16 products of w and x, summed into int32 lanes (vpdpwssd).
+inline void dpwssd_vex(__m256i& a, __m256i w, __m256i x) {
+  asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(a) : "x"(w), "x"(x));
+}
+// a += the products of the unsigned bytes u and the signed bytes x, summed by 4 (vpdpbusd).
+inline void dpbusd_vex(__m256i& a, __m256i u, __m256i x) {
+  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(a) : "x"(u), "x"(x));
+}
+// a + the pairwise int16 products of w and x: dpwssd_vex with kVnni, else vpmaddwd and vpaddd.
+// The same int32 lanes either way as long as none overflows.
+template <bool kVnni>
+inline __m256i madd_add(__m256i a, __m256i w, __m256i x) {
+  if constexpr (kVnni) {
+    dpwssd_vex(a, w, x);
+    return a;
+  } else {
+    return _mm256_add_epi32(a, _mm256_madd_epi16(w, x));
+  }
+}
+
 }  // namespace
 }  // namespace sampan::cpu
