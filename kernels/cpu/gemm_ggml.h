@@ -93,6 +93,9 @@ struct GgmlDotTable {
   // [x16_floats(k)] floats of kernel-private layout (64-byte aligned).
   int64_t (*x16_floats)(int64_t k) = nullptr;
   void (*prep_x16)(const float* x, int64_t k, float* out) = nullptr;
+  // The preparation rounds x to int8 per 256 elements (the x8 kernels: bound kX8Error,
+  // gemm_quant.h, in place of kGgmlDecodeXError) instead of to 16 bits.
+  bool x8 = false;
 };
 
 // Relative rounding of x (to its 256-element block's absmax) where a kernel takes prepared x:
@@ -108,6 +111,10 @@ constexpr double kGgmlDecodeXError = 1.0 / 65534 + 0x1p-22;
 
 struct GgmlKernels {
   GgmlDotTable dot[kGgmlTypeSlots];         // by GgmlType id; set for every supported type
+  // Decode with GemmPrecision::kBf16 (vnni_x8, gemm_quant.h) on AVX512-VNNI CPUs, where set:
+  // x rounded to int8 per 256 elements, as llama.cpp rounds its activations (Q8_K) for these
+  // types. Q4_K and Q6_K (gemm_ggml_x8_avx512_vnni.cc).
+  GgmlDotTable dot_x8[kGgmlTypeSlots];
   GgmlDequantFn dequant[kGgmlTypeSlots] = {};  // by GgmlType id; set for every supported type
   EpilogueFn epilogue = nullptr;
 };
@@ -134,6 +141,14 @@ void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWe
 // not AVX512-VNNI.
 void gemm_ggml_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                                 GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
+
+// The decode kernel gemm_ggml runs for `type` from table kt at the calling thread's precision
+// and the current ISA level: kt.dot_x8 where set, with GemmPrecision::kBf16 on AVX512-VNNI,
+// otherwise kt.dot.
+const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type);
+
+// The x8 decode kernel of `type` (Q4_K, Q6_K; an empty table for other types), AVX512-VNNI only.
+GgmlDotTable ggml_x8_dot_avx512_vnni(GgmlType type);
 
 // The AVX2 x16 decode kernel of `type` (Q4_0, Q8_0, Q4_K, Q5_K or Q6_K; gemm_ggml_x16_avx2.cc):
 // the AVX-512 table takes Q6_K's, faster there than its f32 decoder (figures at make_table).

@@ -26,6 +26,7 @@
 #include "kernels/cpu/convert_cpu.h"
 #include "kernels/cpu/gemm_decode_walk.h"
 #include "kernels/cpu/gemm_ggml.h"
+#include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/isa.h"
 
 namespace sampan::cpu::gemm_detail {
@@ -79,8 +80,7 @@ AlignedBuffer<float>& x16_scratch() {
 void gemm_ggml_decode(const GgmlKernels& kt, int64_t m, const float* x, int64_t ldx,
                       const GemmWeights& w, GemmEpilogue ep, float* y, int64_t ldy,
                       TaskRunner& runner) {
-  const int slot = static_cast<int>(w.ggml_type);
-  DecodeJob job{&kt, kt.dot[slot], &w, ggml_row_bytes(w.ggml_type, w.k), ep, m, x, ldx, y, ldy};
+  DecodeJob job{&kt, ggml_decode_table(kt, w.ggml_type), &w, ggml_row_bytes(w.ggml_type, w.k), ep, m, x, ldx, y, ldy};
   if (job.t.x16) {  // x rounded to 16 bits once per call, by the calling thread
     AlignedBuffer<float>& buf = x16_scratch();
     const int64_t xf = job.t.x16_floats(w.k);
@@ -186,6 +186,12 @@ void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t
 }
 
 }  // namespace
+
+const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type) {
+  const int slot = static_cast<int>(type);
+  if (kt.dot_x8[slot].dot && has_avx512_vnni() && vnni_x8()) return kt.dot_x8[slot];
+  return kt.dot[slot];
+}
 
 bool ggml_i16_prefill_type(GgmlType type) {
   return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||

@@ -238,15 +238,20 @@ void check_case(const Case& c, uint32_t seed) {
                                              ? gemm_detail::ggml_kernels_avx512()
                                              : gemm_detail::ggml_kernels_avx2();
     // Prefill at this level's default precision, then (prefill only) kBf16 and exact f32.
+    // Decode at the default precision and, where this level has an x8 decode kernel for the
+    // type (gemm_ggml_x8_avx512_vnni.cc), at kBf16.
     for (const GemmPrecision prec : {gemm_precision(), GemmPrecision::kBf16, GemmPrecision::kF32}) {
-      if (!prefill && prec != gemm_precision()) break;
       ScopedGemmPrecision scope(prec);
+      const gemm_detail::GgmlDotTable& dt = gemm_detail::ggml_decode_table(kt, c.type->type);
+      if (!prefill && prec != gemm_precision() && !(prec == GemmPrecision::kBf16 && dt.x8)) {
+        continue;
+      }
       // Decode kernels that round x, and the prefill in integers on AVX512-VNNI without AMX,
       // which rounds it within the same bound (gemm_ggml.h), or to x8 with kBf16
-      // (vnni_x8, gemm_quant.h; its groups of 32 or 16 lie in these blocks of 256).
-      const bool x16 = prefill ? gemm_detail::ggml_on_vnni_prefill(c.type->type, c.m)
-                               : kt.dot[static_cast<int>(c.type->type)].x16;
-      const double x_err = prefill && gemm_detail::vnni_x8()
+      // (vnni_x8, gemm_quant.h; its groups of 32 or 16 lie in these blocks of 256; the x8
+      // decode kernels round per block of 256).
+      const bool x16 = prefill ? gemm_detail::ggml_on_vnni_prefill(c.type->type, c.m) : dt.x16;
+      const double x_err = (prefill && gemm_detail::vnni_x8()) || (!prefill && dt.x8)
                                ? gemm_detail::kX8Error
                                : gemm_detail::kGgmlDecodeXError;
       const bool bf16 = prefill && gemm_detail::prefill_in_bf16();
@@ -256,6 +261,7 @@ void check_case(const Case& c, uint32_t seed) {
       };
       for (auto [name, runner] : runners.all()) {
         INFO("isa=" << isa_name(isa) << " runner=" << name << (x16 ? " x16" : "")
+                    << (!prefill && dt.x8 ? " x8" : "")
                     << (bf16 ? " bf16-prefill" : "") << " precision=" << static_cast<int>(prec));
         std::vector<float> y(c.m * ldy, kSentinel);
         gemm(c.m, x.data(), ldx, w, c.ep, y.data(), ldy, *runner);

@@ -1,0 +1,279 @@
+// Decode (m < kGgmlPrefillMinM) of GGUF Q4_K and Q6_K weights against x rounded to int8 per 256
+// elements (the x8 kernels of gemm_ggml.h), on AVX512-VNNI, with GemmPrecision::kBf16 (vnni_x8,
+// gemm_quant.h: the precision that rounds x to 8 bits in the integer prefill too, as llama.cpp
+// rounds its activations to Q8_K for these types).
+//
+// Why: the x16 kernels (gemm_ggml_avx512.cc, gemm_ggml_x16_avx2.cc) widen every 4- or 6-bit code
+// to an int16 lane and multiply it by its sub-block scale (vpmullw) before vpdpwssd: about 11
+// port-0 operations per 64 weights, so one core computed 13 GB/s of Q4_K and 10-12 of Q6_K with
+// the weights in cache (Emerald Rapids, bench_gemm_ggml --cached), no faster than it reads them
+// from memory. Here the codes stay bytes: vpmaddubsw multiplies 64 unsigned codes with 64 x8 into
+// 32 int16 pair sums (exact: |code| <= 63, |x8| <= 127, 2 * 63 * 127 < 2^15) and vpdpwssd
+// multiplies those by the sub-block scales (int16, repeated in both halves of a dword) into int32
+// lanes for the whole block: 2 multiplying instructions per 64 weights and row of x, the
+// scale vectors one vpermd each per row of W, not per row of x.
+//
+// Prepared x, per 256-element block (kX8BlockFloats floats, 64-byte aligned): bytes [0, 256) x8 =
+// round(x / s) in element order, s = absmax / 127; floats [64, 72) s * (sum of x8 over each
+// 32-element sub-block) (Q4_K's mins); int16 at floats [72, 80) the sums of x8 over each 16-element
+// group (Q6_K's codes are q + 32); float 80 s. A block holding an inf or NaN has x8 = 0, sums 0 and
+// s = NaN (its outputs come out NaN); one with absmax below 2^-100 counts as zero (s = 0).
+//
+// Q4_K (144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles): the
+// 32 bytes of chunk c hold elements 64 c + l (low nibble) and 64 c + 32 + l (high nibble), so one
+// vector of [low nibbles, high nibbles] is 64 weights in element order, meeting x8 as it lies. The
+// block's dot product is d s sum_j sc_j sum_l q x8 - sum_j (dmin mn_j) (s sum x8)_j; lanes stay
+// below 4 * 2 * (2 * 15 * 127) * 63 < 2^31.
+// Q6_K (210 bytes: 128 of low nibbles ql, 64 of high bits qh, 16 int8 scales, f16 d): per half n of
+// 128 elements, ql[64 n + l] holds elements 128 n + l (low nibble, l < 64) and 128 n + 64 + l (high
+// nibble), qh[32 n + l] their top two bits (element 128 n + 32 j + l takes bits 2 j, 2 j + 1), so
+// the codes of one half are two vectors of 64 in element order. w = d sc_g (code - 32) per
+// 16-element group g: the integer sum is sum_g sc_g (sum code x8 - 32 sum x8), the second term one
+// vpmaddwd of the 16 scales with the 16 group sums per block and row of x. Lanes stay below
+// 4 * 2 * (2 * 63 * 127) * 128 + 32 * 16 * 2032 * 128 < 2^31.
+//
+// Error (gemm_ggml.h, kX8Error): x is off by s / 2 = absmax_b / 254 per element plus f32
+// roundings (s, 1 / s, x / s) under 2^-22 absmax_b; the integer sums are exact; then one
+// conversion to f32 and one FMA with d s per block (and Q4_K's min term in f32), the x16 kernels'
+// f32 summation term.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/gemm_ggml.h"
+#include "kernels/cpu/gemm_quant.h"
+
+namespace sampan::cpu::gemm_detail {
+namespace {
+
+constexpr int kRows = 4;  // R: rows of W per call
+constexpr int kMaxM = 4;  // rows of x per pass
+static_assert(kRows <= kGgmlMaxRows && kMaxM <= kGgmlMaxM);
+
+constexpr int64_t kX8BlockFloats = 96;
+constexpr int kSub32Sums = 64;  // floats: s * sum of x8 per 32-element sub-block (8)
+constexpr int kSub16Sums = 72;  // floats holding 16 int16: sum of x8 per 16-element group
+constexpr int kScaleAt = 80;    // float: s
+
+// The same position 1.5 calls ahead in the same stream (gemm_ggml_avx512.cc measured it).
+inline int64_t prefetch_ahead(int64_t row_bytes) { return 3 * row_bytes / 2; }
+
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+int64_t x8_floats(int64_t k) { return k / 256 * kX8BlockFloats; }
+
+void prep_x8(const float* x, int64_t k, float* out) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const float* xb = x + 256 * b;
+    float* o = out + b * kX8BlockFloats;
+    __m512 mx = _mm512_setzero_ps(), bad = _mm512_setzero_ps();
+    for (int c = 0; c < 256; c += 16) {
+      const __m512 v = _mm512_loadu_ps(xb + c);
+      mx = _mm512_max_ps(mx, _mm512_and_ps(v, abs_mask));
+      bad = _mm512_fmadd_ps(v, _mm512_setzero_ps(), bad);  // NaN once an inf or NaN went in
+    }
+    const float absmax = _mm512_reduce_max_ps(mx);
+    float sx = 0.0f, inv = 0.0f;
+    const bool nonfinite = _mm512_cmp_ps_mask(bad, bad, _CMP_UNORD_Q) != 0;
+    if (nonfinite) {
+      sx = __builtin_nanf("");
+    } else if (absmax >= 0x1p-100f) {  // smaller blocks are taken as zero (error < 2^-100 |w|)
+      sx = absmax / static_cast<float>(kX8Max);
+      inv = static_cast<float>(kX8Max) / absmax;
+    }
+    auto* q = reinterpret_cast<int8_t*>(o);
+    auto* s16 = reinterpret_cast<int16_t*>(o + kSub16Sums);
+    const __m512 vinv = _mm512_set1_ps(inv);
+    for (int g = 0; g < 16; ++g) {
+      // A non-finite block keeps x8 = 0 (inf * 0 would convert to INT_MIN).
+      const __m512i v =
+          nonfinite ? _mm512_setzero_si512()
+                    : _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * g), vinv),
+                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * g), _mm512_cvtsepi32_epi8(v));
+      s16[g] = static_cast<int16_t>(_mm512_reduce_add_epi32(v));  // |sum| <= 16 * 127
+    }
+    for (int j = 0; j < 8; ++j) {
+      o[kSub32Sums + j] = sx * static_cast<float>(s16[2 * j] + s16[2 * j + 1]);
+    }
+    o[kScaleAt] = sx;
+    for (int j = kScaleAt + 1; j < kX8BlockFloats; ++j) o[j] = 0.0f;
+  }
+}
+
+// The eight 6-bit scales and mins of a Q4_K block (b: its 12 scale bytes) as bytes 0..7 of sc
+// and mn (the packing in ggml_dequant.h; the same unpacking as gemm_ggml_avx512.cc's).
+inline void q4k_scales_min8(const uint8_t* b, uint64_t* sc, uint64_t* mn) {
+  uint32_t u0, u1, u2;
+  std::memcpy(&u0, b, 4);
+  std::memcpy(&u1, b + 4, 4);
+  std::memcpy(&u2, b + 8, 4);
+  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+  const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+  *sc = (u0 & 0x3f3f3f3fu) | static_cast<uint64_t>(sc_hi) << 32;
+  *mn = (u1 & 0x3f3f3f3fu) | static_cast<uint64_t>(mn_hi) << 32;
+}
+
+// Dword lanes 8 h .. 8 h + 7 of the result hold scale a (h = 0) or b (h = 1), repeated in both
+// int16 halves: the vpdpwssd operand for 64 weights whose pair sums are sub-blocks a and b.
+inline __m512i idx_2x8(int a, int b) {
+  return _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+}
+inline __m512i idx_4x4(int a) {
+  return _mm512_setr_epi32(a, a, a, a, a + 1, a + 1, a + 1, a + 1, a + 2, a + 2, a + 2, a + 2,
+                           a + 3, a + 3, a + 3, a + 3);
+}
+// Signed 32-bit lanes (|v| < 2^15) to the int16 pair (v, v) of each dword.
+inline __m512i pair16(__m512i v) {
+  return _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0xffff)),
+                         _mm512_slli_epi32(v, 16));
+}
+
+template <int MB>
+void dot_q4k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                   float* out) {
+  constexpr int kBytes = 144, R = kRows;
+  __m512 acc[MB][R];
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const __m512i idx[4] = {idx_2x8(0, 1), idx_2x8(2, 3), idx_2x8(4, 5), idx_2x8(6, 7)};
+  const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = rows[r] + b * kBytes;
+      for (int off = 0; off < kBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+      }
+      uint64_t sc, mn;
+      q4k_scales_min8(p + 4, &sc, &mn);
+      const __m512i scv =
+          pair16(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+      const float d = f16_at(p);
+      const __m256 ml = _mm256_mul_ps(
+          _mm256_set1_ps(f16_at(p + 2)),
+          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+      __m512i ai[MB];
+      for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * c));
+        // [low nibbles, high nibbles]: elements 64 c .. 64 c + 63 in order.
+        const __m512i q = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
+        const __m512i s = _mm512_permutexvar_epi32(idx[c], scv);
+        for (int i = 0; i < MB; ++i) {
+          const auto* xq = reinterpret_cast<const int8_t*>(x + i * ldx + b * kX8BlockFloats);
+          const __m512i pairs = _mm512_maddubs_epi16(q, _mm512_load_si512(xq + 64 * c));
+          ai[i] = _mm512_dpwssd_epi32(ai[i], pairs, s);
+        }
+      }
+      for (int i = 0; i < MB; ++i) {
+        const float* xb = x + i * ldx + b * kX8BlockFloats;
+        acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i]), _mm512_set1_ps(d * xb[kScaleAt]),
+                                    acc[i][r]);
+        acc[i][r] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(ml),
+                                     _mm512_zextps256_ps512(_mm256_load_ps(xb + kSub32Sums)),
+                                     acc[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) out[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
+template <int MB>
+void dot_q6k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                   float* out) {
+  constexpr int kBytes = 210, R = kRows;
+  __m512 acc[MB][R];
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  const __m512i idx[4] = {idx_4x4(0), idx_4x4(4), idx_4x4(8), idx_4x4(12)};
+  const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = rows[r] + b * kBytes;
+      for (int off = 0; off < kBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+      }
+      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
+      const __m512i scv = pair16(_mm512_cvtepi8_epi32(sc8));
+      const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+      const float d = f16_at(p + 208);
+      __m512i ai[MB];
+      for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
+      for (int n = 0; n < 2; ++n) {
+        const __m512i a = _mm512_loadu_si512(p + 64 * n);
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * n));
+        // Bytes 0..31: qh[l] (bits of elements l, l + 64); 32..63: qh[l] >> 2 (l + 32, l + 96).
+        const __m512i hz =
+            _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
+        // (a & 0x0f) | (bits 0-1 of hz) << 4, and (a >> 4) | (bits 4-5 of hz): 0xea = A & B | C.
+        const __m512i lo = _mm512_ternarylogic_epi32(
+            a, m0f, _mm512_and_si512(_mm512_slli_epi16(hz, 4), m30), 0xea);
+        const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), m0f,
+                                                     _mm512_and_si512(hz, m30), 0xea);
+        const __m512i s_lo = _mm512_permutexvar_epi32(idx[2 * n], scv);
+        const __m512i s_hi = _mm512_permutexvar_epi32(idx[2 * n + 1], scv);
+        for (int i = 0; i < MB; ++i) {
+          const auto* xq = reinterpret_cast<const int8_t*>(x + i * ldx + b * kX8BlockFloats);
+          ai[i] = _mm512_dpwssd_epi32(
+              ai[i], _mm512_maddubs_epi16(lo, _mm512_load_si512(xq + 128 * n)), s_lo);
+          ai[i] = _mm512_dpwssd_epi32(
+              ai[i], _mm512_maddubs_epi16(hi, _mm512_load_si512(xq + 128 * n + 64)), s_hi);
+        }
+      }
+      for (int i = 0; i < MB; ++i) {
+        const float* xb = x + i * ldx + b * kX8BlockFloats;
+        // 32 sum_g sc_g (sum of x8 over g): the codes' offset.
+        const __m256i corr = _mm256_madd_epi16(
+            sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(xb + kSub16Sums)));
+        const __m512i t =
+            _mm512_sub_epi32(ai[i], _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+        acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(d * xb[kScaleAt]),
+                                    acc[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) out[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
+void dot_q4k_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+                float* out) {
+  switch (mb) {
+    case 1: return dot_q4k_x8_mb<1>(rows, k, x, ldx, out);
+    case 2: return dot_q4k_x8_mb<2>(rows, k, x, ldx, out);
+    case 3: return dot_q4k_x8_mb<3>(rows, k, x, ldx, out);
+    default: return dot_q4k_x8_mb<4>(rows, k, x, ldx, out);
+  }
+}
+
+void dot_q6k_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+                float* out) {
+  switch (mb) {
+    case 1: return dot_q6k_x8_mb<1>(rows, k, x, ldx, out);
+    case 2: return dot_q6k_x8_mb<2>(rows, k, x, ldx, out);
+    case 3: return dot_q6k_x8_mb<3>(rows, k, x, ldx, out);
+    default: return dot_q6k_x8_mb<4>(rows, k, x, ldx, out);
+  }
+}
+
+}  // namespace
+
+GgmlDotTable ggml_x8_dot_avx512_vnni(GgmlType type) {
+  GgmlDotTable t;
+  if (type == GgmlType::kQ4_K) t = {kRows, kMaxM, dot_q4k_x8, true, x8_floats, prep_x8, true};
+  if (type == GgmlType::kQ6_K) t = {kRows, kMaxM, dot_q6k_x8, true, x8_floats, prep_x8, true};
+  return t;
+}
+
+}  // namespace sampan::cpu::gemm_detail
