@@ -20,7 +20,10 @@ own quantizer (llama-cpp-python) makes the quantized files, so the block bytes a
     result and Sampan does not; default run: top-1 agreement with the exact result at least
     llama.cpp's. A third run feeds one token per forward (`logits --chunk 1`), the decode path
     (x rounded to 16 bits per 256 elements for the types gemm_ggml.h lists): the default run's
-    bounds against both references.
+    bounds against both references. Q8_0, Q4_0, Q4_K_M, Q5_K_M and Q6_K also run (prefill and
+    decode) with SAMPAN_GEMM_PRECISION=bf16, where x is rounded to int8 as llama.cpp rounds it
+    (the integer prefill and the x8 decode kernels on AVX512-VNNI): top-1 >= 0.99 and mean KL
+    <= 1e-3 against llama.cpp.
   - A split set (NAME-0000i-of-0000N.gguf) gives the single file's logits.
   - `sampan info` and `sampan run` on a GGUF file (tokenizer and chat template from metadata).
 Bad files are tests/e2e/test_bad_gguf.py (which also runs under the sanitizers).
@@ -50,6 +53,8 @@ EXACT_MIN_COSINE = 0.99999
 # Every block type, stored for every matrix (pure), and the recipe names llama.cpp uses for them.
 PURE_TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K",
               "IQ4_NL", "IQ4_XS", "MXFP4_MOE", "TQ2_0", "TQ1_0"]
+# Types whose x8 kernels (int8 activations, as llama.cpp's) are also checked against llama.cpp.
+X8_TYPES = ("Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K")
 # Ternary types, checked position by position against llama.cpp and the exact reference (below).
 TERNARY_TYPES = ("TQ2_0", "TQ1_0")
 # Two sequences of 128 tokens: top-1 agreement over 256 positions.
@@ -215,6 +220,19 @@ def main():
                 ok = top1 >= QUANT_MIN_TOP1
             res.check(f"{tag} decode vs llama.cpp", ok and kl <= QUANT_MAX_KL,
                       f"top-1 {top1:.4f}, mean KL {kl:.2e}")
+        # llama.cpp's own activation precision (SAMPAN_GEMM_PRECISION=bf16): x rounded to int8
+        # per group for the integer prefill and per 256 elements for the x8 decode kernels
+        # (AVX512-VNNI; bf16 elsewhere), both held to the bounds against llama.cpp.
+        if ftype in X8_TYPES:
+            for run, chunk in ((" x8", None), (" x8 decode", 1)):
+                y = sampan_logits(args, res, tag + run, path, seqs, vocab, precision="bf16",
+                                  chunk=chunk)
+                if y is not None:
+                    top1, kl = U.top1_agreement(ref, y), mean_kl(ref, y)
+                    res.check(f"{tag}{run} vs llama.cpp",
+                              top1 >= QUANT_MIN_TOP1 and kl <= QUANT_MAX_KL,
+                              f"top-1 {top1:.4f}, mean KL {kl:.2e} (exact run vs llama.cpp: "
+                              f"{mean_kl(ref, got_exact):.2e})")
         for run, y in (("", got), (" f32", got_exact)):
             top1, kl = U.top1_agreement(ref, y), mean_kl(ref, y)
             detail = (f"top-1 {top1:.4f}, mean KL {kl:.2e} (llama.cpp vs numpy: top-1 "
