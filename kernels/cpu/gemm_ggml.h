@@ -113,7 +113,7 @@ struct GgmlKernels {
   GgmlDotTable dot[kGgmlTypeSlots];         // by GgmlType id; set for every supported type
   // Decode with GemmPrecision::kBf16 (vnni_x8, gemm_quant.h) on AVX512-VNNI CPUs, where set:
   // x rounded to int8 per 256 elements, as llama.cpp rounds its activations (Q8_K) for these
-  // types. Q4_K and Q6_K (gemm_ggml_x8_avx512_vnni.cc).
+  // types. Q4_K, Q5_K and Q6_K (gemm_ggml_x8_avx512_vnni.cc).
   GgmlDotTable dot_x8[kGgmlTypeSlots];
   GgmlDequantFn dequant[kGgmlTypeSlots] = {};  // by GgmlType id; set for every supported type
   EpilogueFn epilogue = nullptr;
@@ -147,7 +147,7 @@ void gemm_ggml_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const Ge
 // otherwise kt.dot.
 const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type);
 
-// The x8 decode kernel of `type` (Q4_K, Q6_K; an empty table for other types), AVX512-VNNI only.
+// The x8 decode kernel of `type` (Q4_K, Q5_K, Q6_K; an empty table for other types), AVX512-VNNI only.
 GgmlDotTable ggml_x8_dot_avx512_vnni(GgmlType type);
 
 // The AVX2 x16 decode kernel of `type` (Q4_0, Q8_0, Q4_K, Q5_K or Q6_K; gemm_ggml_x16_avx2.cc):

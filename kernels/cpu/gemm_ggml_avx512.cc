@@ -823,7 +823,7 @@ GgmlKernels make_table() {
   // against 1138-1153 us at 5632 x 2048 / 2048 x 5632; m = 4 the same (0.97-1.04x). Not
   // measured on Zen 4.
   t.dot[static_cast<int>(GgmlType::kQ6_K)] = ggml_x16_dot_avx2(GgmlType::kQ6_K);
-  for (GgmlType x8 : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType x8 : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     t.dot_x8[static_cast<int>(x8)] = ggml_x8_dot_avx512_vnni(x8);
   }
   t.epilogue = fma_kernels_avx512().epilogue;

@@ -1,4 +1,4 @@
-// Decode (m < kGgmlPrefillMinM) of GGUF Q4_K and Q6_K weights against x rounded to int8 per 256
+// Decode (m < kGgmlPrefillMinM) of GGUF Q4_K, Q5_K and Q6_K weights against x rounded to int8 per 256
 // elements (the x8 kernels of gemm_ggml.h), on AVX512-VNNI, with GemmPrecision::kBf16 (vnni_x8,
 // gemm_quant.h: the precision that rounds x to 8 bits in the integer prefill too, as llama.cpp
 // rounds its activations to Q8_K for these types).
@@ -23,7 +23,8 @@
 // 32 bytes of chunk c hold elements 64 c + l (low nibble) and 64 c + 32 + l (high nibble), so one
 // vector of [low nibbles, high nibbles] is 64 weights in element order, meeting x8 as it lies. The
 // block's dot product is d s sum_j sc_j sum_l q x8 - sum_j (dmin mn_j) (s sum x8)_j; lanes stay
-// below 4 * 2 * (2 * 15 * 127) * 63 < 2^31.
+// below 4 * 2 * (2 * 15 * 127) * 63 < 2^31. Q5_K (176 bytes: the same with 32 bytes of fifth bits
+// qh before the nibbles; bit j of qh[l] adds 16 to element 32 j + l) sets that bit under a mask.
 // Q6_K (210 bytes: 128 of low nibbles ql, 64 of high bits qh, 16 int8 scales, f16 d): per half n of
 // 128 elements, ql[64 n + l] holds elements 128 n + l (low nibble, l < 64) and 128 n + 64 + l (high
 // nibble), qh[32 n + l] their top two bits (element 128 n + 32 j + l takes bits 2 j, 2 j + 1), so
@@ -136,15 +137,25 @@ inline __m512i pair16(__m512i v) {
                          _mm512_slli_epi32(v, 16));
 }
 
-template <int MB>
-void dot_q4k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
-                   float* out) {
-  constexpr int kBytes = 144, R = kRows;
+// kQ5: Q5_K (176 bytes: qh at 16, the nibbles at 48), whose bit j of qh[l] adds 16 to the code
+// of element 32 j + l (codes <= 31: the pair sums stay below 2 * 31 * 127).
+template <bool kQ5, int MB>
+void dot_k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                 float* out) {
+  constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16, R = kRows;
   __m512 acc[MB][R];
   for (int i = 0; i < MB; ++i)
     for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   const __m512i idx[4] = {idx_2x8(0, 1), idx_2x8(2, 3), idx_2x8(4, 5), idx_2x8(6, 7)};
+  // Q5_K: the qh bit of each half of chunk c's codes (2 c for the low nibbles, 2 c + 1).
+  __m512i bits[4];
+  for (int c = 0; c < 4; ++c) {
+    bits[c] = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_set1_epi8(static_cast<char>(1 << (2 * c)))),
+        _mm256_set1_epi8(static_cast<char>(2 << (2 * c))), 1);
+  }
+  const __m512i sixteen = _mm512_set1_epi8(16);
   const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
   for (int64_t b = 0; b < k / 256; ++b) {
     for (int r = 0; r < R; ++r) {
@@ -162,11 +173,19 @@ void dot_q4k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_
           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
       __m512i ai[MB];
       for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
+      __m512i qh2 = _mm512_setzero_si512();  // Q5_K: qh in both halves
+      if constexpr (kQ5) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+        qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+      }
       for (int c = 0; c < 4; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * c));
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kQs + 32 * c));
         // [low nibbles, high nibbles]: elements 64 c .. 64 c + 63 in order.
-        const __m512i q = _mm512_and_si512(
+        __m512i q = _mm512_and_si512(
             _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
+        if constexpr (kQ5) {
+          q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh2, bits[c]), q, sixteen);
+        }
         const __m512i s = _mm512_permutexvar_epi32(idx[c], scv);
         for (int i = 0; i < MB; ++i) {
           const auto* xq = reinterpret_cast<const int8_t*>(x + i * ldx + b * kX8BlockFloats);
@@ -247,13 +266,14 @@ void dot_q6k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_
     for (int r = 0; r < R; ++r) out[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
 }
 
-void dot_q4k_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
-                float* out) {
+template <bool kQ5>
+void dot_k_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+              float* out) {
   switch (mb) {
-    case 1: return dot_q4k_x8_mb<1>(rows, k, x, ldx, out);
-    case 2: return dot_q4k_x8_mb<2>(rows, k, x, ldx, out);
-    case 3: return dot_q4k_x8_mb<3>(rows, k, x, ldx, out);
-    default: return dot_q4k_x8_mb<4>(rows, k, x, ldx, out);
+    case 1: return dot_k_x8_mb<kQ5, 1>(rows, k, x, ldx, out);
+    case 2: return dot_k_x8_mb<kQ5, 2>(rows, k, x, ldx, out);
+    case 3: return dot_k_x8_mb<kQ5, 3>(rows, k, x, ldx, out);
+    default: return dot_k_x8_mb<kQ5, 4>(rows, k, x, ldx, out);
   }
 }
 
@@ -271,7 +291,8 @@ void dot_q6k_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t l
 
 GgmlDotTable ggml_x8_dot_avx512_vnni(GgmlType type) {
   GgmlDotTable t;
-  if (type == GgmlType::kQ4_K) t = {kRows, kMaxM, dot_q4k_x8, true, x8_floats, prep_x8, true};
+  if (type == GgmlType::kQ4_K) t = {kRows, kMaxM, dot_k_x8<false>, true, x8_floats, prep_x8, true};
+  if (type == GgmlType::kQ5_K) t = {kRows, kMaxM, dot_k_x8<true>, true, x8_floats, prep_x8, true};
   if (type == GgmlType::kQ6_K) t = {kRows, kMaxM, dot_q6k_x8, true, x8_floats, prep_x8, true};
   return t;
 }
