@@ -13,7 +13,9 @@ bandwidth probe runs in the same session. Decode streams every weight but the em
 Results print as a markdown table, ratios Sampan / llama.cpp. Sampan's prefill is measured at
 the default GemmPrecision and again with SAMPAN_GEMM_PRECISION=bf16 ("fast x"): x rounded to int8
 per group of the weights on AVX512-VNNI CPUs without AMX (as llama.cpp rounds its activations to
-Q8), to bf16 elsewhere; kernels/cpu/gemm_quant.h states the error of each.
+Q8), to bf16 elsewhere, and at decode to int8 per 256 elements for Q4_K, Q5_K and Q6_K on
+AVX512-VNNI (the x8 decode kernels); kernels/cpu/gemm_quant.h and gemm_ggml.h state the error of
+each.
 """
 import argparse
 import json
@@ -134,16 +136,17 @@ def main():
                 print(f"round {r}: {t:7s} {engine:13s} prefill {p:8.1f} tok/s  decode {d:6.2f} tok/s",
                       flush=True)
     print(f"\nread bandwidth (probe, {args.threads} threads): {gbs:.1f} GB/s")
-    print(f"| weights | Sampan decode | of bandwidth | llama.cpp decode | decode ratio | "
-          f"Sampan prefill {args.prompt_len} | fast x | llama.cpp prefill | prefill ratio "
-          f"(fast x) |")
+    print(f"| weights | Sampan decode (fast x) | of bandwidth (fast x) | llama.cpp decode | "
+          f"decode ratio (fast x) | Sampan prefill {args.prompt_len} | fast x | llama.cpp prefill "
+          f"| prefill ratio (fast x) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for t, path in files.items():
         sp, sd = best[(t, "sampan")]
-        fp = best[(t, "sampan fast x")][0]
+        fp, fd = best[(t, "sampan fast x")]
         lp, ld = best[(t, "llama.cpp")]
-        frac = streamed_bytes(path) * sd / 1e9 / gbs
-        print(f"| {t} | {sd:.1f} tok/s | {frac * 100:.0f} % | {ld:.1f} tok/s | {sd / ld:.2f}x | "
+        frac, ffrac = (streamed_bytes(path) * v / 1e9 / gbs for v in (sd, fd))
+        print(f"| {t} | {sd:.1f} tok/s ({fd:.1f}) | {frac * 100:.0f} % ({ffrac * 100:.0f} %) | "
+              f"{ld:.1f} tok/s | {sd / ld:.2f}x ({fd / ld:.2f}x) | "
               f"{sp:.0f} tok/s | {fp:.0f} tok/s | {lp:.0f} tok/s | {sp / lp:.2f}x "
               f"({fp / lp:.2f}x) |")
 

@@ -15,7 +15,10 @@
 // Q5_K) and 1.05-1.15x (Q4_0, Q8_0, 2 threads, from DRAM) the speed of their exact f32 decoders
 // on AVX-512, and on AVX2 (Zen 3, 1 thread, weights in cache, thread CPU time, m = 1) 2.4-2.6x
 // (Q4_0, Q6_K) and 2.3-2.5x (Q8_0; gemm_ggml_x16_avx2.cc has the figures); everything else keeps
-// x in f32.
+// x in f32. With GemmPrecision::kBf16 on AVX512-VNNI, decode of Q4_K, Q5_K and Q6_K instead
+// rounds x to int8 per 256 elements (the x8 kernels, GgmlKernels::dot_x8,
+// gemm_ggml_x8_avx512_vnni.cc; llama.cpp's Q8_K activations): one core, weights in cache, 1.3x
+// (Q4_K), 1.4x (Q5_K) and 1.9-2x (Q6_K) the x16 kernels at m = 1 (Emerald Rapids).
 // Prefill (m >= kGgmlPrefillMinM) on AVX512-VNNI CPUs without AMX, for Q4_0, Q8_0, Q4_K, Q5_K
 // and Q6_K: integer products in int16 pairs (ggml_on_vnni_prefill below). Otherwise, and for
 // every other type: the driver dequantizes a bounded chunk of weight rows in
@@ -44,6 +47,9 @@
 //    absmax), about 1.5e-5 relative: 250x finer than llama.cpp's 8-bit x, the same order as
 //    the bf16-split AMX path (2^-16). Q4_0, Q8_0 and Q6_K have no min part (w2 = 0,
 //    M' = sum |x||w|: their integer sums already hold (q - offset) x16 exactly).
+//  - x8 kernels (decode of Q4_K, Q5_K and Q6_K with kBf16 on AVX512-VNNI): the x16 bound with
+//    kX8Error (gemm_quant.h: absmax_b / 254 plus f32 roundings) in place of kGgmlDecodeXError,
+//    over the same blocks of 256 (the table's x8 flag says which bound a table's kernel keeps).
 //  - Bias and the SiLU-mul epilogue add the usual one or two f32 roundings (exp: ~2 ulp).
 //  - Non-finite weights (an inf/NaN f16 scale) or x give non-finite outputs where they meet
 //    (an x16 block of x holding an inf or NaN makes the whole block's contribution NaN).

@@ -7,7 +7,8 @@
 // rows), and runs every m-group of x against them while they sit in L1, so the blocks stream
 // from memory once. Nothing is dequantized to
 // memory. For the x16 kernels (gemm_ggml.h says which types) the calling thread first rounds x
-// to 16 bits per 256 elements into thread-local scratch (gemm_ggml.h), read by every worker.
+// to 16 bits per 256 elements into thread-local scratch (gemm_ggml.h), read by every worker; for
+// the x8 kernels (kBf16 on AVX512-VNNI: ggml_decode_table) to int8 the same way.
 //
 // Prefill (m >= kGgmlPrefillMinM): output rows are taken in chunks of dequantized weights; all
 // workers dequantize a chunk, then the plain gemm() runs on it with the chunk's biases and
