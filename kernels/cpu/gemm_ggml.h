@@ -17,7 +17,7 @@
 // (Q4_0, Q6_K) and 2.3-2.5x (Q8_0; gemm_ggml_x16_avx2.cc has the figures); everything else keeps
 // x in f32. With GemmPrecision::kBf16 on AVX512-VNNI, decode of Q4_K, Q5_K and Q6_K instead
 // rounds x to int8 per 256 elements (the x8 kernels, GgmlKernels::dot_x8,
-// gemm_ggml_x8_avx512_vnni.cc; llama.cpp's Q8_K activations): one core, weights in cache, 1.3x
+// gemm_ggml_kq_avx512_vnni.cc; llama.cpp's Q8_K activations): one core, weights in cache, 1.3x
 // (Q4_K), 1.4x (Q5_K) and 1.9-2x (Q6_K) the x16 kernels at m = 1 (Emerald Rapids).
 // Prefill (m >= kGgmlPrefillMinM) on AVX512-VNNI CPUs without AMX, for Q4_0, Q8_0, Q4_K, Q5_K
 // and Q6_K: integer products in int16 pairs (ggml_on_vnni_prefill below). Otherwise, and for
@@ -119,8 +119,10 @@ struct GgmlKernels {
   GgmlDotTable dot[kGgmlTypeSlots];         // by GgmlType id; set for every supported type
   // Decode with GemmPrecision::kBf16 (vnni_x8, gemm_quant.h) on AVX512-VNNI CPUs, where set:
   // x rounded to int8 per 256 elements, as llama.cpp rounds its activations (Q8_K) for these
-  // types. Q4_K, Q5_K and Q6_K (gemm_ggml_x8_avx512_vnni.cc).
+  // types. Q4_K, Q5_K and Q6_K (gemm_ggml_kq_avx512_vnni.cc).
   GgmlDotTable dot_x8[kGgmlTypeSlots];
+  // Decode at the other precisions on AVX512-VNNI CPUs, where set (in place of dot): Q6_K.
+  GgmlDotTable dot_vnni[kGgmlTypeSlots];
   GgmlDequantFn dequant[kGgmlTypeSlots] = {};  // by GgmlType id; set for every supported type
   EpilogueFn epilogue = nullptr;
 };
@@ -150,8 +152,18 @@ void gemm_ggml_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const Ge
 
 // The decode kernel gemm_ggml runs for `type` from table kt at the calling thread's precision
 // and the current ISA level: kt.dot_x8 where set, with GemmPrecision::kBf16 on AVX512-VNNI,
-// otherwise kt.dot.
+// else kt.dot_vnni where set, on AVX512-VNNI, otherwise kt.dot.
 const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type);
+
+// The prepared-x layout of the AVX-512 x16 kernels of Q4_K / Q5_K (gemm_ggml_avx512.cc's
+// prep_x16), which the AVX512-VNNI Q6_K x16 kernel reads too: per 256-element block
+// kGgmlX16BlockFloats floats, the first 128 holding 256 int16 x16 in element order, float
+// kGgmlX16ScaleAt the block's s.
+constexpr int64_t kGgmlX16BlockFloats = 144;
+constexpr int kGgmlX16ScaleAt = 136;
+// Q6_K decode against that x16 (a GgmlDotFn; AVX512-VNNI only; gemm_ggml_kq_avx512_vnni.cc).
+void ggml_q6k_x16_dot_avx512_vnni(const uint8_t* const* rows, int64_t k, const float* x,
+                                  int64_t ldx, int mb, float* out);
 
 // The x8 decode kernel of `type` (Q4_K, Q5_K, Q6_K; an empty table for other types), AVX512-VNNI only.
 GgmlDotTable ggml_x8_dot_avx512_vnni(GgmlType type);

@@ -515,6 +515,7 @@ void dot(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int
 // 2^31), converted to f32 once per block. Per 64 weights about 12 vector operations where the
 // f32 decoder needs about 22: measured (1 thread, weights in cache) 1.6x the f32 kernel's speed.
 constexpr int64_t kX16BlockFloats = 144;  // 128 (256 int16) + 8 sums + scale + 7 zero
+static_assert(kX16BlockFloats == kGgmlX16BlockFloats && kGgmlX16ScaleAt == 136);
 
 int64_t x16_floats(int64_t k) {
   return k / 256 * kX16BlockFloats;
@@ -823,6 +824,8 @@ GgmlKernels make_table() {
   // against 1138-1153 us at 5632 x 2048 / 2048 x 5632; m = 4 the same (0.97-1.04x). Not
   // measured on Zen 4.
   t.dot[static_cast<int>(GgmlType::kQ6_K)] = ggml_x16_dot_avx2(GgmlType::kQ6_K);
+  t.dot_vnni[static_cast<int>(GgmlType::kQ6_K)] = {kRows, kMaxM, ggml_q6k_x16_dot_avx512_vnni,
+                                                   true, x16_floats, prep_x16};
   for (GgmlType x8 : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     t.dot_x8[static_cast<int>(x8)] = ggml_x8_dot_avx512_vnni(x8);
   }

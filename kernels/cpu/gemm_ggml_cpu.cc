@@ -191,6 +191,7 @@ void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t
 const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type) {
   const int slot = static_cast<int>(type);
   if (kt.dot_x8[slot].dot && has_avx512_vnni() && vnni_x8()) return kt.dot_x8[slot];
+  if (kt.dot_vnni[slot].dot && has_avx512_vnni()) return kt.dot_vnni[slot];
   return kt.dot[slot];
 }
 

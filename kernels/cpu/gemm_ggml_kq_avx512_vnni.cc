@@ -1,7 +1,8 @@
-// Decode (m < kGgmlPrefillMinM) of GGUF Q4_K, Q5_K and Q6_K weights against x rounded to int8 per 256
-// elements (the x8 kernels of gemm_ggml.h), on AVX512-VNNI, with GemmPrecision::kBf16 (vnni_x8,
-// gemm_quant.h: the precision that rounds x to 8 bits in the integer prefill too, as llama.cpp
-// rounds its activations to Q8_K for these types).
+// Decode (m < kGgmlPrefillMinM) kernels for GGUF K-quants on AVX512-VNNI: Q4_K, Q5_K and Q6_K
+// against x rounded to int8 per 256 elements (the x8 kernels of gemm_ggml.h), with
+// GemmPrecision::kBf16 (vnni_x8, gemm_quant.h: the precision that rounds x to 8 bits in the
+// integer prefill too, as llama.cpp rounds its activations to Q8_K for these types); and Q6_K
+// against x16 at the default precision (at the end).
 //
 // Why: the x16 kernels (gemm_ggml_avx512.cc, gemm_ggml_x16_avx2.cc) widen every 4- or 6-bit code
 // to an int16 lane and multiply it by its sub-block scale (vpmullw) before vpdpwssd: about 11
@@ -287,7 +288,89 @@ void dot_q6k_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t l
   }
 }
 
+// ---- Q6_K against x16 (the default precision) ----
+//
+// The codes as above, minus 32 (signed bytes -32..31), widened to int16 and multiplied by their
+// group's int8 scale (|(q - 32) sc| <= 32 * 128 = 4096), then vpdpwssd with x16 as the AVX-512
+// prep_x16 lays it out (gemm_ggml_avx512.cc: 256 int16 in element order per block, s at float
+// kGgmlX16ScaleAt). A lane takes 8 products of pairs per block: at most 8 * 2 * 4096 * 32767 <
+// 2^31, and the sum of a lane is that of its own elements' |w| |x16|, so its one conversion to
+// f32 per block rounds relative to those (the bound's f32 term). The AVX2 x16 kernel this
+// replaces on AVX512-VNNI (gemm_ggml_x16_avx2.cc) assembles the codes 32 at a time in ymm.
+template <int MB>
+void dot_q6k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                    float* out) {
+  constexpr int kBytes = 210, R = kRows;
+  __m512 acc[MB][R];
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  const __m512i m32 = _mm512_set1_epi8(32);
+  // Int16 lanes 0..15 take group g's scale, 16..31 group g + 1's: g = 0, 2, .., 14.
+  __m512i idx[8];
+  for (int j = 0; j < 8; ++j) {
+    idx[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<short>(2 * j))),
+                                _mm256_set1_epi16(static_cast<short>(2 * j + 1)), 1);
+  }
+  const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = rows[r] + b * kBytes;
+      for (int off = 0; off < kBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+      }
+      const __m512i sc16 = _mm512_castsi256_si512(
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192))));
+      const float d = f16_at(p + 208);
+      __m512i ai[MB];
+      for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
+      for (int n = 0; n < 2; ++n) {
+        const __m512i a = _mm512_loadu_si512(p + 64 * n);
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * n));
+        const __m512i hz =
+            _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
+        const __m512i lo = _mm512_sub_epi8(
+            _mm512_ternarylogic_epi32(a, m0f, _mm512_and_si512(_mm512_slli_epi16(hz, 4), m30),
+                                      0xea),
+            m32);
+        const __m512i hi = _mm512_sub_epi8(
+            _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), m0f, _mm512_and_si512(hz, m30),
+                                      0xea),
+            m32);
+        // Elements 128 n + 32 j .. + 31 (groups 8 n + 2 j, 8 n + 2 j + 1), j = 0..3.
+        const __m256i q[4] = {_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1),
+                              _mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1)};
+        for (int j = 0; j < 4; ++j) {
+          const __m512i w = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q[j]),
+                                               _mm512_permutexvar_epi16(idx[4 * n + j], sc16));
+          for (int i = 0; i < MB; ++i) {
+            const auto* xq = reinterpret_cast<const int16_t*>(x + i * ldx + b * kGgmlX16BlockFloats);
+            ai[i] = _mm512_dpwssd_epi32(ai[i], w, _mm512_load_si512(xq + 128 * n + 32 * j));
+          }
+        }
+      }
+      for (int i = 0; i < MB; ++i) {
+        const float* xb = x + i * ldx + b * kGgmlX16BlockFloats;
+        acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i]),
+                                    _mm512_set1_ps(d * xb[kGgmlX16ScaleAt]), acc[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < MB; ++i)
+    for (int r = 0; r < R; ++r) out[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
 }  // namespace
+
+void ggml_q6k_x16_dot_avx512_vnni(const uint8_t* const* rows, int64_t k, const float* x,
+                                  int64_t ldx, int mb, float* out) {
+  switch (mb) {
+    case 1: return dot_q6k_x16_mb<1>(rows, k, x, ldx, out);
+    case 2: return dot_q6k_x16_mb<2>(rows, k, x, ldx, out);
+    case 3: return dot_q6k_x16_mb<3>(rows, k, x, ldx, out);
+    default: return dot_q6k_x16_mb<4>(rows, k, x, ldx, out);
+  }
+}
 
 GgmlDotTable ggml_x8_dot_avx512_vnni(GgmlType type) {
   GgmlDotTable t;
