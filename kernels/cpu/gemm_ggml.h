@@ -9,7 +9,8 @@
 // multiplies them with up to max_m rows of x, so every weight byte is read from memory once per
 // call for m <= max_m (larger m: further passes over the same R rows, from L1). Every supported
 // type has SIMD decoders on both ISAs; nothing is dequantized to memory. Decode of Q4_0, Q8_0,
-// Q4_K and Q5_K (AVX-512 and AVX2) and of Q6_K (the AVX2 kernel on both) runs against x
+// Q4_K and Q5_K (AVX-512 and AVX2) and of Q6_K (the AVX2 kernel at AVX2 and plain AVX-512
+// levels, a zmm kernel on AVX512-VNNI: GgmlKernels::dot_vnni) runs against x
 // rounded to 16 bits per 256 elements with integer products (the x16 kernels; the driver
 // prepares x once per call, in the layout the table's prep_x16 defines), measured 1.5-2x (Q4_K,
 // Q5_K) and 1.05-1.15x (Q4_0, Q8_0, 2 threads, from DRAM) the speed of their exact f32 decoders
