@@ -306,12 +306,10 @@ void dot_q6k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
     for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
   const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
   const __m512i m32 = _mm512_set1_epi8(32);
-  // Int16 lanes 0..15 take group g's scale, 16..31 group g + 1's: g = 0, 2, .., 14.
+  // Int16 lanes 0..15 (dwords 0..7) take group g's scale, 16..31 group g + 1's: g = 0, 2, .., 14
+  // (vpermd of the scales paired in dwords, as the x8 kernels build theirs).
   __m512i idx[8];
-  for (int j = 0; j < 8; ++j) {
-    idx[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<short>(2 * j))),
-                                _mm256_set1_epi16(static_cast<short>(2 * j + 1)), 1);
-  }
+  for (int j = 0; j < 8; ++j) idx[j] = idx_2x8(2 * j, 2 * j + 1);
   const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
   for (int64_t b = 0; b < k / 256; ++b) {
     for (int r = 0; r < R; ++r) {
@@ -319,8 +317,8 @@ void dot_q6k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
       for (int off = 0; off < kBytes; off += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
       }
-      const __m512i sc16 = _mm512_castsi256_si512(
-          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192))));
+      const __m512i scv = pair16(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192))));
       const float d = f16_at(p + 208);
       __m512i ai[MB];
       for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
@@ -342,7 +340,7 @@ void dot_q6k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
                               _mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1)};
         for (int j = 0; j < 4; ++j) {
           const __m512i w = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q[j]),
-                                               _mm512_permutexvar_epi16(idx[4 * n + j], sc16));
+                                               _mm512_permutexvar_epi32(idx[4 * n + j], scv));
           for (int i = 0; i < MB; ++i) {
             const auto* xq = reinterpret_cast<const int16_t*>(x + i * ldx + b * kGgmlX16BlockFloats);
             ai[i] = _mm512_dpwssd_epi32(ai[i], w, _mm512_load_si512(xq + 128 * n + 32 * j));
