@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_ggml.h"
+#include "kernels/cpu/ggml_dequant.h"
 #include "kernels/cpu/vec_avx2.h"
 
 namespace sampan::cpu::gemm_detail {
@@ -45,20 +46,6 @@ inline __m256i load32(const void* p) {
 }
 
 inline float hsum(__m256 v) { return Avx2::reduce_add(v); }
-
-// The eight 6-bit scales and mins of a Q4_K / Q5_K block (b: its 12 scale bytes), as bytes
-// 0..7 of sc and mn: j < 4 from the low 6 bits of bytes j and j + 4, j >= 4 from byte j + 4's
-// nibbles plus the top 2 bits of bytes j - 4 and j (the packing in ggml_dequant.h).
-inline void k_scales_min8(const uint8_t* b, uint64_t* sc, uint64_t* mn) {
-  uint32_t u0, u1, u2;
-  std::memcpy(&u0, b, 4);
-  std::memcpy(&u1, b + 4, 4);
-  std::memcpy(&u2, b + 8, 4);
-  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
-  const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
-  *sc = (u0 & 0x3f3f3f3fu) | static_cast<uint64_t>(sc_hi) << 32;
-  *mn = (u1 & 0x3f3f3f3fu) | static_cast<uint64_t>(mn_hi) << 32;
-}
 
 // 32 six-bit codes minus 32, as signed bytes: elements 32 c .. 32 c + 31 of a Q6_K block p
 // (the same as gemm_ggml_avx512.cc's; see the shift argument there).

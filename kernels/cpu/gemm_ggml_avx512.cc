@@ -43,6 +43,7 @@
 #include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/ggml_dequant.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/vec_avx512.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
@@ -112,20 +113,6 @@ struct DecQ4_0 {
     w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
   }
 };
-
-// The eight 6-bit scales and mins of a Q4_K / Q5_K block (b: its 12 scale bytes), as bytes
-// 0..7 of sc and mn: j < 4 from the low 6 bits of bytes j and j + 4, j >= 4 from byte j + 4's
-// nibbles plus the top 2 bits of bytes j - 4 and j (the packing in ggml_dequant.h).
-inline void k_scales_min8(const uint8_t* b, uint64_t* sc, uint64_t* mn) {
-  uint32_t u0, u1, u2;
-  std::memcpy(&u0, b, 4);
-  std::memcpy(&u1, b + 4, 4);
-  std::memcpy(&u2, b + 8, 4);
-  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
-  const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
-  *sc = (u0 & 0x3f3f3f3fu) | static_cast<uint64_t>(sc_hi) << 32;
-  *mn = (u1 & 0x3f3f3f3fu) | static_cast<uint64_t>(mn_hi) << 32;
-}
 
 // dl[j] = d * sc[j], ml[j] = dmin * mn[j] for the 8 sub-blocks of a Q4_K / Q5_K block.
 inline void k_block_scales(const uint8_t* b, float* dl, float* ml) {
@@ -522,24 +509,12 @@ int64_t x16_floats(int64_t k) {
 }
 
 void prep_x16(const float* x, int64_t k, float* out) {
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   for (int64_t b = 0; b < k / 256; ++b) {
     const float* xb = x + 256 * b;
     float* o = out + b * kX16BlockFloats;
-    __m512 mx = _mm512_setzero_ps(), bad = _mm512_setzero_ps();
-    for (int c = 0; c < 256; c += 16) {
-      const __m512 v = _mm512_loadu_ps(xb + c);
-      mx = _mm512_max_ps(mx, _mm512_and_ps(v, abs_mask));
-      bad = _mm512_fmadd_ps(v, _mm512_setzero_ps(), bad);  // NaN once an inf or NaN went in
-    }
-    const float absmax = _mm512_reduce_max_ps(mx);
-    float sx = 0.0f, inv = 0.0f;
-    if (_mm512_cmp_ps_mask(bad, bad, _CMP_UNORD_Q) != 0) {
-      sx = __builtin_nanf("");         // x16 = 0 and s = NaN: the block's outputs come out NaN
-    } else if (absmax >= 0x1p-100f) {  // smaller blocks are taken as zero (error < 2^-100 |w|)
-      sx = absmax / 32767.0f;
-      inv = 32767.0f / absmax;
-    }
+    // A block with an inf or NaN: inv = 0, s = NaN, so its outputs come out NaN.
+    float sx, inv;
+    block_x_scale(xb, 256, 32767.0f, &sx, &inv);
     int16_t* q = reinterpret_cast<int16_t*>(o);
     for (int j = 0; j < 8; ++j) {
       __m512i sum = _mm512_setzero_si512();
@@ -668,25 +643,13 @@ int64_t x16_pair_floats(int64_t k) {
 }
 
 void prep_x16_pairs(const float* x, int64_t k, float* out) {
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   for (int64_t g = 0; g < (k + 255) / 256; ++g) {
     const float* xg = x + 256 * g;
     const int n = static_cast<int>(std::min<int64_t>(256, k - 256 * g));  // a multiple of 32
     float* o = out + g * kX16PairGroupFloats;
-    __m512 mx = _mm512_setzero_ps(), bad = _mm512_setzero_ps();
-    for (int c = 0; c < n; c += 16) {
-      const __m512 v = _mm512_loadu_ps(xg + c);
-      mx = _mm512_max_ps(mx, _mm512_and_ps(v, abs_mask));
-      bad = _mm512_fmadd_ps(v, _mm512_setzero_ps(), bad);  // NaN once an inf or NaN went in
-    }
-    const float absmax = _mm512_reduce_max_ps(mx);
-    float sx = 0.0f, inv = 0.0f;
-    if (_mm512_cmp_ps_mask(bad, bad, _CMP_UNORD_Q) != 0) {
-      sx = __builtin_nanf("");         // x16 = 0 and s = NaN: the group's outputs come out NaN
-    } else if (absmax >= 0x1p-100f) {  // smaller groups are taken as zero (gemm_ggml.h)
-      sx = absmax / 32767.0f;
-      inv = 32767.0f / absmax;
-    }
+    // A group with an inf or NaN: inv = 0, s = NaN, so its outputs come out NaN.
+    float sx, inv;
+    block_x_scale(xg, n, 32767.0f, &sx, &inv);
     int16_t* q = reinterpret_cast<int16_t*>(o);
     std::memset(q, 0, 256 * sizeof(int16_t));
     for (int c = 0; c < n; c += 16) {

@@ -43,9 +43,12 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/gemm_quant.h"
+#include "kernels/cpu/ggml_dequant.h"
+#include "kernels/cpu/vec_avx512.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
@@ -59,6 +62,19 @@ constexpr int kSub32Sums = 64;  // floats: s * sum of x8 per 32-element sub-bloc
 constexpr int kSub16Sums = 72;  // floats holding 16 int16: sum of x8 per 16-element group
 constexpr int kScaleAt = 80;    // float: s
 
+// f(std::integral_constant<int, mb>) for mb = 1 .. kMaxM (larger mb: kMaxM): the kernels'
+// rows of x as a compile-time count.
+template <class F>
+inline void by_mb(int mb, F&& f) {
+  static_assert(kMaxM == 4);
+  switch (mb) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    default: return f(std::integral_constant<int, 4>{});
+  }
+}
+
 // The same position 1.5 calls ahead in the same stream (gemm_ggml_avx512.cc measured it).
 inline int64_t prefetch_ahead(int64_t row_bytes) { return 3 * row_bytes / 2; }
 
@@ -71,25 +87,11 @@ inline float f16_at(const uint8_t* p) {
 int64_t x8_floats(int64_t k) { return k / 256 * kX8BlockFloats; }
 
 void prep_x8(const float* x, int64_t k, float* out) {
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   for (int64_t b = 0; b < k / 256; ++b) {
     const float* xb = x + 256 * b;
     float* o = out + b * kX8BlockFloats;
-    __m512 mx = _mm512_setzero_ps(), bad = _mm512_setzero_ps();
-    for (int c = 0; c < 256; c += 16) {
-      const __m512 v = _mm512_loadu_ps(xb + c);
-      mx = _mm512_max_ps(mx, _mm512_and_ps(v, abs_mask));
-      bad = _mm512_fmadd_ps(v, _mm512_setzero_ps(), bad);  // NaN once an inf or NaN went in
-    }
-    const float absmax = _mm512_reduce_max_ps(mx);
-    float sx = 0.0f, inv = 0.0f;
-    const bool nonfinite = _mm512_cmp_ps_mask(bad, bad, _CMP_UNORD_Q) != 0;
-    if (nonfinite) {
-      sx = __builtin_nanf("");
-    } else if (absmax >= 0x1p-100f) {  // smaller blocks are taken as zero (error < 2^-100 |w|)
-      sx = absmax / static_cast<float>(kX8Max);
-      inv = static_cast<float>(kX8Max) / absmax;
-    }
+    float sx, inv;
+    const bool nonfinite = block_x_scale(xb, 256, static_cast<float>(kX8Max), &sx, &inv);
     auto* q = reinterpret_cast<int8_t*>(o);
     auto* s16 = reinterpret_cast<int16_t*>(o + kSub16Sums);
     const __m512 vinv = _mm512_set1_ps(inv);
@@ -110,17 +112,17 @@ void prep_x8(const float* x, int64_t k, float* out) {
   }
 }
 
-// The eight 6-bit scales and mins of a Q4_K block (b: its 12 scale bytes) as bytes 0..7 of sc
-// and mn (the packing in ggml_dequant.h; the same unpacking as gemm_ggml_avx512.cc's).
-inline void q4k_scales_min8(const uint8_t* b, uint64_t* sc, uint64_t* mn) {
-  uint32_t u0, u1, u2;
-  std::memcpy(&u0, b, 4);
-  std::memcpy(&u1, b + 4, 4);
-  std::memcpy(&u2, b + 8, 4);
-  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
-  const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
-  *sc = (u0 & 0x3f3f3f3fu) | static_cast<uint64_t>(sc_hi) << 32;
-  *mn = (u1 & 0x3f3f3f3fu) | static_cast<uint64_t>(mn_hi) << 32;
+// The codes (0..63, unsigned bytes) of half n of a Q6_K block p, in element order: lo elements
+// 128 n .. 128 n + 63, hi 128 n + 64 .. 128 n + 127.
+inline void q6k_codes64(const uint8_t* p, int n, __m512i& lo, __m512i& hi) {
+  const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  const __m512i a = _mm512_loadu_si512(p + 64 * n);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * n));
+  // Bytes 0..31: qh[l] (bits of elements l, l + 64); 32..63: qh[l] >> 2 (l + 32, l + 96).
+  const __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
+  // (a & 0x0f) | (bits 0-1 of hz) << 4, and (a >> 4) | (bits 4-5 of hz): 0xea = A & B | C.
+  lo = _mm512_ternarylogic_epi32(a, m0f, _mm512_and_si512(_mm512_slli_epi16(hz, 4), m30), 0xea);
+  hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), m0f, _mm512_and_si512(hz, m30), 0xea);
 }
 
 // Dword lanes 8 h .. 8 h + 7 of the result hold scale a (h = 0) or b (h = 1), repeated in both
@@ -165,7 +167,7 @@ void dot_k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t 
         _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
       }
       uint64_t sc, mn;
-      q4k_scales_min8(p + 4, &sc, &mn);
+      k_scales_min8(p + 4, &sc, &mn);
       const __m512i scv =
           pair16(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
       const float d = f16_at(p);
@@ -215,7 +217,6 @@ void dot_q6k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_
   __m512 acc[MB][R];
   for (int i = 0; i < MB; ++i)
     for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
-  const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
   const __m512i idx[4] = {idx_4x4(0), idx_4x4(4), idx_4x4(8), idx_4x4(12)};
   const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
   for (int64_t b = 0; b < k / 256; ++b) {
@@ -231,16 +232,8 @@ void dot_q6k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_
       __m512i ai[MB];
       for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
       for (int n = 0; n < 2; ++n) {
-        const __m512i a = _mm512_loadu_si512(p + 64 * n);
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * n));
-        // Bytes 0..31: qh[l] (bits of elements l, l + 64); 32..63: qh[l] >> 2 (l + 32, l + 96).
-        const __m512i hz =
-            _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
-        // (a & 0x0f) | (bits 0-1 of hz) << 4, and (a >> 4) | (bits 4-5 of hz): 0xea = A & B | C.
-        const __m512i lo = _mm512_ternarylogic_epi32(
-            a, m0f, _mm512_and_si512(_mm512_slli_epi16(hz, 4), m30), 0xea);
-        const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), m0f,
-                                                     _mm512_and_si512(hz, m30), 0xea);
+        __m512i lo, hi;
+        q6k_codes64(p, n, lo, hi);
         const __m512i s_lo = _mm512_permutexvar_epi32(idx[2 * n], scv);
         const __m512i s_hi = _mm512_permutexvar_epi32(idx[2 * n + 1], scv);
         for (int i = 0; i < MB; ++i) {
@@ -270,22 +263,12 @@ void dot_q6k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_
 template <bool kQ5>
 void dot_k_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
               float* out) {
-  switch (mb) {
-    case 1: return dot_k_x8_mb<kQ5, 1>(rows, k, x, ldx, out);
-    case 2: return dot_k_x8_mb<kQ5, 2>(rows, k, x, ldx, out);
-    case 3: return dot_k_x8_mb<kQ5, 3>(rows, k, x, ldx, out);
-    default: return dot_k_x8_mb<kQ5, 4>(rows, k, x, ldx, out);
-  }
+  by_mb(mb, [&](auto m) { dot_k_x8_mb<kQ5, decltype(m)::value>(rows, k, x, ldx, out); });
 }
 
 void dot_q6k_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
                 float* out) {
-  switch (mb) {
-    case 1: return dot_q6k_x8_mb<1>(rows, k, x, ldx, out);
-    case 2: return dot_q6k_x8_mb<2>(rows, k, x, ldx, out);
-    case 3: return dot_q6k_x8_mb<3>(rows, k, x, ldx, out);
-    default: return dot_q6k_x8_mb<4>(rows, k, x, ldx, out);
-  }
+  by_mb(mb, [&](auto m) { dot_q6k_x8_mb<decltype(m)::value>(rows, k, x, ldx, out); });
 }
 
 // ---- Q6_K against x16 (the default precision) ----
@@ -304,7 +287,6 @@ void dot_q6k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
   __m512 acc[MB][R];
   for (int i = 0; i < MB; ++i)
     for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
-  const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
   const __m512i m32 = _mm512_set1_epi8(32);
   // Int16 lanes 0..15 (dwords 0..7) take group g's scale, 16..31 group g + 1's: g = 0, 2, .., 14
   // (vpermd of the scales paired in dwords, as the x8 kernels build theirs).
@@ -323,18 +305,10 @@ void dot_q6k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
       __m512i ai[MB];
       for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
       for (int n = 0; n < 2; ++n) {
-        const __m512i a = _mm512_loadu_si512(p + 64 * n);
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * n));
-        const __m512i hz =
-            _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
-        const __m512i lo = _mm512_sub_epi8(
-            _mm512_ternarylogic_epi32(a, m0f, _mm512_and_si512(_mm512_slli_epi16(hz, 4), m30),
-                                      0xea),
-            m32);
-        const __m512i hi = _mm512_sub_epi8(
-            _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), m0f, _mm512_and_si512(hz, m30),
-                                      0xea),
-            m32);
+        __m512i lo, hi;
+        q6k_codes64(p, n, lo, hi);
+        lo = _mm512_sub_epi8(lo, m32);
+        hi = _mm512_sub_epi8(hi, m32);
         // Elements 128 n + 32 j .. + 31 (groups 8 n + 2 j, 8 n + 2 j + 1), j = 0..3.
         const __m256i q[4] = {_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1),
                               _mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1)};
@@ -362,12 +336,7 @@ void dot_q6k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
 
 void ggml_q6k_x16_dot_avx512_vnni(const uint8_t* const* rows, int64_t k, const float* x,
                                   int64_t ldx, int mb, float* out) {
-  switch (mb) {
-    case 1: return dot_q6k_x16_mb<1>(rows, k, x, ldx, out);
-    case 2: return dot_q6k_x16_mb<2>(rows, k, x, ldx, out);
-    case 3: return dot_q6k_x16_mb<3>(rows, k, x, ldx, out);
-    default: return dot_q6k_x16_mb<4>(rows, k, x, ldx, out);
-  }
+  by_mb(mb, [&](auto m) { dot_q6k_x16_mb<decltype(m)::value>(rows, k, x, ldx, out); });
 }
 
 GgmlDotTable ggml_x8_dot_avx512_vnni(GgmlType type) {

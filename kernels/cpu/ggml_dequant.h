@@ -54,6 +54,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/common/ggml_type.h"
 
@@ -78,5 +79,19 @@ float mxfp4_scale(uint8_t e);
 // The 6-bit scale and min of sub-block j (< 8) of a Q4_K / Q5_K block, from its 12 scale bytes
 // (scales: the block's bytes 4..15).
 void k_scale_min(const uint8_t* scales /*[12]*/, int j, int* sc, int* mn);
+
+// All eight of them at once (for the SIMD kernels), as bytes 0..7 of sc and mn: j < 4 from the
+// low 6 bits of bytes j and j + 4, j >= 4 from byte j + 4's nibbles plus the top 2 bits of bytes
+// j - 4 and j.
+inline void k_scales_min8(const uint8_t* scales /*[12]*/, uint64_t* sc, uint64_t* mn) {
+  uint32_t u0, u1, u2;
+  std::memcpy(&u0, scales, 4);
+  std::memcpy(&u1, scales + 4, 4);
+  std::memcpy(&u2, scales + 8, 4);
+  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+  const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+  *sc = (u0 & 0x3f3f3f3fu) | static_cast<uint64_t>(sc_hi) << 32;
+  *mn = (u1 & 0x3f3f3f3fu) | static_cast<uint64_t>(mn_hi) << 32;
+}
 
 }  // namespace sampan::cpu

@@ -106,5 +106,31 @@ struct Avx512 {
   }
 };
 
+// The rounding scale of a block of x (x[0, n), n a multiple of 16) for the integer kernels that
+// round x to xmax levels (GGUF decode): s = absmax / xmax and inv = xmax / absmax; a block
+// holding an inf or NaN gets s = NaN and inv = 0 (its outputs come out NaN; returns true), one
+// with absmax below 2^-100 s = inv = 0 (taken as zero: an error below 2^-100 sum |w|).
+inline bool block_x_scale(const float* x, int64_t n, float xmax, float* s, float* inv) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  __m512 mx = _mm512_setzero_ps(), bad = _mm512_setzero_ps();
+  for (int64_t c = 0; c < n; c += 16) {
+    const __m512 v = _mm512_loadu_ps(x + c);
+    mx = _mm512_max_ps(mx, _mm512_and_ps(v, abs_mask));
+    bad = _mm512_fmadd_ps(v, _mm512_setzero_ps(), bad);  // NaN once an inf or NaN went in
+  }
+  const float absmax = _mm512_reduce_max_ps(mx);
+  *s = 0.0f;
+  *inv = 0.0f;
+  if (_mm512_cmp_ps_mask(bad, bad, _CMP_UNORD_Q) != 0) {
+    *s = __builtin_nanf("");
+    return true;
+  }
+  if (absmax >= 0x1p-100f) {
+    *s = absmax / xmax;
+    *inv = xmax / absmax;
+  }
+  return false;
+}
+
 }  // namespace
 }  // namespace sampan::cpu
