@@ -21,6 +21,7 @@
 #include "kernels/cpu/gemm_cpu.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <vector>
 
@@ -316,13 +317,36 @@ void gemm_fma(const FmaKernels& kt, int64_t m, const float* x, int64_t ldx, cons
 
 }  // namespace
 
+namespace {
+std::atomic<int> g_bf16_panels_policy{static_cast<int>(Bf16PanelsPolicy::kAuto)};
+}  // namespace
+
+Bf16PanelsPolicy bf16_panels_policy() {
+  return static_cast<Bf16PanelsPolicy>(g_bf16_panels_policy.load(std::memory_order_relaxed));
+}
+
+void set_bf16_panels_policy(Bf16PanelsPolicy p) {
+  g_bf16_panels_policy.store(static_cast<int>(p), std::memory_order_relaxed);
+}
+
+bool bf16_panels_preferred() {
+  if (!has_avx512_bf16()) return false;
+  switch (bf16_panels_policy()) {
+    case Bf16PanelsPolicy::kOn: return true;
+    case Bf16PanelsPolicy::kOff: return false;
+    case Bf16PanelsPolicy::kAuto: break;
+  }
+  return !cpu_features().dpbf16_half_rate;
+}
+
 namespace gemm_detail {
 
 const PanelKernels& prefill_panel_kernels(const FmaKernels& kt, int dt) {
   // AMX CPUs run 16-bit weights on tiles (except with kF32, which takes kt.panel below). f32
   // weights stay f32 at every precision, as on AMX: the weights' dtype is the caller's accuracy
   // choice, and GemmPrecision is about x.
-  if (dt == kDtF32 || !has_avx512_bf16() || has_amx() || gemm_precision() != GemmPrecision::kBf16)
+  if (dt == kDtF32 || !bf16_panels_preferred() || has_amx() ||
+      gemm_precision() != GemmPrecision::kBf16)
     return kt.panel;
   return bf16_panel_kernels();
 }
@@ -330,7 +354,7 @@ const PanelKernels& prefill_panel_kernels(const FmaKernels& kt, int dt) {
 bool prefill_in_bf16() {
   const GemmPrecision p = gemm_precision();
   if (p == GemmPrecision::kF32) return false;
-  return has_amx() || (has_avx512_bf16() && p == GemmPrecision::kBf16);
+  return has_amx() || (bf16_panels_preferred() && p == GemmPrecision::kBf16);
 }
 
 }  // namespace gemm_detail

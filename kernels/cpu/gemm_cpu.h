@@ -64,11 +64,24 @@ class ScopedGemmPrecision {
   int previous_;
 };
 
+// Whether, on CPUs without AMX (or below the amx level), GemmPrecision::kBf16 multiplies 16-bit
+// weights on the vdpbf16ps panels (and quantized prefill dequantizes to bf16 for them): on
+// AVX512-BF16 levels unless the CPU issues vdpbf16ps at half the FMA rate
+// (CpuFeatures::dpbf16_half_rate: Intel), where the exact f32 FMA panels are the faster ones
+// (F16 prefill 512, TinyLlama shape, Emerald Rapids, 2 threads: 79 tok/s on the vdpbf16ps
+// panels, 118 on the f32 ones). kBf16's bound still holds there (the products are exact).
+// set_bf16_panels_policy is for tests and benchmarks (kOn runs the vdpbf16ps panels wherever
+// the level has AVX512-BF16; not to be raced with running GEMMs).
+enum class Bf16PanelsPolicy { kAuto, kOn, kOff };
+bool bf16_panels_preferred();
+void set_bf16_panels_policy(Bf16PanelsPolicy p);
+Bf16PanelsPolicy bf16_panels_policy();
+
 // x: [m, w.k] f32, row stride ldx (elements).
 // y: [m, n_out] f32, row stride ldy; n_out = w.n() for kStore, rows[0] for kSiluMul.
 // Small m (decode) streams W once at memory speed; large m (prefill) uses AMX tiles for
 // bf16/f16 weights when the CPU has them (see GemmPrecision), with kBf16 on AVX512-BF16 CPUs
-// without AMX vdpbf16ps panels, else AVX-512/AVX2 FMA.
+// without AMX vdpbf16ps panels (where bf16_panels_preferred()), else AVX-512/AVX2 FMA.
 //
 // What a caller may rely on (implementation: gemm_cpu.cc, gemm_avx2.cc, gemm_avx512.cc,
 // gemm_bf16_avx512.cc, gemm_amx.cc; internal contract in gemm_internal.h):

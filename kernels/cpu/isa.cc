@@ -24,6 +24,12 @@ uint64_t read_xcr0() {
 }
 
 // AMD family 19h (Zen 3, Zen 4: only Zen 4 has AVX-512) splits 512-bit operations in two.
+bool genuine_intel() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  return b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
+}
+
 bool splits_zmm() {
   unsigned a, b, c, d;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
@@ -37,6 +43,7 @@ CpuFeatures detect() {
   CpuFeatures f;
   unsigned a, b, c, d;
   f.zmm_split = splits_zmm();
+  f.dpbf16_half_rate = genuine_intel();
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool osxsave = c & (1u << 27);
   f.fma = c & (1u << 12);

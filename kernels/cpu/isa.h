@@ -51,6 +51,11 @@ struct CpuFeatures {
   // as two 256-bit halves (AMD family 19h, Zen 4), so a kernel gains nothing from zmm over ymm
   // there and may lose (kernels/cpu/gemm_quant_cpu.cc says where it is used).
   bool zmm_split = false;
+  // A tuning hint: the CPU issues vdpbf16ps at half the rate of vfmadd231ps, so a bf16 dot
+  // product multiplies no faster than f32 FMAs on the same data (Intel cores: an Emerald Rapids
+  // core, asm loops of 12 and 24 independent chains, issued vdpbf16ps zmm once per 2 cycles and
+  // vfmadd231ps twice per cycle: 85 against 170 GFLOP/s). Not on AMD Zen 4 (1.9x the f32 panels).
+  bool dpbf16_half_rate = false;
 };
 
 // What this CPU (and the OS's saved register state) offers.

@@ -10,6 +10,7 @@
 #include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/ggml_dequant.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_util.h"
 
 namespace sampan::cpu {
@@ -192,8 +193,10 @@ bool grad_input_bf16_rows(int64_t m, const float* dy, int64_t lddy, const GemmWe
                           float* dx, int64_t lddx, TaskRunner& runner) {
   const int64_t k = w.k;
   // matmul_bf16 writes dense rows: a strided dx takes the panel path.
+  // Without AMX only where the vdpbf16ps tile beats the f32 panels (bf16_panels_preferred).
   if (w.dtype != DType::kBF16 || lddx != k || gemm_precision() == GemmPrecision::kF32 ||
-      !conv_bf16_native() || !all_bf16(m, w.n(), dy, lddy)) {
+      !conv_bf16_native() || (!has_amx() && !bf16_panels_preferred()) ||
+      !all_bf16(m, w.n(), dy, lddy)) {
     return false;
   }
   std::vector<float> a, partial;

@@ -159,6 +159,11 @@ struct PrecisionRestore {
   ~PrecisionRestore() { set_gemm_precision(saved); }
 };
 
+// The cases of this file run the vdpbf16ps panels wherever a level has AVX512-BF16, so that they
+// cover them on every CPU; the automatic choice (Intel cores keep the f32 panels:
+// bf16_panels_preferred, gemm_cpu.h) has its own case at the end.
+const bool kBf16PanelsForced = (set_bf16_panels_policy(Bf16PanelsPolicy::kOn), true);
+
 void check_case(const Case& c, uint32_t seed) {
   INFO(describe(c));
   std::mt19937 rng(seed);
@@ -556,6 +561,57 @@ TEST_CASE("gemm: bf16 paths keep infinite activations infinite", "[kernels][gemm
         CHECK(y[i * 2 + 1] == -std::numeric_limits<float>::infinity());
       }
     }
+  }
+}
+
+TEST_CASE("gemm: kBf16 without AMX takes the vdpbf16ps panels only where they are faster",
+          "[kernels][gemm]") {
+  REQUIRE(kBf16PanelsForced);
+  IsaRestore isa_restore;
+  PrecisionRestore precision_restore;
+  struct PolicyRestore {
+    Bf16PanelsPolicy saved = bf16_panels_policy();
+    ~PolicyRestore() { set_bf16_panels_policy(saved); }
+  } policy_restore;
+  ThreadPool pool(2);
+  std::mt19937 rng(900);
+  const int64_t m = gemm_detail::kPanelMinM + 7, n = 40, k = 100;
+  const Block w = make_block(DType::kBF16, n, k, false, rng);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(m * k);
+  for (float& v : x) v = dist(rng);
+  auto run = [&](GemmPrecision p) {
+    set_gemm_precision(p);
+    GemmWeights gw;
+    gw.dtype = DType::kBF16;
+    gw.k = k;
+    gw.n_blocks = 1;
+    gw.data[0] = w.data;
+    gw.rows[0] = n;
+    std::vector<float> y(m * n);
+    gemm(m, x.data(), k, gw, GemmEpilogue::kStore, y.data(), n, pool);
+    return y;
+  };
+  for (Isa isa : supported_isas()) {
+    REQUIRE(set_isa(isa));
+    INFO("isa=" << isa_name(isa));
+    if (!isa_includes(isa, Isa::kAvx512Bf16)) {
+      set_bf16_panels_policy(Bf16PanelsPolicy::kOn);
+      CHECK_FALSE(bf16_panels_preferred());  // no vdpbf16ps below the level
+      continue;
+    }
+    set_bf16_panels_policy(Bf16PanelsPolicy::kAuto);
+    CHECK(bf16_panels_preferred() == !cpu_features().dpbf16_half_rate);
+    if (isa_includes(isa, Isa::kAmx)) continue;  // AMX tiles whatever the policy
+    // Off (the automatic choice on Intel cores): kBf16 keeps the f32 panels, so its result is
+    // kF32's, bit for bit; on, the panels round x to bf16 and the result differs.
+    const std::vector<float> exact = run(GemmPrecision::kF32);
+    set_bf16_panels_policy(Bf16PanelsPolicy::kOff);
+    CHECK_FALSE(bf16_panels_preferred());
+    CHECK(run(GemmPrecision::kBf16) == exact);
+    set_bf16_panels_policy(Bf16PanelsPolicy::kOn);
+    CHECK(bf16_panels_preferred());
+    CHECK(run(GemmPrecision::kBf16) != exact);
   }
 }
 

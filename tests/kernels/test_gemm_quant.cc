@@ -45,6 +45,12 @@
 namespace sampan::cpu {
 namespace {
 
+// The cases of this file run the vdpbf16ps panels (bf16 dequantized prefill with kBf16) wherever
+// a level has AVX512-BF16, so that they cover them on every CPU (bf16_panels_preferred keeps the
+// f32 panels on Intel cores by default; test_gemm.cc checks that choice).
+[[maybe_unused]] const bool kBf16PanelsForced =
+    (set_bf16_panels_policy(Bf16PanelsPolicy::kOn), true);
+
 constexpr float kSentinel = -12345.0f;
 
 enum class XFill {
