@@ -166,7 +166,8 @@ constexpr int kGgmlX16ScaleAt = 136;
 void ggml_q6k_x16_dot_avx512_vnni(const uint8_t* const* rows, int64_t k, const float* x,
                                   int64_t ldx, int mb, float* out);
 
-// The x8 decode kernel of `type` (Q4_K, Q5_K, Q6_K; an empty table for other types), AVX512-VNNI only.
+// The x8 decode kernel of `type` (Q4_K, Q5_K, Q6_K; an empty table for other types),
+// AVX512-VNNI only.
 GgmlDotTable ggml_x8_dot_avx512_vnni(GgmlType type);
 
 // The AVX2 x16 decode kernel of `type` (Q4_0, Q8_0, Q4_K, Q5_K or Q6_K; gemm_ggml_x16_avx2.cc):

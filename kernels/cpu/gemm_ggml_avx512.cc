@@ -41,6 +41,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_ggml.h"
+#include "kernels/cpu/gemm_ggml_avx512.h"
 #include "kernels/cpu/ggml_dequant.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_avx512.h"
@@ -51,23 +52,6 @@ namespace {
 constexpr int kRows = 4;  // R
 constexpr int kMaxM = 4;  // rows of x per pass: 4 x 4 accumulators, 8 x vectors, 2 weights
 static_assert(kRows <= kGgmlMaxRows && kMaxM <= kGgmlMaxM);
-// Software prefetch distance: the same position in the rows 1.5 calls ahead. The R rows of a
-// call are one row of each of R streams (gemm_decode_walk.h), and a stream's next row is the next
-// call's, so that is 1.5 rows on in the same stream. Measured when the R rows were consecutive
-// rows of W (then 1.5 x R rows on; Zen 4, 1 thread, m = 1, 2048 x 2048 streamed from DRAM, loaded
-// machine, read probe 12.7 GB/s): Q8_0 6.6 / Q4_0 5.0 / Q4_K 5.5 GB/s at a fixed 1 KB, 8.9 / 6.5
-// / 7.3 half a call ahead, 11.6 / 8.9 / 12.0 one call, 11.5 / 9.4 / 12.4 one and a half, 12.2 /
-// 8.6 / 11.6 two calls ahead.
-inline int64_t prefetch_ahead(int64_t row_bytes) {
-  return 3 * row_bytes / 2;
-}
-
-inline float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
 inline __m128i load16(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
@@ -549,62 +533,48 @@ inline void madd_add(__m512i& acc, __m512i a, __m512i b) {
 template <bool kQ5, int MB, bool kVnni>
 void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
   constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
-  constexpr int R = kRows;
-  __m512 acc[MB][R];
-  for (int i = 0; i < MB; ++i)
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi16(15);
-  const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
-  for (int64_t b = 0; b < k / 256; ++b) {
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = rows[r] + b * kBytes;
-      for (int off = 0; off < kBytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+  over_blocks<kRows, MB, kBytes>(rows, k, out, [&](int64_t b, const uint8_t* p, __m512(&acc)[MB]) {
+    uint64_t sc, mn;
+    k_scales_min8(p + 4, &sc, &mn);
+    const float d = f16_at(p);
+    const __m256 ml = _mm256_mul_ps(
+        _mm256_set1_ps(f16_at(p + 2)),
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+    __m512i ai[MB];
+    for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
+    for (int c2 = 0; c2 < 4; ++c2) {
+      const __m512i v = _mm512_cvtepu8_epi16(load32(p + kQs + 32 * c2));
+      __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_srli_epi16(v, 4);
+      if (kQ5) {
+        const __m256i qh = load32(p + 16);
+        const __m512i sixteen = _mm512_set1_epi16(16);
+        const __mmask32 h0 =
+            _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * c2))));
+        const __mmask32 h1 =
+            _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * c2))));
+        lo = _mm512_mask_add_epi16(lo, h0, lo, sixteen);
+        hi = _mm512_mask_add_epi16(hi, h1, hi, sixteen);
       }
-      uint64_t sc, mn;
-      k_scales_min8(p + 4, &sc, &mn);
-      const float d = f16_at(p);
-      const __m256 ml = _mm256_mul_ps(
-          _mm256_set1_ps(f16_at(p + 2)),
-          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
-      __m512i ai[MB];
-      for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
-      for (int c2 = 0; c2 < 4; ++c2) {
-        const __m512i v = _mm512_cvtepu8_epi16(load32(p + kQs + 32 * c2));
-        __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_srli_epi16(v, 4);
-        if (kQ5) {
-          const __m256i qh = load32(p + 16);
-          const __m512i sixteen = _mm512_set1_epi16(16);
-          const __mmask32 h0 =
-              _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * c2))));
-          const __mmask32 h1 =
-              _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * c2))));
-          lo = _mm512_mask_add_epi16(lo, h0, lo, sixteen);
-          hi = _mm512_mask_add_epi16(hi, h1, hi, sixteen);
-        }
-        // q sc <= 31 * 63 = 1953: int16, and a block's lanes stay below 8 * 2 * 1953 * 32767 <
-        // 2^31.
-        lo = _mm512_mullo_epi16(lo,
-                                _mm512_set1_epi16(static_cast<int16_t>((sc >> (16 * c2)) & 0xff)));
-        hi = _mm512_mullo_epi16(
-            hi, _mm512_set1_epi16(static_cast<int16_t>((sc >> (16 * c2 + 8)) & 0xff)));
-        for (int i = 0; i < MB; ++i) {
-          const int16_t* xq = reinterpret_cast<const int16_t*>(x + i * ldx + b * kX16BlockFloats);
-          madd_add<kVnni>(ai[i], lo, _mm512_loadu_si512(xq + 64 * c2));
-          madd_add<kVnni>(ai[i], hi, _mm512_loadu_si512(xq + 64 * c2 + 32));
-        }
-      }
+      // q sc <= 31 * 63 = 1953: int16, and a block's lanes stay below 8 * 2 * 1953 * 32767 <
+      // 2^31.
+      lo = _mm512_mullo_epi16(lo,
+                              _mm512_set1_epi16(static_cast<int16_t>((sc >> (16 * c2)) & 0xff)));
+      hi = _mm512_mullo_epi16(
+          hi, _mm512_set1_epi16(static_cast<int16_t>((sc >> (16 * c2 + 8)) & 0xff)));
       for (int i = 0; i < MB; ++i) {
-        const float* xb = x + i * ldx + b * kX16BlockFloats;
-        acc[i][r] =
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i]), _mm512_set1_ps(d * xb[136]), acc[i][r]);
-        acc[i][r] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(ml),
-                                     _mm512_zextps256_ps512(_mm256_loadu_ps(xb + 128)), acc[i][r]);
+        const int16_t* xq = reinterpret_cast<const int16_t*>(x + i * ldx + b * kX16BlockFloats);
+        madd_add<kVnni>(ai[i], lo, _mm512_loadu_si512(xq + 64 * c2));
+        madd_add<kVnni>(ai[i], hi, _mm512_loadu_si512(xq + 64 * c2 + 32));
       }
     }
-  }
-  for (int i = 0; i < MB; ++i)
-    for (int r = 0; r < R; ++r) out[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
+    for (int i = 0; i < MB; ++i) {
+      const float* xb = x + i * ldx + b * kX16BlockFloats;
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i]), _mm512_set1_ps(d * xb[136]), acc[i]);
+      acc[i] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(ml),
+                                _mm512_zextps256_ps512(_mm256_loadu_ps(xb + 128)), acc[i]);
+    }
+  });
 }
 
 template <bool kQ5, bool kVnni>

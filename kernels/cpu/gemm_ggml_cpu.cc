@@ -81,7 +81,8 @@ AlignedBuffer<float>& x16_scratch() {
 void gemm_ggml_decode(const GgmlKernels& kt, int64_t m, const float* x, int64_t ldx,
                       const GemmWeights& w, GemmEpilogue ep, float* y, int64_t ldy,
                       TaskRunner& runner) {
-  DecodeJob job{&kt, ggml_decode_table(kt, w.ggml_type), &w, ggml_row_bytes(w.ggml_type, w.k), ep, m, x, ldx, y, ldy};
+  DecodeJob job{&kt, ggml_decode_table(kt, w.ggml_type), &w,
+                ggml_row_bytes(w.ggml_type, w.k), ep, m, x, ldx, y, ldy};
   if (job.t.x16) {  // x rounded to 16 bits once per call, by the calling thread
     AlignedBuffer<float>& buf = x16_scratch();
     const int64_t xf = job.t.x16_floats(w.k);

@@ -46,6 +46,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/gemm_ggml.h"
+#include "kernels/cpu/gemm_ggml_avx512.h"
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/ggml_dequant.h"
 #include "kernels/cpu/vec_avx512.h"
@@ -73,15 +74,6 @@ inline void by_mb(int mb, F&& f) {
     case 3: return f(std::integral_constant<int, 3>{});
     default: return f(std::integral_constant<int, 4>{});
   }
-}
-
-// The same position 1.5 calls ahead in the same stream (gemm_ggml_avx512.cc measured it).
-inline int64_t prefetch_ahead(int64_t row_bytes) { return 3 * row_bytes / 2; }
-
-inline float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
 }
 
 int64_t x8_floats(int64_t k) { return k / 256 * kX8BlockFloats; }
@@ -145,10 +137,7 @@ inline __m512i pair16(__m512i v) {
 template <bool kQ5, int MB>
 void dot_k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
                  float* out) {
-  constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16, R = kRows;
-  __m512 acc[MB][R];
-  for (int i = 0; i < MB; ++i)
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   const __m512i idx[4] = {idx_2x8(0, 1), idx_2x8(2, 3), idx_2x8(4, 5), idx_2x8(6, 7)};
   // Q5_K: the qh bit of each half of chunk c's codes (2 c for the low nibbles, 2 c + 1).
@@ -159,105 +148,78 @@ void dot_k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t 
         _mm256_set1_epi8(static_cast<char>(2 << (2 * c))), 1);
   }
   const __m512i sixteen = _mm512_set1_epi8(16);
-  const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
-  for (int64_t b = 0; b < k / 256; ++b) {
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = rows[r] + b * kBytes;
-      for (int off = 0; off < kBytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
-      }
-      uint64_t sc, mn;
-      k_scales_min8(p + 4, &sc, &mn);
-      const __m512i scv =
-          pair16(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
-      const float d = f16_at(p);
-      const __m256 ml = _mm256_mul_ps(
-          _mm256_set1_ps(f16_at(p + 2)),
-          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
-      __m512i ai[MB];
-      for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
-      __m512i qh2 = _mm512_setzero_si512();  // Q5_K: qh in both halves
+  over_blocks<kRows, MB, kBytes>(rows, k, out, [&](int64_t b, const uint8_t* p, __m512(&acc)[MB]) {
+    uint64_t sc, mn;
+    k_scales_min8(p + 4, &sc, &mn);
+    const __m512i scv = pair16(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+    const float d = f16_at(p);
+    const __m256 ml = _mm256_mul_ps(
+        _mm256_set1_ps(f16_at(p + 2)),
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+    __m512i ai[MB];
+    for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
+    __m512i qh2 = _mm512_setzero_si512();  // Q5_K: qh in both halves
+    if constexpr (kQ5) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+      qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+    }
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kQs + 32 * c));
+      // [low nibbles, high nibbles]: elements 64 c .. 64 c + 63 in order.
+      __m512i q = _mm512_and_si512(
+          _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
       if constexpr (kQ5) {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
-        qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh2, bits[c]), q, sixteen);
       }
-      for (int c = 0; c < 4; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kQs + 32 * c));
-        // [low nibbles, high nibbles]: elements 64 c .. 64 c + 63 in order.
-        __m512i q = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
-        if constexpr (kQ5) {
-          q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh2, bits[c]), q, sixteen);
-        }
-        const __m512i s = _mm512_permutexvar_epi32(idx[c], scv);
-        for (int i = 0; i < MB; ++i) {
-          const auto* xq = reinterpret_cast<const int8_t*>(x + i * ldx + b * kX8BlockFloats);
-          const __m512i pairs = _mm512_maddubs_epi16(q, _mm512_load_si512(xq + 64 * c));
-          ai[i] = _mm512_dpwssd_epi32(ai[i], pairs, s);
-        }
-      }
+      const __m512i s = _mm512_permutexvar_epi32(idx[c], scv);
       for (int i = 0; i < MB; ++i) {
-        const float* xb = x + i * ldx + b * kX8BlockFloats;
-        acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i]), _mm512_set1_ps(d * xb[kScaleAt]),
-                                    acc[i][r]);
-        acc[i][r] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(ml),
-                                     _mm512_zextps256_ps512(_mm256_load_ps(xb + kSub32Sums)),
-                                     acc[i][r]);
+        const auto* xq = reinterpret_cast<const int8_t*>(x + i * ldx + b * kX8BlockFloats);
+        const __m512i pairs = _mm512_maddubs_epi16(q, _mm512_load_si512(xq + 64 * c));
+        ai[i] = _mm512_dpwssd_epi32(ai[i], pairs, s);
       }
     }
-  }
-  for (int i = 0; i < MB; ++i)
-    for (int r = 0; r < R; ++r) out[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
+    for (int i = 0; i < MB; ++i) {
+      const float* xb = x + i * ldx + b * kX8BlockFloats;
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i]), _mm512_set1_ps(d * xb[kScaleAt]), acc[i]);
+      acc[i] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(ml),
+                                _mm512_zextps256_ps512(_mm256_load_ps(xb + kSub32Sums)), acc[i]);
+    }
+  });
 }
 
 template <int MB>
 void dot_q6k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
                    float* out) {
-  constexpr int kBytes = 210, R = kRows;
-  __m512 acc[MB][R];
-  for (int i = 0; i < MB; ++i)
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
   const __m512i idx[4] = {idx_4x4(0), idx_4x4(4), idx_4x4(8), idx_4x4(12)};
-  const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
-  for (int64_t b = 0; b < k / 256; ++b) {
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = rows[r] + b * kBytes;
-      for (int off = 0; off < kBytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
-      }
-      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
-      const __m512i scv = pair16(_mm512_cvtepi8_epi32(sc8));
-      const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-      const float d = f16_at(p + 208);
-      __m512i ai[MB];
-      for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
-      for (int n = 0; n < 2; ++n) {
-        __m512i lo, hi;
-        q6k_codes64(p, n, lo, hi);
-        const __m512i s_lo = _mm512_permutexvar_epi32(idx[2 * n], scv);
-        const __m512i s_hi = _mm512_permutexvar_epi32(idx[2 * n + 1], scv);
-        for (int i = 0; i < MB; ++i) {
-          const auto* xq = reinterpret_cast<const int8_t*>(x + i * ldx + b * kX8BlockFloats);
-          ai[i] = _mm512_dpwssd_epi32(
-              ai[i], _mm512_maddubs_epi16(lo, _mm512_load_si512(xq + 128 * n)), s_lo);
-          ai[i] = _mm512_dpwssd_epi32(
-              ai[i], _mm512_maddubs_epi16(hi, _mm512_load_si512(xq + 128 * n + 64)), s_hi);
-        }
-      }
+  over_blocks<kRows, MB, 210>(rows, k, out, [&](int64_t b, const uint8_t* p, __m512(&acc)[MB]) {
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
+    const __m512i scv = pair16(_mm512_cvtepi8_epi32(sc8));
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    const float d = f16_at(p + 208);
+    __m512i ai[MB];
+    for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
+    for (int n = 0; n < 2; ++n) {
+      __m512i lo, hi;
+      q6k_codes64(p, n, lo, hi);
+      const __m512i s_lo = _mm512_permutexvar_epi32(idx[2 * n], scv);
+      const __m512i s_hi = _mm512_permutexvar_epi32(idx[2 * n + 1], scv);
       for (int i = 0; i < MB; ++i) {
-        const float* xb = x + i * ldx + b * kX8BlockFloats;
-        // 32 sum_g sc_g (sum of x8 over g): the codes' offset.
-        const __m256i corr = _mm256_madd_epi16(
-            sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(xb + kSub16Sums)));
-        const __m512i t =
-            _mm512_sub_epi32(ai[i], _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
-        acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(d * xb[kScaleAt]),
-                                    acc[i][r]);
+        const auto* xq = reinterpret_cast<const int8_t*>(x + i * ldx + b * kX8BlockFloats);
+        ai[i] = _mm512_dpwssd_epi32(
+            ai[i], _mm512_maddubs_epi16(lo, _mm512_load_si512(xq + 128 * n)), s_lo);
+        ai[i] = _mm512_dpwssd_epi32(
+            ai[i], _mm512_maddubs_epi16(hi, _mm512_load_si512(xq + 128 * n + 64)), s_hi);
       }
     }
-  }
-  for (int i = 0; i < MB; ++i)
-    for (int r = 0; r < R; ++r) out[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
+    for (int i = 0; i < MB; ++i) {
+      const float* xb = x + i * ldx + b * kX8BlockFloats;
+      // 32 sum_g sc_g (sum of x8 over g): the codes' offset.
+      const __m256i corr = _mm256_madd_epi16(
+          sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(xb + kSub16Sums)));
+      const __m512i t = _mm512_sub_epi32(ai[i], _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(d * xb[kScaleAt]), acc[i]);
+    }
+  });
 }
 
 template <bool kQ5>
@@ -283,53 +245,40 @@ void dot_q6k_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t l
 template <int MB>
 void dot_q6k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
                     float* out) {
-  constexpr int kBytes = 210, R = kRows;
-  __m512 acc[MB][R];
-  for (int i = 0; i < MB; ++i)
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
   const __m512i m32 = _mm512_set1_epi8(32);
   // Int16 lanes 0..15 (dwords 0..7) take group g's scale, 16..31 group g + 1's: g = 0, 2, .., 14
   // (vpermd of the scales paired in dwords, as the x8 kernels build theirs).
   __m512i idx[8];
   for (int j = 0; j < 8; ++j) idx[j] = idx_2x8(2 * j, 2 * j + 1);
-  const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
-  for (int64_t b = 0; b < k / 256; ++b) {
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = rows[r] + b * kBytes;
-      for (int off = 0; off < kBytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
-      }
-      const __m512i scv = pair16(
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192))));
-      const float d = f16_at(p + 208);
-      __m512i ai[MB];
-      for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
-      for (int n = 0; n < 2; ++n) {
-        __m512i lo, hi;
-        q6k_codes64(p, n, lo, hi);
-        lo = _mm512_sub_epi8(lo, m32);
-        hi = _mm512_sub_epi8(hi, m32);
-        // Elements 128 n + 32 j .. + 31 (groups 8 n + 2 j, 8 n + 2 j + 1), j = 0..3.
-        const __m256i q[4] = {_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1),
-                              _mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1)};
-        for (int j = 0; j < 4; ++j) {
-          const __m512i w = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q[j]),
-                                               _mm512_permutexvar_epi32(idx[4 * n + j], scv));
-          for (int i = 0; i < MB; ++i) {
-            const auto* xq = reinterpret_cast<const int16_t*>(x + i * ldx + b * kGgmlX16BlockFloats);
-            ai[i] = _mm512_dpwssd_epi32(ai[i], w, _mm512_load_si512(xq + 128 * n + 32 * j));
-          }
+  over_blocks<kRows, MB, 210>(rows, k, out, [&](int64_t b, const uint8_t* p, __m512(&acc)[MB]) {
+    const __m512i scv = pair16(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192))));
+    const float d = f16_at(p + 208);
+    __m512i ai[MB];
+    for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
+    for (int n = 0; n < 2; ++n) {
+      __m512i lo, hi;
+      q6k_codes64(p, n, lo, hi);
+      lo = _mm512_sub_epi8(lo, m32);
+      hi = _mm512_sub_epi8(hi, m32);
+      // Elements 128 n + 32 j .. + 31 (groups 8 n + 2 j, 8 n + 2 j + 1), j = 0..3.
+      const __m256i q[4] = {_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1),
+                            _mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1)};
+      for (int j = 0; j < 4; ++j) {
+        const __m512i w = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q[j]),
+                                             _mm512_permutexvar_epi32(idx[4 * n + j], scv));
+        for (int i = 0; i < MB; ++i) {
+          const auto* xq = reinterpret_cast<const int16_t*>(x + i * ldx + b * kGgmlX16BlockFloats);
+          ai[i] = _mm512_dpwssd_epi32(ai[i], w, _mm512_load_si512(xq + 128 * n + 32 * j));
         }
       }
-      for (int i = 0; i < MB; ++i) {
-        const float* xb = x + i * ldx + b * kGgmlX16BlockFloats;
-        acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i]),
-                                    _mm512_set1_ps(d * xb[kGgmlX16ScaleAt]), acc[i][r]);
-      }
     }
-  }
-  for (int i = 0; i < MB; ++i)
-    for (int r = 0; r < R; ++r) out[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
+    for (int i = 0; i < MB; ++i) {
+      const float* xb = x + i * ldx + b * kGgmlX16BlockFloats;
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i]), _mm512_set1_ps(d * xb[kGgmlX16ScaleAt]),
+                               acc[i]);
+    }
+  });
 }
 
 }  // namespace

@@ -354,17 +354,23 @@ TEST_CASE("gemm: several k-chunks and m-chunks on the blocked paths", "[kernels]
   }
 }
 
+// Block w ([n, k] of dtype dt) as the weights of a one-block GEMM.
+GemmWeights one_block(const Block& w, DType dt, int64_t n, int64_t k) {
+  GemmWeights gw;
+  gw.dtype = dt;
+  gw.k = k;
+  gw.n_blocks = 1;
+  gw.data[0] = w.data;
+  gw.rows[0] = n;
+  return gw;
+}
+
 // max over outputs of |y - exact| / sum_k |x||w| for one GEMM (bf16 weights, kStore).
 // x: [m, ldx] f32; w: [n, k] bf16 values as f32 (exact); wq: the same as stored bf16.
 double worst_relative_error(int64_t m, int64_t n, int64_t k, const std::vector<float>& x,
                                 int64_t ldx, const Block& w, TaskRunner& runner,
                                 DType dtype = DType::kBF16) {
-  GemmWeights gw;
-  gw.dtype = dtype;
-  gw.k = k;
-  gw.n_blocks = 1;
-  gw.data[0] = w.data;
-  gw.rows[0] = n;
+  const GemmWeights gw = one_block(w, dtype, n, k);
   const int64_t ldy = n + 3;
   std::vector<float> y(m * ldy, kSentinel);
   gemm(m, x.data(), ldx, gw, GemmEpilogue::kStore, y.data(), ldy, runner);
@@ -505,12 +511,7 @@ TEST_CASE("gemm: a row's result hardly depends on the batch it runs in", "[kerne
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> x(m * k);
   for (float& v : x) v = dist(rng);
-  GemmWeights gw;
-  gw.dtype = DType::kBF16;
-  gw.k = k;
-  gw.n_blocks = 1;
-  gw.data[0] = w.data;
-  gw.rows[0] = n;
+  const GemmWeights gw = one_block(w, DType::kBF16, n, k);
   SerialRunner serial;
   for (Isa isa : isas_to_test()) {
     REQUIRE(set_isa(isa));
@@ -580,14 +581,9 @@ TEST_CASE("gemm: kBf16 without AMX takes the vdpbf16ps panels only where they ar
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> x(m * k);
   for (float& v : x) v = dist(rng);
+  const GemmWeights gw = one_block(w, DType::kBF16, n, k);
   auto run = [&](GemmPrecision p) {
     set_gemm_precision(p);
-    GemmWeights gw;
-    gw.dtype = DType::kBF16;
-    gw.k = k;
-    gw.n_blocks = 1;
-    gw.data[0] = w.data;
-    gw.rows[0] = n;
     std::vector<float> y(m * n);
     gemm(m, x.data(), k, gw, GemmEpilogue::kStore, y.data(), n, pool);
     return y;
