@@ -2,7 +2,7 @@
 // one layer, per instruction set and thread count.
 //
 //   bench_attention [--reps N] [--block-size B] [--isa avx2|avx512|amx] [--formats-only]
-//                   [--cold]
+//                   [--cold] [--format f32|bf16|fp8|int8|int4]
 //
 // Cases (K/V in shuffled blocks of B rows of a shared pool, as the serving engine lays them out):
 //   batched decode   64 sequences x 256 context, one token each, in one call
@@ -17,6 +17,7 @@
 // (every attended K and V row, in its format's bytes, counted once per token, i.e. what a decode
 // streams).
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +26,8 @@
 #include <iterator>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -57,8 +60,30 @@ double median(std::vector<double> v) {
 
 // A pool holding `n_seqs` sequences of `len` positions in shuffled blocks, and a batch of the
 // last `n_new` positions of each.
+// A pool buffer as the engine's CPU allocator gives it (engine/core/device.cc): from 2 MiB on,
+// 2 MiB-aligned with transparent huge pages asked for before it is touched. On 4 KiB pages every
+// cache block of a few KB is a fresh page walk and the hardware prefetchers stop at each page
+// edge, which is not what a decode step sees.
+struct PoolBuffer {
+  std::unique_ptr<uint8_t, decltype(&std::free)> p{nullptr, &std::free};
+  size_t n = 0;
+
+  void resize(size_t bytes) {
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+    void* raw = nullptr;
+    if (::posix_memalign(&raw, kHuge, rounded) != 0) std::abort();
+    ::madvise(raw, rounded, MADV_HUGEPAGE);  // advice: a no-op where THP is off
+    std::memset(raw, 0, rounded);
+    p.reset(static_cast<uint8_t*>(raw));
+    n = bytes;
+  }
+  uint8_t* data() const { return p.get(); }
+  size_t size() const { return n; }
+};
+
 struct Case {
-  std::vector<uint8_t> k, v;     // [n_blocks, bs, kv_row_bytes]
+  PoolBuffer k, v;               // [n_blocks, bs, kv_row_bytes]
   std::vector<int32_t> tables;   // [n_seqs, max_blocks]
   std::vector<int32_t> pos, seq;  // [n_tokens]
   std::vector<float> q, out;     // [n_tokens, heads * head_dim]
@@ -136,14 +161,13 @@ struct Timing {
 // (the cache of a few MB per layer fits this VM's L3, which would otherwise hold it hot).
 bool g_cold = false;
 
-void flush(const std::vector<uint8_t>& buf) {
+void flush(const PoolBuffer& buf) {
   for (size_t i = 0; i < buf.size(); i += 64) _mm_clflush(buf.data() + i);
   _mm_mfence();
 }
 
 template <class F>
-Timing time_it(int reps, F&& fn, const std::vector<uint8_t>* k = nullptr,
-               const std::vector<uint8_t>* v = nullptr) {
+Timing time_it(int reps, F&& fn, const PoolBuffer* k = nullptr, const PoolBuffer* v = nullptr) {
   fn();
   std::vector<double> wall, cpu;
   for (int r = 0; r < reps; ++r) {
@@ -206,6 +230,7 @@ int main(int argc, char** argv) {
   int64_t bs = 16;
   std::string only_isa;
   bool formats_only = false;
+  std::string only_format;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -218,10 +243,13 @@ int main(int argc, char** argv) {
       formats_only = true;
     } else if (a == "--cold") {
       g_cold = true;
+    } else if (a == "--format" && i + 1 < argc) {
+      only_format = argv[++i];
+      formats_only = true;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--reps N] [--block-size B] [--isa avx2|avx512|amx] [--formats-only] "
-                   "[--cold]\n",
+                   "[--cold] [--format f32|bf16|fp8|int8|int4]\n",
                    argv[0]);
       return 2;
     }
@@ -260,6 +288,7 @@ int main(int argc, char** argv) {
   std::printf("\ndecode by KV-cache format (GB/s of cache bytes in the format)\n");
   for (KvDtype dt : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF8E4M3, KvDtype::kI8,
                      KvDtype::kI4}) {
+    if (!only_format.empty() && only_format != sampan::kv_dtype_name(dt)) continue;
     Case d512 = make_case(1, 512, 1, bs, dt);
     Case d4096 = make_case(1, 4096, 1, bs, dt);
     Case batched = make_case(64, 256, 1, bs, dt);

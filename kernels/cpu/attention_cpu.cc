@@ -28,12 +28,10 @@ namespace {
 
 // A decode step of few sequences has few ranges, often fewer than the workers want; then long
 // ranges are split (split-K, merged afterwards). Below this many keys per piece the merge and
-// the hand-off cost more than the parallelism brings: for pieces of one KV head (f32) 256; for
-// pieces of every KV head (the quantized formats), measured on 2 threads with TinyLlama's 4 KV
-// heads, 64 made a 512-key decode 1.2x slower than 128, and 256 left a 256-key decode on one
-// worker (1.3x slower than 128).
-constexpr int64_t kMinSplitKeysOneHead = 256;
-constexpr int64_t kMinSplitKeysAllHeads = 128;
+// the hand-off cost more than the parallelism brings: measured on 2 threads with TinyLlama's 4
+// KV heads (pieces take every KV head), 64 made a 512-key decode 1.2x slower than 128, and 256
+// left a 256-key decode on one worker (1.3x slower than 128).
+constexpr int64_t kMinSplitKeys = 128;
 // Pieces of work per worker that the split aims for: enough that the dynamic hand-out evens out
 // ranges of different lengths (sequences of a batch differ), few enough to keep merges rare.
 constexpr int64_t kPiecesPerWorker = 4;
@@ -45,28 +43,25 @@ float* thread_scratch(int64_t n) {
   return buf.data();
 }
 
-// One task: key positions [first, last] of token t's sequence against KV heads kvh .. kvh + hpp
-// - 1 (hpp below: every KV head, or one for f32). part < 0: the token's whole range, normalised
-// straight into out; else the slot of a partial result.
+// One task: key positions [first, last] of token t's sequence against every KV head. part < 0:
+// the token's whole range, normalised straight into out; else the slot of a partial result.
 struct Piece {
   int64_t t = 0;
-  int64_t kvh = 0;  // first KV head
   int64_t first = 0;
   int64_t last = 0;
   int64_t part = -1;
 };
 
-// A (token, first KV head) whose range was split into n pieces, in slots part .. part + n - 1.
+// A token whose range was split into n pieces, in slots part .. part + n - 1.
 struct Merge {
   int64_t t = 0;
-  int64_t kvh = 0;
   int64_t part = 0;
   int64_t n = 0;
 };
 
-// Folds the n_split partial results of one (token, first KV head) into out: [group, head_dim],
-// group the piece's query heads. part holds, per split, [group * head_dim] unnormalised sums,
-// then [group] maxima and [group] sums.
+// Folds the n_split partial results of one token into out: [group, head_dim], group the
+// piece's query heads (all of the token's). part holds, per split, [group * head_dim]
+// unnormalised sums, then [group] maxima and [group] sums.
 void merge_splits(const float* part, int64_t n_split, int64_t group, int64_t hd, float* out) {
   const int64_t stride = group * hd + 2 * group;
   for (int64_t g = 0; g < group; ++g) {
@@ -136,19 +131,17 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
                           ? detail::attention_range_i8_amx
                       : has_avx512() ? detail::attention_range_avx512
                                      : detail::attention_range_avx2;
-  // KV heads per piece: all of them for the quantized formats (each cache row read whole,
-  // kv_quant_impl.h), one for f32 (whose loop gathers one KV head's rows, attention_f32_impl.h).
-  const int64_t hpp = cache.dtype == KvDtype::kF32 ? 1 : n_kv;
-  const int64_t scratch_floats = detail::attention_scratch_floats(group, hd, hpp);
+  // Every KV head per piece: each cache row is read whole (kv_quant_impl.h).
+  const int64_t scratch_floats = detail::attention_scratch_floats(group, hd, n_kv);
   // A partial result: [n_heads, hd] sums, [n_heads] maxima, [n_heads] sums of weights (merged
   // as one group of n_heads query heads).
-  const int64_t n_heads = hpp * group;
+  const int64_t n_heads = shape.n_heads;
   const int64_t part_stride = n_heads * (hd + 2);
 
   // Cut the work so that every worker gets about kPiecesPerWorker pieces of similar size, but
   // only ever by splitting long ranges: a batch with many ranges (prefill, a large decode batch)
   // is not split at all, a decode of one long sequence is split into pieces of at least
-  // kMinSplitKeys* keys. Each range is split on its own length, so a batch mixing long and short
+  // kMinSplitKeys keys. Each range is split on its own length, so a batch mixing long and short
   // sequences splits only the long ones.
   const int64_t workers = runner.concurrency();
   int64_t piece_len = INT64_MAX;  // keys
@@ -157,9 +150,7 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
     for (int64_t t = 0; t < n_tokens; ++t) {
       total += pos[t] - attention_first_key(pos[t], window) + 1;
     }
-    piece_len = util::ceil_div(total * (n_kv / hpp), kPiecesPerWorker * workers);
-    const int64_t min_keys = hpp == 1 ? kMinSplitKeysOneHead : kMinSplitKeysAllHeads;
-    if (piece_len < min_keys) piece_len = min_keys;
+    piece_len = std::max(util::ceil_div(total, kPiecesPerWorker * workers), kMinSplitKeys);
   }
   thread_local std::vector<Piece> pieces;
   thread_local std::vector<Merge> merges;
@@ -170,21 +161,19 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
     const int64_t first = attention_first_key(pos[t], window), last = pos[t];
     const int64_t len = last - first + 1;
     const int64_t n_split = len > piece_len ? util::ceil_div(len, piece_len) : 1;
-    for (int64_t kvh = 0; kvh < n_kv; kvh += hpp) {
-      if (n_split <= 1) {
-        pieces.push_back({t, kvh, first, last, -1});
-        continue;
-      }
-      // Equal chunks; none is empty since piece_len >= chunk.
-      const int64_t chunk = util::ceil_div(len, n_split);
-      merges.push_back({t, kvh, n_parts, n_split});
-      for (int64_t i = 0; i < n_split; ++i) {
-        const int64_t f = first + i * chunk;
-        const int64_t l = f + chunk - 1 < last ? f + chunk - 1 : last;
-        pieces.push_back({t, kvh, f, l, n_parts + i});
-      }
-      n_parts += n_split;
+    if (n_split <= 1) {
+      pieces.push_back({t, first, last, -1});
+      continue;
     }
+    // Equal chunks; none is empty since piece_len >= chunk.
+    const int64_t chunk = util::ceil_div(len, n_split);
+    merges.push_back({t, n_parts, n_split});
+    for (int64_t i = 0; i < n_split; ++i) {
+      const int64_t f = first + i * chunk;
+      const int64_t l = f + chunk - 1 < last ? f + chunk - 1 : last;
+      pieces.push_back({t, f, l, n_parts + i});
+    }
+    n_parts += n_split;
   }
   // Longest first, so that the parallel section ends evenly (later prefill tokens and longer
   // sequences see more keys).
@@ -201,11 +190,11 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   runner.run(static_cast<int64_t>(pieces.size()), [&](int64_t task) {
     const Piece& pc = piece_list[task];
     detail::AttentionRange a;
-    a.n_kv = hpp;
-    a.q = q + pc.t * ldq + pc.kvh * group * hd;
+    a.n_kv = n_kv;
+    a.q = q + pc.t * ldq;
     a.dtype = cache.dtype;
-    a.k_rows = static_cast<const uint8_t*>(cache.k) + pc.kvh * kv_head_bytes(cache.dtype, hd);
-    a.v_rows = static_cast<const uint8_t*>(cache.v) + pc.kvh * kv_head_bytes(cache.dtype, hd);
+    a.k_rows = static_cast<const uint8_t*>(cache.k);
+    a.v_rows = static_cast<const uint8_t*>(cache.v);
     a.ld_bytes = kv_row_bytes(cache.dtype, n_kv, hd);
     a.blocks = cache.block_tables + seq_ids[pc.t] * cache.max_blocks;
     a.block_size = cache.block_size;
@@ -216,7 +205,7 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
     a.last = pc.last;
     a.scratch = thread_scratch(scratch_floats);
     if (pc.part < 0) {
-      a.out = out + pc.t * ldo + pc.kvh * group * hd;
+      a.out = out + pc.t * ldo;
     } else {
       float* part = part_base + pc.part * part_stride;
       a.out = part;
@@ -229,8 +218,7 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   const Merge* merge_list = merges.data();
   runner.run(static_cast<int64_t>(merges.size()), [&](int64_t i) {
     const Merge& mg = merge_list[i];
-    merge_splits(part_base + mg.part * part_stride, mg.n, n_heads, hd,
-                 out + mg.t * ldo + mg.kvh * group * hd);
+    merge_splits(part_base + mg.part * part_stride, mg.n, n_heads, hd, out + mg.t * ldo);
   });
 }
 

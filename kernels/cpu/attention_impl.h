@@ -1,24 +1,23 @@
 // The inner loop of CPU attention: one query token, the query heads of n_kv consecutive KV
-// heads, and a range of key positions of its sequence, read through the sequence's block table.
-// This file holds the range's contract and the online-softmax steps; the loops, written once
-// over a SIMD traits type (vec_avx2.h / vec_avx512.h), are attention_f32_impl.h (f32 cache, one
-// KV head per range, key blocks gathered into scratch) and kv_quant_impl.h (the other formats,
-// every KV head of the token per range, rows read in place), instantiated in attention_cpu.cc
-// (AVX2) and attention_avx512.cc; attention_i8_amx.cc is the int8 cache on AMX tiles.
-// attention_cpu.cc owns the work split, the threads and the merge of split ranges.
+// heads (every KV head of the token), and a range of key positions of its sequence, read through
+// the sequence's block table. This file holds the range's contract, the online-softmax steps and
+// the prefetch of the next key block; the loop, written once over a SIMD traits type
+// (vec_avx2.h / vec_avx512.h) for every format, is kv_quant_impl.h, instantiated in
+// attention_cpu.cc (AVX2) and attention_avx512.cc; attention_i8_amx.cc is the int8 cache on AMX
+// tiles. attention_cpu.cc owns the work split, the threads and the merge of split ranges.
 //
 // Keys are taken in blocks of kKeyBlock positions. Per block and KV head:
-//  - the scores of every query head: kWidth keys at a time, each (head, key) summing its
-//    products in its own vector, then one transpose_sum per head for kWidth scores; a K vector
-//    is read (and dequantized) once for several heads.
+//  - the scores of every query head (kv_quant_impl.h says how, per format and ISA);
 //  - the online-softmax update in f32: block maximum, vector exp, and a rescale of the running
-//    sums only when the maximum grew.
+//    sums only when the maximum grew;
 //  - the V rows weighted into the accumulators, a V vector read (and dequantized) once for
-//    several heads (the whole group of 8 on AVX-512 for the quantized formats).
+//    several heads (the whole group of 8 on AVX-512).
+// Meanwhile the next block's rows are asked for into L2 (SpreadPrefetch).
 #pragma once
 
 #include <immintrin.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -27,7 +26,7 @@
 namespace sampan::cpu::detail {
 
 struct AttentionRange {
-  int64_t n_kv = 1;          // KV heads of the range, consecutive (1 for kF32)
+  int64_t n_kv = 1;          // KV heads of the range, consecutive
   const float* q = nullptr;  // [n_kv, group, head_dim]: their query heads, contiguous
   // The cache pools (kv_quant.h layout of `dtype`) offset to the first KV head's record: row r
   // of physical block b is at k_rows + (b * block_size + r) * ld_bytes, KV head i's record
@@ -57,10 +56,9 @@ struct AttentionRange {
 // head_dim 128 f32 head (2 x 16 KB) stay inside a 48 KB L1 while the group's heads use them.
 constexpr int64_t kKeyBlock = 32;
 
-// Scaled q, running maxima and sums of every head, one KV head's score tile, and (f32) the
-// packed K and V blocks of one KV head.
+// Scaled q, running maxima and sums of every head, and one KV head's score tile.
 inline int64_t attention_scratch_floats(int64_t group, int64_t head_dim, int64_t n_kv) {
-  return n_kv * group * (head_dim + 2) + group * kKeyBlock + 2 * kKeyBlock * head_dim;
+  return n_kv * group * (head_dim + 2) + group * kKeyBlock;
 }
 
 void attention_range_avx2(const AttentionRange& a);
@@ -183,11 +181,12 @@ inline void key_block_rows(const detail::AttentionRange& a, int64_t j0, int64_t 
 }
 
 // Asks for every cache line of the K and V rows (row_bytes each: all the range's KV heads) of
-// the key block starting at position j0 (up to kKeyBlock positions, none past a.last). The
-// quantized kernels ask for the whole next block before they compute one: the rows lie in a few
-// physical cache blocks in block-table order, whose starts the hardware prefetchers cannot
-// foresee. Measured with the cache in memory (bench_attention --cold): int8 decode of one long
-// sequence 1.2x the same loop without it. With the cache in L3 it costs 10-25 % (bench_attention
+// the key block starting at position j0 (up to kKeyBlock positions, none past a.last), at once;
+// the AMX-INT8 loop asks for the whole next block before it computes one (the others spread
+// their requests, SpreadPrefetch below): the rows lie in a few physical cache blocks in
+// block-table order, whose starts the hardware prefetchers cannot foresee. Measured with the
+// cache in memory (bench_attention --cold): int8 decode of one long sequence 1.2x the same loop
+// without it. With the cache in L3 it costs 10-25 % (bench_attention
 // without --cold), which a decode step, whose weights stream through the caches between layers,
 // does not see.
 inline void prefetch_key_block(const detail::AttentionRange& a, int64_t row_bytes, int64_t j0) {
@@ -201,6 +200,54 @@ inline void prefetch_key_block(const detail::AttentionRange& a, int64_t row_byte
     }
   });
 }
+
+// Asks for the next key block's rows while the current block is computed, one row at a time
+// spread over the block's loops (step()), into L2. Spread, the requests overlap the arithmetic;
+// in one burst before the block (prefetch_key_block) they fill the core's miss buffers and stall
+// it. Into L2, because the records are read from there once each (in place, kv_quant_impl.h) and
+// a block of f32 rows (64 KB at TinyLlama's shape) does not fit L1 beside the current one. Rows
+// in block-table order, each whole (every KV head of the range): a physical cache block is read
+// as the contiguous run it is. Measured with the cache in memory (bench_attention --cold, one
+// 4096-key sequence, one core), the f32 loop streamed 8.2 GB/s with one KV head per range and
+// its rows gathered, 10.3 in place with this; an explicit loop that only reads the rows through
+// it, 15.4 (95 % of bandwidth_probe).
+// rows: n_rows row starts (the next block's K rows, then its V rows), each `bytes` long.
+struct SpreadPrefetch {
+  const uint8_t* const* rows = nullptr;
+  int64_t n_rows = 0;
+  int64_t bytes = 0;
+  int64_t every = 1;  // step() calls per row asked for
+  int64_t tick = 0;
+  int64_t r = 0;  // the next row to ask for
+
+  // Spreads the rows over `steps` calls of step().
+  void start(const uint8_t* const* rs, int64_t n, int64_t b, int64_t steps) {
+    rows = rs;
+    n_rows = n;
+    bytes = b;
+    every = n > 0 && steps > n ? steps / n : 1;
+    tick = 0;
+    r = 0;
+  }
+  void step() {
+    if (++tick < every) return;
+    tick = 0;
+    if (r < n_rows) ask();
+  }
+  // What step() has not asked for yet.
+  void drain() {
+    while (r < n_rows) ask();
+  }
+
+ private:
+  void ask() {
+    const auto p0 = reinterpret_cast<uintptr_t>(rows[r++]);
+    const uintptr_t last = p0 + static_cast<uintptr_t>(bytes) - 1;
+    for (uintptr_t p = p0 & ~uintptr_t{63}; p <= last; p += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+    }
+  }
+};
 
 // mx, sum: [n_kv, group].
 template <class S>

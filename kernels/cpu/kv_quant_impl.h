@@ -1,14 +1,18 @@
-// The attention inner loop (attention_impl.h states its contract and shape) over a quantized KV
-// cache (every KvDtype but kF32, whose loop is attention_f32_impl.h); instantiated with it in
-// attention_cpu.cc (AVX2) and attention_avx512.cc. K and V are read straight from the cache
-// rows, through the block table, and dequantized in registers inside the q.k dot products and
-// the V accumulation, each vector once for up to 8 heads of a group. Nothing is copied: a
-// quantized head record is 2-4x smaller than f32 and the rows of a block are no longer a power
-// of two apart, so the f32 path's reasons to pack matter less than the copy would cost. A range
-// takes all KV heads of its token (the rows are read whole): measured in `sampan bench
+// The attention inner loop (attention_impl.h states its contract and shape) over every KV-cache
+// format; instantiated in attention_cpu.cc (AVX2) and attention_avx512.cc. K and V are read
+// straight from the cache rows, through the block table, and dequantized in registers inside the
+// q.k dot products and the V accumulation, each vector once for up to 8 heads of a group.
+// Nothing is copied, f32 included: with the next block's rows asked for into L2 while a block is
+// computed (SpreadPrefetch), reading in place beat gathering one KV head's f32 rows into packed
+// scratch (the former f32 loop) at every case of bench_attention on an AVX-512 core: decode of
+// one 4096-key sequence 1.25-1.8x, a batch of 64 x 256 1.3-1.6x, a 512-token prefill 1.15-1.45x.
+// A range takes all KV heads of its token (the rows are read whole): measured in `sampan bench
 // --profile` (int4 weights, 1900 cached tokens, 2 threads) against one KV head per range,
 // attention per token bf16 6.3-6.4 ms against 6.6-7.7, int4 4.1 against 4.5.
 //
+// Scores: on AVX-512, f32 and bf16 records of head size 64 / 128 / ... (kScoresKeysInLanes) are
+// transposed 16 keys at a time so that the scores sum with the keys in the lanes; elsewhere each
+// (head, key) sums in its own vector and one transpose_sum per head gives 16 (8) scores.
 // Per-row scales (kI8, kF8E4M3) stay out of the inner loops: a key's scale multiplies its score
 // once, a value's scale is folded into its softmax weight. kI4's per-group scale and minimum are
 // applied per vector (u * scale + min, one FMA).
@@ -16,12 +20,13 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/attention_f32_impl.h"
 #include "kernels/cpu/attention_impl.h"
+#include "kernels/cpu/gemm_internal.h"
 #include "kernels/cpu/kv_quant.h"
 
 namespace sampan::cpu {
@@ -65,7 +70,9 @@ struct KvLoad {
     for (int j = 0; j < n; ++j) {
       const int64_t i = d + j;
       float x = 0.0f;
-      if constexpr (D == KvDtype::kBF16) {
+      if constexpr (D == KvDtype::kF32) {
+        std::memcpy(&x, r + 4 * i, 4);
+      } else if constexpr (D == KvDtype::kBF16) {
         x = kv_bf16_to_f32(kv_load_u16(r + 2 * i));
       } else if constexpr (D == KvDtype::kI8) {
         x = static_cast<float>(static_cast<int8_t>(r[i]));
@@ -83,7 +90,9 @@ struct KvLoad {
   }
 
   static __m512 load16(const uint8_t* r, int64_t d, int64_t hd) {
-    if constexpr (D == KvDtype::kBF16) {
+    if constexpr (D == KvDtype::kF32) {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(r) + d);
+    } else if constexpr (D == KvDtype::kBF16) {
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 2 * d));
       return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     } else if constexpr (D == KvDtype::kI8) {
@@ -125,7 +134,9 @@ struct KvLoad {
   }
 
   static __m256 load8(const uint8_t* r, int64_t d, int64_t hd) {
-    if constexpr (D == KvDtype::kBF16) {
+    if constexpr (D == KvDtype::kF32) {
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(r) + d);
+    } else if constexpr (D == KvDtype::kBF16) {
       const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * d));
       return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     } else if constexpr (D == KvDtype::kI8) {
@@ -166,13 +177,14 @@ struct KvLoad {
 // the head dimension, for h < kG and j < nj: one K vector is dequantized once for kG heads.
 template <class S, KvDtype D, int kHd, int kG>
 inline void score_tile(const float* q, int64_t hd_rt, const uint8_t* const* rows, int nj,
-                       typename S::V (*t)[S::kWidth]) {
+                       SpreadPrefetch* pf, typename S::V (*t)[S::kWidth]) {
   using V = typename S::V;
   using L = KvLoad<S, D>;
   constexpr int kW = S::kWidth;
   const int64_t hd = kHd > 0 ? kHd : hd_rt;
   for (int j = 0; j < nj; ++j) {
     const uint8_t* r = rows[j];
+    if (pf != nullptr) pf->step();
     V acc[kG];
 #pragma GCC unroll 8
     for (int h = 0; h < kG; ++h) acc[h] = S::zero();
@@ -201,7 +213,8 @@ inline void score_tile(const float* q, int64_t hd_rt, const uint8_t* const* rows
 // (head, key) sums in its own vector and one transpose_sum per head gives kWidth scores.
 template <class S, KvDtype D, int kHd>
 inline void group_scores_q(const float* q, int64_t group, const uint8_t* const* rows,
-                           const float* rs, int64_t nb, int64_t hd, float* sc) {
+                           const float* rs, int64_t nb, SpreadPrefetch& pf, int64_t hd,
+                           float* sc) {
   using V = typename S::V;
   constexpr int kW = S::kWidth;
   // Accumulators + a K vector within the registers. 8 on AVX2 (16 registers) measured
@@ -216,16 +229,16 @@ inline void group_scores_q(const float* q, int64_t group, const uint8_t* const* 
       const float* qg = q + g * hd;
       int ng = 1;
       if (left >= kGMax) {
-        score_tile<S, D, kHd, kGMax>(qg, hd, rows + j0, nj, t);
+        score_tile<S, D, kHd, kGMax>(qg, hd, rows + j0, nj, g == 0 ? &pf : nullptr, t);
         ng = kGMax;
       } else if (left >= 4) {
-        score_tile<S, D, kHd, 4>(qg, hd, rows + j0, nj, t);
+        score_tile<S, D, kHd, 4>(qg, hd, rows + j0, nj, g == 0 ? &pf : nullptr, t);
         ng = 4;
       } else if (left >= 2) {
-        score_tile<S, D, kHd, 2>(qg, hd, rows + j0, nj, t);
+        score_tile<S, D, kHd, 2>(qg, hd, rows + j0, nj, g == 0 ? &pf : nullptr, t);
         ng = 2;
       } else {
-        score_tile<S, D, kHd, 1>(qg, hd, rows + j0, nj, t);
+        score_tile<S, D, kHd, 1>(qg, hd, rows + j0, nj, g == 0 ? &pf : nullptr, t);
       }
       for (int h = 0; h < ng; ++h) {
         V s = S::transpose_sum(t[h]);
@@ -236,6 +249,119 @@ inline void group_scores_q(const float* q, int64_t group, const uint8_t* const* 
     }
   }
 }
+
+// Whether group_scores_kt (below) computes the scores: AVX-512, f32 or bf16 records, a head size
+// fixed at compile time and a multiple of 32.
+#if defined(__AVX512F__)
+template <class S, KvDtype D, int kHd>
+constexpr bool kScoresKeysInLanes =
+    S::kWidth == 16 && (D == KvDtype::kF32 || D == KvDtype::kBF16) && kHd > 0 && kHd % 32 == 0;
+#else
+template <class S, KvDtype D, int kHd>
+constexpr bool kScoresKeysInLanes = false;
+#endif
+// 32-bit words per record there.
+template <KvDtype D, int kHd>
+constexpr int kKtWords = D == KvDtype::kF32 ? kHd : kHd / 2;
+
+#if defined(__AVX512F__)
+// kt[w * 16 + j] = 32-bit word w of record rows[j], for w < kWords and j < 16: 16 x 16 tiles of
+// words transposed in registers (gemm_detail::transpose16, 64 shuffles each). Steps pf once per
+// tile.
+template <int kWords>
+inline void transpose_records(const uint8_t* const* rows, SpreadPrefetch* pf, float* kt) {
+  for (int w0 = 0; w0 < kWords; w0 += 16) {
+    if (pf != nullptr) pf->step();
+    __m512i r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(rows[i] + 4 * w0);
+    gemm_detail::transpose16(r);
+#pragma GCC unroll 16
+    for (int e = 0; e < 16; ++e) _mm512_store_si512(kt + (w0 + e) * 16, r[e]);
+  }
+}
+
+// s[h] lanes j < 16 = q_h . k_j for kG heads (q + h kHd) from the transposed tile kt (above):
+// element d of the 16 keys is one vector, multiplied by q_h[d] broadcast from memory; even and
+// odd words sum in two sets of accumulators (2 kG independent FMA chains). Steps pf once per 4
+// words.
+template <KvDtype D, int kHd, int kG>
+inline void score_tile_kt(const float* q, const float* kt, SpreadPrefetch* pf, __m512* s) {
+  constexpr int kWords = kKtWords<D, kHd>;
+  __m512 s0[kG], s1[kG];
+#pragma GCC unroll 8
+  for (int h = 0; h < kG; ++h) s0[h] = s1[h] = _mm512_setzero_ps();
+  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int w = 0; w < kWords; w += 4) {
+    if (pf != nullptr) pf->step();
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; ++l) {
+      const __m512 t = _mm512_load_ps(kt + (w + l) * 16);
+      __m512* acc = l % 2 == 0 ? s0 : s1;
+      if constexpr (D == KvDtype::kF32) {
+#pragma GCC unroll 8
+        for (int h = 0; h < kG; ++h) {
+          acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * kHd + w + l]), t, acc[h]);
+        }
+      } else {
+        // Word w + l: element 2 (w + l) in its low half, the next one in its high half.
+        const __m512i u = _mm512_castps_si512(t);
+        const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+        const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(u, hi_mask));
+#pragma GCC unroll 8
+        for (int h = 0; h < kG; ++h) {
+          const float* qh = q + h * kHd + 2 * (w + l);
+          acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[0]), lo, acc[h]);
+          acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[1]), hi, acc[h]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < kG; ++h) s[h] = _mm512_add_ps(s0[h], s1[h]);
+}
+
+// group_scores_q for kScoresKeysInLanes: 16 keys at a time, their records transposed once for
+// the whole group, up to 8 heads per pass (their scores stay in registers). Lanes past nb repeat
+// the tile's first key; their scores are not stored.
+template <class S, KvDtype D, int kHd>
+inline void group_scores_kt(const float* q, int64_t group, const uint8_t* const* rows, int64_t nb,
+                            SpreadPrefetch& pf, float* sc) {
+  constexpr int64_t kB = detail::kKeyBlock;
+  constexpr int kWords = kKtWords<D, kHd>;
+  alignas(64) float kt[kWords * 16];
+  const uint8_t* r[16];
+  __m512 s[8];
+  for (int64_t j0 = 0; j0 < nb; j0 += 16) {
+    const int nj = nb - j0 < 16 ? static_cast<int>(nb - j0) : 16;
+    for (int j = 0; j < 16; ++j) {
+      r[j] = rows[j0 + (j < nj ? j : 0)];
+    }
+    transpose_records<kWords>(r, &pf, kt);
+    for (int64_t g = 0; g < group;) {
+      const int64_t left = group - g;
+      const float* qg = q + g * kHd;
+      SpreadPrefetch* p = g == 0 ? &pf : nullptr;
+      int ng = 1;
+      if (left >= 8) {
+        score_tile_kt<D, kHd, 8>(qg, kt, p, s);
+        ng = 8;
+      } else if (left >= 4) {
+        score_tile_kt<D, kHd, 4>(qg, kt, p, s);
+        ng = 4;
+      } else if (left >= 2) {
+        score_tile_kt<D, kHd, 2>(qg, kt, p, s);
+        ng = 2;
+      } else {
+        score_tile_kt<D, kHd, 1>(qg, kt, p, s);
+      }
+      for (int h = 0; h < ng; ++h) S::store_n(sc + (g + h) * kB + j0, s[h], nj);
+      g += ng;
+    }
+  }
+}
+
+#endif  // __AVX512F__
 
 // For kH heads at once: acc_h[0, hd) += sum_j p_h[j] v_j, with acc_h = acc + h hd,
 // p_h = p + h kKeyBlock and v_j the dequantized record rows[j], j < nb. The head dimension is
@@ -248,7 +374,7 @@ inline void group_scores_q(const float* q, int64_t group, const uint8_t* const* 
 // kH = 8, kU = 1 gave int4 1.1-1.3x but bf16 0.8-1.0x.
 template <class S, KvDtype D, int kH, int kU, int kHd>
 inline void accumulate_v_q(float* acc, int64_t hd_rt, const float* p, const uint8_t* const* rows,
-                           int64_t nb) {
+                           int64_t nb, SpreadPrefetch* pf) {
   using V = typename S::V;
   using L = KvLoad<S, D>;
   constexpr int kW = S::kWidth;
@@ -264,6 +390,7 @@ inline void accumulate_v_q(float* acc, int64_t hd_rt, const float* p, const uint
     }
     for (int64_t j = 0; j < nb; ++j) {
       const uint8_t* r = rows[j];
+      if (d == 0 && pf != nullptr) pf->step();
       V vv[kU];
 #pragma GCC unroll 4
       for (int u = 0; u < kU; ++u) vv[u] = L::load(r, d + u * kW, hd);
@@ -312,6 +439,8 @@ void kv_attention_range(const detail::AttentionRange& a) {
   const uint8_t* kr[kB];        // one KV head's records
   const uint8_t* vr[kB];
   float ks[kB], vs[kB];         // their row scales (kI8, kF8E4M3)
+  const uint8_t* next_rows[2 * kB];  // the next block's K rows, then its V rows
+  SpreadPrefetch pf;
   // q is copied (scaled) before out is zeroed, so out may even overlap q.
   for (int64_t i = 0; i < heads * hd; ++i) qs[i] = a.q[i] * a.scale;
   for (int64_t i = 0; i < heads * hd; ++i) a.out[i] = 0.0f;
@@ -322,8 +451,17 @@ void kv_attention_range(const detail::AttentionRange& a) {
   for (int64_t j0 = a.first; j0 <= a.last; j0 += kB) {
     const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
     key_block_rows(a, j0, nb, kb, vb);
-    // The next block's rows, asked for before this block is computed.
-    if (j0 + kB <= a.last) prefetch_key_block(a, head_bytes * n_kv, j0 + kB);
+    // The next block's rows (every KV head of the range) are asked for while this block is
+    // computed, spread over its loops: step() is called per 4 words of a 16-key tile in
+    // group_scores_kt or per key in group_scores_q, and per key in the first V pass, of every KV
+    // head.
+    const int64_t nbn = j0 + kB > a.last ? 0 : std::min(a.last - j0 - kB + 1, kB);
+    key_block_rows(a, j0 + kB, nbn, next_rows, next_rows + nbn);
+    int64_t score_steps = nb;
+    if constexpr (kScoresKeysInLanes<S, D, kHd>) {
+      score_steps = (nb + 15) / 16 * kKtWords<D, kHd> * 5 / 16;
+    }
+    pf.start(next_rows, 2 * nbn, n_kv * head_bytes, n_kv * (score_steps + nb));
     for (int64_t h = 0; h < n_kv; ++h) {
       float* acc = a.out + h * group * hd;  // [group, hd]
       for (int64_t i = 0; i < nb; ++i) {
@@ -334,7 +472,11 @@ void kv_attention_range(const detail::AttentionRange& a) {
           vs[i] = L::row_scale(vr[i], hd);
         }
       }
-      group_scores_q<S, D, kHd>(qs + h * group * hd, group, kr, ks, nb, hd, sc);
+      if constexpr (kScoresKeysInLanes<S, D, kHd>) {
+        group_scores_kt<S, D, kHd>(qs + h * group * hd, group, kr, nb, pf, sc);
+      } else {
+        group_scores_q<S, D, kHd>(qs + h * group * hd, group, kr, ks, nb, pf, hd, sc);
+      }
       softmax_block<S>(sc, group, nb, hd, mx + h * group, sum + h * group, acc);
       if constexpr (L::kRowScale) {
         // The sums already hold the plain weights; only the V accumulation takes the V scales.
@@ -346,23 +488,29 @@ void kv_attention_range(const detail::AttentionRange& a) {
       int64_t g = 0;
       if constexpr (S::kWidth == 16) {
         for (; g + 8 <= group; g += 8) {
-          accumulate_v_q<S, D, 8, 2, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb);
+          accumulate_v_q<S, D, 8, 2, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
+                                             g == 0 ? &pf : nullptr);
         }
         for (; g + 4 <= group; g += 4) {
-          accumulate_v_q<S, D, 4, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb);
+          accumulate_v_q<S, D, 4, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
+                                             g == 0 ? &pf : nullptr);
         }
       } else {
         for (; g + 4 <= group; g += 4) {
-          accumulate_v_q<S, D, 4, 2, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb);
+          accumulate_v_q<S, D, 4, 2, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
+                                             g == 0 ? &pf : nullptr);
         }
       }
       for (; g + 2 <= group; g += 2) {
-        accumulate_v_q<S, D, 2, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb);
+        accumulate_v_q<S, D, 2, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
+                                             g == 0 ? &pf : nullptr);
       }
       for (; g < group; ++g) {
-        accumulate_v_q<S, D, 1, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb);
+        accumulate_v_q<S, D, 1, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
+                                             g == 0 ? &pf : nullptr);
       }
     }
+    pf.drain();
   }
   finish_range<S>(a, mx, sum);
 }
@@ -383,7 +531,7 @@ void kv_attention_range_hd(const detail::AttentionRange& a) {
 template <class S>
 void attention_range_any(const detail::AttentionRange& a) {
   switch (a.dtype) {
-    case KvDtype::kF32: return attention_range_dispatch<S>(a);  // attention_f32_impl.h
+    case KvDtype::kF32: return kv_attention_range_hd<S, KvDtype::kF32>(a);
     case KvDtype::kBF16: return kv_attention_range_hd<S, KvDtype::kBF16>(a);
     case KvDtype::kF8E4M3: return kv_attention_range_hd<S, KvDtype::kF8E4M3>(a);
     case KvDtype::kI8: return kv_attention_range_hd<S, KvDtype::kI8>(a);

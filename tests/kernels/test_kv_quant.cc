@@ -548,6 +548,11 @@ TEST_CASE("kv formats: attention over each quantized cache", "[kv_quant][attenti
       // The TinyLlama shape (int8: the AMX tiles where the CPU has them) with a sliding window,
       // a block size that is no multiple of 16 and prefill chunks: partial 16-key tiles.
       {32, 4, 64, 7, 50, {{200, 1}, {0, 20}, {45, 3}}},
+      // Three heads per KV head at head size 64 (f32 / bf16 on AVX-512: keys in the lanes, a
+      // 2-head and a 1-head pass over one transposed tile).
+      {12, 4, 64, 16, 0, {{130, 1}, {0, 19}}},
+      // Sixteen heads per KV head at head size 128: two 8-head passes over one transposed tile.
+      {16, 1, 128, 5, 0, {{90, 1}, {0, 7}}},
   };
   std::mt19937 rng(11);
   Runners runners;
