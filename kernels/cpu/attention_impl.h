@@ -56,9 +56,10 @@ struct AttentionRange {
 // head_dim 128 f32 head (2 x 16 KB) stay inside a 48 KB L1 while the group's heads use them.
 constexpr int64_t kKeyBlock = 32;
 
-// Scaled q, running maxima and sums of every head, and one KV head's score tile.
+// Scaled q, running maxima and sums of every head, one KV head's score tile, and (int4) the sums
+// of every head's scaled q per group of 32 elements.
 inline int64_t attention_scratch_floats(int64_t group, int64_t head_dim, int64_t n_kv) {
-  return n_kv * group * (head_dim + 2) + group * kKeyBlock;
+  return n_kv * group * (head_dim + 2 + (head_dim + 31) / 32) + group * kKeyBlock;
 }
 
 void attention_range_avx2(const AttentionRange& a);

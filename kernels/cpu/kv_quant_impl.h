@@ -10,9 +10,10 @@
 // --profile` (int4 weights, 1900 cached tokens, 2 threads) against one KV head per range,
 // attention per token bf16 6.3-6.4 ms against 6.6-7.7, int4 4.1 against 4.5.
 //
-// Scores: on AVX-512, f32 and bf16 records of head size 64 / 128 / ... (kScoresKeysInLanes) are
-// transposed 16 keys at a time so that the scores sum with the keys in the lanes; elsewhere each
-// (head, key) sums in its own vector and one transpose_sum per head gives 16 (8) scores.
+// Scores: on AVX-512 with a head size that is a multiple of 32 (kScoresKeysInLanes), 16 keys'
+// records are transposed at a time so that the scores sum with the keys in the lanes
+// (attention_scores_kt.h); elsewhere each (head, key) sums in its own vector and one
+// transpose_sum per head gives 16 (8) scores.
 // Per-row scales (kI8, kF8E4M3) stay out of the inner loops: a key's scale multiplies its score
 // once, a value's scale is folded into its softmax weight. kI4's per-group scale and minimum are
 // applied per vector (u * scale + min, one FMA).
@@ -26,7 +27,7 @@
 #include <cstring>
 
 #include "kernels/cpu/attention_impl.h"
-#include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/attention_scores_kt.h"
 #include "kernels/cpu/kv_quant.h"
 
 namespace sampan::cpu {
@@ -250,119 +251,6 @@ inline void group_scores_q(const float* q, int64_t group, const uint8_t* const* 
   }
 }
 
-// Whether group_scores_kt (below) computes the scores: AVX-512, f32 or bf16 records, a head size
-// fixed at compile time and a multiple of 32.
-#if defined(__AVX512F__)
-template <class S, KvDtype D, int kHd>
-constexpr bool kScoresKeysInLanes =
-    S::kWidth == 16 && (D == KvDtype::kF32 || D == KvDtype::kBF16) && kHd > 0 && kHd % 32 == 0;
-#else
-template <class S, KvDtype D, int kHd>
-constexpr bool kScoresKeysInLanes = false;
-#endif
-// 32-bit words per record there.
-template <KvDtype D, int kHd>
-constexpr int kKtWords = D == KvDtype::kF32 ? kHd : kHd / 2;
-
-#if defined(__AVX512F__)
-// kt[w * 16 + j] = 32-bit word w of record rows[j], for w < kWords and j < 16: 16 x 16 tiles of
-// words transposed in registers (gemm_detail::transpose16, 64 shuffles each). Steps pf once per
-// tile.
-template <int kWords>
-inline void transpose_records(const uint8_t* const* rows, SpreadPrefetch* pf, float* kt) {
-  for (int w0 = 0; w0 < kWords; w0 += 16) {
-    if (pf != nullptr) pf->step();
-    __m512i r[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(rows[i] + 4 * w0);
-    gemm_detail::transpose16(r);
-#pragma GCC unroll 16
-    for (int e = 0; e < 16; ++e) _mm512_store_si512(kt + (w0 + e) * 16, r[e]);
-  }
-}
-
-// s[h] lanes j < 16 = q_h . k_j for kG heads (q + h kHd) from the transposed tile kt (above):
-// element d of the 16 keys is one vector, multiplied by q_h[d] broadcast from memory; even and
-// odd words sum in two sets of accumulators (2 kG independent FMA chains). Steps pf once per 4
-// words.
-template <KvDtype D, int kHd, int kG>
-inline void score_tile_kt(const float* q, const float* kt, SpreadPrefetch* pf, __m512* s) {
-  constexpr int kWords = kKtWords<D, kHd>;
-  __m512 s0[kG], s1[kG];
-#pragma GCC unroll 8
-  for (int h = 0; h < kG; ++h) s0[h] = s1[h] = _mm512_setzero_ps();
-  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int w = 0; w < kWords; w += 4) {
-    if (pf != nullptr) pf->step();
-#pragma GCC unroll 4
-    for (int l = 0; l < 4; ++l) {
-      const __m512 t = _mm512_load_ps(kt + (w + l) * 16);
-      __m512* acc = l % 2 == 0 ? s0 : s1;
-      if constexpr (D == KvDtype::kF32) {
-#pragma GCC unroll 8
-        for (int h = 0; h < kG; ++h) {
-          acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * kHd + w + l]), t, acc[h]);
-        }
-      } else {
-        // Word w + l: element 2 (w + l) in its low half, the next one in its high half.
-        const __m512i u = _mm512_castps_si512(t);
-        const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
-        const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(u, hi_mask));
-#pragma GCC unroll 8
-        for (int h = 0; h < kG; ++h) {
-          const float* qh = q + h * kHd + 2 * (w + l);
-          acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[0]), lo, acc[h]);
-          acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(qh[1]), hi, acc[h]);
-        }
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int h = 0; h < kG; ++h) s[h] = _mm512_add_ps(s0[h], s1[h]);
-}
-
-// group_scores_q for kScoresKeysInLanes: 16 keys at a time, their records transposed once for
-// the whole group, up to 8 heads per pass (their scores stay in registers). Lanes past nb repeat
-// the tile's first key; their scores are not stored.
-template <class S, KvDtype D, int kHd>
-inline void group_scores_kt(const float* q, int64_t group, const uint8_t* const* rows, int64_t nb,
-                            SpreadPrefetch& pf, float* sc) {
-  constexpr int64_t kB = detail::kKeyBlock;
-  constexpr int kWords = kKtWords<D, kHd>;
-  alignas(64) float kt[kWords * 16];
-  const uint8_t* r[16];
-  __m512 s[8];
-  for (int64_t j0 = 0; j0 < nb; j0 += 16) {
-    const int nj = nb - j0 < 16 ? static_cast<int>(nb - j0) : 16;
-    for (int j = 0; j < 16; ++j) {
-      r[j] = rows[j0 + (j < nj ? j : 0)];
-    }
-    transpose_records<kWords>(r, &pf, kt);
-    for (int64_t g = 0; g < group;) {
-      const int64_t left = group - g;
-      const float* qg = q + g * kHd;
-      SpreadPrefetch* p = g == 0 ? &pf : nullptr;
-      int ng = 1;
-      if (left >= 8) {
-        score_tile_kt<D, kHd, 8>(qg, kt, p, s);
-        ng = 8;
-      } else if (left >= 4) {
-        score_tile_kt<D, kHd, 4>(qg, kt, p, s);
-        ng = 4;
-      } else if (left >= 2) {
-        score_tile_kt<D, kHd, 2>(qg, kt, p, s);
-        ng = 2;
-      } else {
-        score_tile_kt<D, kHd, 1>(qg, kt, p, s);
-      }
-      for (int h = 0; h < ng; ++h) S::store_n(sc + (g + h) * kB + j0, s[h], nj);
-      g += ng;
-    }
-  }
-}
-
-#endif  // __AVX512F__
-
 // For kH heads at once: acc_h[0, hd) += sum_j p_h[j] v_j, with acc_h = acc + h hd,
 // p_h = p + h kKeyBlock and v_j the dequantized record rows[j], j < nb. The head dimension is
 // taken kU vectors at a time; a V vector is dequantized once for the kH heads, and the kH * kU
@@ -434,6 +322,7 @@ void kv_attention_range(const detail::AttentionRange& a) {
   float* mx = qs + heads * hd;  // [n_kv, group] running maxima
   float* sum = mx + heads;      // [n_kv, group] running sums
   float* sc = sum + heads;      // [group, kB] scores, then weights (one KV head's)
+  float* qsum = sc + group * kB;  // (int4, keys in the lanes) [n_kv, group, hd / 32]
   const uint8_t* kb[kB];        // the block's K / V rows (first KV head's record)
   const uint8_t* vb[kB];
   const uint8_t* kr[kB];        // one KV head's records
@@ -443,6 +332,13 @@ void kv_attention_range(const detail::AttentionRange& a) {
   SpreadPrefetch pf;
   // q is copied (scaled) before out is zeroed, so out may even overlap q.
   for (int64_t i = 0; i < heads * hd; ++i) qs[i] = a.q[i] * a.scale;
+  if constexpr (D == KvDtype::kI4 && kScoresKeysInLanes<S, D, kHd>) {
+    for (int64_t i = 0; i < heads * (kHd / 32); ++i) {
+      float t = 0.0f;
+      for (int64_t d = 0; d < 32; ++d) t += qs[i * 32 + d];
+      qsum[i] = t;
+    }
+  }
   for (int64_t i = 0; i < heads * hd; ++i) a.out[i] = 0.0f;
   for (int64_t g = 0; g < heads; ++g) {
     mx[g] = -INFINITY;
@@ -459,7 +355,7 @@ void kv_attention_range(const detail::AttentionRange& a) {
     key_block_rows(a, j0 + kB, nbn, next_rows, next_rows + nbn);
     int64_t score_steps = nb;
     if constexpr (kScoresKeysInLanes<S, D, kHd>) {
-      score_steps = (nb + 15) / 16 * kKtWords<D, kHd> * 5 / 16;
+      score_steps = (nb + 15) / 16 * kKtStepsPerTile<D, kHd>;
     }
     pf.start(next_rows, 2 * nbn, n_kv * head_bytes, n_kv * (score_steps + nb));
     for (int64_t h = 0; h < n_kv; ++h) {
@@ -473,7 +369,8 @@ void kv_attention_range(const detail::AttentionRange& a) {
         }
       }
       if constexpr (kScoresKeysInLanes<S, D, kHd>) {
-        group_scores_kt<S, D, kHd>(qs + h * group * hd, group, kr, nb, pf, sc);
+        group_scores_kt<S, D, kHd>(qs + h * group * hd, qsum + h * group * (kHd / 32), group, kr,
+                                   ks, nb, pf, sc);
       } else {
         group_scores_q<S, D, kHd>(qs + h * group * hd, group, kr, ks, nb, pf, hd, sc);
       }
