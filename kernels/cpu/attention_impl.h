@@ -210,8 +210,8 @@ inline void prefetch_key_block(const detail::AttentionRange& a, int64_t row_byte
 // in block-table order, each whole (every KV head of the range): a physical cache block is read
 // as the contiguous run it is. Measured with the cache in memory (bench_attention --cold, one
 // 4096-key sequence, one core), the f32 loop streamed 8.2 GB/s with one KV head per range and
-// its rows gathered, 10.3 in place with this; an explicit loop that only reads the rows through
-// it, 15.4 (95 % of bandwidth_probe).
+// its rows gathered, 10.3 in place with this (9.0-9.5 with the same requests into L1); an
+// explicit loop that only reads the rows through it, 15.4 (95 % of bandwidth_probe).
 // rows: n_rows row starts (the next block's K rows, then its V rows), each `bytes` long.
 struct SpreadPrefetch {
   const uint8_t* const* rows = nullptr;

@@ -3,9 +3,11 @@
 // straight from the cache rows, through the block table, and dequantized in registers inside the
 // q.k dot products and the V accumulation, each vector once for up to 8 heads of a group.
 // Nothing is copied, f32 included: with the next block's rows asked for into L2 while a block is
-// computed (SpreadPrefetch), reading in place beat gathering one KV head's f32 rows into packed
-// scratch (the former f32 loop) at every case of bench_attention on an AVX-512 core: decode of
-// one 4096-key sequence 1.25-1.8x, a batch of 64 x 256 1.3-1.6x, a 512-token prefill 1.15-1.45x.
+// computed (SpreadPrefetch) and the scores below, this loop beat the former f32 loop (one KV head
+// per range, its rows gathered into packed scratch) at every case of bench_attention on an
+// AVX-512 core, 1 / 2 threads: decode of one 4096-key sequence from memory 1.27 / 1.26x (in
+// cache 1.6x), a batch of 64 x 256 from memory 1.14 / 1.28x, a 512-token prefill 1.1 / 1.37x;
+// at the AVX2 level 1.3x, 1.1-1.3x and 1.0-1.2x.
 // A range takes all KV heads of its token (the rows are read whole): measured in `sampan bench
 // --profile` (int4 weights, 1900 cached tokens, 2 threads) against one KV head per range,
 // attention per token bf16 6.3-6.4 ms against 6.6-7.7, int4 4.1 against 4.5.
@@ -386,25 +388,25 @@ void kv_attention_range(const detail::AttentionRange& a) {
       if constexpr (S::kWidth == 16) {
         for (; g + 8 <= group; g += 8) {
           accumulate_v_q<S, D, 8, 2, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
-                                             g == 0 ? &pf : nullptr);
+                                          g == 0 ? &pf : nullptr);
         }
         for (; g + 4 <= group; g += 4) {
           accumulate_v_q<S, D, 4, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
-                                             g == 0 ? &pf : nullptr);
+                                          g == 0 ? &pf : nullptr);
         }
       } else {
         for (; g + 4 <= group; g += 4) {
           accumulate_v_q<S, D, 4, 2, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
-                                             g == 0 ? &pf : nullptr);
+                                          g == 0 ? &pf : nullptr);
         }
       }
       for (; g + 2 <= group; g += 2) {
         accumulate_v_q<S, D, 2, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
-                                             g == 0 ? &pf : nullptr);
+                                          g == 0 ? &pf : nullptr);
       }
       for (; g < group; ++g) {
         accumulate_v_q<S, D, 1, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
-                                             g == 0 ? &pf : nullptr);
+                                          g == 0 ? &pf : nullptr);
       }
     }
     pf.drain();
