@@ -102,12 +102,8 @@ struct DecQ4_0 {
 inline void k_block_scales(const uint8_t* b, float* dl, float* ml) {
   uint64_t sc, mn;
   k_scales_min8(b + 4, &sc, &mn);
-  const __m256 s =
-      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
-  const __m256 m =
-      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn))));
-  _mm256_storeu_ps(dl, _mm256_mul_ps(_mm256_set1_ps(f16_at(b)), s));
-  _mm256_storeu_ps(ml, _mm256_mul_ps(_mm256_set1_ps(f16_at(b + 2)), m));
+  _mm256_storeu_ps(dl, k_block_factors(b, 0, sc));
+  _mm256_storeu_ps(ml, k_block_factors(b, 2, mn));
 }
 
 struct DecQ4_K {
@@ -538,9 +534,7 @@ void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t
     uint64_t sc, mn;
     k_scales_min8(p + 4, &sc, &mn);
     const float d = f16_at(p);
-    const __m256 ml = _mm256_mul_ps(
-        _mm256_set1_ps(f16_at(p + 2)),
-        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+    const __m256 ml = k_block_factors(p, 2, mn);
     __m512i ai[MB];
     for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
     for (int c2 = 0; c2 < 4; ++c2) {

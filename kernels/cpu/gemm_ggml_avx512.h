@@ -28,6 +28,14 @@ inline float f16_at(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
+// The 8 sub-block factors of a Q4_K / Q5_K block b times its f16 multiplier at b + at (d at 0,
+// dmin at 2): v8 holds the 8 unsigned 6-bit factors one per byte (k_scales_min8).
+inline __m256 k_block_factors(const uint8_t* b, int at, uint64_t v8) {
+  return _mm256_mul_ps(
+      _mm256_set1_ps(f16_at(b + at)),
+      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(v8)))));
+}
+
 // The loop of the kernels over 256-element blocks of kBytes bytes: for each block b and each of
 // the R weight rows r, block(b, p, acc[r]) with p the row's block (the same position 1.5 calls
 // ahead prefetched) and acc[r][i] the f32 sums of row i of x against weight row r; then

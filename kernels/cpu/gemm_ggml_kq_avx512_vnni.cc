@@ -153,9 +153,7 @@ void dot_k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t 
     k_scales_min8(p + 4, &sc, &mn);
     const __m512i scv = pair16(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
     const float d = f16_at(p);
-    const __m256 ml = _mm256_mul_ps(
-        _mm256_set1_ps(f16_at(p + 2)),
-        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+    const __m256 ml = k_block_factors(p, 2, mn);
     __m512i ai[MB];
     for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
     __m512i qh2 = _mm512_setzero_si512();  // Q5_K: qh in both halves
