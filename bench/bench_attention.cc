@@ -246,6 +246,13 @@ int main(int argc, char** argv) {
     } else if (a == "--format" && i + 1 < argc) {
       only_format = argv[++i];
       formats_only = true;
+      KvDtype parsed;
+      if (!sampan::parse_kv_dtype(only_format.c_str(), &parsed)) {
+        std::fprintf(stderr,
+                     "error: --format: unknown KV-cache format '%s' (f32|bf16|fp8|int8|int4)\n",
+                     only_format.c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr,
                    "usage: %s [--reps N] [--block-size B] [--isa avx2|avx512|amx] [--formats-only] "
