@@ -258,6 +258,19 @@ static inline void zero_if_inverse_overflows(float* sx, float* inv) {
 // decode_kernels_take, not AMX-INT8 (i4_on_amx_int8), AVX512-VNNI, and m >= 2 where the CPU
 // splits zmm operations (Zen 4 keeps the AVX2 kernels at m = 1).
 bool i4_decode_on_vnni(int64_t m);
+// kF8E4M3 decode on vdpbf16ps (gemm_quant_f8_avx512_bf16.cc) where f8_decode_on_dpbf16(m):
+// AVX512-BF16 CPUs that issue it at the FMA rate (bf16_panels_preferred: AMD), GemmPrecision not
+// kF32. The E4M3 bytes become bf16 by shifts (exact: 4 significant bits), and x is prepared as
+// bf16 hi + lo (split_x, kSplitBf16) or hi alone (kBf16), both times 2^64. Accuracy, with M as
+// above: x = hi + lo to within 2^-16 |x| (each rounding to bf16's 8 significant bits is off by
+// at most 2^-8 of its input), products exact, sums in f32: below 2^-16 * M plus f32 summation
+// (1e-5 * M) with kSplitBf16, as fp8 on AMX tiles; x rounded to bf16 (2^-8 |x|) with kBf16:
+// below 2^-8 * M plus summation. For |x| in [2^-60, 2^64) (vdpbf16ps
+// flushes denormals; smaller x lose precision, not range). Subnormal E4M3 codes are multiplied
+// apart, as in the VNNI kernel. Otherwise the VNNI table's (kI4, prefill, epilogue).
+// One Zen 5 core, weights in L2, m = 1: 2.2x the VNNI kernel (figures in the .cc).
+const QuantKernels& quant_kernels_f8_dpbf16(bool split_x);
+bool f8_decode_on_dpbf16(int64_t m);
 // The VNNI table with the x8 kI4 decode kernel (gemm_quant_i4x8_avx512_vnni.cc).
 const QuantKernels& quant_kernels_avx512_vnni_x8();
 // Any m >= 1 (gemm_prefill_int_avx512_vnni.cc; AVX512-VNNI CPUs only).

@@ -226,6 +226,11 @@ bool i4_decode_on_vnni(int64_t m) {
          (m >= 2 || !cpu_features().zmm_split);
 }
 
+bool f8_decode_on_dpbf16(int64_t m) {
+  return decode_kernels_take(DType::kF8E4M3, m) && !quant_on_amx_tiles(DType::kF8E4M3, m) &&
+         bf16_panels_preferred() && gemm_precision() != GemmPrecision::kF32;
+}
+
 bool quant_on_avx2_batch(DType dtype, int64_t m) {
   return !has_avx512_vnni() && m >= kAvx2BatchMinM && decode_kernels_take(dtype, m);
 }
@@ -263,10 +268,15 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
     // time, streamed int4 at 0.69-0.76x and fp8 at 0.85-0.88x the AVX2 ones end to end, and
     // these were not measured there. The AVX2 kernels also serve the plain AVX-512 level: there
     // they ran int4 g128 at 1.3-2x and fp8 at 1.1-1.6x the AVX-512 f32-dequantizing kernels.
+    // fp8 on AMD from AVX512-BF16 on (f8_decode_on_dpbf16): the weights become bf16 by shifts
+    // and vdpbf16ps multiplies them, half the multiply-pipe work of the VNNI kernel.
     const bool vnni = has_avx512_vnni() && (m >= 2 || !cpu_features().zmm_split);
-    const QuantKernels& kt = !vnni                                    ? quant_kernels_avx2()
-                             : w.dtype == DType::kI4 && vnni_x8()     ? quant_kernels_avx512_vnni_x8()
-                                                                      : quant_kernels_avx512_vnni();
+    const QuantKernels& kt =
+        !vnni                                  ? quant_kernels_avx2()
+        : w.dtype == DType::kI4 && vnni_x8()   ? quant_kernels_avx512_vnni_x8()
+        : w.dtype == DType::kF8E4M3 && f8_decode_on_dpbf16(m)
+            ? quant_kernels_f8_dpbf16(gemm_precision() != GemmPrecision::kBf16)
+            : quant_kernels_avx512_vnni();
     gemm_quant_decode(kt, m, x, ldx, w, ep, y, ldy, runner);
   }
 }

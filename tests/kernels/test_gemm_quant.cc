@@ -171,6 +171,13 @@ bool amx_decode(Isa isa, const Case& c) {
 }
 
 double tolerance(Isa isa, const Case& c) {
+  // fp8 decode on vdpbf16ps (gemm_quant_f8_avx512_bf16.cc): x = hi + lo bf16 (2^-16) or, with
+  // kBf16, bf16 (2^-8); weights exact, sums in f32.
+  if (c.dtype == DType::kF8E4M3 && gemm_detail::f8_decode_on_dpbf16(c.m) &&
+      has_avx512_vnni() && !amx_decode(isa, c)) {
+    const bool hi_only = sampan::cpu::gemm_precision() == sampan::cpu::GemmPrecision::kBf16;
+    return std::ldexp(1.0, hi_only ? -8 : -16) + 1e-5;
+  }
   if (amx_decode(isa, c)) {
     if (sampan::cpu::gemm_precision() == sampan::cpu::GemmPrecision::kBf16) {
       return std::ldexp(1.0, -7);
@@ -725,6 +732,40 @@ TEST_CASE("gemm fp8 decode: m = 1..15, k around the 64-weight step, short calls"
       c.x_fill = seed % 4 == 0 ? XFill::kWide : seed % 4 == 1 ? XFill::kSpike : XFill::kUniform;
       c.ldx_pad = seed % 5 == 0 ? 0 : 7;
       check_case(c, seed++);
+    }
+  }
+}
+
+// The vdpbf16ps fp8 decode kernel (gemm_quant_f8_avx512_bf16.cc; forced on at AVX512-BF16
+// levels by kBf16PanelsForced) in both of its x preparations: hi + lo (kSplitBf16) and hi alone
+// (kBf16), with subnormal codes, zero codes, wide x and every row count of x it takes in a call.
+TEST_CASE("gemm fp8 decode on vdpbf16ps: hi + lo and bf16 x, subnormal codes, m = 1..9",
+          "[kernels][gemm_quant]") {
+  PrecisionRestore prec_restore;
+  uint32_t seed = 3900;
+  for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
+    set_gemm_precision(prec);
+    for (int64_t m = 1; m <= 9; ++m) {
+      for (int64_t k : {7, 64, 130, 2049}) {
+        Case c;
+        c.dtype = DType::kF8E4M3;
+        c.m = m;
+        c.k = k;
+        c.rows = {seed % 3 == 0 ? 9 : 6};
+        c.bias = {seed % 2 == 0};
+        c.fp8_subnormal = seed % 3 == 1;
+        c.x_fill = seed % 4 == 0 ? XFill::kWide : seed % 4 == 1 ? XFill::kSpike : XFill::kUniform;
+        c.ldx_pad = seed % 5 == 0 ? 0 : 3;
+        check_case(c, seed++);
+      }
+    }
+    // check_case ran every level; at one with AVX512-BF16 the kernel took these cases (without
+    // AMX, where tiles take m >= kF8AmxMinM).
+    IsaRestore restore;
+    if (isa_includes(best_supported_isa(), Isa::kAvx512Bf16)) {
+      REQUIRE(set_isa(Isa::kAvx512Bf16));
+      CHECK(gemm_detail::f8_decode_on_dpbf16(1));
+      CHECK(gemm_detail::f8_decode_on_dpbf16(9));
     }
   }
 }
