@@ -64,6 +64,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/common/dtype.h"
 #include "kernels/cpu/gemm_cpu.h"
@@ -142,6 +143,18 @@ class DenormalsKept {
   static constexpr unsigned kFlags = 0x8040;  // FTZ (bit 15), DAZ (bit 6)
   unsigned saved_;
 };
+
+// The f32 scale of an fp8 row; scales need only 2-byte alignment, like the weights.
+inline float row_scale(const void* p) {
+  float s;
+  std::memcpy(&s, p, 4);
+  return s;
+}
+
+// Lanes 0..n-1 of a 64-lane mask (all for n >= 64, none for n <= 0): a short last step's loads.
+inline __mmask64 mask64(int64_t n) {
+  return n >= 64 ? ~__mmask64(0) : n <= 0 ? __mmask64(0) : (__mmask64(1) << n) - 1;
+}
 
 struct QuantDotTable {
   int rows = 0;   // R

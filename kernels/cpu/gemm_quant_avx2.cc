@@ -62,13 +62,6 @@ constexpr int kMaxM = 4;
 // 1536: 14.6, 2048: 15.2, 3072: 13.8. One call (4 rows) ahead instead: int4 11.1 (loaded).
 constexpr int64_t kPrefetchBytes = 1536;
 
-// The f32 scale of an fp8 row; scales need only 2-byte alignment, like the weights.
-inline float row_scale(const void* p) {
-  float s;
-  std::memcpy(&s, p, 4);
-  return s;
-}
-
 inline float scale_at(const void* scales, int64_t g, bool bf16) {
   const uint16_t h = static_cast<const uint16_t*>(scales)[g];
   return bf16 ? std::bit_cast<float>(static_cast<uint32_t>(h) << 16) : _cvtsh_ss(h);

@@ -39,13 +39,6 @@ inline __mmask32 mask32(int64_t n) {
   return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
 }
 
-// The f32 scale of an fp8 row; scales need only 2-byte alignment, like the weights.
-inline float row_scale(const void* p) {
-  float s;
-  std::memcpy(&s, p, 4);
-  return s;
-}
-
 inline float scale_at(const void* scales, int64_t g, bool bf16) {
   const uint16_t h = static_cast<const uint16_t*>(scales)[g];
   return bf16 ? std::bit_cast<float>(static_cast<uint32_t>(h) << 16) : _cvtsh_ss(h);

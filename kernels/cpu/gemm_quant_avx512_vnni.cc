@@ -64,19 +64,8 @@ inline __mmask16 mask16(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
-inline __mmask64 mask64(int64_t n) {
-  return n >= 64 ? ~__mmask64(0) : n <= 0 ? __mmask64(0) : (__mmask64(1) << n) - 1;
-}
-
 inline void prefetch(const uint8_t* p) {
   _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-}
-
-// The f32 scale of an fp8 row; scales need only 2-byte alignment, like the weights.
-inline float row_scale(const void* p) {
-  float s;
-  std::memcpy(&s, p, 4);
-  return s;
 }
 
 // ---- kI4: prepared x ----

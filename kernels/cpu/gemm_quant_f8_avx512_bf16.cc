@@ -54,16 +54,6 @@ constexpr int64_t kPrefetchBytes = 3072;  // 1536 (the VNNI kernels'): 0.98x, 61
 
 constexpr int row_tile(int mt) { return mt == 1 ? 4 : 2; }
 
-inline __mmask64 mask64(int64_t n) {
-  return n >= 64 ? ~__mmask64(0) : n <= 0 ? __mmask64(0) : (__mmask64(1) << n) - 1;
-}
-
-inline float row_scale(const void* p) {  // scales need only 2-byte alignment
-  float s;
-  std::memcpy(&s, p, 4);
-  return s;
-}
-
 // ---- prepared x ----
 
 template <bool kLo>

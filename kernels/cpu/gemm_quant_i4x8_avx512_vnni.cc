@@ -94,10 +94,6 @@ void prep_x8(const float* x, int64_t k, int64_t group, float* out) {
   }
 }
 
-inline __mmask64 mask64(int64_t n) {
-  return n >= 64 ? ~__mmask64(0) : n <= 0 ? __mmask64(0) : (__mmask64(1) << n) - 1;
-}
-
 // acc += 4 products of unsigned bytes of u and signed bytes of s per lane (in asm: the
 // intrinsic made GCC 12 copy accumulators, as in the prefill kernel).
 inline void dpbusd(__m512i& acc, __m512i u, __m512i s) {
