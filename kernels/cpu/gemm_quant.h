@@ -151,6 +151,11 @@ inline float row_scale(const void* p) {
   return s;
 }
 
+// Lanes 0..n-1 of a 16-lane mask (all for n >= 16, none for n <= 0).
+inline __mmask16 mask16(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
 // Lanes 0..n-1 of a 64-lane mask (all for n >= 64, none for n <= 0): a short last step's loads.
 inline __mmask64 mask64(int64_t n) {
   return n >= 64 ? ~__mmask64(0) : n <= 0 ? __mmask64(0) : (__mmask64(1) << n) - 1;

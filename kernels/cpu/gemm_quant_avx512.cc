@@ -31,10 +31,6 @@ namespace {
 // Ahead of each weight row, as in the plain AVX-512 kernels: covers DRAM latency per core.
 constexpr int kPrefetchBytes = 1024;
 
-inline __mmask16 mask16(int64_t n) {
-  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
-
 inline __mmask32 mask32(int64_t n) {
   return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
 }

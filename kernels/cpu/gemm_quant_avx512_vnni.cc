@@ -60,10 +60,6 @@ constexpr int row_tile(int mt) { return mt == 1 ? 4 : 2; }
 // ran 1.05x with 3072 (TinyLlama shape, 1 thread, alternating runs).
 constexpr int64_t kPrefetchBytes = 3072;
 
-inline __mmask16 mask16(int64_t n) {
-  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
-
 inline void prefetch(const uint8_t* p) {
   _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
 }
