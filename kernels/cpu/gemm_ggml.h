@@ -9,8 +9,9 @@
 // multiplies them with up to max_m rows of x, so every weight byte is read from memory once per
 // call for m <= max_m (larger m: further passes over the same R rows, from L1). Every supported
 // type has SIMD decoders on both ISAs; nothing is dequantized to memory. Decode of Q4_0, Q8_0,
-// Q4_K and Q5_K (AVX-512 and AVX2) and of Q6_K (the AVX2 kernel at AVX2 and plain AVX-512
-// levels, a zmm kernel on AVX512-VNNI: GgmlKernels::dot_vnni) runs against x
+// Q4_K and Q5_K (AVX-512 and AVX2; on AVX512-VNNI four rows in step with the codes as bytes and
+// x16 as two int8 planes, GgmlKernels::dot_vnni) and of Q6_K (the AVX2 kernel at AVX2 and plain
+// AVX-512 levels, a zmm kernel on AVX512-VNNI: GgmlKernels::dot_vnni) runs against x
 // rounded to 16 bits per 256 elements with integer products (the x16 kernels; the driver
 // prepares x once per call, in the layout the table's prep_x16 defines), measured 1.5-2x (Q4_K,
 // Q5_K) and 1.05-1.15x (Q4_0, Q8_0, 2 threads, from DRAM) the speed of their exact f32 decoders
@@ -18,8 +19,9 @@
 // (Q4_0, Q6_K) and 2.3-2.5x (Q8_0; gemm_ggml_x16_avx2.cc has the figures); everything else keeps
 // x in f32. With GemmPrecision::kBf16 on AVX512-VNNI, decode of Q4_K, Q5_K and Q6_K instead
 // rounds x to int8 per 256 elements (the x8 kernels, GgmlKernels::dot_x8,
-// gemm_ggml_kq_avx512_vnni.cc; llama.cpp's Q8_K activations): one core, weights in cache, 1.3x
-// (Q4_K), 1.4x (Q5_K) and 1.9-2x (Q6_K) the x16 kernels at m = 1 (Emerald Rapids).
+// gemm_ggml_q4k_avx512_vnni.cc and gemm_ggml_kq_avx512_vnni.cc; llama.cpp's Q8_K activations):
+// one core, weights in cache, m = 1, 1.2-1.3x (Q4_K, Zen 5) and 1.9-2x (Q6_K, Emerald Rapids)
+// the x16 kernels.
 // Prefill (m >= kGgmlPrefillMinM) on AVX512-VNNI CPUs without AMX, for Q4_0, Q8_0, Q4_K, Q5_K
 // and Q6_K: integer products in int16 pairs (ggml_on_vnni_prefill below). Otherwise, and for
 // every other type: the driver dequantizes a bounded chunk of weight rows in
@@ -43,7 +45,8 @@
 //    then a tree) and (k + 16) * 2^-24 * M at prefill (the plain GEMM's panel kernels sum each
 //    output in one lane); measured errors are far smaller.
 //  - x16 kernels (decode of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K): x is rounded to
-//    1/65534 of its 256-element block's absmax (kGgmlDecodeXError and the full bound below;
+//    1/65534 of its 256-element block's absmax (1/65278 in the AVX512-VNNI Q4_K / Q5_K kernels,
+//    whose 16 bits are two int8 planes; kGgmlDecodeXError and the full bound below;
 //    blocks start at element 0 of the row, a last one of k % 256 elements takes its own
 //    absmax), about 1.5e-5 relative: 250x finer than llama.cpp's 8-bit x, the same order as
 //    the bf16-split AMX path (2^-16). Q4_0, Q8_0 and Q6_K have no min part (w2 = 0,
@@ -106,15 +109,17 @@ struct GgmlDotTable {
 };
 
 // Relative rounding of x (to its 256-element block's absmax) where a kernel takes prepared x:
-// x16 = round(x / s), s = absmax / 32767, is off by s / 2 = absmax / 65534, plus three f32
-// roundings (s, 1 / s and x * (1 / s)) under 2^-22 absmax. Such a kernel's error is
+// x16 = round(x / s), s = absmax / 32767, is off by s / 2 = absmax / 65534 (s = absmax / 32639
+// and absmax / 65278 in gemm_ggml_q4k_avx512_vnni.cc, whose x16 = 256 xh + xl needs |x16| <=
+// 127 * 257), plus three f32 roundings (s, 1 / s and x * (1 / s)) under 2^-22 absmax. Such a
+// kernel's error is
 //   |y - y_exact| <= kGgmlDecodeXError * sum_b absmax_b(x) * sum_{c in b} |w_c|
 //                    + (k / 8 + 16) * 2^-24 * M'
 // with M' = sum_c |x_c| (|w1_c| + |w2_c|), w = w1 - w2 its split into the (d sc) q and the
 // dmin mn parts (the kernel sums them separately). A block of x with absmax below 2^-100 is
 // taken as zero: its contribution, at most absmax_b sum_{c in b} |w_c| < 2^-100 sum |w|, is
 // dropped (a term outside the bound above; test_gemm_ggml.cc adds it).
-constexpr double kGgmlDecodeXError = 1.0 / 65534 + 0x1p-22;
+constexpr double kGgmlDecodeXError = 1.0 / 65278 + 0x1p-22;
 
 struct GgmlKernels {
   GgmlDotTable dot[kGgmlTypeSlots];         // by GgmlType id; set for every supported type
@@ -166,9 +171,14 @@ constexpr int kGgmlX16ScaleAt = 136;
 void ggml_q6k_x16_dot_avx512_vnni(const uint8_t* const* rows, int64_t k, const float* x,
                                   int64_t ldx, int mb, float* out);
 
-// The x8 decode kernel of `type` (Q4_K, Q5_K, Q6_K; an empty table for other types),
-// AVX512-VNNI only.
+// The x8 decode kernel of Q6_K (an empty table for other types; Q4_K and Q5_K:
+// ggml_q4k_dot_avx512_vnni), AVX512-VNNI only.
 GgmlDotTable ggml_x8_dot_avx512_vnni(GgmlType type);
+
+// The decode kernel of Q4_K or Q5_K (an empty table for other types) that takes four rows of W
+// in step with x as two int8 planes of 16-bit x (x8 false: the x16 bound) or as int8 (x8 true:
+// kX8Error); AVX512-VNNI only (gemm_ggml_q4k_avx512_vnni.cc).
+GgmlDotTable ggml_q4k_dot_avx512_vnni(GgmlType type, bool x8);
 
 // The AVX2 x16 decode kernel of `type` (Q4_0, Q8_0, Q4_K, Q5_K or Q6_K; gemm_ggml_x16_avx2.cc):
 // the AVX-512 table takes Q6_K's, faster there than its f32 decoder (figures at make_table).

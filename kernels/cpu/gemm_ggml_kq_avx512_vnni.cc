@@ -1,31 +1,25 @@
-// Decode (m < kGgmlPrefillMinM) kernels for GGUF K-quants on AVX512-VNNI: Q4_K, Q5_K and Q6_K
-// against x rounded to int8 per 256 elements (the x8 kernels of gemm_ggml.h), with
-// GemmPrecision::kBf16 (vnni_x8, gemm_quant.h: the precision that rounds x to 8 bits in the
-// integer prefill too, as llama.cpp rounds its activations to Q8_K for these types); and Q6_K
-// against x16 at the default precision (at the end).
+// Decode (m < kGgmlPrefillMinM) of GGUF Q6_K on AVX512-VNNI: against x rounded to int8 per 256
+// elements (the x8 kernel of gemm_ggml.h), with GemmPrecision::kBf16 (vnni_x8, gemm_quant.h: the
+// precision that rounds x to 8 bits in the integer prefill too, as llama.cpp rounds its
+// activations to Q8_K for this type); and against x16 at the default precision (at the end).
+// Q4_K and Q5_K have their own kernels (gemm_ggml_q4k_avx512_vnni.cc).
 //
 // Why: the x16 kernels (gemm_ggml_avx512.cc, gemm_ggml_x16_avx2.cc) widen every 4- or 6-bit code
 // to an int16 lane and multiply it by its sub-block scale (vpmullw) before vpdpwssd: about 11
-// port-0 operations per 64 weights, so one core computed 13 GB/s of Q4_K and 10-12 of Q6_K with
-// the weights in cache (Emerald Rapids, bench_gemm_ggml --cached), no faster than it reads them
-// from memory. Here the codes stay bytes: vpmaddubsw multiplies 64 unsigned codes with 64 x8 into
-// 32 int16 pair sums (exact: |code| <= 63, |x8| <= 127, 2 * 63 * 127 < 2^15) and vpdpwssd
-// multiplies those by the sub-block scales (int16, repeated in both halves of a dword) into int32
-// lanes for the whole block: 2 multiplying instructions per 64 weights and row of x, the
-// scale vectors one vpermd each per row of W, not per row of x.
+// port-0 operations per 64 weights, so one core computed 10-12 GB/s of Q6_K with the weights in
+// cache (Emerald Rapids, bench_gemm_ggml --cached), no faster than it reads them from memory.
+// Here the codes stay bytes: vpmaddubsw multiplies 64 unsigned codes with 64 x8 into 32 int16
+// pair sums (exact: |code| <= 63, |x8| <= 127, 2 * 63 * 127 < 2^15) and vpdpwssd multiplies those
+// by the group scales (int16, repeated in both halves of a dword) into int32 lanes for the whole
+// block: 2 multiplying instructions per 64 weights and row of x, the scale vectors one vpermd
+// each per row of W, not per row of x.
 //
 // Prepared x, per 256-element block (kX8BlockFloats floats, 64-byte aligned): bytes [0, 256) x8 =
-// round(x / s) in element order, s = absmax / 127; floats [64, 72) s * (sum of x8 over each
-// 32-element sub-block) (Q4_K's mins); int16 at floats [72, 80) the sums of x8 over each 16-element
-// group (Q6_K's codes are q + 32); float 80 s. A block holding an inf or NaN has x8 = 0, sums 0 and
-// s = NaN (its outputs come out NaN); one with absmax below 2^-100 counts as zero (s = 0).
+// round(x / s) in element order, s = absmax / 127; int16 at floats [64, 72) the sums of x8 over
+// each 16-element group (Q6_K's codes are q + 32); float 72 s. A block holding an inf or NaN has
+// x8 = 0, sums 0 and s = NaN (its outputs come out NaN); one with absmax below 2^-100 counts as
+// zero (s = 0).
 //
-// Q4_K (144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles): the
-// 32 bytes of chunk c hold elements 64 c + l (low nibble) and 64 c + 32 + l (high nibble), so one
-// vector of [low nibbles, high nibbles] is 64 weights in element order, meeting x8 as it lies. The
-// block's dot product is d s sum_j sc_j sum_l q x8 - sum_j (dmin mn_j) (s sum x8)_j; lanes stay
-// below 4 * 2 * (2 * 15 * 127) * 63 < 2^31. Q5_K (176 bytes: the same with 32 bytes of fifth bits
-// qh before the nibbles; bit j of qh[l] adds 16 to element 32 j + l) sets that bit under a mask.
 // Q6_K (210 bytes: 128 of low nibbles ql, 64 of high bits qh, 16 int8 scales, f16 d): per half n of
 // 128 elements, ql[64 n + l] holds elements 128 n + l (low nibble, l < 64) and 128 n + 64 + l (high
 // nibble), qh[32 n + l] their top two bits (element 128 n + 32 j + l takes bits 2 j, 2 j + 1), so
@@ -36,8 +30,7 @@
 //
 // Error (gemm_ggml.h, kX8Error): x is off by s / 2 = absmax_b / 254 per element plus f32
 // roundings (s, 1 / s, x / s) under 2^-22 absmax_b; the integer sums are exact; then one
-// conversion to f32 and one FMA with d s per block (and Q4_K's min term in f32), the x16 kernels'
-// f32 summation term.
+// conversion to f32 and one FMA with d s per block, the x16 kernels' f32 summation term.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
@@ -58,10 +51,9 @@ constexpr int kRows = 4;  // R: rows of W per call
 constexpr int kMaxM = 4;  // rows of x per pass
 static_assert(kRows <= kGgmlMaxRows && kMaxM <= kGgmlMaxM);
 
-constexpr int64_t kX8BlockFloats = 96;
-constexpr int kSub32Sums = 64;  // floats: s * sum of x8 per 32-element sub-block (8)
-constexpr int kSub16Sums = 72;  // floats holding 16 int16: sum of x8 per 16-element group
-constexpr int kScaleAt = 80;    // float: s
+constexpr int64_t kX8BlockFloats = 80;
+constexpr int kSub16Sums = 64;  // floats holding 16 int16: sum of x8 per 16-element group
+constexpr int kScaleAt = 72;    // float: s
 
 // f(std::integral_constant<int, mb>) for mb = 1 .. kMaxM (larger mb: kMaxM): the kernels'
 // rows of x as a compile-time count.
@@ -96,9 +88,6 @@ void prep_x8(const float* x, int64_t k, float* out) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * g), _mm512_cvtsepi32_epi8(v));
       s16[g] = static_cast<int16_t>(_mm512_reduce_add_epi32(v));  // |sum| <= 16 * 127
     }
-    for (int j = 0; j < 8; ++j) {
-      o[kSub32Sums + j] = sx * static_cast<float>(s16[2 * j] + s16[2 * j + 1]);
-    }
     o[kScaleAt] = sx;
     for (int j = kScaleAt + 1; j < kX8BlockFloats; ++j) o[j] = 0.0f;
   }
@@ -130,59 +119,6 @@ inline __m512i idx_4x4(int a) {
 inline __m512i pair16(__m512i v) {
   return _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0xffff)),
                          _mm512_slli_epi32(v, 16));
-}
-
-// kQ5: Q5_K (176 bytes: qh at 16, the nibbles at 48), whose bit j of qh[l] adds 16 to the code
-// of element 32 j + l (codes <= 31: the pair sums stay below 2 * 31 * 127).
-template <bool kQ5, int MB>
-void dot_k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
-                 float* out) {
-  constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
-  const __m512i low4 = _mm512_set1_epi8(0x0f);
-  const __m512i idx[4] = {idx_2x8(0, 1), idx_2x8(2, 3), idx_2x8(4, 5), idx_2x8(6, 7)};
-  // Q5_K: the qh bit of each half of chunk c's codes (2 c for the low nibbles, 2 c + 1).
-  __m512i bits[4];
-  for (int c = 0; c < 4; ++c) {
-    bits[c] = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_set1_epi8(static_cast<char>(1 << (2 * c)))),
-        _mm256_set1_epi8(static_cast<char>(2 << (2 * c))), 1);
-  }
-  const __m512i sixteen = _mm512_set1_epi8(16);
-  over_blocks<kRows, MB, kBytes>(rows, k, out, [&](int64_t b, const uint8_t* p, __m512(&acc)[MB]) {
-    uint64_t sc, mn;
-    k_scales_min8(p + 4, &sc, &mn);
-    const __m512i scv = pair16(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
-    const float d = f16_at(p);
-    const __m256 ml = k_block_factors(p, 2, mn);
-    __m512i ai[MB];
-    for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
-    __m512i qh2 = _mm512_setzero_si512();  // Q5_K: qh in both halves
-    if constexpr (kQ5) {
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
-      qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
-    }
-    for (int c = 0; c < 4; ++c) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kQs + 32 * c));
-      // [low nibbles, high nibbles]: elements 64 c .. 64 c + 63 in order.
-      __m512i q = _mm512_and_si512(
-          _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
-      if constexpr (kQ5) {
-        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh2, bits[c]), q, sixteen);
-      }
-      const __m512i s = _mm512_permutexvar_epi32(idx[c], scv);
-      for (int i = 0; i < MB; ++i) {
-        const auto* xq = reinterpret_cast<const int8_t*>(x + i * ldx + b * kX8BlockFloats);
-        const __m512i pairs = _mm512_maddubs_epi16(q, _mm512_load_si512(xq + 64 * c));
-        ai[i] = _mm512_dpwssd_epi32(ai[i], pairs, s);
-      }
-    }
-    for (int i = 0; i < MB; ++i) {
-      const float* xb = x + i * ldx + b * kX8BlockFloats;
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i]), _mm512_set1_ps(d * xb[kScaleAt]), acc[i]);
-      acc[i] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(ml),
-                                _mm512_zextps256_ps512(_mm256_load_ps(xb + kSub32Sums)), acc[i]);
-    }
-  });
 }
 
 template <int MB>
@@ -218,12 +154,6 @@ void dot_q6k_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(d * xb[kScaleAt]), acc[i]);
     }
   });
-}
-
-template <bool kQ5>
-void dot_k_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
-              float* out) {
-  by_mb(mb, [&](auto m) { dot_k_x8_mb<kQ5, decltype(m)::value>(rows, k, x, ldx, out); });
 }
 
 void dot_q6k_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
@@ -288,8 +218,6 @@ void ggml_q6k_x16_dot_avx512_vnni(const uint8_t* const* rows, int64_t k, const f
 
 GgmlDotTable ggml_x8_dot_avx512_vnni(GgmlType type) {
   GgmlDotTable t;
-  if (type == GgmlType::kQ4_K) t = {kRows, kMaxM, dot_k_x8<false>, true, x8_floats, prep_x8, true};
-  if (type == GgmlType::kQ5_K) t = {kRows, kMaxM, dot_k_x8<true>, true, x8_floats, prep_x8, true};
   if (type == GgmlType::kQ6_K) t = {kRows, kMaxM, dot_q6k_x8, true, x8_floats, prep_x8, true};
   return t;
 }
