@@ -36,8 +36,12 @@
 //    (mn . Sh) << 8 plus mn . Sl, each dword at most 2 * 63 * (4064 * 256 + 4096) < 2^28), then
 //    one FMA with dmin s into a per-row-of-x accumulator whose lane r is subtracted from row r's
 //    output.
-// Measured (Zen 5, 1 thread, bench_gemm_ggml --cached --types Q4_K, alternating with the kernels
-// replaced): m = 1 x16 24.4-24.8 -> 41-45 GB/s, x8 30.7-32.6 -> 51-57 GB/s; m = 4 about equal.
+// Measured (Zen 5, 1 thread, bench_gemm_ggml --cached --threads 1 --m 1,2,4, three alternating
+// rounds against the kernels replaced, TinyLlama shapes), GB/s: Q4_K x16 m = 1 / 2 / 4
+// 21.9-24.9 / 19.6-20.7 / 11.9-12.7 -> 40.5-44.7 / 24.9-27.1 / 12.7-14.0, x8 30.9-33.4 /
+// 25.2-27.1 / 16.7-17.5 -> 52.1-58.1 / 36.7-42.0 / 19.8-23.3; Q5_K x16 m = 1 24.6-25.7 ->
+// 39.0-42.5, x8 31.5-34.6 -> 48.4-53.6. End to end (sampan bench, Q4_K_M, 1 thread) decode
+// 1.25x llama.cpp's, from 0.86x.
 //
 // Prepared x, per 256-element block (64-byte aligned), kPlanes = 1 (x8) or 2 (x16): bytes
 // [0, 256) x8 or xh and, with two planes, [256, 512) xl, in the order above; int16 at floats
