@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/attention_cpu.h"
+#include "kernels/cpu/prefetch.h"
 
 namespace sampan::cpu::detail {
 
@@ -192,12 +193,13 @@ inline void key_block_rows(const detail::AttentionRange& a, int64_t j0, int64_t 
 // does not see.
 inline void prefetch_key_block(const detail::AttentionRange& a, int64_t row_bytes, int64_t j0) {
   const int64_t n = a.last - j0 + 1 < detail::kKeyBlock ? a.last - j0 + 1 : detail::kKeyBlock;
+  // prefetch.h: written with _mm_prefetch, GCC deleted this whole loop (found in stop 42).
   for_each_block_run(a, j0, n, [&](int64_t row, int64_t run, int64_t) {
-    const char* kp = reinterpret_cast<const char*>(a.k_rows + row * a.ld_bytes);
-    const char* vp = reinterpret_cast<const char*>(a.v_rows + row * a.ld_bytes);
+    const auto kp = reinterpret_cast<uintptr_t>(a.k_rows + row * a.ld_bytes);
+    const auto vp = reinterpret_cast<uintptr_t>(a.v_rows + row * a.ld_bytes);
     for (int64_t o = 0; o < (run - 1) * a.ld_bytes + row_bytes; o += 64) {
-      _mm_prefetch(kp + o, _MM_HINT_T0);
-      _mm_prefetch(vp + o, _MM_HINT_T0);
+      prefetch_t0(kp + static_cast<uintptr_t>(o));
+      prefetch_t0(vp + static_cast<uintptr_t>(o));
     }
   });
 }

@@ -69,6 +69,7 @@
 #include "kernels/common/dtype.h"
 #include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/gemm_internal.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/task_runner.h"
 
 namespace sampan::cpu::gemm_detail {
@@ -167,20 +168,16 @@ inline __mmask64 mask64(int64_t n) {
 // kernel needs a row's first scales before its first products. Without it the INT4 decode
 // kernels waited on a DRAM miss per call (Zen 5, TinyLlama shape, 1 thread, alternating:
 // decode 54-59 -> 62-64 tok/s at group 128, 46-48 -> 59-61 at group 32). Called by every kI4
-// decode kernel on entry. Addresses past an array's end are only prefetched (never read), and
-// are formed as integers. In asm: GCC deletes a loop of _mm_prefetch whose trip count is not a
-// constant (it measured no faster than none until written so).
-inline void prefetch_line(uintptr_t a) {
-  asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(a)));
-}
+// decode kernel on entry. Addresses past an array's end are only prefetched (prefetch.h: why
+// not _mm_prefetch in this loop).
 inline void prefetch_i4_scales(const QuantRow* rows, int n, const QuantFormat& f) {
   const int64_t ng = f.k / f.group;  // scales (and zero points) per row
   for (int r = 0; r < n; ++r) {
     const uintptr_t sc = reinterpret_cast<uintptr_t>(rows[r].scales) + 2 * 2 * ng;
-    for (int64_t off = 0; off < 2 * ng; off += 64) prefetch_line(sc + off);
+    for (int64_t off = 0; off < 2 * ng; off += 64) prefetch_t0(sc + off);
     if (rows[r].zeros != nullptr) {
       const uintptr_t z = reinterpret_cast<uintptr_t>(rows[r].zeros) + 2 * ng;
-      for (int64_t off = 0; off < ng; off += 64) prefetch_line(z + off);
+      for (int64_t off = 0; off < ng; off += 64) prefetch_t0(z + off);
     }
   }
 }
