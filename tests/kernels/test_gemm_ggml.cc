@@ -241,7 +241,7 @@ void check_case(const Case& c, uint32_t seed) {
                                              : gemm_detail::ggml_kernels_avx2();
     // Prefill at this level's default precision, then (prefill only) kBf16 and exact f32.
     // Decode at the default precision and, where this level has an x8 decode kernel for the
-    // type (gemm_ggml_kq_avx512_vnni.cc), at kBf16.
+    // type (gemm_ggml_q4k_avx512_vnni.cc, gemm_ggml_kq_avx512_vnni.cc), at kBf16.
     for (const GemmPrecision prec : {gemm_precision(), GemmPrecision::kBf16, GemmPrecision::kF32}) {
       ScopedGemmPrecision scope(prec);
       const gemm_detail::GgmlDotTable& dt = gemm_detail::ggml_decode_table(kt, c.type->type);
