@@ -101,9 +101,42 @@ inline __m512i row_index(int64_t rb) {
       _mm512_set1_epi32(static_cast<int>(rb)));
 }
 
-// kI4 for x8: 4 bytes (8 elements, 2 quads) of 16 rows per vpgatherdd; byte j holds elements 2j
-// (low nibble) and 2j + 1, so a quad is the 4 nibbles of 2 bytes, spread one per byte and
-// turned from two's complement q to u = q + 8 (n ^ 8); off = 8, zero points as mins.
+// r[i] = row i of a 16 x 16 matrix of dwords -> r[i] = its column i: a 4 x 4 transpose of dwords
+// within each 128-bit lane of 4 rows (unpack 32 then 64), then of the lanes across the 4 groups
+// of rows (vshufi32x4): 64 shuffles per 256 dwords.
+inline void transpose16x16(__m512i (&r)[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // u[4 g + c] lane L: column 4 L + c of rows 4 g .. 4 g + 3.
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i a = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+    const __m512i bb = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
+    const __m512i cc = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512i d = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
+    r[c] = _mm512_shuffle_i32x4(a, cc, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(a, cc, 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(bb, d, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(bb, d, 0xdd);
+  }
+}
+
+// kI4 for x8: byte j holds elements 2j (low nibble) and 2j + 1, so a quad is the 4 nibbles of
+// 2 bytes, spread one per byte and turned from two's complement q to u = q + 8 (n ^ 8); off = 8,
+// zero points as mins. Whole halves of 16 rows load 32 bytes (16 quads) of each row, spread
+// them and transpose the 16 x 16 quads (transpose16x16); a partial half, and bytes past the
+// last multiple of 32, take 4 bytes (2 quads) of 16 rows per vpgatherdd. With gathers alone the
+// packer took 8 % of an int4 prefill with SAMPAN_GEMM_PRECISION=bf16 on Zen 5 (perf, TinyLlama
+// shape, prompt 512, 1 thread: 0.12x the tile's samples), transposing 3 % (0.042x): prefill
+// 339-346 -> 358-362 tok/s, alternating.
 void pack_i4_x8(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch& s,
                 int32_t* panel, float* sw) {
   const int64_t rb = p.k / 2;  // bytes per weight row
@@ -122,7 +155,19 @@ void pack_i4_x8(const GemmWeights& w, const Plan& p, int b, int64_t row0, int co
     const int n = std::clamp(cols - 16 * half, 0, 16);
     const __mmask16 mk = static_cast<__mmask16>((1u << n) - 1);
     const uint8_t* base = data + 16 * half * rb;
-    for (int64_t j0 = 0; j0 < rb; j0 += 4) {  // bytes j0..j0+3: quads j0 / 2, j0 / 2 + 1
+    int64_t j1 = 0;  // bytes before j1: done by the transposing loop
+    if (n == 16) {
+      for (; j1 + 32 <= rb; j1 += 32) {  // bytes j1..j1+31 of each row: quads j1 / 2 .. + 15
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i) {
+          r[i] = spread(_mm512_cvtepu16_epi32(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i * rb + j1))));
+        }
+        transpose16x16(r);
+        for (int q = 0; q < 16; ++q) _mm512_store_si512(panel + (j1 / 2 + q) * kCols + 16 * half, r[q]);
+      }
+    }
+    for (int64_t j0 = j1; j0 < rb; j0 += 4) {  // bytes j0..j0+3: quads j0 / 2, j0 / 2 + 1
       // Masked lanes: 0, weights u - 8 = -8 against a scale of 0.
       const __m512i v = n == 0 ? _mm512_setzero_si512()
                                : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx,
@@ -135,7 +180,10 @@ void pack_i4_x8(const GemmWeights& w, const Plan& p, int b, int64_t row0, int co
   }
 }
 
-// kI4 for x16: 4 bytes of 16 rows per vpgatherdd, each byte's nibbles widened to q - z.
+// kI4 for x16: each byte's nibbles widened to q - z, whole halves of 16 rows by loads of 16
+// bytes (pairs) of each row and a 16 x 16 transpose, the rest 4 bytes of 16 rows per vpgatherdd
+// (as pack_i4_x8): default-precision int4 prefill 207-209 -> 213-217 tok/s (Zen 5, 1 thread,
+// alternating).
 void pack_i4(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, Scratch& s,
              int32_t* panel, float* sw) {
   const int64_t rb = p.k / 2;  // bytes per weight row
@@ -148,7 +196,31 @@ void pack_i4(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
     const __mmask16 mk = static_cast<__mmask16>((1u << n) - 1);
     const __m512i idx = row_index(rb);
     const uint8_t* base = data + 16 * half * rb;
-    for (int64_t j0 = 0; j0 < rb; j0 += 4) {  // bytes j0..j0+3: pairs j0..j0+3
+    // Two's complement nibble n -> q = (n ^ 8) - 8; q - z = (n ^ 8) - (8 + z); the pair's two
+    // int16 in a dword.
+    auto pair = [&](__m512i bytes, __m512i zz) {
+      const __m512i lo = _mm512_sub_epi32(_mm512_xor_si512(_mm512_and_si512(bytes, low4), eight), zz);
+      const __m512i hi = _mm512_sub_epi32(
+          _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi32(bytes, 4), low4), eight), zz);
+      return _mm512_or_si512(_mm512_and_si512(lo, lo16), _mm512_slli_epi32(hi, 16));
+    };
+    int64_t j1 = 0;  // bytes before j1: done by the transposing loop (as pack_i4_x8)
+    if (n == 16) {
+      for (; j1 + 16 <= rb; j1 += 16) {  // bytes (pairs) j1..j1+15 of each row
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i) {
+          r[i] = _mm512_cvtepu8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i * rb + j1)));
+        }
+        transpose16x16(r);
+        for (int q = 0; q < 16; ++q) {
+          const int64_t j = j1 + q;
+          const __m512i zz = _mm512_load_si512(s.zz.data() + (2 * j / p.group) * kCols + 16 * half);
+          _mm512_store_si512(panel + j * kCols + 16 * half, pair(r[q], zz));
+        }
+      }
+    }
+    for (int64_t j0 = j1; j0 < rb; j0 += 4) {  // bytes j0..j0+3: pairs j0..j0+3
       const __m512i zz = _mm512_load_si512(s.zz.data() + (2 * j0 / p.group) * kCols + 16 * half);
       // 4 bytes of each of 16 rows (masked lanes: 0, which with zz = 8 gives weight 0).
       const __m512i v = n == 0 ? _mm512_setzero_si512()
@@ -156,13 +228,8 @@ void pack_i4(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
                                                              base + j0, 1);
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
-        // Two's complement nibble n -> q = (n ^ 8) - 8; q - z = (n ^ 8) - (8 + z).
-        const __m512i lo = _mm512_sub_epi32(
-            _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi32(v, 8 * t), low4), eight), zz);
-        const __m512i hi = _mm512_sub_epi32(
-            _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi32(v, 8 * t + 4), low4), eight), zz);
         _mm512_store_si512(panel + (j0 + t) * kCols + 16 * half,
-                           _mm512_or_si512(_mm512_and_si512(lo, lo16), _mm512_slli_epi32(hi, 16)));
+                           pair(_mm512_srli_epi32(v, 8 * t), zz));
       }
     }
   }
