@@ -54,14 +54,6 @@ namespace {
 constexpr int kRows = 4;  // R
 constexpr int kMaxM = 4;  // rows of x per pass: 4 x 4 accumulators, 8 x vectors, 2 weights
 static_assert(kRows <= kGgmlMaxRows && kMaxM <= kGgmlMaxM);
-inline __m128i load16(const uint8_t* p) {
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-}
-
-inline __m256i load32(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
 // Elements [0, 16) and [16, 32) of 32 signed bytes, as f32 times dl0 and dl1.
 inline void i8x32_to_f32(__m256i q, __m512 dl0, __m512 dl1, __m512& w0, __m512& w1) {
   w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), dl0);

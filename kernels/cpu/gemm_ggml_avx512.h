@@ -1,6 +1,7 @@
 // Pieces shared by the AVX-512 GGUF decode kernels (gemm_ggml_avx512.cc,
-// gemm_ggml_kq_avx512_vnni.cc; include only from such translation units): the software prefetch
-// distance, the f16 scale read, and the block loop of the 256-element block kernels.
+// gemm_ggml_kq_avx512_vnni.cc, gemm_ggml_q4k_avx512_vnni.cc; include only from such translation
+// units): the software prefetch distance, unaligned 16- and 32-byte loads, the f16 scale read,
+// and the block loop of the 256-element block kernels.
 #pragma once
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -21,6 +22,14 @@ namespace {
 // / 7.3 half a call ahead, 11.6 / 8.9 / 12.0 one call, 11.5 / 9.4 / 12.4 one and a half, 12.2 /
 // 8.6 / 11.6 two calls ahead.
 inline int64_t prefetch_ahead(int64_t row_bytes) { return 3 * row_bytes / 2; }
+
+inline __m128i load16(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+
+inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
 
 inline float f16_at(const uint8_t* p) {
   uint16_t h;

@@ -84,11 +84,6 @@ int64_t x_floats(int64_t k) {
   return k / 256 * XLayout<kPlanes>::kBlockFloats;
 }
 
-inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
-inline __m256i load32(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
 // Position of element t (< 128) of a 128-element run in the prepared order.
 constexpr int permuted(int t) { return t < 32 ? t : t < 64 ? t + 32 : t < 96 ? t - 32 : t; }
 

@@ -101,38 +101,10 @@ inline __m512i row_index(int64_t rb) {
       _mm512_set1_epi32(static_cast<int>(rb)));
 }
 
-// r[i] = row i of a 16 x 16 matrix of dwords -> r[i] = its column i: a 4 x 4 transpose of dwords
-// within each 128-bit lane of 4 rows (unpack 32 then 64), then of the lanes across the 4 groups
-// of rows (vshufi32x4): 64 shuffles per 256 dwords.
-inline void transpose16x16(__m512i (&r)[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  // u[4 g + c] lane L: column 4 L + c of rows 4 g .. 4 g + 3.
-  for (int g = 0; g < 16; g += 4) {
-    u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i a = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
-    const __m512i bb = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
-    const __m512i cc = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
-    const __m512i d = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
-    r[c] = _mm512_shuffle_i32x4(a, cc, 0x88);
-    r[4 + c] = _mm512_shuffle_i32x4(a, cc, 0xdd);
-    r[8 + c] = _mm512_shuffle_i32x4(bb, d, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(bb, d, 0xdd);
-  }
-}
-
 // kI4 for x8: byte j holds elements 2j (low nibble) and 2j + 1, so a quad is the 4 nibbles of
 // 2 bytes, spread one per byte and turned from two's complement q to u = q + 8 (n ^ 8); off = 8,
 // zero points as mins. Whole halves of 16 rows load 32 bytes (16 quads) of each row, spread
-// them and transpose the 16 x 16 quads (transpose16x16); a partial half, and bytes past the
+// them and transpose the 16 x 16 quads (transpose16, gemm_internal.h); a partial half, and bytes past the
 // last multiple of 32, take 4 bytes (2 quads) of 16 rows per vpgatherdd. With gathers alone the
 // packer took 8 % of an int4 prefill with SAMPAN_GEMM_PRECISION=bf16 on Zen 5 (perf, TinyLlama
 // shape, prompt 512, 1 thread: 0.12x the tile's samples), transposing 3 % (0.042x): prefill
@@ -163,7 +135,7 @@ void pack_i4_x8(const GemmWeights& w, const Plan& p, int b, int64_t row0, int co
           r[i] = spread(_mm512_cvtepu16_epi32(
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i * rb + j1))));
         }
-        transpose16x16(r);
+        transpose16(r);
         for (int q = 0; q < 16; ++q) _mm512_store_si512(panel + (j1 / 2 + q) * kCols + 16 * half, r[q]);
       }
     }
@@ -212,7 +184,7 @@ void pack_i4(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols,
           r[i] = _mm512_cvtepu8_epi32(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i * rb + j1)));
         }
-        transpose16x16(r);
+        transpose16(r);
         for (int q = 0; q < 16; ++q) {
           const int64_t j = j1 + q;
           const __m512i zz = _mm512_load_si512(s.zz.data() + (2 * j / p.group) * kCols + 16 * half);
