@@ -167,8 +167,8 @@ inline __mmask64 mask64(int64_t n) {
 // lie in arrays of their own that the kernels' prefetch of the weight rows never reaches, and a
 // kernel needs a row's first scales before its first products. Without it the INT4 decode
 // kernels waited on a DRAM miss per call (Zen 5, TinyLlama shape, 1 thread, alternating:
-// decode 54-59 -> 62-64 tok/s at group 128, 46-48 -> 59-61 at group 32). Called by every kI4
-// decode kernel on entry. Addresses past an array's end are only prefetched (prefetch.h: why
+// decode 54-59 -> 62-64 tok/s at group 128, 46-48 -> 59-61 at group 32). The decode driver
+// (gemm_quant_cpu.cc) calls it before each kernel call on kI4 rows, whatever the ISA level. Addresses past an array's end are only prefetched (prefetch.h: why
 // not _mm_prefetch in this loop).
 inline void prefetch_i4_scales(const QuantRow* rows, int n, const QuantFormat& f) {
   const int64_t ng = f.k / f.group;  // scales (and zero points) per row

@@ -354,7 +354,6 @@ void dot_i4_z(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float
 
 // QuantFormat::asymmetric: some rows may have zero points (the others read as z = 0).
 void dot_i4(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  prefetch_i4_scales(rows, kRows, f);
   if (has_vex_vnni()) {
     if (f.asymmetric) return dot_i4_z<true, true>(rows, f, x, out);
     return dot_i4_z<false, true>(rows, f, x, out);

@@ -105,7 +105,6 @@ void dot_i4_mb(const QuantRow* rows, const QuantFormat& f, const QuantX& x, floa
 }
 
 void dot_i4(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  prefetch_i4_scales(rows, kI4Rows, f);
   switch (x.mb) {
     case 1: return dot_i4_mb<1>(rows, f, x, out);
     case 2: return dot_i4_mb<2>(rows, f, x, out);

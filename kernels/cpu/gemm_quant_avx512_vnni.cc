@@ -285,7 +285,6 @@ void dot_i4_z(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float
 }
 
 void dot_i4(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  prefetch_i4_scales(rows, kRows, f);
   if (f.asymmetric) return dot_i4_z<true>(rows, f, x, out);
   return dot_i4_z<false>(rows, f, x, out);
 }

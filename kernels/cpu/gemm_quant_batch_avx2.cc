@@ -443,7 +443,6 @@ void dot_i4_z(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float
 
 // QuantFormat::asymmetric: some rows may have zero points (the others read as z = 0).
 void dot_i4(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  prefetch_i4_scales(rows, kCallRows, f);
   if (f.asymmetric) return dot_i4_z<true>(rows, f, x, out);
   return dot_i4_z<false>(rows, f, x, out);
 }

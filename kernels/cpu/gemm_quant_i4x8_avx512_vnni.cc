@@ -223,7 +223,6 @@ void dot_z(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* o
 }
 
 void dot_i4_x8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  prefetch_i4_scales(rows, kRows, f);
   if (f.asymmetric) return dot_z<true>(rows, f, x, out);
   return dot_z<false>(rows, f, x, out);
 }
