@@ -81,6 +81,15 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
                const PagedKvCache& cache, const int32_t* pos, const int32_t* seq_ids, float* out,
                int64_t ldo, TaskRunner& runner);
 
+// The shortest run that attention() hands to its prefill kernel (attention_prefill_impl.h): a
+// run is tokens of one sequence at consecutive positions in consecutive batch rows (a prefill
+// chunk, as the engine lays batches out). Shorter runs and lone tokens (decode) take the
+// per-token loop. INT64_MAX where the prefill kernel is not used (kI8 on the AMX tiles). The
+// two kernels sum in different orders, so a token's result may differ in the last bits between
+// them; through the prefill kernel it does not depend on how its prompt was cut into chunks
+// (key blocks start at fixed positions and every query row is computed on its own).
+int64_t attention_prefill_min_tokens(const AttentionShape& shape, KvDtype dtype);
+
 // Whether attention() runs `shape` over a cache of `dtype` on the AMX-INT8 tiles (kI8, AMX CPU,
 // GemmPrecision not kF32, head_dim a multiple of 64 up to 256, at most 8 query heads per KV
 // head).

@@ -4,7 +4,9 @@
 // the prefetch of the next key block; the loop, written once over a SIMD traits type
 // (vec_avx2.h / vec_avx512.h) for every format, is kv_quant_impl.h, instantiated in
 // attention_cpu.cc (AVX2) and attention_avx512.cc; attention_i8_amx.cc is the int8 cache on AMX
-// tiles. attention_cpu.cc owns the work split, the threads and the merge of split ranges.
+// tiles. attention_cpu.cc owns the work split, the threads and the merge of split ranges, and
+// hands prefill chunks to the prefill kernel instead (PrefillBlock below,
+// attention_prefill_impl.h), which shares each key block among a block of query tokens.
 //
 // Keys are taken in blocks of kKeyBlock positions. Per block and KV head:
 //  - the scores of every query head (kv_quant_impl.h says how, per format and ISA);
@@ -65,6 +67,48 @@ inline int64_t attention_scratch_floats(int64_t group, int64_t head_dim, int64_t
 
 void attention_range_avx2(const AttentionRange& a);
 void attention_range_avx512(const AttentionRange& a);
+
+// A block of a prefill chunk for attention_prefill_impl.h: tokens at the consecutive positions
+// p0 .. p0 + n_tok - 1 of one sequence (batch rows q, q + ldq, ...), the query heads of one KV
+// head, against keys attention_first_key(p0, window) .. p0 + n_tok - 1 (each token masked to its
+// own range). The kernel trusts the block table entries those keys need.
+struct PrefillBlock {
+  const float* q = nullptr;  // [n_tok, ldq]: every head's q of the block's tokens
+  int64_t ldq = 0;
+  float* out = nullptr;  // [n_tok, ldo]: receives this KV head's query heads only; may be q
+  int64_t ldo = 0;
+  int64_t n_tok = 0;
+  int64_t p0 = 0;
+  int64_t kv_head = 0;
+  int64_t window = 0;  // AttentionShape::sliding_window
+  KvDtype dtype = KvDtype::kF32;
+  const uint8_t* k_rows = nullptr;  // the K pool: row r of the pool at k_rows + r * ld_bytes
+  const uint8_t* v_rows = nullptr;
+  int64_t ld_bytes = 0;
+  const int32_t* blocks = nullptr;  // the sequence's block table row
+  int64_t block_size = 0;
+  int64_t group = 0;
+  int64_t head_dim = 0;
+  float scale = 1.0f;
+  float* scratch = nullptr;  // prefill_scratch_floats(n_tok, group, head_dim, width)
+};
+
+// Keys per block of the prefill kernel; blocks start at multiples of it.
+constexpr int64_t kPrefillKeys = 32;
+
+// The block's query rows rounded up to whole vectors of `width` lanes.
+inline int64_t prefill_rows_padded(int64_t n_tok, int64_t group, int64_t width) {
+  return (n_tok * group + width - 1) / width * width;
+}
+
+inline int64_t prefill_scratch_floats(int64_t n_tok, int64_t group, int64_t head_dim,
+                                      int64_t width) {
+  const int64_t rp = prefill_rows_padded(n_tok, group, width);
+  return rp * (2 * head_dim + kPrefillKeys + 3) + 2 * kPrefillKeys * head_dim;
+}
+
+void attention_prefill_avx2(const PrefillBlock& a);
+void attention_prefill_avx512(const PrefillBlock& a);
 // kI8 caches on AMX-INT8 tiles (attention_i8_amx.cc, which states its error bound), for the
 // shapes attention_i8_amx_supported accepts; AMX CPUs only.
 bool attention_i8_amx_supported(int64_t group, int64_t head_dim);

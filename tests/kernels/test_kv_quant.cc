@@ -382,11 +382,19 @@ struct AttnErrors {
   double vs_f32 = 0;      // against the double reference over the unquantized values
 };
 
-// One batch of c.seqs through kv_cache_write (cached part first, then the new tokens in shuffled
-// order) and attention with strided q and out; `fill` makes each K/V value (sequence, position,
+// How run_case lays out the new tokens of the batch.
+enum class Order {
+  kShuffled,  // in random order: every token through the per-token loop
+  kInOrder,   // each sequence's tokens together, by position (as the engine lays a batch out):
+              // new-token runs of attention_prefill_min_tokens or more take the prefill kernel
+};
+
+// One batch of c.seqs through kv_cache_write (cached part first, then the new tokens in `order`)
+// and attention with strided q and out; `fill` makes each K/V value (sequence, position,
 // element) -> value, or random when empty.
 AttnErrors run_case(KvDtype dt, const AttnCase& c, TaskRunner& runner, std::mt19937& rng,
-                    float (*fill)(int64_t, int64_t, int64_t) = nullptr) {
+                    float (*fill)(int64_t, int64_t, int64_t) = nullptr,
+                    Order order = Order::kShuffled) {
   const int64_t hd = c.hd, kvw = c.kv * hd, qw = c.heads * hd;
   const auto n_seqs = static_cast<int64_t>(c.seqs.size());
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
@@ -443,7 +451,7 @@ AttnErrors run_case(KvDtype dt, const AttnCase& c, TaskRunner& runner, std::mt19
     const SeqSpec& q = c.seqs[size_t(si)];
     for (int64_t p = q.past; p < q.past + q.n_new; ++p) batch.emplace_back(si, p);
   }
-  std::shuffle(batch.begin(), batch.end(), rng);
+  if (order == Order::kShuffled) std::shuffle(batch.begin(), batch.end(), rng);
   seq.clear();
   pos.clear();
   kin.clear();
@@ -553,6 +561,14 @@ TEST_CASE("kv formats: attention over each quantized cache", "[kv_quant][attenti
       {12, 4, 64, 16, 0, {{130, 1}, {0, 19}}},
       // Sixteen heads per KV head at head size 128: two 8-head passes over one transposed tile.
       {16, 1, 128, 5, 0, {{90, 1}, {0, 7}}},
+      // In order, prompts long enough for the prefill kernel: several blocks of query rows
+      // (with a partial one), key blocks across cache blocks, a chunk after a cached part, a
+      // sliding window that cuts key blocks, seven heads per KV head (rows no multiple of the
+      // vector width), a head size with a scalar tail.
+      {32, 4, 64, 16, 0, {{0, 75}, {40, 1}}},
+      {28, 4, 64, 5, 37, {{50, 41}, {0, 1}}},
+      {14, 2, 80, 16, 0, {{33, 70}}},
+      {8, 8, 36, 7, 20, {{0, 40}, {100, 1}}},
   };
   std::mt19937 rng(11);
   Runners runners;
@@ -562,14 +578,16 @@ TEST_CASE("kv formats: attention over each quantized cache", "[kv_quant][attenti
     for (KvDtype dt : kAllDtypes) {
       for (size_t ci = 0; ci < cases.size(); ++ci) {
         for (auto [rname, runner] : runners.all()) {
-          INFO("isa " << isa_name(isa) << " dtype " << kv_dtype_name(dt) << " case " << ci
-                      << " runner " << rname);
-          const AttnErrors e = run_case(dt, cases[ci], *runner, rng);
-          CHECK(e.vs_decoded <= decoded_tol(dt, cases[ci]));
-          CHECK(e.vs_f32 <= f32_bound(dt));
-          if (std::getenv("KVQ_MEASURE")) {
-            WARN("measure " << kv_dtype_name(dt) << " case " << ci << " dec " << e.vs_decoded
-                            << " f32 " << e.vs_f32);
+          for (Order order : {Order::kShuffled, Order::kInOrder}) {
+            INFO("isa " << isa_name(isa) << " dtype " << kv_dtype_name(dt) << " case " << ci
+                        << " runner " << rname << " in order " << (order == Order::kInOrder));
+            const AttnErrors e = run_case(dt, cases[ci], *runner, rng, nullptr, order);
+            CHECK(e.vs_decoded <= decoded_tol(dt, cases[ci]));
+            CHECK(e.vs_f32 <= f32_bound(dt));
+            if (std::getenv("KVQ_MEASURE")) {
+              WARN("measure " << kv_dtype_name(dt) << " case " << ci << " dec " << e.vs_decoded
+                              << " f32 " << e.vs_f32);
+            }
           }
         }
       }
@@ -619,6 +637,7 @@ TEST_CASE("kv formats: int8 attention on AMX tiles exactly where promised",
 TEST_CASE("kv formats: zero and constant rows give no NaN", "[kv_quant][attention]") {
   const AttnCase c{4, 2, 64, 16, 0, {{40, 1}, {0, 5}}};
   const AttnCase odd{4, 2, 80, 7, 0, {{70, 1}}};
+  const AttnCase prompt{8, 2, 64, 16, 0, {{0, 70}}};  // through the prefill kernel
   std::mt19937 rng(3);
   Runners runners;
   IsaRestore restore;
@@ -632,8 +651,8 @@ TEST_CASE("kv formats: zero and constant rows give no NaN", "[kv_quant][attentio
       const std::pair<float (*)(int64_t, int64_t, int64_t), double> fills[] = {
           {zero_fill, 0.0}, {constant_fill, 2e-3}, {flat_rows_fill, f32_bound(dt)}};
       for (auto [fill, bound] : fills) {
-        for (const AttnCase* ac : {&c, &odd}) {
-          const AttnErrors e = run_case(dt, *ac, runners.wide, rng, fill);
+        for (const AttnCase* ac : {&c, &odd, &prompt}) {
+          const AttnErrors e = run_case(dt, *ac, runners.wide, rng, fill, Order::kInOrder);
           CHECK(e.vs_decoded <= decoded_tol(dt, *ac));
           CHECK(e.vs_f32 <= bound);
         }

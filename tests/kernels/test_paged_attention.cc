@@ -53,7 +53,10 @@ struct Batch {
   int64_t ld_in = 0;
 };
 
-Batch make_batch(const Scenario& sc, const AttentionShape& s, std::mt19937& rng) {
+// shuffle: the new tokens in random batch order; else each sequence's together, by position
+// (the engine's layout, whose prefill chunks take attention's prefill kernel).
+Batch make_batch(const Scenario& sc, const AttentionShape& s, std::mt19937& rng,
+                 bool shuffle = true) {
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   const int64_t qw = s.n_heads * s.head_dim, kvw = s.n_kv_heads * s.head_dim;
   Batch b;
@@ -72,7 +75,7 @@ Batch make_batch(const Scenario& sc, const AttentionShape& s, std::mt19937& rng)
   // The batch order must not matter: every K/V is written before any token attends.
   std::vector<size_t> order(b.seq.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::shuffle(order.begin(), order.end(), rng);
+  if (shuffle) std::shuffle(order.begin(), order.end(), rng);
   std::vector<int32_t> seq, pos;
   for (size_t i : order) {
     seq.push_back(b.seq[i]);
@@ -259,6 +262,83 @@ TEST_CASE("paged attention over many sequences matches the double reference",
               for (int64_t t = 0; t < n; ++t) {
                 for (int64_t i = 0; i < qw; ++i) {
                   const double got = out[size_t(t * ldo + i)];
+                  const double w = want[size_t(t * qw + i)];
+                  if (!(std::fabs(got - w) <= kTol) && bad++ == 0) {
+                    UNSCOPED_INFO("token " << t << " (seq " << b.seq[size_t(t)] << " pos "
+                                           << b.pos[size_t(t)] << ") col " << i << ": " << got
+                                           << " want " << w);
+                  }
+                }
+              }
+              CHECK(bad == 0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Batches laid out as the engine lays them out (each sequence's new tokens together, by
+// position): prefill chunks of attention_prefill_min_tokens or more go through the prefill
+// kernel (attention_prefill_impl.h), in blocks of query rows against key blocks at fixed
+// positions, the rest through the per-token loop; both against the same double reference.
+TEST_CASE("paged attention: prefill chunks in batch order match the double reference",
+          "[kernels][attention][paged]") {
+  const std::vector<Scenario> scenarios = {
+      // A whole prompt (several blocks of query rows, the last partial), a chunk after a cached
+      // part that starts inside a key block, decodes and a short chunk around them.
+      {"prompts and decodes", {{0, 70}, {69, 1}, {45, 38}, {0, 3}, {200, 1}}},
+      // One chunk long after its start: a sliding window cuts its first key blocks.
+      {"late chunk", {{131, 45}}},
+  };
+  struct Config {
+    int64_t heads, kv, hd;
+  };
+  // Groups of 8, 4, 7 (query rows no multiple of the vector width), 1 (MHA) and 16; head sizes
+  // with vector and scalar tails.
+  const std::vector<Config> configs = {{32, 4, 64},  {8, 2, 128}, {28, 4, 64},
+                                       {3, 3, 80},   {16, 1, 72}, {6, 3, 7}};
+  std::mt19937 rng(41);
+  Runners runners;
+  IsaRestore restore;
+  for (const Config& cfg : configs) {
+    for (int64_t window : {0, 5, 40}) {
+      const AttentionShape s = make_shape(cfg.heads, cfg.kv, cfg.hd, window);
+      const int64_t qw = s.n_heads * s.head_dim;
+      for (const Scenario& sc : scenarios) {
+        const Batch b = make_batch(sc, s, rng, false);
+        const int64_t n = static_cast<int64_t>(b.seq.size());
+        const std::vector<double> want = reference(s, b);
+        const float* q = b.qkv.data();
+        const float* k = q + qw;
+        const float* v = k + s.n_kv_heads * s.head_dim;
+        for (int64_t bs : {1, 16, 48}) {
+          const std::mt19937 pool_rng(static_cast<uint32_t>(bs * 5 + window));
+          Pool pool = make_pool(sc, s, b, bs, false, pool_rng);
+          for (Isa isa : supported_isas()) {
+            REQUIRE(set_isa(isa));
+            // The first scenario's 70-token prompt takes the prefill kernel on every level.
+            CHECK(attention_prefill_min_tokens(s, KvDtype::kF32) <= 38);
+            for (auto [rname, runner] : runners.all()) {
+              INFO("heads " << cfg.heads << "/" << cfg.kv << " hd " << cfg.hd << " window "
+                            << window << " " << sc.name << " block size " << bs << " isa "
+                            << isa_name(isa) << " runner " << rname);
+              Pool p = pool;
+              const PagedKvCache cache = p.cache();
+              kv_cache_write(n, s, k, b.ld_in, v, b.ld_in, b.pos.data(), b.seq.data(), cache);
+              // out on top of q (the engine's in-place call): rows of ld_in.
+              std::vector<float> io(b.qkv);
+              attention(n, s, io.data(), b.ld_in, cache, b.pos.data(), b.seq.data(), io.data(),
+                        b.ld_in, *runner);
+              int64_t bad = 0;
+              for (int64_t t = 0; t < n; ++t) {
+                for (int64_t i = 0; i < b.ld_in; ++i) {
+                  const double got = io[size_t(t * b.ld_in + i)];
+                  if (i >= qw) {  // k, v and the pad of the row: untouched
+                    bad += to_bits(float(got)) != to_bits(b.qkv[size_t(t * b.ld_in + i)]);
+                    continue;
+                  }
                   const double w = want[size_t(t * qw + i)];
                   if (!(std::fabs(got - w) <= kTol) && bad++ == 0) {
                     UNSCOPED_INFO("token " << t << " (seq " << b.seq[size_t(t)] << " pos "
