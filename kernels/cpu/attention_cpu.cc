@@ -160,8 +160,13 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
                           ? detail::attention_range_i8_amx
                       : has_avx512() ? detail::attention_range_avx512
                                      : detail::attention_range_avx2;
+  // GemmPrecision::kBf16 rounds activations to bf16; the prefill kernel follows it where
+  // vdpbf16ps runs at the FMA rate (attention_prefill_avx512_bf16.cc states its bound).
   const auto prefill_kernel =
-      has_avx512() ? detail::attention_prefill_avx512 : detail::attention_prefill_avx2;
+      gemm_precision() == GemmPrecision::kBf16 && bf16_panels_preferred()
+          ? detail::attention_prefill_avx512_bf16
+      : has_avx512() ? detail::attention_prefill_avx512
+                     : detail::attention_prefill_avx2;
   const int64_t width = has_avx512() ? 16 : 8;
   const int64_t min_run = attention_prefill_min_tokens(shape, cache.dtype);
   const int64_t block_tokens = prefill_block_tokens(group, width);

@@ -104,11 +104,16 @@ inline int64_t prefill_rows_padded(int64_t n_tok, int64_t group, int64_t width) 
 inline int64_t prefill_scratch_floats(int64_t n_tok, int64_t group, int64_t head_dim,
                                       int64_t width) {
   const int64_t rp = prefill_rows_padded(n_tok, group, width);
-  return rp * (2 * head_dim + kPrefillKeys + 3) + 2 * kPrefillKeys * head_dim;
+  // Qt, Ot, the scores, three row vectors; K and V blocks; two rows of the bf16 kernel's staging.
+  return rp * (2 * head_dim + kPrefillKeys + 3) + 2 * kPrefillKeys * head_dim +
+         2 * (head_dim + 32);
 }
 
 void attention_prefill_avx2(const PrefillBlock& a);
 void attention_prefill_avx512(const PrefillBlock& a);
+// The same on vdpbf16ps (attention_prefill_avx512_bf16.cc, which states its error bound):
+// GemmPrecision::kBf16 where bf16_panels_preferred().
+void attention_prefill_avx512_bf16(const PrefillBlock& a);
 // kI8 caches on AMX-INT8 tiles (attention_i8_amx.cc, which states its error bound), for the
 // shapes attention_i8_amx_supported accepts; AMX CPUs only.
 bool attention_i8_amx_supported(int64_t group, int64_t head_dim);
