@@ -66,13 +66,16 @@ void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* 
 // positions [lo(t), pos[t]] of sequence seq_ids[t], which must already hold K/V (kv_cache_write
 // first, for the whole batch). out: [n_tokens, n_heads * head_dim] row stride ldo; it may be q
 // itself (same stride), nothing else overlapping. Softmax in f32 with a running maximum.
-// The work is cut into key ranges per token (and KV head, for an f32 cache); when the batch holds
-// too little work to keep every worker busy (a decode of few sequences), long key ranges are
-// split over workers and merged, so results can differ in the last bits with the runner's
-// width.
+// Prefill chunks (attention_prefill_min_tokens) go in blocks of query rows, one task per block
+// and KV head; every other token is one task over its key range (every KV head), and when the
+// batch holds too little work to keep every worker busy (a decode of few sequences), long key
+// ranges are split over workers and merged, so a decode token's result can differ in the last
+// bits with the runner's width (a prefill chunk's cannot).
 //
 // Accuracy: every format but kI8 on AMX computes the attention of the stored (dequantized) K and
-// V in f32 (softmax with a running maximum, f32 sums). A kI8 cache on a CPU with AMX-INT8
+// V in f32 (softmax with a running maximum, f32 sums), except that with GemmPrecision::kBf16 on
+// CPUs where bf16_panels_preferred() the prefill kernel multiplies in bf16 (its bound is stated in
+// attention_prefill_avx512_bf16.cc). A kI8 cache on a CPU with AMX-INT8
 // (attention_on_int8_tiles) multiplies on the int8 tiles instead, with q and the softmax weights
 // rounded to 16 bits (two int8 planes); its error bound is stated in attention_i8_amx.cc
 // (measured up to 2e-5 of max |v| in test_kv_quant, against the format's own 4e-3).
