@@ -235,9 +235,8 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   // Longest first, so that the parallel section ends evenly (later prefill tokens and longer
   // sequences see more keys).
   // Cost: query rows times keys.
-  const int64_t n_heads_all = shape.n_heads;
   auto cost = [&](const Piece& p) {
-    return (p.last - p.first + 1) * (p.kv_head < 0 ? n_heads_all : p.n_tok * group);
+    return (p.last - p.first + 1) * (p.kv_head < 0 ? n_heads : p.n_tok * group);
   };
   std::sort(pieces.begin(), pieces.end(),
             [&](const Piece& a, const Piece& b) { return cost(a) > cost(b); });
@@ -249,6 +248,7 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   const Piece* piece_list = pieces.data();
 
   const int64_t prefill_floats = detail::prefill_scratch_floats(block_tokens, group, hd, width);
+  const int64_t row_bytes = kv_row_bytes(cache.dtype, n_kv, hd);
   runner.run(static_cast<int64_t>(pieces.size()), [&](int64_t task) {
     const Piece& pc = piece_list[task];
     if (pc.kv_head >= 0) {
@@ -264,7 +264,7 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
       b.dtype = cache.dtype;
       b.k_rows = static_cast<const uint8_t*>(cache.k);
       b.v_rows = static_cast<const uint8_t*>(cache.v);
-      b.ld_bytes = kv_row_bytes(cache.dtype, n_kv, hd);
+      b.ld_bytes = row_bytes;
       b.blocks = cache.block_tables + seq_ids[pc.t] * cache.max_blocks;
       b.block_size = cache.block_size;
       b.group = group;
@@ -280,7 +280,7 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
     a.dtype = cache.dtype;
     a.k_rows = static_cast<const uint8_t*>(cache.k);
     a.v_rows = static_cast<const uint8_t*>(cache.v);
-    a.ld_bytes = kv_row_bytes(cache.dtype, n_kv, hd);
+    a.ld_bytes = row_bytes;
     a.blocks = cache.block_tables + seq_ids[pc.t] * cache.max_blocks;
     a.block_size = cache.block_size;
     a.group = group;

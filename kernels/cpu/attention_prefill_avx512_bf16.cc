@@ -32,7 +32,6 @@
 #include "kernels/cpu/attention_impl.h"
 #include "kernels/cpu/vec_avx512.h"
 #include "kernels/cpu/attention_prefill_impl.h"
-#include "kernels/cpu/kv_quant.h"
 
 namespace sampan::cpu {
 namespace {
@@ -126,7 +125,9 @@ inline void values_bf16(float* ot, int64_t rp, const uint32_t* p2, const uint32_
 }
 
 // The f32 kernel's tiles (PrefillTiles<Avx512>): 4 row vectors by 4 keys or 4 dimensions.
-constexpr int kRowVecs = 4, kKeyTile = 4, kDimTile = 4;
+constexpr int kRowVecs = PrefillTiles<Avx512>::kRowVecs;
+constexpr int kKeyTile = PrefillTiles<Avx512>::kKeyTile;
+constexpr int kDimTile = PrefillTiles<Avx512>::kDimTile;
 
 template <int kRv, int kHd>
 void values_bf16_rows(float* ot, int64_t rp, const uint32_t* p2, const uint32_t* v2,
@@ -138,23 +139,6 @@ void values_bf16_rows(float* ot, int64_t rp, const uint32_t* p2, const uint32_t*
   }
   if constexpr (kHd % kDimTile != 0 || kHd == 0) {
     for (; d0 < hd; ++d0) values_bf16<kRv, 1, kHd>(ot, rp, p2, v2, hd, n_pairs, corr, d0, rv0);
-  }
-}
-
-// Calls f.template operator()<kRv>(rv0) over the row vectors, kRowVecs at a time.
-template <class F>
-inline void for_row_tiles(int64_t nrv, F&& f) {
-  for (int64_t rv0 = 0; rv0 < nrv; rv0 += kRowVecs) {
-    const int64_t left = nrv - rv0;
-    if (left >= 4) {
-      f.template operator()<4>(rv0);
-    } else if (left == 3) {
-      f.template operator()<3>(rv0);
-    } else if (left == 2) {
-      f.template operator()<2>(rv0);
-    } else {
-      f.template operator()<1>(rv0);
-    }
   }
 }
 
@@ -242,7 +226,7 @@ void kv_prefill_block_bf16(const detail::PrefillBlock& a) {
       }
     });
     for (int64_t jt = 0; jt < nk; jt += kKeyTile) {
-      for_row_tiles(nrv, [&]<int kRv>(int64_t rv0) {
+      for_row_tiles<kRowVecs>(nrv, [&]<int kRv>(int64_t rv0) {
         scores_bf16<kRv, kKeyTile, kHd>(qt2, rp, k2, hd2, jt, rv0, w.st);
       });
     }
@@ -260,7 +244,7 @@ void kv_prefill_block_bf16(const detail::PrefillBlock& a) {
         _mm512_storeu_si512(p2 + i * rp + rv * 16, bf16_pairs(lo, hi));
       }
     }
-    for_row_tiles(nrv, [&]<int kRv>(int64_t rv0) {
+    for_row_tiles<kRowVecs>(nrv, [&]<int kRv>(int64_t rv0) {
       values_bf16_rows<kRv, kHd>(w.ot, rp, p2, v2, hd, n_pairs, w.corr, rv0);
     });
   }

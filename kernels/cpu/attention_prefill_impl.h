@@ -133,55 +133,47 @@ struct PrefillTiles {
   static constexpr int kDimTile = 4;
 };
 
-template <class S, int kHd>
-void prefill_scores_all(const float* qt, int64_t rp, const float* kbuf, int64_t hd, int64_t nk,
-                        float* st) {
-  constexpr int kRv = PrefillTiles<S>::kRowVecs, kKt = PrefillTiles<S>::kKeyTile;
-  const int64_t nrv = rp / S::kWidth;
-  for (int64_t rv0 = 0; rv0 < nrv; rv0 += kRv) {
+// Calls f.template operator()<kRv>(rv0) over nrv row vectors, kRowVecs at a time; the last tile
+// takes what is left (1 .. kRowVecs - 1 vectors).
+template <int kRowVecs, class F>
+inline void for_row_tiles(int64_t nrv, F&& f) {
+  static_assert(kRowVecs >= 1 && kRowVecs <= 4);
+  for (int64_t rv0 = 0; rv0 < nrv; rv0 += kRowVecs) {
     const int64_t left = nrv - rv0;
-    for (int64_t jt = 0; jt < nk; jt += kKt) {  // key rows past nk are zeros (kbuf padding)
-      if (left >= kRv) {
-        prefill_scores<S, kRv, kKt, kHd>(qt, rp, kbuf, hd, jt, rv0, st);
-      } else if (left == 3) {
-        prefill_scores<S, 3, kKt, kHd>(qt, rp, kbuf, hd, jt, rv0, st);
-      } else if (left == 2) {
-        prefill_scores<S, 2, kKt, kHd>(qt, rp, kbuf, hd, jt, rv0, st);
-      } else {
-        prefill_scores<S, 1, kKt, kHd>(qt, rp, kbuf, hd, jt, rv0, st);
-      }
+    if (left >= kRowVecs) {
+      f.template operator()<kRowVecs>(rv0);
+    } else if (left == 3) {
+      f.template operator()<3>(rv0);
+    } else if (left == 2) {
+      f.template operator()<2>(rv0);
+    } else {
+      f.template operator()<1>(rv0);
     }
   }
 }
 
-template <class S, int kRv, int kHd>
-void prefill_values_rows(float* ot, int64_t rp, const float* st, const float* vbuf, int64_t hd,
-                         int64_t nk, const float* corr, int64_t rv0) {
-  constexpr int kDt = PrefillTiles<S>::kDimTile;
-  int64_t d0 = 0;
-  for (; d0 + kDt <= hd; d0 += kDt) {
-    prefill_values<S, kRv, kDt, kHd>(ot, rp, st, vbuf, hd, nk, corr, d0, rv0);
-  }
-  for (; d0 < hd; ++d0) prefill_values<S, kRv, 1, kHd>(ot, rp, st, vbuf, hd, nk, corr, d0, rv0);
+template <class S, int kHd>
+void prefill_scores_all(const float* qt, int64_t rp, const float* kbuf, int64_t hd, int64_t nk,
+                        float* st) {
+  constexpr int kKt = PrefillTiles<S>::kKeyTile;
+  for_row_tiles<PrefillTiles<S>::kRowVecs>(rp / S::kWidth, [&]<int kRv>(int64_t rv0) {
+    for (int64_t jt = 0; jt < nk; jt += kKt) {  // key rows past nk are zeros (kbuf padding)
+      prefill_scores<S, kRv, kKt, kHd>(qt, rp, kbuf, hd, jt, rv0, st);
+    }
+  });
 }
 
 template <class S, int kHd>
 void prefill_values_all(float* ot, int64_t rp, const float* st, const float* vbuf, int64_t hd,
                         int64_t nk, const float* corr) {
-  constexpr int kRv = PrefillTiles<S>::kRowVecs;
-  const int64_t nrv = rp / S::kWidth;
-  for (int64_t rv0 = 0; rv0 < nrv; rv0 += kRv) {
-    const int64_t left = nrv - rv0;
-    if (left >= kRv) {
-      prefill_values_rows<S, kRv, kHd>(ot, rp, st, vbuf, hd, nk, corr, rv0);
-    } else if (left == 3) {
-      prefill_values_rows<S, 3, kHd>(ot, rp, st, vbuf, hd, nk, corr, rv0);
-    } else if (left == 2) {
-      prefill_values_rows<S, 2, kHd>(ot, rp, st, vbuf, hd, nk, corr, rv0);
-    } else {
-      prefill_values_rows<S, 1, kHd>(ot, rp, st, vbuf, hd, nk, corr, rv0);
+  constexpr int kDt = PrefillTiles<S>::kDimTile;
+  for_row_tiles<PrefillTiles<S>::kRowVecs>(rp / S::kWidth, [&]<int kRv>(int64_t rv0) {
+    int64_t d0 = 0;
+    for (; d0 + kDt <= hd; d0 += kDt) {
+      prefill_values<S, kRv, kDt, kHd>(ot, rp, st, vbuf, hd, nk, corr, d0, rv0);
     }
-  }
+    for (; d0 < hd; ++d0) prefill_values<S, kRv, 1, kHd>(ot, rp, st, vbuf, hd, nk, corr, d0, rv0);
+  });
 }
 
 // dst [hd] = the dequantized head record rec (kv_quant.h layout of D), times its row scale.
@@ -243,9 +235,9 @@ inline void for_each_query_row(const detail::PrefillBlock& a, F&& f) {
 }
 
 #if defined(__AVX512F__)
-// AVX-512: calls f(r0, nr, v) for the query rows in groups of 16 (nr < 16 in the last), v[i]
-// (i < 16) the 16 f32 at dimensions d0 .. d0 + 15 of row r0 + i times `scale` (zeros past the
-// head and for i >= nr), for each d0, as 32-bit lanes: f(r0, d0, v).
+// AVX-512: calls f(r0, nr, d0, src, sc) for the query rows in groups of 16 (nr <= 16 rows from
+// r0) and each d0 = 0, d_step, ... < hd: src[i] (i < nr) is row r0 + i's q (head_dim f32), sc
+// `scale` broadcast; f loads and transposes the 16 x d_step tile itself.
 template <class F>
 inline void for_q_tiles_avx512(const detail::PrefillBlock& a, int64_t hd, int64_t d_step,
                                float scale, F&& f) {
