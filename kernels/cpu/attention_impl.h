@@ -22,6 +22,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/cpu/prefetch.h"
@@ -264,41 +265,72 @@ inline void prefetch_key_block(const detail::AttentionRange& a, int64_t row_byte
 // its rows gathered, 10.3 in place with this (9.0-9.5 with the same requests into L1); an
 // explicit loop that only reads the rows through it, 15.4 (95 % of bandwidth_probe).
 // rows: n_rows row starts (the next block's K rows, then its V rows), each `bytes` long.
+// kNear: also the L1 stream of start_near (kv_quant_impl.h's kNearPrefetch); without it, step()
+// is the L2 stream alone (a second stream's check measured 3-7 % on the bf16 loop).
+template <bool kNear = false>
 struct SpreadPrefetch {
-  const uint8_t* const* rows = nullptr;
-  int64_t n_rows = 0;
-  int64_t bytes = 0;
-  int64_t every = 1;  // step() calls per row asked for
-  int64_t tick = 0;
-  int64_t r = 0;  // the next row to ask for
-
-  // Spreads the rows over `steps` calls of step().
+  // Spreads the rows over `steps` calls of step(), into L2.
   void start(const uint8_t* const* rs, int64_t n, int64_t b, int64_t steps) {
-    rows = rs;
-    n_rows = n;
-    bytes = b;
-    every = n > 0 && steps > n ? steps / n : 1;
-    tick = 0;
-    r = 0;
+    far_.start(rs, n, b, steps);
   }
-  void step() {
-    if (++tick < every) return;
-    tick = 0;
-    if (r < n_rows) ask();
+  // Spreads one KV head's records over the next `steps` calls of step(), into L1: the V records
+  // of the head whose scores are being computed, then the next head's K records while its V is
+  // accumulated. Out of L2 (where start() put them), the first read of each line otherwise
+  // waits on L2 in the V loop, whose loads the out-of-order window cannot run far enough ahead
+  // of (32 FMAs per record on 8 chained accumulators).
+  void start_near(const uint8_t* const* rs, int64_t n, int64_t b, int64_t steps) {
+    if constexpr (kNear) near_.start(rs, n, b, steps);
+  }
+  [[gnu::always_inline]] void step() {
+    far_.template step<_MM_HINT_T1>();
+    if constexpr (kNear) near_.template step<_MM_HINT_T0>();
   }
   // What step() has not asked for yet.
-  void drain() {
-    while (r < n_rows) ask();
+  void drain() { far_.template drain<_MM_HINT_T1>(); }
+  void drain_near() {
+    if constexpr (kNear) near_.template drain<_MM_HINT_T0>();
   }
 
  private:
-  void ask() {
-    const auto p0 = reinterpret_cast<uintptr_t>(rows[r++]);
-    const uintptr_t last = p0 + static_cast<uintptr_t>(bytes) - 1;
-    for (uintptr_t p = p0 & ~uintptr_t{63}; p <= last; p += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+  struct Stream {
+    const uint8_t* const* rows = nullptr;
+    int64_t n_rows = 0;
+    int64_t bytes = 0;
+    int64_t every = 1;  // step() calls per row asked for
+    int64_t tick = 0;
+    int64_t r = 0;  // the next row to ask for
+
+    void start(const uint8_t* const* rs, int64_t n, int64_t b, int64_t steps) {
+      rows = rs;
+      n_rows = n;
+      bytes = b;
+      every = n > 0 && steps > n ? steps / n : 1;
+      tick = 0;
+      r = 0;
     }
-  }
+    // Inlined (GCC otherwise calls it, from the loops that step it per 4 words).
+    template <int kHint>
+    [[gnu::always_inline]] void step() {
+      if (++tick < every) return;
+      tick = 0;
+      if (r < n_rows) ask<kHint>();
+    }
+    template <int kHint>
+    void drain() {
+      while (r < n_rows) ask<kHint>();
+    }
+    template <int kHint>
+    void ask() {
+      const auto p0 = reinterpret_cast<uintptr_t>(rows[r++]);
+      const uintptr_t last = p0 + static_cast<uintptr_t>(bytes) - 1;
+      for (uintptr_t p = p0 & ~uintptr_t{63}; p <= last; p += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p), static_cast<_mm_hint>(kHint));
+      }
+    }
+  };
+  struct NoStream {};
+  Stream far_;
+  [[no_unique_address]] std::conditional_t<kNear, Stream, NoStream> near_;
 };
 
 // mx, sum: [n_kv, group].

@@ -66,8 +66,8 @@ constexpr int kKtStepsPerTile = (kKtWords<D, kHd> + 15) / 16 + kKtCodeWords<D, k
 #if defined(__AVX512F__)
 // kt[w * 16 + j] = 32-bit word w of record rows[j], for w < kWords and j < 16, 16 words at a
 // time; a last partial tile reads only the record's words (masked loads). Steps pf per tile.
-template <int kWords>
-inline void transpose_records(const uint8_t* const* rows, SpreadPrefetch* pf, float* kt) {
+template <int kWords, class PF>
+inline void transpose_records(const uint8_t* const* rows, PF* pf, float* kt) {
   __m512i r[16];
   int w0 = 0;
   for (; w0 + 16 <= kWords; w0 += 16) {
@@ -141,8 +141,8 @@ inline void kt_words4(const float* q, const float* kt, int w, __m512* acc0, __m5
 
 // s[h] lanes j < 16 = q_h . k_j for kG heads (q + h kHd) from the transposed tile kt; qsum
 // (int4 only): [kG, kHd / 32] the sums of q_h over each group. Steps pf per 4 code words.
-template <KvDtype D, int kHd, int kG>
-inline void score_tile_kt(const float* q, const float* qsum, const float* kt, SpreadPrefetch* pf,
+template <KvDtype D, int kHd, int kG, class PF>
+inline void score_tile_kt(const float* q, const float* qsum, const float* kt, PF* pf,
                           __m512* s) {
   constexpr int kCode = kKtCodeWords<D, kHd>;
   __m512 a0[kG], a1[kG];
@@ -176,10 +176,10 @@ inline void score_tile_kt(const float* q, const float* qsum, const float* kt, Sp
 // q_g over each group of elements. 16 keys at a time, their records transposed once for the
 // whole group, up to 8 heads per pass (their scores stay in registers). Lanes past nb repeat the
 // tile's first key; their scores are not stored.
-template <class S, KvDtype D, int kHd>
+template <class S, KvDtype D, int kHd, class PF>
 inline void group_scores_kt(const float* q, const float* qsum, int64_t group,
                             const uint8_t* const* rows, const float* rs, int64_t nb,
-                            SpreadPrefetch& pf, float* sc) {
+                            PF& pf, float* sc) {
   constexpr int64_t kB = detail::kKeyBlock;
   constexpr int kWords = kKtWords<D, kHd>;
   constexpr bool kRowScale = D == KvDtype::kI8 || D == KvDtype::kF8E4M3;
@@ -194,7 +194,7 @@ inline void group_scores_kt(const float* q, const float* qsum, int64_t group,
       const int64_t left = group - g;
       const float* qg = q + g * kHd;
       const float* qs = qsum + g * (kHd / 32);
-      SpreadPrefetch* p = g == 0 ? &pf : nullptr;
+      PF* p = g == 0 ? &pf : nullptr;
       int ng = 1;
       if (left >= 8) {
         score_tile_kt<D, kHd, 8>(qg, qs, kt, p, s);

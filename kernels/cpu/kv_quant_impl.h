@@ -178,9 +178,9 @@ struct KvLoad {
 
 // t[h][j] = the lane-wise products of query head h (q + h hd) and key j (rows[j]), summed over
 // the head dimension, for h < kG and j < nj: one K vector is dequantized once for kG heads.
-template <class S, KvDtype D, int kHd, int kG>
+template <class S, KvDtype D, int kHd, int kG, class PF>
 inline void score_tile(const float* q, int64_t hd_rt, const uint8_t* const* rows, int nj,
-                       SpreadPrefetch* pf, typename S::V (*t)[S::kWidth]) {
+                       PF* pf, typename S::V (*t)[S::kWidth]) {
   using V = typename S::V;
   using L = KvLoad<S, D>;
   constexpr int kW = S::kWidth;
@@ -214,9 +214,9 @@ inline void score_tile(const float* q, int64_t hd_rt, const uint8_t* const* rows
 // sc[g kKeyBlock + j] = q_g . k_j for every head g < group and key j < nb, k_j the dequantized
 // record rows[j] (times its row scale rs[j] for kI8 / kF8E4M3). kWidth keys at a time: each
 // (head, key) sums in its own vector and one transpose_sum per head gives kWidth scores.
-template <class S, KvDtype D, int kHd>
+template <class S, KvDtype D, int kHd, class PF>
 inline void group_scores_q(const float* q, int64_t group, const uint8_t* const* rows,
-                           const float* rs, int64_t nb, SpreadPrefetch& pf, int64_t hd,
+                           const float* rs, int64_t nb, PF& pf, int64_t hd,
                            float* sc) {
   using V = typename S::V;
   constexpr int kW = S::kWidth;
@@ -262,9 +262,9 @@ inline void group_scores_q(const float* q, int64_t group, const uint8_t* const* 
 // a V vector half as often, measured (Zen 3, bench_attention --isa avx2 --formats-only --cold,
 // 12 alternating runs) int4 1.14-1.26x, fp8 1.08-1.13x, bf16 1.05-1.13x, int8 1.01-1.06x;
 // kH = 8, kU = 1 gave int4 1.1-1.3x but bf16 0.8-1.0x.
-template <class S, KvDtype D, int kH, int kU, int kHd>
+template <class S, KvDtype D, int kH, int kU, int kHd, class PF>
 inline void accumulate_v_q(float* acc, int64_t hd_rt, const float* p, const uint8_t* const* rows,
-                           int64_t nb, SpreadPrefetch* pf) {
+                           int64_t nb, PF* pf) {
   using V = typename S::V;
   using L = KvLoad<S, D>;
   constexpr int kW = S::kWidth;
@@ -312,6 +312,15 @@ inline void accumulate_v_q(float* acc, int64_t hd_rt, const float* p, const uint
   }
 }
 
+// Whether a KV head's records are also asked for into L1 just before they are read
+// (SpreadPrefetch::start_near): for f32 records (256 B at head size 64), whose V loop is one FMA
+// per 64 bytes and head and waits on L2 without it. bench_attention --cold, one core, TinyLlama
+// heads, alternating runs on a Zen 5 core: f32 decode of 512 / 4096 keys 19.8-21.7 -> 24.4-26.2
+// GB/s of cache bytes (1.2x; 2 threads 1.1-1.2x). The compressed formats, whose dequantizing
+// loops leave L2 latency hidden, measured 0.9-1.05x with it (bf16, fp8, int8, int4).
+template <KvDtype D>
+constexpr bool kNearPrefetch = D == KvDtype::kF32;
+
 template <class S, KvDtype D, int kHd>
 void kv_attention_range(const detail::AttentionRange& a) {
   using L = KvLoad<S, D>;
@@ -331,7 +340,8 @@ void kv_attention_range(const detail::AttentionRange& a) {
   const uint8_t* vr[kB];
   float ks[kB], vs[kB];         // their row scales (kI8, kF8E4M3)
   const uint8_t* next_rows[2 * kB];  // the next block's K rows, then its V rows
-  SpreadPrefetch pf;
+  const uint8_t* knext[kB];          // the next KV head's K records (or the next block's first)
+  SpreadPrefetch<kNearPrefetch<D>> pf;
   // q is copied (scaled) before out is zeroed, so out may even overlap q.
   for (int64_t i = 0; i < heads * hd; ++i) qs[i] = a.q[i] * a.scale;
   if constexpr (D == KvDtype::kI4 && kScoresKeysInLanes<S, D, kHd>) {
@@ -370,6 +380,7 @@ void kv_attention_range(const detail::AttentionRange& a) {
           vs[i] = L::row_scale(vr[i], hd);
         }
       }
+      if constexpr (kNearPrefetch<D>) pf.start_near(vr, nb, head_bytes, score_steps);
       if constexpr (kScoresKeysInLanes<S, D, kHd>) {
         group_scores_kt<S, D, kHd>(qs + h * group * hd, qsum + h * group * (kHd / 32), group, kr,
                                    ks, nb, pf, sc);
@@ -381,6 +392,15 @@ void kv_attention_range(const detail::AttentionRange& a) {
         // The sums already hold the plain weights; only the V accumulation takes the V scales.
         for (int64_t g = 0; g < group; ++g) {
           for (int64_t i = 0; i < nb; ++i) sc[g * kB + i] *= vs[i];
+        }
+      }
+      if constexpr (kNearPrefetch<D>) {
+        pf.drain_near();
+        if (h + 1 < n_kv) {
+          for (int64_t i = 0; i < nb; ++i) knext[i] = kb[i] + (h + 1) * head_bytes;
+          pf.start_near(knext, nb, head_bytes, nb);
+        } else {
+          pf.start_near(next_rows, nbn, head_bytes, nb);
         }
       }
       // Heads per pass: the accumulators must fit the register file (16 ymm or 32 zmm).
