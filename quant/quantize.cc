@@ -4,12 +4,15 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "kernels/common/half.h"
+#include "kernels/cpu/convert_cpu.h"
+#include "kernels/cpu/int4_quant_cpu.h"
 #include "quant/fp8.h"
 
 namespace sampan::quant {
@@ -54,23 +57,17 @@ inline uint8_t fp8_encode(float f) {
   return sign | static_cast<uint8_t>(std::min<uint32_t>(code, 0x7e));
 }
 
-// Row r of w as f32 into dst.
+// Row r of w as f32 into dst (exact; f16 and bf16 widened by cpu::convert_to_f32).
 void load_row(const MatrixView& w, int64_t r, float* dst /* [k] */) {
   const int64_t k = w.k;
   switch (w.dtype) {
     case DType::kF32:
       std::memcpy(dst, static_cast<const float*>(w.data) + r * k, static_cast<size_t>(k) * 4);
       return;
-    case DType::kF16: {
-      const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * k;
-      for (int64_t c = 0; c < k; ++c) dst[c] = f16_to_f32(src[c]);
+    case DType::kF16:
+    case DType::kBF16:
+      cpu::convert_to_f32(w.dtype, static_cast<const uint16_t*>(w.data) + r * k, dst, k);
       return;
-    }
-    case DType::kBF16: {
-      const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * k;
-      for (int64_t c = 0; c < k; ++c) dst[c] = bf16_to_f32(src[c]);
-      return;
-    }
     default:
       break;
   }
@@ -131,18 +128,6 @@ std::pair<float, int> int4_candidate(float lo, float hi, float clip, bool symmet
   return {scale, static_cast<int>(std::clamp(std::nearbyint(kInt4Min - lo * clip / scale), -128.0f, 127.0f))};
 }
 
-// Squared error of a group quantized with (scale, zero): q = clamp(round(w / scale) + zero).
-double int4_group_error(const float* w /* [g] */, int64_t g, float scale, int zero) {
-  double e = 0;
-  for (int64_t c = 0; c < g; ++c) {
-    const float q = std::clamp(std::nearbyint(w[c] / scale) + static_cast<float>(zero),
-                               static_cast<float>(kInt4Min), static_cast<float>(kInt4Max));
-    const double d = static_cast<double>(w[c]) - static_cast<double>((q - static_cast<float>(zero)) * scale);
-    e += d * d;
-  }
-  return e;
-}
-
 [[noreturn]] void non_finite(const std::string& name, int64_t r, int64_t c, float v) {
   fail(kBadData, "tensor '{}': element [{}, {}] is {}; cannot quantize it", name,
        r, c, v);
@@ -179,16 +164,16 @@ void quantize_int4(const MatrixView& w, const QuantScheme& s, const QuantizedBuf
   int8_t* zeros = s.symmetric ? nullptr : out.zeros;
   for_rows(n, k, runner, [&](int64_t r0, int64_t r1) {
     std::vector<float> row(static_cast<size_t>(k));
-    std::vector<int> qs(static_cast<size_t>(g));
+    std::vector<int8_t> qs(static_cast<size_t>(g));
     for (int64_t r = r0; r < r1; ++r) {
       load_row(w, r, row.data());
       for (int64_t j = 0; j < ng; ++j) {
         const float* x = row.data() + j * g;
         float lo = 0, hi = 0;
-        for (int64_t c = 0; c < g; ++c) {
-          if (!std::isfinite(x[c])) non_finite(name, r, j * g + c, x[c]);
-          lo = std::min(lo, x[c]);
-          hi = std::max(hi, x[c]);
+        if (!cpu::int4_group_range(x, g, &lo, &hi)) {
+          for (int64_t c = 0; c < g; ++c) {
+            if (!std::isfinite(x[c])) non_finite(name, r, j * g + c, x[c]);
+          }
         }
         float scale = 1.0f;
         int zero = 0;
@@ -196,26 +181,29 @@ void quantize_int4(const MatrixView& w, const QuantScheme& s, const QuantizedBuf
           // Candidate c shrinks the range by kClip[c]; candidate 0 is the full range (plain
           // round-to-nearest). With scale_search the one of least squared error wins (the first
           // on ties), so the result is never worse than plain RTN on its group.
-          const int n_cand = s.scale_search == ScaleSearch::kOn ? kNumClip : 1;
-          double best = -1;
-          for (int ci = 0; ci < n_cand; ++ci) {
-            const auto [sc, z] = int4_candidate(lo, hi, kClip[ci], s.symmetric, s.scale_dtype);
-            const double e = int4_group_error(x, g, sc, z);
-            if (best < 0 || e < best) {
-              best = e;
-              scale = sc;
-              zero = z;
+          std::tie(scale, zero) = int4_candidate(lo, hi, kClip[0], s.symmetric, s.scale_dtype);
+          if (s.scale_search == ScaleSearch::kOn) {
+            float sc[kNumClip];
+            int z[kNumClip];
+            double e[kNumClip];
+            for (int ci = 0; ci < kNumClip; ++ci) {
+              std::tie(sc[ci], z[ci]) = int4_candidate(lo, hi, kClip[ci], s.symmetric, s.scale_dtype);
+            }
+            cpu::int4_group_errors(x, g, sc, z, kNumClip, e);
+            double best = e[0];
+            for (int ci = 1; ci < kNumClip; ++ci) {
+              if (e[ci] < best) {
+                best = e[ci];
+                scale = sc[ci];
+                zero = z[ci];
+              }
             }
           }
         }
         const size_t si = static_cast<size_t>(r * ng + j);
         scales[si] = scale_bits(scale, s.scale_dtype);
         if (zeros) zeros[si] = static_cast<int8_t>(zero);
-        for (int64_t c = 0; c < g; ++c) {
-          const float v = std::nearbyint(x[c] / scale) + static_cast<float>(zero);
-          qs[static_cast<size_t>(c)] =
-              static_cast<int>(std::clamp(v, static_cast<float>(kInt4Min), static_cast<float>(kInt4Max)));
-        }
+        cpu::int4_group_codes(x, g, scale, zero, qs.data());
         uint8_t* out = data + (r * k + j * g) / 2;
         for (int64_t c = 0; c < g; c += 2) {
           out[c / 2] = static_cast<uint8_t>((qs[static_cast<size_t>(c)] & 0xf) |

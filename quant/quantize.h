@@ -17,8 +17,9 @@
 //      the range above is first shrunk by a factor c in
 //      {1, 0.975, ..., 0.75} (min and max both times c for asymmetric groups) and the c of least
 //      squared error sum (w - (q - zero) * scale)^2 over the group is kept (the largest c on
-//      ties): clipping a few extreme weights buys finer steps for all the others. Never worse
-//      than c = 1, which is plain round-to-nearest.
+//      ties; the sum in double, in the order cpu::int4_group_errors states, so that ties fall
+//      the same way everywhere): clipping a few extreme weights buys finer steps for all the
+//      others. Never worse than c = 1, which is plain round-to-nearest.
 // Non-finite weights are QuantError(kInvalidData) naming the tensor and the element.
 #pragma once
 

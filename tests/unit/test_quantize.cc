@@ -274,12 +274,15 @@ TEST_CASE("int4 scale search: least squared error over the clip grid, never wors
                   sc = round_to((hi - lo) * clip / 15.0f, sd);
                   z = static_cast<int>(std::max(-128.0f, std::min(127.0f, std::nearbyint(-8.0f - lo * clip / sc))));
                 }
-                double e = 0;
+                // The squared error as kernels/cpu/int4_quant_cpu.h sums it: 8 partial sums by
+                // fma, element c into sum c % 8, then a fixed tree.
+                double ps[8] = {};
                 for (int64_t c = 0; c < g; ++c) {
                   const float qv = std::max(-8.0f, std::min(7.0f, std::nearbyint(w[c] / sc) + static_cast<float>(z)));
                   const double diff = static_cast<double>(w[c]) - static_cast<double>((qv - static_cast<float>(z)) * sc);
-                  e += diff * diff;
+                  ps[c % 8] = std::fma(diff, diff, ps[c % 8]);
                 }
+                const double e = ((ps[0] + ps[1]) + (ps[2] + ps[3])) + ((ps[4] + ps[5]) + (ps[6] + ps[7]));
                 if (best < 0 || e < best) best = e, want_scale = sc, want_zero = z;
               }
             }
