@@ -12,6 +12,7 @@
 
 #include "kernels/common/half.h"
 #include "kernels/cpu/convert_cpu.h"
+#include "kernels/cpu/fp8_quant_cpu.h"
 #include "kernels/cpu/int4_quant_cpu.h"
 #include "quant/fp8.h"
 
@@ -37,25 +38,6 @@ const char* float_name(DType t) {
 constexpr float kFp8Max = 448.0f;
 constexpr int kInt4Min = -8;
 constexpr int kInt4Max = 7;
-
-// Bit-exact with f32_to_fp8_e4m3 (quant/fp8.h) for finite input, without its frexp/ldexp, so
-// quantizing a billion weights on load takes seconds rather than tens of seconds.
-inline uint8_t fp8_encode(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
-  const float a = std::fabs(f);
-  if (a >= kFp8Max) return sign | 0x7e;
-  if (a < 0x1p-6f) {
-    // Subnormals (and the smallest normal, code 8) are multiples of 2^-9: the code is the count.
-    return sign | static_cast<uint8_t>(std::nearbyint(a * 0x1p9f));
-  }
-  uint32_t b = u & 0x7fffffffu;
-  b += 0x7ffffu + ((b >> 20) & 1u);  // round the mantissa to 3 bits, ties to even
-  const uint32_t exp = (b >> 23) - 127 + 7;
-  const uint32_t code = (exp << 3) | ((b >> 20) & 7u);
-  return sign | static_cast<uint8_t>(std::min<uint32_t>(code, 0x7e));
-}
 
 // Row r of w as f32 into dst (exact; f16 and bf16 widened by cpu::convert_to_f32).
 void load_row(const MatrixView& w, int64_t r, float* dst /* [k] */) {
@@ -143,14 +125,15 @@ void quantize_fp8(const MatrixView& w, const QuantizedBuffers& out, const std::s
     for (int64_t r = r0; r < r1; ++r) {
       load_row(w, r, row.data());
       float amax = 0;
-      for (int64_t c = 0; c < k; ++c) {
-        const float v = row[static_cast<size_t>(c)];
-        if (!std::isfinite(v)) non_finite(name, r, c, v);
-        amax = std::max(amax, std::fabs(v));
+      if (!cpu::fp8_row_absmax(row.data(), k, &amax)) {
+        for (int64_t c = 0; c < k; ++c) {
+          const float v = row[static_cast<size_t>(c)];
+          if (!std::isfinite(v)) non_finite(name, r, c, v);
+        }
       }
       const float scale = amax > 0 ? amax / kFp8Max : 1.0f;
       scales[r] = scale;
-      for (int64_t c = 0; c < k; ++c) data[r * k + c] = fp8_encode(row[static_cast<size_t>(c)] / scale);
+      cpu::fp8_encode_row(row.data(), k, scale, data + r * k);
     }
   });
 }
