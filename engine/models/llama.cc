@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
+#include "engine/core/mapped_file.h"
 #include "engine/core/thread_pool.h"
 #include "engine/models/llama_rotate.h"
 #include "engine/models/model.h"
@@ -107,6 +110,11 @@ bool quantize_linear(Linear& l, const QuantScheme& s, const std::string& name,
   if (!is_float(l.weight)) return false;
   if (s.format == WeightFormat::kInt4 && l.weight.dim(1) % s.group_size != 0) return false;
   QuantizedMatrix q = quantize_matrix(l.weight, s, name + ".weight", &runner);
+  // Quantized: the file's pages leave the resident set (a tied embedding reads them again from
+  // the page cache).
+  if (l.weight.storage() && l.weight.storage()->file_mapped() && l.weight.is_contiguous()) {
+    MappedFile::release(l.weight.raw(), static_cast<size_t>(l.weight.nbytes()));
+  }
   l.weight = std::move(q.data);
   l.scales = std::move(q.scales);
   l.zeros = std::move(q.zeros);
@@ -114,15 +122,36 @@ bool quantize_linear(Linear& l, const QuantScheme& s, const std::string& name,
   return true;
 }
 
-void quantize_weights(const HfConfig& c, LlamaWeights& w, const QuantScheme& s) {
-  SAMPAN_CHECK(s.format != WeightFormat::kInt4 || int4_group_size_ok(s.group_size),
-               ErrorCode::kInvalidArgument, "int4 group size {} (expected {})", s.group_size,
-               kInt4GroupSizesText);
-  int done = 0, kept = 0;
-  ThreadPool pool(0);  // one worker per core for the whole pass
-  auto one = [&](Linear& l, const std::string& name) {
-    (quantize_linear(l, s, name, pool) ? done : kept)++;
-  };
+// Quantizes float linears one at a time on `pool` and reports, when finished, those that keep
+// float weights.
+class LinearQuantizer {
+ public:
+  LinearQuantizer(const HfConfig& c, const QuantScheme& s, cpu::TaskRunner& pool)
+      : c_(c), s_(s), pool_(pool) {
+    SAMPAN_CHECK(s.format != WeightFormat::kInt4 || int4_group_size_ok(s.group_size),
+                 ErrorCode::kInvalidArgument, "int4 group size {} (expected {})", s.group_size,
+                 kInt4GroupSizesText);
+  }
+  void operator()(Linear& l, const std::string& name) {
+    (quantize_linear(l, s_, name, pool_) ? done_ : kept_)++;
+  }
+  void finish() const {
+    if (kept_ > 0) {
+      log::warn("{}: {} of {} linears keep float weights: their input width is not a multiple "
+                "of the int4 group size {}",
+                c_.source, kept_, done_ + kept_, s_.group_size);
+    }
+    log::debug("{}: quantized {} linears to {}", c_.source, done_, weight_format_name(s_.format));
+  }
+
+ private:
+  const HfConfig& c_;
+  QuantScheme s_;
+  cpu::TaskRunner& pool_;
+  int done_ = 0, kept_ = 0;
+};
+
+void quantize_weights(const HfConfig& c, LlamaWeights& w, LinearQuantizer& one) {
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     LlamaLayerWeights& l = w.layers[static_cast<size_t>(i)];
@@ -136,12 +165,6 @@ void quantize_weights(const HfConfig& c, LlamaWeights& w, const QuantScheme& s) 
   }
   // A tied lm_head is quantized into its own tensors; the embedding table stays float.
   one(w.output, "lm_head");
-  if (kept > 0) {
-    log::warn("{}: {} of {} linears keep float weights: their input width is not a multiple of "
-              "the int4 group size {}",
-              c.source, kept, done + kept, s.group_size);
-  }
-  log::debug("{}: quantized {} linears to {}", c.source, done, weight_format_name(s.format));
 }
 
 // Per layer, the adapters of options.lora stacked for the `lora` op (blocks.h), each checked
@@ -234,15 +257,27 @@ LlamaWeights load_llama_weights(const HfConfig& c, const WeightStore& store,
   }
   if (q != nullptr && q->rotated) w.down_hadamard_block = q->down_hadamard_block;
 
-  if (options.hadamard.enabled) rotate_llama_weights(c, w, options.hadamard.seed);
-  if (options.quantization.format != WeightFormat::kNone) {
+  const bool quantize = options.quantization.format != WeightFormat::kNone;
+  if (!options.hadamard.enabled && !quantize) return w;
+  ThreadPool pool(0);  // one worker per core for the rotation and quantization passes
+  std::optional<LinearQuantizer> quantizer;
+  if (quantize) {
     QuantScheme s = options.quantization;
     if (s.scale_search == ScaleSearch::kAuto) {
       const bool rotated = options.hadamard.enabled || (q != nullptr && q->rotated);
       s.scale_search = rotated ? ScaleSearch::kOn : ScaleSearch::kOff;
     }
-    quantize_weights(c, w, s);
+    quantizer.emplace(c, s, pool);
   }
+  if (options.hadamard.enabled) {
+    // Each linear is quantized as soon as it is rotated: one f32 matrix at a time.
+    RotatedLinearFn done;
+    if (quantizer) done = [&](Linear& l, const std::string& name) { (*quantizer)(l, name); };
+    rotate_llama_weights(c, w, options.hadamard.seed, done, &pool);
+  } else {
+    quantize_weights(c, w, *quantizer);
+  }
+  if (quantizer) quantizer->finish();
   return w;
 }
 

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/mapped_file.h"
 #include "engine/core/thread_pool.h"
 #include "kernels/common/hadamard_block.h"
 #include "quant/rotate.h"
@@ -29,6 +31,11 @@ Tensor owned_f32(const Tensor& t, const std::string& what, ThreadPool& pool) {
   const Tensor src = t.contiguous();
   Tensor out = Tensor::empty(t.shape(), DType::kF32);
   quant::convert_to_f32(t.dtype(), src.raw(), out.data<float>(), t.numel(), pool);
+  // Copied: the file's pages leave the resident set (read again from the page cache if a tied
+  // lm_head and the embedding share them).
+  if (src.storage() && src.storage()->file_mapped()) {
+    MappedFile::release(src.raw(), static_cast<size_t>(src.nbytes()));
+  }
   return out;
 }
 
@@ -94,7 +101,11 @@ void rotate_writer(Tensor& w, Linear& l, const Rotation& rot, const std::string&
 Tensor ones(int64_t n) { return Tensor::from_f32({n}, std::vector<float>(static_cast<size_t>(n), 1.0f)); }
 
 void rotate_layer(const HfConfig& c, LlamaLayerWeights& l, const Rotation& rot,
-                  const std::string& p, ThreadPool& pool) {
+                  const std::string& p, const std::string& hf, const RotatedLinearFn& done,
+                  ThreadPool& pool) {
+  auto finished = [&](Linear& lin, const char* name) {
+    if (done) done(lin, hf + name);
+  };
   const int64_t d = c.hidden_size, f = c.intermediate_size;
   expect_shape(l.attn_norm, {d}, p + "attn_norm");
   expect_shape(l.ffn_norm, {d}, p + "ffn_norm");
@@ -108,7 +119,9 @@ void rotate_layer(const HfConfig& c, LlamaLayerWeights& l, const Rotation& rot,
 
   const Tensor attn_norm = l.attn_norm.to_f32(), ffn_norm = l.ffn_norm.to_f32();
   rotate_reader(l.attn.q, attn_norm, rot, p + "q_proj", pool);
+  finished(l.attn.q, "self_attn.q_proj");
   rotate_reader(l.attn.k, attn_norm, rot, p + "k_proj", pool);
+  finished(l.attn.k, "self_attn.k_proj");
   // V: the per-head H on its output rows (H·W_v, head blocks are contiguous rows), then the
   // residual rotation on its input side.
   rotate_reader(l.attn.v, attn_norm, rot, p + "v_proj", pool);
@@ -118,17 +131,24 @@ void rotate_layer(const HfConfig& c, LlamaLayerWeights& l, const Rotation& rot,
     transform_rows(b.data<float>(), 1, c.kv_dim(), nullptr, rot.head_block, pool);
     l.attn.v.bias = b;
   }
+  finished(l.attn.v, "self_attn.v_proj");
   // O: W_o·H per query head on its input side (undoes the rotated V), then Qᵀ on its output.
   Tensor o = owned_f32(l.attn.o.weight, p + "o_proj", pool);
   transform_rows(o.data<float>(), d, c.q_dim(), nullptr, rot.head_block, pool);
   rotate_writer(o, l.attn.o, rot, p + "o_proj", pool);
+  o = Tensor();  // the linear holds the only reference (done may replace it)
+  finished(l.attn.o, "self_attn.o_proj");
 
   rotate_reader(l.gate, ffn_norm, rot, p + "gate_proj", pool);
+  finished(l.gate, "mlp.gate_proj");
   rotate_reader(l.up, ffn_norm, rot, p + "up_proj", pool);
+  finished(l.up, "mlp.up_proj");
   // down: W·H_f on its input (the graph applies H_f to the activation), Qᵀ on its output.
   Tensor down = owned_f32(l.down.weight, p + "down_proj", pool);
   transform_rows(down.data<float>(), d, f, nullptr, rot.ffn_block, pool);
   rotate_writer(down, l.down, rot, p + "down_proj", pool);
+  down = Tensor();
+  finished(l.down, "mlp.down_proj");
 
   l.attn_norm = ones(d);
   l.ffn_norm = ones(d);
@@ -136,7 +156,8 @@ void rotate_layer(const HfConfig& c, LlamaLayerWeights& l, const Rotation& rot,
 
 }  // namespace
 
-void rotate_llama_weights(const HfConfig& c, LlamaWeights& w, uint64_t seed) {
+void rotate_llama_weights(const HfConfig& c, LlamaWeights& w, uint64_t seed,
+                          const RotatedLinearFn& done, ThreadPool* pool_in) {
   SAMPAN_CHECK(w.down_hadamard_block == 0, ErrorCode::kInvalidArgument,
                "rotate_llama_weights: {}: the weights are already rotated (down_proj Hadamard "
                "block {})",
@@ -158,10 +179,12 @@ void rotate_llama_weights(const HfConfig& c, LlamaWeights& w, uint64_t seed) {
   rot.ffn_block = hadamard_block_for(c.intermediate_size);
   rot.signs = random_signs(d, seed);
 
-  ThreadPool pool(0);
+  std::optional<ThreadPool> own;
+  ThreadPool& pool = pool_in != nullptr ? *pool_in : own.emplace(0);
   // lm_head first: when tied it still reads the original embedding table.
   const Tensor output_norm = w.output_norm.to_f32();
   rotate_reader(w.output, output_norm, rot, "lm_head", pool);
+  if (done) done(w.output, "lm_head");
   Tensor embd = owned_f32(w.tok_embd, "embed_tokens", pool);
   // The embedding writes the residual stream as rows: E·Q.
   transform_rows(embd.data<float>(), c.vocab_size, d, rot.signs.data(), rot.block, pool);
@@ -170,7 +193,7 @@ void rotate_llama_weights(const HfConfig& c, LlamaWeights& w, uint64_t seed) {
 
   for (int64_t i = 0; i < c.n_layer; ++i) {
     rotate_layer(c, w.layers[static_cast<size_t>(i)], rot, "layers." + std::to_string(i) + ".",
-                 pool);
+                 "model.layers." + std::to_string(i) + ".", done, pool);
   }
   w.down_hadamard_block = rot.ffn_block;
 }

@@ -13,17 +13,30 @@
 //     intermediate width (block hadamard_block_for(intermediate)); the graph must apply H_f
 //     online to the activation before down_proj (weights.down_hadamard_block says the block).
 // Tied embeddings are untied (lm_head gets its own matrix). Every rotated matrix becomes an
-// owned f32 tensor (quantize afterwards to shrink it). Throws Error(kInvalidArgument) if the
-// weights are already rotated (down_hadamard_block != 0).
+// owned f32 tensor. Throws Error(kInvalidArgument) if the weights are already rotated
+// (down_hadamard_block != 0).
+//
+// `done`, when set, is called with each rotated linear as soon as its transforms are final
+// (lm_head first, then per layer q, k, v, o, gate, up, down), named as in the checkpoint
+// ("lm_head", "model.layers.3.self_attn.q_proj", "model.layers.3.mlp.down_proj"); it may
+// replace the linear's weights (the loader quantizes them there), so that only one matrix is
+// held in f32 at a time instead of the whole model. The work runs on `pool` (nullptr: a pool
+// of its own).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 
+#include "engine/core/thread_pool.h"
 #include "engine/loaders/hf_config.h"
 #include "engine/models/llama.h"
 
 namespace sampan::models {
 
-void rotate_llama_weights(const HfConfig& config, LlamaWeights& weights, uint64_t seed);
+using RotatedLinearFn = std::function<void(Linear&, const std::string& name)>;
+
+void rotate_llama_weights(const HfConfig& config, LlamaWeights& weights, uint64_t seed,
+                          const RotatedLinearFn& done = {}, ThreadPool* pool = nullptr);
 
 }  // namespace sampan::models

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -290,6 +291,52 @@ TEST_CASE("rotated weights give the original logits", "[models][rotate]") {
     CHECK(max_rel_diff(to_double(rotated.layers[0].attn.q.weight),
                        to_double(other.layers[0].attn.q.weight)) > 0.1);
     CHECK(max_rel_diff(want, forward_ref(c, other, ids)) < 1e-5);
+  }
+}
+
+TEST_CASE("rotation hands each linear to its callback once its transforms are final",
+          "[models][rotate]") {
+  // The loader quantizes there (one matrix in f32 at a time), so what the callback sees must be
+  // each matrix's final rotated weights, in checkpoint names, each linear exactly once.
+  for (const Spec& spec : kSpecs) {
+    INFO(spec.name);
+    std::mt19937 rng(5);
+    const HfConfig c = make_config(spec);
+    const LlamaWeights original = make_weights(rng, c, spec.dtype);
+    LlamaWeights plain = original;
+    rotate_llama_weights(c, plain, 77);
+
+    LlamaWeights cb = original;
+    std::vector<std::string> names;
+    std::vector<Tensor> seen;
+    rotate_llama_weights(c, cb, 77, [&](Linear& l, const std::string& name) {
+      names.push_back(name);
+      seen.push_back(l.weight);
+      l.weight = Tensor();  // as a quantizer replaces it: nothing may read it after the call
+    });
+    std::vector<std::string> want_names{"lm_head"};
+    std::vector<const Tensor*> want{&plain.output.weight};
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      const LlamaLayerWeights& l = plain.layers[static_cast<size_t>(i)];
+      for (auto [n, t] : {std::pair<const char*, const Tensor*>{"self_attn.q_proj", &l.attn.q.weight},
+                          {"self_attn.k_proj", &l.attn.k.weight}, {"self_attn.v_proj", &l.attn.v.weight},
+                          {"self_attn.o_proj", &l.attn.o.weight}, {"mlp.gate_proj", &l.gate.weight},
+                          {"mlp.up_proj", &l.up.weight}, {"mlp.down_proj", &l.down.weight}}) {
+        want_names.push_back(p + n);
+        want.push_back(t);
+      }
+    }
+    REQUIRE(names == want_names);
+    for (size_t j = 0; j < want.size(); ++j) {
+      INFO(names[j]);
+      REQUIRE(seen[j].dtype() == DType::kF32);
+      REQUIRE(seen[j].shape() == want[j]->shape());
+      REQUIRE(std::memcmp(seen[j].raw(), want[j]->raw(), static_cast<size_t>(seen[j].nbytes())) == 0);
+    }
+    // What is not a linear is rotated as without the callback.
+    CHECK(std::memcmp(cb.tok_embd.raw(), plain.tok_embd.raw(), static_cast<size_t>(plain.tok_embd.nbytes())) == 0);
+    CHECK(cb.down_hadamard_block == plain.down_hadamard_block);
   }
 }
 
