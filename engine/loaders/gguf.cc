@@ -206,7 +206,10 @@ void GgufFile::read_tensor_table(size_t pos) {
     SAMPAN_CHECK(t.dims[0] % block == 0, ErrorCode::kInvalidModel,
                  "{}: {} has {} elements per row, not a multiple of {}'s block of {}", p, what,
                  t.dims[0], ggml_type_name(t.type), block);
-    const uint64_t row_bytes = static_cast<uint64_t>(ggml_row_bytes(t.type, t.dims[0]));
+    const int64_t row = ggml_row_bytes(t.type, t.dims[0]);
+    SAMPAN_CHECK(row > 0, ErrorCode::kInvalidModel, "{}: {} is too large ({} elements per row)",
+                 p, what, t.dims[0]);
+    const uint64_t row_bytes = static_cast<uint64_t>(row);
     const uint64_t rows = static_cast<uint64_t>(t.rows());
     SAMPAN_CHECK(rows <= UINT64_MAX / row_bytes, ErrorCode::kInvalidModel,
                  "{}: {} is too large", p, what);

@@ -117,11 +117,14 @@ SAMPAN_HD constexpr bool ggml_block_type_supported(GgmlType t) {
   }
 }
 
-// Bytes of one row of k elements; -1 when k is not a whole number of blocks or the type unknown.
+// Bytes of one row of k elements; -1 when k is not a whole number of blocks, the type unknown,
+// or the count does not fit int64 (a file's dimensions are not to be trusted).
 SAMPAN_HD constexpr int64_t ggml_row_bytes(GgmlType t, int64_t k) {
   const int64_t b = ggml_block_size(t);
   if (b == 0 || k < 0 || k % b != 0) return -1;
-  return k / b * ggml_type_size(t);
+  const int64_t size = ggml_type_size(t);
+  if (size <= 0 || k / b > INT64_MAX / size) return -1;
+  return k / b * size;
 }
 
 // "Q4_K", "F16", ...; "type <id>" style names are the caller's job: nullptr for an unknown id.

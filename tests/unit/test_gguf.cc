@@ -205,6 +205,10 @@ TEST_CASE("malformed GGUF tensor tables are refused naming file and tensor", "[g
   refused(tensor_file({{"w", {1, 1, 1, 1, 1}, 0, 0}}, 64), {"'w'", "5 dimensions"});
   refused(tensor_file({{"w", {4, 0}, 0, 0}}, 64), {"'w'", "dimension 1 = 0"});
   refused(tensor_file({{"w", {1ull << 40, 1ull << 30}, 0, 0}}, 64), {"'w'", "out of range"});
+  // One row of 2^62 - 1 .. 2^62 F32 / F16 elements: its bytes do not fit int64 (the fuzzer's
+  // find: ggml_row_bytes overflowed, a UBSan report).
+  refused(tensor_file({{"w", {(1ull << 62) - 3}, 0, 0}}, 64), {"'w'", "too large"});
+  refused(tensor_file({{"w", {1ull << 62}, 1, 0}}, 64), {"'w'", "too large"});
   refused(tensor_file({{"w", {100, 2}, 12, 0}}, 1024), {"'w'", "not a multiple", "Q4_K"});
   refused(tensor_file({{"w", {4}, 0, 4}}, 64), {"'w'", "offset 4", "alignment 32"});
   refused(tensor_file({{"w", {4}, 0, 64}}, 64), {"'w'", "runs past the end"});
