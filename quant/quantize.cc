@@ -110,9 +110,14 @@ std::pair<float, int> int4_candidate(float lo, float hi, float clip, bool symmet
   return {scale, static_cast<int>(std::clamp(std::nearbyint(kInt4Min - lo * clip / scale), -128.0f, 127.0f))};
 }
 
-[[noreturn]] void non_finite(const std::string& name, int64_t r, int64_t c, float v) {
-  fail(kBadData, "tensor '{}': element [{}, {}] is {}; cannot quantize it", name,
-       r, c, v);
+// The first non-finite element of x [n] (elements c0 .. c0 + n - 1 of row r), which the caller's
+// vector check found, as the tensor's one-line error.
+[[noreturn]] void non_finite(const std::string& name, int64_t r, const float* x, int64_t c0,
+                             int64_t n) {
+  int64_t c = 0;
+  while (c + 1 < n && std::isfinite(x[c])) ++c;
+  fail(kBadData, "tensor '{}': element [{}, {}] is {}; cannot quantize it", name, r, c0 + c,
+       x[c]);
 }
 
 void quantize_fp8(const MatrixView& w, const QuantizedBuffers& out, const std::string& name,
@@ -125,12 +130,7 @@ void quantize_fp8(const MatrixView& w, const QuantizedBuffers& out, const std::s
     for (int64_t r = r0; r < r1; ++r) {
       load_row(w, r, row.data());
       float amax = 0;
-      if (!cpu::fp8_row_absmax(row.data(), k, &amax)) {
-        for (int64_t c = 0; c < k; ++c) {
-          const float v = row[static_cast<size_t>(c)];
-          if (!std::isfinite(v)) non_finite(name, r, c, v);
-        }
-      }
+      if (!cpu::fp8_row_absmax(row.data(), k, &amax)) non_finite(name, r, row.data(), 0, k);
       const float scale = amax > 0 ? amax / kFp8Max : 1.0f;
       scales[r] = scale;
       cpu::fp8_encode_row(row.data(), k, scale, data + r * k);
@@ -153,11 +153,7 @@ void quantize_int4(const MatrixView& w, const QuantScheme& s, const QuantizedBuf
       for (int64_t j = 0; j < ng; ++j) {
         const float* x = row.data() + j * g;
         float lo = 0, hi = 0;
-        if (!cpu::int4_group_range(x, g, &lo, &hi)) {
-          for (int64_t c = 0; c < g; ++c) {
-            if (!std::isfinite(x[c])) non_finite(name, r, j * g + c, x[c]);
-          }
-        }
+        if (!cpu::int4_group_range(x, g, &lo, &hi)) non_finite(name, r, x, j * g, g);
         float scale = 1.0f;
         int zero = 0;
         if (s.symmetric ? std::max(-lo, hi) > 0 : hi > lo) {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "engine/core/error.h"
+#include "engine/core/tensor.h"
 
 namespace sampan {
 
@@ -73,6 +74,12 @@ void MappedFile::release(const void* p, size_t bytes) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t begin = (a + page - 1) / page * page, end = (a + bytes) / page * page;
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+void MappedFile::release(const Tensor& t) {
+  if (t.storage() && t.storage()->file_mapped() && t.is_contiguous()) {
+    release(t.raw(), static_cast<size_t>(t.nbytes()));
+  }
 }
 
 void MappedFile::prefetch(size_t offset, size_t bytes) const {

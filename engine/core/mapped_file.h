@@ -13,6 +13,8 @@
 
 namespace sampan {
 
+class Tensor;
+
 class MappedFile {
  public:
   // Maps `path`. Throws Error(kNotFound) when it does not exist and Error(kIo) when it cannot be
@@ -37,6 +39,9 @@ class MappedFile {
   // the file (the page cache). For bytes already copied elsewhere. p must lie in a MappedFile's
   // mapping (a private read-only one: nothing of the process's own is lost).
   static void release(const void* p, size_t bytes);
+  // The same for a tensor's bytes where it is a contiguous view of a file mapping
+  // (Storage::file_mapped); nothing for any other tensor.
+  static void release(const Tensor& t);
 
  private:
   MappedFile() = default;

@@ -316,9 +316,7 @@ Linear q4_0_as_int4(const Tensor& src, int64_t out, int64_t in) {
   quant::q4_0_to_int4(static_cast<const uint8_t*>(src.raw()), out, in,
                       static_cast<uint8_t*>(l.weight.raw()),
                       static_cast<uint16_t*>(l.scales.raw()));
-  if (src.storage() && src.storage()->file_mapped()) {
-    MappedFile::release(src.raw(), static_cast<size_t>(src.nbytes()));
-  }
+  MappedFile::release(src);
   return l;
 }
 

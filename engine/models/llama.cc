@@ -110,11 +110,7 @@ bool quantize_linear(Linear& l, const QuantScheme& s, const std::string& name,
   if (!is_float(l.weight)) return false;
   if (s.format == WeightFormat::kInt4 && l.weight.dim(1) % s.group_size != 0) return false;
   QuantizedMatrix q = quantize_matrix(l.weight, s, name + ".weight", &runner);
-  // Quantized: the file's pages leave the resident set (a tied embedding reads them again from
-  // the page cache).
-  if (l.weight.storage() && l.weight.storage()->file_mapped() && l.weight.is_contiguous()) {
-    MappedFile::release(l.weight.raw(), static_cast<size_t>(l.weight.nbytes()));
-  }
+  MappedFile::release(l.weight);  // a tied embedding reads them again from the page cache
   l.weight = std::move(q.data);
   l.scales = std::move(q.scales);
   l.zeros = std::move(q.zeros);

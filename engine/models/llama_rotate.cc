@@ -31,11 +31,7 @@ Tensor owned_f32(const Tensor& t, const std::string& what, ThreadPool& pool) {
   const Tensor src = t.contiguous();
   Tensor out = Tensor::empty(t.shape(), DType::kF32);
   quant::convert_to_f32(t.dtype(), src.raw(), out.data<float>(), t.numel(), pool);
-  // Copied: the file's pages leave the resident set (read again from the page cache if a tied
-  // lm_head and the embedding share them).
-  if (src.storage() && src.storage()->file_mapped()) {
-    MappedFile::release(src.raw(), static_cast<size_t>(src.nbytes()));
-  }
+  MappedFile::release(src);  // a tied lm_head and the embedding read them again if shared
   return out;
 }
 

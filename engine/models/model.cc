@@ -12,8 +12,8 @@
 
 #include "engine/core/device.h"
 #include "engine/core/error.h"
-#include "engine/core/mapped_file.h"
 #include "engine/core/log.h"
+#include "engine/core/mapped_file.h"
 
 namespace sampan::models {
 namespace {
@@ -245,7 +245,7 @@ void Model::localize_mapped_constants() {
     if (!c.is_contiguous()) return c.to(Device::cpu());
     Tensor d = Tensor::empty(c.shape(), c.dtype());
     parallel_copy(d.raw(), c.raw(), static_cast<size_t>(c.nbytes()));
-    MappedFile::release(c.raw(), static_cast<size_t>(c.nbytes()));
+    MappedFile::release(c);
     return d;
   };
   huge_page_weights += replace_constants(graph, mapped, copy, "copying", "to huge pages");
