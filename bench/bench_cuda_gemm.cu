@@ -5,7 +5,9 @@
 //   - INT4 g128 and FP8 weights: TFLOP/s at every m, and at m <= 8 (the GEMV) the weight stream
 //     in GB/s as a fraction of a device-to-device cudaMemcpy measured in the same run.
 // Weights rotate over enough copies (>= 256 MB) that the GEMV cannot run out of L2.
-// Usage: bench_cuda_gemm [--json]. Exits 77 with a message when no GPU is visible.
+// Usage: bench_cuda_gemm [--json] [--m LIST] [--weights LIST]: LIST is comma-separated (m values
+// from 1, 8, 32, 128, 2048 by default; weights from bf16, int4, fp8). Exits 77 with a message when
+// no GPU is visible, 2 on a bad option.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -150,8 +152,59 @@ double copy_bandwidth(cudaStream_t stream) {
 
 }  // namespace
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = s.find(',', start);
+    const size_t end = comma == std::string::npos ? s.size() : comma;
+    if (end > start) out.push_back(s.substr(start, end - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
 int main(int argc, char** argv) {
-  const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
+  bool json = false;
+  std::vector<int64_t> ms = {1, 8, 32, 128, 2048};
+  std::vector<DType> types = {DType::kBF16, DType::kI4, DType::kF8E4M3};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--m" && i + 1 < argc) {
+      ms.clear();
+      for (const std::string& v : split_list(argv[++i])) {
+        char* end = nullptr;
+        const long long m = std::strtoll(v.c_str(), &end, 10);
+        if (*end != '\0' || m < 1 || m > 2048) {
+          std::fprintf(stderr, "bench_cuda_gemm: --m: '%s' is not a count in 1..2048\n", v.c_str());
+          return 2;
+        }
+        ms.push_back(m);
+      }
+    } else if (a == "--weights" && i + 1 < argc) {
+      types.clear();
+      for (const std::string& v : split_list(argv[++i])) {
+        if (v == "bf16") types.push_back(DType::kBF16);
+        else if (v == "int4") types.push_back(DType::kI4);
+        else if (v == "fp8") types.push_back(DType::kF8E4M3);
+        else {
+          std::fprintf(stderr, "bench_cuda_gemm: --weights: unknown '%s' (bf16, int4, fp8)\n", v.c_str());
+          return 2;
+        }
+      }
+    } else {
+      std::fprintf(stderr, "bench_cuda_gemm: unknown option '%s' (--json, --m LIST, --weights LIST)\n",
+                   a.c_str());
+      return 2;
+    }
+  }
+  if (ms.empty() || types.empty()) {
+    std::fprintf(stderr, "bench_cuda_gemm: --m and --weights need at least one value\n");
+    return 2;
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("bench_cuda_gemm: no CUDA device visible, nothing to measure\n");
@@ -164,7 +217,6 @@ int main(int argc, char** argv) {
   cublasSetStream(blas, stream);
   const double copy_gbps = copy_bandwidth(stream);
 
-  const int64_t kMs[] = {1, 8, 32, 128, 2048};
   const int64_t kShapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {6144, 4096}};
   const int64_t max_m = 2048, max_k = 14336, max_n = 14336;
   float *x = nullptr, *y = nullptr;
@@ -180,9 +232,9 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (const auto& shape : kShapes) {
     const int64_t n = shape[0], k = shape[1];
-    for (DType type : {DType::kBF16, DType::kI4, DType::kF8E4M3}) {
+    for (DType type : types) {
       Weights w = make_weights(type, n, k);
-      for (int64_t m : kMs) {
+      for (int64_t m : ms) {
         auto ours = [&](int i) {
           const cuda::GemmWeights& gw = w.copies[static_cast<size_t>(i) % w.copies.size()];
           const cuda::GemmStatus s = cuda::gemm(m, x, k, gw, cuda::GemmEpilogue::kStore, y, n, stream);

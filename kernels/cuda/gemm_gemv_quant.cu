@@ -1,6 +1,7 @@
 // W4A16 / W8A16 GEMV; the design is described in gemm_gemv_quant.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/gemm_decode.cuh"
@@ -54,6 +55,46 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
+// FP8 weights, exact: the hardware's e4m3x2 -> f16x2 convert (every E4M3 value, NaN included, is
+// an f16), then f16 -> f32. Two elements per convert instead of one f16 build + convert each.
+__device__ __forceinline__ void fp8x4_to_f32(uint32_t word, float (&out)[4]) {
+  const float2 lo = __half22float2(__half2(
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word & 0xffffu), __NV_E4M3)));
+  const float2 hi = __half22float2(__half2(
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> 16), __NV_E4M3)));
+  out[0] = lo.x;
+  out[1] = lo.y;
+  out[2] = hi.x;
+  out[3] = hi.y;
+}
+
+// kR consecutive output rows from row0 on, resolved once: which block each lives in, pointers to
+// its bytes, scales, zeros and bias (null past n, or where the block has none).
+template <typename ScaleT, int kR>
+struct Rows {
+  bool valid[kR];
+  const uint8_t* w[kR];
+  const ScaleT* s[kR];
+  const int8_t* z[kR];
+  const float* b[kR];
+
+  __device__ __forceinline__ void resolve(const GemvArgs& a, int64_t row0, int64_t row_bytes,
+                                          int64_t groups) {
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const int64_t g = row0 + r;
+      valid[r] = g < a.n;
+      int blk = 0;
+      while (blk + 1 < a.n_blocks && g >= a.row_end[blk]) ++blk;
+      const int64_t lr = g - (blk > 0 ? a.row_end[blk - 1] : 0);
+      w[r] = valid[r] ? a.w[blk] + lr * row_bytes : nullptr;
+      s[r] = valid[r] ? static_cast<const ScaleT*>(a.scales[blk]) + lr * groups : nullptr;
+      z[r] = valid[r] && a.zeros[blk] ? a.zeros[blk] + lr * groups : nullptr;
+      b[r] = valid[r] && a.bias[blk] ? a.bias[blk] + lr : nullptr;
+    }
+  }
+};
+
 // kM: rows of x the registers are sized for (>= m; rows past m are staged as zeros).
 // kVec: 128-bit weight loads (see the header's alignment rule), else byte loads.
 template <Fmt F, int kM, bool kVec>
@@ -73,23 +114,8 @@ __global__ void __launch_bounds__(kThreads) quant_gemv_kernel(const GemvArgs a) 
 
   // This warp's rows, resolved once: block, pointers to the row's bytes, scales, zeros, bias.
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
-  bool valid[kRowsPerWarp];
-  const uint8_t* wrow[kRowsPerWarp];
-  const ScaleT* srow[kRowsPerWarp];
-  const int8_t* zrow[kRowsPerWarp];
-  const float* brow[kRowsPerWarp];
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int64_t g = row0 + r;
-    valid[r] = g < a.n;
-    int b = 0;
-    while (b + 1 < a.n_blocks && g >= a.row_end[b]) ++b;
-    const int64_t lr = g - (b > 0 ? a.row_end[b - 1] : 0);
-    wrow[r] = valid[r] ? a.w[b] + lr * row_bytes : nullptr;
-    srow[r] = valid[r] ? static_cast<const ScaleT*>(a.scales[b]) + lr * groups : nullptr;
-    zrow[r] = valid[r] && a.zeros[b] ? a.zeros[b] + lr * groups : nullptr;
-    brow[r] = valid[r] && a.bias[b] ? a.bias[b] + lr : nullptr;
-  }
+  Rows<ScaleT, kRowsPerWarp> rows;
+  rows.resolve(a, row0, row_bytes, groups);
 
   // Loads this lane's chunk of every row for the tile starting at t0 (zeros past k or n).
   auto load = [&](uint4(&raw)[kRowsPerWarp], int64_t t0) {
@@ -97,8 +123,8 @@ __global__ void __launch_bounds__(kThreads) quant_gemv_kernel(const GemvArgs a) 
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
       raw[r] = make_uint4(0, 0, 0, 0);
-      if (!valid[r] || c0 >= a.k) continue;
-      const uint8_t* p = wrow[r] + (kInt4 ? c0 / 2 : c0);
+      if (!rows.valid[r] || c0 >= a.k) continue;
+      const uint8_t* p = rows.w[r] + (kInt4 ? c0 / 2 : c0);
       if constexpr (kVec) {
         raw[r] = __ldg(reinterpret_cast<const uint4*>(p));
       } else {
@@ -136,8 +162,8 @@ __global__ void __launch_bounds__(kThreads) quant_gemv_kernel(const GemvArgs a) 
         const int64_t grp = c0 >> a.group_shift;
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) {
-          scale[r] = valid[r] ? load_scale(srow[r], grp) : 0.0f;
-          offset[r] = kMagic + 8.0f + (zrow[r] ? static_cast<float>(zrow[r][grp]) : 0.0f);
+          scale[r] = rows.valid[r] ? load_scale(rows.s[r], grp) : 0.0f;
+          offset[r] = kMagic + 8.0f + (rows.z[r] ? static_cast<float>(rows.z[r][grp]) : 0.0f);
         }
 #pragma unroll
         for (int wi = 0; wi < 4; ++wi) {  // 8 elements per 32-bit word
@@ -170,11 +196,7 @@ __global__ void __launch_bounds__(kThreads) quant_gemv_kernel(const GemvArgs a) 
         for (int wi = 0; wi < 4; ++wi) {  // 4 elements per 32-bit word
           float wf[kRowsPerWarp][4];
 #pragma unroll
-          for (int r = 0; r < kRowsPerWarp; ++r) {
-            const uint32_t word = word_of(cur[r], wi);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) wf[r][e] = fp8_e4m3_to_f32_div256((word >> (8 * e)) & 0xffu);
-          }
+          for (int r = 0; r < kRowsPerWarp; ++r) fp8x4_to_f32(word_of(cur[r], wi), wf[r]);
 #pragma unroll
           for (int i = 0; i < kM; ++i) {
             const float4 xv = *reinterpret_cast<const float4*>(xl + i * kPitch + wi * 4);
@@ -195,14 +217,14 @@ __global__ void __launch_bounds__(kThreads) quant_gemv_kernel(const GemvArgs a) 
 
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
-    // FP8: the per-row scale, times the 2^8 the decode left out.
+    // FP8: the per-row scale (the decode is exact and unscaled).
     float row_scale = 1.0f;
-    if constexpr (!kInt4) row_scale = valid[r] ? srow[r][0] * 256.0f : 0.0f;
+    if constexpr (!kInt4) row_scale = rows.valid[r] ? rows.s[r][0] : 0.0f;
 #pragma unroll
     for (int i = 0; i < kM; ++i) {
       const float v = warp_sum(acc[r][i]) * row_scale;
-      if (lane == i && i < a.m && valid[r]) {
-        a.y[static_cast<int64_t>(i) * a.ldy + row0 + r] = v + (brow[r] ? *brow[r] : 0.0f);
+      if (lane == i && i < a.m && rows.valid[r]) {
+        a.y[static_cast<int64_t>(i) * a.ldy + row0 + r] = v + (rows.b[r] ? *rows.b[r] : 0.0f);
       }
     }
   }
@@ -221,10 +243,107 @@ int launch(const GemvArgs& a, cudaStream_t stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+// ---- FP8, m <= 2: split-k GEMV -------------------------------------------------------------
+// A block is kWR row groups of kWK warps. The kWK warps of a group share its kR output rows and
+// split k between them (warp w takes 512-element tiles w, w + kWK, ...); each lane issues kU
+// tiles x kR rows of 16-byte weight loads before it multiplies, and reads its x straight from
+// global memory (L1-cached: every block reads the same x), so the k loop has no barrier. The
+// warps' partial sums meet in shared memory and are added in a fixed order.
+template <int kM, int kR, int kU, int kWK, int kWR>
+__global__ void __launch_bounds__(kWK * kWR * kWarpSize) fp8_gemv_split_kernel(const GemvArgs a) {
+  constexpr int kE = 16;  // FP8 elements per 16-byte chunk
+  constexpr int kTile = kWarpSize * kE;
+  __shared__ float red[kWR][kWK][kR][kM];
+
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int wk = static_cast<int>(threadIdx.x) / kWarpSize % kWK;  // k slice
+  const int wr = static_cast<int>(threadIdx.x) / kWarpSize / kWK;  // row group
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWR + wr) * kR;
+  Rows<float, kR> rows;
+  rows.resolve(a, row0, a.k, 1);
+
+  float acc[kR][kM] = {};
+  const int64_t n_tiles = (a.k + kTile - 1) / kTile;
+  for (int64_t t = wk; t < n_tiles; t += static_cast<int64_t>(kWK) * kU) {
+    uint4 raw[kU][kR];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t c0 = (t + static_cast<int64_t>(u) * kWK) * kTile + static_cast<int64_t>(lane) * kE;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        raw[u][r] = make_uint4(0, 0, 0, 0);
+        if (rows.valid[r] && c0 < a.k) raw[u][r] = __ldg(reinterpret_cast<const uint4*>(rows.w[r] + c0));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t c0 = (t + static_cast<int64_t>(u) * kWK) * kTile + static_cast<int64_t>(lane) * kE;
+      if (c0 >= a.k) continue;  // k % 16 == 0: a chunk is whole or wholly past the end
+#pragma unroll
+      for (int wi = 0; wi < 4; ++wi) {  // 4 elements per 32-bit word
+        float wf[kR][4];
+#pragma unroll
+        for (int r = 0; r < kR; ++r) fp8x4_to_f32(word_of(raw[u][r], wi), wf[r]);
+#pragma unroll
+        for (int i = 0; i < kM; ++i) {
+          float4 xv = make_float4(0, 0, 0, 0);
+          if (i < a.m) xv = __ldg(reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(i) * a.ldx + c0 + wi * 4));
+#pragma unroll
+          for (int r = 0; r < kR; ++r) {
+            acc[r][i] = fmaf(xv.x, wf[r][0], acc[r][i]);
+            acc[r][i] = fmaf(xv.y, wf[r][1], acc[r][i]);
+            acc[r][i] = fmaf(xv.z, wf[r][2], acc[r][i]);
+            acc[r][i] = fmaf(xv.w, wf[r][3], acc[r][i]);
+          }
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      const float v = warp_sum(acc[r][i]);
+      if (lane == 0) red[wr][wk][r][i] = v;
+    }
+  }
+  __syncthreads();
+  // Thread r * kM + i of the group writes y[i, row0 + r] (static indices keep `rows` in registers).
+  const int tid = static_cast<int>(threadIdx.x) - wr * kWK * kWarpSize;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      if (tid != r * kM + i || i >= a.m || !rows.valid[r]) continue;
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWK; ++w) v += red[wr][w][r][i];
+      a.y[static_cast<int64_t>(i) * a.ldy + row0 + r] = v * rows.s[r][0] + (rows.b[r] ? *rows.b[r] : 0.0f);
+    }
+  }
+}
+
+// Measured on an H200 (bench_cuda_gemm, Llama-3-8B shapes) against 8 other shapes: 4 rows per
+// group, 2 tiles in flight, 2 k slices, 2 groups per block.
+template <int kM>
+int launch_fp8_split(const GemvArgs& a, cudaStream_t stream) {
+  constexpr int kR = 4, kU = 2, kWK = 2, kWR = 2;
+  const int64_t blocks = ceil_div(a.n, kR * kWR);
+  if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;
+  fp8_gemv_split_kernel<kM, kR, kU, kWK, kWR>
+      <<<static_cast<unsigned>(blocks), kWK * kWR * kWarpSize, 0, stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
 template <Fmt F>
-int launch_format(const GemvArgs& a, bool vec, cudaStream_t stream) {
+int launch_format(const GemvArgs& a, bool vec, bool x_vec, cudaStream_t stream) {
   // The byte-wise fallback is rare (misaligned weights): one register shape keeps compile time down.
   if (!vec) return launch<F, 8, false>(a, stream);
+  if constexpr (F == Fmt::kFp8) {
+    if (a.m <= 1 && x_vec) return launch_fp8_split<1>(a, stream);
+    if (a.m <= 2 && x_vec) return launch_fp8_split<2>(a, stream);
+  }
   if (a.m <= 1) return launch<F, 1, true>(a, stream);
   if (a.m <= 2) return launch<F, 2, true>(a, stream);
   if (a.m <= 4) return launch<F, 4, true>(a, stream);
@@ -261,8 +380,10 @@ int quant_gemv(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, flo
   }
   a.n = end;
   if (a.n < 1) return cudaSuccess;
+  // The split kernel reads x with 128-bit loads.
+  const bool x_vec = aligned16(x) && ldx % 4 == 0;
   if (w.dtype == DType::kF8E4M3) {
-    return launch_format<Fmt::kFp8>(a, vec && w.k % 16 == 0, stream);
+    return launch_format<Fmt::kFp8>(a, vec && w.k % 16 == 0, x_vec, stream);
   }
   if (w.dtype != DType::kI4) return cudaErrorInvalidValue;
   switch (w.group_size) {
@@ -272,8 +393,8 @@ int quant_gemv(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, flo
     default: return cudaErrorInvalidValue;
   }
   if (w.k % w.group_size != 0) return cudaErrorInvalidValue;
-  if (w.scale_dtype == DType::kF16) return launch_format<Fmt::kInt4F16>(a, vec, stream);
-  if (w.scale_dtype == DType::kBF16) return launch_format<Fmt::kInt4Bf16>(a, vec, stream);
+  if (w.scale_dtype == DType::kF16) return launch_format<Fmt::kInt4F16>(a, vec, x_vec, stream);
+  if (w.scale_dtype == DType::kBF16) return launch_format<Fmt::kInt4Bf16>(a, vec, x_vec, stream);
   return cudaErrorInvalidValue;
 }
 
