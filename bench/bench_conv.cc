@@ -2,11 +2,13 @@
 // (2 * N * O * Ho * Wo * C/g * kh * kw per call), then the blocked 3x3 stride-1 layers on the
 // direct tile (conv2d_nchwc) against Winograd F(4x4, 3x3) (conv2d_winograd), both counted at the
 // direct conv's FLOPs (so Winograd's figure is an effective rate), timed in interleaved rounds
-// on a noisy machine. Usage: bench_conv [threads] [isa] [winograd | bf16].
+// on a noisy machine. Usage: bench_conv [threads] [isa] [winograd | bf16 | nchwc].
 // threads: 0 (default) = one per core; isa: avx2 | avx512 to force a kernel; winograd: only
 // the direct-vs-Winograd table; bf16: only the bf16 table instead (conv2d_bf16 on ResNet-50's
 // layers and matmul_bf16 on BERT-base's, the vdpbf16ps tile against the AMX tile in
-// interleaved rounds, on a CPU with AVX512-BF16; the AMX column needs AMX-BF16).
+// interleaved rounds, on a CPU with AVX512-BF16; the AMX column needs AMX-BF16); nchwc: only
+// every ResNet-50 layer shape on the blocked direct tile (conv2d_nchwc, what a model runs for
+// its 1x1 and strided convs; the stem from plain NCHW input), batch 1 and 8.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -135,6 +137,38 @@ void bench_winograd(ThreadPool& pool) {
   }
 }
 
+// Every ResNet-50 layer on the blocked direct tile, as the model's conv2d_nchwc runs it (the
+// stem's 3 channels as plain NCHW input, b_in = 1).
+void bench_nchwc(ThreadPool& pool) {
+  const int64_t bl = nchwc_preferred_block();
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::printf("block %ld: direct tile (conv2d_nchwc), GFLOP/s\n", static_cast<long>(bl));
+  for (int64_t batch : {1, 8}) {
+    for (const Layer& l : kResnetLayers) {
+      const bool plain = l.c < bl;
+      NchwcConvShape s;
+      s.n = batch, s.b_in = plain ? 1 : bl, s.in_blocks = plain ? l.c : ceil_div(l.c, bl);
+      s.h = s.w = l.hw, s.out_blocks = ceil_div(l.o, bl), s.block = bl, s.kh = s.kw = l.k;
+      s.stride_h = s.stride_w = l.stride;
+      s.pad_t = s.pad_l = s.pad_b = s.pad_r = l.pad;
+      std::vector<float> x(static_cast<size_t>(batch * s.in_blocks * l.hw * l.hw * s.b_in));
+      std::vector<float> w(static_cast<size_t>(s.out_blocks * s.in_blocks * l.k * l.k * s.b_in * bl));
+      std::vector<float> b(static_cast<size_t>(s.out_blocks * bl), 0.5f);
+      std::vector<float> y(static_cast<size_t>(batch * s.out_blocks * s.out_h() * s.out_w() * bl));
+      for (float& v : x) v = d(rng);
+      for (float& v : w) v = d(rng);
+      const ConvEpilogue ep{ConvActivation::kRelu};
+      const double flops = 2.0 * batch * l.o * s.out_h() * s.out_w() * static_cast<double>(l.c * l.k * l.k);
+      const auto run = [&] { conv2d_nchwc(s, x.data(), w.data(), b.data(), nullptr, ep, y.data(), pool); };
+      run();
+      const double t = best_time(std::max(3, static_cast<int>(1e9 / flops)), run);
+      std::printf("batch %ld  %-26s %8.3f ms  %7.1f GFLOP/s\n", static_cast<long>(batch), l.name,
+                  t * 1e3, flops / t * 1e-9);
+    }
+  }
+}
+
 // bf16: the vdpbf16ps tile (set_conv_kernel(kAvx512)) against AMX (kAuto on an AMX CPU), 4
 // interleaved pairs of rounds, best of each.
 void bench_bf16(ThreadPool& pool) {
@@ -220,6 +254,10 @@ int main(int argc, char** argv) {
   std::printf("threads %d, isa %s\n", pool.concurrency(), std::string(isa_name(active_isa())).c_str());
   if (argc > 3 && std::string(argv[3]) == "bf16") {
     bench_bf16(pool);
+    return 0;
+  }
+  if (argc > 3 && std::string(argv[3]) == "nchwc") {
+    bench_nchwc(pool);
     return 0;
   }
   bench_winograd(pool);

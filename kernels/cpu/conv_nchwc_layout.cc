@@ -1,6 +1,8 @@
 // Layout conversions and pooling of blocked tensors (conv_nchwc_cpu.h). Pooling works on whole
-// channel vectors: one window tap is one contiguous block of `block` floats, which the compiler
-// turns into vector max/add.
+// channel vectors: one window tap is one contiguous block of `block` floats, one or two ymm
+// max / add per tap (Lanes below).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -38,7 +40,34 @@ TapRange taps(int64_t start, int64_t k, int64_t d, int64_t size, int64_t pad_lo,
   return r;
 }
 
-// One output row of blocks; B is the block (a compile-time width so the lane loops vectorise).
+// B floats (one channel block) in B / 8 ymm registers. This file is built at the AVX2
+// baseline; GCC left the plain lane loops as 16 scalar maxss per tap (std::max or a compare).
+template <int B>
+struct Lanes {
+  static constexpr int kN = B / 8;
+  __m256 v[kN];
+  static Lanes fill(float f) {
+    Lanes r;
+    for (int i = 0; i < kN; ++i) r.v[i] = _mm256_set1_ps(f);
+    return r;
+  }
+  // acc = x > acc ? x : acc per lane (vmaxps(x, acc) gives acc where either is NaN): the
+  // result std::max(acc, x) gives, as the NCHW pool computes it.
+  void max_with(const float* x) {
+    for (int i = 0; i < kN; ++i) v[i] = _mm256_max_ps(_mm256_loadu_ps(x + 8 * i), v[i]);
+  }
+  void add(const float* x) {
+    for (int i = 0; i < kN; ++i) v[i] = _mm256_add_ps(v[i], _mm256_loadu_ps(x + 8 * i));
+  }
+  void div(float d) {
+    for (int i = 0; i < kN; ++i) v[i] = _mm256_div_ps(v[i], _mm256_set1_ps(d));
+  }
+  void store(float* y) const {
+    for (int i = 0; i < kN; ++i) _mm256_storeu_ps(y + 8 * i, v[i]);
+  }
+};
+
+// One output row of blocks; B is the block.
 template <int B>
 void pool_row(const PoolShape& s, const TapRange& ry, const std::vector<TapRange>& cols,
               int64_t oy, const float* xp, float* yr) {
@@ -47,16 +76,15 @@ void pool_row(const PoolShape& s, const TapRange& ry, const std::vector<TapRange
   for (int64_t ox = 0; ox < s.wo; ++ox) {
     const TapRange& rx = cols[static_cast<size_t>(ox)];
     const int64_t ix0 = ox * s.stride_w - s.pad_l;
-    float acc[B];
-    for (int l = 0; l < B; ++l) acc[l] = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
+    Lanes<B> acc = Lanes<B>::fill(is_max ? -std::numeric_limits<float>::infinity() : 0.0f);
     for (int64_t ky = ry.lo; ky < ry.hi; ++ky) {
       const float* xr = xp + ((iy0 + ky * s.dil_h) * s.w + ix0) * B;
       for (int64_t kx = rx.lo; kx < rx.hi; ++kx) {
         const float* v = xr + kx * s.dil_w * B;
         if (is_max) {
-          for (int l = 0; l < B; ++l) acc[l] = std::max(acc[l], v[l]);
+          acc.max_with(v);
         } else {
-          for (int l = 0; l < B; ++l) acc[l] += v[l];
+          acc.add(v);
         }
       }
     }
@@ -64,10 +92,13 @@ void pool_row(const PoolShape& s, const TapRange& ry, const std::vector<TapRange
       const int64_t count = s.count_include_pad ? ry.padded * rx.padded
                                                 : (ry.hi - ry.lo) * (rx.hi - rx.lo);
       // Division, not a multiply by the reciprocal, to round like the NCHW pool does.
-      const float div = static_cast<float>(count);
-      for (int l = 0; l < B; ++l) acc[l] = count > 0 ? acc[l] / div : 0.0f;
+      if (count > 0) {
+        acc.div(static_cast<float>(count));
+      } else {
+        acc = Lanes<B>::fill(0.0f);
+      }
     }
-    std::memcpy(yr + ox * B, acc, sizeof(acc));
+    acc.store(yr + ox * B);
   }
 }
 
@@ -76,21 +107,17 @@ void global_pool(const PoolShape& s, const float* x, float* y, TaskRunner& runne
   const int64_t hw = s.h * s.w;
   runner.run(s.n * (s.c / B), [&](int64_t plane) {
     const float* xp = x + plane * hw * B;
-    float acc[B];
     const bool is_max = s.kind == PoolKind::kMax;
-    for (int l = 0; l < B; ++l) acc[l] = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
+    Lanes<B> acc = Lanes<B>::fill(is_max ? -std::numeric_limits<float>::infinity() : 0.0f);
     for (int64_t i = 0; i < hw; ++i) {
-      const float* v = xp + i * B;
       if (is_max) {
-        for (int l = 0; l < B; ++l) acc[l] = std::max(acc[l], v[l]);
+        acc.max_with(xp + i * B);
       } else {
-        for (int l = 0; l < B; ++l) acc[l] += v[l];
+        acc.add(xp + i * B);
       }
     }
-    if (!is_max) {
-      for (int l = 0; l < B; ++l) acc[l] /= static_cast<float>(hw);
-    }
-    std::memcpy(y + plane * B, acc, sizeof(acc));
+    if (!is_max) acc.div(static_cast<float>(hw));
+    acc.store(y + plane * B);
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -344,6 +345,38 @@ TEST_CASE("pool2d_nchwc matches a double reference", "[conv_nchwc][pool]") {
     gmax.kh = 5;
     gmax.kw = 6;
     check_pool(gmax, 16, block, pool, rng);
+  }
+}
+
+TEST_CASE("pool2d_nchwc max and average equal the NCHW pool bit for bit, NaNs and signed zeros too",
+          "[conv_nchwc][pool]") {
+  // The blocked pool runs vector max / add; the NCHW pool (pool_cpu) scalar std::max(acc, x),
+  // which skips a NaN x and keeps the first of two equal zeros. Both must give the same bits.
+  ThreadPool pool(2);
+  std::mt19937 rng(9);
+  for (int64_t block : {int64_t{8}, int64_t{16}}) {
+    for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
+      INFO("block " << block << (kind == PoolKind::kMax ? " max" : " avg"));
+      const int64_t c = 20;
+      PoolShape s = pool_shape(kind, 2, 9, 10, 3, 2, 1, 1, 5, 5);
+      s.c = c;
+      std::vector<float> x = random_vec(s.n * c * s.h * s.w, rng, -1.0f, 1.0f);
+      for (size_t i = 0; i < x.size(); i += 7) x[i] = (i / 7) % 3 == 0 ? NAN : ((i / 7) % 3 == 1 ? 0.0f : -0.0f);
+      std::vector<float> want(static_cast<size_t>(s.n * c * s.ho * s.wo));
+      pool2d(s, x.data(), want.data(), pool);
+      PoolShape sb = s;
+      sb.c = ceil_div(c, block) * block;
+      std::vector<float> yb(static_cast<size_t>(s.n * sb.c * s.ho * s.wo), 1.0f);
+      pool2d_nchwc(sb, block, to_blocked(x, s.n, c, s.h * s.w, block).data(), yb.data(), pool);
+      const std::vector<float> got = from_blocked(yb, s.n, c, s.ho * s.wo, block);
+      int bad = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (std::memcmp(&want[i], &got[i], sizeof(float)) != 0 && !(std::isnan(want[i]) && std::isnan(got[i]))) {
+          if (bad++ < 5) FAIL_CHECK("output " << i << ": nchw " << want[i] << ", nchwc " << got[i]);
+        }
+      }
+      CHECK(bad == 0);
+    }
   }
 }
 
