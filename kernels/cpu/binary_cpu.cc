@@ -13,6 +13,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/avx2_math.h"
 #include "kernels/cpu/vec_avx2.h"
 #include "kernels/cpu/vec_util.h"
 
@@ -258,41 +259,22 @@ void where_typed(const Loop<3>& l, const uint8_t* c, const void* a, const void* 
   });
 }
 
-// erf by Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7), odd-extended.
-inline __m256 erf_avx2(__m256 x) {
-  const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
-  const __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-  const __m256 t = _mm256_div_ps(
-      _mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), ax, _mm256_set1_ps(1.0f)));
-  __m256 p = _mm256_set1_ps(1.061405429f);
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
-  p = _mm256_mul_ps(p, t);
-  const __m256 e = Avx2::exp(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(ax, ax)));
-  const __m256 r = _mm256_fnmadd_ps(p, e, _mm256_set1_ps(1.0f));
-  return _mm256_or_ps(r, sign);
-}
-
+// The Gelu and GeluTanh kinds of unary_f32, expression for expression: a fused epilogue gives
+// the bits the unfused op would.
 inline __m256 activate(__m256 v, Activation act) {
   const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
   switch (act) {
     case Activation::kNone: return v;
     case Activation::kRelu: return _mm256_max_ps(v, _mm256_setzero_ps());
     case Activation::kGelu: {
-      const __m256 e = erf_avx2(_mm256_mul_ps(v, _mm256_set1_ps(0.70710678118654752f)));
+      const __m256 e = avx2_math::erf8(_mm256_mul_ps(v, _mm256_set1_ps(0.70710678118654752f)));
       return _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e));
     }
     case Activation::kGeluTanh: {
-      // tanh(u) = 1 - 2 / (e^{2u} + 1): saturates to +-1 cleanly when e^{2u} is 0 or inf.
       const __m256 v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
       const __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.79788456080286536f),
                                      _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), v3, v));
-      const __m256 e2 = Avx2::exp(_mm256_add_ps(u, u));
-      const __m256 th =
-          _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e2, one)));
-      return _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, th));
+      return _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, avx2_math::tanh8(u)));
     }
   }
   return v;

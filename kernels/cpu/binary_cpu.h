@@ -50,7 +50,9 @@ enum class Activation { kNone, kRelu, kGelu, kGeluTanh };
 
 // In place on y [rows, n] (row stride ldy): y = act(alpha * y + bias), bias [n] or null.
 // gelu is the erf form 0.5 x (1 + erf(x / sqrt 2)) with erf to ~2e-7 absolute; gelu_tanh
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Both give exactly unary_f32's kGelu /
+// kGeluTanh of alpha * y + bias (unary_cpu.h), so fusing an activation into a matmul changes
+// no bit of the result.
 void bias_activation(int64_t rows, int64_t n, float* y, int64_t ldy, float alpha,
                      const float* bias, Activation act, TaskRunner& runner);
 
