@@ -17,6 +17,8 @@
 //   type id, one for every block; kernels/common/ggml_type.h), no scales or zeros.
 #include "engine/ops/linear.h"
 
+#include <optional>
+
 #include "engine/core/error.h"
 #include "engine/ops/op_registry.h"
 #include "kernels/common/quant_scheme.h"
@@ -45,6 +47,10 @@ LinearAttrs parse(const graph::Node& node) {
   SAMPAN_CHECK(t >= 0 && t <= 0xffff, ErrorCode::kInvalidArgument,
                "node '{}' (linear): ggml_type {} is not a GGUF type id", node.name, t);
   a.ggml_type = static_cast<GgmlType>(t);
+  const int64_t bf = node.attrs.get_int("bf16_operands", 0);
+  SAMPAN_CHECK(bf == 0 || bf == 1, ErrorCode::kInvalidArgument,
+               "node '{}' (linear): bf16_operands = {} is not 0 or 1", node.name, bf);
+  a.bf16_operands = bf == 1;
   return a;
 }
 
@@ -199,6 +205,11 @@ void run_cpu(const KernelContext& ctx) {
     if (const Tensor* z = slot_tensor(ctx, b, i, Slot::kZeros)) w.zeros[i] = z->data<int8_t>();
   }
   const Tensor& y = ctx.outputs[0];
+  std::optional<cpu::ScopedGemmPrecision> bf16;
+  if (a.bf16_operands && (w.dtype == DType::kBF16 || w.dtype == DType::kF32) &&
+      cpu::gemm_precision() != cpu::GemmPrecision::kF32) {
+    bf16.emplace(cpu::GemmPrecision::kBf16);
+  }
   cpu::gemm(x.dim(0), x.data<float>(), row_stride(x), w, a.epilogue, y.data<float>(),
             row_stride(y), ctx.runner);
 }
@@ -208,7 +219,8 @@ const RegisterOp kSchema(with_attrs<LinearAttrs>(
     {{"n_blocks", AttrType::kInt, false},
      {"epilogue", AttrType::kString, false},
      {"group_size", AttrType::kInt, false},
-     {"ggml_type", AttrType::kInt, false}},
+     {"ggml_type", AttrType::kInt, false},
+     {"bf16_operands", AttrType::kInt, false}},
     parse, infer));
 const RegisterKernel kCpu("linear", DeviceType::kCPU, run_cpu);
 

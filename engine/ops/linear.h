@@ -15,6 +15,12 @@ struct LinearAttrs final : OpAttrs {
   int64_t group_size = 0;  // int4 weights only (checked against the weights by inference)
   // u8 weights only: the GGUF block type of every block (attribute "ggml_type", its GGUF id).
   GgmlType ggml_type = GgmlType::kF32;
+  // Attribute "bf16_operands" (0/1): x and the weights hold only bf16 values (a round_bf16 or a
+  // bf16 tensor feeds each), so a GEMM that rounds both to bf16 rounds nothing. The CPU kernel
+  // then multiplies under GemmPrecision::kBf16 (vdpbf16ps panels or a single bf16 x on AMX:
+  // the same exact products, f32 sums in another order) unless the caller asked for kF32.
+  // bf16 LoRA training sets it (engine/train/train_graph.cc).
+  bool bf16_operands = false;
 };
 
 }  // namespace sampan::ops

@@ -22,11 +22,20 @@ struct Builder {
   std::vector<bool> targeted = std::vector<bool>(models::kLoraModuleCount, false);
   std::vector<LoraParam> params;
 
+  // Tells the linear producing y that both its operands hold bf16 values only (ops/linear.h:
+  // its GEMM may then run in bf16 at no cost in precision).
+  void mark_bf16_operands(ValueId y) {
+    graph::Node& n = g.mutable_node(g.value(y).producer);
+    SAMPAN_CHECK(n.op == "linear", ErrorCode::kInternal, "{}: not a linear", n.name);
+    n.attrs.set("bf16_operands", int64_t{1});
+  }
+
   // The base projection plus, when `module` is targeted, its LoRA branch.
   ValueId lora_linear(const std::string& name, ValueId x, const Linear& w, int64_t layer,
                       int module, int64_t in, int64_t out) {
     if (options.bf16) x = g.add("round_bf16", name + ".x_bf16", {x});
     ValueId y = models::linear(g, name, x, w);
+    if (options.bf16 && w.weight.dtype() == DType::kBF16) mark_bf16_operands(y);
     if (options.bf16) y = g.add("round_bf16", name + ".y_bf16", {y}, {{"grad_only", int64_t{1}}});
     if (!targeted[static_cast<size_t>(module)]) return y;
     const std::string base =
@@ -50,8 +59,10 @@ struct Builder {
       b_in = g.add("round_bf16", name + ".lora_B_bf16", {b});
     }
     ValueId u = g.add("linear", name + ".lora_A", {xd, a_in});
+    if (options.bf16) mark_bf16_operands(u);
     if (options.bf16) u = g.add("round_bf16", name + ".lora_A_out_bf16", {u});
     ValueId v = g.add("linear", name + ".lora_B", {u, b_in});
+    if (options.bf16) mark_bf16_operands(v);
     if (options.bf16)
       v = g.add("round_bf16", name + ".lora_B_out_bf16", {v}, {{"grad_only", int64_t{1}}});
     return g.add("add", name + ".lora_add", {y, v});
@@ -145,6 +156,7 @@ TrainGraph build_train_graph(const HfConfig& c, const models::LlamaWeights& w,
   ValueId n = models::rms_norm(g, "output_norm", h, w.output_norm, c.rms_norm_eps);
   if (options.bf16) n = g.add("round_bf16", "lm_head.x_bf16", {n});
   ValueId logits = models::linear(g, "lm_head", n, w.output);
+  if (options.bf16 && w.output.weight.dtype() == DType::kBF16) bld.mark_bf16_operands(logits);
   if (options.bf16)
     logits = g.add("round_bf16", "lm_head.y_bf16", {logits}, {{"grad_only", int64_t{1}}});
   tg.loss = g.add("cross_entropy", "loss", {logits, targets}, {{"ignore_index", int64_t{-100}}});

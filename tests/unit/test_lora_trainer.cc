@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "engine/core/error.h"
 #include "engine/graph/executor.h"
@@ -424,6 +425,52 @@ int64_t arena_bytes(const train::TrainGraph& tg, int64_t batch, int64_t seq_len)
 }
 
 }  // namespace
+
+TEST_CASE("bf16 training marks exactly the linears whose operands are bf16 values only", "[train]") {
+  // ops/linear.h's bf16_operands lets such a GEMM run in bf16 (vdpbf16ps panels / one bf16 x on
+  // AMX): sound only if x comes from a round_bf16 and the weights from a round_bf16 or a bf16
+  // tensor, which this checks for every marked node; the LoRA GEMMs and (bf16 weights) the base
+  // ones must all be marked, and nothing without the bf16 option.
+  const Golden g = load_golden("tiny_llama3");
+  models::LoadOptions fp8;  // an FP8 base: its linears must stay unmarked
+  fp8.build.quantization.format = models::WeightFormat::kFp8;
+  const std::shared_ptr<const models::Model> plain = load_tiny("tiny_llama3");
+  const std::shared_ptr<const models::Model> quantized =
+      models::load_model(data_dir("models/tiny_llama3"), fp8);
+  REQUIRE(models::llama_weights_of(*quantized)->layers[0].attn.q.weight.dtype() == DType::kF8E4M3);
+  for (const auto& [model, bf16] : {std::pair{plain, false}, std::pair{plain, true},
+                                    std::pair{quantized, true}}) {
+    const models::LlamaWeights& w = *models::llama_weights_of(*model);
+    train::TrainGraphOptions opt;
+    opt.bf16 = bf16;
+    const train::TrainGraph tg = train::build_train_graph(model->config, w, g.adapter.config, opt);
+    const graph::Graph& gr = tg.graph;
+    auto from_round = [&](graph::ValueId v) {
+      const graph::NodeId p = gr.value(v).producer;
+      return p >= 0 && gr.node(p).op == "round_bf16";
+    };
+    int64_t marked = 0, lora = 0, bf16_base = 0;
+    for (const graph::Node& n : gr.nodes()) {
+      if (n.op != "linear") continue;
+      const bool is_lora = n.name.find(".lora_") != std::string::npos;
+      const graph::Value& wv = gr.value(n.inputs[1]);
+      const bool w_bf16 = from_round(n.inputs[1]) || (wv.constant.defined() && wv.constant.dtype() == DType::kBF16);
+      lora += is_lora;
+      bf16_base += !is_lora && wv.constant.defined() && wv.constant.dtype() == DType::kBF16;
+      if (n.attrs.get_int("bf16_operands", 0) != 1) {
+        CHECK_FALSE((bf16 && (is_lora || w_bf16)));
+        continue;
+      }
+      ++marked;
+      INFO(n.name);
+      CHECK(bf16);
+      CHECK(from_round(n.inputs[0]));
+      CHECK(w_bf16);
+    }
+    CHECK(lora > 0);
+    CHECK(marked == (bf16 ? lora + bf16_base : 0));
+  }
+}
 
 TEST_CASE("LoraTrainer: recompute gives bit-identical gradients from a smaller arena", "[train]") {
   const Golden g = load_golden("tiny_llama3");
