@@ -41,6 +41,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_args.h"
 #include "bench/bench_cuda_decode.h"
 #include "engine/core/cuda_stream.h"
 #include "engine/core/error.h"
@@ -80,17 +81,6 @@ struct Options {
   Device device = Device::cuda(0);
   bool cuda_graphs = true;
 };
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t comma = std::min(s.find(',', start), s.size());
-    if (comma > start) out.push_back(s.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
 
 // false on a bad argument (message printed).
 bool parse_options(int argc, char** argv, Options* o) {

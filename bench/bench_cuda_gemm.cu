@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "kernels/cuda/gemm.cuh"
 
 namespace {
@@ -152,19 +153,6 @@ double copy_bandwidth(cudaStream_t stream) {
 
 }  // namespace
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t comma = s.find(',', start);
-    const size_t end = comma == std::string::npos ? s.size() : comma;
-    if (end > start) out.push_back(s.substr(start, end - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
 int main(int argc, char** argv) {
   bool json = false;
   std::vector<int64_t> ms = {1, 8, 32, 128, 2048};
@@ -175,7 +163,7 @@ int main(int argc, char** argv) {
       json = true;
     } else if (a == "--m" && i + 1 < argc) {
       ms.clear();
-      for (const std::string& v : split_list(argv[++i])) {
+      for (const std::string& v : sampan::bench::split_list(argv[++i])) {
         char* end = nullptr;
         const long long m = std::strtoll(v.c_str(), &end, 10);
         if (*end != '\0' || m < 1 || m > 2048) {
@@ -186,7 +174,7 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--weights" && i + 1 < argc) {
       types.clear();
-      for (const std::string& v : split_list(argv[++i])) {
+      for (const std::string& v : sampan::bench::split_list(argv[++i])) {
         if (v == "bf16") types.push_back(DType::kBF16);
         else if (v == "int4") types.push_back(DType::kI4);
         else if (v == "fp8") types.push_back(DType::kF8E4M3);

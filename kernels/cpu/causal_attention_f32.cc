@@ -11,6 +11,7 @@
 #include "kernels/cpu/avx2_math.h"
 #include "kernels/cpu/causal_attention_cpu.h"
 #include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/vec_avx2.h"
 
 namespace sampan::cpu {
 namespace {
@@ -76,11 +77,8 @@ int64_t first_key(const CausalAttentionDims& d, int64_t t) {
   return d.window > 0 ? std::max<int64_t>(0, t - d.window + 1) : 0;
 }
 
-// Lanes i < n of 8 (n in 0..8) as a load / store mask.
-__m256i lanes(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
+// Lanes a step of 8 covers when `left` elements remain.
+int lane_count(int64_t left) { return static_cast<int>(std::min<int64_t>(left, 8)); }
 
 double hsum(__m256 v) {
   alignas(32) float f[8];
@@ -96,27 +94,23 @@ double softmax_row(float* s, int64_t n, float scale) {
   const __m256 vs = _mm256_set1_ps(scale);
   __m256 vm = _mm256_set1_ps(-INFINITY);
   for (int64_t j = 0; j < n; j += 8) {
-    const __m256i mk = lanes(n - j);
+    const __m256i mk = Avx2::lane_mask(lane_count(n - j));
     const __m256 x = _mm256_mul_ps(_mm256_maskload_ps(s + j, mk), vs);
     vm = _mm256_max_ps(vm, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, _mm256_castsi256_ps(mk)));
   }
-  alignas(32) float mf[8];
-  _mm256_store_ps(mf, vm);
-  float m = mf[0];
-  for (float x : mf) m = std::max(m, x);
+  const float m = Avx2::reduce_max(vm);
   const __m256 vmax = _mm256_set1_ps(m);
   __m256 vz = _mm256_setzero_ps();
   for (int64_t j = 0; j < n; j += 8) {
-    const __m256i mk = lanes(n - j);
+    const __m256i mk = Avx2::lane_mask(lane_count(n - j));
     const __m256 e = avx2_math::exp8(_mm256_fmsub_ps(_mm256_maskload_ps(s + j, mk), vs, vmax));
     vz = _mm256_add_ps(vz, _mm256_and_ps(e, _mm256_castsi256_ps(mk)));
   }
   const double lse = static_cast<double>(m) + std::log(hsum(vz));
   const __m256 vl = _mm256_set1_ps(static_cast<float>(lse));
   for (int64_t j = 0; j < n; j += 8) {
-    const __m256i mk = lanes(n - j);
-    const __m256 p = avx2_math::exp8(_mm256_fmsub_ps(_mm256_maskload_ps(s + j, mk), vs, vl));
-    _mm256_maskstore_ps(s + j, mk, p);
+    const int k = lane_count(n - j);
+    Avx2::store_n(s + j, avx2_math::exp8(_mm256_fmsub_ps(Avx2::load_n(s + j, k), vs, vl)), k);
   }
   return lse;
 }
@@ -126,11 +120,11 @@ double softmax_row(float* s, int64_t n, float scale) {
 void softmax_grad_row(float* p, float* dp, int64_t n, float scale, float lse, float di) {
   const __m256 vs = _mm256_set1_ps(scale), vl = _mm256_set1_ps(lse), vd = _mm256_set1_ps(di);
   for (int64_t j = 0; j < n; j += 8) {
-    const __m256i mk = lanes(n - j);
-    const __m256 pj = avx2_math::exp8(_mm256_fmsub_ps(_mm256_maskload_ps(p + j, mk), vs, vl));
-    const __m256 ds = _mm256_mul_ps(_mm256_mul_ps(pj, _mm256_sub_ps(_mm256_maskload_ps(dp + j, mk), vd)), vs);
-    _mm256_maskstore_ps(p + j, mk, pj);
-    _mm256_maskstore_ps(dp + j, mk, ds);
+    const int k = lane_count(n - j);
+    const __m256 pj = avx2_math::exp8(_mm256_fmsub_ps(Avx2::load_n(p + j, k), vs, vl));
+    const __m256 ds = _mm256_mul_ps(_mm256_mul_ps(pj, _mm256_sub_ps(Avx2::load_n(dp + j, k), vd)), vs);
+    Avx2::store_n(p + j, pj, k);
+    Avx2::store_n(dp + j, ds, k);
   }
 }
 
