@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
 #include "engine/graph/executor.h"
 #include "engine/loaders/safetensors.h"
 #include "engine/models/llama.h"
@@ -470,6 +471,31 @@ TEST_CASE("bf16 training marks exactly the linears whose operands are bf16 value
     CHECK(lora > 0);
     CHECK(marked == (bf16 ? lora + bf16_base : 0));
   }
+}
+
+TEST_CASE("linear's bf16_operands: 0 or 1, and 1 on bf16 values gives the f32 products", "[train]") {
+  ThreadPool pool(2);
+  // x [3, 32] and w [5, 32] of bf16 values: the bf16 GEMM's products are exact, so it differs
+  // from the f32 one only in the order of its f32 sums.
+  std::vector<float> xv(3 * 32), wv(5 * 32);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(static_cast<int>(i % 13) - 6) / 8.0f;
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>(static_cast<int>(i % 7) - 3) / 4.0f;
+  auto build = [&](int64_t flag) {
+    graph::Graph g;
+    const graph::ValueId x = g.add_input("x", DType::kF32, {graph::Dim::fixed(3), graph::Dim::fixed(32)});
+    g.mark_output(g.add("linear", "proj", {x, g.add_constant("w", Tensor::from_f32({5, 32}, wv))},
+                        {{"bf16_operands", flag}}));
+    return g;
+  };
+  graph::Graph bad = build(2);
+  CHECK_THROWS_WITH(graph::Executor(bad, pool),
+                    Catch::Contains("node 'proj' (linear): bf16_operands = 2 is not 0 or 1"));
+  graph::Graph plain = build(0), marked = build(1);
+  graph::Executor ep(plain, pool), em(marked, pool);
+  const Tensor x = Tensor::from_f32({3, 32}, xv);
+  const Tensor a = ep.run({{"x", x}})[0].clone(), b = em.run({{"x", x}})[0];
+  // Every product and partial sum here is a multiple of 1/32 below 2^10: exact in f32 either way.
+  for (int64_t i = 0; i < 15; ++i) CHECK(a.data<float>()[i] == b.data<float>()[i]);
 }
 
 TEST_CASE("LoraTrainer: recompute gives bit-identical gradients from a smaller arena", "[train]") {
