@@ -9,11 +9,13 @@
 // Which path runs (m = rows of x):
 //   f32, bf16, f16, any m:   cuBLASLt (gemm_cublas.cuh): f32 exact-f32 (no TF32); bf16/f16
 //                            after rounding x to the weight type.
-//   kI4, m <= kGemvMaxM:     W4A16 GEMV (gemm_gemv_quant.cuh): f32 x, weights decoded in
-//                            registers exactly, f32 accumulation.
+//   kI4, m <= kGemvMaxM:     GEMV (gemm_gemv_quant.cuh): x rounded per weight group to int16
+//                            exactly as the CPU's int4 decode kernels round it (same bits),
+//                            integer dot products (dp2a), f32 accumulation of group sums;
+//                            misaligned weights: f32 x, exact decode.
 //   kI4, m > kGemvMaxM:      rows of W dequantized to a bf16 scratch buffer chunk by chunk
 //                            (gemm_dequant.cuh), each chunk one cuBLASLt bf16 product.
-//   kF8E4M3, m <= kGemvMaxM: the same GEMV as kI4 (exact decode, f32 x), on every GPU.
+//   kF8E4M3, m <= kGemvMaxM: GEMV with an exact decode and f32 x, on every GPU.
 //   kF8E4M3, m > kGemvMaxM:  sm_89+: cuBLASLt FP8 x FP8 (fp8_gemm.cuh: x quantized per tensor
 //                            on the GPU, the per-row weight scale and bias applied afterwards);
 //                            below sm_89, or when cuBLASLt has no FP8 algorithm for the sizes
@@ -23,7 +25,8 @@
 //                            dequant path's cuBLASLt loop. Written and compiled, never yet run
 //                            on a GPU.
 // Accuracy per path (relative to sum_k |x||w| of each output, on top of f32 summation error):
-//   exact-f32 paths (f32, GEMV): none; bf16 x: 2^-8; f16 x: 2^-11; dequant path: 2^-7 (x and
+//   exact-f32 paths (f32, FP8 GEMV): none; kI4 GEMV: the CPU decode kernels' x16 rounding,
+//   kI4DecodeXError * sum_g absmax_g(x) * sum_{c in g} |w_c| (kernels/cpu/gemm_quant.h); bf16 x: 2^-8; f16 x: 2^-11; dequant path: 2^-7 (x and
 //   w each rounded to bf16); FP8 x FP8: 2^-4, plus 2^-10 * (max|x| / 448) * sum_k |w| for
 //   elements of x in E4M3's subnormal range.
 #pragma once

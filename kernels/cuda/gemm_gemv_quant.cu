@@ -4,6 +4,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/gemm_cublas.cuh"
 #include "kernels/cuda/gemm_decode.cuh"
 #include "kernels/cuda/gemm_gemv_quant.cuh"
 #include "kernels/cuda/launch_config.cuh"
@@ -336,18 +337,220 @@ int launch_fp8_split(const GemvArgs& a, cudaStream_t stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+// ---- INT4: x rounded per group to x16, integer dot products --------------------------------
+// As the CPU's int4 decode kernels do (gemm_quant.h): x16 = rint(x * (32639 / absmax_g)) per
+// (row of x, weight group), s_x = absmax_g / 32639, both in f32 with the CPU's operations, so the
+// x16 and s_x bits equal the CPU's. Each 8 consecutive x16 are stored as {0,2,4,6,1,3,5,7}: the
+// order in which `w & 0x0f0f0f0f` and `(w >> 4) & 0x0f0f0f0f` hold a 32-bit word's nibbles, so
+// four dp2a (int16 x int8 pairs, int32 sums) take a word's 8 products. Per 32-element chunk the
+// quantize kernel also stores sum(x16), for the zero point: sum x16 (u - 8 - z) with u = q + 8.
+constexpr int kI4XMaxInt = 32639;
+constexpr int kI4Chunk = 32;  // elements per 16-byte weight chunk (one lane's load)
+
+struct I4XView {
+  const uint4* x16;     // [m][k / 8] 8 permuted x16 each
+  const float* sx;      // [m][k / group]
+  const int* xsum;      // [m][k / 32]
+};
+
+// One thread per 8 elements of a row of x; a group's G / 8 threads are adjacent lanes of a warp.
+__global__ void __launch_bounds__(128) i4_quantize_x_kernel(const float* x, int64_t ldx, int64_t k,
+                                                            int group_shift, uint4* x16, float* sx,
+                                                            int* xsum) {
+  const int64_t i = blockIdx.y;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  const bool live = c0 < k;  // k % 32 == 0: 8 elements are all in or all out
+  float v[8];
+  float amax = 0.0f;
+  bool bad = false;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    v[e] = live ? x[i * ldx + c0 + e] : 0.0f;
+    amax = fmaxf(amax, fabsf(v[e]));
+    bad = bad || !isfinite(v[e]);
+  }
+  const int lanes = (1 << group_shift) / 8;
+  for (int o = 1; o < lanes; o <<= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    bad = __shfl_xor_sync(0xffffffffu, static_cast<int>(bad), o) != 0 || bad;
+  }
+  float s = 0.0f, inv = 0.0f;
+  if (bad) {
+    s = __int_as_float(0x7fc00000);
+  } else if (amax > 0.0f) {
+    s = __fdiv_rn(amax, static_cast<float>(kI4XMaxInt));
+    inv = __fdiv_rn(static_cast<float>(kI4XMaxInt), amax);
+  }
+  int q[8];
+  int sum = 0;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    q[e] = __float2int_rn(__fmul_rn(v[e], inv));  // NaN * 0 -> 0, as the CPU's 0 * inf
+    sum += q[e];
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (!live) return;
+  auto pack = [](int a, int b) { return (static_cast<uint32_t>(a) & 0xffffu) | (static_cast<uint32_t>(b) << 16); };
+  x16[(i * k + c0) / 8] = make_uint4(pack(q[0], q[2]), pack(q[4], q[6]), pack(q[1], q[3]), pack(q[5], q[7]));
+  if ((threadIdx.x & 3) == 0) xsum[i * (k / kI4Chunk) + c0 / kI4Chunk] = sum;
+  if ((threadIdx.x & (lanes - 1)) == 0) sx[(i * k + c0) >> group_shift] = s;
+}
+
+// Split-k as the FP8 kernel: kWR row groups of kWK warps, kR rows per group, kU chunks per lane in
+// flight; a lane's 16-byte chunk is 32 elements of one group.
+template <typename ScaleT, int kM, int kR, int kU, int kWK, int kWR>
+__global__ void __launch_bounds__(kWK * kWR * kWarpSize) i4_gemv_split_kernel(const GemvArgs a,
+                                                                              const I4XView xv) {
+  constexpr int kTile = kWarpSize * kI4Chunk;
+  __shared__ float red[kWR][kWK][kR][kM];
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int wk = static_cast<int>(threadIdx.x) / kWarpSize % kWK;
+  const int wr = static_cast<int>(threadIdx.x) / kWarpSize / kWK;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWR + wr) * kR;
+  const int64_t groups = a.k >> a.group_shift;
+  const int64_t chunks = a.k / kI4Chunk;
+  Rows<ScaleT, kR> rows;
+  rows.resolve(a, row0, a.k / 2, groups);
+
+  float acc[kR][kM] = {};
+  const int64_t n_tiles = (a.k + kTile - 1) / kTile;
+  for (int64_t t = wk; t < n_tiles; t += static_cast<int64_t>(kWK) * kU) {
+    // Everything the chunk needs from memory is requested before any of it is used: weights,
+    // their scales and zero points (DRAM), x's scales and sums (L2); only x16 is read later.
+    uint4 raw[kU][kR];
+    float sw[kU][kR];
+    int off[kU][kR];
+    float sxi[kU][kM];
+    int xs[kU][kM];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t c0 = (t + static_cast<int64_t>(u) * kWK) * kTile + static_cast<int64_t>(lane) * kI4Chunk;
+      const bool in = c0 < a.k;
+      const int64_t grp = in ? c0 >> a.group_shift : 0;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const bool ok = rows.valid[r] && in;
+        raw[u][r] = ok ? __ldg(reinterpret_cast<const uint4*>(rows.w[r] + c0 / 2)) : make_uint4(0, 0, 0, 0);
+        sw[u][r] = ok ? load_scale(rows.s[r], grp) : 0.0f;
+        off[u][r] = 8 + (ok && rows.z[r] ? static_cast<int>(rows.z[r][grp]) : 0);
+      }
+#pragma unroll
+      for (int i = 0; i < kM; ++i) {
+        const bool ok = i < a.m && in;
+        sxi[u][i] = ok ? __ldg(xv.sx + i * groups + grp) : 0.0f;
+        xs[u][i] = ok ? __ldg(xv.xsum + i * chunks + c0 / kI4Chunk) : 0;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t c0 = (t + static_cast<int64_t>(u) * kWK) * kTile + static_cast<int64_t>(lane) * kI4Chunk;
+      if (c0 >= a.k) continue;
+      int d[kR][kM] = {};
+#pragma unroll
+      for (int wi = 0; wi < 4; ++wi) {
+        uint4 xq[kM];
+#pragma unroll
+        for (int i = 0; i < kM; ++i) {
+          xq[i] = i < a.m ? __ldg(xv.x16 + (static_cast<int64_t>(i) * a.k + c0) / 8 + wi) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          const uint32_t w8 = word_of(raw[u][r], wi) ^ 0x88888888u;  // u = q + 8 per nibble
+          const int lo = static_cast<int>(w8 & 0x0f0f0f0fu);
+          const int hi = static_cast<int>((w8 >> 4) & 0x0f0f0f0fu);
+#pragma unroll
+          for (int i = 0; i < kM; ++i) {
+            d[r][i] = __dp2a_lo(static_cast<int>(xq[i].x), lo, d[r][i]);
+            d[r][i] = __dp2a_hi(static_cast<int>(xq[i].y), lo, d[r][i]);
+            d[r][i] = __dp2a_lo(static_cast<int>(xq[i].z), hi, d[r][i]);
+            d[r][i] = __dp2a_hi(static_cast<int>(xq[i].w), hi, d[r][i]);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+#pragma unroll
+        for (int i = 0; i < kM; ++i) {
+          // |d - off xs| <= 32 * 32639 * 23: exact in int32; one f32 rounding in the convert.
+          acc[r][i] = fmaf(sw[u][r] * sxi[u][i], static_cast<float>(d[r][i] - off[u][r] * xs[u][i]), acc[r][i]);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      const float v = warp_sum(acc[r][i]);
+      if (lane == 0) red[wr][wk][r][i] = v;
+    }
+  }
+  __syncthreads();
+  const int tid = static_cast<int>(threadIdx.x) - wr * kWK * kWarpSize;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      if (tid != r * kM + i || i >= a.m || !rows.valid[r]) continue;
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWK; ++w) v += red[wr][w][r][i];
+      a.y[static_cast<int64_t>(i) * a.ldy + row0 + r] = v + (rows.b[r] ? *rows.b[r] : 0.0f);
+    }
+  }
+}
+
+template <typename ScaleT, int kM, int kR, int kU, int kWK, int kWR>
+int launch_i4_split(const GemvArgs& a, const I4XView& xv, cudaStream_t stream) {
+  const int64_t blocks = ceil_div(a.n, kR * kWR);
+  if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;
+  i4_gemv_split_kernel<ScaleT, kM, kR, kU, kWK, kWR>
+      <<<static_cast<unsigned>(blocks), kWK * kWR * kWarpSize, 0, stream>>>(a, xv);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <Fmt F>
+int launch_i4_dot(const GemvArgs& a, cudaStream_t stream) {
+  using ScaleT = typename ScaleOf<F>::T;
+  const int64_t groups = a.k >> a.group_shift;
+  const size_t x16_bytes = static_cast<size_t>(a.m) * a.k * 2;
+  const size_t sx_bytes = static_cast<size_t>(a.m) * groups * 4;
+  const size_t xs_bytes = static_cast<size_t>(a.m) * (a.k / kI4Chunk) * 4;
+  GemmScratch s;
+  if (const int e = s.allocate(x16_bytes + sx_bytes + xs_bytes, stream)) return e;
+  auto* base = static_cast<uint8_t*>(s.data());
+  I4XView xv{reinterpret_cast<const uint4*>(base), reinterpret_cast<const float*>(base + x16_bytes),
+             reinterpret_cast<const int*>(base + x16_bytes + sx_bytes)};
+  const dim3 qgrid(static_cast<unsigned>(ceil_div(a.k / 8, 128)), static_cast<unsigned>(a.m));
+  i4_quantize_x_kernel<<<qgrid, 128, 0, stream>>>(a.x, a.ldx, a.k, a.group_shift,
+                                                  reinterpret_cast<uint4*>(base),
+                                                  reinterpret_cast<float*>(base + x16_bytes),
+                                                  reinterpret_cast<int*>(base + x16_bytes + sx_bytes));
+  if (const int e = static_cast<int>(cudaGetLastError())) return e;
+  // Measured on an H200 (bench_cuda_gemm, Llama-3-8B shapes) against 5 other shapes: 4 rows per
+  // warp, 2 chunks in flight (1 at m = 8, for registers), no k split, 4 warps per block.
+  if (a.m <= 1) return launch_i4_split<ScaleT, 1, 4, 2, 1, 4>(a, xv, stream);
+  if (a.m <= 2) return launch_i4_split<ScaleT, 2, 4, 2, 1, 4>(a, xv, stream);
+  if (a.m <= 4) return launch_i4_split<ScaleT, 4, 4, 2, 1, 4>(a, xv, stream);
+  return launch_i4_split<ScaleT, 8, 4, 1, 1, 4>(a, xv, stream);
+}
+
 template <Fmt F>
 int launch_format(const GemvArgs& a, bool vec, bool x_vec, cudaStream_t stream) {
   // The byte-wise fallback is rare (misaligned weights): one register shape keeps compile time down.
   if (!vec) return launch<F, 8, false>(a, stream);
-  if constexpr (F == Fmt::kFp8) {
+  if constexpr (F != Fmt::kFp8) {
+    return launch_i4_dot<F>(a, stream);
+  } else {
     if (a.m <= 1 && x_vec) return launch_fp8_split<1>(a, stream);
     if (a.m <= 2 && x_vec) return launch_fp8_split<2>(a, stream);
+    if (a.m <= 1) return launch<F, 1, true>(a, stream);
+    if (a.m <= 2) return launch<F, 2, true>(a, stream);
+    if (a.m <= 4) return launch<F, 4, true>(a, stream);
+    return launch<F, 8, true>(a, stream);
   }
-  if (a.m <= 1) return launch<F, 1, true>(a, stream);
-  if (a.m <= 2) return launch<F, 2, true>(a, stream);
-  if (a.m <= 4) return launch<F, 4, true>(a, stream);
-  return launch<F, 8, true>(a, stream);
 }
 
 }  // namespace
