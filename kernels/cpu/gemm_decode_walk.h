@@ -57,7 +57,10 @@ inline DecodeWalkScratch& decode_walk_scratch() {
 // Walks columns [c0, c1). row_of(b, r) -> Row locates row r of block b; dot(rows, i0, mb, out)
 // runs the kernel on rows [R] and rows i0..i0 + mb of x, out[i * R + j] (i < mb). Writes y
 // (bias added, or the kSiluMul epilogue applied).
-template <typename Row, int kMaxRows, int kMaxM, typename RowOf, typename Dot>
+// kGroup > 1: up to kGroup consecutive calls of a stripe are handed over together, as
+// dot(rows, n, i0, mb, out) with rows [n][kMaxRows] and out [n][kMaxM * kMaxRows], so that the
+// kernel side can walk k in chunks outermost and keep a chunk of x in L1 for all n calls.
+template <typename Row, int kMaxRows, int kMaxM, int kGroup = 1, typename RowOf, typename Dot>
 void walk_decode_columns(const DecodeWalk& d, int64_t c0, int64_t c1, RowOf&& row_of, Dot&& dot) {
   const GemmWeights& w = *d.w;
   const bool silu = d.ep == GemmEpilogue::kSiluMul;
@@ -77,49 +80,60 @@ void walk_decode_columns(const DecodeWalk& d, int64_t c0, int64_t c1, RowOf&& ro
   }
   int64_t block_start[kMaxGemmBlocks + 1] = {};
   for (int b = 0; b < w.n_blocks; ++b) block_start[b + 1] = block_start[b] + w.rows[b];
-  float out[kMaxM * kMaxRows];
+  float out[kGroup][kMaxM * kMaxRows];
   // Per call: the rows and where they are. Declared once per walk: constructed (Row's member
   // initializers) and zeroed inside the loop, they cost a fifth of an int4 m = 1 call's time
   // (perf, 256 x 2048 int4 weights in L2); every entry a call reads is written before it.
-  Row rows[kMaxRows];
-  bool valid[kMaxRows];
-  int blk[kMaxRows];
-  int64_t row_in_blk[kMaxRows];
+  Row rows[kGroup][kMaxRows];
+  bool valid[kGroup][kMaxRows];
+  int blk[kGroup][kMaxRows];
+  int64_t row_in_blk[kGroup][kMaxRows];
   for (int64_t t0 = 0; t0 < len; t0 += kDecodeStripe) {
     const int64_t width = std::min(kDecodeStripe, len - t0);
-    for (int64_t t = t0; t < t0 + width; ++t) {
-      for (int j = 0; j < streams; ++j) {
-        valid[j] = start[j] + t < end[j];
-        const int64_t col = valid[j] ? start[j] + t : start[0] + t;
-        if (silu) {
-          rows[j] = row_of(0, col);
-          rows[streams + j] = row_of(1, col);
-        } else {
-          int bb = 0;
-          while (col >= block_start[bb + 1]) ++bb;
-          blk[j] = bb;
-          row_in_blk[j] = col - block_start[bb];
-          rows[j] = row_of(bb, row_in_blk[j]);
+    for (int64_t tg = t0; tg < t0 + width; tg += kGroup) {
+      const int n_calls = static_cast<int>(std::min<int64_t>(kGroup, t0 + width - tg));
+      for (int q = 0; q < n_calls; ++q) {
+        const int64_t t = tg + q;
+        for (int j = 0; j < streams; ++j) {
+          valid[q][j] = start[j] + t < end[j];
+          const int64_t col = valid[q][j] ? start[j] + t : start[0] + t;
+          if (silu) {
+            rows[q][j] = row_of(0, col);
+            rows[q][streams + j] = row_of(1, col);
+          } else {
+            int bb = 0;
+            while (col >= block_start[bb + 1]) ++bb;
+            blk[q][j] = bb;
+            row_in_blk[q][j] = col - block_start[bb];
+            rows[q][j] = row_of(bb, row_in_blk[q][j]);
+          }
         }
       }
       for (int64_t i0 = 0; i0 < d.m; i0 += d.max_m) {
         const int mb = static_cast<int>(std::min<int64_t>(d.max_m, d.m - i0));
-        dot(rows, i0, mb, out);
-        for (int i = 0; i < mb; ++i) {
-          const float* o = out + i * R;
-          if (silu) {
-            float* g = s.gate.data() + (i0 + i) * per_row + (t - t0);
-            float* u = s.up.data() + (i0 + i) * per_row + (t - t0);
-            for (int j = 0; j < streams; ++j) {
-              g[j * kDecodeStripe] = o[j];
-              u[j * kDecodeStripe] = o[streams + j];
-            }
-          } else {
-            float* yrow = d.y + (i0 + i) * d.ldy;
-            for (int j = 0; j < streams; ++j) {
-              if (!valid[j]) continue;
-              const float* bias = w.bias[blk[j]];
-              yrow[start[j] + t] = o[j] + (bias ? bias[row_in_blk[j]] : 0.0f);
+        if constexpr (kGroup == 1) {
+          dot(rows[0], i0, mb, out[0]);
+        } else {
+          dot(rows, n_calls, i0, mb, &out[0][0]);
+        }
+        for (int q = 0; q < n_calls; ++q) {
+          const int64_t t = tg + q;
+          for (int i = 0; i < mb; ++i) {
+            const float* o = out[q] + i * R;
+            if (silu) {
+              float* g = s.gate.data() + (i0 + i) * per_row + (t - t0);
+              float* u = s.up.data() + (i0 + i) * per_row + (t - t0);
+              for (int j = 0; j < streams; ++j) {
+                g[j * kDecodeStripe] = o[j];
+                u[j * kDecodeStripe] = o[streams + j];
+              }
+            } else {
+              float* yrow = d.y + (i0 + i) * d.ldy;
+              for (int j = 0; j < streams; ++j) {
+                if (!valid[q][j]) continue;
+                const float* bias = w.bias[blk[q][j]];
+                yrow[start[j] + t] = o[j] + (bias ? bias[row_in_blk[q][j]] : 0.0f);
+              }
             }
           }
         }

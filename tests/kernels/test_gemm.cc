@@ -354,6 +354,39 @@ TEST_CASE("gemm: several k-chunks and m-chunks on the blocked paths", "[kernels]
   }
 }
 
+TEST_CASE("gemm: decode batches whose x outgrows L1 take their calls in groups over k-chunks",
+          "[kernels][gemm]") {
+  // m = 5..8 on the wide dot kernels with m * k * 4 bytes above 48 KiB (gemm_cpu.cc
+  // kXGroupAbove): calls grouped by 8 over equal k-chunks of at most 16 KiB of x, with a short
+  // last chunk (k not a multiple of 32), stripes cut short (n not a multiple of 8 or of 64),
+  // several blocks with biases and the SiLU-mul epilogue.
+  struct Shape {
+    int64_t m, k;
+    std::vector<int64_t> rows;
+    GemmEpilogue ep;
+  };
+  const Shape shapes[] = {{8, 1601, {133}, GemmEpilogue::kStore},
+                          {5, 2500, {70, 9}, GemmEpilogue::kStore},
+                          {6, 4100, {3}, GemmEpilogue::kStore},
+                          {7, 1810, {41, 41}, GemmEpilogue::kSiluMul},
+                          {8, 2048, {300, 17, 5}, GemmEpilogue::kStore}};
+  uint32_t seed = 700;
+  for (DType dt : kDtypes) {
+    for (const Shape& sh : shapes) {
+      Case c;
+      c.dtype = dt;
+      c.m = sh.m;
+      c.k = sh.k;
+      c.rows = sh.rows;
+      c.bias.assign(sh.rows.size(), false);
+      for (size_t b = 0; b < sh.rows.size(); ++b) c.bias[b] = (seed + b) % 2 == 0;
+      c.ep = sh.ep;
+      c.ldx_pad = seed % 2 == 0 ? 0 : 3;
+      check_case(c, seed++);
+    }
+  }
+}
+
 // Block w ([n, k] of dtype dt) as the weights of a one-block GEMM.
 GemmWeights one_block(const Block& w, DType dt, int64_t n, int64_t k) {
   GemmWeights gw;
