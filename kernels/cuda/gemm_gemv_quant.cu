@@ -244,6 +244,43 @@ int launch(const GemvArgs& a, cudaStream_t stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+// The split-k kernels' end: each warp's sums (warp-shuffle tree) meet in shared memory, and
+// thread r * kM + i of the row group adds its kWK warps' partials in a fixed order and writes
+// y[i, row0 + r] (static indices keep `rows` in registers), times the row's scale where
+// kRowScale (FP8: one f32 per row), plus the bias. Reached by every thread of the block.
+template <int kM, int kR, int kWK, int kWR, bool kRowScale, typename ScaleT>
+__device__ __forceinline__ void split_finish(const GemvArgs& a, const Rows<ScaleT, kR>& rows,
+                                             int64_t row0, float (&acc)[kR][kM],
+                                             float (&red)[kWR][kWK][kR][kM], int wr, int wk,
+                                             int lane) {
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      const float v = warp_sum(acc[r][i]);
+      if (lane == 0) red[wr][wk][r][i] = v;
+    }
+  }
+  __syncthreads();
+  const int tid = static_cast<int>(threadIdx.x) - wr * kWK * kWarpSize;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      if (tid != r * kM + i || i >= a.m || !rows.valid[r]) continue;
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWK; ++w) v += red[wr][w][r][i];
+      float* out = a.y + static_cast<int64_t>(i) * a.ldy + row0 + r;
+      if constexpr (kRowScale) {
+        *out = v * rows.s[r][0] + (rows.b[r] ? *rows.b[r] : 0.0f);
+      } else {
+        *out = v + (rows.b[r] ? *rows.b[r] : 0.0f);
+      }
+    }
+  }
+}
+
 // ---- FP8, m <= 2: split-k GEMV -------------------------------------------------------------
 // A block is kWR row groups of kWK warps. The kWK warps of a group share its kR output rows and
 // split k between them (warp w takes 512-element tiles w, w + kWK, ...); each lane issues kU
@@ -301,28 +338,7 @@ __global__ void __launch_bounds__(kWK * kWR * kWarpSize) fp8_gemv_split_kernel(c
     }
   }
 
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-#pragma unroll
-    for (int i = 0; i < kM; ++i) {
-      const float v = warp_sum(acc[r][i]);
-      if (lane == 0) red[wr][wk][r][i] = v;
-    }
-  }
-  __syncthreads();
-  // Thread r * kM + i of the group writes y[i, row0 + r] (static indices keep `rows` in registers).
-  const int tid = static_cast<int>(threadIdx.x) - wr * kWK * kWarpSize;
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-#pragma unroll
-    for (int i = 0; i < kM; ++i) {
-      if (tid != r * kM + i || i >= a.m || !rows.valid[r]) continue;
-      float v = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWK; ++w) v += red[wr][w][r][i];
-      a.y[static_cast<int64_t>(i) * a.ldy + row0 + r] = v * rows.s[r][0] + (rows.b[r] ? *rows.b[r] : 0.0f);
-    }
-  }
+  split_finish<kM, kR, kWK, kWR, true>(a, rows, row0, acc, red, wr, wk, lane);
 }
 
 // Measured on an H200 (bench_cuda_gemm, Llama-3-8B shapes) against 8 other shapes: 4 rows per
@@ -479,27 +495,7 @@ __global__ void __launch_bounds__(kWK * kWR * kWarpSize) i4_gemv_split_kernel(co
     }
   }
 
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-#pragma unroll
-    for (int i = 0; i < kM; ++i) {
-      const float v = warp_sum(acc[r][i]);
-      if (lane == 0) red[wr][wk][r][i] = v;
-    }
-  }
-  __syncthreads();
-  const int tid = static_cast<int>(threadIdx.x) - wr * kWK * kWarpSize;
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-#pragma unroll
-    for (int i = 0; i < kM; ++i) {
-      if (tid != r * kM + i || i >= a.m || !rows.valid[r]) continue;
-      float v = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWK; ++w) v += red[wr][w][r][i];
-      a.y[static_cast<int64_t>(i) * a.ldy + row0 + r] = v + (rows.b[r] ? *rows.b[r] : 0.0f);
-    }
-  }
+  split_finish<kM, kR, kWK, kWR, false>(a, rows, row0, acc, red, wr, wk, lane);
 }
 
 template <typename ScaleT, int kM, int kR, int kU, int kWK, int kWR>
