@@ -274,6 +274,7 @@ FmaKernels make_table() {
   t.narrow = {4, 1, 4, {}};
   t.wide = {2, 5, 8, {}};
   t.panel = {kPanelMr, kPanelNr, 128, pack_panel, panel_kernel};  // 32 KiB panel: L1
+  t.panel_min_m_16bit = kAvx512PanelMinM16;
   t.bf16_pair_x = bf16_pair_x;
   fill_dtype<kDtF32>(t);
   fill_dtype<kDtF16>(t);

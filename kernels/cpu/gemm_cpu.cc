@@ -3,7 +3,7 @@
 //
 // Dispatch: bf16/f16 weights with m >= kAmxMinM on a CPU with AMX go to gemm_amx; everything
 // else (every f32 weight) takes the FMA path of the active ISA, with the dot kernels below
-// kPanelMinM rows of x and the panel kernels from there (thresholds in gemm_internal.h).
+// gemm_panel_min_m rows of x and the panel kernels from there (thresholds in gemm_internal.h).
 //
 // Dot driver (decode): the output columns are split into one contiguous chunk per worker, which
 // walk_decode_columns (gemm_decode_walk.h) reads as R interleaved streams, in row-blocks of R
@@ -71,7 +71,7 @@ int dtype_index(DType t) {
 
 struct FmaJob {
   const FmaKernels* kt;
-  const PanelKernels* pk;  // the panel kernels for m >= kPanelMinM
+  const PanelKernels* pk;  // the panel kernels for m >= gemm_panel_min_m
   int dt;
   int64_t elem_bytes;
   int64_t m;
@@ -204,7 +204,7 @@ void run_fma_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64_t
   };
   const int64_t x_bytes = mr * w.k * static_cast<int64_t>(sizeof(float));
   if (mr < kXGroupMinM || mr > t.max_m || x_bytes <= kXGroupAbove) {
-    gemm_detail::walk_decode_columns<const void*, kMaxDotRows, gemm_detail::kPanelMinM>(
+    gemm_detail::walk_decode_columns<const void*, kMaxDotRows, gemm_detail::kMaxDotWalkM>(
         walk, c0, c1, row_of, [&](const void* const* rows, int64_t, int, float* out) {
           dot_rows(local, t, rows, i0, i1, s);
           std::copy_n(s.out.data(), mr * R, out);
@@ -220,8 +220,8 @@ void run_fma_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64_t
   const int64_t acc_per_call = mr * R * kMaxLanes;
   if (static_cast<int64_t>(s.acc.size()) < kXGroup * acc_per_call) s.acc.resize(kXGroup * acc_per_call);
   const float* xr = local.x + (i0 - local.x_row0) * local.ldx;
-  constexpr int kOutStride = gemm_detail::kPanelMinM * kMaxDotRows;  // the walk's out[n][...]
-  gemm_detail::walk_decode_columns<const void*, kMaxDotRows, gemm_detail::kPanelMinM, kXGroup>(
+  constexpr int kOutStride = gemm_detail::kMaxDotWalkM * kMaxDotRows;  // the walk's out[n][...]
+  gemm_detail::walk_decode_columns<const void*, kMaxDotRows, gemm_detail::kMaxDotWalkM, kXGroup>(
       walk, c0, c1, row_of, [&](const void* const (*rows)[kMaxDotRows], int n, int64_t, int, float* out) {
         for (int64_t k0 = 0; k0 < w.k; k0 += kx) {
           const int64_t k1 = std::min(w.k, k0 + kx);
@@ -316,7 +316,7 @@ void run_panel_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64
 void gemm_fma(const FmaKernels& kt, int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
               GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
   const int dt = dtype_index(w.dtype);
-  const bool panel = m >= gemm_detail::kPanelMinM;
+  const bool panel = m >= gemm_detail::gemm_panel_min_m(kt, dt);
   const PanelKernels& pk = panel ? gemm_detail::prefill_panel_kernels(kt, dt) : kt.panel;
   const FmaJob job{&kt, &pk, dt, dt == gemm_detail::kDtF32 ? 4 : 2, m, x, ldx, 0, &w, ep, y, ldy};
   const int64_t n_out = ep == GemmEpilogue::kSiluMul ? w.rows[0] : w.n();
@@ -385,6 +385,11 @@ const PanelKernels& prefill_panel_kernels(const FmaKernels& kt, int dt) {
       gemm_precision() != GemmPrecision::kBf16)
     return kt.panel;
   return bf16_panel_kernels();
+}
+
+int64_t gemm_panel_min_m(const FmaKernels& kt, int dt) {
+  const bool f32_panels = &prefill_panel_kernels(kt, dt) == &kt.panel;
+  return f32_panels && dt != kDtF32 ? kt.panel_min_m_16bit : kPanelMinM;
 }
 
 bool prefill_in_bf16() {

@@ -123,6 +123,24 @@ struct PanelKernels {
   int x_per_pair = 2;
 };
 
+// From this many rows of x on, the FMA path uses the vdpbf16ps panel kernels instead of the dot
+// kernels (bf16 arithmetic: twice the FMA's products per instruction), and the f32 panels on
+// AVX2. Measured (AVX-512, 2048x2048 bf16 streamed from DRAM): the dot kernels win up to m = 8, the
+// two are even around 12..16 and the panel kernels pull ahead from there (3x at m = 512:
+// 122 vs 40 GFLOP/s), packing costing about one extra pass over the weights.
+constexpr int64_t kPanelMinM = 12;
+// The f32 panels' threshold for 16-bit weights on AVX-512 (FmaKernels::panel_min_m_16bit),
+// where the panels convert every weight to f32 per call: measured on Zen 5 (bf16 TinyLlama,
+// `sampan bench --batch`, 1 thread, decode step ms, dot kernels against f32 panels): m = 12 156 /
+// 376, 16 202 / 411, 24 295 / 485, 32 393 / 566, 48 610 / 718, 64 799 / 856, 96 1255 / 1140;
+// `bench_gemm gemm --isa avx512` (GFLOP/s, 1 thread) agrees up to m = 32 on the large matrices
+// (gate+up, down, lm_head 1.0-1.8x) and is mixed at 48 (0.8-1.15x): 48 is kept. f32 weights
+// (a copy, not a conversion) stay on kPanelMinM (dots 0.8-1.5x there), and so does AVX2, whose
+// dot kernels win at m = 12 (236 / 288 ms) and lose from 16 (428 / 365).
+constexpr int64_t kAvx512PanelMinM16 = 48;
+// Most rows of x the dot kernels take in one walk (the walk's kMaxM): every table's threshold.
+constexpr int64_t kMaxDotWalkM = kAvx512PanelMinM16;
+
 struct FmaKernels {
   // R = 4 for up to a few rows of x: the default, also for prefill (fewer x loads per FMA).
   DotTable narrow;
@@ -134,7 +152,11 @@ struct FmaKernels {
   // latency (4 cycles) times its throughput (2 per cycle), so a pass of 2 rows of x stalls on
   // the sums, where a wide group of 3..6 rows holds 6..12.
   bool group_on_wide = false;
-  PanelKernels panel;  // for m >= kPanelMinM
+  PanelKernels panel;  // from gemm_panel_min_m rows of x
+  // From this many rows of x on, bf16 / f16 weights run on the f32 panels (`panel`) instead of
+  // the dot kernels (<= kMaxDotWalkM); f32 weights from kPanelMinM, and the vdpbf16ps panels
+  // take over from kPanelMinM (gemm_panel_min_m).
+  int64_t panel_min_m_16bit = kPanelMinM;
   // When set, the bf16 dot kernels read x in "pair layout" and the driver converts x with it:
   // within each block of 32 elements, the 16 even-indexed ones then the 16 odd ones, each row
   // zero-padded to a multiple of 32 (ldx >= that). A kernel then widens 32 bf16 weights with
@@ -153,23 +175,22 @@ const FmaKernels& fma_kernels_avx512();
 // are rounded to bf16 in the pack (nearest even).
 const PanelKernels& bf16_panel_kernels();
 
-// The panel kernels cpu::gemm runs for m >= kPanelMinM on the FMA path, for weights of table
+// The panel kernels cpu::gemm runs for m >= gemm_panel_min_m on the FMA path, for weights of table
 // dtype `dt` at the active ISA and GemmPrecision: the vdpbf16ps ones for 16-bit weights with
 // kBf16 at avx512_bf16 without AMX, else `kt`'s f32 ones. (kSplitBf16 would need two vdpbf16ps
 // per weight pair, the f32 FMA's multiply-add rate: measured on Zen 4 (bench_gemm, m = 128 and
 // 512, TinyLlama shapes, 1 thread) within -10%..+8% of the f32 panels, so they stay, exact.)
 const PanelKernels& prefill_panel_kernels(const FmaKernels& kt, int dt);
 
+// Rows of x from which cpu::gemm's FMA path runs prefill_panel_kernels(kt, dt) instead of the
+// dot kernels: kt.panel_min_m_16bit for 16-bit weights on the f32 panels, else kPanelMinM.
+int64_t gemm_panel_min_m(const FmaKernels& kt, int dt);
+
 // Whether cpu::gemm multiplies bf16 weights in bf16 arithmetic from 16 rows of x on (AMX, or
 // the vdpbf16ps panels), so a caller that makes weights for it (quantized prefill) may as well
 // round them to bf16: that costs no accuracy there and halves the bytes.
 bool prefill_in_bf16();
 
-// From this many rows of x on, the FMA path uses the panel kernels instead of the dot kernels.
-// Measured (AVX-512, 2048x2048 bf16 streamed from DRAM): the dot kernels win up to m = 8, the
-// two are even around 12..16 and the panel kernels pull ahead from there (3x at m = 512:
-// 122 vs 40 GFLOP/s), packing costing about one extra pass over the weights.
-constexpr int64_t kPanelMinM = 12;
 
 // The whole GEMM on AMX tiles for bf16/f16 weights (same contract as cpu::gemm, m >= 1).
 void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
