@@ -3,7 +3,8 @@
 // gemm_quant_avx2.cc, gemm_quant_batch_avx2.cc). Callers use cpu::gemm (gemm_cpu.h), which hands
 // kF8E4M3 and kI4 weights to gemm_quant.
 //
-// Decode (decode_kernels_take: m < kQuantPrefillMinM, and m = 16 but for int4 under kF32) is
+// Decode (decode_kernels_take: m < kQuantPrefillMinM, and m = 16 but for int4 under kF32; fp8
+// below kF8DecodeBelowM on AVX512-VNNI CPUs whose fp8 prefill would run the f32 panels) is
 // memory-bound: dot kernels take R weight rows at a time, one from each of R streams of the
 // worker's columns (gemm_decode_walk.h), dequantize them in registers and multiply them with up
 // to max_m rows of x, so every packed weight byte and scale is read from memory once per call
@@ -86,6 +87,10 @@ namespace sampan::cpu::gemm_detail {
 // AVX2 batched kernels take m = 16 too, int4 only when GemmPrecision is not kF32: on Zen 3 the
 // dequantizing path ran a 16-row decode step at 27.7x one row's, int4.)
 constexpr int64_t kQuantPrefillMinM = 16;
+// fp8 on AVX512-VNNI CPUs whose fp8 prefill would run the f32 panels (no AMX, GemmPrecision not
+// kBf16) stays on the decode kernels below this many rows of x: each m-group re-reads the rows
+// it decodes from L1, where the prefill path converts every weight to f32 and packs it again.
+constexpr int64_t kF8DecodeBelowM = 48;
 
 // Relative rounding of x (to its group's absmax) on the kI4 decode path: 1/65278 + 2^-22.
 constexpr double kI4DecodeXError = 1.0 / 65278 + 0x1p-22;
@@ -217,7 +222,11 @@ constexpr int64_t kAvx2BatchMaxM = 16;
 // way) and for kI4 unless GemmPrecision is kF32 (the decode kernels round x: the kI4 decode
 // contract, where prefill is exact in f32). A decode step of 16 sequences through the prefill
 // path cost 14.9x one sequence's step (int4, TinyLlama shape, 2 threads, Emerald Rapids, no
-// AMX), because it dequantizes every weight to f32 for 16 rows.
+// AMX), because it dequantizes every weight to f32 for 16 rows. kF8E4M3 also takes them for
+// m < kF8DecodeBelowM on AVX512-VNNI CPUs without AMX unless GemmPrecision is kBf16 (where the
+// prefill would run the f32 panels): on Zen 5 (fp8 TinyLlama, `sampan bench --batch`, 1 thread,
+// against the prefill path) a B = 17 / 24 / 32 / 47 step 452 / 501 / 608 / 750 -> 247 / 328 /
+// 445 / 621 ms. Their accuracy is the decode kernels' (exact, or 2^-16 * M on vdpbf16ps).
 bool decode_kernels_take(DType dtype, int64_t m);
 // Whether cpu::gemm runs m rows of x through quant_kernels_avx2_batch(): CPUs without
 // AVX512-VNNI (AVX2, plain AVX-512), m from kAvx2BatchMinM where decode_kernels_take(dtype, m).

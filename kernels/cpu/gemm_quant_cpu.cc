@@ -199,6 +199,10 @@ void gemm_quant_prefill(const QuantKernels& kt, int64_t m, const float* x, int64
 
 }  // namespace
 
+// Whether an fp8 prefill would dequantize to f32 and run the f32 panels (no AMX, and no bf16
+// panels for it: GemmPrecision is not kBf16), which pay a conversion of every weight per call.
+static bool f8_prefill_on_f32_panels() { return !has_amx() && !prefill_in_bf16(); }
+
 bool quant_on_amx_tiles(DType dtype, int64_t m) {
   return dtype == DType::kF8E4M3 && has_amx() && gemm_precision() != GemmPrecision::kF32 &&
          m >= kF8AmxMinM;
@@ -211,6 +215,10 @@ bool i4_on_amx_int8(int64_t m) {
 }
 
 bool decode_kernels_take(DType dtype, int64_t m) {
+  if (dtype == DType::kF8E4M3 && m < kF8DecodeBelowM && f8_prefill_on_f32_panels() &&
+      has_avx512_vnni()) {
+    return true;
+  }
   return m < kQuantPrefillMinM ||
          (m == kQuantPrefillMinM &&
           (dtype == DType::kF8E4M3 || gemm_precision() != GemmPrecision::kF32));
