@@ -27,6 +27,8 @@ constexpr int64_t kNcMax = 192;  // a multiple of every micro-kernel's nr
 // The bf16 path's k chunk: bf16 halves the bytes per k row, so twice the rows fit the same
 // cache budget (and the f32 partial sums in y are revisited half as often).
 constexpr int64_t kKcBf16 = 512;
+// Rows of B that matmul_bf16 packs at a time across a tile's panels (Bf16Job::pack_rows).
+constexpr int64_t kMatmulPackRows = 16;
 constexpr int64_t kBf16PackRows = 64;  // even, so sub-panels start on a pair row
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -381,6 +383,11 @@ struct Bf16Job {
   const float* residual = nullptr; // like y, or null
   float* y = nullptr;
   ConvEpilogue ep;
+  // 0: each k-chunk's panels are packed one after the other, all kc rows each. Else the chunk
+  // is packed pack_rows rows (even) at a time across all panels, so that a B stored row-major
+  // (matmul_bf16) is read in runs of the tile's width per row instead of one panel's 64 bytes
+  // per row at a time: with rows 2-11 KiB apart those did not stream.
+  int64_t pack_rows = 0;
 };
 
 struct Bf16Scratch {
@@ -426,10 +433,13 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
     if (bk.begin) bk.begin();
     for (int64_t k0 = 0; k0 < job.k; k0 += kKcBf16) {
       const int64_t kc = std::min(kKcBf16, job.k - k0);
-      for (int64_t pi = 0; pi * nr < nc; ++pi) {
-        const int64_t col = j0 + pi * nr;
-        pack(scratch, bk, item, k0, kc, col, std::min<int64_t>(nr, j0 + nc - col),
-             tile + pi * panel_elems);
+      const int64_t rb = job.pack_rows > 0 ? job.pack_rows : kc;
+      for (int64_t r0 = 0; r0 < kc; r0 += rb) {  // r0 even: pair row r0 / 2 of each panel
+        for (int64_t pi = 0; pi * nr < nc; ++pi) {
+          const int64_t col = j0 + pi * nr;
+          pack(scratch, bk, item, k0 + r0, std::min(rb, kc - r0), col,
+               std::min<int64_t>(nr, j0 + nc - col), tile + pi * panel_elems + r0 * nr);
+        }
       }
       const bool accumulate = k0 > 0;
       const bool last = k0 + kc == job.k;
@@ -584,6 +594,7 @@ void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t
   job.k = k;
   job.p = n;
   job.y = y;
+  job.pack_rows = kMatmulPackRows;
   auto a_at = [&](int64_t) { return a_bf; };
   auto y_off = [](int64_t) { return int64_t{0}; };
   auto pack = [&](Bf16Scratch&, const conv_detail::Bf16Kernels& bk, int64_t, int64_t k0,
