@@ -191,7 +191,6 @@ int64_t gemm_panel_min_m(const FmaKernels& kt, int dt);
 // round them to bf16: that costs no accuracy there and halves the bytes.
 bool prefill_in_bf16();
 
-
 // The whole GEMM on AMX tiles for bf16/f16 weights (same contract as cpu::gemm, m >= 1).
 void gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
               float* y, int64_t ldy, TaskRunner& runner);

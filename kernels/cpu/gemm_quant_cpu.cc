@@ -197,11 +197,11 @@ void gemm_quant_prefill(const QuantKernels& kt, int64_t m, const float* x, int64
   }
 }
 
-}  // namespace
-
 // Whether an fp8 prefill would dequantize to f32 and run the f32 panels (no AMX, and no bf16
 // panels for it: GemmPrecision is not kBf16), which pay a conversion of every weight per call.
-static bool f8_prefill_on_f32_panels() { return !has_amx() && !prefill_in_bf16(); }
+bool f8_prefill_on_f32_panels() { return !has_amx() && !prefill_in_bf16(); }
+
+}  // namespace
 
 bool quant_on_amx_tiles(DType dtype, int64_t m) {
   return dtype == DType::kF8E4M3 && has_amx() && gemm_precision() != GemmPrecision::kF32 &&

@@ -517,14 +517,13 @@ int launch_i4_dot(const GemvArgs& a, cudaStream_t stream) {
   GemmScratch s;
   if (const int e = s.allocate(x16_bytes + sx_bytes + xs_bytes, stream)) return e;
   auto* base = static_cast<uint8_t*>(s.data());
-  I4XView xv{reinterpret_cast<const uint4*>(base), reinterpret_cast<const float*>(base + x16_bytes),
-             reinterpret_cast<const int*>(base + x16_bytes + sx_bytes)};
+  auto* x16 = reinterpret_cast<uint4*>(base);
+  auto* sx = reinterpret_cast<float*>(base + x16_bytes);
+  auto* xsum = reinterpret_cast<int*>(base + x16_bytes + sx_bytes);
   const dim3 qgrid(static_cast<unsigned>(ceil_div(a.k / 8, 128)), static_cast<unsigned>(a.m));
-  i4_quantize_x_kernel<<<qgrid, 128, 0, stream>>>(a.x, a.ldx, a.k, a.group_shift,
-                                                  reinterpret_cast<uint4*>(base),
-                                                  reinterpret_cast<float*>(base + x16_bytes),
-                                                  reinterpret_cast<int*>(base + x16_bytes + sx_bytes));
+  i4_quantize_x_kernel<<<qgrid, 128, 0, stream>>>(a.x, a.ldx, a.k, a.group_shift, x16, sx, xsum);
   if (const int e = static_cast<int>(cudaGetLastError())) return e;
+  const I4XView xv{x16, sx, xsum};
   // Measured on an H200 (bench_cuda_gemm, Llama-3-8B shapes) against 5 other shapes: 4 rows per
   // warp, 2 chunks in flight (1 at m = 8, for registers), no k split, 4 warps per block.
   if (a.m <= 1) return launch_i4_split<ScaleT, 1, 4, 2, 1, 4>(a, xv, stream);
