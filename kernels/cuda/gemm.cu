@@ -3,7 +3,6 @@
 #include <cublasLt.h>
 
 #include "kernels/common/quant_scheme.h"
-#include "kernels/cuda/fp8_gemm.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_dequant.cuh"
 #include "kernels/cuda/gemm_ggml.cuh"
@@ -17,15 +16,10 @@ namespace {
 // Bytes of scratch one chunk may take: bf16 weight rows being multiplied (dequant path) or the
 // [rows, 2F] f32 product before silu_mul. Big enough that each chunk is a full-speed GEMM.
 constexpr int64_t kChunkBytes = int64_t{32} << 20;
-// cuBLASLt's 16-byte rule for tensor-core operands, in elements of 2 bytes and of 1 byte.
+// cuBLASLt's 16-byte rule for tensor-core operands, in elements of 2 bytes.
 constexpr int64_t kLd16 = 8;
-constexpr int64_t kLd8 = 16;
-// Offset of x8 after the FP8 scale words in one scratch allocation (keeps x8 256-byte aligned).
-constexpr int64_t kFp8ScaleBytes = 256;
 
 constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // x in `type` (kBF16 / kF16) in fresh scratch with a 16-byte aligned row stride.
 GemmStatus converted_x(int64_t m, const float* x, int64_t ldx, int64_t k, DType type,
@@ -110,50 +104,6 @@ GemmStatus dequant_gemm(int64_t m, const float* x, int64_t ldx, const GemmWeight
   return {};
 }
 
-// FP8 x FP8 on tensor cores (sm_89+). A cuBLAS status (no algorithm for these sizes and
-// alignments, or any other cuBLASLt refusal) means nothing the caller relies on was written: it
-// then falls back to the bf16 path, which computes every block again.
-GemmStatus fp8_tensor_gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, float* y,
-                           int64_t ldy, cudaStream_t stream) {
-  // FP8 kernels need 16-byte aligned operands and leading dimensions: rule out the cases that
-  // certainly fail before spending the quantization of x on them.
-  bool possible = w.k % kLd8 == 0 && ldy % 4 == 0;
-  int64_t col = 0;
-  for (int b = 0; b < w.n_blocks; ++b) {
-    possible = possible && aligned16(w.data[b]) && aligned16(y + col);
-    col += w.rows[b];
-  }
-  if (!possible) return {0, CUBLAS_STATUS_NOT_SUPPORTED};
-  const int64_t ld8 = round_up(w.k, kLd8);
-  GemmScratch s;
-  if (const int e = s.allocate(static_cast<size_t>(kFp8ScaleBytes + m * ld8), stream)) return cuda_status(e);
-  auto* scale = static_cast<float*>(s.data());
-  auto* x8 = static_cast<uint8_t*>(s.data()) + kFp8ScaleBytes;
-  if (const int e = fp8_quantize_x(m, w.k, x, ldx, x8, ld8, scale, stream)) return cuda_status(e);
-  col = 0;
-  for (int b = 0; b < w.n_blocks; ++b) {
-    LtGemm g;
-    g.m = m;
-    g.n = w.rows[b];
-    g.k = w.k;
-    g.type = DType::kF8E4M3;
-    g.x = x8;
-    g.ldx = ld8;
-    g.w = w.data[b];
-    g.ldw = w.k;
-    g.x_scale = scale + 1;
-    g.y = y + col;
-    g.ldy = ldy;
-    if (const GemmStatus st = lt_gemm(g, stream); !st.ok()) return st;
-    if (const int e = fp8_scale_bias(m, w.rows[b], y + col, ldy,
-                                     static_cast<const float*>(w.scales[b]), w.bias[b], stream)) {
-      return cuda_status(e);
-    }
-    col += w.rows[b];
-  }
-  return {};
-}
-
 GemmStatus gemm_store(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, float* y,
                       int64_t ldy, cudaStream_t stream) {
   switch (w.dtype) {
@@ -163,13 +113,18 @@ GemmStatus gemm_store(int64_t m, const float* x, int64_t ldx, const GemmWeights&
       return plain_gemm(m, x, ldx, w, y, ldy, stream);
     case DType::kF8E4M3:
       if (m <= kGemvMaxM) return cuda_status(quant_gemv(m, x, ldx, w, y, ldy, stream));
-      if (current_sm() >= 89) {
-        const GemmStatus s = fp8_tensor_gemm(m, x, ldx, w, y, ldy, stream);
-        if (s.cublas == 0) return s;  // done, or a CUDA error
-      }
       return dequant_gemm(m, x, ldx, w, y, ldy, stream);
     case DType::kI4:
       if (m <= kGemvMaxM) return cuda_status(quant_gemv(m, x, ldx, w, y, ldy, stream));
+      if (m <= kI4GemvSlicesMaxM) {
+        // The GEMV again per kGemvMaxM rows: each slice reads the weights once more, which up
+        // to here costs less than expanding them to bf16 (gemm.cuh).
+        for (int64_t r = 0; r < m; r += kGemvMaxM) {
+          const int e = quant_gemv(min64(kGemvMaxM, m - r), x + r * ldx, ldx, w, y + r * ldy, ldy, stream);
+          if (e) return cuda_status(e);
+        }
+        return {};
+      }
       return dequant_gemm(m, x, ldx, w, y, ldy, stream);
     case DType::kU8:  // GGUF blocks (gemm_ggml.cuh)
       if (m <= kGemvMaxM) return cuda_status(ggml_gemv(m, x, ldx, w, y, ldy, stream));

@@ -13,22 +13,23 @@
 //                            exactly as the CPU's int4 decode kernels round it (same bits),
 //                            integer dot products (dp2a), f32 accumulation of group sums;
 //                            misaligned weights: f32 x, exact decode.
-//   kI4, m > kGemvMaxM:      rows of W dequantized to a bf16 scratch buffer chunk by chunk
+//   kI4, kGemvMaxM < m <= kI4GemvSlicesMaxM: the GEMV per kGemvMaxM rows of x (the same bits
+//                            as one call per slice).
+//   kI4, larger m:           rows of W dequantized to a bf16 scratch buffer chunk by chunk
 //                            (gemm_dequant.cuh), each chunk one cuBLASLt bf16 product.
 //   kF8E4M3, m <= kGemvMaxM: GEMV with an exact decode and f32 x, on every GPU.
-//   kF8E4M3, m > kGemvMaxM:  sm_89+: cuBLASLt FP8 x FP8 (fp8_gemm.cuh: x quantized per tensor
-//                            on the GPU, the per-row weight scale and bias applied afterwards);
-//                            below sm_89, or when cuBLASLt has no FP8 algorithm for the sizes
-//                            and alignments (k % 16, 16-byte aligned rows), the bf16 dequant path.
+//   kF8E4M3, m > kGemvMaxM:  the bf16 dequant path. (A cuBLASLt FP8 x FP8 path with x quantized
+//                            per tensor was dispatched first on sm_89+ until stop 47: on an H200
+//                            with CUDA 13 it fell back to this path at every measured shape,
+//                            after quantizing x for nothing; docs/GPU.md.)
 //   kU8 (GGUF block types, gemm_ggml.cuh), m <= its GEMV limit: blocks decoded in registers
 //                            exactly (f32 x); larger m: rows dequantized to bf16 chunks and the
 //                            dequant path's cuBLASLt loop (test_cuda_ggml: every block type
 //                            against the CPU's reference dequantization, passing on an H200).
 // Accuracy per path (relative to sum_k |x||w| of each output, on top of f32 summation error):
 //   exact-f32 paths (f32, FP8 GEMV): none; kI4 GEMV: the CPU decode kernels' x16 rounding,
-//   kI4DecodeXError * sum_g absmax_g(x) * sum_{c in g} |w_c| (kernels/cpu/gemm_quant.h); bf16 x: 2^-8; f16 x: 2^-11; dequant path: 2^-7 (x and
-//   w each rounded to bf16); FP8 x FP8: 2^-4, plus 2^-10 * (max|x| / 448) * sum_k |w| for
-//   elements of x in E4M3's subnormal range.
+//   kI4DecodeXError * sum_g absmax_g(x) * sum_{c in g} |w_c| (kernels/cpu/gemm_quant.h);
+//   bf16 x: 2^-8; f16 x: 2^-11; dequant path: 2^-7 + 2^-16 (x and w each rounded to bf16).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,6 +49,10 @@ using sampan::kMaxGemmBlocks;
 
 // Largest m served by the GEMV kernels (decode batches); larger m is compute-bound: tensor cores.
 constexpr int64_t kGemvMaxM = 8;
+// INT4 weights up to this m run the GEMV once per kGemvMaxM rows, reading the 4-bit weights
+// again per slice, which costs less than writing and reading them as bf16 (H200, Llama-3-8B
+// shapes: m = 9 1.1-1.8x; m = 16 a tie, so the cut lies between).
+constexpr int64_t kI4GemvSlicesMaxM = 12;
 
 // x: [m, w.k] f32, row stride ldx >= k; y: [m, n_out] f32, row stride ldy >= n_out (n_out = n()
 // or rows[0] for kSiluMul); x and y must not overlap. Device pointers; everything is queued on
