@@ -2,7 +2,10 @@
 // handles fused blocks, bias and the silu_mul epilogue, and owns the scratch of each call.
 #include <cublasLt.h>
 
+#include <atomic>
+
 #include "kernels/common/quant_scheme.h"
+#include "kernels/cuda/fp8_gemm.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_dequant.cuh"
 #include "kernels/cuda/gemm_ggml.cuh"
@@ -16,10 +19,13 @@ namespace {
 // Bytes of scratch one chunk may take: bf16 weight rows being multiplied (dequant path) or the
 // [rows, 2F] f32 product before silu_mul. Big enough that each chunk is a full-speed GEMM.
 constexpr int64_t kChunkBytes = int64_t{32} << 20;
-// cuBLASLt's 16-byte rule for tensor-core operands, in elements of 2 bytes.
+// cuBLASLt's 16-byte rule for tensor-core operands, in elements of 2 bytes and of 1 byte.
 constexpr int64_t kLd16 = 8;
+constexpr int64_t kLd8 = 16;
 
 constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // x in `type` (kBF16 / kF16) in fresh scratch with a 16-byte aligned row stride.
 GemmStatus converted_x(int64_t m, const float* x, int64_t ldx, int64_t k, DType type,
@@ -104,6 +110,56 @@ GemmStatus dequant_gemm(int64_t m, const float* x, int64_t ldx, const GemmWeight
   return {};
 }
 
+// FP8 kernels need 16-byte aligned operands and leading dimensions: the cases that certainly
+// fail, ruled out before spending the quantization of x on them.
+bool fp8_tensor_possible(const GemmWeights& w, const float* y, int64_t ldy) {
+  bool possible = w.k % kLd8 == 0 && ldy % 4 == 0;
+  int64_t col = 0;
+  for (int b = 0; b < w.n_blocks; ++b) {
+    possible = possible && aligned16(w.data[b]) && aligned16(y + col);
+    col += w.rows[b];
+  }
+  return possible;
+}
+
+std::atomic<int64_t> fp8_refusals{0};
+
+// FP8 x FP8 on tensor cores (sm_89+), x quantized per row (fp8_gemm.cuh). A cuBLAS status (no
+// algorithm for these sizes and alignments, or any other cuBLASLt refusal) means nothing the
+// caller relies on was written: it then falls back to the bf16 path, which computes every block
+// again.
+GemmStatus fp8_tensor_gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, float* y,
+                           int64_t ldy, cudaStream_t stream) {
+  const int64_t ld8 = round_up(w.k, kLd8);
+  const int64_t scale_bytes = round_up(m * 4, 256);  // keeps x8 256-byte aligned
+  GemmScratch s;
+  if (const int e = s.allocate(static_cast<size_t>(scale_bytes + m * ld8), stream)) return cuda_status(e);
+  auto* row_scale = static_cast<float*>(s.data());
+  auto* x8 = static_cast<uint8_t*>(s.data()) + scale_bytes;
+  if (const int e = fp8_quantize_x(m, w.k, x, ldx, x8, ld8, row_scale, stream)) return cuda_status(e);
+  int64_t col = 0;
+  for (int b = 0; b < w.n_blocks; ++b) {
+    LtGemm g;
+    g.m = m;
+    g.n = w.rows[b];
+    g.k = w.k;
+    g.type = DType::kF8E4M3;
+    g.x = x8;
+    g.ldx = ld8;
+    g.w = w.data[b];
+    g.ldw = w.k;
+    g.y = y + col;
+    g.ldy = ldy;
+    if (const GemmStatus st = lt_gemm(g, stream); !st.ok()) return st;
+    if (const int e = fp8_scale_bias(m, w.rows[b], y + col, ldy, row_scale,
+                                     static_cast<const float*>(w.scales[b]), w.bias[b], stream)) {
+      return cuda_status(e);
+    }
+    col += w.rows[b];
+  }
+  return {};
+}
+
 GemmStatus gemm_store(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, float* y,
                       int64_t ldy, cudaStream_t stream) {
   switch (w.dtype) {
@@ -113,6 +169,11 @@ GemmStatus gemm_store(int64_t m, const float* x, int64_t ldx, const GemmWeights&
       return plain_gemm(m, x, ldx, w, y, ldy, stream);
     case DType::kF8E4M3:
       if (m <= kGemvMaxM) return cuda_status(quant_gemv(m, x, ldx, w, y, ldy, stream));
+      if (current_sm() >= 89 && fp8_tensor_possible(w, y, ldy)) {
+        const GemmStatus s = fp8_tensor_gemm(m, x, ldx, w, y, ldy, stream);
+        if (s.cublas == 0) return s;  // done, or a CUDA error
+        fp8_refusals.fetch_add(1, std::memory_order_relaxed);
+      }
       return dequant_gemm(m, x, ldx, w, y, ldy, stream);
     case DType::kI4:
       if (m <= kGemvMaxM) return cuda_status(quant_gemv(m, x, ldx, w, y, ldy, stream));
@@ -151,6 +212,8 @@ bool valid(const GemmWeights& w) {
 }
 
 }  // namespace
+
+int64_t fp8_tensor_refusals() { return fp8_refusals.load(std::memory_order_relaxed); }
 
 GemmStatus gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue epilogue,
                 float* y, int64_t ldy, cudaStream_t stream) {

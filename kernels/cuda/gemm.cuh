@@ -18,10 +18,11 @@
 //   kI4, larger m:           rows of W dequantized to a bf16 scratch buffer chunk by chunk
 //                            (gemm_dequant.cuh), each chunk one cuBLASLt bf16 product.
 //   kF8E4M3, m <= kGemvMaxM: GEMV with an exact decode and f32 x, on every GPU.
-//   kF8E4M3, m > kGemvMaxM:  the bf16 dequant path. (A cuBLASLt FP8 x FP8 path with x quantized
-//                            per tensor was dispatched first on sm_89+ until stop 47: on an H200
-//                            with CUDA 13 it fell back to this path at every measured shape,
-//                            after quantizing x for nothing; docs/GPU.md.)
+//   kF8E4M3, m > kGemvMaxM:  sm_89+: cuBLASLt FP8 x FP8 (fp8_gemm.cuh: x quantized per row on
+//                            the GPU, the row scale, per-row weight scale and bias applied
+//                            afterwards); below sm_89, or when cuBLASLt has no FP8 algorithm for
+//                            the sizes and alignments (k % 16, 16-byte aligned rows), the bf16
+//                            dequant path.
 //   kU8 (GGUF block types, gemm_ggml.cuh), m <= its GEMV limit: blocks decoded in registers
 //                            exactly (f32 x); larger m: rows dequantized to bf16 chunks and the
 //                            dequant path's cuBLASLt loop (test_cuda_ggml: every block type
@@ -29,7 +30,9 @@
 // Accuracy per path (relative to sum_k |x||w| of each output, on top of f32 summation error):
 //   exact-f32 paths (f32, FP8 GEMV): none; kI4 GEMV: the CPU decode kernels' x16 rounding,
 //   kI4DecodeXError * sum_g absmax_g(x) * sum_{c in g} |w_c| (kernels/cpu/gemm_quant.h);
-//   bf16 x: 2^-8; f16 x: 2^-11; dequant path: 2^-7 + 2^-16 (x and w each rounded to bf16).
+//   bf16 x: 2^-8; f16 x: 2^-11; dequant path: 2^-7 + 2^-16 (x and w each rounded to bf16);
+//   FP8 x FP8: 2^-4, plus 2^-10 * (max_c |x_rc| / 448) * sum_k |w| for elements of row r of x
+//   in E4M3's subnormal range.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -60,5 +63,11 @@ constexpr int64_t kI4GemvSlicesMaxM = 12;
 // the call returns without waiting. m == 0 does nothing.
 GemmStatus gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue epilogue,
                 float* y, int64_t ldy, cudaStream_t stream);
+
+// How many FP8 products past the GEMV cuBLASLt has refused in this process (each then ran on the
+// bf16 dequant path): 0 where the FP8 tensor-core path works. Products ruled out beforehand
+// (below sm_89, k % 16 != 0, rows not 16-byte aligned) are not counted. For tests and
+// diagnostics: such a refusal once went unnoticed for several sessions.
+int64_t fp8_tensor_refusals();
 
 }  // namespace sampan::cuda

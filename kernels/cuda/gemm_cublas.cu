@@ -88,7 +88,7 @@ cudaDataType_t cuda_type(DType t) {
     case DType::kF32: return CUDA_R_32F;
     case DType::kBF16: return CUDA_R_16BF;
     case DType::kF16: return CUDA_R_16F;
-    case DType::kF8E4M3:
+    case DType::kF8E4M3: return CUDA_R_8F_E4M3;
     case DType::kI8:
     case DType::kI4:
     case DType::kI32:
@@ -139,13 +139,14 @@ struct LtDescs {
   } while (0)
 
 GemmStatus make_descs(const LtGemm& g, LtDescs& ds) {
+  const bool fp8 = g.type == DType::kF8E4M3;
   const cudaDataType_t ab = cuda_type(g.type);
   SAMPAN_LT_TRY(cublasLtMatmulDescCreate(&ds.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   SAMPAN_LT_TRY(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   SAMPAN_LT_TRY(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  if (g.bias) {
-    // Bias elements have the output type (f32).
+  if (g.bias && !fp8) {
+    // Bias elements have the output type (f32) for every non-integer, non-FP8 kernel.
     const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
     SAMPAN_LT_TRY(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
     const void* bias = g.bias;
@@ -164,7 +165,7 @@ GemmStatus make_descs(const LtGemm& g, LtDescs& ds) {
 
 GemmStatus find_algo(cublasLtHandle_t lt, const LtGemm& g, const LtDescs& ds, int dev,
                      CachedAlgo* out) {
-  const bool bias = g.bias != nullptr;
+  const bool bias = g.bias && g.type != DType::kF8E4M3;
   const ShapeKey key = {dev, static_cast<int64_t>(g.type), g.m, g.n, g.k, g.ldx, g.ldw, g.ldy,
                         bias ? 1 : 0, alignment(g.x), alignment(g.w), alignment(g.y),
                         bias ? alignment(g.bias) : 0};
@@ -259,7 +260,8 @@ int GemmScratch::allocate(size_t bytes, cudaStream_t stream) {
 }
 
 GemmStatus lt_gemm(const LtGemm& g, cudaStream_t stream) {
-  if (g.type != DType::kF32 && g.type != DType::kBF16 && g.type != DType::kF16) {
+  if (g.type != DType::kF32 && g.type != DType::kBF16 && g.type != DType::kF16 &&
+      g.type != DType::kF8E4M3) {
     return {0, CUBLAS_STATUS_NOT_SUPPORTED};
   }
   if (g.m <= 0 || g.n <= 0 || g.k <= 0) return {};

@@ -4,7 +4,7 @@
 //
 // Layout. The engine is row-major: y[m, n] = x[m, k] · w[n, k]ᵀ. cuBLASLt is column-major, so
 // the same memory is Dᵀ: D[n, m] = op_T(A = w, [k, n] col-major, ld ldw) · (B = x, [k, m]
-// col-major, ld ldx): the "TN" form.
+// col-major, ld ldx). That is the "TN" form, the one cuBLASLt's FP8 kernels require.
 //
 // Precision (every product has f32 output, f32 compute and f32 alpha/beta):
 //  - kF32 operands: CUBLAS_COMPUTE_32F, never TF32. The CPU backend is f32 and so is this path:
@@ -13,6 +13,10 @@
 //    so the caller converts x with convert_rows first (round to nearest even). That rounding is
 //    the dominant error: at most 2^-8 (bf16) or 2^-11 (f16) of sum |x||w|; products and sums are
 //    f32. f16 overflows to inf past |x| = 65504 (f16 models keep their activations in range).
+//  - kF8E4M3 operands (sm_89+): the caller quantizes x (kernels/cuda/fp8_gemm.cuh) and applies
+//    the scales afterwards; cuBLASLt gets no scale pointers (a scale pointer that is not 16-byte
+//    aligned makes its heuristic answer NOT_SUPPORTED, measured on an H200 with CUDA 13).
+//    Accumulation is f32 (no fast accum).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -63,7 +67,7 @@ struct LtGemm {
   int64_t m = 0;  // rows of x and y (tokens)
   int64_t n = 0;  // rows of w, columns of y written
   int64_t k = 0;
-  DType type = DType::kF32;        // of x and w: kF32, kBF16 or kF16
+  DType type = DType::kF32;        // of x and w: kF32, kBF16, kF16 or kF8E4M3
   const void* x = nullptr;         // [m, k] row stride ldx
   int64_t ldx = 0;
   const void* w = nullptr;         // [n, k] row stride ldw
@@ -75,7 +79,8 @@ struct LtGemm {
 
 // Runs the product. When cuBLASLt has no algorithm for these types, sizes and alignments on this
 // device, returns its heuristic's status as `cublas` (usually CUBLAS_STATUS_NOT_SUPPORTED) and
-// queues nothing; the answer is cached per shape, so asking again is cheap. Sizes >= 1.
+// queues nothing; the answer is cached per shape, so asking again is cheap. Sizes >= 1; bias
+// must be null for kF8E4M3 (it is ignored: FP8 callers add it after the weight scale).
 GemmStatus lt_gemm(const LtGemm& g, cudaStream_t stream);
 
 // y[r, c] = type(x[r, c]) for r < rows, c < cols: f32 -> kBF16 or kF16, round to nearest even.

@@ -24,9 +24,15 @@
 //     a value across a rounding boundary (by estimate ~1 % of the codes), each a whole step (1/15 of
 //     the block's range), which took the cosine to 0.9977 on an H100.
 //     Quantization happens on the host at load, so both devices hold the same codes and scales.
-//     FP8 and INT4 prefill (more than kGemvMaxM rows) round x and the weights to bf16 on the
-//     GPU (the dequant path of kernels/cuda/gemm.cuh) where the CPU keeps them exact: inside
-//     the default measures.
+//     Except FP8 prefill: for more than kGemvMaxM (8) rows the GPU multiplies FP8 x FP8 with
+//     each row of x quantized to E4M3 (kernels/cuda/gemm.cuh), 2^-4 relative per element where
+//     the CPU keeps x in f32: a few % of noise on the logits, so cosine > 0.99 and top-1 >= 90 %
+//     there, and up to three quarters of the rows near ties: the tiny model's top two logits
+//     are close and the noise that defines a tie is far above the bf16 paths'. On an H200 (stop 47):
+//     cosine 0.9979, 30 of 48 rows near ties, all 18 decided rows agreed (the cap was 0.25
+//     before that run, when the FP8 path never ran; raised from its figures without a rerun).
+//     The same logits fed token by token (the exact-decode GEMV on both sides) keep the strict
+//     measures.
 //   engine: the batched Engine (paged KV pools on the device, host block tables staged by the
 //     executor) with 4 concurrent greedy requests: tokens identical to the CPU Engine's (up to
 //     a near tie, as for greedy above).
@@ -323,7 +329,7 @@ TEST_CASE("cuda e2e: quantized loads match across devices", "[cuda][e2e]") {
   models::ModelBuildOptions kv4;
   kv4.kv_cache_dtype = KvDtype::kI4;
   SECTION("int4") { check_model(tiny_model("tiny_llama3"), int4); }
-  SECTION("fp8") { check_model(tiny_model("tiny_qwen2"), fp8); }
+  SECTION("fp8") { check_model(tiny_model("tiny_qwen2"), fp8, Measures{0.99, 0.90, 0.75}); }
   SECTION("kv int4") { check_model(tiny_model("tiny_llama3"), kv4, Measures{0.99, 0.95, 0.5}, true); }
 }
 

@@ -18,8 +18,10 @@
 //     operations), so the two differ by f32 summation only (its misaligned-weight variant keeps
 //     x exact: within the CPU's term);
 //   int4 up to kI4GemvSlicesMaxM: the GEMV per kGemvMaxM rows of x, as above;
-//   int4 above, fp8 m > kGemvMaxM (the dequant path): x and w each rounded to bf16,
-//     <= (2^-7 + 2^-16) S;
+//   int4 above (the dequant path): x and w each rounded to bf16, <= (2^-7 + 2^-16) S;
+//   fp8, m > kGemvMaxM: on sm_89+ each row of x quantized to E4M3 with its own scale,
+//     <= 2^-4 S + 2^-10 (max_c |x_ic| / 448) W1 (the bf16 fallback's 2^-7 S is inside that
+//     bound); that cuBLASLt really ran it is checked too (cuda::fp8_tensor_refusals);
 //   silu_mul: the gate and up tolerances t_g, t_u propagate as |silu'(g)| |u| t_g + |silu(g)| t_u
 //     (|silu'| < 1.1), plus CUDA's expf (2 ulp) and the CPU's vector exp, 1e-6 relative.
 // A wrong index, group, scale or zero point gives errors of the order of S itself, far above
@@ -190,7 +192,12 @@ Bound bound(const Format& f, int64_t m, const float* xr, int64_t k, const Block&
       }
       break;
     case DType::kF8E4M3:
-      if (!gemv) rel += std::ldexp(1.0, -7) + std::ldexp(1.0, -16);
+      if (!gemv) {
+        double row_max = 0;
+        for (int64_t c = 0; c < k; ++c) row_max = std::max(row_max, std::fabs(static_cast<double>(xr[c])));
+        rel += std::ldexp(1.0, -4);
+        abs += std::ldexp(row_max / 448.0, -10) * w1;
+      }
       break;
     default: FAIL("unexpected weight type");
   }
@@ -205,8 +212,13 @@ void compare(const Format& f, int64_t m, int64_t k, const std::vector<Block>& bl
              const std::vector<Tensor>* device_weights = nullptr) {
   const Tensor x = random_f32({m, k}, rng);
   const Tensor want = run_on(linear_graph(m, k, f, blocks, silu_mul), {{"x", x}}, Device::cpu())[0];
+  const int64_t refusals = cuda::fp8_tensor_refusals();
   const Tensor got =
       run_on(linear_graph(m, k, f, blocks, silu_mul, device_weights), {{"x", x}}, kGpu)[0];
+  // Where the FP8 tensor-core path was tried (sm_89+, k % 16 == 0, aligned rows), cuBLASLt ran
+  // it: a refusal would fall back to the dequant path silently, inside the same bound.
+  INFO(f.name << " " << what << " m " << m << " k " << k);
+  CHECK(cuda::fp8_tensor_refusals() == refusals);
   REQUIRE(got.shape() == want.shape());
   const int64_t n = want.dim(1);
   int64_t bad = 0;
