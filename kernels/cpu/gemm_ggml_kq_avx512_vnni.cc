@@ -170,6 +170,13 @@ void dot_q6k_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t l
 // 2^31, and the sum of a lane is that of its own elements' |w| |x16|, so its one conversion to
 // f32 per block rounds relative to those (the bound's f32 term). The AVX2 x16 kernel this
 // replaces on AVX512-VNNI (gemm_ggml_x16_avx2.cc) assembles the codes 32 at a time in ymm.
+// Tried in stop 47 (Zen 5, 1 thread, bench_gemm_ggml, alternating): the codes kept as bytes
+// against x16 split into two int8 planes, as gemm_ggml_q4k_avx512_vnni.cc does for Q4_K: m = 1
+// 1.15-1.19x with the weights in cache, but 0.94-1.04x streaming them from DRAM, 0.74x at m = 4
+// (4 multiplying instructions per 64 weights and row of x instead of 2), and Q4_K_M decode end to
+// end unchanged (51.3 tok/s either way): not kept. A prefetch 3 rows ahead instead of 1.5 gave
+// Q6_K 1.1x streaming but nothing end to end either. In that decode the Q6_K down_proj streams
+// 26 GB/s where Q4_K's streams 36 (6 % of the step).
 template <int MB>
 void dot_q6k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
                     float* out) {
