@@ -1,5 +1,5 @@
 // Gradient rules of the row-wise ops: add, rms_norm, silu_mul, scaled_dropout, hadamard,
-// round_bf16 and the cross-entropy loss.
+// round_bf16, round_grad_bf16 and the cross-entropy loss.
 #include "engine/train/autograd.h"
 
 namespace sampan::train {
@@ -52,14 +52,15 @@ std::vector<ValueId> cross_entropy_rule(GradContext& ctx) {
           kNoValue};
 }
 
-// round_bf16(x) (either mode): straight through, with the gradient rounded to bf16, so the
-// backward GEMMs get bf16 operands too.
+// round_bf16(x) and round_grad_bf16(x) (the identity): straight through, with the gradient
+// rounded to bf16, so the backward GEMMs get bf16 operands too.
 std::vector<ValueId> round_bf16_rule(GradContext& ctx) {
   return {ctx.add1("round_bf16", "dx", {ctx.output_grads[0]})};
 }
 
 const RegisterGradRule kAdd("add", add_rule);
 const RegisterGradRule kRoundBf16("round_bf16", round_bf16_rule);
+const RegisterGradRule kRoundGradBf16("round_grad_bf16", round_bf16_rule);
 const RegisterGradRule kRmsNorm("rms_norm", rms_norm_rule);
 const RegisterGradRule kSiluMul("silu_mul", silu_mul_rule);
 const RegisterGradRule kDropout("scaled_dropout", dropout_rule);

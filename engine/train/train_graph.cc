@@ -36,7 +36,7 @@ struct Builder {
     if (options.bf16) x = g.add("round_bf16", name + ".x_bf16", {x});
     ValueId y = models::linear(g, name, x, w);
     if (options.bf16 && w.weight.dtype() == DType::kBF16) mark_bf16_operands(y);
-    if (options.bf16) y = g.add("round_bf16", name + ".y_bf16", {y}, {{"grad_only", int64_t{1}}});
+    if (options.bf16) y = g.add("round_grad_bf16", name + ".y_bf16", {y});
     if (!targeted[static_cast<size_t>(module)]) return y;
     const std::string base =
         "lora." + std::to_string(layer) + "." + models::kLoraModules[static_cast<size_t>(module)];
@@ -64,7 +64,7 @@ struct Builder {
     ValueId v = g.add("linear", name + ".lora_B", {u, b_in});
     if (options.bf16) mark_bf16_operands(v);
     if (options.bf16)
-      v = g.add("round_bf16", name + ".lora_B_out_bf16", {v}, {{"grad_only", int64_t{1}}});
+      v = g.add("round_grad_bf16", name + ".lora_B_out_bf16", {v});
     return g.add("add", name + ".lora_add", {y, v});
   }
 };
@@ -158,7 +158,7 @@ TrainGraph build_train_graph(const HfConfig& c, const models::LlamaWeights& w,
   ValueId logits = models::linear(g, "lm_head", n, w.output);
   if (options.bf16 && w.output.weight.dtype() == DType::kBF16) bld.mark_bf16_operands(logits);
   if (options.bf16)
-    logits = g.add("round_bf16", "lm_head.y_bf16", {logits}, {{"grad_only", int64_t{1}}});
+    logits = g.add("round_grad_bf16", "lm_head.y_bf16", {logits});
   tg.loss = g.add("cross_entropy", "loss", {logits, targets}, {{"ignore_index", int64_t{-100}}});
   g.mark_output(tg.loss);
   SAMPAN_CHECK(!bld.params.empty(), ErrorCode::kInvalidArgument,

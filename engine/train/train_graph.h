@@ -50,8 +50,9 @@ struct TrainGraphOptions {
   bool recompute = false;
   // Every projection GEMM (base, LoRA, lm_head; forward and backward) on bf16-rounded operands
   // with f32 sums and f32 results: round_bf16 on its input, on LoRA's A, B, scaled input and
-  // rank-r intermediate, and a grad_only round_bf16 on its output (its gradient rule rounds the
-  // incoming gradient). Base weights are used as stored (bf16 in most checkpoints).
+  // rank-r intermediate, and round_grad_bf16 on its output (a view: the identity, whose gradient
+  // rule rounds the incoming gradient). Base weights are used as stored (bf16 in most
+  // checkpoints).
   bool bf16 = false;
 };
 
