@@ -1,7 +1,9 @@
 #include "kernels/cpu/dropout_cpu.h"
 
 #include <cmath>
+#include <type_traits>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_util.h"
 
 namespace sampan::cpu {
@@ -36,11 +38,18 @@ void scaled_dropout(int64_t rows, int64_t cols, const T* x, int64_t ldx, uint64_
                     double scale, T* y, int64_t ldy, TaskRunner& runner) {
   const T kept = static_cast<T>(scale / (1.0 - p));
   const uint64_t threshold = keep_threshold(p);
+  const bool vec = std::is_same_v<T, float> && has_avx512();
   util::parallel_for(runner, rows, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const uint64_t base = static_cast<uint64_t>(r * cols);
       const T* xr = x + r * ldx;
       T* yr = y + r * ldy;
+      if constexpr (std::is_same_v<T, float>) {
+        if (vec) {
+          detail::dropout_row_f32_avx512(xr, yr, cols, seed, base, threshold, kept);
+          continue;
+        }
+      }
       for (int64_t c = 0; c < cols; ++c) {
         const bool keep = mix53(seed, base + static_cast<uint64_t>(c)) >= threshold;
         yr[c] = keep ? xr[c] * kept : T(0);

@@ -19,4 +19,11 @@ template <class T>
 void scaled_dropout(int64_t rows, int64_t cols, const T* x, int64_t ldx, uint64_t seed, double p,
                     double scale, T* y, int64_t ldy, TaskRunner& runner);
 
+namespace detail {
+// One row of the f32 kernel on AVX-512 (dropout_avx512.cc; call only where isa.h reports it):
+// y[c] = x[c] * kept where element base + c is kept, else 0, for c < cols.
+void dropout_row_f32_avx512(const float* x, float* y, int64_t cols, uint64_t seed, uint64_t base,
+                            uint64_t threshold, float kept);
+}  // namespace detail
+
 }  // namespace sampan::cpu
