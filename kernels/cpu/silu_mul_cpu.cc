@@ -13,6 +13,12 @@ void silu_mul_rows_avx2(int64_t rows, int64_t n, const float* g, int64_t ldg, co
   silu_mul_rows<Avx2>(rows, n, g, ldg, u, ldu, y, ldy);
 }
 
+void silu_mul_grad_rows_avx2(int64_t rows, int64_t n, const float* g, int64_t ldg, const float* u,
+                             int64_t ldu, const float* dy, int64_t lddy, float* dg, int64_t lddg,
+                             float* du, int64_t lddu) {
+  silu_mul_grad_rows<Avx2>(rows, n, g, ldg, u, ldu, dy, lddy, dg, lddg, du, lddu);
+}
+
 }  // namespace detail
 
 namespace {

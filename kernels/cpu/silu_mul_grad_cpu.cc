@@ -1,7 +1,10 @@
 #include "kernels/cpu/silu_mul_grad_cpu.h"
 
 #include <cmath>
+#include <type_traits>
 
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/row_kernels.h"
 #include "kernels/cpu/vec_util.h"
 
 namespace sampan::cpu {
@@ -18,6 +21,17 @@ template <class T>
 void silu_mul_backward(int64_t rows, int64_t n, const T* g, int64_t ldg, const T* u, int64_t ldu,
                        const T* dy, int64_t lddy, T* dg, int64_t lddg, T* du, int64_t lddu,
                        TaskRunner& runner) {
+  if constexpr (std::is_same_v<T, float>) {
+    // The graph op: the vector rows (row_kernels.h). Measured, bf16 LoRA training on the
+    // TinyLlama shape, 2 threads: the double loop below took 3.4 % of a step.
+    const auto kernel =
+        has_avx512() ? detail::silu_mul_grad_rows_avx512 : detail::silu_mul_grad_rows_avx2;
+    util::parallel_for(runner, rows, 4, [&](int64_t r0, int64_t r1) {
+      kernel(r1 - r0, n, g + r0 * ldg, ldg, u + r0 * ldu, ldu, dy + r0 * lddy, lddy,
+             dg + r0 * lddg, lddg, du + r0 * lddu, lddu);
+    });
+    return;
+  }
   util::parallel_for(runner, rows, 4, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t i = 0; i < n; ++i) {
