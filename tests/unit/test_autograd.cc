@@ -629,18 +629,21 @@ TEST_CASE("causal attention: the f32 GEMM kernels match the double specification
   ThreadPool pool(2);
   cpu::SerialRunner serial;
   struct Case {
-    int64_t heads, kv_heads, window;
+    int64_t heads, kv_heads, window, seq = 37;
   };
-  for (const Case c : {Case{6, 2, 0}, Case{8, 2, 0}, Case{3, 3, 9}}) {
+  // 150 keys: three causal blocks of the GEMM kernels (64 rows each, the last partial).
+  for (const Case c : {Case{6, 2, 0}, Case{8, 2, 0}, Case{3, 3, 9}, Case{4, 2, 0, 150},
+                       Case{2, 1, 70, 150}}) {
     cpu::CausalAttentionDims d;
     d.batch = 3;
-    d.seq_len = 37;
+    d.seq_len = c.seq;
     d.n_heads = c.heads;
     d.n_kv_heads = c.kv_heads;
     d.head_dim = 20;
     d.scale = 1.0 / std::sqrt(20.0);
     d.window = c.window;
-    const std::vector<int32_t> lengths = {37, 20, 0};  // padding, and a sequence of padding only
+    // Padding, and a sequence of padding only.
+    const std::vector<int32_t> lengths = {static_cast<int32_t>(c.seq), c.seq > 100 ? 97 : 20, 0};
     const int64_t N = d.batch * d.seq_len, qw = c.heads * d.head_dim, kw = c.kv_heads * d.head_dim;
     const Vec q = random_vec(N * qw, rng, 2.0), k = random_vec(N * kw, rng, 2.0),
               v = random_vec(N * kw, rng), dout = random_vec(N * qw, rng);
@@ -661,15 +664,16 @@ TEST_CASE("causal attention: the f32 GEMM kernels match the double specification
     cpu::causal_attention_backward<double>(d, qr.data(), qw, kr.data(), kw, vr.data(), kw,
                                            lengths.data(), ro.data(), qw, rl.data(), dr.data(), qw,
                                            rdq.data(), qw, rdk.data(), kw, rdv.data(), kw, serial);
-    INFO("heads " << c.heads << " kv heads " << c.kv_heads << " window " << c.window);
-    // f32 GEMMs over 20- and 37-term sums and f32 exp: ~1e-6; 1e-5 bounds it.
+    INFO("heads " << c.heads << " kv heads " << c.kv_heads << " window " << c.window << " seq "
+                  << c.seq);
+    // f32 GEMMs over 20- to 150-term sums and f32 exp: ~1e-6; 1e-5 bounds it.
     CHECK(rel_l2(f64(o), ro) <= 1e-5);
     CHECK(rel_l2(f64(lse), rl) <= 1e-5);
     CHECK(rel_l2(f64(dq), rdq) <= 1e-5);
     CHECK(rel_l2(f64(dk), rdk) <= 1e-5);
     CHECK(rel_l2(f64(dv), rdv) <= 1e-5);
     // Every output element was written (the 7.0 fill is gone from the padding rows).
-    for (int64_t c2 = 0; c2 < kw; ++c2) CHECK(dk[(2 * 37 + 5) * kw + c2] == 0.0f);
+    for (int64_t c2 = 0; c2 < kw; ++c2) CHECK(dk[(2 * c.seq + 5) * kw + c2] == 0.0f);
   }
 }
 
