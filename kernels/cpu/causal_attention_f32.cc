@@ -18,6 +18,7 @@
 #include "kernels/cpu/avx2_math.h"
 #include "kernels/cpu/causal_attention_cpu.h"
 #include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/transpose_f32_avx2.h"
 #include "kernels/cpu/vec_avx2.h"
 
 namespace sampan::cpu {
@@ -40,39 +41,9 @@ void mm(int64_t m, const float* x, int64_t ldx, const float* w, int64_t n, int64
   gemm(m, x, ldx, dense(w, n, k), GemmEpilogue::kStore, y, ldy, serial);
 }
 
-// 8 x 8 block: d[c * ldd + r] = s[r * lds + c].
-void transpose8x8(const float* s, int64_t lds, float* d, int64_t ldd) {
-  __m256 r[8], t[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * lds);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    for (int j = 0; j < 2; ++j) {
-      r[i + j] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], 0x44);
-      r[i + j + 2] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], 0xee);
-    }
-  }
-  // r[0..3]: columns (0, 4), (2, 6), (1, 5), (3, 7) of rows 0-3 in the 128-bit halves; r[4..7]
-  // the same of rows 4-7.
-  static constexpr int kCol[4] = {0, 2, 1, 3};
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(d + kCol[i] * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(d + (kCol[i] + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-  }
-}
-
-// dst[c, r] = src[r, c]: src [rows, cols] row stride lds, dst [cols, rows] contiguous. In 8 x 8
-// register blocks (the element loop wrote one strided line per element).
+// dst[c, r] = src[r, c]: src [rows, cols] row stride lds, dst [cols, rows] contiguous.
 void transpose(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst) {
-  const int64_t r8 = rows / 8 * 8, c8 = cols / 8 * 8;
-  for (int64_t r = 0; r < r8; r += 8) {
-    for (int64_t c = 0; c < c8; c += 8) transpose8x8(src + r * lds + c, lds, dst + c * rows + r, rows);
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = r < r8 ? c8 : 0; c < cols; ++c) dst[c * rows + r] = src[r * lds + c];
-  }
+  transpose_f32(rows, cols, src, lds, dst, rows);
 }
 
 // dst [rows, cols] contiguous from src with row stride lds.

@@ -11,6 +11,7 @@
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/ggml_dequant.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/transpose_f32_avx2.h"
 #include "kernels/cpu/vec_util.h"
 
 namespace sampan::cpu {
@@ -77,9 +78,7 @@ void transpose(int64_t rows, int64_t cols, const float* src, int64_t lds, float*
       const int64_t c0 = ct * kTile, c1 = std::min(cols, c0 + kTile);
       for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
         const int64_t r1 = std::min(rows, r0 + kTile);
-        for (int64_t c = c0; c < c1; ++c) {
-          for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
-        }
+        transpose_f32(r1 - r0, c1 - c0, src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
       }
     }
   });

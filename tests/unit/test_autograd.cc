@@ -397,6 +397,20 @@ TEST_CASE("linear_grad_input (f32 GEMM path) matches the double rule for every w
     cpu::linear_grad_weight(rows, out, in, g32.data(), out, x32.data(), in, dw.data(), true, pool);
     for (double& r : dwr) r += 1.0;  // accumulated onto ones
     CHECK(rel_l2(Vec(dw.begin(), dw.end()), dwr) <= 1e-6);
+
+    // Several 32 x 32 transpose tiles with 8 x 8 blocks and edges, row strides past the widths.
+    const int64_t rows2 = 70, out2 = 40, in2 = 75, ldg2 = out2 + 3, ldx2 = in2 + 5;
+    const Vec g2 = random_vec(rows2 * ldg2, rng), x2 = random_vec(rows2 * ldx2, rng);
+    std::vector<float> g2f(g2.begin(), g2.end()), x2f(x2.begin(), x2.end()), dw2(out2 * in2);
+    Vec gd(rows2 * out2), xd(rows2 * in2), dwr2(out2 * in2);
+    for (int64_t r = 0; r < rows2; ++r) {
+      for (int64_t c = 0; c < out2; ++c) gd[r * out2 + c] = g2f[r * ldg2 + c];
+      for (int64_t c = 0; c < in2; ++c) xd[r * in2 + c] = x2f[r * ldx2 + c];
+    }
+    cpu::linear_grad_weight_ref<double>(rows2, out2, in2, gd.data(), xd.data(), dwr2.data());
+    cpu::linear_grad_weight(rows2, out2, in2, g2f.data(), ldg2, x2f.data(), ldx2, dw2.data(), false,
+                            pool);
+    CHECK(rel_l2(Vec(dw2.begin(), dw2.end()), dwr2) <= 1e-6);
   }
 }
 
