@@ -828,3 +828,67 @@ TEST_CASE("round_bf16 rounds to nearest even bf16, exactly as half.h", "[autogra
   }
   CHECK(bad == 0);
 }
+
+TEST_CASE("round_grad_bf16: the identity forward (a view), the gradient rounded to bf16",
+          "[autograd]") {
+  // logits = round_grad_bf16(x · Wᵀ) with a frozen f32 W (where bf16 training puts it: on a
+  // projection's output), loss = cross_entropy(logits): the logits equal x · Wᵀ (the product
+  // passes unchanged), and dx = round_bf16(dlogits) · W with dlogits the graph's own
+  // cross_entropy_grad output (softmax - one-hot: bits below bf16).
+  std::mt19937 rng(12);
+  const int64_t m = 6, k = 19, n = 11;
+  const Vec xd = random_vec(m * k, rng), wd = random_vec(n * k, rng);
+  graph::Graph g;
+  const graph::ValueId xv =
+      g.add_input("x", DType::kF32, {graph::Dim::fixed(m), graph::Dim::fixed(k)});
+  const graph::ValueId tv = g.add_input("targets", DType::kI32, {graph::Dim::fixed(m)});
+  const graph::ValueId p = g.add("linear", "lin", {xv, g.add_constant("w", f32_tensor({n, k}, wd))});
+  const graph::ValueId y = g.add("round_grad_bf16", "r", {p});
+  const graph::ValueId loss = g.add("cross_entropy", "loss", {y, tv});
+  g.mark_output(y);
+  g.mark_output(loss);
+  const std::vector<graph::ValueId> grads = train::build_backward(g, loss, {xv});
+  int rounds = 0;
+  graph::ValueId dlogits = graph::kNoValue;
+  for (const graph::Node& nd : g.nodes()) {
+    rounds += nd.op == "round_bf16";
+    if (nd.op == "cross_entropy_grad") dlogits = nd.outputs[0];
+  }
+  CHECK(rounds == 1);  // the rule's rounding of the gradient, nothing in the forward
+  REQUIRE(dlogits != graph::kNoValue);
+  g.mark_output(dlogits);
+  g.validate();
+
+  ThreadPool pool(2);
+  graph::Executor ex(g, pool);
+  const cpu::ScopedGemmPrecision exact(cpu::GemmPrecision::kF32);
+  const std::vector<Tensor> out = ex.run(
+      {{"x", f32_tensor({m, k}, xd)}, {"targets", Tensor::from_i32({m}, {0, 3, 5, 10, 2, 7})}});
+  REQUIRE(out.size() == 4);  // y, loss, dx, dlogits
+  const Tensor yt = out[0].contiguous(), dxt = out[2].contiguous(), dyt = out[3].contiguous();
+  const std::vector<float> x32(xd.begin(), xd.end()), w32(wd.begin(), wd.end());
+  cpu::SerialRunner serial;
+  std::vector<float> dy16(static_cast<size_t>(m * n));
+  cpu::round_bf16(m, n, dyt.data<float>(), n, dy16.data(), n, serial);
+  double ey = 0, ny = 0, edx = 0, ndx = 0, moved = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t o = 0; o < n; ++o) {
+      double t = 0;
+      for (int64_t c = 0; c < k; ++c) t += static_cast<double>(x32[i * k + c]) * w32[o * k + c];
+      ey += std::pow(yt.data<float>()[i * n + o] - t, 2);
+      ny += t * t;
+      moved += dy16[i * n + o] != dyt.data<float>()[i * n + o];
+    }
+    for (int64_t c = 0; c < k; ++c) {
+      double t = 0;
+      for (int64_t o = 0; o < n; ++o) t += static_cast<double>(dy16[i * n + o]) * w32[o * k + c];
+      edx += std::pow(dxt.data<float>()[i * k + c] - t, 2);
+      ndx += t * t;
+    }
+  }
+  CHECK(moved > 0);  // the rounding matters for this dy
+  // f32 GEMM sums of 11-19 terms: ~1e-7; an unrounded dy would be off by ~2^-9 relative.
+  CHECK(std::sqrt(ey / ny) <= 1e-6);
+  CHECK(std::sqrt(edx / ndx) <= 1e-6);
+  (void)grads;
+}
