@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "kernels/common/quant_scheme.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/fp8_gemm.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/gemm_dequant.cuh"
@@ -24,8 +25,6 @@ constexpr int64_t kLd16 = 8;
 constexpr int64_t kLd8 = 16;
 
 constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // x in `type` (kBF16 / kF16) in fresh scratch with a 16-byte aligned row stride.
 GemmStatus converted_x(int64_t m, const float* x, int64_t ldx, int64_t k, DType type,

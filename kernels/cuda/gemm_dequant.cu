@@ -2,6 +2,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/gemm_decode.cuh"
 #include "kernels/cuda/gemm_dequant.cuh"
 #include "kernels/cuda/launch_config.cuh"
@@ -122,8 +123,6 @@ __global__ void __launch_bounds__(kThreads) dequant_fp8_vec_kernel(
   o[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 unsigned grid_for(int64_t total) {
   return static_cast<unsigned>(min64(max64(ceil_div(total, kThreads), 1), kMaxBlocks));
 }
@@ -171,35 +170,25 @@ int dequant_rows_bf16(const GemmWeights& w, int block, int64_t row0, int64_t row
   }
   const int64_t groups = w.k >> shift;
   const int8_t* z = w.zeros[block] ? w.zeros[block] + row0 * groups : nullptr;
-  if (vec && w.k % 32 == 0 && aligned16(data)) {
-    const dim3 grid(static_cast<unsigned>(ceil_div(w.k / 32, kThreads)), static_cast<unsigned>(rows));
-    auto* o = static_cast<__nv_bfloat16*>(out);
-    const uint8_t* wd = data + row0 * (w.k / 2);
-    if (w.scale_dtype == DType::kF16) {
+  const uint8_t* wd = data + row0 * (w.k / 2);
+  const bool vec4 = vec && w.k % 32 == 0 && aligned16(data);
+  // launch(scales of the chunk's first row, typed): the vector or the byte-wise kernel.
+  auto launch = [&](const auto* sc) {
+    if (vec4) {
+      const dim3 grid(static_cast<unsigned>(ceil_div(w.k / 32, kThreads)), static_cast<unsigned>(rows));
       dequant_int4_vec_kernel<<<grid, kThreads, 0, stream>>>(
-          w.k, wd, static_cast<const __half*>(w.scales[block]) + row0 * groups, z, shift, o, ldo);
-    } else if (w.scale_dtype == DType::kBF16) {
-      dequant_int4_vec_kernel<<<grid, kThreads, 0, stream>>>(
-          w.k, wd, static_cast<const __nv_bfloat16*>(w.scales[block]) + row0 * groups, z, shift, o, ldo);
+          w.k, wd, sc, z, shift, static_cast<__nv_bfloat16*>(out), ldo);
     } else {
-      return cudaErrorInvalidValue;
+      dequant_int4_kernel<<<grid_for(rows * (w.k / 2)), kThreads, 0, stream>>>(
+          rows, w.k, wd, sc, z, shift, static_cast<__nv_bfloat162*>(out), ldo / 2);
     }
     return static_cast<int>(cudaGetLastError());
+  };
+  if (w.scale_dtype == DType::kF16) return launch(static_cast<const __half*>(w.scales[block]) + row0 * groups);
+  if (w.scale_dtype == DType::kBF16) {
+    return launch(static_cast<const __nv_bfloat16*>(w.scales[block]) + row0 * groups);
   }
-  const unsigned grid = grid_for(rows * (w.k / 2));
-  auto* o = static_cast<__nv_bfloat162*>(out);
-  if (w.scale_dtype == DType::kF16) {
-    dequant_int4_kernel<<<grid, kThreads, 0, stream>>>(
-        rows, w.k, data + row0 * (w.k / 2),
-        static_cast<const __half*>(w.scales[block]) + row0 * groups, z, shift, o, ldo / 2);
-  } else if (w.scale_dtype == DType::kBF16) {
-    dequant_int4_kernel<<<grid, kThreads, 0, stream>>>(
-        rows, w.k, data + row0 * (w.k / 2),
-        static_cast<const __nv_bfloat16*>(w.scales[block]) + row0 * groups, z, shift, o, ldo / 2);
-  } else {
-    return cudaErrorInvalidValue;
-  }
-  return static_cast<int>(cudaGetLastError());
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace sampan::cuda
