@@ -13,6 +13,7 @@
 #include "kernels/common/half.h"
 #include "kernels/cpu/convert_cpu.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/prefetch.h"
 
 namespace sampan::cpu {
 namespace {
@@ -388,6 +389,11 @@ struct Bf16Job {
   // (matmul_bf16) is read in runs of the tile's width per row instead of one panel's 64 bytes
   // per row at a time: with rows 2-11 KiB apart those did not stream.
   int64_t pack_rows = 0;
+  // A row-major B ([k, p] bf16, ldb apart) that the packer reads (matmul_bf16): the next
+  // k-chunk's rows of a task's columns are prefetched into L2 while the current chunk's tiles
+  // run (RowsPrefetch says why). Null for the convolutions, whose packers gather from images.
+  const uint16_t* b_rows = nullptr;
+  int64_t ldb = 0;
 };
 
 struct Bf16Scratch {
@@ -430,6 +436,7 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
     uint16_t* tile = scratch.tile.get(ceil_div(nc, nr) * panel_elems);
     alignas(64) float tmp_c[conv_detail::kBf16TileMaxElems];
     alignas(64) float tmp_r[conv_detail::kBf16TileMaxElems];
+    RowsPrefetch prefetch;
     if (bk.begin) bk.begin();
     for (int64_t k0 = 0; k0 < job.k; k0 += kKcBf16) {
       const int64_t kc = std::min(kKcBf16, job.k - k0);
@@ -443,6 +450,16 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
       }
       const bool accumulate = k0 > 0;
       const bool last = k0 + kc == job.k;
+      if (job.b_rows != nullptr && !last) {
+        const int64_t k1 = k0 + kc;
+        prefetch.start_strided(job.b_rows + k1 * job.ldb + j0,
+                               job.ldb * static_cast<int64_t>(sizeof(uint16_t)),
+                               std::min(kKcBf16, job.k - k1),
+                               nc * static_cast<int64_t>(sizeof(uint16_t)),
+                               ceil_div(o1 - o0, mr) * ceil_div(nc, nr));
+      } else {
+        prefetch.stop();
+      }
       for (int64_t i = o0; i < o1; i += mr) {
         const int m = static_cast<int>(std::min<int64_t>(mr, o1 - i));
         const uint16_t* a = ag + i * job.k + k0;
@@ -453,6 +470,7 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
           float* c = yg + i * job.p + col;
           const float* r = rg ? rg + i * job.p + col : nullptr;
           const uint16_t* panel = tile + pi * panel_elems;
+          prefetch.step();
           if (ncols == nr) {
             bk.fn(m, kc, a, job.k, panel, c, job.p, accumulate, last, bi, r, &job.ep);
             continue;
@@ -595,6 +613,8 @@ void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t
   job.p = n;
   job.y = y;
   job.pack_rows = kMatmulPackRows;
+  job.b_rows = b;
+  job.ldb = n;
   auto a_at = [&](int64_t) { return a_bf; };
   auto y_off = [](int64_t) { return int64_t{0}; };
   auto pack = [&](Bf16Scratch&, const conv_detail::Bf16Kernels& bk, int64_t, int64_t k0,

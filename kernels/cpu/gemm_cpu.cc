@@ -37,6 +37,7 @@
 #include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/prefetch.h"
 
 namespace sampan::cpu {
 namespace {
@@ -274,24 +275,50 @@ void run_panel_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64
   const void* rows[gemm_detail::kMaxPanelNr];
   const int n_segments = silu ? 1 : w.n_blocks;
   int64_t base = 0;  // first output column of the current block
+  // The weight rows of the panel at output column col of segment b (null past hi).
+  auto fill_rows = [&](int b, int64_t col, int64_t hi, int64_t seg_base, const void** out) {
+    const int64_t nc = std::min<int64_t>(per_panel, hi - col);
+    const int64_t r0 = col - seg_base;
+    for (int j = 0; j < per_panel; ++j) {
+      const int64_t off = (r0 + j) * row_bytes;
+      if (silu) {
+        out[j] = j < nc ? static_cast<const char*>(w.data[0]) + off : nullptr;
+        out[per_panel + j] = j < nc ? static_cast<const char*>(w.data[1]) + off : nullptr;
+      } else {
+        out[j] = j < nc ? static_cast<const char*>(w.data[b]) + off : nullptr;
+      }
+    }
+  };
+  const void* next_rows[gemm_detail::kMaxPanelNr];
+  RowsPrefetch prefetch;
+  const int64_t kernel_calls = (mr + pk.mr - 1) / pk.mr;
   for (int b = 0; b < n_segments; ++b) {
     const int64_t lo = std::max(c0, base), hi = std::min(c1, base + w.rows[b]);
     for (int64_t col = lo; col < hi; col += per_panel) {
       const int64_t nc = std::min<int64_t>(per_panel, hi - col);
       const int64_t r0 = col - base;
-      for (int j = 0; j < per_panel; ++j) {
-        const int64_t off = (r0 + j) * row_bytes;
-        if (silu) {
-          rows[j] = j < nc ? static_cast<const char*>(w.data[0]) + off : nullptr;
-          rows[per_panel + j] = j < nc ? static_cast<const char*>(w.data[1]) + off : nullptr;
-        } else {
-          rows[j] = j < nc ? static_cast<const char*>(w.data[b]) + off : nullptr;
-        }
-      }
+      fill_rows(b, col, hi, base, rows);
       for (int64_t kk = 0; kk < w.k; kk += pk.kc) {
         const int64_t len = std::min(pk.kc, w.k - kk);
         pk.pack(job.dt, rows, kk, len, s.panel.data());
+        // While the tiles run, the next chunk's rows come into L2: the rest of these rows, or
+        // the next panel's first chunk.
+        if (kk + pk.kc < w.k) {
+          std::copy(rows, rows + nr, next_rows);
+          for (int j = 0; j < nr; ++j) {
+            if (next_rows[j]) next_rows[j] = static_cast<const char*>(next_rows[j]) +
+                                             (kk + pk.kc) * job.elem_bytes;
+          }
+          prefetch.start(next_rows, nr, std::min(pk.kc, w.k - kk - pk.kc) * job.elem_bytes,
+                         kernel_calls);
+        } else if (col + per_panel < hi) {
+          fill_rows(b, col + per_panel, hi, base, next_rows);
+          prefetch.start(next_rows, nr, std::min(pk.kc, w.k) * job.elem_bytes, kernel_calls);
+        } else {
+          prefetch.stop();
+        }
         for (int64_t i = i0; i < i1; i += pk.mr) {
+          prefetch.step();
           pk.kernel(x + (i - x_row0) * ldx + kk / 2 * pk.x_per_pair, ldx,
                     std::min<int64_t>(pk.mr, i1 - i), s.panel.data(), len,
                     s.c.data() + (i - i0) * nr, nr, kk > 0);
