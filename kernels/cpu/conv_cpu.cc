@@ -380,6 +380,7 @@ conv_detail::Bf16Kernels pick_bf16_kernels() {
 struct Bf16Job {
   int64_t items = 1, groups = 1;  // item = image * groups + group
   int64_t m = 0, k = 0, p = 0;
+  int64_t lda = 0;                 // A's row stride; 0: k
   const float* bias = nullptr;     // [groups * m] or null
   const float* residual = nullptr; // like y, or null
   float* y = nullptr;
@@ -417,6 +418,7 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
   const int64_t rows_per_chunk = ceil_div(row_blocks, n_ochunks) * mr;
   const int64_t n_oc = ceil_div(job.m, rows_per_chunk);
   const int64_t kc_max = std::min(kKcBf16, job.k);
+  const int64_t lda = job.lda > 0 ? job.lda : job.k;
   const int64_t panel_elems = (kc_max + 1) / 2 * 2 * nr;  // bf16 per packed panel
   runner.run(base * n_oc, [&](int64_t task) {
     thread_local Bf16Scratch scratch;
@@ -462,7 +464,7 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
       }
       for (int64_t i = o0; i < o1; i += mr) {
         const int m = static_cast<int>(std::min<int64_t>(mr, o1 - i));
-        const uint16_t* a = ag + i * job.k + k0;
+        const uint16_t* a = ag + i * lda + k0;
         const float* bi = bg ? bg + i : nullptr;
         for (int64_t pi = 0; pi * nr < nc; ++pi) {
           const int64_t col = j0 + pi * nr;
@@ -472,7 +474,7 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
           const uint16_t* panel = tile + pi * panel_elems;
           prefetch.step();
           if (ncols == nr) {
-            bk.fn(m, kc, a, job.k, panel, c, job.p, accumulate, last, bi, r, &job.ep);
+            bk.fn(m, kc, a, lda, panel, c, job.p, accumulate, last, bi, r, &job.ep);
             continue;
           }
           // A partial panel goes through a full-width copy (the tile writes nr columns).
@@ -481,7 +483,7 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
             if (accumulate) std::memcpy(tmp_c + row * nr, c + row * job.p, row_bytes);
             if (last && r) std::memcpy(tmp_r + row * nr, r + row * job.p, row_bytes);
           }
-          bk.fn(m, kc, a, job.k, panel, tmp_c, nr, accumulate, last, bi,
+          bk.fn(m, kc, a, lda, panel, tmp_c, nr, accumulate, last, bi,
                 last && r ? tmp_r : nullptr, &job.ep);
           for (int row = 0; row < m; ++row) {
             std::memcpy(c + row * job.p, tmp_c + row * nr, row_bytes);
@@ -590,6 +592,31 @@ void conv2d_bf16(const ConvShape& s, const float* x, const uint16_t* w, const fl
   gemm_bf16(job, a_at, y_off, pack, runner);
 }
 
+void matmul_bf16_a16(int64_t m, int64_t k, int64_t n, const uint16_t* a, int64_t lda,
+                     const uint16_t* b, float* y, TaskRunner& runner) {
+  if (m <= 0 || n <= 0) return;
+  if (k == 0) {
+    std::fill(y, y + m * n, 0.0f);
+    return;
+  }
+  Bf16Job job;
+  job.m = m;
+  job.k = k;
+  job.lda = lda;
+  job.p = n;
+  job.y = y;
+  job.pack_rows = kMatmulPackRows;
+  job.b_rows = b;
+  job.ldb = n;
+  auto a_at = [&](int64_t) { return a; };
+  auto y_off = [](int64_t) { return int64_t{0}; };
+  auto pack = [&](Bf16Scratch&, const conv_detail::Bf16Kernels& bk, int64_t, int64_t k0,
+                  int64_t kc, int64_t col, int64_t ncols, uint16_t* dst) {
+    bk.pack_bf16(b + k0 * n + col, n, kc, ncols, dst);
+  };
+  gemm_bf16(job, a_at, y_off, pack, runner);
+}
+
 void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t* b, float* y,
                  TaskRunner& runner) {
   if (m <= 0 || n <= 0) return;
@@ -607,21 +634,7 @@ void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t
     const int64_t r1 = std::min(m, r0 + chunk);
     convert_f32_to_bf16(a + r0 * k, a_bf + r0 * k, (r1 - r0) * k);
   });
-  Bf16Job job;
-  job.m = m;
-  job.k = k;
-  job.p = n;
-  job.y = y;
-  job.pack_rows = kMatmulPackRows;
-  job.b_rows = b;
-  job.ldb = n;
-  auto a_at = [&](int64_t) { return a_bf; };
-  auto y_off = [](int64_t) { return int64_t{0}; };
-  auto pack = [&](Bf16Scratch&, const conv_detail::Bf16Kernels& bk, int64_t, int64_t k0,
-                  int64_t kc, int64_t col, int64_t ncols, uint16_t* dst) {
-    bk.pack_bf16(b + k0 * n + col, n, kc, ncols, dst);
-  };
-  gemm_bf16(job, a_at, y_off, pack, runner);
+  matmul_bf16_a16(m, k, n, a_bf, k, b, y, runner);
 }
 
 }  // namespace sampan::cpu

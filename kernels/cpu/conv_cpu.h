@@ -79,6 +79,9 @@ void conv2d_bf16(const ConvShape& s, const float* x, const uint16_t* w, const fl
 // a: [m, k] f32; b: [k, n] bf16 bits; y: [m, n] (no epilogue: the caller adds bias/activation).
 void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t* b, float* y,
                  TaskRunner& runner);
+// The same with a already in bf16: a: [m, k] bf16 bits, rows lda (>= k) apart.
+void matmul_bf16_a16(int64_t m, int64_t k, int64_t n, const uint16_t* a, int64_t lda,
+                     const uint16_t* b, float* y, TaskRunner& runner);
 // Whether the bf16 path has its vdpbf16ps tile on this CPU (else the portable loop runs).
 bool conv_bf16_native();
 
