@@ -12,6 +12,7 @@
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/ggml_dequant.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/skinny_gemm_cpu.h"
 #include "kernels/cpu/transpose_f32_avx2.h"
 #include "kernels/cpu/vec_util.h"
 
@@ -233,6 +234,22 @@ void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeigh
   if (m <= 0 || k <= 0) return;
   const bool float_w = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
   if (grad_input_bf16_rows(m, dy, lddy, w, dx, lddx, runner)) return;
+  if (w.dtype == DType::kF32 && k <= kSkinnyMax) {
+    // A few columns (LoRA's B [out, r]): dx[:, j] = dy · W[:, j] as r dot products per row of
+    // dy against Wᵀ (r rows, small), instead of r-wide column panels.
+    const int64_t n_all = w.n();
+    std::vector<float> wt(static_cast<size_t>(k * n_all));
+    int64_t o0 = 0;
+    for (int b = 0; b < w.n_blocks; ++b) {
+      const auto* wb = static_cast<const float*>(w.data[b]);
+      for (int64_t o = 0; o < w.rows[b]; ++o) {
+        for (int64_t j = 0; j < k; ++j) wt[j * n_all + o0 + o] = wb[o * k + j];
+      }
+      o0 += w.rows[b];
+    }
+    skinny_n_gemm(m, k, n_all, dy, lddy, wt.data(), n_all, nullptr, dx, lddx, runner);
+    return;
+  }
   if (float_w) {
     // dx[:, c0 : c0 + nc] = dy · W[:, c0 : c0 + nc]: one GEMM per column panel that reduces over
     // every output row and writes its columns of dx directly, where the row-panel path below
@@ -301,6 +318,20 @@ void linear_grad_weight(int64_t m, int64_t n, int64_t k, const float* dy, int64_
   if (n <= 0 || k <= 0) return;
   if (m <= 0) {
     if (!accumulate) std::fill(dw, dw + n * k, 0.0f);
+    return;
+  }
+  if (n <= kSkinnyMax) {  // LoRA's dA [r, in]: summed outer products, no transposes
+    skinny_outer_sum(m, n, k, dy, lddy, x, ldx, dw, k, accumulate, runner);
+    return;
+  }
+  if (k <= kSkinnyMax) {  // LoRA's dB [out, r]: t = dBᵀ [r, out] the same way, then transposed
+    std::vector<float> t(static_cast<size_t>(k * n));
+    skinny_outer_sum(m, k, n, x, ldx, dy, lddy, t.data(), n, false, runner);
+    for (int64_t o = 0; o < n; ++o) {
+      for (int64_t j = 0; j < k; ++j) {
+        dw[o * k + j] = accumulate ? dw[o * k + j] + t[j * n + o] : t[j * n + o];
+      }
+    }
     return;
   }
   std::vector<float> dyt(static_cast<size_t>(n * m)), xt(static_cast<size_t>(k * m));
