@@ -57,6 +57,9 @@ struct TrainerOptions {
   // Recompute each layer's forward in the backward instead of keeping its activations (only
   // each layer's input is kept); the gradients are bit-identical either way.
   bool recompute = false;
+  // kBf16: drop repeated roundings of one value (TrainGraphOptions::merge_roundings); the same
+  // bits either way, off only to check that.
+  bool merge_roundings = true;
 };
 
 struct MicroResult {

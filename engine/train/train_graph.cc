@@ -1,6 +1,8 @@
 #include "engine/train/train_graph.h"
 
 #include <cmath>
+#include <map>
+#include <utility>
 
 #include "engine/core/error.h"
 #include "engine/models/blocks.h"
@@ -68,6 +70,33 @@ struct Builder {
     return g.add("add", name + ".lora_add", {y, v});
   }
 };
+
+// bf16 training rounds some values more than once: the q, k and v projections each round their
+// common input (gate and up likewise), and a targeted projection's output gradient is rounded
+// once for the base linear's dx and once for its LoRA B, both from the same incoming gradient.
+// Those are identical computations: later copies are dropped and their readers read the first.
+// Done on the finished graph, after the backward was built, so each forward rounding keeps its
+// own gradient rounding (merged before autograd, the rule would round the sum of the three input
+// gradients instead of summing three rounded ones): the results do not change by a bit.
+// Recomputed copies merge only among themselves (merged into a forward node, that activation
+// would stay alive across the recompute segment).
+int merge_duplicate_roundings(graph::Graph& g) {
+  std::map<std::pair<ValueId, bool>, ValueId> first;  // (input, recomputed copy) -> output
+  int merged = 0;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const graph::Node& n = g.nodes()[i];
+    if (n.dead || n.op != "round_bf16" || n.inputs.size() != 1 || n.outputs.size() != 1) continue;
+    const bool copy = n.name.ends_with(".recompute");
+    const auto [it, inserted] = first.try_emplace({n.inputs[0], copy}, n.outputs[0]);
+    if (inserted || g.is_output(n.outputs[0])) continue;
+    const ValueId from = n.outputs[0];
+    g.mutable_nodes()[i].dead = true;
+    g.replace_uses(from, it->second);
+    ++merged;
+  }
+  if (merged > 0) g.compact();
+  return merged;
+}
 
 }  // namespace
 
@@ -170,6 +199,7 @@ TrainGraph build_train_graph(const HfConfig& c, const models::LlamaWeights& w,
     const std::vector<ValueId> grads = build_backward(g, tg.loss, wrt, backward);
     for (size_t i = 0; i < grads.size(); ++i) tg.params[i].grad = grads[i];
   }
+  if (options.bf16 && options.merge_roundings) merge_duplicate_roundings(g);
   g.validate();
   return tg;
 }

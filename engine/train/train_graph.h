@@ -54,6 +54,9 @@ struct TrainGraphOptions {
   // rule rounds the incoming gradient). Base weights are used as stored (bf16 in most
   // checkpoints).
   bool bf16 = false;
+  // With bf16: drop roundings that repeat another's (the same input), after the backward is
+  // built; results are the same bits (train_graph.cc says why). Off only to check that.
+  bool merge_roundings = true;
 };
 
 // `lora` says the rank, scale and targets (names from kLoraModules). Errors are one line: a

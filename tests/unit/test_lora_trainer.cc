@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -525,6 +526,59 @@ TEST_CASE("LoraTrainer: recompute gives bit-identical gradients from a smaller a
   CHECK(recomputed_bytes < plain_bytes * 3 / 4);
   WARN("arena at 2 x 128 tokens: " << plain_bytes << " bytes kept, " << recomputed_bytes
                                    << " with recompute");
+}
+
+TEST_CASE("bf16 training rounds each value once, with the same gradients as before", "[train]") {
+  // The q/k/v (and gate/up) projections round one shared input, and a targeted projection's
+  // output gradient is rounded for its base dx and its LoRA B alike: merge_roundings keeps one
+  // of each. Gradients and loss must be the same bits as with every rounding kept, with and
+  // without recompute (whose copies merge only among themselves).
+  const Golden g = load_golden("tiny_llama3");
+  const auto model = load_tiny("tiny_llama3");
+  const models::LlamaWeights& w = *models::llama_weights_of(*model);
+  auto rounds = [](const graph::Graph& gr) {
+    int64_t n = 0;
+    std::set<graph::ValueId> inputs;
+    for (const graph::Node& node : gr.nodes()) {
+      if (node.dead || node.op != "round_bf16") continue;
+      ++n;
+      if (node.name.ends_with(".recompute")) continue;
+      INFO(node.name);
+      CHECK(inputs.insert(node.inputs[0]).second);  // no two forward/backward ones share an input
+    }
+    return n;
+  };
+  train::TrainGraphOptions all;
+  all.bf16 = true;
+  all.merge_roundings = false;
+  train::TrainGraphOptions merged = all;
+  merged.merge_roundings = true;
+  const train::TrainGraph a = train::build_train_graph(model->config, w, g.adapter.config, merged);
+  const train::TrainGraph b = train::build_train_graph(model->config, w, g.adapter.config, all);
+  int64_t kept_all = 0;
+  for (const graph::Node& node : b.graph.nodes()) kept_all += node.op == "round_bf16";
+  const int64_t kept = rounds(a.graph);
+  CHECK(kept < kept_all);
+  WARN("bf16 train graph: " << kept_all << " roundings, " << kept << " after merging");
+  for (bool recompute : {false, true}) {
+    INFO("recompute " << recompute);
+    train::TrainerOptions o = options_for(g.adapter);
+    o.precision = models::Precision::kBf16;
+    o.lora.dropout = 0.25;
+    o.seed = 5;
+    o.recompute = recompute;
+    train::LoraTrainer one(model, o, &g.adapter);
+    o.merge_roundings = false;
+    train::LoraTrainer every(model, o, &g.adapter);
+    const train::MicroResult ra = one.accumulate(g.batch), rb = every.accumulate(g.batch);
+    CHECK(ra.loss_sum == rb.loss_sum);
+    const auto ga = one.gradients(), gb = every.gradients();
+    REQUIRE(ga.size() == gb.size());
+    for (const auto& [name, t] : ga) {
+      INFO(name);
+      CHECK(std::memcmp(t.raw(), gb.at(name).raw(), static_cast<size_t>(t.nbytes())) == 0);
+    }
+  }
 }
 
 TEST_CASE("LoraTrainer: bf16 precision is as accurate as torch.autocast bf16", "[train]") {
