@@ -165,25 +165,22 @@ TEST_CASE("LoRA shapes through gemm, linear_grad_input and linear_grad_weight", 
     std::vector<float> da = da0, db = db0;
     cpu::linear_grad_weight(m, r, in, g.data(), r, x.data(), in, da.data(), accumulate, pool);
     cpu::linear_grad_weight(m, out, r, dy.data(), out, u.data(), r, db.data(), accumulate, pool);
-    for (int64_t j = 0; j < r; ++j) {
-      for (int64_t c = 0; c < in; ++c) {
-        double s = accumulate ? da0[j * in + c] : 0.0, ab = std::abs(s);
-        for (int64_t i = 0; i < m; ++i) {
-          s += static_cast<double>(g[i * r + j]) * x[i * in + c];
-          ab += std::abs(static_cast<double>(g[i * r + j]) * x[i * in + c]);
+    // dw[a, b] (+)= Σ_i p[i, a] q[i, b] for p [m, rows], q [m, cols] (both dense).
+    auto check_outer = [&](const std::vector<float>& got, const std::vector<float>& start,
+                           const std::vector<float>& p, int64_t rows, const std::vector<float>& q,
+                           int64_t cols) {
+      for (int64_t a = 0; a < rows; ++a) {
+        for (int64_t b = 0; b < cols; ++b) {
+          double sum = accumulate ? start[a * cols + b] : 0.0, ab = std::abs(sum);
+          for (int64_t i = 0; i < m; ++i) {
+            sum += static_cast<double>(p[i * rows + a]) * q[i * cols + b];
+            ab += std::abs(static_cast<double>(p[i * rows + a]) * q[i * cols + b]);
+          }
+          check_close(got[a * cols + b], sum, ab);
         }
-        check_close(da[j * in + c], s, ab);
       }
-    }
-    for (int64_t o = 0; o < out; ++o) {
-      for (int64_t j = 0; j < r; ++j) {
-        double s = accumulate ? db0[o * r + j] : 0.0, ab = std::abs(s);
-        for (int64_t i = 0; i < m; ++i) {
-          s += static_cast<double>(dy[i * out + o]) * u[i * r + j];
-          ab += std::abs(static_cast<double>(dy[i * out + o]) * u[i * r + j]);
-        }
-        check_close(db[o * r + j], s, ab);
-      }
-    }
+    };
+    check_outer(da, da0, g, r, x, in);
+    check_outer(db, db0, dy, out, u, r);
   }
 }
