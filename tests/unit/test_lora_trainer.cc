@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <span>
@@ -106,6 +108,20 @@ bool bit_equal(const models::LoraAdapter& x, const models::LoraAdapter& y) {
     }
   }
   return true;
+}
+
+// Two trainers from the golden adapter, options a and b, one micro-batch each: the same loss and
+// the same gradients, bit for bit.
+void check_same_step(const std::shared_ptr<const models::Model>& model, const Golden& g,
+                     const train::TrainerOptions& a, const train::TrainerOptions& b) {
+  train::LoraTrainer ta(model, a, &g.adapter), tb(model, b, &g.adapter);
+  CHECK(ta.accumulate(g.batch).loss_sum == tb.accumulate(g.batch).loss_sum);
+  const auto ga = ta.gradients(), gb = tb.gradients();
+  REQUIRE(ga.size() == gb.size());
+  for (const auto& [name, t] : ga) {
+    INFO(name);
+    CHECK(std::memcmp(t.raw(), gb.at(name).raw(), static_cast<size_t>(t.nbytes())) == 0);
+  }
 }
 
 }  // namespace
@@ -505,16 +521,9 @@ TEST_CASE("LoraTrainer: recompute gives bit-identical gradients from a smaller a
   train::TrainerOptions o = options_for(g.adapter);
   o.lora.dropout = 0.25;  // the recomputed dropout must draw the same mask
   o.seed = 3;
-  train::LoraTrainer keep(model, o, &g.adapter);
-  o.recompute = true;
-  train::LoraTrainer again(model, o, &g.adapter);
-  const train::MicroResult a = keep.accumulate(g.batch), b = again.accumulate(g.batch);
-  CHECK(a.loss_sum == b.loss_sum);
-  const auto ga = keep.gradients(), gb = again.gradients();
-  for (const auto& [name, t] : ga) {
-    INFO(name);
-    CHECK(std::memcmp(t.raw(), gb.at(name).raw(), static_cast<size_t>(t.nbytes())) == 0);
-  }
+  train::TrainerOptions again = o;
+  again.recompute = true;
+  check_same_step(model, g, o, again);
   const models::LlamaWeights& w = *models::llama_weights_of(*model);
   const train::TrainGraph plain =
       train::build_train_graph(model->config, w, g.adapter.config, {0.0, true, false});
@@ -567,17 +576,9 @@ TEST_CASE("bf16 training rounds each value once, with the same gradients as befo
     o.lora.dropout = 0.25;
     o.seed = 5;
     o.recompute = recompute;
-    train::LoraTrainer one(model, o, &g.adapter);
-    o.merge_roundings = false;
-    train::LoraTrainer every(model, o, &g.adapter);
-    const train::MicroResult ra = one.accumulate(g.batch), rb = every.accumulate(g.batch);
-    CHECK(ra.loss_sum == rb.loss_sum);
-    const auto ga = one.gradients(), gb = every.gradients();
-    REQUIRE(ga.size() == gb.size());
-    for (const auto& [name, t] : ga) {
-      INFO(name);
-      CHECK(std::memcmp(t.raw(), gb.at(name).raw(), static_cast<size_t>(t.nbytes())) == 0);
-    }
+    train::TrainerOptions every = o;
+    every.merge_roundings = false;
+    check_same_step(model, g, o, every);
   }
 }
 

@@ -31,6 +31,23 @@ void check_close(double got, double want, double abs_sum) {
   CHECK(std::abs(got - want) <= 1e-5 * (abs_sum + 1e-3));
 }
 
+// out[a, b] (+ start when accumulating) against Σ_i p[i, a] q[i, b] in double, for p [m, rows]
+// (row stride ldp) and q [m, cols] (ldq); out and start [rows, cols] with row stride ldo.
+void check_outer_sum(const std::vector<float>& out, const std::vector<float>& start, int64_t ldo,
+                     bool accumulate, int64_t m, const std::vector<float>& p, int64_t ldp,
+                     int64_t rows, const std::vector<float>& q, int64_t ldq, int64_t cols) {
+  for (int64_t a = 0; a < rows; ++a) {
+    for (int64_t b = 0; b < cols; ++b) {
+      double sum = accumulate ? start[a * ldo + b] : 0.0, ab = std::abs(sum);
+      for (int64_t i = 0; i < m; ++i) {
+        sum += static_cast<double>(p[i * ldp + a]) * q[i * ldq + b];
+        ab += std::abs(static_cast<double>(p[i * ldp + a]) * q[i * ldq + b]);
+      }
+      check_close(out[a * ldo + b], sum, ab);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("skinny_n_gemm: x · Wᵀ (+ bias) for 1..16 output columns", "[skinny]") {
@@ -79,16 +96,9 @@ TEST_CASE("skinny_outer_sum: gᵀ · x over the rows, overwrite and accumulate",
         std::vector<float> out = start;
         cpu::skinny_outer_sum(m, n, k, g.data(), ldg, x.data(), ldx, out.data(), ldo, accumulate,
                               pool);
+        INFO("n " << n << " k " << k << " accumulate " << accumulate);
+        check_outer_sum(out, start, ldo, accumulate, m, g, ldg, n, x, ldx, k);
         for (int64_t r = 0; r < n; ++r) {
-          for (int64_t c = 0; c < k; ++c) {
-            double s = accumulate ? start[r * ldo + c] : 0.0, a = std::abs(s);
-            for (int64_t i = 0; i < m; ++i) {
-              s += static_cast<double>(g[i * ldg + r]) * x[i * ldx + c];
-              a += std::abs(static_cast<double>(g[i * ldg + r]) * x[i * ldx + c]);
-            }
-            INFO("n " << n << " k " << k << " accumulate " << accumulate);
-            check_close(out[r * ldo + c], s, a);
-          }
           for (int64_t c = k; c < ldo; ++c) CHECK(out[r * ldo + c] == start[r * ldo + c]);
         }
       }
@@ -165,22 +175,7 @@ TEST_CASE("LoRA shapes through gemm, linear_grad_input and linear_grad_weight", 
     std::vector<float> da = da0, db = db0;
     cpu::linear_grad_weight(m, r, in, g.data(), r, x.data(), in, da.data(), accumulate, pool);
     cpu::linear_grad_weight(m, out, r, dy.data(), out, u.data(), r, db.data(), accumulate, pool);
-    // dw[a, b] (+)= Σ_i p[i, a] q[i, b] for p [m, rows], q [m, cols] (both dense).
-    auto check_outer = [&](const std::vector<float>& got, const std::vector<float>& start,
-                           const std::vector<float>& p, int64_t rows, const std::vector<float>& q,
-                           int64_t cols) {
-      for (int64_t a = 0; a < rows; ++a) {
-        for (int64_t b = 0; b < cols; ++b) {
-          double sum = accumulate ? start[a * cols + b] : 0.0, ab = std::abs(sum);
-          for (int64_t i = 0; i < m; ++i) {
-            sum += static_cast<double>(p[i * rows + a]) * q[i * cols + b];
-            ab += std::abs(static_cast<double>(p[i * rows + a]) * q[i * cols + b]);
-          }
-          check_close(got[a * cols + b], sum, ab);
-        }
-      }
-    };
-    check_outer(da, da0, g, r, x, in);
-    check_outer(db, db0, dy, out, u, r);
+    check_outer_sum(da, da0, in, accumulate, m, g, r, r, x, in, in);
+    check_outer_sum(db, db0, r, accumulate, m, dy, out, out, u, r, r);
   }
 }
