@@ -1,5 +1,7 @@
-// rms_norm and add_rms_norm against a plain double-precision reference.
+// rms_norm and add_rms_norm against a plain double-precision reference; the float
+// rms_norm_backward against the double one.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/rms_norm_cpu.h"
+#include "kernels/cpu/rms_norm_grad_cpu.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace sampan::cpu {
@@ -150,6 +153,40 @@ TEST_CASE("add_rms_norm writes x + residual and its norm", "[kernels][rms_norm]"
           }
         }
       }
+    }
+  }
+}
+
+TEST_CASE("rms_norm_backward: the float rows (4-lane double vectors) match the double kernel",
+          "[rms_norm]") {
+  // Widths around the 4-lane vectors and a real one, row strides past the width, threaded. The
+  // float path sums in double like the double kernel (another order) and rounds each element
+  // once: within one float rounding (2^-24 relative) of the double result plus the order's
+  // ~1e-15, so 1e-6 relative to the row's largest term is far outside what a slip would give.
+  std::mt19937 rng(91);
+  sampan::ThreadPool pool(2);
+  const double eps = 1e-5;
+  for (int64_t dim : {1, 3, 4, 5, 37, 2048}) {
+    INFO("dim " << dim);
+    const int64_t rows = 9, ld = dim + 3;
+    const std::vector<float> xf = random_vec(rng, rows * ld, -1.0f, 1.0f),
+                             wf = random_vec(rng, dim, -1.0f, 1.0f),
+                             gf = random_vec(rng, rows * ld, -1.0f, 1.0f);
+    const std::vector<double> x2(xf.begin(), xf.end()), w2(wf.begin(), wf.end()),
+        g2(gf.begin(), gf.end());
+    std::vector<double> want(rows * ld, 0.0);
+    rms_norm_backward<double>(rows, dim, x2.data(), ld, w2.data(), g2.data(), ld, eps,
+                                   want.data(), ld, nullptr, pool);
+    std::vector<float> got(rows * ld, 5.0f);
+    rms_norm_backward<float>(rows, dim, xf.data(), ld, wf.data(), gf.data(), ld, eps,
+                                  got.data(), ld, nullptr, pool);
+    for (int64_t r = 0; r < rows; ++r) {
+      double scale = 0;
+      for (int64_t i = 0; i < dim; ++i) scale = std::max(scale, std::abs(want[r * ld + i]));
+      for (int64_t i = 0; i < dim; ++i) {
+        CHECK(std::abs(got[r * ld + i] - want[r * ld + i]) <= 1e-6 * scale + 1e-30);
+      }
+      for (int64_t i = dim; i < ld; ++i) CHECK(got[r * ld + i] == 5.0f);
     }
   }
 }
