@@ -620,10 +620,6 @@ void matmul_bf16_a16(int64_t m, int64_t k, int64_t n, const uint16_t* a, int64_t
 void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t* b, float* y,
                  TaskRunner& runner) {
   if (m <= 0 || n <= 0) return;
-  if (k == 0) {
-    std::fill(y, y + m * n, 0.0f);
-    return;
-  }
   // a rounded once per call (m·k, small next to the m·k·n product), read in place by the tile.
   thread_local std::vector<uint16_t> a16;
   a16.resize(static_cast<size_t>(m * k));

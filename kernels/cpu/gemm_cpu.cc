@@ -305,16 +305,11 @@ void run_panel_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64
         // While the tiles run, the next chunk's rows come into L2: the rest of these rows, or
         // the next panel's first chunk.
         if (kk + pk.kc < w.k) {
-          std::copy(rows, rows + nr, next_rows);
-          for (int j = 0; j < nr; ++j) {
-            if (next_rows[j]) next_rows[j] = static_cast<const char*>(next_rows[j]) +
-                                             (kk + pk.kc) * job.elem_bytes;
-          }
-          prefetch.start(next_rows, nr, std::min(pk.kc, w.k - kk - pk.kc) * job.elem_bytes,
-                         kernel_calls);
+          prefetch.start(rows, (kk + pk.kc) * job.elem_bytes, nr,
+                         std::min(pk.kc, w.k - kk - pk.kc) * job.elem_bytes, kernel_calls);
         } else if (col + per_panel < hi) {
           fill_rows(b, col + per_panel, hi, base, next_rows);
-          prefetch.start(next_rows, nr, std::min(pk.kc, w.k) * job.elem_bytes, kernel_calls);
+          prefetch.start(next_rows, 0, nr, std::min(pk.kc, w.k) * job.elem_bytes, kernel_calls);
         } else {
           prefetch.stop();
         }

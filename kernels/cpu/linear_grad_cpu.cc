@@ -241,10 +241,7 @@ void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeigh
     std::vector<float> wt(static_cast<size_t>(k * n_all));
     int64_t o0 = 0;
     for (int b = 0; b < w.n_blocks; ++b) {
-      const auto* wb = static_cast<const float*>(w.data[b]);
-      for (int64_t o = 0; o < w.rows[b]; ++o) {
-        for (int64_t j = 0; j < k; ++j) wt[j * n_all + o0 + o] = wb[o * k + j];
-      }
+      transpose_f32(w.rows[b], k, static_cast<const float*>(w.data[b]), k, wt.data() + o0, n_all);
       o0 += w.rows[b];
     }
     skinny_n_gemm(m, k, n_all, dy, lddy, wt.data(), n_all, nullptr, dx, lddx, runner);

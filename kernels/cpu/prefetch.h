@@ -25,17 +25,19 @@ inline void prefetch_t1(uintptr_t a) {
 // the panel drivers pack their next weight chunk from rows that are 0.4-4 KiB apart, too many
 // short runs for the hardware prefetchers, so without this each packing waits on DRAM while
 // the tiles of the previous chunk ran with the memory bus idle. The lines of row r are those
-// holding bytes [0, bytes) from row r's address; rows whose address is 0 are skipped.
+// holding `bytes` bytes from row r's start (below); rows whose address is 0 are skipped.
 class RowsPrefetch {
  public:
-  // Rows given by address: row r at rows[r] (the array must outlive the prefetching).
-  void start(const void* const* rows, int64_t n_rows, int64_t bytes, int64_t steps) {
-    start_impl(rows, 0, 0, n_rows, bytes, steps);
+  // Rows given by address: row r's bytes [offset, offset + bytes) from rows[r] (the array must
+  // outlive the prefetching).
+  void start(const void* const* rows, int64_t offset, int64_t n_rows, int64_t bytes,
+             int64_t steps) {
+    start_impl(rows, 0, 0, offset, n_rows, bytes, steps);
   }
   // Rows ld bytes apart from base.
   void start_strided(const void* base, int64_t ld, int64_t n_rows, int64_t bytes,
                      int64_t steps) {
-    start_impl(nullptr, reinterpret_cast<uintptr_t>(base), ld, n_rows, bytes, steps);
+    start_impl(nullptr, reinterpret_cast<uintptr_t>(base), ld, 0, n_rows, bytes, steps);
   }
   void stop() { left_ = 0; }
   // The next slice: about (lines in all) / steps of them.
@@ -48,11 +50,12 @@ class RowsPrefetch {
   }
 
  private:
-  void start_impl(const void* const* rows, uintptr_t base, int64_t ld, int64_t n_rows,
-                  int64_t bytes, int64_t steps) {
+  void start_impl(const void* const* rows, uintptr_t base, int64_t ld, int64_t offset,
+                  int64_t n_rows, int64_t bytes, int64_t steps) {
     rows_ = rows;
     base_ = base;
     ld_ = ld;
+    offset_ = static_cast<uintptr_t>(offset);
     bytes_ = static_cast<uintptr_t>(bytes > 0 ? bytes : 0);
     lines_ = bytes <= 0 ? 0 : bytes / 64 + 2;  // a misaligned run touches up to two more
     n_rows_ = n_rows;
@@ -65,11 +68,15 @@ class RowsPrefetch {
     ++r_;
     line_ = 0;
     if (r_ >= n_rows_) return;  // done: left_ is 0
-    row_start_ = rows_ ? reinterpret_cast<uintptr_t>(rows_[r_]) : base_ + r_ * ld_;
+    if (rows_ == nullptr) {
+      row_start_ = base_ + r_ * ld_;
+    } else {
+      row_start_ = rows_[r_] ? reinterpret_cast<uintptr_t>(rows_[r_]) + offset_ : 0;
+    }
     row_ = row_start_ & ~uintptr_t{63};
   }
   const void* const* rows_ = nullptr;
-  uintptr_t base_ = 0, bytes_ = 0, row_start_ = 0, row_ = 0;
+  uintptr_t base_ = 0, offset_ = 0, bytes_ = 0, row_start_ = 0, row_ = 0;
   int64_t ld_ = 0, n_rows_ = 0, lines_ = 0, left_ = 0, per_step_ = 0, r_ = 0, line_ = 0;
 };
 

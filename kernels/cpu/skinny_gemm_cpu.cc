@@ -4,23 +4,11 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/vec_avx2.h"
 #include "kernels/cpu/vec_util.h"
 
 namespace sampan::cpu {
 namespace {
-
-// Lanes [0, n) set (n in 0..8): for the masked loads and stores of a row's last partial vector.
-inline __m256i lane_mask(int64_t n) {
-  static const int32_t kOnes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kOnes + 8 - std::clamp<int64_t>(n, 0, 8)));
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // R rows of x against NW rows of w: R * NW dot products of length k, each in one 8-lane
 // accumulator (R * NW <= 12 of the 16 ymm registers).
@@ -41,7 +29,7 @@ void dot_tile(int64_t k, const float* x, int64_t ldx, const float* w, int64_t ld
     }
   }
   if (c < k) {
-    const __m256i mask = lane_mask(k - c);
+    const __m256i mask = Avx2::lane_mask(static_cast<int>(k - c));
     __m256 xv[R];
     for (int i = 0; i < R; ++i) xv[i] = _mm256_maskload_ps(x + i * ldx + c, mask);
     for (int j = 0; j < NW; ++j) {
@@ -50,7 +38,9 @@ void dot_tile(int64_t k, const float* x, int64_t ldx, const float* w, int64_t ld
     }
   }
   for (int i = 0; i < R; ++i) {
-    for (int j = 0; j < NW; ++j) y[i * ldy + j] = hsum(acc[i][j]) + (bias ? bias[j] : 0.0f);
+    for (int j = 0; j < NW; ++j) {
+      y[i * ldy + j] = Avx2::reduce_add(acc[i][j]) + (bias ? bias[j] : 0.0f);
+    }
   }
 }
 
@@ -80,7 +70,7 @@ void outer_tile(int64_t m, int64_t cols, const float* g, int64_t ldg, const floa
     for (int v = 0; v < CV; ++v) acc[r][v] = _mm256_setzero_ps();
   }
   __m256i mask[CV];
-  for (int v = 0; v < CV; ++v) mask[v] = lane_mask(cols - 8 * v);
+  for (int v = 0; v < CV; ++v) mask[v] = Avx2::lane_mask(static_cast<int>(cols - 8 * v));
   const bool full = cols >= 8 * CV;
   for (int64_t i = 0; i < m; ++i) {
     __m256 xv[CV];
