@@ -8,7 +8,8 @@
 // layers and matmul_bf16 on BERT-base's, the vdpbf16ps tile against the AMX tile in
 // interleaved rounds, on a CPU with AVX512-BF16; the AMX column needs AMX-BF16); nchwc: only
 // every ResNet-50 layer shape on the blocked direct tile (conv2d_nchwc, what a model runs for
-// its 1x1 and strided convs; the stem from plain NCHW input), batch 1 and 8.
+// its 1x1 and strided convs; the stem from plain NCHW input), batch 1 and 8, next to the bf16
+// tile (conv2d_nchwc_bf16, blocked input only) where the CPU has AVX512-BF16.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "engine/core/thread_pool.h"
+#include "kernels/common/half.h"
 #include "kernels/cpu/conv_cpu.h"
 #include "kernels/cpu/conv_nchwc_cpu.h"
 #include "kernels/cpu/conv_winograd_cpu.h"
@@ -162,9 +164,29 @@ void bench_nchwc(ThreadPool& pool) {
       const double flops = 2.0 * batch * l.o * s.out_h() * s.out_w() * static_cast<double>(l.c * l.k * l.k);
       const auto run = [&] { conv2d_nchwc(s, x.data(), w.data(), b.data(), nullptr, ep, y.data(), pool); };
       run();
-      const double t = best_time(std::max(3, static_cast<int>(1e9 / flops)), run);
-      std::printf("batch %ld  %-26s %8.3f ms  %7.1f GFLOP/s\n", static_cast<long>(batch), l.name,
+      const int iters = std::max(3, static_cast<int>(1e9 / flops));
+      double t = best_time(iters, run);
+      std::printf("batch %ld  %-26s %8.3f ms  %7.1f GFLOP/s", static_cast<long>(batch), l.name,
                   t * 1e3, flops / t * 1e-9);
+      if (plain || bl != 16 || !nchwc_bf16_runs(/*force=*/true)) {
+        std::printf("\n");
+        continue;
+      }
+      // The bf16 tile on the same shape (weights: any bf16 values in its pair order), rounds
+      // interleaved with the f32 tile's; best of each.
+      std::vector<uint16_t> w16(w.size());
+      for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_bf16(w[i]);
+      const auto run16 = [&] {
+        conv2d_nchwc_bf16(s, x.data(), w16.data(), b.data(), nullptr, ep, y.data(), pool);
+      };
+      run16();
+      double t16 = best_time(iters, run16);
+      for (int r = 0; r < 2; ++r) {
+        t = std::min(t, best_time(iters, run));
+        t16 = std::min(t16, best_time(iters, run16));
+      }
+      std::printf("  bf16 tile %8.3f ms  %7.1f GFLOP/s  %.2fx\n", t16 * 1e3, flops / t16 * 1e-9,
+                  t / t16);
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "engine/core/error.h"
 #include "engine/loaders/gguf.h"
 #include "engine/models/model.h"
 #include "engine/models/model_options.h"
@@ -81,8 +82,11 @@ WeightSummary summarize_weights(const runtime::CausalLm& lm) {
 }
 
 // A classic model (ONNX): its signature, weights and graph.
-int info_classic(const std::string& path) {
-  auto m = models::load_model(path, {});
+int info_classic(const std::string& path, const std::string& precision) {
+  models::LoadOptions load;
+  SAMPAN_CHECK(models::parse_precision(precision, &load.precision), ErrorCode::kInvalidArgument,
+               "--precision {}: expected f32 or bf16", precision);
+  auto m = models::load_model(path, load);
   fmt::print("model:          {}\n", m->path);
   fmt::print("format:         {}\n", m->architecture);
   for (const auto& t : m->signature.inputs) {
@@ -118,9 +122,19 @@ int info_classic(const std::string& path) {
 Runner add_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Describe a model: architecture, parameters, memory");
   auto model = std::make_shared<std::string>();
+  auto precision = std::make_shared<std::string>();
   cmd->add_option("--model", *model, "model directory (config.json + safetensors), .gguf, .onnx or Paddle model")->required();
-  return [model] {
-    if (!models::is_decoder_format(models::model_format_of(*model))) return info_classic(*model);
+  cmd->add_option("--precision", *precision,
+                  "classic models: the graph as `infer --precision` runs it (f32 default, bf16)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  return [model, precision] {
+    if (!models::is_decoder_format(models::model_format_of(*model))) {
+      return info_classic(*model, precision->empty() ? "f32" : *precision);
+    }
+    SAMPAN_CHECK(precision->empty(), ErrorCode::kInvalidArgument,
+                 "{}: --precision is for classic models; a language model's precision is set "
+                 "by its weights (`sampan quantize`) and SAMPAN_GEMM_PRECISION",
+                 *model);
     runtime::CausalLmOptions opt;
     opt.threads = 1;
     opt.max_context = 1;  // info needs no cache

@@ -4,8 +4,12 @@
 //   -> y [N, O/B, Ho, Wo, B] = act(conv(x, w) + bias + residual)
 // (C/B, O/B rounded up: channels past C or O are padding, see kernels/cpu/conv_nchwc_cpu.h.)
 // Weight element [ob, cb, ky, kx, i, o] is conv2d's w[ob·B + o, cb·B + i, ky, kx] (zero for a
-// padded channel); the layout pass reorders the weights once, as a constant. Attributes are
-// conv2d's (strides, pads, dilations, activation, act_min, act_max); group must be 1.
+// padded channel); the layout pass reorders the weights once, as a constant. A bf16 weight
+// [O/B, C/B, kh, kw, B/2, B, 2] (blocked x, B = 16, where cpu::nchwc_bf16_runs) holds element
+// [ob, cb, ky, kx, p, o, j] = w[ob·B + o, cb·B + 2p + j, ky, kx]: the conv then rounds x to bf16
+// and sums exact products in f32 (cpu::conv2d_nchwc_bf16). Attributes are conv2d's (strides,
+// pads, dilations, activation, act_min, act_max, precision: the weight's dtype decides); group
+// must be 1.
 #include "engine/ops/conv2d_nchwc.h"
 
 #include "engine/core/error.h"
@@ -17,6 +21,8 @@ namespace sampan::ops {
 
 int64_t nchwc_block() { return cpu::nchwc_preferred_block(); }
 
+bool nchwc_bf16_runs() { return cpu::nchwc_bf16_runs(); }
+
 namespace {
 
 Conv2dAttrs parse(const graph::Node& node) {
@@ -26,14 +32,15 @@ Conv2dAttrs parse(const graph::Node& node) {
   return a;
 }
 
-// x: [N, C/B, H, W, B] or [N, C, H, W]; w: [O/B, C/B or C, kh, kw, b_in, B].
+// x: [N, C/B, H, W, B] or [N, C, H, W]; w: [O/B, C/B or C, kh, kw, b_in, B] or (bf16)
+// [O/B, C/B, kh, kw, B/2, B, 2].
 cpu::NchwcConvShape conv_shape(const Conv2dAttrs& a, const Shape& x, const Shape& w) {
   cpu::NchwcConvShape s;
   s.n = x[0];
   s.in_blocks = x[1];
   s.h = x[2];
   s.w = x[3];
-  s.b_in = w[4];
+  s.b_in = w.size() == 7 ? w[4] * w[6] : w[4];
   s.out_blocks = w[0];
   s.block = w[5];
   s.kh = w[2];
@@ -54,15 +61,20 @@ std::vector<TensorDesc> infer(const graph::Node& node, const Conv2dAttrs& a,
   const Shape& x = in[0].shape;
   const Shape& w = in[1].shape;
   expect_dtype(node, in[0], 0, DType::kF32);
-  expect_dtype(node, in[1], 1, DType::kF32);
-  expect_rank(node, in[1], 1, 6);
+  const bool bf16 = in[1].dtype == DType::kBF16;
+  if (!bf16) expect_dtype(node, in[1], 1, DType::kF32);
+  expect_rank(node, in[1], 1, bf16 ? 7 : 6);
   const bool plain = x.size() == 4;
-  if (!plain) expect_rank(node, in[0], 0, 5);
+  if (!plain || bf16) expect_rank(node, in[0], 0, 5);
   const int64_t block = w[5];
-  SAMPAN_CHECK(block == 8 || block == 16, ErrorCode::kInvalidArgument,
-               "node '{}' (conv2d_nchwc): weight {} has block {}, expected 8 or 16", node.name,
-               shape_str(w), block);
-  SAMPAN_CHECK(w[4] == (plain ? 1 : block) && (plain || x[4] == block) && w[1] == x[1],
+  SAMPAN_CHECK(bf16 ? block == 16 : block == 8 || block == 16, ErrorCode::kInvalidArgument,
+               "node '{}' (conv2d_nchwc): weight {} has block {}, expected {}", node.name,
+               shape_str(w), block, bf16 ? "16" : "8 or 16");
+  SAMPAN_CHECK(!bf16 || (w[4] == block / 2 && w[6] == 2), ErrorCode::kInvalidArgument,
+               "node '{}' (conv2d_nchwc): bf16 weight {} is not in channel pairs [.., {}, {}, 2]",
+               node.name, shape_str(w), block / 2, block);
+  const int64_t b_in = bf16 ? w[4] * w[6] : w[4];
+  SAMPAN_CHECK(b_in == (plain ? 1 : block) && (plain || x[4] == block) && w[1] == x[1],
                ErrorCode::kInvalidArgument,
                "node '{}' (conv2d_nchwc): weight {} does not fit the input {}", node.name,
                shape_str(w), shape_str(x));
@@ -100,9 +112,19 @@ void run_cpu(const KernelContext& ctx) {
   Tensor hx, hw, hb, hr;
   const float* bias = conv_input_given(ctx, 2) ? contiguous_data(ctx.inputs[2], hb) : nullptr;
   const float* residual = conv_input_given(ctx, 3) ? contiguous_data(ctx.inputs[3], hr) : nullptr;
-  cpu::conv2d_nchwc(conv_shape(a, x.shape(), w.shape()), contiguous_data(x, hx),
-                    contiguous_data(w, hw), bias, residual, a.epilogue, y.data<float>(),
-                    ctx.runner);
+  const cpu::NchwcConvShape s = conv_shape(a, x.shape(), w.shape());
+  if (w.dtype() == DType::kBF16) {
+    SAMPAN_CHECK(cpu::nchwc_bf16_runs(/*force=*/true), ErrorCode::kUnsupported,
+                 "node '{}' (conv2d_nchwc): a bf16 weight needs AVX512-BF16, which this CPU "
+                 "(or SAMPAN_CPU_ISA) lacks",
+                 ctx.node.name);
+    const Tensor wc = w.contiguous();
+    cpu::conv2d_nchwc_bf16(s, contiguous_data(x, hx), wc.data<uint16_t>(), bias, residual,
+                           a.epilogue, y.data<float>(), ctx.runner);
+    return;
+  }
+  cpu::conv2d_nchwc(s, contiguous_data(x, hx), contiguous_data(w, hw), bias, residual,
+                    a.epilogue, y.data<float>(), ctx.runner);
 }
 
 const RegisterOp kSchema(with_attrs<Conv2dAttrs>({.name = "conv2d_nchwc", .min_inputs = 2,
@@ -113,7 +135,8 @@ const RegisterOp kSchema(with_attrs<Conv2dAttrs>({.name = "conv2d_nchwc", .min_i
                                                   {"group", AttrType::kInt, false},
                                                   {"activation", AttrType::kString, false},
                                                   {"act_min", AttrType::kFloat, false},
-                                                  {"act_max", AttrType::kFloat, false}},
+                                                  {"act_max", AttrType::kFloat, false},
+                                                  {"precision", AttrType::kString, false}},
                                                  parse, infer));
 const RegisterKernel kCpu("conv2d_nchwc", DeviceType::kCPU, run_cpu);
 

@@ -11,4 +11,8 @@ namespace sampan::ops {
 // AVX-512 tile runs, else 8.
 int64_t nchwc_block();
 
+// Whether bf16 convs run blocked on this machine's CPU (conv2d_nchwc with a bf16 weight,
+// kernels/cpu/conv_nchwc_cpu.h nchwc_bf16_runs): where vdpbf16ps runs at the FMA rate, no AMX.
+bool nchwc_bf16_runs();
+
 }  // namespace sampan::ops

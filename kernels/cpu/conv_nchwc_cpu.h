@@ -53,6 +53,27 @@ struct NchwcConvShape {
 void conv2d_nchwc(const NchwcConvShape& s, const float* x, const float* w, const float* bias,
                   const float* residual, const ConvEpilogue& ep, float* y, TaskRunner& runner);
 
+// bf16 variant (block 16, blocked input only): x is rounded to bf16 (nearest even) as the
+// driver copies each task's input rows, w is bf16 in pairs of input channels, and each
+// vdpbf16ps multiplies one pixel's channel pair with 16 output channels' pair of weights,
+// summing in f32: the work of two FMAs per instruction (conv_nchwc_bf16_avx512.cc).
+// Accuracy: every product of two bf16 values is exact in f32; against the exact conv of the
+// unrounded operands the error is the rounding of x and w (up to 2^-8 relative each) plus the
+// f32 summation term above. The precision of conv2d_bf16 (conv_cpu.h), whose GEMM computes the
+// same products in another order.
+// x: [n, in_blocks, h, w, 16] f32; w: [out_blocks, in_blocks, kh, kw, 8, 16, 2] bf16 bits
+// (element [.., p, o, j] is input channel 2 p + j of the block for output o; zero for padded
+// channels); bias, residual, y as conv2d_nchwc. Only where nchwc_bf16_runs().
+void conv2d_nchwc_bf16(const NchwcConvShape& s, const float* x, const uint16_t* w,
+                       const float* bias, const float* residual, const ConvEpilogue& ep, float* y,
+                       TaskRunner& runner);
+
+// Whether conv2d_nchwc_bf16 runs here and is the faster bf16 conv: the AVX-512 tile level with
+// AVX512-BF16 issued at the FMA rate (not CpuFeatures::dpbf16_half_rate, where it would only
+// match the f32 tile), below the amx level (AMX keeps conv2d_bf16's tiles), and the conv
+// kernel choice not lowered to AVX2. force: only the instruction set (tests).
+bool nchwc_bf16_runs(bool force = false);
+
 // The block the blocked conv runs fastest with on this CPU: 16 where the AVX-512 tile runs
 // (same rule as the NCHW conv's, conv_cpu.h), else 8.
 int64_t nchwc_preferred_block();
@@ -81,6 +102,10 @@ namespace nchwc_detail {
 // One register tile: `pixels` output pixels of one row run x `nb` output blocks.
 struct TileArgs {
   const float* x = nullptr;  // the first pixel's first tap (input block 0, first kernel row)
+  // The bf16 tile reads these instead of x and w: the same element offsets and strides (x as
+  // bf16 copies of the input, w in channel pairs [.., b_in / 2, block, 2]).
+  const uint16_t* x16 = nullptr;
+  const uint16_t* w16 = nullptr;
   int64_t x_pix = 0;         // floats between neighbouring output pixels' taps
   int64_t x_kx = 0;          // floats between kernel columns' taps
   int64_t x_ky = 0;          // floats between kernel rows' taps
@@ -115,6 +140,7 @@ struct TileKernel {
 
 TileKernel tile_kernel_avx512();           // block 16
 TileKernel tile_kernel_avx2(int64_t block);  // block 8 or 16
+TileKernel tile_kernel_bf16_avx512();      // block 16, x16 / w16, AVX512-BF16 only
 
 }  // namespace nchwc_detail
 }  // namespace sampan::cpu

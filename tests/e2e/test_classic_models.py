@@ -64,6 +64,12 @@ def main():
             re.search(rf"^(input|output):\s+{re.escape(n)} ", info.stdout, re.M)
             for n in spec["inputs"] + spec["outputs"]) and "fold_constants:" in info.stdout
         res.check(f"{model}.info", ok, info.describe() if not ok else "")
+        # With --precision bf16 the report is that of the bf16 graph `infer --precision bf16`
+        # runs: the precision pass ran and marked the model's convs / matmuls.
+        info = eu.run_sampan(args, ["info", "--model", path, "--precision", "bf16"])
+        marked = re.search(r"^\s*convert_precision_bf16: (\d+) rewrite", info.stdout, re.M)
+        ok = info.returncode == 0 and marked is not None and int(marked.group(1)) > 0
+        res.check(f"{model}.info --precision bf16", ok, info.describe() if not ok else "")
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         for k in spec["cases"]:
             inputs = {n: np.load(os.path.join(data, f"{model}.{k}.{n}.npy")) for n in spec["inputs"]}

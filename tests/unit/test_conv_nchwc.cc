@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -14,7 +15,9 @@
 #include "engine/graph/executor.h"
 #include "engine/graph/passes/layout_passes.h"
 #include "engine/graph/passes/passes.h"
+#include "engine/graph/passes/precision_passes.h"
 #include "engine/ops/conv2d_nchwc.h"
+#include "kernels/common/half.h"
 #include "kernels/cpu/conv_nchwc_cpu.h"
 
 using namespace sampan;
@@ -83,16 +86,27 @@ double activate(double v, const ConvEpilogue& ep) {
   return v;
 }
 
-// Runs one case through conv2d_nchwc at `block` and checks every real output channel against a
-// direct convolution in double. Tolerance: f32 rounding of a sum of k products is below
-// ~k * 2^-24 * sum |x||w|; 1e-5 relative to that magnitude leaves room for k up to ~160 with
-// margin and still catches any misplaced tap.
+// v rounded to bf16 (nearest even) and back.
+std::vector<float> bf16_rounded(std::vector<float> v) {
+  for (float& f : v) f = bf16_to_f32(f32_to_bf16(f));
+  return v;
+}
+
+// Runs one case through conv2d_nchwc at `block` (bf16: conv2d_nchwc_bf16, block 16, blocked
+// input) and checks every real output channel against a direct convolution in double (bf16: of
+// the operands rounded to bf16, whose products the tile sums exactly). Tolerance: f32 rounding
+// of a sum of k products is below ~k * 2^-24 * sum |x||w|; 1e-5 relative to that magnitude
+// leaves room for k up to ~160 with margin and still catches any misplaced tap (or a missed
+// rounding: bf16 rounds by up to 2^-9 relative).
 void check_conv(const ConvCase& k, const ConvEpilogue& ep, bool with_bias, bool with_res,
-                int64_t block, TaskRunner& runner, std::mt19937& rng) {
+                int64_t block, TaskRunner& runner, std::mt19937& rng, bool bf16 = false) {
   const int64_t ho = out_dim(k.h, k.kh, k.sh, k.pt, k.pb, k.dh);
   const int64_t wo = out_dim(k.w, k.kw, k.sw, k.pl, k.pr, k.dw);
-  const std::vector<float> x = random_vec(k.n * k.c * k.h * k.w, rng);
-  const std::vector<float> w = random_vec(k.o * k.c * k.kh * k.kw, rng);
+  const std::vector<float> x_in = random_vec(k.n * k.c * k.h * k.w, rng);
+  const std::vector<float> w_in = random_vec(k.o * k.c * k.kh * k.kw, rng);
+  // What the reference multiplies: the bf16 tile's operands are rounded (x by the kernel).
+  const std::vector<float> x = bf16 ? bf16_rounded(x_in) : x_in;
+  const std::vector<float> w = bf16 ? bf16_rounded(w_in) : w_in;
   const std::vector<float> bias = random_vec(k.o, rng);
   const std::vector<float> res = random_vec(k.n * k.o * ho * wo, rng);
   const int64_t ob = ceil_div(k.o, block);
@@ -109,9 +123,25 @@ void check_conv(const ConvCase& k, const ConvEpilogue& ep, bool with_bias, bool 
       }
     }
   }
+  // The bf16 form: the same elements in channel pairs [ob, cb, kh, kw, block / 2, block, 2].
+  std::vector<uint16_t> wb16;
+  if (bf16) {
+    wb16.resize(wb.size());
+    const int64_t taps = ob * cb * k.kh * k.kw;
+    for (int64_t t = 0; t < taps; ++t) {
+      for (int64_t i = 0; i < block; ++i) {
+        for (int64_t o = 0; o < block; ++o) {
+          wb16[static_cast<size_t>(((t * block / 2 + i / 2) * block + o) * 2 + i % 2)] =
+              f32_to_bf16(wb[static_cast<size_t>((t * block + i) * block + o)]);
+        }
+      }
+    }
+  }
   std::vector<float> bias_b(static_cast<size_t>(ob * block), 0.0f);
   std::copy(bias.begin(), bias.end(), bias_b.begin());
-  const std::vector<float> xb = k.plain_input ? x : to_blocked(x, k.n, k.c, k.h * k.w, block);
+  // The kernel gets the unrounded input.
+  const std::vector<float> xb =
+      k.plain_input ? x_in : to_blocked(x_in, k.n, k.c, k.h * k.w, block);
   const std::vector<float> rb = to_blocked(res, k.n, k.o, ho * wo, block);
   std::vector<float> yb(static_cast<size_t>(k.n * ob * ho * wo * block), NAN);
 
@@ -135,8 +165,13 @@ void check_conv(const ConvCase& k, const ConvEpilogue& ep, bool with_bias, bool 
   s.dil_w = k.dw;
   REQUIRE(s.out_h() == ho);
   REQUIRE(s.out_w() == wo);
-  conv2d_nchwc(s, xb.data(), wb.data(), with_bias ? bias_b.data() : nullptr,
-               with_res ? rb.data() : nullptr, ep, yb.data(), runner);
+  if (bf16) {
+    conv2d_nchwc_bf16(s, xb.data(), wb16.data(), with_bias ? bias_b.data() : nullptr,
+                      with_res ? rb.data() : nullptr, ep, yb.data(), runner);
+  } else {
+    conv2d_nchwc(s, xb.data(), wb.data(), with_bias ? bias_b.data() : nullptr,
+                 with_res ? rb.data() : nullptr, ep, yb.data(), runner);
+  }
   const std::vector<float> y = from_blocked(yb, k.n, k.o, ho * wo, block);
 
   int bad = 0;
@@ -192,6 +227,8 @@ const std::vector<ConvCase>& conv_cases() {
       // channels are 4 chunks at block 8 (the last 1 block, padded) and 4 at block 16.
       {2, 200, 7, 9, 40, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, false},
       {1, 136, 3, 35, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, false},
+      // More than the bf16 tile's 256-channel chunk: 2 chunks there (16 blocks + 3, padded).
+      {1, 300, 4, 9, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, false},
   };
   return cases;
 }
@@ -243,6 +280,26 @@ TEST_CASE("conv2d_nchwc matches a double direct convolution on every tile", "[co
       }
     }
   }
+  // The bf16 tile (conv2d_nchwc_bf16: block 16, blocked input) against the double convolution
+  // of the bf16-rounded operands, where the CPU has AVX512-BF16 (else reported, not run).
+  if (!nchwc_bf16_runs(/*force=*/true)) {
+    std::printf("conv2d_nchwc_bf16: skipped (no AVX512-BF16 at this level)\n");
+    return;
+  }
+  int checked = 0;
+  for (size_t ci = 0; ci < conv_cases().size(); ++ci) {
+    if (conv_cases()[ci].plain_input) continue;
+    const std::vector<ConvEpilogue> eps = epilogues();
+    for (size_t ei = 0; ei < eps.size(); ++ei) {
+      const bool bias = ei % 2 == 0;
+      const bool res = ei % 3 != 1;
+      INFO("bf16 tile, case " << ci << " epilogue " << ei);
+      TaskRunner& runner = ei % 2 ? static_cast<TaskRunner&>(pool) : serial;
+      check_conv(conv_cases()[ci], eps[ei], bias, res, 16, runner, rng, /*bf16=*/true);
+      ++checked;
+    }
+  }
+  CHECK(checked == 45);
 }
 
 TEST_CASE("reorder_to_nchwc pads with zeros and reorder_to_nchw inverts it", "[conv_nchwc]") {
@@ -472,7 +529,7 @@ TEST_CASE("choose_conv_layout blocks the conv region and keeps the outputs", "[c
   }
 }
 
-TEST_CASE("choose_conv_layout reorders a wide input and leaves bf16 convs and isolated ones alone",
+TEST_CASE("choose_conv_layout reorders a wide input, leaves isolated convs alone, blocks bf16 convs where their tile is fast",
           "[conv_nchwc][passes]") {
   std::mt19937 rng(2);
   {
@@ -495,7 +552,8 @@ TEST_CASE("choose_conv_layout reorders a wide input and leaves bf16 convs and is
     }
   }
   {
-    // An isolated wide conv (reorders on both sides) and a bf16 conv stay conv2d.
+    // An isolated wide conv (reorders on both sides) stays conv2d, and so does a conv marked
+    // bf16 whose weight is not a bf16 constant (convert_precision_bf16 makes it one).
     Graph g;
     const ValueId x = g.add_input("x", DType::kF32, {Dim::fixed(1), Dim::fixed(32), Dim::fixed(6), Dim::fixed(6)});
     const ValueId a = conv(g, "a", x, 32, 32, 3, 1, 1, "relu", rng);
@@ -505,6 +563,47 @@ TEST_CASE("choose_conv_layout reorders a wide input and leaves bf16 convs and is
     g.mutable_node(g.value(stem).producer).attrs.set("precision", std::string("bf16"));
     g.mark_output(stem);
     CHECK(passes::choose_conv_layout(g) == 0);
+  }
+  {
+    // bf16 convs (convert_precision_bf16 first): blocked where the bf16 tile is the fast one,
+    // the stem on the f32 tile with its bf16 weights and the next convs on the bf16 tile;
+    // elsewhere left alone. Against the NCHW bf16 graph the outputs differ by bf16 roundings
+    // (the stem's input is not rounded any more, so later inputs may round the other way):
+    // 2e-2 of the magnitude, where a misplaced tap or channel pair is off by O(1).
+    Graph g = small_cnn(rng);
+    REQUIRE(passes::convert_precision_bf16(g) == 4);  // the depthwise conv stays f32
+    g.compact();
+    const Tensor tx = Tensor::from_f32({2, 3, 20, 18}, random_vec(2 * 3 * 20 * 18, rng));
+    const std::vector<std::vector<float>> before = run_graph(g, tx);
+    const int rewrites = passes::choose_conv_layout(g);
+    g.compact();
+    passes::OpHistogram ops = passes::op_histogram(g);
+    if (!ops::nchwc_bf16_runs()) {
+      std::printf("choose_conv_layout bf16: convs left NCHW (the bf16 tile is not the fast one "
+                  "here)\n");
+      CHECK(rewrites == 0);  // no conv joins, so no pool has a blocked input
+    } else {
+      CHECK(rewrites == 6);
+      CHECK(ops["conv2d_nchwc"] == 4);
+      CHECK(ops["conv2d_winograd"] == 0);
+      int bf16_weights = 0;
+      for (const Node& n : g.nodes()) {
+        if (!n.dead && n.op == "conv2d_nchwc" &&
+            g.value(n.inputs[1]).constant.dtype() == DType::kBF16) {
+          ++bf16_weights;
+        }
+      }
+      CHECK(bf16_weights == 3);  // all but the stem
+      const std::vector<std::vector<float>> after = run_graph(g, tx);
+      REQUIRE(after.size() == before.size());
+      for (size_t o = 0; o < after.size(); ++o) {
+        REQUIRE(after[o].size() == before[o].size());
+        for (size_t i = 0; i < after[o].size(); ++i) {
+          INFO("output " << o << " element " << i);
+          CHECK(std::abs(after[o][i] - before[o][i]) <= 2e-2 * (1.0 + std::abs(before[o][i])));
+        }
+      }
+    }
   }
   {
     // SAMPAN_CONV_LAYOUT=nchw turns the pass off.

@@ -1,6 +1,7 @@
 // choose_conv_layout (layout_passes.h).
 #include "engine/graph/passes/layout_passes.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "engine/ops/conv2d_nchwc.h"
 #include "engine/ops/conv2d_winograd.h"
+#include "kernels/common/half.h"
 
 namespace sampan::graph::passes {
 namespace {
@@ -18,15 +20,19 @@ int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 // Padding c channels to a block multiple wastes at most a quarter of the work.
 bool pads_well(int64_t c, int64_t block) { return round_up(c, block) * 4 <= c * 5; }
 
-// A constant f32 tensor on the CPU of the given rank, or null.
-const Tensor* f32_constant(const Graph& g, ValueId v, size_t rank) {
+// A constant tensor of `dtype` on the CPU of the given rank, or null.
+const Tensor* cpu_constant(const Graph& g, ValueId v, size_t rank, DType dtype) {
   if (v == kNoValue) return nullptr;
   const Value& val = g.value(v);
-  if (val.kind != ValueKind::kConstant || val.constant.dtype() != DType::kF32 ||
+  if (val.kind != ValueKind::kConstant || val.constant.dtype() != dtype ||
       val.constant.device().type != DeviceType::kCPU || val.constant.shape().size() != rank) {
     return nullptr;
   }
   return &val.constant;
+}
+
+const Tensor* f32_constant(const Graph& g, ValueId v, size_t rank) {
+  return cpu_constant(g, v, rank, DType::kF32);
 }
 
 ValueId input_or_none(const Node& n, size_t i) {
@@ -41,11 +47,16 @@ bool is_bf16(const Node& n) {
   return s && *s == "bf16";
 }
 
-// A conv2d the blocked kernel can run, ignoring where its input comes from.
+// A conv2d the blocked kernel can run, ignoring where its input comes from. bf16 convs (their
+// weight already rounded by convert_precision_bf16) only where the bf16 tile is the fast one
+// (cpu::nchwc_bf16_runs); elsewhere they keep conv2d_bf16's GEMM (AMX tiles, or vdpbf16ps at
+// half the FMA rate).
 bool conv_fits(const Graph& g, const Node& n, int64_t block) {
   if (n.dead || n.op != "conv2d" || n.outputs.size() != 1 || n.inputs.size() < 2) return false;
-  if (is_bf16(n) || n.attrs.get_int("group", 1) != 1) return false;
-  const Tensor* w = f32_constant(g, n.inputs[1], 4);
+  if (n.attrs.get_int("group", 1) != 1) return false;
+  const bool bf16 = is_bf16(n);
+  if (bf16 && (block != 16 || !ops::nchwc_bf16_runs())) return false;
+  const Tensor* w = cpu_constant(g, n.inputs[1], 4, bf16 ? DType::kBF16 : DType::kF32);
   if (!w) return false;
   const ValueId b = input_or_none(n, 2);
   if (b != kNoValue) {
@@ -111,6 +122,39 @@ Tensor reorder_weight(const Tensor& w, int64_t block, int64_t b_in) {
     }
   }
   return Tensor::from_f32({ob, cb, kh, kw, b_in, block}, dst);
+}
+
+// A bf16 conv2d weight [O, C, kh, kw] -> [O/B, C/B, kh, kw, B/2, B, 2] (conv2d_nchwc's bf16
+// form: input channels in pairs), zero for padded channels. The values are moved, not rounded.
+Tensor reorder_weight_bf16(const Tensor& w, int64_t block) {
+  const Tensor wc = w.contiguous();
+  const uint16_t* src = wc.data<uint16_t>();
+  const int64_t o = w.dim(0), c = w.dim(1), kh = w.dim(2), kw = w.dim(3);
+  const int64_t ob = round_up(o, block) / block;
+  const int64_t cb = round_up(c, block) / block;
+  Tensor out = Tensor::empty({ob, cb, kh, kw, block / 2, block, 2}, DType::kBF16);
+  uint16_t* dst = out.data<uint16_t>();
+  std::fill(dst, dst + out.numel(), uint16_t{0});
+  for (int64_t oc = 0; oc < o; ++oc) {
+    for (int64_t ic = 0; ic < c; ++ic) {
+      for (int64_t k = 0; k < kh * kw; ++k) {
+        const int64_t lane = ic % block;
+        const int64_t d = (((((oc / block) * cb + ic / block) * kh * kw + k) * (block / 2) +
+                            lane / 2) * block + oc % block) * 2 + lane % 2;
+        dst[d] = src[(oc * c + ic) * kh * kw + k];
+      }
+    }
+  }
+  return out;
+}
+
+// A bf16 tensor's values as f32 (exact).
+Tensor widen_bf16(const Tensor& w) {
+  const Tensor wc = w.contiguous();
+  const uint16_t* src = wc.data<uint16_t>();
+  std::vector<float> dst(static_cast<size_t>(wc.numel()));
+  for (size_t i = 0; i < dst.size(); ++i) dst[i] = bf16_to_f32(src[i]);
+  return Tensor::from_f32(wc.shape(), dst);
 }
 
 Tensor pad_bias(const Tensor& b, int64_t block) {
@@ -197,7 +241,11 @@ class LayoutRewriter {
     const Tensor w = g_.value(n.inputs[1]).constant;
     const int64_t o = w.dim(0), c = w.dim(1);
     const bool plain = c < block_ && !blocked_.count(n.inputs[0]);
-    const bool winograd = !plain && winograd_fits(n, w, block_);
+    // A bf16 stem reads the plain input, which the bf16 tile does not take: it runs the f32
+    // tile on its bf16 weights widened back (exact) and the unrounded input, a few percent of a
+    // ResNet's work; the region then starts at the stem (its pool and the next conv blocked).
+    const bool bf16 = w.dtype() == DType::kBF16 && !plain;
+    const bool winograd = !plain && !bf16 && winograd_fits(n, w, block_);
     Node b;
     b.op = winograd ? "conv2d_winograd" : "conv2d_nchwc";
     b.name = n.name + (winograd ? ".winograd" : ".nchwc");
@@ -205,7 +253,10 @@ class LayoutRewriter {
     b.inputs.resize(4, kNoValue);
     b.inputs[0] = plain ? n.inputs[0] : blocked_input(n.inputs[0], c, &at);
     const Tensor wb = winograd ? ops::winograd_weight(w, block_)
-                               : reorder_weight(w, block_, plain ? 1 : block_);
+                      : bf16   ? reorder_weight_bf16(w, block_)
+                      : plain && w.dtype() == DType::kBF16
+                          ? reorder_weight(widen_bf16(w), block_, 1)
+                          : reorder_weight(w, block_, plain ? 1 : block_);
     b.inputs[1] = g_.add_constant(n.name + (winograd ? ".w_winograd" : ".w_nchwc"), wb);
     const ValueId bias = input_or_none(n, 2);
     if (bias != kNoValue) {

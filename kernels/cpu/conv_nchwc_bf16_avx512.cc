@@ -1,0 +1,119 @@
+// The bf16 register tile of the blocked conv (conv_nchwc_cpu.h, conv2d_nchwc_bf16): block 16,
+// up to 14 pixels x 2 output blocks = 28 zmm f32 accumulators, as the f32 tile
+// (conv_nchwc_avx512.cc), but each step takes a pair of input channels: one 32-bit broadcast of
+// the pixel's two bf16 inputs meets one zmm of 16 outputs x 2 channels of bf16 weights in one
+// vdpbf16ps, the work of two FMAs. vdpbf16ps has a latency of 6 cycles at 2 per cycle on Zen 5, so
+// the 28 independent sums keep both pipes busy; each weight vector serves up to 14 pixels and
+// each broadcast 2 blocks, so loads stay below one per instruction. Honours TileArgs::accumulate
+// / last as the f32 tile does.
+// GCC 12's _mm512_undefined_ps (inside max/min) trips -Wmaybe-uninitialized (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "kernels/cpu/conv_epilogue_avx512.h"
+#include "kernels/cpu/conv_nchwc_cpu.h"
+
+namespace sampan::cpu::nchwc_detail {
+namespace {
+
+constexpr int kBlock = 16;
+constexpr int kPairs = kBlock / 2;
+constexpr int kMaxPixels = 14;
+
+// The bf16 pair at x (input channels 2p, 2p + 1 of one pixel) as the lane vdpbf16ps broadcasts.
+inline __m512bh pair_at(const uint16_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, sizeof(v));
+  return (__m512bh)_mm512_set1_epi32(v);
+}
+
+// T pixels x NB blocks; XP: elements between pixels' taps when known (16: stride 1, 32: stride
+// 2), else 0.
+template <int T, int NB, int XP>
+void tile(const TileArgs& a) {
+  __m512 acc[T][NB];
+  const bool from_y = a.accumulate;  // a later chunk of input channels: start from y's sums
+#pragma GCC unroll 14
+  for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 2
+    for (int j = 0; j < NB; ++j) {
+      acc[t][j] = from_y ? _mm512_loadu_ps(a.y + j * a.y_ob + t * kBlock) : _mm512_setzero_ps();
+    }
+  }
+  const int64_t xp = XP ? XP : a.x_pix;
+  const int64_t w_ob = a.w_ob;
+  for (int64_t cb = 0; cb < a.n_cb; ++cb) {
+    for (int64_t ky = 0; ky < a.n_ky; ++ky) {
+      const uint16_t* xr = a.x16 + cb * a.x_cb + ky * a.x_ky;
+      const uint16_t* wr = a.w16 + cb * a.w_cb + ky * a.w_ky;
+      for (int64_t kx = 0; kx < a.n_kx; ++kx) {
+        const uint16_t* xk = xr + kx * a.x_kx;
+        const uint16_t* wk = wr + kx * kBlock * kBlock;
+#pragma GCC unroll 2
+        for (int p = 0; p < kPairs; ++p) {
+          const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wk + p * 2 * kBlock);
+          __m512bh w1 = w0;
+          if constexpr (NB == 2) w1 = (__m512bh)_mm512_loadu_si512(wk + w_ob + p * 2 * kBlock);
+#pragma GCC unroll 14
+          for (int t = 0; t < T; ++t) {
+            const __m512bh xv = pair_at(xk + t * xp + 2 * p);
+            acc[t][0] = _mm512_dpbf16_ps(acc[t][0], xv, w0);
+            if constexpr (NB == 2) acc[t][1] = _mm512_dpbf16_ps(acc[t][1], xv, w1);
+          }
+        }
+      }
+    }
+  }
+  if (!a.last) {  // a partial sum over a chunk of input channels: stored as it is
+#pragma GCC unroll 2
+    for (int j = 0; j < NB; ++j) {
+#pragma GCC unroll 14
+      for (int t = 0; t < T; ++t) _mm512_storeu_ps(a.y + j * a.y_ob + t * kBlock, acc[t][j]);
+    }
+    return;
+  }
+  const ConvEpilogue& ep = *a.ep;
+#pragma GCC unroll 2
+  for (int j = 0; j < NB; ++j) {
+    const __m512 b = a.bias ? _mm512_loadu_ps(a.bias + j * kBlock) : _mm512_setzero_ps();
+    float* y = a.y + j * a.y_ob;
+    const float* r = a.res ? a.res + j * a.y_ob : nullptr;
+#pragma GCC unroll 14
+    for (int t = 0; t < T; ++t) {
+      __m512 v = _mm512_add_ps(acc[t][j], b);
+      if (r) v = _mm512_add_ps(v, _mm512_loadu_ps(r + t * kBlock));
+      _mm512_storeu_ps(y + t * kBlock, conv_detail::activate_avx512(v, ep));
+    }
+  }
+}
+
+using Fn = void (*)(const TileArgs&);
+
+// The tiles of one XP variant, indexed [pixels - 1][nb - 1].
+template <int XP, int... T>
+constexpr std::array<std::array<Fn, 2>, sizeof...(T)> variant_table(
+    std::integer_sequence<int, T...>) {
+  return {{{&tile<T + 1, 1, XP>, &tile<T + 1, 2, XP>}...}};
+}
+
+template <int XP>
+constexpr auto kTable = variant_table<XP>(std::make_integer_sequence<int, kMaxPixels>{});
+
+void run_tile(const TileArgs& a, int pixels, int nb) {
+  const size_t t = static_cast<size_t>(pixels - 1);
+  const size_t j = static_cast<size_t>(nb - 1);
+  if (a.x_pix == kBlock) return kTable<kBlock>[t][j](a);
+  if (a.x_pix == 2 * kBlock) return kTable<2 * kBlock>[t][j](a);
+  return kTable<0>[t][j](a);
+}
+
+}  // namespace
+
+TileKernel tile_kernel_bf16_avx512() { return {kBlock, kMaxPixels, 2, run_tile, true}; }
+
+}  // namespace sampan::cpu::nchwc_detail
