@@ -11,45 +11,20 @@
 #include <array>
 #include <utility>
 
-#include "kernels/cpu/conv_nchwc_cpu.h"
+#include "kernels/cpu/conv_nchwc_tile_avx512.h"
 
 namespace sampan::cpu::nchwc_detail {
 namespace {
 
-constexpr int kBlock = 16;
+constexpr int kBlock = kTileBlock;
 constexpr int kMaxPixels = 14;
-
-inline __m512 activate(__m512 v, const ConvEpilogue& ep) {
-  switch (ep.act) {
-    case ConvActivation::kNone:
-    case ConvActivation::kSigmoid:  // after the store, by the driver
-      return v;
-    case ConvActivation::kRelu: return _mm512_max_ps(v, _mm512_setzero_ps());
-    case ConvActivation::kClip:
-      return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep.act_min)),
-                           _mm512_set1_ps(ep.act_max));
-    case ConvActivation::kHardSwish: {
-      const __m512 g = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f));
-      const __m512 c = _mm512_min_ps(_mm512_max_ps(g, _mm512_setzero_ps()), _mm512_set1_ps(1.0f));
-      return _mm512_mul_ps(v, c);
-    }
-  }
-  return v;
-}
 
 // T pixels x NB blocks. BIN: channels per input block when known at compile time (16), else 0;
 // XP: floats between pixels' taps when known (16: stride 1, 32: stride 2), else 0.
 template <int T, int NB, int BIN, int XP>
 void tile(const TileArgs& a) {
   __m512 acc[T][NB];
-  const bool from_y = a.accumulate;  // a later chunk of input channels: start from y's sums
-#pragma GCC unroll 14
-  for (int t = 0; t < T; ++t) {
-#pragma GCC unroll 2
-    for (int j = 0; j < NB; ++j) {
-      acc[t][j] = from_y ? _mm512_loadu_ps(a.y + j * a.y_ob + t * kBlock) : _mm512_setzero_ps();
-    }
-  }
+  tile_start(a, acc);
   const int64_t xp = XP ? XP : a.x_pix;
   const int64_t b_in = BIN ? BIN : a.b_in;
   const int64_t w_ob = a.w_ob;
@@ -75,27 +50,7 @@ void tile(const TileArgs& a) {
       }
     }
   }
-  if (!a.last) {  // a partial sum over a chunk of input channels: stored as it is
-#pragma GCC unroll 2
-    for (int j = 0; j < NB; ++j) {
-#pragma GCC unroll 14
-      for (int t = 0; t < T; ++t) _mm512_storeu_ps(a.y + j * a.y_ob + t * kBlock, acc[t][j]);
-    }
-    return;
-  }
-  const ConvEpilogue& ep = *a.ep;
-#pragma GCC unroll 2
-  for (int j = 0; j < NB; ++j) {
-    const __m512 b = a.bias ? _mm512_loadu_ps(a.bias + j * kBlock) : _mm512_setzero_ps();
-    float* y = a.y + j * a.y_ob;
-    const float* r = a.res ? a.res + j * a.y_ob : nullptr;
-#pragma GCC unroll 14
-    for (int t = 0; t < T; ++t) {
-      __m512 v = _mm512_add_ps(acc[t][j], b);
-      if (r) v = _mm512_add_ps(v, _mm512_loadu_ps(r + t * kBlock));
-      _mm512_storeu_ps(y + t * kBlock, activate(v, ep));
-    }
-  }
+  tile_finish(a, acc);
 }
 
 using Fn = void (*)(const TileArgs&);

@@ -15,13 +15,12 @@
 #include <cstring>
 #include <utility>
 
-#include "kernels/cpu/conv_epilogue_avx512.h"
-#include "kernels/cpu/conv_nchwc_cpu.h"
+#include "kernels/cpu/conv_nchwc_tile_avx512.h"
 
 namespace sampan::cpu::nchwc_detail {
 namespace {
 
-constexpr int kBlock = 16;
+constexpr int kBlock = kTileBlock;
 constexpr int kPairs = kBlock / 2;
 constexpr int kMaxPixels = 14;
 
@@ -37,14 +36,7 @@ inline __m512bh pair_at(const uint16_t* x) {
 template <int T, int NB, int XP>
 void tile(const TileArgs& a) {
   __m512 acc[T][NB];
-  const bool from_y = a.accumulate;  // a later chunk of input channels: start from y's sums
-#pragma GCC unroll 14
-  for (int t = 0; t < T; ++t) {
-#pragma GCC unroll 2
-    for (int j = 0; j < NB; ++j) {
-      acc[t][j] = from_y ? _mm512_loadu_ps(a.y + j * a.y_ob + t * kBlock) : _mm512_setzero_ps();
-    }
-  }
+  tile_start(a, acc);
   const int64_t xp = XP ? XP : a.x_pix;
   const int64_t w_ob = a.w_ob;
   for (int64_t cb = 0; cb < a.n_cb; ++cb) {
@@ -69,27 +61,7 @@ void tile(const TileArgs& a) {
       }
     }
   }
-  if (!a.last) {  // a partial sum over a chunk of input channels: stored as it is
-#pragma GCC unroll 2
-    for (int j = 0; j < NB; ++j) {
-#pragma GCC unroll 14
-      for (int t = 0; t < T; ++t) _mm512_storeu_ps(a.y + j * a.y_ob + t * kBlock, acc[t][j]);
-    }
-    return;
-  }
-  const ConvEpilogue& ep = *a.ep;
-#pragma GCC unroll 2
-  for (int j = 0; j < NB; ++j) {
-    const __m512 b = a.bias ? _mm512_loadu_ps(a.bias + j * kBlock) : _mm512_setzero_ps();
-    float* y = a.y + j * a.y_ob;
-    const float* r = a.res ? a.res + j * a.y_ob : nullptr;
-#pragma GCC unroll 14
-    for (int t = 0; t < T; ++t) {
-      __m512 v = _mm512_add_ps(acc[t][j], b);
-      if (r) v = _mm512_add_ps(v, _mm512_loadu_ps(r + t * kBlock));
-      _mm512_storeu_ps(y + t * kBlock, conv_detail::activate_avx512(v, ep));
-    }
-  }
+  tile_finish(a, acc);
 }
 
 using Fn = void (*)(const TileArgs&);
