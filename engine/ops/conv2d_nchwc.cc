@@ -7,7 +7,9 @@
 // padded channel); the layout pass reorders the weights once, as a constant. A bf16 weight
 // [O/B, C/B, kh, kw, B/2, B, 2] (blocked x, B = 16, where cpu::nchwc_bf16_runs) holds element
 // [ob, cb, ky, kx, p, o, j] = w[ob·B + o, cb·B + 2p + j, ky, kx]: the conv then rounds x to bf16
-// and sums exact products in f32 (cpu::conv2d_nchwc_bf16). Attributes are conv2d's (strides,
+// and sums exact products in f32 (cpu::conv2d_nchwc_bf16). With plain x the bf16 weight pairs
+// kernel columns, [O/B, C, kh, kw/2, 1, B, 2] = w[ob·B + o, c, ky, 2q + j] (kw even: the layout
+// pass pads an odd kernel with a zero column and one more right pad; dilation along w 1). Attributes are conv2d's (strides,
 // pads, dilations, activation, act_min, act_max, precision: the weight's dtype decides); group
 // must be 1.
 #include "engine/ops/conv2d_nchwc.h"
@@ -33,18 +35,19 @@ Conv2dAttrs parse(const graph::Node& node) {
 }
 
 // x: [N, C/B, H, W, B] or [N, C, H, W]; w: [O/B, C/B or C, kh, kw, b_in, B] or (bf16)
-// [O/B, C/B, kh, kw, B/2, B, 2].
+// [O/B, C/B, kh, kw, B/2, B, 2] or (bf16, plain x) [O/B, C, kh, kw/2, 1, B, 2].
 cpu::NchwcConvShape conv_shape(const Conv2dAttrs& a, const Shape& x, const Shape& w) {
+  const bool bf16 = w.size() == 7, plain = x.size() == 4;
   cpu::NchwcConvShape s;
   s.n = x[0];
   s.in_blocks = x[1];
   s.h = x[2];
   s.w = x[3];
-  s.b_in = w.size() == 7 ? w[4] * w[6] : w[4];
+  s.b_in = bf16 ? (plain ? 1 : w[4] * w[6]) : w[4];
   s.out_blocks = w[0];
   s.block = w[5];
   s.kh = w[2];
-  s.kw = w[3];
+  s.kw = bf16 && plain ? 2 * w[3] : w[3];
   s.stride_h = a.strides[0];
   s.stride_w = a.strides[1];
   s.pad_t = a.pads[0];
@@ -65,15 +68,20 @@ std::vector<TensorDesc> infer(const graph::Node& node, const Conv2dAttrs& a,
   if (!bf16) expect_dtype(node, in[1], 1, DType::kF32);
   expect_rank(node, in[1], 1, bf16 ? 7 : 6);
   const bool plain = x.size() == 4;
-  if (!plain || bf16) expect_rank(node, in[0], 0, 5);
+  if (!plain) expect_rank(node, in[0], 0, 5);
   const int64_t block = w[5];
   SAMPAN_CHECK(bf16 ? block == 16 : block == 8 || block == 16, ErrorCode::kInvalidArgument,
                "node '{}' (conv2d_nchwc): weight {} has block {}, expected {}", node.name,
                shape_str(w), block, bf16 ? "16" : "8 or 16");
-  SAMPAN_CHECK(!bf16 || (w[4] == block / 2 && w[6] == 2), ErrorCode::kInvalidArgument,
-               "node '{}' (conv2d_nchwc): bf16 weight {} is not in channel pairs [.., {}, {}, 2]",
-               node.name, shape_str(w), block / 2, block);
-  const int64_t b_in = bf16 ? w[4] * w[6] : w[4];
+  SAMPAN_CHECK(!bf16 || (w[4] == (plain ? 1 : block / 2) && w[6] == 2),
+               ErrorCode::kInvalidArgument,
+               "node '{}' (conv2d_nchwc): bf16 weight {} is not in pairs [.., {}, {}, 2]",
+               node.name, shape_str(w), plain ? 1 : block / 2, block);
+  SAMPAN_CHECK(!(bf16 && plain) || a.dilations[1] == 1, ErrorCode::kInvalidArgument,
+               "node '{}' (conv2d_nchwc): a bf16 weight in kernel-column pairs needs dilation 1 "
+               "along w, not {}",
+               node.name, a.dilations[1]);
+  const int64_t b_in = bf16 ? (plain ? 1 : w[4] * w[6]) : w[4];
   SAMPAN_CHECK(b_in == (plain ? 1 : block) && (plain || x[4] == block) && w[1] == x[1],
                ErrorCode::kInvalidArgument,
                "node '{}' (conv2d_nchwc): weight {} does not fit the input {}", node.name,

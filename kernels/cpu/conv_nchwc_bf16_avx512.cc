@@ -5,7 +5,8 @@
 // vdpbf16ps, the work of two FMAs. vdpbf16ps has a latency of 6 cycles at 2 per cycle on Zen 5, so
 // the 28 independent sums keep both pipes busy; each weight vector serves up to 14 pixels and
 // each broadcast 2 blocks, so loads stay below one per instruction. Honours TileArgs::accumulate
-// / last as the f32 tile does.
+// / last as the f32 tile does. Plain input (the stem on few channels) pairs kernel columns
+// instead of channels: the two taps' inputs are neighbours in the row.
 // GCC 12's _mm512_undefined_ps (inside max/min) trips -Wmaybe-uninitialized (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -32,8 +33,10 @@ inline __m512bh pair_at(const uint16_t* x) {
 }
 
 // T pixels x NB blocks; XP: elements between pixels' taps when known (16: stride 1, 32: stride
-// 2), else 0.
-template <int T, int NB, int XP>
+// 2, 2: the stem's stride 2), else 0. PAIRS per tap: 8, the input channels of a block in pairs;
+// or 1 for plain input (the stem), whose tap is a pair of kernel columns (TileArgs::x_kx = 2
+// elements between taps, the two inputs adjacent in the row).
+template <int T, int NB, int XP, int PAIRS>
 void tile(const TileArgs& a) {
   __m512 acc[T][NB];
   tile_start(a, acc);
@@ -45,9 +48,9 @@ void tile(const TileArgs& a) {
       const uint16_t* wr = a.w16 + cb * a.w_cb + ky * a.w_ky;
       for (int64_t kx = 0; kx < a.n_kx; ++kx) {
         const uint16_t* xk = xr + kx * a.x_kx;
-        const uint16_t* wk = wr + kx * kBlock * kBlock;
+        const uint16_t* wk = wr + kx * PAIRS * 2 * kBlock;
 #pragma GCC unroll 2
-        for (int p = 0; p < kPairs; ++p) {
+        for (int p = 0; p < PAIRS; ++p) {
           const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wk + p * 2 * kBlock);
           __m512bh w1 = w0;
           if constexpr (NB == 2) w1 = (__m512bh)_mm512_loadu_si512(wk + w_ob + p * 2 * kBlock);
@@ -66,22 +69,26 @@ void tile(const TileArgs& a) {
 
 using Fn = void (*)(const TileArgs&);
 
-// The tiles of one XP variant, indexed [pixels - 1][nb - 1].
-template <int XP, int... T>
+// The tiles of one (XP, PAIRS) variant, indexed [pixels - 1][nb - 1].
+template <int XP, int PAIRS, int... T>
 constexpr std::array<std::array<Fn, 2>, sizeof...(T)> variant_table(
     std::integer_sequence<int, T...>) {
-  return {{{&tile<T + 1, 1, XP>, &tile<T + 1, 2, XP>}...}};
+  return {{{&tile<T + 1, 1, XP, PAIRS>, &tile<T + 1, 2, XP, PAIRS>}...}};
 }
 
-template <int XP>
-constexpr auto kTable = variant_table<XP>(std::make_integer_sequence<int, kMaxPixels>{});
+template <int XP, int PAIRS>
+constexpr auto kTable = variant_table<XP, PAIRS>(std::make_integer_sequence<int, kMaxPixels>{});
 
 void run_tile(const TileArgs& a, int pixels, int nb) {
   const size_t t = static_cast<size_t>(pixels - 1);
   const size_t j = static_cast<size_t>(nb - 1);
-  if (a.x_pix == kBlock) return kTable<kBlock>[t][j](a);
-  if (a.x_pix == 2 * kBlock) return kTable<2 * kBlock>[t][j](a);
-  return kTable<0>[t][j](a);
+  if (a.b_in == 1) {  // the stem: kernel-column pairs
+    if (a.x_pix == 2) return kTable<2, 1>[t][j](a);
+    return kTable<0, 1>[t][j](a);
+  }
+  if (a.x_pix == kBlock) return kTable<kBlock, kPairs>[t][j](a);
+  if (a.x_pix == 2 * kBlock) return kTable<2 * kBlock, kPairs>[t][j](a);
+  return kTable<0, kPairs>[t][j](a);
 }
 
 }  // namespace

@@ -230,6 +230,8 @@ void run_conv(const NchwcConvShape& s, const TileKernel& tk, const float* x, con
   const int64_t w_cb = s.kh * w_ky;
   const int64_t w_ob = s.in_blocks * w_cb;
   const bool sigmoid = ep.act == ConvActivation::kSigmoid;
+  // bf16 with plain input (the stem): a tap is a pair of kernel columns (kw even, dil_w 1).
+  const bool kx_pairs = !std::is_same_v<T, float> && s.b_in == 1;
   // Pointwise convs run over chunks of input blocks (partial sums in y) where the tile can
   // accumulate: the chunk of the run's input then stays in L1 across every output block and a
   // block pair's weights for the chunk across the run's tiles, instead of each 6-pixel tile
@@ -251,7 +253,7 @@ void run_conv(const NchwcConvShape& s, const TileKernel& tk, const float* x, con
     const int64_t r1 = std::min(p.runs, r0 + p.runs_per_chunk);
     const ChunkInput<T> cin = chunk_input(s, p, x, img, r0, r1, buf);
     TileArgs a;
-    a.n_kx = s.kw;
+    a.n_kx = kx_pairs ? s.kw / 2 : s.kw;
     a.b_in = s.b_in;
     a.w_ky = w_ky;
     a.w_cb = w_cb;
@@ -271,7 +273,7 @@ void run_conv(const NchwcConvShape& s, const TileKernel& tk, const float* x, con
           const int64_t len = std::min(p.run_len, plane - pix0);
           const int64_t y_off = ((img * s.out_blocks + ob) * plane + pix0) * bl;
           a.x_pix = in.x_pix;
-          a.x_kx = in.x_kx;
+          a.x_kx = kx_pairs ? 2 * in.x_kx : in.x_kx;
           a.x_ky = in.x_ky;
           a.x_cb = in.x_cb;
           a.n_ky = in.n_ky;

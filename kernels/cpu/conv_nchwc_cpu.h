@@ -53,7 +53,7 @@ struct NchwcConvShape {
 void conv2d_nchwc(const NchwcConvShape& s, const float* x, const float* w, const float* bias,
                   const float* residual, const ConvEpilogue& ep, float* y, TaskRunner& runner);
 
-// bf16 variant (block 16, blocked input only): x is rounded to bf16 (nearest even) as the
+// bf16 variant (block 16): x is rounded to bf16 (nearest even) as the
 // driver copies each task's input rows, w is bf16 in pairs of input channels, and each
 // vdpbf16ps multiplies one pixel's channel pair with 16 output channels' pair of weights,
 // summing in f32: the work of two FMAs per instruction (conv_nchwc_bf16_avx512.cc).
@@ -63,7 +63,10 @@ void conv2d_nchwc(const NchwcConvShape& s, const float* x, const float* w, const
 // same products in another order.
 // x: [n, in_blocks, h, w, 16] f32; w: [out_blocks, in_blocks, kh, kw, 8, 16, 2] bf16 bits
 // (element [.., p, o, j] is input channel 2 p + j of the block for output o; zero for padded
-// channels); bias, residual, y as conv2d_nchwc. Only where nchwc_bf16_runs().
+// channels); bias, residual, y as conv2d_nchwc. Plain input (b_in = 1: the stem, x [n, c, h, w])
+// pairs kernel columns instead: kw even and dil_w 1 (an odd kernel gets a zero column and one
+// more column of right padding, which gives the same outputs), w [out_blocks, c, kh, kw / 2, 1,
+// 16, 2] with element [.., q, 0, o, j] = kernel column 2 q + j. Only where nchwc_bf16_runs().
 void conv2d_nchwc_bf16(const NchwcConvShape& s, const float* x, const uint16_t* w,
                        const float* bias, const float* residual, const ConvEpilogue& ep, float* y,
                        TaskRunner& runner);

@@ -148,6 +148,32 @@ Tensor reorder_weight_bf16(const Tensor& w, int64_t block) {
   return out;
 }
 
+// A bf16 stem's weight [O, C, kh, kw] -> [O/B, C, kh, kw2 / 2, 1, B, 2] (conv2d_nchwc's bf16
+// form for plain input: kernel columns in pairs), kw2 = kw rounded up to even; zero for the
+// added column and padded output channels.
+Tensor reorder_weight_bf16_columns(const Tensor& w, int64_t block) {
+  const Tensor wc = w.contiguous();
+  const uint16_t* src = wc.data<uint16_t>();
+  const int64_t o = w.dim(0), c = w.dim(1), kh = w.dim(2), kw = w.dim(3);
+  const int64_t ob = round_up(o, block) / block;
+  const int64_t kq = (kw + 1) / 2;
+  Tensor out = Tensor::empty({ob, c, kh, kq, 1, block, 2}, DType::kBF16);
+  uint16_t* dst = out.data<uint16_t>();
+  std::fill(dst, dst + out.numel(), uint16_t{0});
+  for (int64_t oc = 0; oc < o; ++oc) {
+    for (int64_t ic = 0; ic < c; ++ic) {
+      for (int64_t ky = 0; ky < kh; ++ky) {
+        for (int64_t kx = 0; kx < kw; ++kx) {
+          const int64_t d = (((((oc / block) * c + ic) * kh + ky) * kq + kx / 2) * block +
+                             oc % block) * 2 + kx % 2;
+          dst[d] = src[((oc * c + ic) * kh + ky) * kw + kx];
+        }
+      }
+    }
+  }
+  return out;
+}
+
 // A bf16 tensor's values as f32 (exact).
 Tensor widen_bf16(const Tensor& w) {
   const Tensor wc = w.contiguous();
@@ -241,10 +267,13 @@ class LayoutRewriter {
     const Tensor w = g_.value(n.inputs[1]).constant;
     const int64_t o = w.dim(0), c = w.dim(1);
     const bool plain = c < block_ && !blocked_.count(n.inputs[0]);
-    // A bf16 stem reads the plain input, which the bf16 tile does not take: it runs the f32
-    // tile on its bf16 weights widened back (exact) and the unrounded input, a few percent of a
-    // ResNet's work; the region then starts at the stem (its pool and the next conv blocked).
-    const bool bf16 = w.dtype() == DType::kBF16 && !plain;
+    // A bf16 stem reads the plain input: the bf16 tile takes it in pairs of kernel columns (an
+    // odd kernel gets a zero column and one more column of right padding: the same outputs);
+    // dilated along w, it runs the f32 tile on its bf16 weights widened back (exact) instead.
+    const bool bf16_w = w.dtype() == DType::kBF16;
+    const std::vector<int64_t> ones = {1, 1};
+    const bool column_pairs = bf16_w && plain && ints_or(n, "dilations", ones)[1] == 1;
+    const bool bf16 = bf16_w && (!plain || column_pairs);
     const bool winograd = !plain && !bf16 && winograd_fits(n, w, block_);
     Node b;
     b.op = winograd ? "conv2d_winograd" : "conv2d_nchwc";
@@ -252,11 +281,16 @@ class LayoutRewriter {
     b.attrs = n.attrs;
     b.inputs.resize(4, kNoValue);
     b.inputs[0] = plain ? n.inputs[0] : blocked_input(n.inputs[0], c, &at);
-    const Tensor wb = winograd ? ops::winograd_weight(w, block_)
-                      : bf16   ? reorder_weight_bf16(w, block_)
-                      : plain && w.dtype() == DType::kBF16
-                          ? reorder_weight(widen_bf16(w), block_, 1)
-                          : reorder_weight(w, block_, plain ? 1 : block_);
+    const Tensor wb = winograd       ? ops::winograd_weight(w, block_)
+                      : column_pairs ? reorder_weight_bf16_columns(w, block_)
+                      : bf16         ? reorder_weight_bf16(w, block_)
+                      : bf16_w       ? reorder_weight(widen_bf16(w), block_, 1)
+                                     : reorder_weight(w, block_, plain ? 1 : block_);
+    if (column_pairs && w.dim(3) % 2 != 0) {
+      std::vector<int64_t> pads = ints_or(n, "pads", {0, 0, 0, 0});
+      pads[3] += 1;  // top, left, bottom, right: the added zero column's input
+      b.attrs.set("pads", pads);
+    }
     b.inputs[1] = g_.add_constant(n.name + (winograd ? ".w_winograd" : ".w_nchwc"), wb);
     const ValueId bias = input_or_none(n, 2);
     if (bias != kNoValue) {
