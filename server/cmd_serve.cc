@@ -104,7 +104,10 @@ int serve_classic(const server::ServeConfig& cfg, const std::string& name, serve
                   server::ServeMetrics& metrics, server::HttpServer& http,
                   server::GrpcServer* grpc, const sigset_t& signals, Clock::time_point t0) {
   check_classic_flags(cfg);
-  std::shared_ptr<const models::Model> model = models::load_model(cfg.model, {});
+  models::LoadOptions load;
+  SAMPAN_CHECK(models::parse_precision(cfg.precision, &load.precision), ErrorCode::kInvalidArgument,
+               "--precision {}: expected f32 or bf16", cfg.precision);
+  std::shared_ptr<const models::Model> model = models::load_model(cfg.model, load);
   runtime::TensorSessionOptions so;
   so.threads = cfg.engine.threads;
   so.executors = kTensorExecutors;
@@ -218,6 +221,10 @@ int run_serve(const server::ServeConfig& cfg) {
       cfg.batch_delay_ms != server::ServeConfig{}.batch_delay_ms) {
     log::warn("--max-batch-size / --batch-delay-ms apply to classic models; a language model "
               "batches continuously (--max-running, --max-batched-tokens)");
+  }
+  if (cfg.precision != server::ServeConfig{}.precision) {
+    log::warn("--precision applies to classic models; a language model's precision is that of "
+              "its weights (--quantization) and SAMPAN_GEMM_PRECISION");
   }
   // Fault injection for the tests (tests/e2e/test_serve_faults.py); never set in production.
   runtime::EngineOptions engine_options = cfg.engine;

@@ -84,6 +84,10 @@ const std::vector<Key>& keys() {
        Parse::kPlain, "KV cache format: f32|bf16|fp8|int8|int4"},
       {"kv-hadamard", "engine", +[](ServeConfig& c) -> bool& { return c.engine.build.kv_hadamard; },
        Parse::kFlag, "Walsh-Hadamard on Q/K heads so K is cached in a rotated basis"},
+      {"precision", "engine", +[](ServeConfig& c) -> std::string& { return c.precision; },
+       Parse::kPlain,
+       "classic models: f32, or bf16 (convs and matmuls by constant weights on bf16-rounded "
+       "inputs, f32 sums; as `infer --precision bf16`)"},
       {"device", "engine", +[](ServeConfig& c) -> std::string& { return c.device; }, Parse::kPlain,
        "where the model runs: cpu|cuda|cuda:N"},
       {"no-cuda-graphs", "engine", +[](ServeConfig& c) -> bool& { return c.engine.cuda_graphs; },
@@ -471,6 +475,8 @@ void validate(ServeConfig& c, const Origins& o) {
   b.hadamard.seed = static_cast<uint64_t>(c.hadamard_seed);
   check(parse_kv_dtype(c.kv_cache_dtype.c_str(), &b.kv_cache_dtype), o, "kv-cache-dtype",
         fmt::format("'{}' is not one of f32, bf16, fp8, int8, int4", c.kv_cache_dtype));
+  check(c.precision == "f32" || c.precision == "bf16", o, "precision",
+        fmt::format("'{}' is not one of f32, bf16", c.precision));
   // Only the spelling here: whether the GPU exists is the engine's check at load, one line.
   try {
     c.engine.device = runtime::parse_device(c.device);

@@ -50,6 +50,8 @@ struct ServeConfig {
   std::vector<std::string> lora;
   // `lora` split and checked: names unique, [A-Za-z0-9._:/-]+, directories given.
   std::vector<std::pair<std::string, std::string>> lora_adapters;
+  // Classic models: --precision f32|bf16 (models::LoadOptions::precision, as `infer --precision`).
+  std::string precision = "f32";
   // Classic models: dynamic batching (runtime::TensorSessionOptions::max_batch / batch_delay).
   int max_batch_size = 1;             // --max-batch-size: rows merged from concurrent requests
   double batch_delay_ms = 1.0;        // --batch-delay-ms: wait for more requests to merge

@@ -19,7 +19,10 @@ input [batch, 3, height, width]):
 - sampan:requests_total counts them by API and status;
 - dynamic batching (--max-batch-size 8 --batch-delay-ms 100, resnet_tiny): concurrent requests
   of two image sizes are all correct, and sampan:tensor_*_total show that requests were merged
-  (fewer executor runs than requests) and count every row exactly once.
+  (fewer executor runs than requests) and count every row exactly once;
+- --precision bf16 (resnet_tiny): the served outputs equal `sampan infer --precision bf16`'s bit
+  for bit, agree with the f32 reference within bf16 bounds and differ from it; --precision fp16
+  is refused in one line.
 
 tritonclient.http is not used: it needs gevent, which this environment lacks; the binary tensor
 extension is spoken here with http.client, byte for byte as tritonclient.http sends it.
@@ -39,6 +42,9 @@ import serve_util as su  # noqa: E402
 
 COS_MIN = 0.99999
 REL_MAX = 1e-4
+# --precision bf16 against the f32 reference: test_classic_models.py's bounds and reasons.
+BF16_COS_MIN = 0.999
+BF16_REL_MAX = 0.03
 NP_TO_KSERVE = {np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64",
                 np.dtype(np.int32): "INT32", np.dtype(np.bool_): "BOOL",
                 np.dtype(np.uint8): "UINT8", np.dtype(np.int8): "INT8"}
@@ -62,18 +68,18 @@ def load_cases(args, model):
     return cases
 
 
-def agreement(got, want):
+def agreement(got, want, cos_min=COS_MIN, rel_max=REL_MAX):
     g = np.asarray(got, dtype=np.float64).ravel()
     w = np.asarray(want, dtype=np.float64).ravel()
     if g.shape != w.shape:
         return False, f"shape {np.shape(got)} != {np.shape(want)}"
     cos = float(g @ w / max(np.linalg.norm(g) * np.linalg.norm(w), 1e-300))
     rel = float(np.max(np.abs(g - w)) / max(np.max(np.abs(w)), 1e-30))
-    ok = cos >= COS_MIN and rel <= REL_MAX and np.isfinite(g).all()
+    ok = cos >= cos_min and rel <= rel_max and np.isfinite(g).all()
     return ok, f"cosine {cos:.8f}, max relative error {rel:.2e}"
 
 
-def outputs_agree(got, want, shapes_too=True):
+def outputs_agree(got, want, shapes_too=True, cos_min=COS_MIN, rel_max=REL_MAX):
     """-> (ok, detail) over every output in `want`."""
     details = []
     for name, w in want.items():
@@ -82,7 +88,7 @@ def outputs_agree(got, want, shapes_too=True):
         g = got[name]
         if shapes_too and tuple(np.shape(g)) != tuple(w.shape):
             return False, f"{name}: shape {np.shape(g)} != {w.shape}"
-        ok, d = agreement(g, w)
+        ok, d = agreement(g, w, cos_min, rel_max)
         details.append(f"{name}: {d}")
         if not ok:
             return False, "; ".join(details)
@@ -516,6 +522,48 @@ def check_dynamic_batching(res, args):
         res.check("batching server exits 0 on SIGTERM", rc == 0, "" if rc == 0 else srv.log_tail(5))
 
 
+def check_bf16(res, args):
+    """--precision bf16 serves what `sampan infer --precision bf16` computes, bit for bit (the same
+    graph and kernels; rows and threads do not change a result), within bf16 bounds of the f32
+    reference; the server's log names the precision."""
+    resnet = load_cases(args, "resnet_tiny")
+    ins, want = resnet[0]
+    work = os.path.join(args.work_dir, "bf16_cli")
+    os.makedirs(work, exist_ok=True)
+    argv = ["infer", "--model", os.path.join(classic_dir(args), "resnet_tiny.onnx"),
+            "--output-dir", work, "--precision", "bf16", "--threads", "1"]
+    for name, a in ins.items():
+        path = os.path.join(work, f"{name}.npy")
+        np.save(path, a)
+        argv += ["--input", f"{name}={path}"]
+    run = eu.run_sampan(args, argv)
+    if not res.check("bf16: `sampan infer --precision bf16` runs", run.returncode == 0,
+                     "" if run.returncode == 0 else run.describe()):
+        return
+    cli = {n: np.load(os.path.join(work, f"{n}.npy")) for n in want}
+    with serve(args, "resnet_tiny", ["--precision", "bf16"]) as srv:
+        status, got, _ = infer_http(srv, "resnet_tiny", ins, binary_in=True, binary_out=True)
+        ok = status == 200 and isinstance(got, dict) and all(
+            n in got and np.array_equal(np.asarray(got[n]).reshape(cli[n].shape), cli[n]) for n in cli)
+        res.check("bf16: served outputs equal `sampan infer --precision bf16` exactly", ok,
+                  f"status {status}: {str(got)[:200]}")
+        if ok:
+            ok, detail = outputs_agree(got, want, cos_min=BF16_COS_MIN, rel_max=BF16_REL_MAX)
+            res.check("bf16: served outputs agree with the f32 reference", ok, detail)
+            differs = any(not np.array_equal(np.asarray(got[n]).reshape(want[n].shape), want[n])
+                          for n in want)
+            res.check("bf16: served outputs differ from f32 (the precision took effect)", differs,
+                      "" if differs else "identical to the f32 reference")
+        rc = srv.stop()
+        res.check("bf16 server exits 0 on SIGTERM", rc == 0, "" if rc == 0 else srv.log_tail(5))
+    run = eu.run_sampan(args, ["serve", "--model", os.path.join(classic_dir(args), "resnet_tiny.onnx"),
+                               "--precision", "fp16", "--http-port", "0", "--grpc-port", "-1"])
+    last = run.last_stderr_line()
+    res.check("--precision fp16 is refused in one line naming the key",
+              run.returncode is not None and run.returncode > 0 and last.startswith("error: ")
+              and "precision" in last and "fp16" in last, last)
+
+
 def main():
     args = eu.parse_args(__doc__)
     res = eu.Results()
@@ -585,6 +633,7 @@ def main():
         rc = srv.stop()
         res.check("resnet_tiny server exits 0 on SIGTERM", rc == 0, "" if rc == 0 else srv.log_tail(5))
     check_dynamic_batching(res, args)
+    check_bf16(res, args)
     res.finish()
 
 
