@@ -200,10 +200,10 @@ void run_cpu(const KernelContext& ctx) {
   // Every row of a (batch dims included) against one weight matrix.
   const int64_t rows = y.numel() / d.n;  // y is [rows, n] (n > 0: y is not empty)
   if (at.bf16) {  // the 1x1-conv form below, on bf16-rounded inputs
+    // Bias and activation in the GEMM's tasks, on each block as it is finished (the same
+    // values as bias_activation after it; BERT-base bf16, batch 8: that pass was 7.5 % of a run).
     cpu::matmul_bf16(rows, d.k, d.n, a.data<float>(), b.data<uint16_t>(), y.data<float>(),
-                     ctx.runner);
-    cpu::bias_activation(rows, d.n, y.data<float>(), d.n, at.alpha, bias, at.activation,
-                         ctx.runner);
+                     ctx.runner, {at.alpha, bias, at.activation});
     return;
   }
   if (!at.trans_b && b.rank() == 2 && d.k > 0) {

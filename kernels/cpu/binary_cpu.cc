@@ -14,6 +14,8 @@
 #include <type_traits>
 
 #include "kernels/cpu/avx2_math.h"
+#include "kernels/cpu/bias_activation_avx512.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_avx2.h"
 #include "kernels/cpu/vec_util.h"
 
@@ -312,27 +314,33 @@ void where(int rank, const int64_t* shape, const uint8_t* cond, const int64_t* c
   assert(false && "where: unsupported element size");
 }
 
+void bias_activation_rows(int64_t rows, int64_t n, float* y, int64_t ldy, float alpha,
+                          const float* bias, Activation act) {
+  if (has_avx512()) return detail::bias_activation_rows_avx512(rows, n, y, ldy, alpha, bias, act);
+  const __m256 va = _mm256_set1_ps(alpha);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = y + r * ldy;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = _mm256_mul_ps(_mm256_loadu_ps(row + i), va);
+      if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + i));
+      _mm256_storeu_ps(row + i, activate(v, act));
+    }
+    if (i < n) {
+      const int rest = static_cast<int>(n - i);
+      __m256 v = _mm256_mul_ps(Avx2::load_n(row + i, rest), va);
+      if (bias) v = _mm256_add_ps(v, Avx2::load_n(bias + i, rest));
+      Avx2::store_n(row + i, activate(v, act), rest);
+    }
+  }
+}
+
 void bias_activation(int64_t rows, int64_t n, float* y, int64_t ldy, float alpha, const float* bias,
                      Activation act, TaskRunner& runner) {
   if (rows <= 0 || n <= 0) return;
   const int64_t grain = util::ceil_div(8192, n);
   util::parallel_for(runner, rows, grain, [&](int64_t r0, int64_t r1) {
-    const __m256 va = _mm256_set1_ps(alpha);
-    for (int64_t r = r0; r < r1; ++r) {
-      float* row = y + r * ldy;
-      int64_t i = 0;
-      for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(row + i), va);
-        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + i));
-        _mm256_storeu_ps(row + i, activate(v, act));
-      }
-      if (i < n) {
-        const int rest = static_cast<int>(n - i);
-        __m256 v = _mm256_mul_ps(Avx2::load_n(row + i, rest), va);
-        if (bias) v = _mm256_add_ps(v, Avx2::load_n(bias + i, rest));
-        Avx2::store_n(row + i, activate(v, act), rest);
-      }
-    }
+    bias_activation_rows(r1 - r0, n, y + r0 * ldy, ldy, alpha, bias, act);
   });
 }
 

@@ -55,5 +55,9 @@ enum class Activation { kNone, kRelu, kGelu, kGeluTanh };
 // no bit of the result.
 void bias_activation(int64_t rows, int64_t n, float* y, int64_t ldy, float alpha,
                      const float* bias, Activation act, TaskRunner& runner);
+// The same on the calling thread only, for a GEMM's task applying it to a block of outputs it
+// has just finished (while they are in cache): the same values, bit for bit.
+void bias_activation_rows(int64_t rows, int64_t n, float* y, int64_t ldy, float alpha,
+                          const float* bias, Activation act);
 
 }  // namespace sampan::cpu

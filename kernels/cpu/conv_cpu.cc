@@ -395,6 +395,8 @@ struct Bf16Job {
   // run (RowsPrefetch says why). Null for the convolutions, whose packers gather from images.
   const uint16_t* b_rows = nullptr;
   int64_t ldb = 0;
+  // matmul_bf16's column epilogue (bias per column of Y), applied to each finished block.
+  MatmulEpilogue col_ep;
 };
 
 struct Bf16Scratch {
@@ -402,6 +404,12 @@ struct Bf16Scratch {
   AlignedFloats panel;           // one f32 panel [kc][nr] before rounding (convs)
   std::vector<Run> runs;
 };
+
+// The column epilogue on rows x ncols finished outputs c (row stride ldc) of columns col...
+inline void finish_columns(const MatmulEpilogue& ep, int rows, int64_t ncols, float* c,
+                           int64_t ldc, int64_t col) {
+  bias_activation_rows(rows, ncols, c, ldc, ep.alpha, ep.bias ? ep.bias + col : nullptr, ep.act);
+}
 
 template <typename AAt, typename YOff, typename Pack>
 void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& runner) {
@@ -473,8 +481,10 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
           const float* r = rg ? rg + i * job.p + col : nullptr;
           const uint16_t* panel = tile + pi * panel_elems;
           prefetch.step();
+          const bool col_ep = last && job.col_ep.any();
           if (ncols == nr) {
             bk.fn(m, kc, a, lda, panel, c, job.p, accumulate, last, bi, r, &job.ep);
+            if (col_ep) finish_columns(job.col_ep, m, ncols, c, job.p, col);
             continue;
           }
           // A partial panel goes through a full-width copy (the tile writes nr columns).
@@ -488,6 +498,7 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
           for (int row = 0; row < m; ++row) {
             std::memcpy(c + row * job.p, tmp_c + row * nr, row_bytes);
           }
+          if (col_ep) finish_columns(job.col_ep, m, ncols, c, job.p, col);
         }
       }
     }
@@ -593,10 +604,11 @@ void conv2d_bf16(const ConvShape& s, const float* x, const uint16_t* w, const fl
 }
 
 void matmul_bf16_a16(int64_t m, int64_t k, int64_t n, const uint16_t* a, int64_t lda,
-                     const uint16_t* b, float* y, TaskRunner& runner) {
+                     const uint16_t* b, float* y, TaskRunner& runner, const MatmulEpilogue& ep) {
   if (m <= 0 || n <= 0) return;
   if (k == 0) {
     std::fill(y, y + m * n, 0.0f);
+    if (ep.any()) bias_activation(m, n, y, n, ep.alpha, ep.bias, ep.act, runner);
     return;
   }
   Bf16Job job;
@@ -608,6 +620,7 @@ void matmul_bf16_a16(int64_t m, int64_t k, int64_t n, const uint16_t* a, int64_t
   job.pack_rows = kMatmulPackRows;
   job.b_rows = b;
   job.ldb = n;
+  job.col_ep = ep;
   auto a_at = [&](int64_t) { return a; };
   auto y_off = [](int64_t) { return int64_t{0}; };
   auto pack = [&](Bf16Scratch&, const conv_detail::Bf16Kernels& bk, int64_t, int64_t k0,
@@ -618,7 +631,7 @@ void matmul_bf16_a16(int64_t m, int64_t k, int64_t n, const uint16_t* a, int64_t
 }
 
 void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t* b, float* y,
-                 TaskRunner& runner) {
+                 TaskRunner& runner, const MatmulEpilogue& ep) {
   if (m <= 0 || n <= 0) return;
   // a rounded once per call (m·k, small next to the m·k·n product), read in place by the tile.
   thread_local std::vector<uint16_t> a16;
@@ -630,7 +643,7 @@ void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t
     const int64_t r1 = std::min(m, r0 + chunk);
     convert_f32_to_bf16(a + r0 * k, a_bf + r0 * k, (r1 - r0) * k);
   });
-  matmul_bf16_a16(m, k, n, a_bf, k, b, y, runner);
+  matmul_bf16_a16(m, k, n, a_bf, k, b, y, runner, ep);
 }
 
 }  // namespace sampan::cpu

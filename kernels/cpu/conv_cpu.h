@@ -27,6 +27,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/binary_cpu.h"
 #include "kernels/cpu/task_runner.h"
 
 namespace sampan::cpu {
@@ -76,12 +77,22 @@ void conv2d(const ConvShape& s, const float* x, const float* w, const float* bia
 // residual: [n, o, ho, wo] or null; y: [n, o, ho, wo].
 void conv2d_bf16(const ConvShape& s, const float* x, const uint16_t* w, const float* bias,
                  const float* residual, const ConvEpilogue& ep, float* y, TaskRunner& runner);
-// a: [m, k] f32; b: [k, n] bf16 bits; y: [m, n] (no epilogue: the caller adds bias/activation).
+// matmul_bf16's optional epilogue: y = act(alpha * y + bias[column]), applied by the GEMM's
+// tasks to each block of outputs they finish, while it is in cache; the values of
+// bias_activation (binary_cpu.h) on the finished product, bit for bit.
+struct MatmulEpilogue {
+  float alpha = 1.0f;
+  const float* bias = nullptr;  // [n] or null
+  Activation act = Activation::kNone;
+  bool any() const { return alpha != 1.0f || bias != nullptr || act != Activation::kNone; }
+};
+// a: [m, k] f32; b: [k, n] bf16 bits; y: [m, n].
 void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t* b, float* y,
-                 TaskRunner& runner);
+                 TaskRunner& runner, const MatmulEpilogue& ep = {});
 // The same with a already in bf16: a: [m, k] bf16 bits, rows lda (>= k) apart.
 void matmul_bf16_a16(int64_t m, int64_t k, int64_t n, const uint16_t* a, int64_t lda,
-                     const uint16_t* b, float* y, TaskRunner& runner);
+                     const uint16_t* b, float* y, TaskRunner& runner,
+                     const MatmulEpilogue& ep = {});
 // Whether the bf16 path has its vdpbf16ps tile on this CPU (else the portable loop runs).
 bool conv_bf16_native();
 

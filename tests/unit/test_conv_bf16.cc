@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -329,6 +330,17 @@ TEST_CASE("matmul_bf16 matches double-precision loops, odd k and tails", "[conv]
         CHECK(e.worst_exact <= 1.0);
         CHECK(e.worst_f32 <= 1.0);
         if (d.k > 0) CHECK(e.rms_ratio <= 2.0);
+        // The column epilogue applied by the GEMM's tasks equals bias_activation after it, bit
+        // for bit (every block, partial panels and k chunks included).
+        for (Activation act : {Activation::kGelu, Activation::kRelu, Activation::kNone}) {
+          const std::vector<float> bias = random_vec(static_cast<size_t>(d.n), rng);
+          std::vector<float> want = y;
+          bias_activation(d.m, d.n, want.data(), d.n, 0.75f, bias.data(), act, *runner);
+          std::vector<float> got(y.size(), 12345.0f);
+          matmul_bf16(d.m, d.k, d.n, a.data(), b16.data(), got.data(), *runner,
+                      {0.75f, bias.data(), act});
+          CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        }
       }
     }
   }
