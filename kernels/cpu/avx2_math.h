@@ -51,5 +51,7 @@ inline __m256 abs8(__m256 x) { return Ops::abs(x); }
 inline __m256 sigmoid8(__m256 x) { return vec_math::sigmoid<Ops>(x); }
 inline __m256 erf8(__m256 a) { return vec_math::erf<Ops>(a); }
 inline __m256 tanh8(__m256 x) { return vec_math::tanh<Ops>(x); }
+inline __m256 gelu8(__m256 x) { return vec_math::gelu<Ops>(x); }
+inline __m256 gelu_tanh8(__m256 x) { return vec_math::gelu_tanh<Ops>(x); }
 
 }  // namespace sampan::cpu::avx2_math

@@ -56,5 +56,7 @@ inline __m512 exp16(__m512 x) { return vec_math::exp<Ops>(x); }
 inline __m512 sigmoid16(__m512 x) { return vec_math::sigmoid<Ops>(x); }
 inline __m512 erf16(__m512 a) { return vec_math::erf<Ops>(a); }
 inline __m512 tanh16(__m512 x) { return vec_math::tanh<Ops>(x); }
+inline __m512 gelu16(__m512 x) { return vec_math::gelu<Ops>(x); }
+inline __m512 gelu_tanh16(__m512 x) { return vec_math::gelu_tanh<Ops>(x); }
 
 }  // namespace sampan::cpu::avx512_math

@@ -1,8 +1,7 @@
-// bias_activation_rows on 16 lanes (bias_activation_avx512.h). The activations are binary_cpu.cc's
-// activate() (the unary Gelu / GeluTanh / Relu expressions) operation for operation, with
-// avx512_math.h's erf and tanh, which give avx2_math.h's bits: a GELU epilogue costs half the
-// instructions it did on 8 lanes (BERT-base bf16: that epilogue was 7 % of a run) and changes no
-// result.
+// bias_activation_rows on 16 lanes (bias_activation_avx512.h): binary_cpu.cc's activate() with
+// avx512_math.h's gelu / gelu_tanh, the same vec_math functions as the 8-lane ones and so the
+// same bits: a GELU epilogue costs half the instructions it did on 8 lanes (BERT-base bf16: that
+// epilogue was 7 % of a run) and changes no result.
 // GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized on their own pass-through operands
 // (GCC bug 105593); silenced before the headers are read, as in gemm_avx512.cc.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -17,20 +16,11 @@ namespace sampan::cpu::detail {
 namespace {
 
 inline __m512 activate(__m512 v, Activation act) {
-  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
   switch (act) {
     case Activation::kNone: return v;
     case Activation::kRelu: return _mm512_max_ps(v, _mm512_setzero_ps());
-    case Activation::kGelu: {
-      const __m512 e = avx512_math::erf16(_mm512_mul_ps(v, _mm512_set1_ps(0.70710678118654752f)));
-      return _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e));
-    }
-    case Activation::kGeluTanh: {
-      const __m512 v3 = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
-      const __m512 u = _mm512_mul_ps(_mm512_set1_ps(0.79788456080286536f),
-                                     _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), v3, v));
-      return _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, avx512_math::tanh16(u)));
-    }
+    case Activation::kGelu: return avx512_math::gelu16(v);
+    case Activation::kGeluTanh: return avx512_math::gelu_tanh16(v);
   }
   return v;
 }

@@ -261,23 +261,14 @@ void where_typed(const Loop<3>& l, const uint8_t* c, const void* a, const void* 
   });
 }
 
-// The Gelu and GeluTanh kinds of unary_f32, expression for expression: a fused epilogue gives
-// the bits the unfused op would.
+// The Gelu and GeluTanh kinds of unary_f32 (the same vec_math functions): a fused epilogue
+// gives the bits the unfused op would.
 inline __m256 activate(__m256 v, Activation act) {
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
   switch (act) {
     case Activation::kNone: return v;
     case Activation::kRelu: return _mm256_max_ps(v, _mm256_setzero_ps());
-    case Activation::kGelu: {
-      const __m256 e = avx2_math::erf8(_mm256_mul_ps(v, _mm256_set1_ps(0.70710678118654752f)));
-      return _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e));
-    }
-    case Activation::kGeluTanh: {
-      const __m256 v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
-      const __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.79788456080286536f),
-                                     _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), v3, v));
-      return _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, avx2_math::tanh8(u)));
-    }
+    case Activation::kGelu: return avx2_math::gelu8(v);
+    case Activation::kGeluTanh: return avx2_math::gelu_tanh8(v);
   }
   return v;
 }

@@ -27,16 +27,8 @@ inline __m256 apply8(const UnaryParams& p, __m256 x) {
     case UnaryKind::kErf: return erf8(x);
     case UnaryKind::kExp: return exp8(x);
     case UnaryKind::kSilu: return _mm256_mul_ps(x, sigmoid8(x));
-    case UnaryKind::kGelu: {
-      const __m256 e = erf8(_mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f)));
-      return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, e));
-    }
-    case UnaryKind::kGeluTanh: {
-      const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-      const __m256 in = _mm256_mul_ps(_mm256_set1_ps(0.79788456080286536f),
-                                      _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
-      return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, tanh8(in)));
-    }
+    case UnaryKind::kGelu: return gelu8(x);
+    case UnaryKind::kGeluTanh: return gelu_tanh8(x);
     case UnaryKind::kHardSigmoid: {
       const __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(p.alpha), x, _mm256_set1_ps(p.beta));
       return _mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), one);

@@ -81,4 +81,21 @@ inline typename O::V tanh(typename O::V x) {
   return O::select(O::ge(t, O::set1(0.4f)), large, small);
 }
 
+// GELU, erf form: 0.5 x (1 + erf(x / sqrt 2)); the unary Gelu op and every fused epilogue
+// (bias_activation) evaluate exactly this, so fusing changes no bit.
+template <class O>
+inline typename O::V gelu(typename O::V x) {
+  const typename O::V e = erf<O>(O::mul(x, O::set1(0.70710678118654752f)));
+  return O::mul(O::mul(O::set1(0.5f), x), O::add(O::set1(1.0f), e));
+}
+
+// GELU, tanh form: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+template <class O>
+inline typename O::V gelu_tanh(typename O::V x) {
+  const typename O::V x3 = O::mul(O::mul(x, x), x);
+  const typename O::V u =
+      O::mul(O::set1(0.79788456080286536f), O::fma(O::set1(0.044715f), x3, x));
+  return O::mul(O::mul(O::set1(0.5f), x), O::add(O::set1(1.0f), tanh<O>(u)));
+}
+
 }  // namespace sampan::cpu::vec_math
