@@ -9,9 +9,9 @@
 // [ob, cb, ky, kx, p, o, j] = w[ob·B + o, cb·B + 2p + j, ky, kx]: the conv then rounds x to bf16
 // and sums exact products in f32 (cpu::conv2d_nchwc_bf16). With plain x the bf16 weight pairs
 // kernel columns, [O/B, C, kh, kw/2, 1, B, 2] = w[ob·B + o, c, ky, 2q + j] (kw even: the layout
-// pass pads an odd kernel with a zero column and one more right pad; dilation along w 1). Attributes are conv2d's (strides,
-// pads, dilations, activation, act_min, act_max, precision: the weight's dtype decides); group
-// must be 1.
+// pass pads an odd kernel with a zero column and one more right pad; dilation along w 1).
+// Attributes are conv2d's (strides, pads, dilations, activation, act_min, act_max, precision:
+// the weight's dtype decides); group must be 1.
 #include "engine/ops/conv2d_nchwc.h"
 
 #include "engine/core/error.h"

@@ -53,10 +53,10 @@ struct NchwcConvShape {
 void conv2d_nchwc(const NchwcConvShape& s, const float* x, const float* w, const float* bias,
                   const float* residual, const ConvEpilogue& ep, float* y, TaskRunner& runner);
 
-// bf16 variant (block 16): x is rounded to bf16 (nearest even) as the
-// driver copies each task's input rows, w is bf16 in pairs of input channels, and each
-// vdpbf16ps multiplies one pixel's channel pair with 16 output channels' pair of weights,
-// summing in f32: the work of two FMAs per instruction (conv_nchwc_bf16_avx512.cc).
+// bf16 variant (block 16): x is rounded to bf16 (nearest even) as the driver copies each
+// task's input rows, w is bf16 in pairs of input channels, and each vdpbf16ps multiplies one
+// pixel's channel pair with 16 output channels' pair of weights, summing in f32: the work of
+// two FMAs per instruction (conv_nchwc_bf16_avx512.cc).
 // Accuracy: every product of two bf16 values is exact in f32; against the exact conv of the
 // unrounded operands the error is the rounding of x and w (up to 2^-8 relative each) plus the
 // f32 summation term above. The precision of conv2d_bf16 (conv_cpu.h), whose GEMM computes the
@@ -66,7 +66,8 @@ void conv2d_nchwc(const NchwcConvShape& s, const float* x, const float* w, const
 // channels); bias, residual, y as conv2d_nchwc. Plain input (b_in = 1: the stem, x [n, c, h, w])
 // pairs kernel columns instead: kw even and dil_w 1 (an odd kernel gets a zero column and one
 // more column of right padding, which gives the same outputs), w [out_blocks, c, kh, kw / 2, 1,
-// 16, 2] with element [.., q, 0, o, j] = kernel column 2 q + j. Only where nchwc_bf16_runs().
+// 16, 2] with element [.., q, 0, o, j] = kernel column 2 q + j. Only where the CPU has
+// AVX512-BF16 at the active level (nchwc_bf16_runs(true)); nchwc_bf16_runs() says where it pays.
 void conv2d_nchwc_bf16(const NchwcConvShape& s, const float* x, const uint16_t* w,
                        const float* bias, const float* residual, const ConvEpilogue& ep, float* y,
                        TaskRunner& runner);
