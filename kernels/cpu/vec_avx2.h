@@ -36,6 +36,27 @@ struct Avx2 {
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }  // a * b + c
   static V fms(V a, V b, V c) { return _mm256_fmsub_ps(a, b, c); }  // a * b - c
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  // What vec_math_impl.h's exp / erf / tanh use besides the above (lane masks as all-ones
+  // lanes; pow2_split: p * 2^(n >> 1) * 2^(n - (n >> 1)) for an integral n in [-126, 128]).
+  using M = __m256;
+  static V fnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a * b
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V round(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V abs(V x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+  static V sign(V x) { return _mm256_and_ps(x, _mm256_set1_ps(-0.0f)); }
+  static V or_(V a, V b) { return _mm256_or_ps(a, b); }
+  static M gt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static M ge(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+  static V select(M m, V a, V b) { return _mm256_blendv_ps(b, a, m); }  // a where m
+  static V pow2_split(V p, V n) {
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i half = _mm256_srai_epi32(ni, 1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const V s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
+    const V s2 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+  }
 
   static float reduce_add(V v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -38,6 +38,36 @@ struct Avx512 {
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }  // a * b + c
   static V fms(V a, V b, V c) { return _mm512_fmsub_ps(a, b, c); }  // a * b - c
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  // What vec_math_impl.h's exp / erf / tanh use besides the above (as vec_avx2.h's, on 16 lanes).
+  using M = __mmask16;
+  static V fnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a * b
+  static V min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V round(V x) {
+    return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static V abs(V x) {
+    return _mm512_castsi512_ps(
+        _mm512_andnot_si512(_mm512_set1_epi32(INT32_MIN), _mm512_castps_si512(x)));
+  }
+  static V sign(V x) {
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
+  }
+  static V or_(V a, V b) {
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  }
+  static M gt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static M ge(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+  static V select(M m, V a, V b) { return _mm512_mask_blend_ps(m, b, a); }  // a where m
+  static V pow2_split(V p, V n) {
+    const __m512i ni = _mm512_cvtps_epi32(n);
+    const __m512i half = _mm512_srai_epi32(ni, 1);
+    const __m512i bias = _mm512_set1_epi32(127);
+    const V s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(half, bias), 23));
+    const V s2 = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ni, half), bias), 23));
+    return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+  }
 
   static __m256 half_sum(V v) {
     return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));

@@ -1,11 +1,12 @@
-// exp, erf and tanh written once over a vector-operations struct O, so that the 8-lane AVX2
-// forms (avx2_math.h: the element-wise ops and the matmuls' fused epilogue) and the 16-lane
-// AVX-512 ones (avx512_math.h) run the same operations in the same order on every lane and so
-// give the same bits. Algorithms and accuracy: avx2_math.h. O provides V (the vector), M (a lane
-// mask), set1, add, sub, mul, div, fma (a * b + c), fnma (c - a * b), min, max, round (to
-// nearest integer), abs, sign (the sign bits of a), or_, gt / ge (ordered compares), select(m,
-// a, b) (a where m, else b) and pow2_split(p, n): p * 2^(n >> 1) * 2^(n - (n >> 1)) for an
-// integral n in [-126, 128] (two factors so that n = 128 does not overflow the exponent field).
+// exp, erf, tanh and GELU written once over a vector-operations struct O (vec_avx2.h's Avx2,
+// vec_avx512.h's Avx512), so that the 8-lane AVX2 forms (avx2_math.h: the element-wise ops and
+// the matmuls' fused epilogue) and the 16-lane AVX-512 ones (avx512_math.h) run the same
+// operations in the same order on every lane and so give the same bits. Algorithms and
+// accuracy: avx2_math.h. O provides V (the vector), M (a lane mask), set1, add, sub, mul, div,
+// fma (a * b + c), fnma (c - a * b), min, max, round (to nearest integer), abs, sign (the sign
+// bits of a), or_, gt / ge (ordered compares), select(m, a, b) (a where m, else b) and
+// pow2_split(p, n): p * 2^(n >> 1) * 2^(n - (n >> 1)) for an integral n in [-126, 128] (two
+// factors so that n = 128 does not overflow the exponent field).
 // Include only from files built for O's instruction set.
 #pragma once
 
