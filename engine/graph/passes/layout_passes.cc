@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <variant>
@@ -10,7 +11,6 @@
 
 #include "engine/ops/conv2d_nchwc.h"
 #include "engine/ops/conv2d_winograd.h"
-#include "kernels/common/half.h"
 
 namespace sampan::graph::passes {
 namespace {
@@ -102,85 +102,57 @@ bool pool_fits(const Node& n) {
   return !n.dead && n.op == "pool2d" && n.inputs.size() == 1 && n.outputs.size() == 1;
 }
 
-// conv2d's w [O, C, kh, kw] -> [O/B, C/B, kh, kw, B, B] (blocked input, b_in = B) or
-// [O/B, C, kh, kw, 1, B] (plain input, b_in = 1), zero for padded channels.
-Tensor reorder_weight(const Tensor& w, int64_t block, int64_t b_in) {
-  const Tensor wc = w.contiguous();
-  const float* src = wc.data<float>();
-  const int64_t o = w.dim(0), c = w.dim(1), kh = w.dim(2), kw = w.dim(3);
-  const int64_t ob = round_up(o, block) / block;
-  const int64_t cb = b_in == 1 ? c : round_up(c, block) / block;
-  std::vector<float> dst(static_cast<size_t>(ob * cb * kh * kw * b_in * block), 0.0f);
-  for (int64_t oc = 0; oc < o; ++oc) {
-    for (int64_t ic = 0; ic < c; ++ic) {
-      for (int64_t k = 0; k < kh * kw; ++k) {
-        const int64_t i_blk = ic / b_in, i_lane = ic % b_in;
-        const int64_t d = ((((oc / block) * cb + i_blk) * kh * kw + k) * b_in + i_lane) * block +
-                          oc % block;
-        dst[static_cast<size_t>(d)] = src[(oc * c + ic) * kh * kw + k];
-      }
-    }
-  }
-  return Tensor::from_f32({ob, cb, kh, kw, b_in, block}, dst);
-}
+// How reorder_weight lays a block's inputs out: one per element (f32), or bf16 in the pairs one
+// vdpbf16ps multiplies: two input channels (blocked input), or two kernel columns (plain input,
+// the stem; an odd kernel gets a zero column, which one more column of right padding makes the
+// same conv).
+enum class Pairs { kNone, kChannels, kColumns };
 
-// A bf16 conv2d weight [O, C, kh, kw] -> [O/B, C/B, kh, kw, B/2, B, 2] (conv2d_nchwc's bf16
-// form: input channels in pairs), zero for padded channels. The values are moved, not rounded.
-Tensor reorder_weight_bf16(const Tensor& w, int64_t block) {
-  const Tensor wc = w.contiguous();
-  const uint16_t* src = wc.data<uint16_t>();
-  const int64_t o = w.dim(0), c = w.dim(1), kh = w.dim(2), kw = w.dim(3);
-  const int64_t ob = round_up(o, block) / block;
-  const int64_t cb = round_up(c, block) / block;
-  Tensor out = Tensor::empty({ob, cb, kh, kw, block / 2, block, 2}, DType::kBF16);
-  uint16_t* dst = out.data<uint16_t>();
-  std::fill(dst, dst + out.numel(), uint16_t{0});
-  for (int64_t oc = 0; oc < o; ++oc) {
-    for (int64_t ic = 0; ic < c; ++ic) {
-      for (int64_t k = 0; k < kh * kw; ++k) {
-        const int64_t lane = ic % block;
-        const int64_t d = (((((oc / block) * cb + ic / block) * kh * kw + k) * (block / 2) +
-                            lane / 2) * block + oc % block) * 2 + lane % 2;
-        dst[d] = src[(oc * c + ic) * kh * kw + k];
-      }
-    }
-  }
-  return out;
-}
-
-// A bf16 stem's weight [O, C, kh, kw] -> [O/B, C, kh, kw2 / 2, 1, B, 2] (conv2d_nchwc's bf16
-// form for plain input: kernel columns in pairs), kw2 = kw rounded up to even; zero for the
-// added column and padded output channels.
-Tensor reorder_weight_bf16_columns(const Tensor& w, int64_t block) {
-  const Tensor wc = w.contiguous();
-  const uint16_t* src = wc.data<uint16_t>();
-  const int64_t o = w.dim(0), c = w.dim(1), kh = w.dim(2), kw = w.dim(3);
-  const int64_t ob = round_up(o, block) / block;
-  const int64_t kq = (kw + 1) / 2;
-  Tensor out = Tensor::empty({ob, c, kh, kq, 1, block, 2}, DType::kBF16);
-  uint16_t* dst = out.data<uint16_t>();
-  std::fill(dst, dst + out.numel(), uint16_t{0});
+// Moves w [O, C, kh, kw] into dst (zeroed) in the kernel's order, with kw2 kernel columns.
+template <typename T>
+void scatter_weight(const T* src, T* dst, int64_t o, int64_t c, int64_t kh, int64_t kw,
+                    int64_t kw2, int64_t cb, int64_t b_in, int64_t block, Pairs pairs) {
   for (int64_t oc = 0; oc < o; ++oc) {
     for (int64_t ic = 0; ic < c; ++ic) {
       for (int64_t ky = 0; ky < kh; ++ky) {
         for (int64_t kx = 0; kx < kw; ++kx) {
-          const int64_t d = (((((oc / block) * c + ic) * kh + ky) * kq + kx / 2) * block +
-                             oc % block) * 2 + kx % 2;
+          const int64_t taps = ((oc / block) * cb + ic / b_in) * kh + ky;  // [O/B, cb, kh]
+          // Outer index u, then the axis paired (a, of p) over the block's outputs.
+          const bool columns = pairs == Pairs::kColumns;
+          const int64_t u = columns ? taps : taps * kw2 + kx;
+          const int64_t a = columns ? kx : ic % b_in, p = columns ? kw2 : b_in;
+          const int64_t d = pairs == Pairs::kNone
+                                ? (u * p + a) * block + oc % block
+                                : ((u * (p / 2) + a / 2) * block + oc % block) * 2 + a % 2;
           dst[d] = src[((oc * c + ic) * kh + ky) * kw + kx];
         }
       }
     }
   }
-  return out;
 }
 
-// A bf16 tensor's values as f32 (exact).
-Tensor widen_bf16(const Tensor& w) {
+// conv2d's w [O, C, kh, kw] -> [O/B, C/B, kh, kw, B, B] (blocked input, b_in = B) or
+// [O/B, C, kh, kw, 1, B] (plain input, b_in = 1), zero for padded channels; bf16 in pairs:
+// [O/B, C/B, kh, kw, B/2, B, 2] (kChannels) or [O/B, C, kh, ceil(kw / 2), 1, B, 2] (kColumns).
+// The values are moved, not rounded: w is f32 (kNone) or bf16 (pairs).
+Tensor reorder_weight(const Tensor& w, int64_t block, int64_t b_in, Pairs pairs = Pairs::kNone) {
   const Tensor wc = w.contiguous();
-  const uint16_t* src = wc.data<uint16_t>();
-  std::vector<float> dst(static_cast<size_t>(wc.numel()));
-  for (size_t i = 0; i < dst.size(); ++i) dst[i] = bf16_to_f32(src[i]);
-  return Tensor::from_f32(wc.shape(), dst);
+  const int64_t o = w.dim(0), c = w.dim(1), kh = w.dim(2), kw = w.dim(3);
+  const int64_t ob = round_up(o, block) / block;
+  const int64_t cb = b_in == 1 ? c : round_up(c, block) / block;
+  const int64_t kw2 = pairs == Pairs::kColumns ? round_up(kw, 2) : kw;
+  const Shape shape = pairs == Pairs::kNone       ? Shape{ob, cb, kh, kw, b_in, block}
+                      : pairs == Pairs::kChannels ? Shape{ob, cb, kh, kw, block / 2, block, 2}
+                                                  : Shape{ob, cb, kh, kw2 / 2, 1, block, 2};
+  Tensor out = Tensor::empty(shape, wc.dtype());
+  std::memset(out.raw(), 0, static_cast<size_t>(out.nbytes()));
+  if (pairs == Pairs::kNone) {
+    scatter_weight(wc.data<float>(), out.data<float>(), o, c, kh, kw, kw2, cb, b_in, block, pairs);
+  } else {
+    scatter_weight(wc.data<uint16_t>(), out.data<uint16_t>(), o, c, kh, kw, kw2, cb, b_in, block,
+                   pairs);
+  }
+  return out;
 }
 
 Tensor pad_bias(const Tensor& b, int64_t block) {
@@ -282,9 +254,9 @@ class LayoutRewriter {
     b.inputs.resize(4, kNoValue);
     b.inputs[0] = plain ? n.inputs[0] : blocked_input(n.inputs[0], c, &at);
     const Tensor wb = winograd       ? ops::winograd_weight(w, block_)
-                      : column_pairs ? reorder_weight_bf16_columns(w, block_)
-                      : bf16         ? reorder_weight_bf16(w, block_)
-                      : bf16_w       ? reorder_weight(widen_bf16(w), block_, 1)
+                      : column_pairs ? reorder_weight(w, block_, 1, Pairs::kColumns)
+                      : bf16         ? reorder_weight(w, block_, block_, Pairs::kChannels)
+                      : bf16_w       ? reorder_weight(w.to_f32(), block_, 1)
                                      : reorder_weight(w, block_, plain ? 1 : block_);
     if (column_pairs && w.dim(3) % 2 != 0) {
       std::vector<int64_t> pads = ints_or(n, "pads", {0, 0, 0, 0});
