@@ -11,16 +11,26 @@
 // (64 products each) per 128 weights.
 //
 // Prepared x per row: steps of 128 weights (the last one zero-padded), then the f32 scales s_x
-// of the groups (zero-padded to a multiple of 16). A step is 256 bytes:
+// of the groups (zero-padded to a multiple of 16). A step is 192 bytes:
 //   [0, 64):    xlo, byte j = x8 of element 2j (the low nibble of packed byte j)
 //   [64, 128):  xhi, byte j = x8 of element 2j + 1 (the high nibble)
 //   [128, 192): 16 int32 lanes L: -8 X_L, X_L = sum of x8 over elements 8L .. 8L + 7 (the
 //               elements of lane L's 4 bytes in xlo and in xhi)
-//   [192, 256): 16 int32 lanes L: X_L
-// So lane L of vpdpbusd(u_lo, xlo) + vpdpbusd(u_hi, xhi), started from -8 X_L, sums q x8 over
-// elements 8L .. 8L + 7, and with zero points started from -(8 + z) X_L (a vpmulld per row of x
-// and weight row), (q - z) x8; |sum| <= 8 * 15 * 128 per step and lane: exact in int32 and f32.
-// A lane's 8 elements lie in one group (groups of 32, 64, 128), as in the x16 kernel.
+// Weights enter vpdpbusd as unsigned bytes u: u = q + 8 (symmetric; started from -8 X_L, lane L
+// of vpdpbusd(u_lo, xlo) + vpdpbusd(u_hi, xhi) sums q x8 over elements 8L .. 8L + 7) or, with
+// zero points, u = q - z + 16 in [1, 31] (a vpaddb of 8 - z per group, shared by the rows of x;
+// started from -16 X_L, one shift of the prepared lanes per row of x). |sum| <= 8 * 31 * 127
+// per step and lane plus the offset: exact in int32 and f32. A lane's 8 elements lie in one
+// group (groups of 32, 64, 128), as in the x16 kernel.
+//
+// Cost per 128 weights and pair (row of x, weight row): 2 vpdpbusd, a conversion and an FMA
+// (FMA, vpdpbusd and vpmaddwd share two pipes on Zen 5 and on Intel cores; the conversion runs
+// beside them), the scale (a broadcast load at groups of 128), and 3/4 of a load: the 4 weight
+// rows of a call share each row of x's three loads. Up to 4 rows of x per pass (16 f32
+// accumulators, 8 unpacked weight vectors: 30 of 32 registers). Measured against the previous
+// form (2 weight rows per load of x, asymmetric offsets by a vpmulld per pair: GCC reloaded x
+// for every pair, 4 loads per pair and step, ~2.9 cycles per pair and step on a Zen 5 core with
+// the weights in L1/L2).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
@@ -35,10 +45,10 @@ namespace {
 
 constexpr int kRows = 4;  // weight rows per call (as the x16 kernel: four streams)
 constexpr int kMaxM = 8;
-constexpr int row_tile(int mt) { return mt == 1 ? 4 : 2; }
+constexpr int kPassM = 4;  // rows of x per pass over the call's 4 weight rows
 constexpr int64_t kPrefetchBytes = 1536;
 constexpr int64_t kStep = 128;
-constexpr int64_t kStepBytes = 256;
+constexpr int64_t kStepBytes = 192;
 
 int64_t steps_of(int64_t k) { return (k + kStep - 1) / kStep; }
 int64_t scale_floats(int64_t k, int64_t group) { return (k / group + 15) / 16 * 16; }
@@ -90,7 +100,6 @@ void prep_x8(const float* x, int64_t k, int64_t group, float* out) {
     const __m512i sum =
         _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, lo), ones, hi);
     _mm512_storeu_si512(dst + 128, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 3)));
-    _mm512_storeu_si512(dst + 192, sum);
   }
 }
 
@@ -100,11 +109,11 @@ inline void dpbusd(__m512i& acc, __m512i u, __m512i s) {
   asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
 }
 
-// s_w s_x of the 16 groups from g0 per row of x, and 8 + z per group (kAsym).
+// s_w s_x of the 16 groups from g0 per row of x, and 8 - z per group as bytes (kAsym).
 template <int MT, bool kAsym>
 struct Block {
   alignas(64) float sws[MT][16];
-  alignas(64) int32_t zz[16];
+  __m512i zb;  // byte 16 l + c: 8 - z of group c (every 128-bit lane l alike)
 };
 
 template <int MT, bool kAsym>
@@ -119,9 +128,9 @@ inline void block_scales(const QuantRow& row, bool bf16, int64_t ng, const float
     _mm512_store_ps(blk.sws[i], _mm512_mul_ps(sw, _mm512_loadu_ps(sx[i] + g0)));
   }
   if (kAsym) {
-    __m512i z = _mm512_setzero_si512();
-    if (row.zeros != nullptr) z = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, row.zeros + g0));
-    _mm512_store_si512(blk.zz, _mm512_add_epi32(z, _mm512_set1_epi32(8)));
+    __m128i z = _mm_setzero_si128();
+    if (row.zeros != nullptr) z = _mm_maskz_loadu_epi8(mk, row.zeros + g0);
+    blk.zb = _mm512_broadcast_i32x4(_mm_sub_epi8(_mm_set1_epi8(8), z));
   }
 }
 
@@ -136,6 +145,12 @@ void rows_x8(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64
     sx[i] = reinterpret_cast<const float*>(x + i * ldx_bytes + n_steps * kStepBytes);
   const __m512i lane_group = _mm512_srli_epi32(
       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), G == 32 ? 2 : 3);
+  // Byte b of 128-bit lane l (kAsym): the group of lane l within the step, l (G = 32), l / 2
+  // (G = 64), 0 (G = 128): a vpshufb index into Block::zb.
+  constexpr int64_t kBytes = 0x0101010101010101;  // times the group: 8 equal bytes
+  constexpr int64_t kL1 = G == 32 ? kBytes : 0, kL2 = kBytes * (G == 32 ? 2 : G == 64 ? 1 : 0);
+  constexpr int64_t kL3 = kBytes * (G == 32 ? 3 : G == 64 ? 1 : 0);
+  const __m512i byte_group = _mm512_set_epi64(kL3, kL3, kL2, kL2, kL1, kL1, 0, 0);
   const __m512i c08 = _mm512_set1_epi8(0x08), c0f = _mm512_set1_epi8(0x0f);
   __m512 acc[MT][RT];
 #pragma GCC unroll 8
@@ -152,7 +167,7 @@ void rows_x8(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64
     }
     __m512i gidx = lane_group;
     if (G < kStep) gidx = _mm512_add_epi32(lane_group, _mm512_set1_epi32(j * (kStep / G)));
-    __m512i ulo[RT], uhi[RT], zz[RT];
+    __m512i ulo[RT], uhi[RT];
 #pragma GCC unroll 4
     for (int r = 0; r < RT; ++r) {
       const uint8_t* w = rows[r].data + st * (kStep / 2);
@@ -164,8 +179,10 @@ void rows_x8(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64
       ulo[r] = _mm512_ternarylogic_epi32(b, c08, c0f, kXorAnd);
       uhi[r] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(b, 4), c08, c0f, kXorAnd);
       if (kAsym) {
-        zz[r] = G == kStep ? _mm512_set1_epi32(blk[r].zz[j])
-                           : _mm512_permutexvar_epi32(gidx, _mm512_load_si512(blk[r].zz));
+        const __m512i zb = _mm512_shuffle_epi8(
+            blk[r].zb, _mm512_add_epi8(byte_group, _mm512_set1_epi8(static_cast<char>(j * (kStep / G)))));
+        ulo[r] = _mm512_add_epi8(ulo[r], zb);
+        uhi[r] = _mm512_add_epi8(uhi[r], zb);
       }
     }
     const uint8_t* xs = x + st * kStepBytes;
@@ -173,11 +190,11 @@ void rows_x8(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64
     for (int i = 0; i < MT; ++i) {
       const uint8_t* xi = xs + i * ldx_bytes;
       const __m512i xlo = _mm512_loadu_si512(xi), xhi = _mm512_loadu_si512(xi + 64);
+      __m512i start = _mm512_loadu_si512(xi + 128);
+      if (kAsym) start = _mm512_slli_epi32(start, 1);  // -16 X_L
 #pragma GCC unroll 4
       for (int r = 0; r < RT; ++r) {
-        __m512i t = kAsym ? _mm512_sub_epi32(_mm512_setzero_si512(),
-                                             _mm512_mullo_epi32(zz[r], _mm512_loadu_si512(xi + 192)))
-                          : _mm512_loadu_si512(xi + 128);
+        __m512i t = start;
         dpbusd(t, ulo[r], xlo);
         dpbusd(t, uhi[r], xhi);
         const __m512 s = G == kStep ? _mm512_set1_ps(blk[r].sws[i][j])
@@ -195,8 +212,15 @@ void rows_x8(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64
 template <int G, bool kAsym, int MT>
 void dot_mt(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
   const uint8_t* xb = reinterpret_cast<const uint8_t*>(x.x);
-  constexpr int RT = row_tile(MT);
-  for (int r = 0; r < kRows; r += RT) rows_x8<G, RT, MT, kAsym>(rows + r, f, xb, x.ldx * 4, out + r);
+  const int64_t ldx_bytes = x.ldx * 4;
+  if constexpr (MT <= kPassM) {
+    rows_x8<G, kRows, MT, kAsym>(rows, f, xb, ldx_bytes, out);
+  } else {  // two passes over the weight rows (in L1 by the second)
+    constexpr int kFirst = (MT + 1) / 2;
+    rows_x8<G, kRows, kFirst, kAsym>(rows, f, xb, ldx_bytes, out);
+    rows_x8<G, kRows, MT - kFirst, kAsym>(rows, f, xb + kFirst * ldx_bytes, ldx_bytes,
+                                          out + kFirst * kRows);
+  }
 }
 
 template <int G, bool kAsym>
