@@ -52,7 +52,11 @@ constexpr int kMaxM = 8;
 constexpr int64_t kStep = 64;             // weights per step
 constexpr int64_t kPrefetchBytes = 3072;  // 1536: 0.98x, 6144: 0.93x (Zen 5, end to end)
 
-constexpr int row_tile(int mt) { return mt == 1 ? 4 : 2; }
+// Where the rows of x fit in L1 beside the streamed weights (kL1X bytes), two weight rows share
+// each load of x, all rows of x in one pass; else all 4 rows of a call share each load, for up
+// to 4 rows of x per pass over them (16 accumulators, 8 decoded weight vectors; x read from L2
+// once per pass instead of once per two weight rows). Measured (see dot_rows).
+constexpr int64_t kL1X = 32 << 10;
 // Prepared x vectors (32 bf16) per step: odd and even elements, hi and lo (kLo) or hi alone.
 template <bool kLo>
 constexpr int kXv = kLo ? 4 : 2;
@@ -193,13 +197,14 @@ void rows_kernel(const QuantRow* rows, int64_t k, const float* x, int64_t ldx, f
         }
       }
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < MT; ++i) {
-      const __m512i* xi = xs + i * xstride + s * kXv;
+    // x vector v of every row of x before v + 1: consecutive vdpbf16ps go to MT * RT different
+    // sums (a sum's next product waits for its last, 6 cycles).
 #pragma GCC unroll 4
-      for (int v = 0; v < kXv; ++v) {
-        const __m512i xv = _mm512_loadu_si512(xi + v);
-        const int h = v / (kXv / 2);  // odd bytes' x first, then the even ones'
+    for (int v = 0; v < kXv; ++v) {
+      const int h = v / (kXv / 2);  // odd bytes' x first, then the even ones'
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) {
+        const __m512i xv = _mm512_loadu_si512(xs + i * xstride + s * kXv + v);
 #pragma GCC unroll 4
         for (int r = 0; r < RT; ++r) acc[i][r][v % NA] = dp(acc[i][r][v % NA], w[r][h], xv);
       }
@@ -223,11 +228,28 @@ void rows_kernel(const QuantRow* rows, int64_t k, const float* x, int64_t ldx, f
   }
 }
 
+template <bool kLo, int RT, int MT>
+void dot_pass(const QuantRow* rows, const QuantFormat& f, const float* x, int64_t ldx, float* out) {
+  constexpr int NA = std::clamp(16 / (MT * RT), 1, kXv<kLo>);  // 10 to 16 sums
+  for (int r = 0; r < kRows; r += RT) rows_kernel<kLo, RT, MT, NA>(rows + r, f.k, x, ldx, out + r);
+}
+
+// One Zen 5 core, kernel from cache (bench_gemm_quant --cached), GB/s of fp8 weights, one pass
+// with two weight rows per load of x -> the choice here: hi + lo x, k = 5632: m = 2 / 4 / 8
+// 28 / 17 / 9.2 -> 39 / 24 / 12.5; k = 2048, m = 8 (x 64 KiB) 9.5 -> 11.8; bf16 x, k = 5632:
+// m = 4 / 8 26.5 / 16 -> 37.8 / 19.5. Where x fits (bf16 x, k = 2048, m = 4 / 8: 16 / 32 KiB),
+// passes of 4 ran 6-10 % slower than one pass.
 template <bool kLo, int MT>
 void dot_rows(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  constexpr int RT = row_tile(MT);
-  constexpr int NA = std::clamp(16 / (MT * RT), 1, kXv<kLo>);  // 10 to 16 sums
-  for (int r = 0; r < kRows; r += RT) rows_kernel<kLo, RT, MT, NA>(rows + r, f.k, x.x, x.ldx, out + r);
+  if (MT == 1 || MT * f.k * (kLo ? 4 : 2) <= kL1X) {
+    dot_pass<kLo, MT == 1 ? kRows : 2, MT>(rows, f, x.x, x.ldx, out);
+  } else if constexpr (MT <= 4) {
+    dot_pass<kLo, kRows, MT>(rows, f, x.x, x.ldx, out);
+  } else {  // the second pass finds the 4 weight rows in L1
+    constexpr int kFirst = (MT + 1) / 2;
+    dot_pass<kLo, kRows, kFirst>(rows, f, x.x, x.ldx, out);
+    dot_pass<kLo, kRows, MT - kFirst>(rows, f, x.x + kFirst * x.ldx, x.ldx, out + kFirst * kRows);
+  }
 }
 
 template <bool kLo>
