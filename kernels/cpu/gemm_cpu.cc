@@ -299,6 +299,13 @@ void run_panel_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64
       const int64_t nc = std::min<int64_t>(per_panel, hi - col);
       const int64_t r0 = col - base;
       fill_rows(b, col, hi, base, rows);
+      // A whole panel of plain outputs (no bias, no SiLU-mul) over a single k-chunk goes
+      // straight into y: the kernels write nr columns at any row stride, and the epilogue would
+      // only copy them. (Over several k-chunks the sums stay in the compact buffer, in L1,
+      // instead of being read back from rows of y far apart once per chunk.)
+      const bool direct = !silu && w.bias[b] == nullptr && nc == nr && w.k <= pk.kc;
+      float* const cbase = direct ? job.y + i0 * job.ldy + base + r0 : s.c.data();
+      const int64_t ldc = direct ? job.ldy : nr;
       for (int64_t kk = 0; kk < w.k; kk += pk.kc) {
         const int64_t len = std::min(pk.kc, w.k - kk);
         pk.pack(job.dt, rows, kk, len, s.panel.data());
@@ -317,9 +324,10 @@ void run_panel_task(const FmaJob& job, int64_t c0, int64_t c1, int64_t i0, int64
           prefetch.step();
           pk.kernel(x + (i - x_row0) * ldx + kk / 2 * pk.x_per_pair, ldx,
                     std::min<int64_t>(pk.mr, i1 - i), s.panel.data(), len,
-                    s.c.data() + (i - i0) * nr, nr, kk > 0);
+                    cbase + (i - i0) * ldc, ldc, kk > 0);
         }
       }
+      if (direct) continue;
       for (int64_t i = i0; i < i1; ++i) {
         const float* c = s.c.data() + (i - i0) * nr;
         float* yrow = job.y + i * job.ldy + base + r0;
