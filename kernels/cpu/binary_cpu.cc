@@ -13,7 +13,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/cpu/avx2_math.h"
+#include "kernels/cpu/activation_impl.h"
 #include "kernels/cpu/bias_activation_avx512.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_avx2.h"
@@ -261,18 +261,6 @@ void where_typed(const Loop<3>& l, const uint8_t* c, const void* a, const void* 
   });
 }
 
-// The Gelu and GeluTanh kinds of unary_f32 (the same vec_math functions): a fused epilogue
-// gives the bits the unfused op would.
-inline __m256 activate(__m256 v, Activation act) {
-  switch (act) {
-    case Activation::kNone: return v;
-    case Activation::kRelu: return _mm256_max_ps(v, _mm256_setzero_ps());
-    case Activation::kGelu: return avx2_math::gelu8(v);
-    case Activation::kGeluTanh: return avx2_math::gelu_tanh8(v);
-  }
-  return v;
-}
-
 }  // namespace
 
 void binary(BinaryKind kind, DType dtype, int rank, const int64_t* shape, const void* a,
@@ -315,13 +303,13 @@ void bias_activation_rows(int64_t rows, int64_t n, float* y, int64_t ldy, float 
     for (; i + 8 <= n; i += 8) {
       __m256 v = _mm256_mul_ps(_mm256_loadu_ps(row + i), va);
       if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + i));
-      _mm256_storeu_ps(row + i, activate(v, act));
+      _mm256_storeu_ps(row + i, vec_math::activate<Avx2>(v, act));
     }
     if (i < n) {
       const int rest = static_cast<int>(n - i);
       __m256 v = _mm256_mul_ps(Avx2::load_n(row + i, rest), va);
       if (bias) v = _mm256_add_ps(v, Avx2::load_n(bias + i, rest));
-      Avx2::store_n(row + i, activate(v, act), rest);
+      Avx2::store_n(row + i, vec_math::activate<Avx2>(v, act), rest);
     }
   }
 }
