@@ -249,9 +249,16 @@ const QuantKernels& quant_kernels_avx512_vnni();
 //    packing not overlapping the tile products, so it starts at kI4AmxMinM.
 //  - kF8E4M3 (gemm_quant_f8_amx.cc, AMX-BF16): from kF8AmxMinM rows on, prefill included. End
 //    to end (TinyLlama shape, 2 threads, `sampan bench --batch`) a decode step of B rows over one
-//    row's: 1.40-1.49x at B = 4..12 (AVX512-VNNI kernels: 1.80-3.12x); fp8 prefill on the tiles
-//    ran 1.0-1.4x the dequantize-to-memory path (bench_gemm_quant gemm).
-constexpr int64_t kF8AmxMinM = 4;
+//    row's: 1.40-1.49x at B = 4..12 (AVX512-VNNI kernels of the time: 1.80-3.12x); fp8 prefill
+//    on the tiles ran 1.0-1.4x the dequantize-to-memory path (bench_gemm_quant gemm). Since the
+//    AVX-512 fp8 decode kernels took 4 rows of x per pass, an Emerald Rapids VM (AMX, 2 threads,
+//    alternating SAMPAN_CPU_ISA=amx / avx512_bf16 runs) measured the tiles slower up to B = 6
+//    (step at B = 4 / 5 / 6: 104-166 / 166-174 / 162-183 ms on the tiles, 59-84 / 105-113 /
+//    117-125 ms on the AVX-512 kernels, one row's step 46-56 ms) and level or ahead from B = 8
+//    (the tile packer's dequantizing and its stores, not the tile products, bound them there:
+//    one tile product per weight tile instead of two, hi and lo x side by side, measured no
+//    faster). So the tiles start at 7.
+constexpr int64_t kF8AmxMinM = 7;
 constexpr int64_t kI4AmxMinM = 4;
 
 // Whether cpu::gemm runs kF8E4M3 weights with m rows of x through gemm_quant_f8_amx (reads the
