@@ -182,9 +182,9 @@ def main():
         ptxt = f"{j['prefill_tok_s']:.0f}" + (f" ({fast:.0f})" if fast else "")
         rtxt = (f"{j['prefill_tok_s'] / p:.2f}x" + (f" ({fast / p:.2f}x)" if fast else "")
                 if p else "n/a")
+        dtxt = f"{j['decode_tok_s'] / d:.2f}x" if d else "n/a"  # no llama.cpp run: n/a
         print(f"| {isa} | {fmt} | {t} | {j['decode_tok_s']:.1f} | {frac * 100:.0f} % | {ltxt} | "
-              f"{(j['decode_tok_s'] / d) if d else float('nan'):.2f}x | {ptxt} | "
-              f"{p if p else float('nan'):.0f} | {rtxt} | {batch} |")
+              f"{dtxt} | {ptxt} | {f'{p:.0f}' if p else 'n/a'} | {rtxt} | {batch} |")
 
 
 if __name__ == "__main__":
