@@ -219,6 +219,14 @@ void gemm_amx_source(int64_t m, const float* x, int64_t ldx, const GemmWeights& 
                      const AmxPanelSource& src, GemmEpilogue ep, float* y, int64_t ldy,
                      TaskRunner& runner);
 
+// y[m, w.k] (row stride ldy) = x[m, n] (row stride ldx) · W, where W [n, w.k] is w's bf16
+// blocks stacked (n = w.n()): training's dX = dY·W, on AMX-BF16 tiles with W read in place as
+// the B operand (gemm_wt_amx.cc). Needs: the CPU has AMX; every block but the last has a
+// multiple of 32 rows. x is rounded as gemm_precision() says (kBf16: to bf16, exact for a bf16
+// dY; otherwise hi + lo bf16 parts, ~16 bits; kF32 is the caller's to route elsewhere).
+void gemm_amx_wt(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, float* y,
+                 int64_t ldy, TaskRunner& runner);
+
 // From this many rows of x on, bf16/f16 GEMMs go to AMX when the CPU has it. Measured on TinyLlama
 // shapes with weights streamed from DRAM (bench_gemm): the FMA path holds >= 85% of read
 // bandwidth up to m = 4 and falls to ~60% at m = 6..8, where its FMAs (m per weight element) no

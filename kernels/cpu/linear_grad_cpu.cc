@@ -9,6 +9,7 @@
 #include "kernels/cpu/conv_cpu.h"
 #include "kernels/cpu/convert_cpu.h"
 #include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/gemm_internal.h"
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/ggml_dequant.h"
 #include "kernels/cpu/isa.h"
@@ -193,19 +194,51 @@ bool to_bf16_if_exact(int64_t m, int64_t n, const float* dy, int64_t lddy, uint1
   return exact.load();
 }
 
-// bf16 weights and a dy that is exactly bf16 (training at bf16 precision rounds it): dx = dy · W
-// on the conv GEMM's matmul_bf16 (vdpbf16ps or AMX tiles), which reads W [n, k] as it lies,
-// interleaving row pairs into its panels, where the GEMM below needs Wᵀ (a transposed panel of
-// every weight, every step). dy in bf16 is exact here, so the products are the exact ones of
-// the other paths (f32 sums in another order). Returns false (nothing written) where it does
-// not apply.
+// Whether every dy[i, 0:n] (rows lddy apart) is exactly a bf16 number (low 16 bits zero).
+bool bf16_exact(int64_t m, int64_t n, const float* dy, int64_t lddy, TaskRunner& runner) {
+  std::atomic<bool> exact{true};
+  util::parallel_for(runner, m, 8, [&](int64_t i0, int64_t i1) {
+    uint32_t low = 0;
+    for (int64_t i = i0; i < i1 && low == 0; ++i) {
+      const float* r = dy + i * lddy;
+      for (int64_t j = 0; j < n; ++j) {  // vectorizes: no branch in the loop
+        uint32_t b;
+        std::memcpy(&b, r + j, sizeof(b));
+        low |= b & 0xffffu;
+      }
+    }
+    if (low != 0) exact.store(false, std::memory_order_relaxed);
+  });
+  return exact.load();
+}
+
+// bf16 weights: dx = dy · W with W read as it lies, where the GEMM below needs Wᵀ (a transposed
+// panel of every weight, every step). Returns false (nothing written) where it does not apply.
+//  - AMX: gemm_amx's tiles through a packer that transposes W on the fly (gemm_amx_wt), at the
+//    forward GEMM's speed. A dy that is exactly bf16 (training at bf16 precision rounds it) runs
+//    at kBf16, exact and one tile product per weight tile; any other dy at the caller's
+//    precision (hi + lo bf16 by default), as the panel path's GEMM would.
+//  - AVX512-BF16 CPUs where the vdpbf16ps tile beats the f32 panels (bf16_panels_preferred),
+//    for a dy that is exactly bf16: the conv GEMM's matmul_bf16, which interleaves W's row
+//    pairs into its panels.
+// With dy exact the products are the exact ones of the other paths (f32 sums in another order).
 bool grad_input_bf16_rows(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w,
                           float* dx, int64_t lddx, TaskRunner& runner) {
   const int64_t k = w.k;
+  if (w.dtype != DType::kBF16 || gemm_precision() == GemmPrecision::kF32) return false;
+  if (has_amx()) {
+    // gemm_amx_wt's k-steps of 32 rows of W may not straddle two blocks.
+    bool aligned = true;
+    for (int b = 0; b + 1 < w.n_blocks; ++b) aligned = aligned && w.rows[b] % 32 == 0;
+    if (aligned) {
+      const bool exact = bf16_exact(m, w.n(), dy, lddy, runner);
+      ScopedGemmPrecision precision(exact ? GemmPrecision::kBf16 : gemm_precision());
+      gemm_detail::gemm_amx_wt(m, dy, lddy, w, dx, lddx, runner);
+      return true;
+    }
+  }
   // matmul_bf16 writes dense rows: a strided dx takes the panel path.
-  // Without AMX only where the vdpbf16ps tile beats the f32 panels (bf16_panels_preferred).
-  if (w.dtype != DType::kBF16 || lddx != k || gemm_precision() == GemmPrecision::kF32 ||
-      !conv_bf16_native() || (!has_amx() && !bf16_panels_preferred())) {
+  if (lddx != k || !conv_bf16_native() || (!has_amx() && !bf16_panels_preferred())) {
     return false;
   }
   const int64_t n_all = w.n();

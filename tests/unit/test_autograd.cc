@@ -23,6 +23,7 @@
 #include "kernels/cpu/dropout_cpu.h"
 #include "kernels/cpu/embedding_grad_cpu.h"
 #include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/gemm_internal.h"
 #include "kernels/cpu/linear_grad_cpu.h"
 #include "kernels/cpu/rms_norm_grad_cpu.h"
 #include "kernels/cpu/rope_grad_cpu.h"
@@ -691,25 +692,45 @@ TEST_CASE("causal attention: the f32 GEMM kernels match the double specification
   }
 }
 
+namespace {
+
+// `blocks` bf16 blocks of `rows[i]` x k stacked as one GemmWeights; dense: their values, [n, k].
+struct StackedBf16 {
+  std::vector<FormatWeights> parts;
+  GemmWeights w;
+  Vec dense;
+};
+
+StackedBf16 stacked_bf16(const std::vector<int64_t>& rows, int64_t k, std::mt19937& rng) {
+  StackedBf16 s;
+  for (int64_t r : rows) s.parts.push_back(make_weights(DType::kBF16, r, k, rng));
+  s.w = s.parts[0].view;
+  s.w.n_blocks = static_cast<int>(rows.size());
+  for (size_t b = 0; b < rows.size(); ++b) {
+    s.w.data[b] = s.parts[b].view.data[0];
+    s.w.rows[b] = rows[b];
+    s.dense.insert(s.dense.end(), s.parts[b].dense.begin(), s.parts[b].dense.end());
+  }
+  return s;
+}
+
+}  // namespace
+
 TEST_CASE("linear_grad_input: bf16 weights and a bf16-exact dy (bf16 training)", "[autograd]") {
-  // bf16 training rounds dy to bf16; at the default GEMM precision on a CPU with AVX512-BF16,
-  // dx = dy · W then runs on matmul_bf16 with W read in place. Its products are exact (dy's
-  // rounding changes nothing), so the bound is the f32 one; fused blocks, strided dy and dx.
+  // bf16 training rounds dy to bf16; at the default GEMM precision dx = dy · W then reads W in
+  // place: on AMX CPUs through gemm_amx with a packer that transposes W tile by tile (blocks of
+  // a multiple of 32 rows but the last; other stacks take the panels), on AVX512-BF16 CPUs
+  // where the vdpbf16ps tile wins through matmul_bf16. Either way the products are exact (dy's
+  // rounding changes nothing), so the bound is the f32 one; fused blocks, strided dy and dx,
+  // k = 300 (a short last group of 16 columns), last blocks ending mid k-step.
   std::mt19937 rng(9);
   ThreadPool pool(2);
   const int64_t m = 37, k = 300;
-  for (int blocks : {1, 2}) {
-    INFO(blocks << " block(s)");
-    FormatWeights a = make_weights(DType::kBF16, 100, k, rng),
-                  b = make_weights(DType::kBF16, 45, k, rng);
-    GemmWeights w = a.view;
-    Vec dense = a.dense;
-    if (blocks == 2) {
-      w.n_blocks = 2;
-      w.data[1] = b.view.data[0];
-      w.rows[1] = 45;
-      dense.insert(dense.end(), b.dense.begin(), b.dense.end());
-    }
+  const std::vector<std::vector<int64_t>> stacks = {{100}, {100, 45}, {96, 45}, {64, 32, 45}};
+  for (const std::vector<int64_t>& rows : stacks) {
+    const StackedBf16 st = stacked_bf16(rows, k, rng);
+    const GemmWeights& w = st.w;
+    INFO(w.n_blocks << " block(s), " << w.n() << " rows");
     const int64_t n = w.n();
     for (int64_t pad : {0, 3}) {
       INFO("row padding " << pad);
@@ -721,23 +742,56 @@ TEST_CASE("linear_grad_input: bf16 weights and a bf16-exact dy (bf16 training)",
         for (int64_t j = 0; j < n; ++j) dyd[i * n + j] = dy[i * lddy + j];
       }
       cpu::linear_grad_input(m, dy.data(), lddy, w, dx.data(), lddx, pool);
-      cpu::linear_grad_input_ref<double>(m, n, k, dyd.data(), dense.data(), ref.data());
+      cpu::linear_grad_input_ref<double>(m, n, k, dyd.data(), st.dense.data(), ref.data());
       Vec got(m * k);
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t c = 0; c < k; ++c) got[i * k + c] = dx[i * lddx + c];
         for (int64_t c = k; c < lddx; ++c) CHECK(dx[i * lddx + c] == 12345.0f);
       }
       CHECK(rel_l2(got, ref) <= 1e-6);
-      if (blocks == 1 && pad == 0 && cpu::conv_bf16_native() &&
-          (cpu::has_amx() || cpu::bf16_panels_preferred())) {
-        // The dispatch (AMX, or the vdpbf16ps tile where it beats the f32 panels): bit for bit
-        // what matmul_bf16 gives.
+      if (cpu::has_amx() && rows[0] % 32 == 0 && (rows.size() < 3 || rows[1] % 32 == 0)) {
+        // The dispatch on AMX: gemm_amx_wt at kBf16 (dy exact), bit for bit.
+        std::vector<float> fw(m * lddx, 12345.0f);
+        const cpu::ScopedGemmPrecision bf16(cpu::GemmPrecision::kBf16);
+        cpu::gemm_detail::gemm_amx_wt(m, dy.data(), lddy, w, fw.data(), lddx, pool);
+        CHECK(std::memcmp(fw.data(), dx.data(), fw.size() * sizeof(float)) == 0);
+      } else if (rows.size() == 1 && pad == 0 && cpu::conv_bf16_native() &&
+                 cpu::bf16_panels_preferred()) {
+        // The vdpbf16ps tile where it beats the f32 panels: bit for bit what matmul_bf16 gives.
         std::vector<float> mm(m * k);
         cpu::matmul_bf16(m, n, k, dy.data(), static_cast<const uint16_t*>(w.data[0]), mm.data(),
                          pool);
         CHECK(std::memcmp(mm.data(), dx.data(), mm.size() * sizeof(float)) == 0);
       }
     }
+  }
+}
+
+TEST_CASE("linear_grad_input: bf16 weights at training sizes, any dy", "[autograd]") {
+  // 300 rows of dy over 2080 rows of W (QKV-like blocks 1024 + 512 + 544): on AMX the k-chunks
+  // of gemm_amx (partial sums between them), m-blocks split over threads and the strided
+  // prefetch of the next strip of W's columns. A dy that is not bf16 runs at the default
+  // precision (hi + lo bf16 on AMX: 16 bits of dy, ~2^-17 relative per product).
+  std::mt19937 rng(21);
+  ThreadPool pool(2);
+  const int64_t m = 300, k = 200;
+  const StackedBf16 st = stacked_bf16({1024, 512, 544}, k, rng);
+  const int64_t n = st.w.n();
+  for (bool exact : {true, false}) {
+    INFO((exact ? "bf16-exact dy" : "f32 dy"));
+    std::vector<float> dy(static_cast<size_t>(m * n));
+    for (float& v : dy) {
+      v = static_cast<float>(random_vec(1, rng)[0]);
+      if (exact) v = bf16_to_f32(f32_to_bf16(v));
+    }
+    std::vector<float> dx(m * k);
+    Vec ref(m * k);
+    cpu::linear_grad_input(m, dy.data(), n, st.w, dx.data(), k, pool);
+    cpu::linear_grad_input_ref<double>(m, n, k, Vec(dy.begin(), dy.end()).data(),
+                                       st.dense.data(), ref.data());
+    const double e = rel_l2(Vec(dx.begin(), dx.end()), ref);
+    INFO("relative error " << e);
+    CHECK(e <= (exact ? 1e-6 : 2e-5));
   }
 }
 
