@@ -113,17 +113,20 @@ void pack_w(const Steps& st, int64_t k, int64_t kb0, int64_t kb1, int64_t col0, 
   const int64_t steps = kb1 - kb0;
   const int64_t piece = std::min(units * 32, k - col0) * 2;  // bytes of each row read
   for (int64_t kb = kb0; kb < kb1; ++kb) {
-    if (kb + kPrefetchSteps < kb1) {
-      const char* p = reinterpret_cast<const char*>(st.row[kb + kPrefetchSteps] + col0);
-      for (int r = 0; r < st.rows[kb + kPrefetchSteps]; ++r) {
-        const char* q = p + r * k * 2;
-        for (int64_t b = 0; b < piece; b += 64) _mm_prefetch(q + b, _MM_HINT_T1);
-        _mm_prefetch(q + piece - 1, _MM_HINT_T1);
-      }
-    }
+    // The rows of the step kPrefetchSteps ahead, a pair per pair packed: spread out, the
+    // prefetches do not fill the line fill buffers in a burst.
+    const char* ahead = kb + kPrefetchSteps < kb1
+                            ? reinterpret_cast<const char*>(st.row[kb + kPrefetchSteps] + col0)
+                            : nullptr;
+    const int ahead_rows = ahead ? st.rows[kb + kPrefetchSteps] : 0;
     const uint16_t* w = st.row[kb] + col0;
     const int rows = st.rows[kb];
     for (int p = 0; p < 16; ++p) {
+      for (int r = 2 * p; r < std::min(2 * p + 2, ahead_rows); ++r) {
+        const char* q = ahead + r * k * 2;
+        for (int64_t b = 0; b < piece; b += 64) _mm_prefetch(q + b, _MM_HINT_T1);
+        _mm_prefetch(q + piece - 1, _MM_HINT_T1);
+      }
       const uint16_t* r0 = w + 2 * p * k;
       const uint16_t* r1 = r0 + k;
       for (int64_t u = 0; u < units; ++u) {
