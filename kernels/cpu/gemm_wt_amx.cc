@@ -40,6 +40,7 @@ constexpr int64_t kMaxChunkSteps = 64;   // reduction steps (32 rows of W) per c
 constexpr int64_t kCbUnits = 4;          // 32-column units per panel
 constexpr int64_t kABudget = 1 << 20;    // packed dY of one m-chunk and reduction chunk (L2)
 constexpr int64_t kPrefetchSteps = 2;    // W rows prefetched this many steps ahead of the pack
+constexpr int64_t kTasksPerThread = 4;   // unit ranges per thread, claimed dynamically
 
 // W's rows by reduction step: step s covers rows [32 s, 32 s + 32) of the stacked W, in one
 // block (the caller's precondition).
@@ -332,10 +333,14 @@ void gemm_amx_wt(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, f
   const int64_t n_mc = (n_pairs + max_pairs - 1) / max_pairs;
   const Job job{&st, m, k, n_kb, n_mb, xs, xp.data(), y, ldy, chunk_steps,
                 (n_pairs + n_mc - 1) / n_mc};
+  // A few panels' worth of units per task, claimed dynamically: a thread that runs slower (a
+  // shared machine) takes fewer, instead of the others waiting for its fixed half.
   const int64_t n_units = (k + 31) / 32;
-  const int64_t tasks = std::min(threads, n_units);
+  const int64_t n_blocks = (n_units + kCbUnits - 1) / kCbUnits;
+  const int64_t tasks = std::min(n_blocks, threads * kTasksPerThread);
   runner.run(tasks, [&](int64_t t) {
-    run_task(job, n_units * t / tasks, n_units * (t + 1) / tasks);
+    run_task(job, std::min(n_units, n_blocks * t / tasks * kCbUnits),
+             std::min(n_units, n_blocks * (t + 1) / tasks * kCbUnits));
   });
 }
 
