@@ -2,9 +2,10 @@
 //   -> o [B*T, H*D], lse [B*T, H]
 // The training form of self-attention: whole padded sequences, no KV cache (the paged
 // `attention` op serves inference). Attributes n_heads, n_kv_heads, head_dim, scale,
-// sliding_window (default 0). B is the length of `lengths`; rows t >= lengths[b] of sequence b
-// are padding (o = 0). lse (the log-sum-exp of each row's scaled scores) is kept for
-// causal_attention_grad. Semantics: kernels/cpu/causal_attention_cpu.h.
+// sliding_window (default 0), bf16_products (0 or 1, default 0; set by bf16 training). B is the
+// length of `lengths`; rows t >= lengths[b] of sequence b are padding (o = 0). lse (the
+// log-sum-exp of each row's scaled scores) is kept for causal_attention_grad. Semantics:
+// kernels/cpu/causal_attention_cpu.h.
 #include "engine/ops/causal_attention.h"
 
 #include "engine/core/error.h"
@@ -19,6 +20,10 @@ CausalAttentionAttrs parse_causal_attention_attrs(const graph::Node& node) {
   a.head_dim = node.attrs.get_int("head_dim");
   a.scale = node.attrs.get_float("scale");
   a.sliding_window = node.attrs.get_int("sliding_window", 0);
+  const int64_t bf16 = node.attrs.get_int("bf16_products", 0);
+  SAMPAN_CHECK(bf16 == 0 || bf16 == 1, ErrorCode::kInvalidArgument,
+               "node '{}' ({}): bf16_products = {} is not 0 or 1", node.name, node.op, bf16);
+  a.bf16_products = bf16 == 1;
   SAMPAN_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.head_dim > 0 &&
                    a.n_heads % a.n_kv_heads == 0 && a.sliding_window >= 0,
                ErrorCode::kInvalidArgument,
@@ -57,6 +62,7 @@ cpu::CausalAttentionDims causal_attention_dims(const KernelContext& ctx) {
   d.head_dim = a.head_dim;
   d.scale = a.scale;
   d.window = a.sliding_window;
+  d.bf16_products = a.bf16_products;
   const int32_t* len = lengths.data<int32_t>();
   for (int64_t b = 0; b < d.batch; ++b) {
     SAMPAN_CHECK(len[b] >= 0 && len[b] <= d.seq_len, ErrorCode::kInvalidArgument,

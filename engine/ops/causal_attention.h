@@ -16,6 +16,7 @@ struct CausalAttentionAttrs final : OpAttrs {
   int64_t head_dim = 0;
   double scale = 1.0;
   int64_t sliding_window = 0;  // 0: none
+  bool bf16_products = false;  // attr bf16_products 0/1 (CausalAttentionDims says what)
 };
 
 inline std::vector<AttrDecl> kCausalAttentionAttrDecls() {
@@ -23,7 +24,8 @@ inline std::vector<AttrDecl> kCausalAttentionAttrDecls() {
           {"n_kv_heads", AttrType::kInt},
           {"head_dim", AttrType::kInt},
           {"scale", AttrType::kFloat},
-          {"sliding_window", AttrType::kInt, false}};
+          {"sliding_window", AttrType::kInt, false},
+          {"bf16_products", AttrType::kInt, false}};
 }
 
 CausalAttentionAttrs parse_causal_attention_attrs(const graph::Node& node);

@@ -166,7 +166,8 @@ TrainGraph build_train_graph(const HfConfig& c, const models::LlamaWeights& w,
                                   {"n_kv_heads", c.n_head_kv},
                                   {"head_dim", c.head_dim},
                                   {"scale", 1.0 / std::sqrt(static_cast<double>(c.head_dim))},
-                                  {"sliding_window", window}},
+                                  {"sliding_window", window},
+                                  {"bf16_products", int64_t{options.bf16 ? 1 : 0}}},
                                  2)[0];
     const ValueId o = bld.lora_linear(p + ".attn.o_proj", a, l.attn.o, i, 3, qd, d);
     h = g.add("add", p + ".attn_residual", {h, o});

@@ -52,7 +52,7 @@ struct TrainGraphOptions {
   // with f32 sums and f32 results: round_bf16 on its input, on LoRA's A, B, scaled input and
   // rank-r intermediate, and round_grad_bf16 on its output (a view: the identity, whose gradient
   // rule rounds the incoming gradient). Base weights are used as stored (bf16 in most
-  // checkpoints).
+  // checkpoints). The attention's products likewise (causal_attention's bf16_products).
   bool bf16 = false;
   // With bf16: drop roundings that repeat another's (the same input), after the backward is
   // built; results are the same bits (train_graph.cc says why). Off only to check that.

@@ -24,6 +24,13 @@ struct CausalAttentionDims {
   int64_t head_dim = 0;    // D
   double scale = 1.0;      // applied to q·k
   int64_t window = 0;      // 0: none
+  // The f32 kernels only (the templates ignore it): every product on bf16-rounded operands with
+  // f32 sums, as bf16 mixed precision runs attention: Q, K, V, dO and the probabilities P and
+  // dS (as the softmax steps write them) rounded to nearest even where they enter a product;
+  // softmax, log-sum-exp and D = rowsum(dO * O) stay f32/double. Taken where the CPU multiplies
+  // bf16 fast (AMX tiles, or AVX512-BF16 where bf16_panels_preferred()); elsewhere the f32
+  // products run (more precise, and there no slower).
+  bool bf16_products = false;
 };
 
 // Row strides: ldq, ldk, ldv, ldo in elements; lse contiguous [B*T, H]. lengths: [B], each in

@@ -384,6 +384,7 @@ struct Bf16Job {
   const float* bias = nullptr;     // [groups * m] or null
   const float* residual = nullptr; // like y, or null
   float* y = nullptr;
+  int64_t ldy = 0;                 // Y's (and residual's) row stride; 0: p
   ConvEpilogue ep;
   // 0: each k-chunk's panels are packed one after the other, all kc rows each. Else the chunk
   // is packed pack_rows rows (even) at a time across all panels, so that a B stored row-major
@@ -436,6 +437,7 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
   const int64_t n_oc = ceil_div(job.m, rows_per_chunk);
   const int64_t kc_max = std::min(kKcBf16, job.k);
   const int64_t lda = job.lda > 0 ? job.lda : job.k;
+  const int64_t ldy = job.ldy > 0 ? job.ldy : job.p;
   const int64_t panel_elems = (kc_max + 1) / 2 * 2 * nr;  // bf16 per packed panel
   runner.run(base * n_oc, [&](int64_t task) {
     thread_local Bf16Scratch scratch;
@@ -486,34 +488,34 @@ void gemm_bf16(const Bf16Job& job, AAt a_at, YOff y_off, Pack pack, TaskRunner& 
         for (int64_t pi = 0; pi * nr < nc; ++pi) {
           const int64_t col = j0 + pi * nr;
           const int64_t ncols = std::min<int64_t>(nr, j0 + nc - col);
-          float* c = yg + i * job.p + col;
-          const float* r = rg ? rg + i * job.p + col : nullptr;
+          float* c = yg + i * ldy + col;
+          const float* r = rg ? rg + i * ldy + col : nullptr;
           const uint16_t* panel = tile + pi * panel_elems;
           prefetch.step();
           const bool col_ep = last && job.col_ep.any();
           if (ncols == nr) {
-            bk.fn(m, kc, a, lda, panel, c, job.p, accumulate, last, bi, r, &job.ep);
-            if (col_ep) finish_columns(job.col_ep, m, ncols, c, job.p, col);
+            bk.fn(m, kc, a, lda, panel, c, ldy, accumulate, last, bi, r, &job.ep);
+            if (col_ep) finish_columns(job.col_ep, m, ncols, c, ldy, col);
             continue;
           }
           // A partial panel goes through a full-width copy (the tile writes nr columns).
           const size_t row_bytes = static_cast<size_t>(ncols) * sizeof(float);
           for (int row = 0; row < m; ++row) {
-            if (accumulate) std::memcpy(tmp_c + row * nr, c + row * job.p, row_bytes);
-            if (last && r) std::memcpy(tmp_r + row * nr, r + row * job.p, row_bytes);
+            if (accumulate) std::memcpy(tmp_c + row * nr, c + row * ldy, row_bytes);
+            if (last && r) std::memcpy(tmp_r + row * nr, r + row * ldy, row_bytes);
           }
           bk.fn(m, kc, a, lda, panel, tmp_c, nr, accumulate, last, bi,
                 last && r ? tmp_r : nullptr, &job.ep);
           for (int row = 0; row < m; ++row) {
-            std::memcpy(c + row * job.p, tmp_c + row * nr, row_bytes);
+            std::memcpy(c + row * ldy, tmp_c + row * nr, row_bytes);
           }
-          if (col_ep) finish_columns(job.col_ep, m, ncols, c, job.p, col);
+          if (col_ep) finish_columns(job.col_ep, m, ncols, c, ldy, col);
         }
       }
     }
     if (bk.end) bk.end();
     if (job.ep.act == ConvActivation::kSigmoid) {
-      for (int64_t i = o0; i < o1; ++i) conv_activate(job.ep, yg + i * job.p + j0, nc);
+      for (int64_t i = o0; i < o1; ++i) conv_activate(job.ep, yg + i * ldy + j0, nc);
     }
   });
 }
@@ -613,11 +615,12 @@ void conv2d_bf16(const ConvShape& s, const float* x, const uint16_t* w, const fl
 }
 
 void matmul_bf16_a16(int64_t m, int64_t k, int64_t n, const uint16_t* a, int64_t lda,
-                     const uint16_t* b, float* y, TaskRunner& runner, const MatmulEpilogue& ep) {
+                     const uint16_t* b, int64_t ldb, float* y, int64_t ldy, TaskRunner& runner,
+                     const MatmulEpilogue& ep) {
   if (m <= 0 || n <= 0) return;
   if (k == 0) {
-    std::fill(y, y + m * n, 0.0f);
-    if (ep.any()) bias_activation(m, n, y, n, ep.alpha, ep.bias, ep.act, runner);
+    for (int64_t i = 0; i < m; ++i) std::fill(y + i * ldy, y + i * ldy + n, 0.0f);
+    if (ep.any()) bias_activation(m, n, y, ldy, ep.alpha, ep.bias, ep.act, runner);
     return;
   }
   Bf16Job job;
@@ -626,17 +629,23 @@ void matmul_bf16_a16(int64_t m, int64_t k, int64_t n, const uint16_t* a, int64_t
   job.lda = lda;
   job.p = n;
   job.y = y;
+  job.ldy = ldy;
   job.pack_rows = kMatmulPackRows;
   job.b_rows = b;
-  job.ldb = n;
+  job.ldb = ldb;
   job.col_ep = ep;
   auto a_at = [&](int64_t) { return a; };
   auto y_off = [](int64_t) { return int64_t{0}; };
   auto pack = [&](Bf16Scratch&, const conv_detail::Bf16Kernels& bk, int64_t, int64_t k0,
                   int64_t kc, int64_t col, int64_t ncols, uint16_t* dst) {
-    bk.pack_bf16(b + k0 * n + col, n, kc, ncols, dst);
+    bk.pack_bf16(b + k0 * ldb + col, ldb, kc, ncols, dst);
   };
   gemm_bf16(job, a_at, y_off, pack, runner);
+}
+
+void matmul_bf16_a16(int64_t m, int64_t k, int64_t n, const uint16_t* a, int64_t lda,
+                     const uint16_t* b, float* y, TaskRunner& runner, const MatmulEpilogue& ep) {
+  matmul_bf16_a16(m, k, n, a, lda, b, n, y, n, runner, ep);
 }
 
 void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t* b, float* y,

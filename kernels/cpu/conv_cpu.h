@@ -93,6 +93,11 @@ void matmul_bf16(int64_t m, int64_t k, int64_t n, const float* a, const uint16_t
 void matmul_bf16_a16(int64_t m, int64_t k, int64_t n, const uint16_t* a, int64_t lda,
                      const uint16_t* b, float* y, TaskRunner& runner,
                      const MatmulEpilogue& ep = {});
+// And with row strides for b ([k, n], rows ldb >= n apart) and y ([m, n], rows ldy >= n apart;
+// columns past n untouched).
+void matmul_bf16_a16(int64_t m, int64_t k, int64_t n, const uint16_t* a, int64_t lda,
+                     const uint16_t* b, int64_t ldb, float* y, int64_t ldy, TaskRunner& runner,
+                     const MatmulEpilogue& ep = {});
 // Whether the bf16 path has its vdpbf16ps tile on this CPU (else the portable loop runs).
 bool conv_bf16_native();
 

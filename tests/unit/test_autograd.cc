@@ -694,6 +694,162 @@ TEST_CASE("causal attention: the f32 GEMM kernels match the double specification
 
 namespace {
 
+double bf(double x) { return bf16_to_f32(f32_to_bf16(static_cast<float>(x))); }
+
+// causal_attention_cpu.h's bf16_products in double: every product operand rounded to bf16
+// (Q, K, V, dO, and P, dS as computed), softmax and sums in double. Contiguous rows of width
+// H*D (q, o, dout, dq) and Hkv*D (k, v, dk, dv); lse [N, H].
+void attention_bf16_ref(const cpu::CausalAttentionDims& d, const Vec& q, const Vec& k,
+                        const Vec& v, const std::vector<int32_t>& lengths, const Vec& dout,
+                        Vec& o, Vec& lse, Vec& dq, Vec& dk, Vec& dv) {
+  const int64_t D = d.head_dim, H = d.n_heads, Hkv = d.n_kv_heads, T = d.seq_len;
+  const int64_t qw = H * D, kw = Hkv * D;
+  std::fill(o.begin(), o.end(), 0.0);
+  std::fill(lse.begin(), lse.end(), 0.0);
+  std::fill(dq.begin(), dq.end(), 0.0);
+  std::fill(dk.begin(), dk.end(), 0.0);
+  std::fill(dv.begin(), dv.end(), 0.0);
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / Hkv);
+      for (int64_t t = 0; t < lengths[static_cast<size_t>(b)]; ++t) {
+        const int64_t lo = d.window > 0 ? std::max<int64_t>(0, t - d.window + 1) : 0;
+        const double* qt = q.data() + (b * T + t) * qw + h * D;
+        const double* dot = dout.data() + (b * T + t) * qw + h * D;
+        std::vector<double> s(static_cast<size_t>(t + 1)), dp(s.size());
+        double mx = -INFINITY;
+        for (int64_t j = lo; j <= t; ++j) {
+          const double* kj = k.data() + (b * T + j) * kw + g * D;
+          const double* vj = v.data() + (b * T + j) * kw + g * D;
+          double acc = 0, accd = 0;
+          for (int64_t c = 0; c < D; ++c) {
+            acc += bf(qt[c]) * bf(kj[c]);
+            accd += bf(dot[c]) * bf(vj[c]);
+          }
+          s[static_cast<size_t>(j)] = d.scale * acc;
+          dp[static_cast<size_t>(j)] = accd;
+          mx = std::max(mx, s[static_cast<size_t>(j)]);
+        }
+        double z = 0;
+        for (int64_t j = lo; j <= t; ++j) z += std::exp(s[static_cast<size_t>(j)] - mx);
+        const double l = mx + std::log(z);
+        lse[static_cast<size_t>((b * T + t) * H + h)] = l;
+        double* ot = o.data() + (b * T + t) * qw + h * D;
+        for (int64_t j = lo; j <= t; ++j) {
+          s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - l);  // P
+          const double* vj = v.data() + (b * T + j) * kw + g * D;
+          for (int64_t c = 0; c < D; ++c) ot[c] += bf(s[static_cast<size_t>(j)]) * bf(vj[c]);
+        }
+        double di = 0;
+        for (int64_t c = 0; c < D; ++c) di += dot[c] * ot[c];
+        double* dqt = dq.data() + (b * T + t) * qw + h * D;
+        for (int64_t j = lo; j <= t; ++j) {
+          const double pj = s[static_cast<size_t>(j)];
+          const double ds = bf(pj * (dp[static_cast<size_t>(j)] - di) * d.scale);
+          const double* kj = k.data() + (b * T + j) * kw + g * D;
+          double* dkj = dk.data() + (b * T + j) * kw + g * D;
+          double* dvj = dv.data() + (b * T + j) * kw + g * D;
+          for (int64_t c = 0; c < D; ++c) {
+            dqt[c] += ds * bf(kj[c]);
+            dkj[c] += ds * bf(qt[c]);
+            dvj[c] += bf(pj) * bf(dot[c]);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("causal attention: bf16 products match a double reference with the same roundings",
+          "[autograd]") {
+  // On each ISA level the machine has: where bf16 multiplies fast (AMX tiles; vdpbf16ps with
+  // the panels policy on) the kernels with bf16_products round every product operand: within
+  // 1e-5 of attention_bf16_ref (measured <= 8e-7: f32 sums, and P and dS from f32 softmax steps,
+  // of which one in ~2^16 may round to the neighbouring bf16 number), and > 1e-3 away from the
+  // unrounded specification (measured 4e-3..1.2e-2), which shows the rounding happened.
+  // Elsewhere the flag changes nothing.
+  std::mt19937 rng(13);
+  ThreadPool pool(2);
+  cpu::SerialRunner serial;
+  const cpu::Isa best = cpu::active_isa();
+  const cpu::Bf16PanelsPolicy policy = cpu::bf16_panels_policy();
+  int fast_levels = 0;
+  for (const char* name : {"amx", "avx512_bf16", "avx2"}) {
+    const cpu::Isa isa = *cpu::isa_from_name(name);
+    if (!cpu::isa_includes(best, isa) || !cpu::set_isa(isa)) continue;
+    cpu::set_bf16_panels_policy(cpu::Bf16PanelsPolicy::kOn);
+    const bool fast =
+        cpu::conv_bf16_native() && (cpu::has_amx() || cpu::bf16_panels_preferred());
+    fast_levels += fast;
+    struct Case {
+      int64_t heads, kv_heads, window, seq;
+    };
+    for (const Case c : {Case{4, 2, 0, 150}, Case{3, 1, 9, 37}}) {
+      INFO(name << ": heads " << c.heads << " kv heads " << c.kv_heads << " window " << c.window
+                << " seq " << c.seq);
+      cpu::CausalAttentionDims d;
+      d.batch = 2;
+      d.seq_len = c.seq;
+      d.n_heads = c.heads;
+      d.n_kv_heads = c.kv_heads;
+      d.head_dim = 24;
+      d.scale = 1.0 / std::sqrt(24.0);
+      d.window = c.window;
+      d.bf16_products = true;
+      const std::vector<int32_t> lengths = {static_cast<int32_t>(c.seq),
+                                            static_cast<int32_t>(c.seq - 11)};
+      const int64_t N = d.batch * d.seq_len, qw = c.heads * d.head_dim, kw = c.kv_heads * d.head_dim;
+      auto f32v = [](const Vec& x) { return std::vector<float>(x.begin(), x.end()); };
+      auto f64 = [](const std::vector<float>& x) { return Vec(x.begin(), x.end()); };
+      const std::vector<float> q = f32v(random_vec(N * qw, rng, 2.0)),
+                               k = f32v(random_vec(N * kw, rng, 2.0)),
+                               v = f32v(random_vec(N * kw, rng)), dout = f32v(random_vec(N * qw, rng));
+      std::vector<float> o(N * qw), lse(N * c.heads), dq(N * qw, 7.0f), dk(N * kw, 7.0f),
+          dv(N * kw, 7.0f);
+      cpu::causal_attention_forward_f32(d, q.data(), qw, k.data(), kw, v.data(), kw, lengths.data(),
+                                        o.data(), qw, lse.data(), pool);
+      cpu::causal_attention_backward_f32(d, q.data(), qw, k.data(), kw, v.data(), kw,
+                                         lengths.data(), o.data(), qw, lse.data(), dout.data(), qw,
+                                         dq.data(), qw, dk.data(), kw, dv.data(), kw, pool);
+      Vec ro(N * qw), rl(N * c.heads), rdq(N * qw), rdk(N * kw), rdv(N * kw);
+      const Vec qd = f64(q), kd = f64(k), vd = f64(v), dd = f64(dout);
+      // The unrounded specification.
+      cpu::causal_attention_forward<double>(d, qd.data(), qw, kd.data(), kw, vd.data(), kw,
+                                            lengths.data(), ro.data(), qw, rl.data(), serial);
+      cpu::causal_attention_backward<double>(d, qd.data(), qw, kd.data(), kw, vd.data(), kw,
+                                             lengths.data(), ro.data(), qw, rl.data(), dd.data(),
+                                             qw, rdq.data(), qw, rdk.data(), kw, rdv.data(), kw,
+                                             serial);
+      const std::vector<std::pair<const std::vector<float>*, const Vec*>> outs = {
+          {&o, &ro}, {&dq, &rdq}, {&dk, &rdk}, {&dv, &rdv}};
+      if (!fast) {
+        for (const auto& [got, want] : outs) CHECK(rel_l2(f64(*got), *want) <= 1e-5);
+        continue;
+      }
+      for (const auto& [got, want] : outs) CHECK(rel_l2(f64(*got), *want) > 1e-3);
+      Vec bo(N * qw), bl(N * c.heads), bdq(N * qw), bdk(N * kw), bdv(N * kw);
+      attention_bf16_ref(d, qd, kd, vd, lengths, dd, bo, bl, bdq, bdk, bdv);
+      const double eo = rel_l2(f64(o), bo), eq = rel_l2(f64(dq), bdq),
+                   ek = rel_l2(f64(dk), bdk), ev = rel_l2(f64(dv), bdv);
+      INFO("o " << eo << " dq " << eq << " dk " << ek << " dv " << ev);
+      CHECK(eo <= 1e-5);
+      CHECK(rel_l2(f64(lse), bl) <= 1e-5);
+      CHECK(eq <= 1e-5);
+      CHECK(ek <= 1e-5);
+      CHECK(ev <= 1e-5);
+      for (int64_t c2 = 0; c2 < kw; ++c2) CHECK(dk[(c.seq + c.seq - 3) * kw + c2] == 0.0f);
+    }
+  }
+  cpu::set_isa(best);
+  cpu::set_bf16_panels_policy(policy);
+  // Every level above avx2 with AVX512-BF16 takes the bf16 products.
+  CHECK(fast_levels == (cpu::isa_includes(best, cpu::Isa::kAvx512Bf16) ? (cpu::has_amx() ? 2 : 1) : 0));
+}
+
+namespace {
+
 // `blocks` bf16 blocks of `rows[i]` x k stacked as one GemmWeights; dense: their values, [n, k].
 struct StackedBf16 {
   std::vector<FormatWeights> parts;

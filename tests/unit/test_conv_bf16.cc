@@ -341,6 +341,20 @@ TEST_CASE("matmul_bf16 matches double-precision loops, odd k and tails", "[conv]
                       {0.75f, bias.data(), act});
           CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
         }
+        // a in bf16 already, b and y with row strides past n: the same bits in the first n
+        // columns, the rest untouched.
+        const int64_t ldb = d.n + 5, ldy = d.n + 3;
+        const std::vector<uint16_t> a16 = to_bf16(a);
+        std::vector<uint16_t> bs(static_cast<size_t>(d.k * ldb), 0x7fc0);  // NaN padding
+        for (int64_t r = 0; r < d.k; ++r) {
+          std::copy(b16.begin() + r * d.n, b16.begin() + (r + 1) * d.n, bs.begin() + r * ldb);
+        }
+        std::vector<float> ys(static_cast<size_t>(d.m * ldy), 12345.0f);
+        matmul_bf16_a16(d.m, d.k, d.n, a16.data(), d.k, bs.data(), ldb, ys.data(), ldy, *runner);
+        for (int64_t i = 0; i < d.m; ++i) {
+          CHECK(std::memcmp(ys.data() + i * ldy, y.data() + i * d.n, d.n * sizeof(float)) == 0);
+          for (int64_t c = d.n; c < ldy; ++c) CHECK(ys[static_cast<size_t>(i * ldy + c)] == 12345.0f);
+        }
       }
     }
   }
