@@ -617,7 +617,12 @@ void run_gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
   const AmxJob job{units.data(), &w, src, k, n_kb, n_mb, m, xs, xp.data(), ep, y, ldy,
                    chunk_steps, mc_pairs};
 
-  const int64_t n_chunks = std::min(threads, n_units);
+  // Prefill-sized x: a few unit ranges per thread, claimed dynamically, so a thread that runs
+  // slower (a shared machine) takes fewer instead of the others waiting for its fixed share.
+  // Batched decode keeps one range per thread: a range's first unit is packed without the
+  // prefetch that the units after it get, which costs more next to short tile loops.
+  const int64_t per_thread = n_pairs >= 4 ? 4 : 1;
+  const int64_t n_chunks = std::min(threads * per_thread, n_units);
   const int64_t m_chunks = std::min((threads + n_chunks - 1) / n_chunks, n_pairs);
   runner.run(n_chunks * m_chunks, [&](int64_t t) {
     const int64_t nc = t % n_chunks, mc = t / n_chunks;
