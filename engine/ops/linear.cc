@@ -18,11 +18,13 @@
 #include "engine/ops/linear.h"
 
 #include <optional>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "engine/ops/op_registry.h"
 #include "kernels/common/quant_scheme.h"
 #include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/round_bf16_cpu.h"
 
 namespace sampan::ops {
 namespace {
@@ -51,6 +53,10 @@ LinearAttrs parse(const graph::Node& node) {
   SAMPAN_CHECK(bf == 0 || bf == 1, ErrorCode::kInvalidArgument,
                "node '{}' (linear): bf16_operands = {} is not 0 or 1", node.name, bf);
   a.bf16_operands = bf == 1;
+  const int64_t r = node.attrs.get_int("round_x_bf16", 0);
+  SAMPAN_CHECK(r == 0 || r == 1, ErrorCode::kInvalidArgument,
+               "node '{}' (linear): round_x_bf16 = {} is not 0 or 1", node.name, r);
+  a.round_x = r == 1;
   return a;
 }
 
@@ -206,12 +212,20 @@ void run_cpu(const KernelContext& ctx) {
   }
   const Tensor& y = ctx.outputs[0];
   std::optional<cpu::ScopedGemmPrecision> bf16;
-  if (a.bf16_operands && (w.dtype == DType::kBF16 || w.dtype == DType::kF32) &&
-      cpu::gemm_precision() != cpu::GemmPrecision::kF32) {
-    bf16.emplace(cpu::GemmPrecision::kBf16);
+  const bool bf16_products = a.bf16_operands &&
+                             (w.dtype == DType::kBF16 || w.dtype == DType::kF32) &&
+                             cpu::gemm_precision() != cpu::GemmPrecision::kF32;
+  if (bf16_products) bf16.emplace(cpu::GemmPrecision::kBf16);
+  const float* xp = x.data<float>();
+  int64_t ldx = row_stride(x);
+  std::vector<float> rounded;
+  if (a.round_x && !(bf16_products && cpu::gemm_rounds_x_to_bf16(x.dim(0), w))) {
+    rounded.resize(static_cast<size_t>(x.dim(0) * x.dim(1)));
+    cpu::round_bf16(x.dim(0), x.dim(1), xp, ldx, rounded.data(), x.dim(1), ctx.runner);
+    xp = rounded.data();
+    ldx = x.dim(1);
   }
-  cpu::gemm(x.dim(0), x.data<float>(), row_stride(x), w, a.epilogue, y.data<float>(),
-            row_stride(y), ctx.runner);
+  cpu::gemm(x.dim(0), xp, ldx, w, a.epilogue, y.data<float>(), row_stride(y), ctx.runner);
 }
 
 const RegisterOp kSchema(with_attrs<LinearAttrs>(
@@ -220,7 +234,8 @@ const RegisterOp kSchema(with_attrs<LinearAttrs>(
      {"epilogue", AttrType::kString, false},
      {"group_size", AttrType::kInt, false},
      {"ggml_type", AttrType::kInt, false},
-     {"bf16_operands", AttrType::kInt, false}},
+     {"bf16_operands", AttrType::kInt, false},
+     {"round_x_bf16", AttrType::kInt, false}},
     parse, infer));
 const RegisterKernel kCpu("linear", DeviceType::kCPU, run_cpu);
 

@@ -21,6 +21,10 @@ struct LinearAttrs final : OpAttrs {
   // the same exact products, f32 sums in another order) unless the caller asked for kF32.
   // bf16 LoRA training sets it (engine/train/train_graph.cc).
   bool bf16_operands = false;
+  // Attribute "round_x_bf16" (0/1): the product of x rounded to bf16 (nearest even), bit for bit
+  // a round_bf16 node before it. bf16 training folds such nodes in (train/train_graph.cc): with
+  // bf16 weights on AMX the tiles' packing rounds x anyway; elsewhere a rounded copy is made.
+  bool round_x = false;
 };
 
 }  // namespace sampan::ops

@@ -77,10 +77,12 @@ struct LoraTrainer::Impl {
     // The adapter's own rank, alpha and targets define the graph; dropout is a training choice.
     models::LoraConfig graph_lora = adapter.config;
     const bool bf16 = options.precision == models::Precision::kBf16;
-    train =
-        build_train_graph(c, *w, graph_lora,
-                          {options.lora.dropout, true, options.recompute, bf16, options.merge_roundings});
-    eval = build_train_graph(c, *w, graph_lora, {0.0, false, false, bf16, options.merge_roundings});
+    train = build_train_graph(c, *w, graph_lora,
+                              {options.lora.dropout, true, options.recompute, bf16,
+                               options.merge_roundings, options.fold_roundings});
+    eval = build_train_graph(c, *w, graph_lora,
+                             {0.0, false, false, bf16, options.merge_roundings,
+                              options.fold_roundings});
     train_exec = std::make_unique<graph::Executor>(train.graph, pool);
     eval_exec = std::make_unique<graph::Executor>(eval.graph, pool);
     for (const LoraParam& p : train.params) {

@@ -60,6 +60,9 @@ struct TrainerOptions {
   // kBf16: drop repeated roundings of one value (TrainGraphOptions::merge_roundings); the same
   // bits either way, off only to check that.
   bool merge_roundings = true;
+  // kBf16: fold roundings read only by GEMMs into them (TrainGraphOptions::fold_roundings); the
+  // same bits either way, off only to check that.
+  bool fold_roundings = true;
 };
 
 struct MicroResult {

@@ -98,6 +98,48 @@ int merge_duplicate_roundings(graph::Graph& g) {
   return merged;
 }
 
+// A round_bf16 whose every reader is a GEMM's x (linear input 0) or dy (linear_grad_input
+// input 0) is folded into them as their round_x_bf16 / round_dy_bf16 attribute: the same
+// product, bit for bit (ops/linear.h), without the node's pass over memory and its buffer.
+// With bf16 weights on AMX CPUs the tiles round while packing, so the rounding costs nothing;
+// elsewhere the GEMM rounds a copy. bf16 training rounds the inputs of the projections that
+// carry no adapter and the gradients of every projection's output, half of its roundings on the
+// 1.1B shape with adapters on q/k/v/o (lm_head's [rows, vocab] gradient among them); inputs of
+// targeted projections also feed the LoRA dropout and stay. Returns the number folded.
+int fold_roundings_into_gemms(graph::Graph& g) {
+  std::map<ValueId, std::vector<std::pair<size_t, size_t>>> readers;  // value -> (node, input)
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const graph::Node& n = g.nodes()[i];
+    if (n.dead) continue;
+    for (size_t j = 0; j < n.inputs.size(); ++j) readers[n.inputs[j]].emplace_back(i, j);
+  }
+  int folded = 0;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const graph::Node& n = g.nodes()[i];
+    if (n.dead || n.op != "round_bf16" || n.inputs.size() != 1 || n.outputs.size() != 1) continue;
+    const ValueId out = n.outputs[0];
+    const auto it = readers.find(out);
+    if (g.is_output(out) || it == readers.end()) continue;
+    bool all_gemms = true;
+    for (const auto& [node, input] : it->second) {
+      const std::string& op = g.nodes()[node].op;
+      all_gemms = all_gemms && input == 0 && (op == "linear" || op == "linear_grad_input");
+    }
+    if (!all_gemms) continue;
+    for (const auto& [node, input] : it->second) {
+      graph::Node& r = g.mutable_nodes()[node];
+      r.attrs.set(r.op == "linear" ? "round_x_bf16" : "round_dy_bf16", int64_t{1});
+    }
+    const ValueId from = n.inputs[0];
+    g.mutable_nodes()[i].dead = true;
+    g.replace_uses(out, from);
+    readers[from].insert(readers[from].end(), it->second.begin(), it->second.end());
+    ++folded;
+  }
+  if (folded > 0) g.compact();
+  return folded;
+}
+
 }  // namespace
 
 TrainGraph build_train_graph(const HfConfig& c, const models::LlamaWeights& w,
@@ -201,6 +243,7 @@ TrainGraph build_train_graph(const HfConfig& c, const models::LlamaWeights& w,
     for (size_t i = 0; i < grads.size(); ++i) tg.params[i].grad = grads[i];
   }
   if (options.bf16 && options.merge_roundings) merge_duplicate_roundings(g);
+  if (options.bf16 && options.fold_roundings) fold_roundings_into_gemms(g);
   g.validate();
   return tg;
 }

@@ -57,6 +57,9 @@ struct TrainGraphOptions {
   // With bf16: drop roundings that repeat another's (the same input), after the backward is
   // built; results are the same bits (train_graph.cc says why). Off only to check that.
   bool merge_roundings = true;
+  // With bf16: fold roundings read only by GEMMs into those GEMMs (linear's round_x_bf16,
+  // linear_grad_input's round_dy_bf16); the same bits. Off only to check that.
+  bool fold_roundings = true;
 };
 
 // `lora` says the rank, scale and targets (names from kLoraModules). Errors are one line: a

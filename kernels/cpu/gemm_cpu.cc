@@ -431,6 +431,12 @@ bool prefill_in_bf16() {
 
 }  // namespace gemm_detail
 
+bool gemm_rounds_x_to_bf16(int64_t m, const GemmWeights& w) {
+  // The dispatch below: these take gemm_amx, whose kBf16 packing is _mm512_cvtneps_pbh.
+  return (w.dtype == DType::kBF16 || w.dtype == DType::kF16) && has_amx() &&
+         m >= gemm_detail::kAmxMinM && gemm_precision() == GemmPrecision::kBf16;
+}
+
 void gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue epilogue,
           float* y, int64_t ldy, TaskRunner& runner) {
   if (m <= 0) return;

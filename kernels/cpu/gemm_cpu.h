@@ -77,6 +77,11 @@ bool bf16_panels_preferred();
 void set_bf16_panels_policy(Bf16PanelsPolicy p);
 Bf16PanelsPolicy bf16_panels_policy();
 
+// Whether gemm() of m rows against w at the calling thread's precision, which must be
+// kBf16, rounds x to bf16 (nearest even) itself: the AMX tiles (16-bit weights, m >=
+// gemm_detail::kAmxMinM) do, so rounding x first would change no bit; other paths may not.
+bool gemm_rounds_x_to_bf16(int64_t m, const GemmWeights& w);
+
 // x: [m, w.k] f32, row stride ldx (elements).
 // y: [m, n_out] f32, row stride ldy; n_out = w.n() for kStore, rows[0] for kSiluMul.
 // Small m (decode) streams W once at memory speed; large m (prefill) uses AMX tiles for

@@ -13,6 +13,7 @@
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/ggml_dequant.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/round_bf16_cpu.h"
 #include "kernels/cpu/skinny_gemm_cpu.h"
 #include "kernels/cpu/transpose_f32_avx2.h"
 #include "kernels/cpu/vec_util.h"
@@ -222,20 +223,28 @@ bool bf16_exact(int64_t m, int64_t n, const float* dy, int64_t lddy, TaskRunner&
 //    for a dy that is exactly bf16: the conv GEMM's matmul_bf16, which interleaves W's row
 //    pairs into its panels.
 // With dy exact the products are the exact ones of the other paths (f32 sums in another order).
+// Whether gemm_amx_wt takes these weights: bf16 on an AMX CPU outside kF32, and its k-steps of
+// 32 rows of W do not straddle two blocks.
+bool amx_wt_applies(const GemmWeights& w) {
+  if (w.dtype != DType::kBF16 || gemm_precision() == GemmPrecision::kF32 || !has_amx()) {
+    return false;
+  }
+  for (int b = 0; b + 1 < w.n_blocks; ++b) {
+    if (w.rows[b] % 32 != 0) return false;
+  }
+  return true;
+}
+
+// round_dy: dy is to be rounded to bf16 (gemm_amx_wt's kBf16 packing does exactly that).
 bool grad_input_bf16_rows(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w,
-                          float* dx, int64_t lddx, TaskRunner& runner) {
+                          float* dx, int64_t lddx, TaskRunner& runner, bool round_dy) {
   const int64_t k = w.k;
   if (w.dtype != DType::kBF16 || gemm_precision() == GemmPrecision::kF32) return false;
-  if (has_amx()) {
-    // gemm_amx_wt's k-steps of 32 rows of W may not straddle two blocks.
-    bool aligned = true;
-    for (int b = 0; b + 1 < w.n_blocks; ++b) aligned = aligned && w.rows[b] % 32 == 0;
-    if (aligned) {
-      const bool exact = bf16_exact(m, w.n(), dy, lddy, runner);
-      ScopedGemmPrecision precision(exact ? GemmPrecision::kBf16 : gemm_precision());
-      gemm_detail::gemm_amx_wt(m, dy, lddy, w, dx, lddx, runner);
-      return true;
-    }
+  if (amx_wt_applies(w)) {
+    const bool exact = round_dy || bf16_exact(m, w.n(), dy, lddy, runner);
+    ScopedGemmPrecision precision(exact ? GemmPrecision::kBf16 : gemm_precision());
+    gemm_detail::gemm_amx_wt(m, dy, lddy, w, dx, lddx, runner);
+    return true;
   }
   // matmul_bf16 writes dense rows: a strided dx takes the panel path.
   if (lddx != k || !conv_bf16_native() || (!has_amx() && !bf16_panels_preferred())) {
@@ -262,11 +271,20 @@ bool grad_input_bf16_rows(int64_t m, const float* dy, int64_t lddy, const GemmWe
 }  // namespace
 
 void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w, float* dx,
-                       int64_t lddx, TaskRunner& runner) {
+                       int64_t lddx, TaskRunner& runner, bool round_dy) {
   const int64_t k = w.k;
   if (m <= 0 || k <= 0) return;
   const bool float_w = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
-  if (grad_input_bf16_rows(m, dy, lddy, w, dx, lddx, runner)) return;
+  std::vector<float> rounded;
+  if (round_dy && !amx_wt_applies(w)) {  // every other path takes dy as given: round a copy
+    const int64_t n = w.n();
+    rounded.resize(static_cast<size_t>(m * n));
+    round_bf16(m, n, dy, lddy, rounded.data(), n, runner);
+    dy = rounded.data();
+    lddy = n;
+    round_dy = false;
+  }
+  if (grad_input_bf16_rows(m, dy, lddy, w, dx, lddx, runner, round_dy)) return;
   if (w.dtype == DType::kF32 && k <= kSkinnyMax) {
     // A few columns (LoRA's B [out, r]): dx[:, j] = dy · W[:, j] as r dot products per row of
     // dy against Wᵀ (r rows, small), instead of r-wide column panels.

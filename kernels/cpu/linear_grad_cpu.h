@@ -18,13 +18,17 @@ namespace sampan::cpu {
 // exactly; fp8 / int4 / GGUF rows are dequantized exactly as the forward GEMM defines them. W is
 // taken a panel of output rows at a time (dequantized, transposed into per-call scratch of
 // about 2 * 256 * k floats) and multiplied on the f32 GEMM, so nothing weight-sized is kept.
-// bf16 weights with a dy whose every value is exactly bf16 (bf16 training rounds it) and a
-// dense dx (lddx == w.k), on a CPU with AVX512-BF16 and outside GemmPrecision::kF32, run
-// instead on matmul_bf16 (conv_cpu.h:
-// AMX or vdpbf16ps, W read in place): the same exact products, f32 sums in another order.
+// bf16 weights read in place instead, outside GemmPrecision::kF32: on AMX CPUs through
+// gemm_amx_wt (gemm_internal.h; dy at kBf16 when every value is exactly bf16, as bf16 training
+// rounds it, else at the caller's precision); on AVX512-BF16 CPUs where the vdpbf16ps tile wins,
+// for an exactly-bf16 dy and a dense dx (lddx == w.k), on matmul_bf16 (conv_cpu.h). The same
+// exact products, f32 sums in another order.
+// round_dy: the product of bf16(dy) (nearest even) instead of dy, bit for bit what rounding dy
+// first (round_bf16_cpu.h) and passing that gives; on AMX with bf16 weights it costs nothing
+// (the tiles' packing rounds), elsewhere one rounded copy of dy.
 // The bias, if any, is ignored (it has no effect on dx). dx must not overlap dy.
 void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w, float* dx,
-                       int64_t lddx, TaskRunner& runner);
+                       int64_t lddx, TaskRunner& runner, bool round_dy = false);
 
 // dw[n, k] (+)= dy[m, n]ᵀ · x[m, k]; `accumulate` adds into dw instead of overwriting it.
 // Both operands are transposed into scratch ([n, m] and [k, m] floats) and multiplied on the

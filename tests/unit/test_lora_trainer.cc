@@ -25,6 +25,7 @@
 #include "engine/models/model.h"
 #include "engine/models/weight_quant.h"
 #include "engine/train/lora_trainer.h"
+#include "kernels/cpu/isa.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/train_graph.h"
 
@@ -446,9 +447,10 @@ int64_t arena_bytes(const train::TrainGraph& tg, int64_t batch, int64_t seq_len)
 
 TEST_CASE("bf16 training marks exactly the linears whose operands are bf16 values only", "[train]") {
   // ops/linear.h's bf16_operands lets such a GEMM run in bf16 (vdpbf16ps panels / one bf16 x on
-  // AMX): sound only if x comes from a round_bf16 and the weights from a round_bf16 or a bf16
-  // tensor, which this checks for every marked node; the LoRA GEMMs and (bf16 weights) the base
-  // ones must all be marked, and nothing without the bf16 option.
+  // AMX): sound only if x comes from a round_bf16 (or the node rounds it: round_x_bf16, where
+  // that rounding was folded in) and the weights from a round_bf16 or a bf16 tensor, which this
+  // checks for every marked node; the LoRA GEMMs and (bf16 weights) the base ones must all be
+  // marked, and nothing without the bf16 option.
   const Golden g = load_golden("tiny_llama3");
   models::LoadOptions fp8;  // an FP8 base: its linears must stay unmarked
   fp8.build.quantization.format = models::WeightFormat::kFp8;
@@ -482,7 +484,7 @@ TEST_CASE("bf16 training marks exactly the linears whose operands are bf16 value
       ++marked;
       INFO(n.name);
       CHECK(bf16);
-      CHECK(from_round(n.inputs[0]));
+      CHECK((from_round(n.inputs[0]) || n.attrs.get_int("round_x_bf16", 0) == 1));
       CHECK(w_bf16);
     }
     CHECK(lora > 0);
@@ -580,6 +582,96 @@ TEST_CASE("bf16 training rounds each value once, with the same gradients as befo
     every.merge_roundings = false;
     check_same_step(model, g, o, every);
   }
+}
+
+TEST_CASE("bf16 training folds roundings read only by GEMMs into them, with the same bits",
+          "[train]") {
+  // fold_roundings: a round_bf16 whose readers are all GEMM inputs (linear's x, linear_grad_input's
+  // dy) becomes their round_x_bf16 / round_dy_bf16. On AMX with bf16 weights (tiny_llama3's tied
+  // lm_head) the tiles round instead of the node, elsewhere a rounded copy: loss and gradients
+  // must be the same bits as with every rounding a node, with and without recompute and
+  // dropout. No round_bf16 may be left that only GEMMs read.
+  const Golden g = load_golden("tiny_llama3");
+  const auto model = load_tiny("tiny_llama3");
+  const models::LlamaWeights& w = *models::llama_weights_of(*model);
+  train::TrainGraphOptions folded;
+  folded.bf16 = true;
+  train::TrainGraphOptions kept = folded;
+  kept.fold_roundings = false;
+  const train::TrainGraph a = train::build_train_graph(model->config, w, g.adapter.config, folded);
+  const train::TrainGraph b = train::build_train_graph(model->config, w, g.adapter.config, kept);
+  auto count = [](const graph::Graph& gr, const char* op, const char* attr) {
+    int64_t n = 0;
+    for (const graph::Node& node : gr.nodes()) {
+      n += !node.dead && node.op == op && (attr == nullptr || node.attrs.get_int(attr, 0) == 1);
+    }
+    return n;
+  };
+  const int64_t rounds_a = count(a.graph, "round_bf16", nullptr);
+  const int64_t rounds_b = count(b.graph, "round_bf16", nullptr);
+  const int64_t fused = count(a.graph, "linear", "round_x_bf16") +
+                        count(a.graph, "linear_grad_input", "round_dy_bf16");
+  CHECK(rounds_a < rounds_b);
+  CHECK(fused >= rounds_b - rounds_a);  // a folded rounding may feed several GEMMs
+  CHECK(count(b.graph, "linear", "round_x_bf16") == 0);
+  WARN("bf16 train graph: " << rounds_b << " roundings, " << rounds_a << " after folding");
+  {
+    // Adapters on q and v only: per layer the inputs of o, gate/up, down and the output
+    // gradients of k, o, gate, up, down fold (8; in layer 0 nothing needs k's dx, so its
+    // gradient rounding was pruned), and lm_head's input and gradient.
+    models::LoraConfig qv = g.adapter.config;
+    qv.targets = {"q_proj", "v_proj"};
+    const train::TrainGraph fa = train::build_train_graph(model->config, w, qv, folded);
+    const train::TrainGraph fb = train::build_train_graph(model->config, w, qv, kept);
+    CHECK(count(fb.graph, "round_bf16", nullptr) - count(fa.graph, "round_bf16", nullptr) ==
+          8 * model->config.n_layer - 1 + 2);
+  }
+  std::map<graph::ValueId, std::vector<std::string>> readers;
+  for (const graph::Node& node : a.graph.nodes()) {
+    for (size_t j = 0; j < node.inputs.size(); ++j) {
+      readers[node.inputs[j]].push_back(j == 0 ? node.op : node.op + "#" + std::to_string(j));
+    }
+  }
+  for (const graph::Node& node : a.graph.nodes()) {
+    if (node.dead || node.op != "round_bf16") continue;
+    bool only_gemms = !readers[node.outputs[0]].empty();
+    for (const std::string& r : readers[node.outputs[0]]) {
+      only_gemms = only_gemms && (r == "linear" || r == "linear_grad_input");
+    }
+    INFO(node.name);
+    CHECK_FALSE(only_gemms);
+  }
+  // The golden adapter (every projection targeted: only lm_head's roundings fold), and a fresh
+  // one on q_proj and v_proj (the other projections' inputs and output gradients fold too); at
+  // the best ISA level (AMX: the tiles round) and at avx2 (rounded copies).
+  const cpu::Isa best = cpu::active_isa();
+  for (const char* isa : {"best", "avx2"}) {
+    if (std::string(isa) == "avx2") REQUIRE(cpu::set_isa(cpu::Isa::kAvx2));
+    for (bool golden : {true, false}) {
+      for (bool recompute : {false, true}) {
+        INFO(isa << (golden ? ", golden adapter" : ", fresh q/v adapter") << ", recompute "
+                 << recompute);
+        train::TrainerOptions o = options_for(g.adapter);
+        o.precision = models::Precision::kBf16;
+        o.lora.dropout = 0.25;
+        o.seed = 5;
+        o.recompute = recompute;
+        if (!golden) o.lora.targets = {"q_proj", "v_proj"};
+        train::TrainerOptions every = o;
+        every.fold_roundings = false;
+        train::LoraTrainer ta(model, o, golden ? &g.adapter : nullptr);
+        train::LoraTrainer tb(model, every, golden ? &g.adapter : nullptr);
+        CHECK(ta.accumulate(g.batch).loss_sum == tb.accumulate(g.batch).loss_sum);
+        const auto ga = ta.gradients(), gb = tb.gradients();
+        REQUIRE(ga.size() == gb.size());
+        for (const auto& [name, t] : ga) {
+          INFO(name);
+          CHECK(std::memcmp(t.raw(), gb.at(name).raw(), static_cast<size_t>(t.nbytes())) == 0);
+        }
+      }
+    }
+  }
+  cpu::set_isa(best);
 }
 
 TEST_CASE("LoraTrainer: bf16 precision is as accurate as torch.autocast bf16", "[train]") {
