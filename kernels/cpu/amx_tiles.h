@@ -1,6 +1,7 @@
-// AMX tile configuration shared by the AMX kernels (gemm_amx.cc, conv_bf16_amx.cc): include only
-// from files compiled with -mamx-tile. Every kernel uses one palette: 8 tiles of 16 rows x 64
-// bytes (16 x 32 bf16, or 16 x 16 f32 accumulators).
+// AMX tile configuration shared by the AMX kernels (gemm_amx.cc, conv_bf16_amx.cc, ...), and the
+// bf16 helpers of the x packers (gemm_amx.cc, gemm_wt_amx.cc): include only from files compiled
+// with -mamx-tile and -mavx512bf16 (every *_amx.cc). Every kernel uses one palette: 8 tiles of
+// 16 rows x 64 bytes (16 x 32 bf16, or 16 x 16 f32 accumulators).
 #pragma once
 
 #include <immintrin.h>
@@ -30,6 +31,26 @@ inline void configure_tiles() {
   // first tile instruction then raised SIGILL). The barrier makes every store visible.
   asm volatile("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
+}
+
+// bf16 -> f32 is exact: the bf16 bits are the top half of the f32.
+inline __m512 bf16_to_f32(__m256bh h) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<const __m256i&>(h)), 16));
+}
+
+// The part of v that bf16(v) misses, exactly (both lie on v's f32 grid and |v - bf16(v)| is at
+// most half a bf16 ulp of v). Zero where bf16(v) is infinite, so an infinite or overflowing x
+// gives the same result as the one-pass path instead of inf - inf = NaN.
+inline __m512 bf16_residual(__m512 v, __m256bh h) {
+  const __m512 back = bf16_to_f32(h);
+  const __mmask16 inf = _mm512_fpclass_ps_mask(back, 0x18);  // +inf, -inf
+  return _mm512_maskz_sub_ps(static_cast<__mmask16>(~inf), v, back);
+}
+
+inline __m512i concat_bf16(__m256bh lo, __m256bh hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(reinterpret_cast<const __m256i&>(lo)),
+                            reinterpret_cast<const __m256i&>(hi), 1);
 }
 
 }  // namespace sampan::cpu::amx

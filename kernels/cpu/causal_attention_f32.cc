@@ -176,6 +176,36 @@ double softmax_full_row(const CausalAttentionDims& d, float* s, int64_t L, int64
   return l;
 }
 
+// Zeroes the gradients of padding rows t >= L of sequence b for kv head g and its query heads.
+void zero_padding_backward(const CausalAttentionDims& d, int64_t b, int64_t g, int64_t L,
+                           float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
+                           int64_t lddv) {
+  const int64_t D = d.head_dim, T = d.seq_len, group = d.n_heads / d.n_kv_heads;
+  for (int64_t t = L; t < T; ++t) {
+    const int64_t row = b * T + t;
+    std::fill(dk + row * lddk + g * D, dk + row * lddk + (g + 1) * D, 0.0f);
+    std::fill(dv + row * lddv + g * D, dv + row * lddv + (g + 1) * D, 0.0f);
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      std::fill(dq + row * lddq + h * D, dq + row * lddq + (h + 1) * D, 0.0f);
+    }
+  }
+}
+
+// Row t of p ([L, L], raw scores) becomes P and of dp (dO·Vᵀ) becomes dS (scaled), both zero
+// outside the row's keys; lse the row's log-sum-exp, di = rowsum(dO * O).
+void softmax_grad_full_row(const CausalAttentionDims& d, float* p, float* dp, int64_t L,
+                           int64_t t, float lse, double di) {
+  const int64_t lo = first_key(d, t);
+  float* pr = p + t * L;
+  float* dr = dp + t * L;
+  softmax_grad_row(pr + lo, dr + lo, t - lo + 1, static_cast<float>(d.scale), lse,
+                   static_cast<float>(di));
+  std::fill(pr, pr + lo, 0.0f);
+  std::fill(dr, dr + lo, 0.0f);
+  std::fill(pr + t + 1, pr + L, 0.0f);
+  std::fill(dr + t + 1, dr + L, 0.0f);
+}
+
 void forward_bf16(const CausalAttentionDims& d, const float* q, int64_t ldq, const float* k,
                   int64_t ldk, const float* v, int64_t ldv, const int32_t* lengths, float* o,
                   int64_t ldo, float* lse, TaskRunner& runner) {
@@ -218,14 +248,7 @@ void backward_bf16(const CausalAttentionDims& d, const float* q, int64_t ldq, co
   runner.run(d.batch * Hkv, [&](int64_t task) {
     const int64_t b = task / Hkv, g = task % Hkv;
     const int64_t L = lengths[b];
-    for (int64_t t = L; t < T; ++t) {
-      const int64_t row = b * T + t;
-      std::fill(dk + row * lddk + g * D, dk + row * lddk + (g + 1) * D, 0.0f);
-      std::fill(dv + row * lddv + g * D, dv + row * lddv + (g + 1) * D, 0.0f);
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        std::fill(dq + row * lddq + h * D, dq + row * lddq + (h + 1) * D, 0.0f);
-      }
-    }
+    zero_padding_backward(d, b, g, L, dq, lddq, dk, lddk, dv, lddv);
     if (L == 0) return;
     const size_t LL = static_cast<size_t>(L * L), LD = static_cast<size_t>(L * D);
     std::vector<float> t32(LD), tmp(LD), tmp2(LD), gkt(LD, 0.0f), gvt(LD, 0.0f);
@@ -252,16 +275,8 @@ void backward_bf16(const CausalAttentionDims& d, const float* q, int64_t ldq, co
         mm16(r1 - r0, D, r1, do16.data() + r0 * D, D, vt16.data(), L, dp.data() + r0 * L, L);
       }
       for (int64_t t = 0; t < L; ++t) {
-        const int64_t lo = first_key(d, t);
-        const double di = dot_double(doh + t * lddo, oh + t * ldo, D);
-        float* pr = p.data() + t * L;
-        float* dr = dp.data() + t * L;
-        softmax_grad_row(pr + lo, dr + lo, t - lo + 1, static_cast<float>(d.scale),
-                         lse[(b * T + t) * H + h], static_cast<float>(di));
-        std::fill(pr, pr + lo, 0.0f);
-        std::fill(dr, dr + lo, 0.0f);
-        std::fill(pr + t + 1, pr + L, 0.0f);
-        std::fill(dr + t + 1, dr + L, 0.0f);
+        softmax_grad_full_row(d, p.data(), dp.data(), L, t, lse[(b * T + t) * H + h],
+                              dot_double(doh + t * lddo, oh + t * ldo, D));
       }
       to_bf16(L, L, dp.data(), L, ds16.data(), L);
       for (int64_t bi = 0; bi < n_blocks; ++bi) {  // dQ = dS · K
@@ -341,14 +356,7 @@ void causal_attention_backward_f32(const CausalAttentionDims& d, const float* q,
   runner.run(d.batch * Hkv, [&](int64_t task) {
     const int64_t b = task / Hkv, g = task % Hkv;
     const int64_t L = lengths[b];
-    for (int64_t t = L; t < T; ++t) {
-      const int64_t row = b * T + t;
-      std::fill(dk + row * lddk + g * D, dk + row * lddk + (g + 1) * D, 0.0f);
-      std::fill(dv + row * lddv + g * D, dv + row * lddv + (g + 1) * D, 0.0f);
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        std::fill(dq + row * lddq + h * D, dq + row * lddq + (h + 1) * D, 0.0f);
-      }
-    }
+    zero_padding_backward(d, b, g, L, dq, lddq, dk, lddk, dv, lddv);
     if (L == 0) return;
     const size_t LL = static_cast<size_t>(L * L), LD = static_cast<size_t>(L * D);
     std::vector<float> kp(LD), vp(LD), qt(LD), dot_(LD), tmp(LD), tmp2(LD);
@@ -374,18 +382,8 @@ void causal_attention_backward_f32(const CausalAttentionDims& d, const float* q,
         mm(r1 - r0, doh + r0 * lddo, lddo, vp.data(), r1, D, dp.data() + r0 * L, L);  // dO · Vᵀ
       }
       for (int64_t t = 0; t < L; ++t) {
-        const int64_t lo = first_key(d, t);
-        const double l = lse[(b * T + t) * H + h];
-        const double di = dot_double(doh + t * lddo, oh + t * ldo, D);
-        float* pr = p.data() + t * L;
-        float* dr = dp.data() + t * L;
-        // pr becomes P, dr dS (scaled); zero outside the row's keys.
-        softmax_grad_row(pr + lo, dr + lo, t - lo + 1, static_cast<float>(d.scale),
-                         static_cast<float>(l), static_cast<float>(di));
-        std::fill(pr, pr + lo, 0.0f);
-        std::fill(dr, dr + lo, 0.0f);
-        std::fill(pr + t + 1, pr + L, 0.0f);
-        std::fill(dr + t + 1, dr + L, 0.0f);
+        softmax_grad_full_row(d, p.data(), dp.data(), L, t, lse[(b * T + t) * H + h],
+                              dot_double(doh + t * lddo, oh + t * ldo, D));
       }
       for (int64_t bi = 0; bi < n_blocks; ++bi) {  // dQ = dS · K
         const int64_t r0 = bi * kBlock, r1 = std::min(L, r0 + kBlock);

@@ -69,26 +69,6 @@ inline __mmask16 mask16(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
-// bf16 -> f32 is exact: the bf16 bits are the top half of the f32.
-inline __m512 bf16_to_f32(__m256bh h) {
-  return _mm512_castsi512_ps(
-      _mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<const __m256i&>(h)), 16));
-}
-
-// The part of v that bf16(v) misses, exactly (both lie on v's f32 grid and |v - bf16(v)| is at
-// most half a bf16 ulp of v). Zero where bf16(v) is infinite, so an infinite or overflowing x
-// gives the same result as the one-pass path instead of inf - inf = NaN.
-inline __m512 bf16_residual(__m512 v, __m256bh h) {
-  const __m512 back = bf16_to_f32(h);
-  const __mmask16 inf = _mm512_fpclass_ps_mask(back, 0x18);  // +inf, -inf
-  return _mm512_maskz_sub_ps(static_cast<__mmask16>(~inf), v, back);
-}
-
-inline __m512i concat_bf16(__m256bh lo, __m256bh hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(reinterpret_cast<const __m256i&>(lo)),
-                            reinterpret_cast<const __m256i&>(hi), 1);
-}
-
 // Packs x rows [16*mb, 16*mb + 16) into VNNI tiles, `xs` per k-step (1: bf16(x); 2: the hi tile
 // then the lo tile); rows >= m and columns >= k are zero.
 // x: [m, ldx] f32; xp: [n_kb, xs, 16, 16, 2] bf16.
@@ -105,10 +85,10 @@ void pack_x_block(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mb,
       const float* p = x + row * ldx + c;
       const __m512 v0 = _mm512_maskz_loadu_ps(lo, p), v1 = _mm512_maskz_loadu_ps(hi, p + 16);
       const __m256bh h0 = _mm512_cvtneps_pbh(v0), h1 = _mm512_cvtneps_pbh(v1);
-      r[i] = concat_bf16(h0, h1);
+      r[i] = amx::concat_bf16(h0, h1);
       if (xs == 2) {
-        rl[i] = concat_bf16(_mm512_cvtneps_pbh(bf16_residual(v0, h0)),
-                            _mm512_cvtneps_pbh(bf16_residual(v1, h1)));
+        rl[i] = amx::concat_bf16(_mm512_cvtneps_pbh(amx::bf16_residual(v0, h0)),
+                            _mm512_cvtneps_pbh(amx::bf16_residual(v1, h1)));
       }
     }
     uint16_t* out = xp + kb * xs * kTileElems;

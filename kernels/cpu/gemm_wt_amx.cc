@@ -57,19 +57,6 @@ inline __mmask32 mask32(int64_t n) {
   return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
 }
 
-// v - bf16(v) (exact in f32), zero where bf16(v) is infinite (as gemm_amx.cc).
-inline __m512 residual(__m512 v, __m256bh h) {
-  const __m512 back = _mm512_castsi512_ps(
-      _mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<const __m256i&>(h)), 16));
-  const __mmask16 inf = _mm512_fpclass_ps_mask(back, 0x18);
-  return _mm512_maskz_sub_ps(static_cast<__mmask16>(~inf), v, back);
-}
-
-inline __m512i concat(__m256bh lo, __m256bh hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(reinterpret_cast<const __m256i&>(lo)),
-                            reinterpret_cast<const __m256i&>(hi), 1);
-}
-
 // Rows [16 mb, 16 mb + 16) of dY as A tiles, xs per step (1: bf16; 2: hi then lo); rows >= m
 // and columns >= n zero. x: [m, ldx] f32; out: [n_kb, xs, 16, 32] bf16.
 void pack_dy(const float* x, int64_t ldx, int64_t m, int64_t n, int64_t mb, int64_t n_kb,
@@ -85,9 +72,10 @@ void pack_dy(const float* x, int64_t ldx, int64_t m, int64_t n, int64_t mb, int6
         const float* p = x + row * ldx + c;
         const __m512 v0 = _mm512_maskz_loadu_ps(lo, p), v1 = _mm512_maskz_loadu_ps(hi, p + 16);
         const __m256bh h0 = _mm512_cvtneps_pbh(v0), h1 = _mm512_cvtneps_pbh(v1);
-        h = concat(h0, h1);
+        h = amx::concat_bf16(h0, h1);
         if (xs == 2) {
-          l = concat(_mm512_cvtneps_pbh(residual(v0, h0)), _mm512_cvtneps_pbh(residual(v1, h1)));
+          l = amx::concat_bf16(_mm512_cvtneps_pbh(amx::bf16_residual(v0, h0)),
+                                _mm512_cvtneps_pbh(amx::bf16_residual(v1, h1)));
         }
       }
       _mm512_store_si512(t + i * 32, h);
