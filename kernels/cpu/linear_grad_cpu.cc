@@ -213,16 +213,6 @@ bool bf16_exact(int64_t m, int64_t n, const float* dy, int64_t lddy, TaskRunner&
   return exact.load();
 }
 
-// bf16 weights: dx = dy · W with W read as it lies, where the GEMM below needs Wᵀ (a transposed
-// panel of every weight, every step). Returns false (nothing written) where it does not apply.
-//  - AMX: gemm_amx's tiles through a packer that transposes W on the fly (gemm_amx_wt), at the
-//    forward GEMM's speed. A dy that is exactly bf16 (training at bf16 precision rounds it) runs
-//    at kBf16, exact and one tile product per weight tile; any other dy at the caller's
-//    precision (hi + lo bf16 by default), as the panel path's GEMM would.
-//  - AVX512-BF16 CPUs where the vdpbf16ps tile beats the f32 panels (bf16_panels_preferred),
-//    for a dy that is exactly bf16: the conv GEMM's matmul_bf16, which interleaves W's row
-//    pairs into its panels.
-// With dy exact the products are the exact ones of the other paths (f32 sums in another order).
 // Whether gemm_amx_wt takes these weights: bf16 on an AMX CPU outside kF32, and its k-steps of
 // 32 rows of W do not straddle two blocks.
 bool amx_wt_applies(const GemmWeights& w) {
@@ -235,7 +225,16 @@ bool amx_wt_applies(const GemmWeights& w) {
   return true;
 }
 
-// round_dy: dy is to be rounded to bf16 (gemm_amx_wt's kBf16 packing does exactly that).
+// bf16 weights: dx = dy · W with W read as it lies, where the GEMM below needs Wᵀ (a transposed
+// panel of every weight, every step). Returns false (nothing written) where it does not apply.
+//  - AMX (amx_wt_applies): gemm_amx_wt's tiles, W the B operand (gemm_wt_amx.cc). A dy that is
+//    exactly bf16 (training at bf16 precision rounds it), or round_dy, runs at kBf16: one tile
+//    product per weight tile, the packing rounding dy as round_bf16 would; any other dy at the
+//    caller's precision (hi + lo bf16 by default), as the panel path's GEMM would.
+//  - Otherwise, for a dy that is exactly bf16, on AVX512-BF16 CPUs where the vdpbf16ps tile
+//    beats the f32 panels (bf16_panels_preferred) or AMX ones whose blocks gemm_amx_wt does not
+//    take: the conv GEMM's matmul_bf16, which interleaves W's row pairs into its panels.
+// With dy exact the products are the exact ones of the other paths (f32 sums in another order).
 bool grad_input_bf16_rows(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w,
                           float* dx, int64_t lddx, TaskRunner& runner, bool round_dy) {
   const int64_t k = w.k;
