@@ -35,6 +35,9 @@ void run_cuda(const KernelContext& ctx) {
   SAMPAN_CHECK(ctx.inputs[1].dtype() != DType::kU8 || cuda::ggml_cuda_supported(a.ggml_type),
                ErrorCode::kUnsupported, "node '{}': GGUF {} weights have no CUDA kernel",
                ctx.node.name, ggml_type_name(a.ggml_type) ? ggml_type_name(a.ggml_type) : "block");
+  SAMPAN_CHECK(!a.round_x, ErrorCode::kUnsupported,
+               "node '{}': round_x_bf16 has no CUDA kernel (bf16 training runs on the CPU)",
+               ctx.node.name);
   if (x.dim(0) == 0) return;
   cuda::GemmWeights w;
   w.dtype = ctx.inputs[1].dtype();
