@@ -206,6 +206,15 @@ void softmax_grad_full_row(const CausalAttentionDims& d, float* p, float* dp, in
   std::fill(dr + t + 1, dr + L, 0.0f);
 }
 
+// dst = bf16(src) for src [L, L] f32 (row stride L), only where a product reads it: rows of
+// block [r0, r1) up to column r1 (the keys the block sees; the rest is zero and never read).
+void causal_to_bf16(int64_t L, const float* src, uint16_t* dst) {
+  for (int64_t r0 = 0; r0 < L; r0 += kBlock) {
+    const int64_t r1 = std::min(L, r0 + kBlock);
+    to_bf16(r1 - r0, r1, src + r0 * L, L, dst + r0 * L, L);
+  }
+}
+
 void forward_bf16(const CausalAttentionDims& d, const float* q, int64_t ldq, const float* k,
                   int64_t ldk, const float* v, int64_t ldv, const int32_t* lengths, float* o,
                   int64_t ldo, float* lse, TaskRunner& runner) {
@@ -229,7 +238,7 @@ void forward_bf16(const CausalAttentionDims& d, const float* q, int64_t ldq, con
     for (int64_t t = 0; t < L; ++t) {
       lse[(b * T + t) * H + h] = static_cast<float>(softmax_full_row(d, s.data(), L, t));
     }
-    to_bf16(L, L, s.data(), L, p16.data(), L);
+    causal_to_bf16(L, s.data(), p16.data());
     for (int64_t r0 = 0; r0 < L; r0 += kBlock) {  // O = P V over the keys each block sees
       const int64_t r1 = std::min(L, r0 + kBlock);
       mm16(r1 - r0, r1, D, p16.data() + r0 * L, L, v16.data(), D,
@@ -278,7 +287,7 @@ void backward_bf16(const CausalAttentionDims& d, const float* q, int64_t ldq, co
         softmax_grad_full_row(d, p.data(), dp.data(), L, t, lse[(b * T + t) * H + h],
                               dot_double(doh + t * lddo, oh + t * ldo, D));
       }
-      to_bf16(L, L, dp.data(), L, ds16.data(), L);
+      causal_to_bf16(L, dp.data(), ds16.data());
       for (int64_t bi = 0; bi < n_blocks; ++bi) {  // dQ = dS · K
         const int64_t r0 = bi * kBlock, r1 = std::min(L, r0 + kBlock);
         mm16(r1 - r0, r1, D, ds16.data() + r0 * L, L, k16.data(), D,
@@ -286,7 +295,7 @@ void backward_bf16(const CausalAttentionDims& d, const float* q, int64_t ldq, co
       }
       // dKᵀ = Qᵀ · dS and dVᵀ = dOᵀ · P: dS and P as they lie, Q and dO transposed ([D, L],
       // a quarter of an [L, L] transpose at D = 64, L = 256).
-      to_bf16(L, L, p.data(), L, p16.data(), L);
+      causal_to_bf16(L, p.data(), p16.data());
       transpose(L, D, qh, ldq, t32.data());
       to_bf16(D, L, t32.data(), L, qt16.data(), L);
       transpose(L, D, doh, lddo, t32.data());
