@@ -5,9 +5,10 @@
 // n_blocks, group_size, ggml_type. in_features (the forward's k) comes from the weights (for
 // GGUF blocks: row bytes / block bytes * block size). Every weight format of linear: f32/f16/bf16,
 // f8_e4m3, i4, GGUF blocks (kernels/cpu/linear_grad_cpu.h: dequantized a panel at a time, then the
-// f32 GEMM). Attribute round_dy_bf16 (0/1, default 0): the product of dy rounded to bf16
-// (nearest even), bit for bit a round_bf16 node before it; bf16 training folds such nodes in
-// (train/train_graph.cc) where the AMX tiles round dy anyway.
+// f32 GEMM). Attributes round_dy_bf16 / round_dx_bf16 (0/1, default 0): dy rounded to bf16
+// (nearest even) before the product / dx after it, bit for bit a round_bf16 node before / after
+// it; bf16 training folds such nodes in (train/train_graph.cc): the AMX tiles round while they
+// pack dy and store dx.
 #include "engine/core/error.h"
 #include "engine/ops/op_registry.h"
 #include "kernels/common/ggml_type.h"
@@ -21,6 +22,7 @@ struct LinearGradInputAttrs final : OpAttrs {
   int64_t group_size = 0;
   GgmlType ggml_type = GgmlType::kF32;
   bool round_dy = false;
+  bool round_dx = false;
 };
 
 LinearGradInputAttrs parse(const graph::Node& node) {
@@ -35,10 +37,14 @@ LinearGradInputAttrs parse(const graph::Node& node) {
   a.group_size = node.attrs.get_int("group_size", 0);
   a.ggml_type =
       static_cast<GgmlType>(node.attrs.get_int("ggml_type", static_cast<int64_t>(GgmlType::kF32)));
-  const int64_t r = node.attrs.get_int("round_dy_bf16", 0);
-  SAMPAN_CHECK(r == 0 || r == 1, ErrorCode::kInvalidArgument,
-               "node '{}' (linear_grad_input): round_dy_bf16 = {} is not 0 or 1", node.name, r);
-  a.round_dy = r == 1;
+  auto flag = [&](const char* name) {
+    const int64_t r = node.attrs.get_int(name, 0);
+    SAMPAN_CHECK(r == 0 || r == 1, ErrorCode::kInvalidArgument,
+                 "node '{}' (linear_grad_input): {} = {} is not 0 or 1", node.name, name, r);
+    return r == 1;
+  };
+  a.round_dy = flag("round_dy_bf16");
+  a.round_dx = flag("round_dx_bf16");
   return a;
 }
 
@@ -115,7 +121,7 @@ void run_cpu(const KernelContext& ctx) {
   }
   const Tensor& dy = ctx.inputs[0];
   cpu::linear_grad_input(dy.dim(0), dy.data<float>(), row_stride(dy), w, dx.data<float>(),
-                         row_stride(dx), ctx.runner, a.round_dy);
+                         row_stride(dx), ctx.runner, a.round_dy, a.round_dx);
 }
 
 const RegisterOp kSchema(with_attrs<LinearGradInputAttrs>(
@@ -123,7 +129,8 @@ const RegisterOp kSchema(with_attrs<LinearGradInputAttrs>(
     {{"n_blocks", AttrType::kInt, false},
      {"group_size", AttrType::kInt, false},
      {"ggml_type", AttrType::kInt, false},
-     {"round_dy_bf16", AttrType::kInt, false}},
+     {"round_dy_bf16", AttrType::kInt, false},
+     {"round_dx_bf16", AttrType::kInt, false}},
     parse, infer));
 const RegisterKernel kCpu("linear_grad_input", DeviceType::kCPU, run_cpu);
 

@@ -99,8 +99,9 @@ int merge_duplicate_roundings(graph::Graph& g) {
 }
 
 // A round_bf16 whose every reader is a GEMM's x (linear input 0) or dy (linear_grad_input
-// input 0) is folded into them as their round_x_bf16 / round_dy_bf16 attribute: the same
-// product, bit for bit (ops/linear.h), without the node's pass over memory and its buffer.
+// input 0) is folded into them as their round_x_bf16 / round_dy_bf16 attribute, and one whose
+// input is only its own and a linear_grad_input's dx into that producer (round_dx_bf16): the
+// same results, bit for bit (ops/linear.h), without the node's pass over memory and its buffer.
 // With bf16 weights on AMX CPUs the tiles round while packing, so the rounding costs nothing;
 // elsewhere the GEMM rounds a copy. bf16 training rounds the inputs of the projections that
 // carry no adapter and the gradients of every projection's output, half of its roundings on the
@@ -134,6 +135,24 @@ int fold_roundings_into_gemms(graph::Graph& g) {
     g.mutable_nodes()[i].dead = true;
     g.replace_uses(out, from);
     readers[from].insert(readers[from].end(), it->second.begin(), it->second.end());
+    ++folded;
+  }
+  // A rounding whose input is a linear_grad_input's dx read by nothing else (the gradient of a
+  // projection's rounded input where that projection has no adapter, and lm_head's) becomes the
+  // producer's round_dx_bf16: the tiles round dx as they store it.
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const graph::Node& n = g.nodes()[i];
+    if (n.dead || n.op != "round_bf16" || n.inputs.size() != 1 || n.outputs.size() != 1) continue;
+    const ValueId in = n.inputs[0], out = n.outputs[0];
+    const graph::NodeId p = g.value(in).producer;
+    if (p < 0 || g.node(p).op != "linear_grad_input" || g.is_output(in) || g.is_output(out) ||
+        readers[in].size() != 1) {
+      continue;
+    }
+    g.mutable_node(p).attrs.set("round_dx_bf16", int64_t{1});
+    g.mutable_nodes()[i].dead = true;
+    g.replace_uses(out, in);
+    readers[in] = readers[out];
     ++folded;
   }
   if (folded > 0) g.compact();

@@ -224,8 +224,9 @@ void gemm_amx_source(int64_t m, const float* x, int64_t ldx, const GemmWeights& 
 // the B operand (gemm_wt_amx.cc). Needs: the CPU has AMX; every block but the last has a
 // multiple of 32 rows. x is rounded as gemm_precision() says (kBf16: to bf16, exact for a bf16
 // dY; otherwise hi + lo bf16 parts, ~16 bits; kF32 is the caller's to route elsewhere).
+// round_y: each y rounded to bf16 (nearest even, as round_bf16_cpu.h) as it is stored.
 void gemm_amx_wt(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, float* y,
-                 int64_t ldy, TaskRunner& runner);
+                 int64_t ldy, TaskRunner& runner, bool round_y = false);
 
 // From this many rows of x on, bf16/f16 GEMMs go to AMX when the CPU has it. Measured on TinyLlama
 // shapes with weights streamed from DRAM (bench_gemm): the FMA path holds >= 85% of read

@@ -187,12 +187,28 @@ inline void store_c(int t, void* dst, int64_t stride) {
   }
 }
 
-// Tile t to y rows [row0, row0 + 16) x columns [col, col + 16), clipped to m x k.
-void store_tile(int t, float* y, int64_t ldy, int64_t row0, int64_t col, int64_t m, int64_t k) {
+// Each f32 rounded to the nearest bf16 (ties to even) and back, round_bf16_cpu.cc's rule in
+// integer lanes, bit for bit: add 0x7fff plus the kept part's lowest bit, drop the low half; a
+// NaN keeps its top half with the quiet bit set.
+inline __m512i round_bf16x16(__m512i u) {
+  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(
+      _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_and_si512(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), hi_mask);
+  const __m512i quiet = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi_mask);
+  return _mm512_mask_blend_epi32(nan, rounded, quiet);
+}
+
+// Tile t to y rows [row0, row0 + 16) x columns [col, col + 16), clipped to m x k; `round`:
+// each value rounded to bf16 first.
+void store_tile(int t, float* y, int64_t ldy, int64_t row0, int64_t col, int64_t m, int64_t k,
+                bool round) {
   const int64_t rows = std::min<int64_t>(16, m - row0), cols = std::min<int64_t>(16, k - col);
   if (rows <= 0 || cols <= 0) return;
   float* dst = y + row0 * ldy + col;
-  if (rows == 16 && cols == 16) {
+  if (rows == 16 && cols == 16 && !round) {
     store_c(t, dst, ldy * 4);
     return;
   }
@@ -200,7 +216,9 @@ void store_tile(int t, float* y, int64_t ldy, int64_t row0, int64_t col, int64_t
   store_c(t, c, 64);
   const __mmask16 cm = mask16(cols);
   for (int64_t i = 0; i < rows; ++i) {
-    _mm512_mask_storeu_ps(dst + i * ldy, cm, _mm512_load_ps(c + i * 16));
+    __m512i v = _mm512_load_si512(c + i * 16);
+    if (round) v = round_bf16x16(v);
+    _mm512_mask_storeu_epi32(dst + i * ldy, cm, v);
   }
 }
 
@@ -211,6 +229,7 @@ struct Job {
   float* y;
   int64_t ldy;
   int64_t chunk_steps, mc_pairs;
+  bool round_y;
 };
 
 struct Scratch {
@@ -269,11 +288,11 @@ void run_task(const Job& job, int64_t u0, int64_t u1) {
               continue;
             }
             const int64_t r0 = mb * 16;
-            store_tile(0, job.y, job.ldy, r0, col, job.m, job.k);
-            store_tile(1, job.y, job.ldy, r0, col + 16, job.m, job.k);
+            store_tile(0, job.y, job.ldy, r0, col, job.m, job.k, job.round_y);
+            store_tile(1, job.y, job.ldy, r0, col + 16, job.m, job.k, job.round_y);
             if (NB == 2) {
-              store_tile(2, job.y, job.ldy, r0 + 16, col, job.m, job.k);
-              store_tile(3, job.y, job.ldy, r0 + 16, col + 16, job.m, job.k);
+              store_tile(2, job.y, job.ldy, r0 + 16, col, job.m, job.k, job.round_y);
+              store_tile(3, job.y, job.ldy, r0 + 16, col + 16, job.m, job.k, job.round_y);
             }
           }
         }
@@ -291,7 +310,7 @@ AlignedBuffer<uint16_t>& packed_dy() {
 }  // namespace
 
 void gemm_amx_wt(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, float* y,
-                 int64_t ldy, TaskRunner& runner) {
+                 int64_t ldy, TaskRunner& runner, bool round_y) {
   const int64_t k = w.k, n = w.n();
   if (m <= 0 || k <= 0) return;
   Steps st;
@@ -326,7 +345,7 @@ void gemm_amx_wt(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, f
   const int64_t max_pairs = std::max<int64_t>(1, kABudget / pair_chunk_bytes);
   const int64_t n_mc = (n_pairs + max_pairs - 1) / max_pairs;
   const Job job{&st, m, k, n_kb, n_mb, xs, xp.data(), y, ldy, chunk_steps,
-                (n_pairs + n_mc - 1) / n_mc};
+                (n_pairs + n_mc - 1) / n_mc, round_y};
   // A few panels' worth of units per task, claimed dynamically: a thread that runs slower (a
   // shared machine) takes fewer, instead of the others waiting for its fixed half.
   const int64_t n_units = (k + 31) / 32;

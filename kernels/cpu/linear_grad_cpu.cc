@@ -236,13 +236,14 @@ bool amx_wt_applies(const GemmWeights& w) {
 //    take: the conv GEMM's matmul_bf16, which interleaves W's row pairs into its panels.
 // With dy exact the products are the exact ones of the other paths (f32 sums in another order).
 bool grad_input_bf16_rows(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w,
-                          float* dx, int64_t lddx, TaskRunner& runner, bool round_dy) {
+                          float* dx, int64_t lddx, TaskRunner& runner, bool round_dy,
+                          bool round_dx) {
   const int64_t k = w.k;
   if (w.dtype != DType::kBF16 || gemm_precision() == GemmPrecision::kF32) return false;
   if (amx_wt_applies(w)) {
     const bool exact = round_dy || bf16_exact(m, w.n(), dy, lddy, runner);
     ScopedGemmPrecision precision(exact ? GemmPrecision::kBf16 : gemm_precision());
-    gemm_detail::gemm_amx_wt(m, dy, lddy, w, dx, lddx, runner);
+    gemm_detail::gemm_amx_wt(m, dy, lddy, w, dx, lddx, runner, round_dx);
     return true;
   }
   // matmul_bf16 writes dense rows: a strided dx takes the panel path.
@@ -270,9 +271,14 @@ bool grad_input_bf16_rows(int64_t m, const float* dy, int64_t lddy, const GemmWe
 }  // namespace
 
 void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w, float* dx,
-                       int64_t lddx, TaskRunner& runner, bool round_dy) {
+                       int64_t lddx, TaskRunner& runner, bool round_dy, bool round_dx) {
   const int64_t k = w.k;
   if (m <= 0 || k <= 0) return;
+  if (round_dx && !amx_wt_applies(w)) {  // only gemm_amx_wt rounds as it stores
+    linear_grad_input(m, dy, lddy, w, dx, lddx, runner, round_dy, false);
+    round_bf16(m, k, dx, lddx, dx, lddx, runner);
+    return;
+  }
   const bool float_w = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
   std::vector<float> rounded;
   if (round_dy && !amx_wt_applies(w)) {  // every other path takes dy as given: round a copy
@@ -283,7 +289,7 @@ void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeigh
     lddy = n;
     round_dy = false;
   }
-  if (grad_input_bf16_rows(m, dy, lddy, w, dx, lddx, runner, round_dy)) return;
+  if (grad_input_bf16_rows(m, dy, lddy, w, dx, lddx, runner, round_dy, round_dx)) return;
   if (w.dtype == DType::kF32 && k <= kSkinnyMax) {
     // A few columns (LoRA's B [out, r]): dx[:, j] = dy · W[:, j] as r dot products per row of
     // dy against Wᵀ (r rows, small), instead of r-wide column panels.

@@ -25,10 +25,13 @@ namespace sampan::cpu {
 // exact products, f32 sums in another order.
 // round_dy: the product of bf16(dy) (nearest even) instead of dy, bit for bit what rounding dy
 // first (round_bf16_cpu.h) and passing that gives; on AMX with bf16 weights it costs nothing
-// (the tiles' packing rounds), elsewhere one rounded copy of dy.
+// (the tiles' packing rounds), elsewhere one rounded copy of dy. round_dx: dx rounded to bf16
+// likewise, bit for bit round_bf16 after the call; on AMX with bf16 weights as the tiles are
+// stored, elsewhere one pass over dx in place.
 // The bias, if any, is ignored (it has no effect on dx). dx must not overlap dy.
 void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w, float* dx,
-                       int64_t lddx, TaskRunner& runner, bool round_dy = false);
+                       int64_t lddx, TaskRunner& runner, bool round_dy = false,
+                       bool round_dx = false);
 
 // dw[n, k] (+)= dy[m, n]ᵀ · x[m, k]; `accumulate` adds into dw instead of overwriting it.
 // Both operands are transposed into scratch ([n, m] and [k, m] floats) and multiplied on the

@@ -924,10 +924,11 @@ TEST_CASE("linear_grad_input: bf16 weights and a bf16-exact dy (bf16 training)",
 }
 
 TEST_CASE("linear_grad_input: bf16 weights at training sizes, any dy", "[autograd]") {
-  // 300 rows of dy over 2080 rows of W (QKV-like blocks 1024 + 512 + 544): on AMX the k-chunks
-  // of gemm_amx (partial sums between them), m-blocks split over threads and the strided
-  // prefetch of the next strip of W's columns. A dy that is not bf16 runs at the default
-  // precision (hi + lo bf16 on AMX: 16 bits of dy, ~2^-17 relative per product).
+  // 300 rows of dy over 2080 rows of W (QKV-like blocks 1024 + 512 + 544): on AMX gemm_amx_wt's
+  // reduction chunks (partial sums between them), m-chunks and unit ranges over threads. A dy
+  // that is not bf16 runs at the default precision (hi + lo bf16 on AMX: 16 bits of dy, ~2^-17
+  // relative per product). round_dy / round_dx (folded roundings) give bit for bit round_bf16
+  // before and after, at the best ISA level (the tiles round) and at avx2 (rounded copies).
   std::mt19937 rng(21);
   ThreadPool pool(2);
   const int64_t m = 300, k = 200;
@@ -948,6 +949,18 @@ TEST_CASE("linear_grad_input: bf16 weights at training sizes, any dy", "[autogra
     const double e = rel_l2(Vec(dx.begin(), dx.end()), ref);
     INFO("relative error " << e);
     CHECK(e <= (exact ? 1e-6 : 2e-5));
+    const cpu::Isa best = cpu::active_isa();
+    for (cpu::Isa isa : {best, cpu::Isa::kAvx2}) {
+      INFO(cpu::isa_name(isa));
+      REQUIRE(cpu::set_isa(isa));
+      std::vector<float> dy_r(dy.size()), want(m * k), got(m * k);
+      cpu::round_bf16(m, n, dy.data(), n, dy_r.data(), n, pool);
+      cpu::linear_grad_input(m, dy_r.data(), n, st.w, want.data(), k, pool);
+      cpu::round_bf16(m, k, want.data(), k, want.data(), k, pool);
+      cpu::linear_grad_input(m, dy.data(), n, st.w, got.data(), k, pool, true, true);
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    }
+    cpu::set_isa(best);
   }
 }
 
