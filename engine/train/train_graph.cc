@@ -139,7 +139,9 @@ int fold_roundings_into_gemms(graph::Graph& g) {
   }
   // A rounding whose input is a linear_grad_input's dx read by nothing else (the gradient of a
   // projection's rounded input where that projection has no adapter, and lm_head's) becomes the
-  // producer's round_dx_bf16: the tiles round dx as they store it.
+  // producer's round_dx_bf16: the tiles round dx as they store it. `readers` still lists the
+  // roundings folded above (dead) with their readers added: a value they read counts as read
+  // more than once, which only skips folds, never allows a wrong one.
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const graph::Node& n = g.nodes()[i];
     if (n.dead || n.op != "round_bf16" || n.inputs.size() != 1 || n.outputs.size() != 1) continue;

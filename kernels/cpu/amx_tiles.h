@@ -33,6 +33,29 @@ inline void configure_tiles() {
   _tile_loadconfig(&cfg);
 }
 
+// The four f32 accumulator tiles tmm0..3 of the 2 x 2 blockings (gemm_amx.cc, gemm_wt_amx.cc):
+// zeroed, or loaded from / stored to c [4, 16, 16] f32 (tile t at c + 256 t).
+inline void zero_c4() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+
+inline void load_c4(const float* c) {
+  _tile_loadd(0, c, 64);
+  _tile_loadd(1, c + 256, 64);
+  _tile_loadd(2, c + 512, 64);
+  _tile_loadd(3, c + 768, 64);
+}
+
+inline void store_c4(float* c) {
+  _tile_stored(0, c, 64);
+  _tile_stored(1, c + 256, 64);
+  _tile_stored(2, c + 512, 64);
+  _tile_stored(3, c + 768, 64);
+}
+
 // bf16 -> f32 is exact: the bf16 bits are the top half of the f32.
 inline __m512 bf16_to_f32(__m256bh h) {
   return _mm512_castsi512_ps(

@@ -14,8 +14,9 @@
 // tiles or vdpbf16ps), its operands rounded to bf16 once per task: Q, Qᵀ, dO, dOᵀ per head, K,
 // Kᵀ, Vᵀ per (sequence, kv head) in the backward (Q, Kᵀ, V per head in the forward), P and dS
 // per head as the softmax steps leave them. The backward takes dKᵀ = Qᵀ·dS and dVᵀ = dOᵀ·P,
-// so P and dS are read as they lie and only the [D, L] operands and results are transposed. Measured stand-alone on one core
-// of an AMX CPU at the per-head shapes (64 rows; 64..256 keys or dims): 1.7-2.9x the f32 GEMM.
+// so P and dS are read as they lie and only the [D, L] operands and results are transposed.
+// Measured stand-alone on one core of an AMX CPU at the per-head shapes (64 rows; 64..256 keys
+// or dims): 1.7-2.9x the f32 GEMM.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -66,6 +67,14 @@ void pack(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst)
 void to_bf16(int64_t rows, int64_t cols, const float* src, int64_t lds, uint16_t* dst,
              int64_t ldd) {
   for (int64_t r = 0; r < rows; ++r) convert_f32_to_bf16(src + r * lds, dst + r * ldd, cols);
+}
+
+// dst [cols, rows] bf16 (dense) = bf16(src)ᵀ for src [rows, cols] f32 (row stride lds), through
+// scratch [cols, rows] f32.
+void transposed_bf16(int64_t rows, int64_t cols, const float* src, int64_t lds, float* scratch,
+                     uint16_t* dst) {
+  transpose(rows, cols, src, lds, scratch);
+  to_bf16(cols, rows, scratch, rows, dst, rows);
 }
 
 // y[m, n] (row stride ldy) = a[m, k] (bf16, lda) · b[k, n] (bf16, ldb) on the calling thread.
@@ -228,8 +237,7 @@ void forward_bf16(const CausalAttentionDims& d, const float* q, int64_t ldq, con
     std::vector<float> kt(LD), s(LL);
     std::vector<uint16_t> q16(LD), kt16(LD), v16(LD), p16(LL);
     to_bf16(L, D, q + b * T * ldq + h * D, ldq, q16.data(), D);
-    transpose(L, D, k + b * T * ldk + g * D, ldk, kt.data());  // [D, L]
-    to_bf16(D, L, kt.data(), L, kt16.data(), L);
+    transposed_bf16(L, D, k + b * T * ldk + g * D, ldk, kt.data(), kt16.data());  // Kᵀ [D, L]
     to_bf16(L, D, v + b * T * ldv + g * D, ldv, v16.data(), D);
     for (int64_t r0 = 0; r0 < L; r0 += kBlock) {  // scores of the keys each block sees
       const int64_t r1 = std::min(L, r0 + kBlock);
@@ -267,10 +275,8 @@ void backward_bf16(const CausalAttentionDims& d, const float* q, int64_t ldq, co
     const float* kg = k + b * T * ldk + g * D;
     const float* vg = v + b * T * ldv + g * D;
     to_bf16(L, D, kg, ldk, k16.data(), D);
-    transpose(L, D, kg, ldk, t32.data());  // Kᵀ [D, L]
-    to_bf16(D, L, t32.data(), L, kt16.data(), L);
-    transpose(L, D, vg, ldv, t32.data());  // Vᵀ [D, L]
-    to_bf16(D, L, t32.data(), L, vt16.data(), L);
+    transposed_bf16(L, D, kg, ldk, t32.data(), kt16.data());  // Kᵀ [D, L]
+    transposed_bf16(L, D, vg, ldv, t32.data(), vt16.data());  // Vᵀ [D, L]
     const int64_t n_blocks = (L + kBlock - 1) / kBlock;
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
       const float* qh = q + b * T * ldq + h * D;
@@ -296,10 +302,8 @@ void backward_bf16(const CausalAttentionDims& d, const float* q, int64_t ldq, co
       // dKᵀ = Qᵀ · dS and dVᵀ = dOᵀ · P: dS and P as they lie, Q and dO transposed ([D, L],
       // a quarter of an [L, L] transpose at D = 64, L = 256).
       causal_to_bf16(L, p.data(), p16.data());
-      transpose(L, D, qh, ldq, t32.data());
-      to_bf16(D, L, t32.data(), L, qt16.data(), L);
-      transpose(L, D, doh, lddo, t32.data());
-      to_bf16(D, L, t32.data(), L, dot16.data(), L);
+      transposed_bf16(L, D, qh, ldq, t32.data(), qt16.data());
+      transposed_bf16(L, D, doh, lddo, t32.data(), dot16.data());
       for (int64_t c0 = 0; c0 < L; c0 += kBlock) {  // key block c0..c1: the queries from c0 on
         const int64_t c1 = std::min(L, c0 + kBlock), n_q = L - c0;
         mm16(D, n_q, c1 - c0, qt16.data() + c0, L, ds16.data() + c0 * L + c0, L, tmp.data() + c0,

@@ -88,7 +88,7 @@ void pack_x_block(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mb,
       r[i] = amx::concat_bf16(h0, h1);
       if (xs == 2) {
         rl[i] = amx::concat_bf16(_mm512_cvtneps_pbh(amx::bf16_residual(v0, h0)),
-                            _mm512_cvtneps_pbh(amx::bf16_residual(v1, h1)));
+                                 _mm512_cvtneps_pbh(amx::bf16_residual(v1, h1)));
       }
     }
     uint16_t* out = xp + kb * xs * kTileElems;
@@ -316,21 +316,6 @@ void run_tiles(bool split, int G, int NB, const uint16_t* const a[2], const uint
   }
 }
 
-// c: [16 weight rows, 16 m] f32 for tile t = 2*g + b.
-void load_c(const float* c) {
-  _tile_loadd(0, c, 64);
-  _tile_loadd(1, c + 256, 64);
-  _tile_loadd(2, c + 512, 64);
-  _tile_loadd(3, c + 768, 64);
-}
-
-void store_c(float* c) {
-  _tile_stored(0, c, 64);
-  _tile_stored(1, c + 256, 64);
-  _tile_stored(2, c + 512, 64);
-  _tile_stored(3, c + 768, 64);
-}
-
 // Transposed tile (16 weight rows x 16 m) -> t[i] = the 16 outputs of row m0 + i.
 inline void load_transposed(const float* c, __m512i t[16]) {
   for (int j = 0; j < 16; ++j) t[j] = _mm512_loadu_si512(c + j * 16);
@@ -483,13 +468,11 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
           const int NB = mb + 1 < job.n_mb ? 2 : 1;
           float* acc =
               n_kc > 1 ? s.acc.data() + ((ui - u0) * job.mc_pairs + (p - pc)) * 1024 : nullptr;
+          // C tile t = 2 g + b: [16 weight rows, 16 m] f32.
           if (kc == 0) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
+            amx::zero_c4();
           } else {
-            load_c(acc);
+            amx::load_c4(acc);
           }
           const uint16_t* xp0 = job.xp + (mb * job.n_kb + kb0) * job.xs * kTileElems;
           const uint16_t* xp1 = xp0 + job.n_kb * job.xs * kTileElems;
@@ -528,11 +511,11 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
             run_tiles(hi_lo, u.n_groups, NB, a, xp0, xp1, split, steps, pf);
           }
           if (kc + 1 < n_kc) {
-            store_c(acc);
+            amx::store_c4(acc);
           } else {
             float* c = s.c[flip];
             flip ^= 1;
-            store_c(c);
+            amx::store_c4(c);
             pending = {&u, NB, mb * 16, c};
           }
         }

@@ -178,7 +178,7 @@ void run_tiles(int NB, bool split, const uint16_t* a0, const uint16_t* a1, const
 }
 
 // _tile_stored names its tile in the instruction.
-inline void store_c(int t, void* dst, int64_t stride) {
+inline void store_tile_reg(int t, void* dst, int64_t stride) {
   switch (t) {
     case 0: _tile_stored(0, dst, stride); break;
     case 1: _tile_stored(1, dst, stride); break;
@@ -209,11 +209,11 @@ void store_tile(int t, float* y, int64_t ldy, int64_t row0, int64_t col, int64_t
   if (rows <= 0 || cols <= 0) return;
   float* dst = y + row0 * ldy + col;
   if (rows == 16 && cols == 16 && !round) {
-    store_c(t, dst, ldy * 4);
+    store_tile_reg(t, dst, ldy * 4);
     return;
   }
   alignas(64) float c[256];
-  store_c(t, c, 64);
+  store_tile_reg(t, c, 64);
   const __mmask16 cm = mask16(cols);
   for (int64_t i = 0; i < rows; ++i) {
     __m512i v = _mm512_load_si512(c + i * 16);
@@ -267,24 +267,15 @@ void run_task(const Job& job, int64_t u0, int64_t u1) {
             const int NB = mb + 1 < job.n_mb ? 2 : 1;
             float* acc = n_kc > 1 ? s.acc.data() + (u * job.mc_pairs + (p - pc)) * 1024 : nullptr;
             if (kc == 0) {
-              _tile_zero(0);
-              _tile_zero(1);
-              _tile_zero(2);
-              _tile_zero(3);
+              amx::zero_c4();
             } else {
-              _tile_loadd(0, acc, 64);
-              _tile_loadd(1, acc + 256, 64);
-              _tile_loadd(2, acc + 512, 64);
-              _tile_loadd(3, acc + 768, 64);
+              amx::load_c4(acc);
             }
             const uint16_t* a0 = job.xp + (mb * job.n_kb + kb0) * job.xs * kTileElems;
             const uint16_t* a1 = a0 + job.n_kb * job.xs * kTileElems;
             run_tiles(NB, split, a0, a1, b, steps);
             if (kc + 1 < n_kc) {
-              _tile_stored(0, acc, 64);
-              _tile_stored(1, acc + 256, 64);
-              _tile_stored(2, acc + 512, 64);
-              _tile_stored(3, acc + 768, 64);
+              amx::store_c4(acc);
               continue;
             }
             const int64_t r0 = mb * 16;

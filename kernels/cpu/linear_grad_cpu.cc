@@ -171,10 +171,11 @@ void bf16_column_panel(const GemmWeights& w, int b, int64_t c0, int64_t nc, uint
   });
 }
 
-// dy[i, 0:n] (rows lddy apart) as bf16 into a16 [m, n] (dense) if every element is exactly a
-// bf16 number (its low 16 bits zero): one pass that both checks and converts, where a check
-// pass, a copy of strided rows and matmul_bf16's own conversion read dy three times (~2.5 % of a
-// bf16 LoRA training step on the 1.1B shape). Returns false (a16's contents unspecified) if not.
+// Whether every dy[i, 0:n] (rows lddy apart) is exactly a bf16 number (its low 16 bits zero),
+// and, with a16 given, those bf16 numbers into a16 [m, n] (dense; contents unspecified when not
+// exact): one pass that both checks and converts, where a check pass, a copy of strided rows and
+// matmul_bf16's own conversion read dy three times (~2.5 % of a bf16 LoRA training step on the
+// 1.1B shape).
 bool to_bf16_if_exact(int64_t m, int64_t n, const float* dy, int64_t lddy, uint16_t* a16,
                       TaskRunner& runner) {
   std::atomic<bool> exact{true};
@@ -182,30 +183,21 @@ bool to_bf16_if_exact(int64_t m, int64_t n, const float* dy, int64_t lddy, uint1
     uint32_t low = 0;
     for (int64_t i = i0; i < i1 && low == 0; ++i) {
       const float* r = dy + i * lddy;
-      uint16_t* d = a16 + i * n;
-      for (int64_t j = 0; j < n; ++j) {  // vectorizes: no branch in the loop
-        uint32_t b;
-        std::memcpy(&b, r + j, sizeof(b));
-        low |= b & 0xffffu;
-        d[j] = static_cast<uint16_t>(b >> 16);
-      }
-    }
-    if (low != 0) exact.store(false, std::memory_order_relaxed);
-  });
-  return exact.load();
-}
-
-// Whether every dy[i, 0:n] (rows lddy apart) is exactly a bf16 number (low 16 bits zero).
-bool bf16_exact(int64_t m, int64_t n, const float* dy, int64_t lddy, TaskRunner& runner) {
-  std::atomic<bool> exact{true};
-  util::parallel_for(runner, m, 8, [&](int64_t i0, int64_t i1) {
-    uint32_t low = 0;
-    for (int64_t i = i0; i < i1 && low == 0; ++i) {
-      const float* r = dy + i * lddy;
-      for (int64_t j = 0; j < n; ++j) {  // vectorizes: no branch in the loop
-        uint32_t b;
-        std::memcpy(&b, r + j, sizeof(b));
-        low |= b & 0xffffu;
+      uint16_t* d = a16 ? a16 + i * n : nullptr;
+      // Either loop vectorizes: no branch inside.
+      if (d) {
+        for (int64_t j = 0; j < n; ++j) {
+          uint32_t b;
+          std::memcpy(&b, r + j, sizeof(b));
+          low |= b & 0xffffu;
+          d[j] = static_cast<uint16_t>(b >> 16);
+        }
+      } else {
+        for (int64_t j = 0; j < n; ++j) {
+          uint32_t b;
+          std::memcpy(&b, r + j, sizeof(b));
+          low |= b & 0xffffu;
+        }
       }
     }
     if (low != 0) exact.store(false, std::memory_order_relaxed);
@@ -241,7 +233,7 @@ bool grad_input_bf16_rows(int64_t m, const float* dy, int64_t lddy, const GemmWe
   const int64_t k = w.k;
   if (w.dtype != DType::kBF16 || gemm_precision() == GemmPrecision::kF32) return false;
   if (amx_wt_applies(w)) {
-    const bool exact = round_dy || bf16_exact(m, w.n(), dy, lddy, runner);
+    const bool exact = round_dy || to_bf16_if_exact(m, w.n(), dy, lddy, nullptr, runner);
     ScopedGemmPrecision precision(exact ? GemmPrecision::kBf16 : gemm_precision());
     gemm_detail::gemm_amx_wt(m, dy, lddy, w, dx, lddx, runner, round_dx);
     return true;

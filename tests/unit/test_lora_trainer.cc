@@ -522,6 +522,45 @@ TEST_CASE("linear's bf16_operands: 0 or 1, and 1 on bf16 values gives the f32 pr
   for (int64_t i = 0; i < 15; ++i) CHECK(a.data<float>()[i] == b.data<float>()[i]);
 }
 
+TEST_CASE("the folded-rounding and bf16-product attributes take 0 or 1, named in one line",
+          "[train]") {
+  ThreadPool pool(2);
+  using graph::Dim;
+  const std::vector<float> wv(5 * 32, 0.25f);
+  {
+    graph::Graph g;
+    const graph::ValueId x = g.add_input("x", DType::kF32, {Dim::fixed(3), Dim::fixed(32)});
+    g.mark_output(g.add("linear", "proj", {x, g.add_constant("w", Tensor::from_f32({5, 32}, wv))},
+                        {{"round_x_bf16", int64_t{2}}}));
+    CHECK_THROWS_WITH(graph::Executor(g, pool),
+                      Catch::Contains("node 'proj' (linear): round_x_bf16 = 2 is not 0 or 1"));
+  }
+  for (const char* attr : {"round_dy_bf16", "round_dx_bf16"}) {
+    graph::Graph g;
+    const graph::ValueId dy = g.add_input("dy", DType::kF32, {Dim::fixed(3), Dim::fixed(5)});
+    g.mark_output(g.add("linear_grad_input", "dx",
+                        {dy, g.add_constant("w", Tensor::from_f32({5, 32}, wv))},
+                        {{attr, int64_t{-1}}}));
+    CHECK_THROWS_WITH(graph::Executor(g, pool),
+                      Catch::Contains(std::string("node 'dx' (linear_grad_input): ") + attr +
+                                      " = -1 is not 0 or 1"));
+  }
+  {
+    graph::Graph g;
+    const graph::ValueId q = g.add_input("q", DType::kF32, {Dim::fixed(4), Dim::fixed(8)});
+    const graph::ValueId len = g.add_input("lengths", DType::kI32, {Dim::fixed(1)});
+    g.mark_output(g.add_node("causal_attention", "attn", {q, q, q, len},
+                             {{"n_heads", int64_t{1}},
+                              {"n_kv_heads", int64_t{1}},
+                              {"head_dim", int64_t{8}},
+                              {"scale", 0.5},
+                              {"bf16_products", int64_t{3}}},
+                             2)[0]);
+    CHECK_THROWS_WITH(graph::Executor(g, pool),
+                      Catch::Contains("node 'attn' (causal_attention): bf16_products = 3 is not 0 or 1"));
+  }
+}
+
 TEST_CASE("LoraTrainer: recompute gives bit-identical gradients from a smaller arena", "[train]") {
   const Golden g = load_golden("tiny_llama3");
   const auto model = load_tiny("tiny_llama3");
