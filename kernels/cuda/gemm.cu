@@ -167,12 +167,14 @@ GemmStatus gemm_store(int64_t m, const float* x, int64_t ldx, const GemmWeights&
     case DType::kF16:
       return plain_gemm(m, x, ldx, w, y, ldy, stream);
     case DType::kF8E4M3:
-      if (m <= kGemvMaxM) return cuda_status(quant_gemv(m, x, ldx, w, y, ldy, stream));
+      if (m <= kFp8GemvMaxM) return cuda_status(quant_gemv(m, x, ldx, w, y, ldy, stream));
       if (current_sm() >= 89 && fp8_tensor_possible(w, y, ldy)) {
         const GemmStatus s = fp8_tensor_gemm(m, x, ldx, w, y, ldy, stream);
         if (s.cublas == 0) return s;  // done, or a CUDA error
         fp8_refusals.fetch_add(1, std::memory_order_relaxed);
       }
+      // Without the tensor path the GEMV still beats dequantizing every weight to bf16.
+      if (m <= kGemvMaxM) return cuda_status(quant_gemv(m, x, ldx, w, y, ldy, stream));
       return dequant_gemm(m, x, ldx, w, y, ldy, stream);
     case DType::kI4:
       if (m <= kGemvMaxM) return cuda_status(quant_gemv(m, x, ldx, w, y, ldy, stream));

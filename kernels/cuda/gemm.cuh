@@ -17,12 +17,12 @@
 //                            as one call per slice).
 //   kI4, larger m:           rows of W dequantized to a bf16 scratch buffer chunk by chunk
 //                            (gemm_dequant.cuh), each chunk one cuBLASLt bf16 product.
-//   kF8E4M3, m <= kGemvMaxM: GEMV with an exact decode and f32 x, on every GPU.
-//   kF8E4M3, m > kGemvMaxM:  sm_89+: cuBLASLt FP8 x FP8 (fp8_gemm.cuh: x quantized per row on
+//   kF8E4M3, m <= kFp8GemvMaxM: GEMV with an exact decode and f32 x, on every GPU.
+//   kF8E4M3, larger m:       sm_89+: cuBLASLt FP8 x FP8 (fp8_gemm.cuh: x quantized per row on
 //                            the GPU, the row scale, per-row weight scale and bias applied
 //                            afterwards); below sm_89, or when cuBLASLt has no FP8 algorithm for
-//                            the sizes and alignments (k % 16, 16-byte aligned rows), the bf16
-//                            dequant path.
+//                            the sizes and alignments (k % 16, 16-byte aligned rows), the GEMV
+//                            up to m = kGemvMaxM and the bf16 dequant path above.
 //   kU8 (GGUF block types, gemm_ggml.cuh), m <= its GEMV limit: blocks decoded in registers
 //                            exactly (f32 x); larger m: rows dequantized to bf16 chunks and the
 //                            dequant path's cuBLASLt loop (test_cuda_ggml: every block type
@@ -52,6 +52,11 @@ using sampan::kMaxGemmBlocks;
 
 // Largest m served by the GEMV kernels (decode batches); larger m is compute-bound: tensor cores.
 constexpr int64_t kGemvMaxM = 8;
+// FP8 weights take the GEMV up to this m only: from m = 3 the FP8 x FP8 tensor-core path (x
+// quantized per row) is faster, since the GEMV re-reads x per row pair (H200, Llama-3-8B
+// shapes, m = 8: 16-27 us against 32-125 us; decode at batch 8 1,562 against 556 tok/s). At
+// m = 2 the GEMV wins on three of the four shapes. Below sm_89 the GEMV serves all m <= 8.
+constexpr int64_t kFp8GemvMaxM = 2;
 // INT4 weights up to this m run the GEMV once per kGemvMaxM rows, reading the 4-bit weights
 // again per slice, which costs less than writing and reading them as bf16 (H200, Llama-3-8B
 // shapes: m = 9 1.1-1.8x; m = 16 a tie, so the cut lies between).

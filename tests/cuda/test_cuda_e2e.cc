@@ -24,7 +24,7 @@
 //     a value across a rounding boundary (by estimate ~1 % of the codes), each a whole step (1/15 of
 //     the block's range), which took the cosine to 0.9977 on an H100.
 //     Quantization happens on the host at load, so both devices hold the same codes and scales.
-//     Except FP8 prefill: for more than kGemvMaxM (8) rows the GPU multiplies FP8 x FP8 with
+//     Except FP8 prefill: for more than kFp8GemvMaxM (2) rows the GPU multiplies FP8 x FP8 with
 //     each row of x quantized to E4M3 (kernels/cuda/gemm.cuh), 2^-4 relative per element where
 //     the CPU keeps x in f32: a few % of noise on the logits, so cosine > 0.99 and top-1 >= 90 %
 //     there, and up to three quarters of the rows near ties: the tiny model's top two logits

@@ -11,7 +11,8 @@
 //   f32 weights: nothing more (no TF32);
 //   bf16 weights: x rounded to bf16, <= 2^-8 S;
 //   f16 weights: x rounded to f16, <= 2^-11 S, plus 2^-25 W1 for x in f16's subnormal range;
-//   fp8, m <= kGemvMaxM (GEMV): exact dequantization, nothing more;
+//   fp8, m <= kFp8GemvMaxM (GEMV; up to kGemvMaxM where the tensor path is not taken):
+//     exact dequantization, nothing more;
 //   int4, m < 16 (the CPU's decode kernels, on every ISA): the CPU rounds x per weight group g
 //     to x16, <= kI4DecodeXError sum_g max_{c in g} |x_ic| sum_{c in g} |w_jc| (gemm_quant.h);
 //     the CUDA int4 GEMV (m <= kGemvMaxM) rounds x to the same x16 bits (the same f32
@@ -19,7 +20,7 @@
 //     x exact: within the CPU's term);
 //   int4 up to kI4GemvSlicesMaxM: the GEMV per kGemvMaxM rows of x, as above;
 //   int4 above (the dequant path): x and w each rounded to bf16, <= (2^-7 + 2^-16) S;
-//   fp8, m > kGemvMaxM: on sm_89+ each row of x quantized to E4M3 with its own scale,
+//   fp8, m > kFp8GemvMaxM: on sm_89+ each row of x quantized to E4M3 with its own scale,
 //     <= 2^-4 S + 2^-10 (max_c |x_ic| / 448) W1 (the bf16 fallback's 2^-7 S is inside that
 //     bound); that cuBLASLt really ran it is checked too (cuda::fp8_tensor_refusals);
 //   silu_mul: the gate and up tolerances t_g, t_u propagate as |silu'(g)| |u| t_g + |silu(g)| t_u
@@ -165,7 +166,9 @@ Bound bound(const Format& f, int64_t m, const float* xr, int64_t k, const Block&
   }
   const bool bias = b.bias.defined() && b.bias.numel() > 0;
   const double value = dot + (bias ? b.bias.data<float>()[j] : 0.0);
-  const bool gemv = m <= (f.wtype == DType::kI4 ? cuda::kI4GemvSlicesMaxM : cuda::kGemvMaxM);
+  const bool gemv = m <= (f.wtype == DType::kI4      ? cuda::kI4GemvSlicesMaxM
+                          : f.wtype == DType::kF8E4M3 ? cuda::kFp8GemvMaxM
+                                                      : cuda::kGemvMaxM);
   double rel = 2 * 16 * std::sqrt(static_cast<double>(k)) * std::ldexp(1.0, -24);
   double abs = std::ldexp(std::fabs(value), -23);  // the final bias add, either side
   switch (f.wtype) {
