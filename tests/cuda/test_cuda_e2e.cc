@@ -33,6 +33,12 @@
 //     before that run, when the FP8 path never ran; raised from its figures without a rerun).
 //     The same logits fed token by token (the exact-decode GEMV on both sides) keep the strict
 //     measures.
+//   GGUF: the files of tests/data/gguf (tests/reference/make_gguf_fixtures.py, llama.cpp's own
+//     quantizer: every matrix Q8_0; every matrix Q4_0, the token embedding too; the Q4_K_M recipe
+//     of Q4_K with Q6_K output and some attn_v / ffn_down), loaded from the .gguf file on both
+//     devices, same measures as the tiny models: both decode the same blocks exactly; the GPU
+//     multiplies in f32 (GEMV, m <= 8) or in bf16 after dequantization (prefill), the CPU with x
+//     rounded to 16 bits per group (its integer GEMMs) or on bf16 tiles.
 //   engine: the batched Engine (paged KV pools on the device, host block tables staged by the
 //     executor) with 4 concurrent greedy requests: tokens identical to the CPU Engine's (up to
 //     a near tie, as for greedy above).
@@ -331,6 +337,15 @@ TEST_CASE("cuda e2e: quantized loads match across devices", "[cuda][e2e]") {
   SECTION("int4") { check_model(tiny_model("tiny_llama3"), int4); }
   SECTION("fp8") { check_model(tiny_model("tiny_qwen2"), fp8, Measures{0.99, 0.90, 0.75}); }
   SECTION("kv int4") { check_model(tiny_model("tiny_llama3"), kv4, Measures{0.99, 0.95, 0.5}, true); }
+}
+
+TEST_CASE("cuda e2e: GGUF files give the CPU's logits and greedy tokens (Q8_0 Q4_0 Q4_K_M)",
+          "[cuda][e2e]") {
+  for (const char* type : {"Q8_0", "Q4_0", "Q4_K_M"}) {
+    SECTION(type) {
+      check_model(std::string(SAMPAN_SOURCE_DIR) + "/tests/data/gguf/llama-" + type + ".gguf", {});
+    }
+  }
 }
 
 TEST_CASE("cuda e2e: the batched Engine generates the CPU's tokens", "[cuda][e2e]") {
