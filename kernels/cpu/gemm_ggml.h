@@ -23,14 +23,15 @@
 // one core, weights in cache, m = 1, 1.2-1.3x (Q4_K, Zen 5) and 1.9-2x (Q6_K, Emerald Rapids)
 // the x16 kernels.
 // Prefill (m >= kGgmlPrefillMinM) on AVX512-VNNI CPUs without AMX, for Q4_0, Q8_0, Q4_K, Q5_K
-// and Q6_K: integer products in int16 pairs (ggml_on_vnni_prefill below). Otherwise, and for
-// every other type: the driver dequantizes a bounded chunk of weight rows in
-// scratch and runs the plain gemm() on it: bf16 rows, with x rounded to bf16, on the AMX tiles
-// where gemm() multiplies in bf16 (prefill_in_bf16(): AMX CPUs unless GemmPrecision::kF32;
-// AVX512-BF16 with kBf16), else exact f32 rows on the FMA panel kernels. Measured (TinyLlama
-// shape, prompt 512, 2 threads, Sapphire Rapids VM, alternating runs): Q8_0 / Q4_0 / Q4_K_M
-// prefill 126-136 tok/s on the f32 panels, 340-395 with bf16 rows and x split (kSplitBf16),
-// 553 (Q4_K_M) with x rounded as well.
+// and Q6_K: integer products in int16 pairs (ggml_on_vnni_prefill below). On AMX CPUs (unless
+// GemmPrecision::kF32), every type: gemm_ggml_amx below, the blocks dequantized straight into
+// the tile panels, rounded to bf16, x rounded to bf16. Otherwise, and for every other type: the
+// driver dequantizes a bounded chunk of weight rows in scratch and runs the plain gemm() on it:
+// bf16 rows (AVX512-BF16 with kBf16), else exact f32 rows on the FMA panel kernels. Measured
+// (TinyLlama shape, prompt 512, 2 threads, Sapphire Rapids VM, alternating runs): Q8_0 / Q4_0 /
+// Q4_K_M prefill 126-136 tok/s on the f32 panels, 340-395 with bf16 rows and x split
+// (kSplitBf16), 553 (Q4_K_M) with x rounded as well (then still through bf16 chunks in memory
+// on AMX; the panel packer gained 1.18-1.33x on Q4_K_M at stop 53, Emerald Rapids VM).
 //
 // Accuracy (what test_gemm_ggml.cc checks), with w the weights exactly as dequantize_ggml_row
 // defines them (ggml_dequant.h) and M = |bias| + sum_c |x_c| |w_c|:
@@ -146,6 +147,12 @@ const GgmlKernels& ggml_kernels_avx512();
 // GemmPrecision::kBf16, x is rounded per 32 (Q6_K: 16) elements to int8 instead, within
 // kX8Error (gemm_quant.h, vnni_x8), as llama.cpp rounds its activations.
 bool ggml_on_vnni_prefill(GgmlType type, int64_t m);
+// Prefill on AMX-BF16 tiles (gemm_ggml_amx.cc; AMX CPUs, where prefill_in_bf16()): the rows'
+// blocks dequantized by `dequant` straight into gemm_amx's panels and rounded to bf16; x as
+// gemm_precision() says (the driver sets kBf16). Any m >= 1.
+void gemm_ggml_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                   GgmlDequantFn dequant, GemmEpilogue ep, float* y, int64_t ldy,
+                   TaskRunner& runner);
 // The types gemm_ggml_vnni_prefill packs (the type half of ggml_on_vnni_prefill).
 bool ggml_i16_prefill_type(GgmlType type);
 // Any m >= 1 (gemm_prefill_int_avx512_vnni.cc; AVX512-VNNI CPUs only).

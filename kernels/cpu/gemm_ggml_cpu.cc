@@ -10,15 +10,16 @@
 // to 16 bits per 256 elements into thread-local scratch (gemm_ggml.h), read by every worker; for
 // the x8 kernels (kBf16 on AVX512-VNNI: ggml_decode_table) to int8 the same way.
 //
-// Prefill (m >= kGgmlPrefillMinM): output rows are taken in chunks of dequantized weights; all
-// workers dequantize a chunk, then the plain gemm() runs on it with the chunk's biases and
-// epilogue, writing its columns of y. Where gemm() multiplies in bf16 (prefill_in_bf16: AMX
-// tiles, or the vdpbf16ps panels with kBf16) the chunk is bf16 (each row dequantized to f32 in
-// L1, then rounded), up to kDequantBytesBf16, as the kI4 prefill does; otherwise exact f32, up
-// to kDequantBytes. Once the weights are rounded to bf16 (2^-9), kSplitBf16's second product
-// for x's low half (x kept to 2^-16) buys no accuracy that matters, so these calls run with x
-// rounded to bf16 (kBf16) as well: 1.4x the prefill speed (Q4_K_M, TinyLlama shape, 2 threads,
-// Sapphire Rapids: 401 -> 553 tok/s).
+// Prefill (m >= kGgmlPrefillMinM): on AMX CPUs (prefill_in_bf16 and has_amx) gemm_ggml_amx
+// (gemm_ggml_amx.cc) dequantizes the blocks straight into the tile panels. Elsewhere output rows
+// are taken in chunks of dequantized weights; all workers dequantize a chunk, then the plain
+// gemm() runs on it with the chunk's biases and epilogue, writing its columns of y. Where gemm()
+// multiplies in bf16 (the vdpbf16ps panels with kBf16) the chunk is bf16 (each row dequantized to
+// f32 in L1, then rounded), up to kDequantBytesBf16, as the kI4 prefill does; otherwise exact
+// f32, up to kDequantBytes. Once the weights are rounded to bf16 (2^-9), kSplitBf16's second
+// product for x's low half (x kept to 2^-16) buys no accuracy that matters, so these calls run
+// with x rounded to bf16 (kBf16) as well: 1.4x the prefill speed (Q4_K_M, TinyLlama shape, 2
+// threads, Sapphire Rapids: 401 -> 553 tok/s, then through bf16 chunks on the tiles too).
 #include <algorithm>
 #include <cassert>
 #include <optional>
@@ -38,9 +39,8 @@ namespace {
 // m = 32 / 128 / 512): 16 MB 43 / 81 / 88, 2 MB 67 / 88 / 83, 512 KB 74 / 89 / 83, 256 KB 44 /
 // 46 / 45 (32-row chunks: per-call overhead).
 constexpr int64_t kDequantBytes = 2 << 20;
-// bf16 chunks for the AMX path: as gemm_quant_cpu.cc. The tile kernels split one call's output
-// columns over the workers and prepare x once per call, so a chunk holds a whole TinyLlama
-// weight (k = 2048: 4096 rows).
+// bf16 chunks for the vdpbf16ps panels (kBf16 without AMX): as gemm_quant_cpu.cc, a chunk
+// holds a whole TinyLlama weight (k = 2048: 4096 rows).
 constexpr int64_t kDequantBytesBf16 = 16 << 20;
 
 struct DecodeJob {
@@ -125,6 +125,12 @@ void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t
   const GgmlDequantFn dequant = kt.dequant[static_cast<int>(w.ggml_type)];
   const int64_t k = w.k, row_bytes = ggml_row_bytes(w.ggml_type, k);
   const bool bf16 = prefill_in_bf16();
+  if (bf16 && has_amx()) {
+    std::optional<ScopedGemmPrecision> x_in_bf16;
+    if (gemm_precision() == GemmPrecision::kSplitBf16) x_in_bf16.emplace(GemmPrecision::kBf16);
+    gemm_ggml_amx(m, x, ldx, w, dequant, ep, y, ldy, runner);
+    return;
+  }
   const int64_t elem = bf16 ? 2 : 4;
   const bool silu = ep == GemmEpilogue::kSiluMul;
   const int n_src = silu ? 2 : 1;  // blocks dequantized together

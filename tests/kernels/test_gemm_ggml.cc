@@ -418,6 +418,25 @@ TEST_CASE("gemm ggml: wide outputs", "[kernels][gemm_ggml]") {
   }
 }
 
+// Prefill with enough rows of x that the AMX tiles split k into chunks (gemm_amx.cc: 7 m-block
+// pairs over 104 steps of 32 -> two chunks of 52 steps, whose boundary falls inside a 256-element
+// block of the K-quants, which the panel packer of gemm_ggml_amx.cc then dequantizes in part
+// twice), with the 4-step decode slices of m = 32 covered above. Elsewhere the same cases check
+// the other prefill paths.
+TEST_CASE("gemm ggml: prefill with k split inside a block", "[kernels][gemm_ggml]") {
+  uint32_t seed = 2100;
+  for (const TypeInfo& t : all_types()) {
+    if (!has_x16_kernel(t.type)) continue;
+    Case c;
+    c.type = &t;
+    c.m = 200;
+    c.k = 3328;
+    c.rows = {40, 24};
+    c.bias = {true, false};
+    check_case(c, seed++);
+  }
+}
+
 // The x16 decode kernels (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) and their preparation of x:
 // k of every kind the preparation treats differently (a last group of k % 256 = 32, 64, 96, 224
 // elements, 256 + 32; whole groups: 256, 512, 2048, 5632), m = 1..17 (up to 4 rows of x per
