@@ -76,4 +76,14 @@ inline __m512i concat_bf16(__m256bh lo, __m256bh hi) {
                             reinterpret_cast<const __m256i&>(hi), 1);
 }
 
+// Rows [rows, 16) of each of `steps` 16 x 32 bf16 tiles of a weight panel zeroed (a short last
+// group of a block), for the AmxPanelSource packers. out: [steps, 16, 32] bf16, 64-byte aligned.
+inline void zero_panel_rows(int64_t rows, int64_t steps, uint16_t* out) {
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int64_t r = rows; r < 16; ++r) {
+      _mm512_store_si512(out + s * 512 + r * 32, _mm512_setzero_si512());
+    }
+  }
+}
+
 }  // namespace sampan::cpu::amx

@@ -17,16 +17,14 @@
 #include <algorithm>
 #include <cassert>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/gemm_ggml.h"
+#include "kernels/cpu/gemm_quant.h"  // mask16
 
 namespace sampan::cpu::gemm_detail {
 namespace {
 
 constexpr int64_t kTileElems = 512;  // bf16 elements in one 16x32 tile
-
-inline __mmask16 mask16(int64_t n) {
-  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
 
 struct GgmlSource {
   const GemmWeights* w;
@@ -68,11 +66,7 @@ void pack_ggml(const void* ctx, int b, int64_t row0, int64_t rows, int64_t kb0, 
                          reinterpret_cast<const __m512i&>(h));
     }
   }
-  for (int64_t s = 0; s < kb1 - kb0; ++s) {  // rows past a short last group: zero
-    for (int64_t r = rows; r < 16; ++r) {
-      _mm512_store_si512(out + s * kTileElems + r * 32, _mm512_setzero_si512());
-    }
-  }
+  amx::zero_panel_rows(rows, kb1 - kb0, out);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <cassert>
 #include <cstring>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/gemm_quant.h"
 
 namespace sampan::cpu::gemm_detail {
@@ -25,15 +26,6 @@ constexpr int64_t kTileElems = 512;  // bf16 elements in one 16x32 tile
 
 inline __mmask32 mask32(int64_t n) {
   return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
-}
-
-// Rows [rows, 16) of every step: zero (a short last group of a block).
-void zero_rows(int64_t rows, int64_t steps, uint16_t* out) {
-  for (int64_t s = 0; s < steps; ++s) {
-    for (int64_t r = rows; r < 16; ++r) {
-      _mm512_store_si512(out + s * kTileElems + r * 32, _mm512_setzero_si512());
-    }
-  }
 }
 
 void pack_f8(const void* ctx, int b, int64_t row0, int64_t rows, int64_t kb0, int64_t kb1,
@@ -52,7 +44,7 @@ void pack_f8(const void* ctx, int b, int64_t row0, int64_t rows, int64_t kb0, in
       _mm512_store_si512(hi + (kb - kb0) * kTileElems + r * 32, reinterpret_cast<const __m512i&>(h));
     }
   }
-  zero_rows(rows, kb1 - kb0, hi);
+  amx::zero_panel_rows(rows, kb1 - kb0, hi);
 }
 
 }  // namespace
