@@ -17,6 +17,7 @@
 //   type id, one for every block; kernels/common/ggml_type.h), no scales or zeros.
 #include "engine/ops/linear.h"
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -218,11 +219,11 @@ void run_cpu(const KernelContext& ctx) {
   if (bf16_products) bf16.emplace(cpu::GemmPrecision::kBf16);
   const float* xp = x.data<float>();
   int64_t ldx = row_stride(x);
-  std::vector<float> rounded;
+  std::unique_ptr<float[]> rounded;  // uninitialized: round_bf16 writes every element
   if (a.round_x && !(bf16_products && cpu::gemm_rounds_x_to_bf16(x.dim(0), w))) {
-    rounded.resize(static_cast<size_t>(x.dim(0) * x.dim(1)));
-    cpu::round_bf16(x.dim(0), x.dim(1), xp, ldx, rounded.data(), x.dim(1), ctx.runner);
-    xp = rounded.data();
+    rounded = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(x.dim(0) * x.dim(1)));
+    cpu::round_bf16(x.dim(0), x.dim(1), xp, ldx, rounded.get(), x.dim(1), ctx.runner);
+    xp = rounded.get();
     ldx = x.dim(1);
   }
   cpu::gemm(x.dim(0), xp, ldx, w, a.epilogue, y.data<float>(), row_stride(y), ctx.runner);

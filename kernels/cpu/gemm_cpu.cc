@@ -431,10 +431,21 @@ bool prefill_in_bf16() {
 
 }  // namespace gemm_detail
 
+namespace {
+
+// gemm()'s choice of gemm_amx for 16-bit weights: AMX tiles pay off from kAmxMinM rows; below
+// that, for f32 weights and with kF32, the AVX-512 FMA kernels stream the weights (they need
+// only AVX-512 F/BW/VL/DQ, so Zen 4 runs them too).
+bool takes_amx(int64_t m, DType dtype) {
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && has_amx() &&
+         m >= gemm_detail::kAmxMinM && gemm_precision() != GemmPrecision::kF32;
+}
+
+}  // namespace
+
 bool gemm_rounds_x_to_bf16(int64_t m, const GemmWeights& w) {
-  // The dispatch below: these take gemm_amx, whose kBf16 packing is _mm512_cvtneps_pbh.
-  return (w.dtype == DType::kBF16 || w.dtype == DType::kF16) && has_amx() &&
-         m >= gemm_detail::kAmxMinM && gemm_precision() == GemmPrecision::kBf16;
+  // gemm_amx's kBf16 packing is _mm512_cvtneps_pbh.
+  return takes_amx(m, w.dtype) && gemm_precision() == GemmPrecision::kBf16;
 }
 
 void gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue epilogue,
@@ -466,11 +477,7 @@ void gemm(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpil
     }
     return;
   }
-  // AMX tiles pay off from kAmxMinM rows; below that, for f32 weights and with kF32, the
-  // AVX-512 FMA kernels stream the weights (they need only AVX-512 F/BW/VL/DQ, so Zen 4 runs
-  // them too).
-  if (has_amx() && dt != gemm_detail::kDtF32 && m >= gemm_detail::kAmxMinM &&
-      gemm_precision() != GemmPrecision::kF32) {
+  if (takes_amx(m, w.dtype)) {
     gemm_detail::gemm_amx(m, x, ldx, w, epilogue, y, ldy, runner);
     return;
   }

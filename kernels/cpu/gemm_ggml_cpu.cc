@@ -123,7 +123,6 @@ void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t
                        const GemmWeights& w, GemmEpilogue ep, float* y, int64_t ldy,
                        TaskRunner& runner) {
   const GgmlDequantFn dequant = kt.dequant[static_cast<int>(w.ggml_type)];
-  const int64_t k = w.k, row_bytes = ggml_row_bytes(w.ggml_type, k);
   const bool bf16 = prefill_in_bf16();
   if (bf16 && has_amx()) {
     std::optional<ScopedGemmPrecision> x_in_bf16;
@@ -131,6 +130,7 @@ void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t
     gemm_ggml_amx(m, x, ldx, w, dequant, ep, y, ldy, runner);
     return;
   }
+  const int64_t k = w.k, row_bytes = ggml_row_bytes(w.ggml_type, k);
   const int64_t elem = bf16 ? 2 : 4;
   const bool silu = ep == GemmEpilogue::kSiluMul;
   const int n_src = silu ? 2 : 1;  // blocks dequantized together

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/conv_cpu.h"
@@ -272,12 +273,12 @@ void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeigh
     return;
   }
   const bool float_w = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
-  std::vector<float> rounded;
+  std::unique_ptr<float[]> rounded;  // uninitialized: round_bf16 writes every element
   if (round_dy && !amx_wt_applies(w)) {  // every other path takes dy as given: round a copy
     const int64_t n = w.n();
-    rounded.resize(static_cast<size_t>(m * n));
-    round_bf16(m, n, dy, lddy, rounded.data(), n, runner);
-    dy = rounded.data();
+    rounded = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(m * n));
+    round_bf16(m, n, dy, lddy, rounded.get(), n, runner);
+    dy = rounded.get();
     lddy = n;
     round_dy = false;
   }
