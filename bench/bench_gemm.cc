@@ -122,9 +122,30 @@ void fill_16bit(uint16_t* p, int64_t n, uint32_t seed) {
   }
 }
 
+// 16-bit weights on a 64-byte boundary, as the engine allocates them (a batched decode on AMX
+// reads aligned bf16 rows in place; see gemm_amx.cc).
+class WeightPool {
+ public:
+  void assign(int64_t n, uint16_t v) {
+    mem_.reset(static_cast<uint16_t*>(std::aligned_alloc(64, (n * 2 + 63) / 64 * 64)));
+    size_ = n;
+    std::fill(mem_.get(), mem_.get() + n, v);
+  }
+  void resize(int64_t n) { assign(n, 0); }
+  uint16_t* data() { return mem_.get(); }
+  int64_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(uint16_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint16_t, Free> mem_;
+  int64_t size_ = 0;
+};
+
 struct Bench {
   int reps = 15;
-  std::vector<uint16_t> pool;  // weights for GEMV: every call reads the next unread stretch
+  WeightPool pool;  // weights for GEMV: every call reads the next unread stretch
   int64_t cursor = 0;          // where the next GEMV call's weights start, across all shapes
 };
 

@@ -7,7 +7,11 @@
 // by the hi and then the lo tile of x into the same f32 accumulators, which keeps ~16
 // significant bits of x instead of 8. Without it a row's outputs depended on whether it ran in
 // a batch (m >= kAmxMinM, AMX) or alone (f32 FMA path), enough to flip greedy decoding.
-// Costs: twice the tile products and twice the packed x; the weight stream is unchanged.
+// Costs: twice the tile products and twice the packed x; the weight stream is unchanged. Up to
+// kStackedMaxM = 8 rows of x (batched decode) the hi parts fill columns 0..7 of one x tile and
+// the lo parts columns 8..15, so each weight tile takes one product instead of two, and the
+// epilogue adds column i + 8 to column i: the same two sums of exact products, added once at
+// the end instead of step by step (both f32).
 //
 // We compute Cᵀ = W·Xᵀ so the weight is the A operand: a tile is 16 weight rows x 32 k, which is
 // how the row-major weight already lies, so W needs no transpose. X is packed once per call to
@@ -36,7 +40,14 @@
 // and their row scale multiplies the finished columns in the epilogue).
 // With one m-block pair per m-chunk (batched decode), a unit is packed kInterleaveSteps k-steps
 // at a time into alternating halves of its panel, one slice ahead of its tile products, so the
-// panel stays in L1 (a whole-k panel went to L2 and back; 4 steps measured best of 1..16).
+// panel stays in L1 (a whole-k panel went to L2 and back; 4 steps measured best of 1..16) --
+// or, for 64-byte aligned bf16 rows (the engine's own buffers), not packed at all: the A tiles
+// are loaded from the weight rows with their row length as the stride (direct_tiles).
+// Both changes measured together on an Emerald Rapids VM (bf16 gate+up 2 x 5632 x 2048, weights
+// streamed from memory, GB/s of weights, alternating runs): m = 8 6.4-9.8 -> 8.5-11.3 (1
+// thread), 10.5-11.9 -> 16.3-19.8 (2 threads), m = 16 (direct only) 9.7-11.3 -> 13.3-15.0 (2
+// threads); one row's GEMV 21-23 there. Accumulating the lo products in the spare C tiles of a
+// single m-block instead (independent chains) measured 0.8x at m = 12-16, 2 threads.
 //
 // GCC 12 reports its own intrinsics' _mm512_undefined_* pass-through operands as
 // (maybe-)uninitialized (fixed in GCC 13; the definite form shows at -O1, the Sanitize build);
@@ -62,6 +73,7 @@ constexpr int64_t kChunkSteps = 64;        // k-steps (of 32) per k-chunk when x
 constexpr int64_t kXChunkBytes = 5 << 18;  // budget for the packed x chunk kept in L2 (1.25 MiB)
 constexpr int64_t kTileElems = 512;        // bf16 elements in one 16x32 tile
 constexpr int64_t kInterleaveSteps = 4;    // k-steps packed at a time for one m-block pair
+constexpr int64_t kStackedMaxM = 8;        // rows of x whose hi and lo parts share one x tile
 
 using amx::configure_tiles;
 
@@ -70,21 +82,28 @@ inline __mmask16 mask16(int64_t n) {
 }
 
 // Packs x rows [16*mb, 16*mb + 16) into VNNI tiles, `xs` per k-step (1: bf16(x); 2: the hi tile
-// then the lo tile); rows >= m and columns >= k are zero.
+// then the lo tile); rows >= m and columns >= k are zero. `stacked` (m <= kStackedMaxM, xs = 1):
+// one tile per k-step whose columns 0..7 hold the hi parts of rows 0..7 and columns 8..15 their
+// lo parts.
 // x: [m, ldx] f32; xp: [n_kb, xs, 16, 16, 2] bf16.
 void pack_x_block(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mb, int64_t n_kb,
-                  int64_t xs, uint16_t* xp) {
+                  int64_t xs, bool stacked, uint16_t* xp) {
   for (int64_t kb = 0; kb < n_kb; ++kb) {
     const int64_t c = kb * 32;
     const __mmask16 lo = mask16(k - c), hi = mask16(k - c - 16);
     __m512i r[16], rl[16];
     for (int i = 0; i < 16; ++i) {
-      const int64_t row = mb * 16 + i;
+      const int64_t row = stacked ? i % kStackedMaxM : mb * 16 + i;
       r[i] = rl[i] = _mm512_setzero_si512();
       if (row >= m) continue;
       const float* p = x + row * ldx + c;
       const __m512 v0 = _mm512_maskz_loadu_ps(lo, p), v1 = _mm512_maskz_loadu_ps(hi, p + 16);
       const __m256bh h0 = _mm512_cvtneps_pbh(v0), h1 = _mm512_cvtneps_pbh(v1);
+      if (stacked && i >= kStackedMaxM) {
+        r[i] = amx::concat_bf16(_mm512_cvtneps_pbh(amx::bf16_residual(v0, h0)),
+                                _mm512_cvtneps_pbh(amx::bf16_residual(v1, h1)));
+        continue;
+      }
       r[i] = amx::concat_bf16(h0, h1);
       if (xs == 2) {
         rl[i] = amx::concat_bf16(_mm512_cvtneps_pbh(amx::bf16_residual(v0, h0)),
@@ -258,17 +277,24 @@ struct StepPrefetch {
   int64_t y_lines;
 };
 
+// Where a group's A tile of step s lies: at a + s * step, rows `stride` bytes apart (a packed
+// panel: kTileElems, 64; the weight rows themselves: 32, their byte length).
+struct ATiles {
+  int64_t step = kTileElems;
+  int64_t stride = 64;
+};
+
 // C[g][b] += A_g · B_b over k-steps [s0, s1), with G weight groups and NB m-blocks. The C tiles
 // are already loaded or zeroed. a0/a1: packed A of each group; xp0/xp1: the B tiles of each
 // m-block for step 0 (kSplit: hi then lo per step). Loads sit right before their first use so a
 // load can overlap the previous product (tile registers are not renamed). In split mode the A
 // tiles stay in tmm4/5 for the lo products: the weights are loaded once per step either way.
 template <int G, int NB, bool kSplit>
-void tile_loop(const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0, const uint16_t* xp1,
-               int64_t s0, int64_t s1, const StepPrefetch& pf) {
+void tile_loop(const uint16_t* a0, const uint16_t* a1, const ATiles& at, const uint16_t* xp0,
+               const uint16_t* xp1, int64_t s0, int64_t s1, const StepPrefetch& pf) {
   constexpr int64_t kStep = (kSplit ? 2 : 1) * kTileElems;
   for (int64_t s = s0; s < s1; ++s) {
-    _tile_loadd(4, a0 + s * kTileElems, 64);
+    _tile_loadd(4, a0 + s * at.step, at.stride);
     _tile_loadd(6, xp0 + s * kStep, 64);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (NB == 2) {
@@ -276,7 +302,7 @@ void tile_loop(const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0, cons
       _tile_dpbf16ps(1, 4, 7);
     }
     if constexpr (G == 2) {
-      _tile_loadd(5, a1 + s * kTileElems, 64);
+      _tile_loadd(5, a1 + s * at.step, at.stride);
       _tile_dpbf16ps(2, 5, 6);
       if constexpr (NB == 2) _tile_dpbf16ps(3, 5, 7);
     }
@@ -298,28 +324,37 @@ void tile_loop(const uint16_t* a0, const uint16_t* a1, const uint16_t* xp0, cons
 }
 
 template <bool kSplit>
-void run_tiles_as(int G, int NB, const uint16_t* const a[2], const uint16_t* xp0,
-                  const uint16_t* xp1, int64_t s0, int64_t s1, const StepPrefetch& pf) {
-  if (G == 2 && NB == 2) tile_loop<2, 2, kSplit>(a[0], a[1], xp0, xp1, s0, s1, pf);
-  if (G == 2 && NB == 1) tile_loop<2, 1, kSplit>(a[0], a[1], xp0, xp1, s0, s1, pf);
-  if (G == 1 && NB == 2) tile_loop<1, 2, kSplit>(a[0], a[1], xp0, xp1, s0, s1, pf);
-  if (G == 1 && NB == 1) tile_loop<1, 1, kSplit>(a[0], a[1], xp0, xp1, s0, s1, pf);
+void run_tiles_as(int G, int NB, const uint16_t* const a[2], const ATiles& at,
+                  const uint16_t* xp0, const uint16_t* xp1, int64_t s0, int64_t s1,
+                  const StepPrefetch& pf) {
+  if (G == 2 && NB == 2) tile_loop<2, 2, kSplit>(a[0], a[1], at, xp0, xp1, s0, s1, pf);
+  if (G == 2 && NB == 1) tile_loop<2, 1, kSplit>(a[0], a[1], at, xp0, xp1, s0, s1, pf);
+  if (G == 1 && NB == 2) tile_loop<1, 2, kSplit>(a[0], a[1], at, xp0, xp1, s0, s1, pf);
+  if (G == 1 && NB == 1) tile_loop<1, 1, kSplit>(a[0], a[1], at, xp0, xp1, s0, s1, pf);
 }
 
-// a: the groups' packed A panels.
-void run_tiles(bool split, int G, int NB, const uint16_t* const a[2], const uint16_t* xp0,
-               const uint16_t* xp1, int64_t s0, int64_t s1, const StepPrefetch& pf) {
+// a: the groups' A tiles at step 0 (packed panels, or the weight rows, as `at` says).
+void run_tiles(bool split, int G, int NB, const uint16_t* const a[2], const ATiles& at,
+               const uint16_t* xp0, const uint16_t* xp1, int64_t s0, int64_t s1,
+               const StepPrefetch& pf) {
   if (split) {
-    run_tiles_as<true>(G, NB, a, xp0, xp1, s0, s1, pf);
+    run_tiles_as<true>(G, NB, a, at, xp0, xp1, s0, s1, pf);
   } else {
-    run_tiles_as<false>(G, NB, a, xp0, xp1, s0, s1, pf);
+    run_tiles_as<false>(G, NB, a, at, xp0, xp1, s0, s1, pf);
   }
 }
 
-// Transposed tile (16 weight rows x 16 m) -> t[i] = the 16 outputs of row m0 + i.
-inline void load_transposed(const float* c, __m512i t[16]) {
+// Transposed tile (16 weight rows x 16 m) -> t[i] = the 16 outputs of row m0 + i. `stacked`:
+// columns i and i + 8 hold the products of row i's hi and lo parts, whose sum t[i] becomes.
+inline void load_transposed(const float* c, bool stacked, __m512i t[16]) {
   for (int j = 0; j < 16; ++j) t[j] = _mm512_loadu_si512(c + j * 16);
   transpose16(t);
+  if (stacked) {
+    for (int i = 0; i < kStackedMaxM; ++i) {
+      t[i] = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(t[i]),
+                                               _mm512_castsi512_ps(t[i + kStackedMaxM])));
+    }
+  }
 }
 
 // A group's column multipliers (AmxPanelSource::col_scale times mul), or ones: C * 1 + bias in
@@ -330,8 +365,8 @@ inline __m512 col_scale(const Group& grp, float mul) {
 }
 
 // Writes the finished C tiles of a unit for m rows [m0, m0 + 16*NB) to y.
-void epilogue(const Unit& u, GemmEpilogue ep, float mul, const float* c, int NB, int64_t m0,
-              int64_t m, float* y, int64_t ldy) {
+void epilogue(const Unit& u, GemmEpilogue ep, float mul, bool stacked, const float* c, int NB,
+              int64_t m0, int64_t m, float* y, int64_t ldy) {
   for (int b = 0; b < NB; ++b) {
     const int64_t rows_m = std::min<int64_t>(16, m - (m0 + 16 * b));
     if (rows_m <= 0) break;
@@ -343,8 +378,8 @@ void epilogue(const Unit& u, GemmEpilogue ep, float mul, const float* c, int NB,
       const __m512 bu = gu.bias ? _mm512_maskz_loadu_ps(mask, gu.bias) : _mm512_setzero_ps();
       const __m512 sg = col_scale(gg, mul), su = col_scale(gu, mul);
       __m512i tg[16], tu[16];
-      load_transposed(c + (0 + b) * 256, tg);
-      load_transposed(c + (2 + b) * 256, tu);
+      load_transposed(c + (0 + b) * 256, stacked, tg);
+      load_transposed(c + (2 + b) * 256, stacked, tu);
       for (int64_t i = 0; i < rows_m; ++i) {
         const __m512 g = _mm512_fmadd_ps(_mm512_castsi512_ps(tg[i]), sg, bg);
         const __m512 up = _mm512_fmadd_ps(_mm512_castsi512_ps(tu[i]), su, bu);
@@ -359,7 +394,7 @@ void epilogue(const Unit& u, GemmEpilogue ep, float mul, const float* c, int NB,
       const __m512 bias = grp.bias ? _mm512_maskz_loadu_ps(mask, grp.bias) : _mm512_setzero_ps();
       const __m512 sc = col_scale(grp, mul);
       __m512i t[16];
-      load_transposed(c + (2 * g + b) * 256, t);
+      load_transposed(c + (2 * g + b) * 256, stacked, t);
       for (int64_t i = 0; i < rows_m; ++i) {
         _mm512_mask_storeu_ps(y + (m0 + 16 * b + i) * ldy + grp.col, mask,
                               _mm512_fmadd_ps(_mm512_castsi512_ps(t[i]), sc, bias));
@@ -373,7 +408,8 @@ struct AmxJob {
   const GemmWeights* w;
   const AmxPanelSource* src;  // null: bf16/f16 rows read by pack_a
   int64_t k, n_kb, n_mb, m;
-  int64_t xs;          // x tiles per k-step: 1 (bf16) or 2 (hi, lo)
+  int64_t xs;          // x tiles per k-step: 1 (bf16, or stacked hi and lo) or 2 (hi, lo)
+  bool stacked;        // m <= kStackedMaxM in kSplitBf16: hi and lo parts in one x tile
   const uint16_t* xp;  // [n_mb, n_kb, xs, 16, 16, 2]
   GemmEpilogue ep;
   float* y;
@@ -405,6 +441,27 @@ void add_prefetch(const AmxJob& job, const Unit& u, int64_t kb0, int64_t kb1, Li
   }
 }
 
+// The first weight row of a group (bf16/f16 rows read in place).
+inline const uint16_t* group_rows(const AmxJob& job, const Group& grp) {
+  return static_cast<const uint16_t*>(job.w->data[grp.block]) + grp.row0 * job.k;
+}
+
+// Whether a unit's A tiles are loaded straight from its weight rows instead of a packed panel,
+// when a single m-block pair (batched decode) would not reuse the panel: bf16 rows, groups of
+// 16 rows, k a multiple of 32 and the rows 64-byte aligned, so that every tile row is one whole
+// cache line inside the block. Measured on an Emerald Rapids core (m = 8, 32 MiB of weights
+// streamed from memory, alternating): 1.1x the packed panel's speed, which also copies every
+// weight line through the store buffer.
+bool direct_tiles(const AmxJob& job, const Unit& u) {
+  if (job.src || job.w->dtype != DType::kBF16 || job.k % 32 != 0) return false;
+  for (int g = 0; g < u.n_groups; ++g) {
+    if (u.g[g].rows != 16 || reinterpret_cast<uintptr_t>(group_rows(job, u.g[g])) % 64 != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Units [u0, u1) against m-block pairs [p0, p1).
 void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t p1) {
   AmxScratch& s = amx_scratch();
@@ -423,8 +480,8 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
   PendingEpilogue pending;
   auto flush = [&] {
     if (pending.unit)
-      epilogue(*pending.unit, job.ep, mul, pending.c, pending.nb, pending.m0, job.m, job.y,
-               job.ldy);
+      epilogue(*pending.unit, job.ep, mul, job.stacked, pending.c, pending.nb, pending.m0, job.m,
+               job.y, job.ldy);
     pending.unit = nullptr;
   };
   int flip = 0;
@@ -452,6 +509,7 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
       };
       for (int64_t ui = u0; ui < u1; ++ui) {
         const Unit& u = job.units[ui];
+        const bool direct = interleave && direct_tiles(job, u);
         if (!interleave) pack(u, 0, steps, 0);
         pf_w.clear();
         if (ui + 1 < u1) add_prefetch(job, job.units[ui + 1], kb0, kb1, pf_w);
@@ -485,7 +543,16 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
           pf_y.start();
           const StepPrefetch pf{&pf_w, w_lines, &pf_y, (pf_y.lines() + steps - 1) / steps};
           const bool hi_lo = job.xs == 2;
-          if (interleave) {
+          if (direct) {
+            const uint16_t* const ad[2] = {
+                group_rows(job, u.g[0]) + kb0 * 32,
+                u.n_groups > 1 ? group_rows(job, u.g[1]) + kb0 * 32 : nullptr};
+            const ATiles at{32, job.k * 2};
+            const int64_t split = std::min<int64_t>(steps, 4);
+            run_tiles(hi_lo, u.n_groups, NB, ad, at, xp0, xp1, 0, split, pf);
+            flush();
+            run_tiles(hi_lo, u.n_groups, NB, ad, at, xp0, xp1, split, steps, pf);
+          } else if (interleave) {
             // Packing runs one slice ahead: a tile load right after the stores that wrote
             // its panel waits for them to drain, so the tile products of slice j are queued
             // first and slice j + 1 is packed while they run.
@@ -495,7 +562,7 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
               const int64_t at = (s0 / kInterleaveSteps) % 2 * kInterleaveSteps;
               const uint16_t* const ah[2] = {a[0] + at * kTileElems, a[1] + at * kTileElems};
               const int64_t xoff = s0 * job.xs * kTileElems;
-              run_tiles(hi_lo, u.n_groups, NB, ah, xp0 + xoff, xp1 + xoff, 0,
+              run_tiles(hi_lo, u.n_groups, NB, ah, ATiles{}, xp0 + xoff, xp1 + xoff, 0,
                         s1 - s0, pf);
               if (s1 < steps) {
                 pack(u, s1, std::min(steps, s1 + kInterleaveSteps), kInterleaveSteps - at);
@@ -506,9 +573,9 @@ void run_amx_task(const AmxJob& job, int64_t u0, int64_t u1, int64_t p0, int64_t
             // The previous pair's epilogue runs after a few steps have been queued, so the
             // vector work overlaps the tile products instead of waiting in line behind them.
             const int64_t split = std::min<int64_t>(steps, 4);
-            run_tiles(hi_lo, u.n_groups, NB, a, xp0, xp1, 0, split, pf);
+            run_tiles(hi_lo, u.n_groups, NB, a, ATiles{}, xp0, xp1, 0, split, pf);
             flush();
-            run_tiles(hi_lo, u.n_groups, NB, a, xp0, xp1, split, steps, pf);
+            run_tiles(hi_lo, u.n_groups, NB, a, ATiles{}, xp0, xp1, split, steps, pf);
           }
           if (kc + 1 < n_kc) {
             amx::store_c4(acc);
@@ -553,14 +620,16 @@ void run_gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
   const int64_t n_kb = (k + 31) / 32;
   const int64_t n_mb = (m + 15) / 16;
   const int64_t threads = std::max(1, runner.concurrency());
-  const int64_t xs = gemm_precision() == GemmPrecision::kSplitBf16 ? 2 : 1;
+  const bool split = gemm_precision() == GemmPrecision::kSplitBf16;
+  const bool stacked = split && m <= kStackedMaxM;
+  const int64_t xs = split && !stacked ? 2 : 1;
 
   AlignedBuffer<uint16_t>& xp = packed_x();
   xp.reserve(n_mb * n_kb * xs * kTileElems);
   const int64_t pack_tasks = std::min(threads, n_mb);
   runner.run(pack_tasks, [&](int64_t t) {
     for (int64_t mb = n_mb * t / pack_tasks; mb < n_mb * (t + 1) / pack_tasks; ++mb) {
-      pack_x_block(x, ldx, m, k, mb, n_kb, xs, xp.data() + mb * n_kb * xs * kTileElems);
+      pack_x_block(x, ldx, m, k, mb, n_kb, xs, stacked, xp.data() + mb * n_kb * xs * kTileElems);
     }
   });
 
@@ -577,7 +646,7 @@ void run_gemm_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
   const int64_t max_pairs = std::max<int64_t>(1, kXChunkBytes / (chunk_steps * pair_step_bytes));
   const int64_t n_mc = (n_pairs + max_pairs - 1) / max_pairs;
   const int64_t mc_pairs = (n_pairs + n_mc - 1) / n_mc;
-  const AmxJob job{units.data(), &w, src, k, n_kb, n_mb, m, xs, xp.data(), ep, y, ldy,
+  const AmxJob job{units.data(), &w, src, k, n_kb, n_mb, m, xs, stacked, xp.data(), ep, y, ldy,
                    chunk_steps, mc_pairs};
 
   // Prefill-sized x: a few unit ranges per thread, claimed dynamically, so a thread that runs

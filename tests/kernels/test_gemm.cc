@@ -61,6 +61,7 @@ struct Case {
   std::vector<bool> bias;     // per block
   GemmEpilogue ep = GemmEpilogue::kStore;
   int64_t ldx_pad = 0, ldy_pad = 0;
+  bool aligned = false;  // blocks start on a 64-byte boundary (as the engine's own buffers)
 };
 
 std::string describe(const Case& c) {
@@ -73,7 +74,7 @@ std::string describe(const Case& c) {
   for (size_t b = 0; b < c.rows.size(); ++b)
     s << (b ? "," : "") << c.rows[b] << (c.bias[b] ? "+b" : "");
   s << " ep=" << (c.ep == GemmEpilogue::kStore ? "store" : "silu_mul") << " ldx_pad=" << c.ldx_pad
-    << " ldy_pad=" << c.ldy_pad;
+    << " ldy_pad=" << c.ldy_pad << (c.aligned ? " aligned" : "");
   return s.str();
 }
 
@@ -85,12 +86,14 @@ struct Block {
   std::vector<float> bias;   // [rows] or empty
 };
 
-Block make_block(DType dt, int64_t rows, int64_t k, bool bias, std::mt19937& rng) {
+Block make_block(DType dt, int64_t rows, int64_t k, bool bias, std::mt19937& rng,
+                 bool aligned = false) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   const int64_t es = dt == DType::kF32 ? 4 : 2;
   const int64_t guard = kGuardWithNan ? 64 : 0;
   // One element of offset: 16-bit weights are then only 2-byte aligned, as in a safetensors file.
-  const int64_t lead = kGuardWithNan ? guard : 1;
+  // `aligned`: 64 more bytes of lead, and the block moved back to the 64-byte boundary in them.
+  const int64_t lead = (kGuardWithNan ? guard : 1) + (aligned ? 64 / es : 0);
   Block b;
   b.storage.resize((lead + rows * k + guard) * es);
   const uint16_t nan16 = dt == DType::kF16 ? 0x7e00 : 0x7fc0;
@@ -102,6 +105,7 @@ Block make_block(DType dt, int64_t rows, int64_t k, bool bias, std::mt19937& rng
       std::memcpy(b.storage.data() + i * 4, &nan32, 4);
   }
   uint8_t* base = b.storage.data() + lead * es;
+  if (aligned) base -= reinterpret_cast<uintptr_t>(base) % 64;
   b.data = base;
   b.value.resize(rows * k);
   for (int64_t i = 0; i < rows * k; ++i) {
@@ -175,7 +179,7 @@ void check_case(const Case& c, uint32_t seed) {
   w.k = c.k;
   w.n_blocks = n_blocks;
   for (int b = 0; b < n_blocks; ++b) {
-    blocks.push_back(make_block(c.dtype, c.rows[b], c.k, c.bias[b], rng));
+    blocks.push_back(make_block(c.dtype, c.rows[b], c.k, c.bias[b], rng, c.aligned));
   }
   for (int b = 0; b < n_blocks; ++b) {
     w.data[b] = blocks[b].data;
@@ -284,6 +288,50 @@ TEST_CASE("gemm: one block over awkward m, n, k", "[kernels][gemm]") {
       c.ldx_pad = seed % 3 == 0 ? 0 : 3;
       c.ldy_pad = seed % 4 == 0 ? 0 : 5;
       check_case(c, seed++);
+    }
+  }
+}
+
+TEST_CASE("gemm: batched decode on AMX, x tiles stacked and rows read in place",
+          "[kernels][gemm]") {
+  // On AMX, from kAmxMinM to 8 rows of x the hi and lo parts of x share one tile (kSplitBf16,
+  // kStackedMaxM in gemm_amx.cc), and up to 32 rows (one m-block pair) a unit of 64-byte aligned
+  // bf16 rows with k a multiple of 32 and whole 16-row groups loads its A tiles from the rows
+  // themselves; a short group, an unaligned block, f16 or k % 32 != 0 packs them. Every case
+  // runs on every level (and on both sides of these conditions where the CPU has AMX).
+  struct Shape {
+    int64_t m;
+    std::vector<int64_t> rows;
+    int64_t k;
+    GemmEpilogue ep;
+  };
+  const Shape shapes[] = {{6, {48}, 64, GemmEpilogue::kStore},
+                          {7, {40, 24}, 96, GemmEpilogue::kStore},
+                          {8, {64}, 2048, GemmEpilogue::kStore},
+                          {8, {32}, 100, GemmEpilogue::kStore},
+                          {8, {32, 32}, 256, GemmEpilogue::kSiluMul},
+                          {8, {20, 20}, 64, GemmEpilogue::kSiluMul},
+                          {9, {32}, 320, GemmEpilogue::kStore},
+                          {16, {16, 48}, 64, GemmEpilogue::kStore},
+                          {17, {64}, 128, GemmEpilogue::kStore},
+                          {32, {32, 16}, 1056, GemmEpilogue::kStore},
+                          {24, {48, 48}, 160, GemmEpilogue::kSiluMul}};
+  uint32_t seed = 300;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (const Shape& s : shapes) {
+      for (bool aligned : {true, false}) {
+        Case c;
+        c.dtype = dt;
+        c.m = s.m;
+        c.k = s.k;
+        c.rows = s.rows;
+        c.bias.assign(s.rows.size(), seed % 2 == 0);
+        c.ep = s.ep;
+        c.ldx_pad = seed % 3 == 0 ? 0 : 3;
+        c.ldy_pad = seed % 4 == 0 ? 0 : 5;
+        c.aligned = aligned;
+        check_case(c, seed++);
+      }
     }
   }
 }
