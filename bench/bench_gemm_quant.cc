@@ -1,7 +1,9 @@
-// Quantized-weight GEMM speed (kF8E4M3, kI4 group 128) next to bf16, on TinyLlama-1.1B shapes.
+// Quantized-weight GEMM speed (kF8E4M3, kI4 group 128 or --group) next to bf16, on TinyLlama-1.1B
+// shapes.
 //
 //   bench_gemm_quant [gemv] [gemm] [--cached] [--reps N] [--isa LEVEL (avx2 ... amx: isa.h)]
-//                    [--m 1,4,8] [--format bf16|fp8|int4g128] [--small-pages] [--fp8-random]
+//                    [--m 1,4,8] [--format bf16|fp8|int4|int4gN] [--group 32|64|128] [--small-pages]
+//                    [--fp8-random]
 //                    (default: gemv and gemm, best ISA, streaming, GEMV m = 1, 4, 8, all formats)
 //
 // GEMV (decode, m = 1, 4 and 8; --m picks others, e.g. 16 for the prefill path): bytes streamed per call (packed weights + scales) / time, in GB/s
@@ -73,15 +75,21 @@ const Shape kShapes[] = {
 
 enum class Format { kBf16, kFp8, kInt4 };
 const Format kFormats[] = {Format::kBf16, Format::kFp8, Format::kInt4};
-constexpr int64_t kGroup = 128;
+// INT4 group size (--group; GGUF Q4_0 files run as group 32).
+int64_t g_group = 128;
 
-const char* format_name(Format f) {
+std::string format_name(Format f) {
   switch (f) {
     case Format::kBf16: return "bf16";
     case Format::kFp8: return "fp8";
-    case Format::kInt4: return "int4g128";
+    case Format::kInt4: return "int4g" + std::to_string(g_group);
   }
   return "?";
+}
+
+// --format: empty (every format), a format's name, or "int4" for the INT4 one of any group.
+bool format_matches(const std::string& only, Format f) {
+  return only.empty() || only == format_name(f) || (f == Format::kInt4 && only == "int4");
 }
 
 // Bytes of one block's packed weights and of its scales.
@@ -97,7 +105,7 @@ int64_t scale_bytes(Format f, int64_t n, int64_t k) {
   switch (f) {
     case Format::kBf16: return 0;
     case Format::kFp8: return 4 * n;
-    case Format::kInt4: return 2 * n * (k / kGroup);
+    case Format::kInt4: return 2 * n * (k / g_group);
   }
   return 0;
 }
@@ -236,7 +244,7 @@ double time_call(Bench& b, const Shape& s, Format f, int64_t m, ThreadPool& thre
     w.dtype = f == Format::kBf16 ? DType::kBF16 : f == Format::kFp8 ? DType::kF8E4M3 : DType::kI4;
     w.k = s.k;
     w.n_blocks = s.blocks;
-    w.group_size = kGroup;
+    w.group_size = g_group;
     w.scale_dtype = DType::kF16;
     if (!cycle || b.cursor + call_bytes > pool_bytes) b.cursor = 0;
     const uint8_t* base = reinterpret_cast<const uint8_t*>(pool.data()) + b.cursor;
@@ -293,10 +301,17 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--format" && i + 1 < argc) {
       only_format = argv[++i];
+    } else if (a == "--group" && i + 1 < argc) {
+      g_group = std::atoi(argv[++i]);
+      if (g_group != 32 && g_group != 64 && g_group != 128) {
+        std::fprintf(stderr, "error: --group must be 32, 64 or 128\n");
+        return 2;
+      }
     } else {
       std::fprintf(stderr,
                    "usage: %s [gemv] [gemm] [--cached] [--reps N] [--isa LEVEL] "
-                   "[--m 1,4,8] [--format bf16|fp8|int4g128] [--small-pages] [--fp8-random]\n",
+                   "[--m 1,4,8] [--format bf16|fp8|int4|int4gN] [--group 32|64|128] [--small-pages] "
+                   "[--fp8-random]\n",
                    argv[0]);
       return 2;
     }
@@ -336,8 +351,8 @@ int main(int argc, char** argv) {
       std::printf("%-26s %-9s %15s %15s\n", "shape", "format", "1 thread", "2 threads");
       for (const Shape& s : kShapes) {
         for (Format f : kFormats) {
-          if (!only_format.empty() && only_format != format_name(f)) continue;
-          std::printf("%-26s %-9s", s.name, format_name(f));
+          if (!format_matches(only_format, f)) continue;
+          std::printf("%-26s %-9s", s.name, format_name(f).c_str());
           for (int t = 0; t < 2; ++t) {
             const double sec = time_call(b, s, f, m, *pools[t], !cached, b.reps);
             const double bytes =
@@ -368,8 +383,8 @@ int main(int argc, char** argv) {
       std::printf("%-26s %-9s %10s %10s\n", "shape", "format", "1 thread", "2 threads");
       for (const Shape& s : kShapes) {
         for (Format f : kFormats) {
-          if (!only_format.empty() && only_format != format_name(f)) continue;
-          std::printf("%-26s %-9s", s.name, format_name(f));
+          if (!format_matches(only_format, f)) continue;
+          std::printf("%-26s %-9s", s.name, format_name(f).c_str());
           for (int t = 0; t < 2; ++t) {
             const double sec = time_call(b, s, f, m, *pools[t], false, std::min(b.reps, 5));
             std::printf(" %10.0f", 2.0 * m * s.n * s.blocks * s.k / sec / 1e9);
