@@ -246,7 +246,14 @@ const QuantKernels& quant_kernels_avx512_vnni();
 //    0.36 at m = 16, against the VNNI kernels' 0.45, 0.31 and (bf16 tiles, q - z panels, the
 //    path this replaced) 0.23. At m = 1..2 the dot kernels stream faster (0.73 and 0.52-0.62
 //    against 0.55 and 0.50): the tile kernel is held back by its per-group epilogue and its
-//    packing not overlapping the tile products, so it starts at kI4AmxMinM.
+//    packing not overlapping the tile products, so it starts at kI4AmxMinM. On an Emerald Rapids
+//    VM (stop 54; bench_gemm_quant gemv --format int4 --group G, gate+up, weights streamed,
+//    GB/s at 1 / 2 threads, AMX-INT8 against the VNNI decode kernels at the avx512_bf16 level,
+//    two rounds) the tiles lost at m = 4 (g128: 3.7-6.9 / 6.6-10.7 against 6.0-7.0 / 8.6-9.4;
+//    g32: 1.8-3.9 / 3.3-4.3 against 4.6-7.5 / 6.8-13.4) and, with 32-element groups (a tile step
+//    and an epilogue per group), at m = 5 too (2.0-4.4 / 3.8-8.5 against 3.7-6.1 / 7.3-12.5);
+//    from m = 6 (g32) and m = 5 (g64, g128) they are level or ahead. GGUF Q4_0 files run as
+//    group 32, where batched decode at B = 4 was slower per token than B = 1.
 //  - kF8E4M3 (gemm_quant_f8_amx.cc, AMX-BF16): from kF8AmxMinM rows on, prefill included. End
 //    to end (TinyLlama shape, 2 threads, `sampan bench --batch`) a decode step of B rows over one
 //    row's: 1.40-1.49x at B = 4..12 (AVX512-VNNI kernels of the time: 1.80-3.12x); fp8 prefill
@@ -259,7 +266,8 @@ const QuantKernels& quant_kernels_avx512_vnni();
 //    one tile product per weight tile instead of two, hi and lo x side by side, measured no
 //    faster). So the tiles start at 7.
 constexpr int64_t kF8AmxMinM = 7;
-constexpr int64_t kI4AmxMinM = 4;
+constexpr int64_t kI4AmxMinM = 5;       // groups of 64 and 128 elements
+constexpr int64_t kI4AmxMinMGroup32 = 6;
 
 // Whether cpu::gemm runs kF8E4M3 weights with m rows of x through gemm_quant_f8_amx (reads the
 // CPU's level and the calling thread's GemmPrecision, like cpu::gemm; false for kI4).
@@ -267,11 +275,11 @@ bool quant_on_amx_tiles(DType dtype, int64_t m);
 void gemm_quant_f8_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                        GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 
-// Whether cpu::gemm runs kI4 weights with m rows of x through gemm_quant_i4_amx: on AMX CPUs
-// m = kI4AmxMinM..kQuantPrefillMinM - 1, and m = kQuantPrefillMinM too unless GemmPrecision is
-// kF32 (which keeps prefill exact in f32). The kI4 decode contract above (x rounded per group
-// to x16).
-bool i4_on_amx_int8(int64_t m);
+// Whether cpu::gemm runs kI4 weights of this group size with m rows of x through
+// gemm_quant_i4_amx: on AMX CPUs m = kI4AmxMinM (kI4AmxMinMGroup32 for groups of 32)
+// ..kQuantPrefillMinM - 1, and m = kQuantPrefillMinM too unless GemmPrecision is kF32 (which
+// keeps prefill exact in f32). The kI4 decode contract above (x rounded per group to x16).
+bool i4_on_amx_int8(int64_t m, int64_t group);
 // m <= 16 rows of x (gemm_quant_i4_amx.cc; CPUs with AMX only).
 void gemm_quant_i4_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                        GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
@@ -312,7 +320,7 @@ static inline void zero_if_inverse_overflows(float* sx, float* inv) {
 // (quant_kernels_avx512_vnni, or its x8 form quant_kernels_avx512_vnni_x8 where vnni_x8()):
 // decode_kernels_take, not AMX-INT8 (i4_on_amx_int8), AVX512-VNNI, and m >= 2 where the CPU
 // splits zmm operations (Zen 4 keeps the AVX2 kernels at m = 1).
-bool i4_decode_on_vnni(int64_t m);
+bool i4_decode_on_vnni(int64_t m, int64_t group);
 // kF8E4M3 decode on vdpbf16ps (gemm_quant_f8_avx512_bf16.cc) where f8_decode_on_dpbf16(m):
 // AVX512-BF16 CPUs that issue it at the FMA rate (bf16_panels_preferred: AMD), GemmPrecision not
 // kF32. The E4M3 bytes become bf16 by shifts (exact: 4 significant bits), and x is prepared as

@@ -208,8 +208,8 @@ bool quant_on_amx_tiles(DType dtype, int64_t m) {
          m >= kF8AmxMinM;
 }
 
-bool i4_on_amx_int8(int64_t m) {
-  return has_amx() && m >= kI4AmxMinM &&
+bool i4_on_amx_int8(int64_t m, int64_t group) {
+  return has_amx() && m >= (group == 32 ? kI4AmxMinMGroup32 : kI4AmxMinM) &&
          (m < kQuantPrefillMinM ||
           (m == kQuantPrefillMinM && gemm_precision() != GemmPrecision::kF32));
 }
@@ -231,8 +231,8 @@ bool i4_on_vnni_prefill(int64_t m) {
 
 bool vnni_x8() { return gemm_precision() == GemmPrecision::kBf16; }
 
-bool i4_decode_on_vnni(int64_t m) {
-  return decode_kernels_take(DType::kI4, m) && !i4_on_amx_int8(m) && has_avx512_vnni() &&
+bool i4_decode_on_vnni(int64_t m, int64_t group) {
+  return decode_kernels_take(DType::kI4, m) && !i4_on_amx_int8(m, group) && has_avx512_vnni() &&
          (m >= 2 || !cpu_features().zmm_split);
 }
 
@@ -253,7 +253,7 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
                                    w.k % w.group_size == 0));
   static_assert(kMaxQuantRows >= 4 && kMaxQuantM >= 8 && kMaxQuantM >= kAvx2BatchMaxM);
   static_assert(kAvx2BatchMaxM == kQuantPrefillMinM, "decode_kernels_take bounds the batched m");
-  if (w.dtype == DType::kI4 && i4_on_amx_int8(m)) {
+  if (w.dtype == DType::kI4 && i4_on_amx_int8(m, w.group_size)) {
     gemm_quant_i4_amx(m, x, ldx, w, ep, y, ldy, runner);
   } else if (quant_on_amx_tiles(w.dtype, m)) {
     gemm_quant_f8_amx(m, x, ldx, w, ep, y, ldy, runner);

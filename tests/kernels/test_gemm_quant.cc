@@ -186,7 +186,7 @@ double tolerance(Isa isa, const Case& c) {
   }
   // int4 on AMX-INT8 tiles (gemm_quant_i4_amx.cc) and int4 prefill on AVX512-VNNI without AMX
   // (gemm_prefill_int_avx512_vnni.cc): integer sums, the x rounding added by x_rounding below.
-  const bool amx_i4 = isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m);
+  const bool amx_i4 = isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m, c.group);
   if (c.dtype == DType::kI4 && (amx_i4 || gemm_detail::i4_on_vnni_prefill(c.m))) {
     return 1e-5;
   }
@@ -208,11 +208,11 @@ double tolerance(Isa isa, const Case& c) {
 // AVX512-VNNI decode kernels (i4_decode_on_vnni).
 double x_rounding(Isa isa, const Case& c) {
   if (c.dtype != DType::kI4) return 0.0;
-  if ((gemm_detail::i4_on_vnni_prefill(c.m) || gemm_detail::i4_decode_on_vnni(c.m)) &&
+  if ((gemm_detail::i4_on_vnni_prefill(c.m) || gemm_detail::i4_decode_on_vnni(c.m, c.group)) &&
       gemm_detail::vnni_x8()) {
     return gemm_detail::kX8Error;
   }
-  const bool rounds = (isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m)) ||
+  const bool rounds = (isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m, c.group)) ||
                       gemm_detail::decode_kernels_take(c.dtype, c.m) ||
                       gemm_detail::i4_on_vnni_prefill(c.m);
   return rounds ? gemm_detail::kI4DecodeXError : 0.0;
@@ -556,7 +556,7 @@ TEST_CASE("gemm int4 prefill on VNNI and x8 decode: x rounded as the contract sa
     for (Isa isa : supported_isas()) {
       REQUIRE(set_isa(isa));
       if (!gemm_detail::i4_on_vnni_prefill(m) &&
-          !(gemm_detail::i4_decode_on_vnni(m) && gemm_detail::vnni_x8())) {
+          !(gemm_detail::i4_decode_on_vnni(m, g) && gemm_detail::vnni_x8())) {
         continue;
       }
       for (auto [name, runner] : runners.all()) {
