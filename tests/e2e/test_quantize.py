@@ -8,13 +8,16 @@ For every tiny model with HF goldens (tests/data/golden):
     again and gives exactly the logits of on-load quantization;
   - rotation: `--hadamard` on load and `sampan quantize --scheme none --hadamard` give the logits
     of the original float model (to ~1e-4 relative: a rotation is exact up to f32 rounding).
-Then: a larger random model (written here) shows that loading a quantized directory is faster
-than quantizing on load, and the CLI's bad flags and paths give one "error:" line.
+Then: on a larger random model (written here) a quantized directory holds fewer bytes than the
+f32 source and loads without quantizing anything, where on-load quantization quantizes every
+linear (load times are printed, not asserted), and the CLI's bad flags and paths give one
+"error:" line.
 """
 
 import glob
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -271,6 +274,26 @@ def timed_logits(args, model, extra, repeats=3):
     return best, None
 
 
+def dir_bytes(path):
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)
+               if os.path.isfile(os.path.join(path, f)))
+
+
+def debug_logits_log(args, model, extra):
+    """stderr of one `sampan logits` run at log level debug ("" if it failed)."""
+    saved = os.environ.get("SAMPAN_LOG_LEVEL")
+    os.environ["SAMPAN_LOG_LEVEL"] = "debug"
+    try:
+        run = eu.run_sampan(args, ["logits", "--model", model, "--ids", "1,2,3", "--out",
+                                   os.path.join(args.work_dir, "debug.npy")] + extra)
+    finally:
+        if saved is None:
+            del os.environ["SAMPAN_LOG_LEVEL"]
+        else:
+            os.environ["SAMPAN_LOG_LEVEL"] = saved
+    return run.stderr if run.returncode == 0 else ""
+
+
 def load_speed(args, res):
     src = os.path.join(args.work_dir, "random_25m")
     write_random_model(src)
@@ -285,10 +308,23 @@ def load_speed(args, res):
         if bad or bad2:
             res.check(f"random_25m.{name}.load_speed", False, (bad or bad2).describe())
             continue
-        # Best of 3 runs each: the stored model skips reading f32 weights and quantizing them.
-        res.check(f"random_25m.{name}.stored_loads_faster", t_stored < t_load,
-                  f"logits run on the stored model {t_stored:.3f} s, with on-load quantization "
-                  f"{t_load:.3f} s")
+        # The times are reported, not asserted (speed belongs to benchmarks: a timed check
+        # failed here once on a tie, 0.132 s both). What makes the stored model load faster is
+        # checked instead: it reads fewer bytes than the f32 source and quantizes nothing on
+        # load, while the on-load run quantizes every linear (the loader's debug log says so).
+        print(f"measured random_25m.{name}.load: logits on the stored model {t_stored:.3f} s, "
+              f"with on-load quantization {t_load:.3f} s (best of 3)")
+        src_bytes, out_bytes = dir_bytes(src), dir_bytes(out)
+        res.check(f"random_25m.{name}.stored_reads_less", out_bytes < src_bytes,
+                  f"stored model {out_bytes} bytes, f32 source {src_bytes} bytes")
+        log_load = debug_logits_log(args, src, load_flags)
+        log_stored = debug_logits_log(args, out, [])
+        quantized = re.search(r"quantized (\d+) linears to " + name, log_load)
+        res.check(f"random_25m.{name}.only_on_load_quantizes",
+                  quantized is not None and int(quantized.group(1)) > 0 and
+                  "quantized" not in log_stored,
+                  f"on-load run: {quantized.group(0) if quantized else 'no quantize line'}; "
+                  f"stored run: {'a quantize line' if 'quantized' in log_stored else 'none'}")
 
 
 def bad_cli(args, res):
