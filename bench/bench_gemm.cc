@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_buffers.h"
 #include "engine/core/thread_pool.h"
 #include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/gemm_internal.h"
@@ -122,30 +123,11 @@ void fill_16bit(uint16_t* p, int64_t n, uint32_t seed) {
   }
 }
 
-// 16-bit weights on a 64-byte boundary, as the engine allocates them (a batched decode on AMX
-// reads aligned bf16 rows in place; see gemm_amx.cc).
-class WeightPool {
- public:
-  void assign(int64_t n, uint16_t v) {
-    mem_.reset(static_cast<uint16_t*>(std::aligned_alloc(64, (n * 2 + 63) / 64 * 64)));
-    size_ = n;
-    std::fill(mem_.get(), mem_.get() + n, v);
-  }
-  void resize(int64_t n) { assign(n, 0); }
-  uint16_t* data() { return mem_.get(); }
-  int64_t size() const { return size_; }
-
- private:
-  struct Free {
-    void operator()(uint16_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<uint16_t, Free> mem_;
-  int64_t size_ = 0;
-};
-
 struct Bench {
   int reps = 15;
-  WeightPool pool;  // weights for GEMV: every call reads the next unread stretch
+  // Weights for GEMV: every call reads the next unread stretch. Aligned as the engine's weight
+  // buffers are (a batched decode on AMX reads aligned bf16 rows in place; see gemm_amx.cc).
+  PageBuffer<uint16_t> pool;
   int64_t cursor = 0;          // where the next GEMV call's weights start, across all shapes
 };
 
@@ -283,7 +265,7 @@ int main(int argc, char** argv) {
     return isa != Isa::kAvx512Bf16 && (isa != Isa::kAmx || m >= sampan::cpu::gemm_detail::kAmxMinM);
   };
   if (want_gemv) {
-    b.pool.resize((int64_t(3) << 30) / 4);  // 1.5 GiB of 16-bit weights
+    b.pool.assign((int64_t(3) << 30) / 4, false);  // 1.5 GiB of 16-bit weights, 4 KiB pages
     fill_16bit(b.pool.data(), b.pool.size(), 1);
     for (int64_t m : {1, 4, 8}) {
       std::printf("\n");
@@ -326,7 +308,7 @@ int main(int argc, char** argv) {
     // (f32 weights take twice the elements of the 16-bit pool.)
     int64_t most = 0;
     for (const Shape& s : kShapes) most = std::max(most, s.n * s.k * s.blocks);
-    b.pool.assign(2 * most, 0);
+    b.pool.assign(2 * most, false);
     fill_16bit(b.pool.data(), 2 * most, 2);
     const sampan::cpu::GemmPrecision saved_precision = sampan::cpu::gemm_precision();
     for (int64_t m : gemm_ms) {

@@ -36,6 +36,7 @@
 #include <optional>
 #include <vector>
 
+#include "bench/bench_buffers.h"
 #include "engine/core/thread_pool.h"
 #include "quant/fp8.h"
 #include "kernels/cpu/gemm_cpu.h"
@@ -152,32 +153,6 @@ double read_bandwidth(ThreadPool& pool, const float* buf, int64_t n, int reps) {
   (void)keep;
   return n * 4.0 / median(times) / 1e9;
 }
-
-// Memory on 2 MiB boundaries, with transparent huge pages asked for (madvise, before the pages
-// are first touched) when `huge`: what the engine's own weight allocations do, so that a stream
-// of weights is not also a stream of 4 KiB page walks.
-template <typename T>
-class PageBuffer {
- public:
-  void assign(int64_t n, bool huge) {
-    constexpr size_t kAlign = size_t(2) << 20;
-    const size_t bytes = (static_cast<size_t>(n) * sizeof(T) + kAlign - 1) / kAlign * kAlign;
-    data_.reset(static_cast<T*>(std::aligned_alloc(kAlign, bytes)));
-    if (huge) ::madvise(data_.get(), bytes, MADV_HUGEPAGE);
-    n_ = n;
-  }
-  T* data() const { return data_.get(); }
-  int64_t size() const { return n_; }
-  T* begin() const { return data_.get(); }
-  T* end() const { return data_.get() + n_; }
-
- private:
-  struct Free {
-    void operator()(T* p) const { std::free(p); }
-  };
-  std::unique_ptr<T, Free> data_;
-  int64_t n_ = 0;
-};
 
 struct Bench {
   int reps = 15;
