@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
   ThreadPool* const pools[] = {&pool1, &pool2};
   const Isa saved = sampan::cpu::active_isa();
   std::vector<Isa> isas;
-  // amx: as avx512 for every format but int8, which runs on the AMX-INT8 tiles there.
+  // amx: the same kernels as avx512 (attention has no tile path; see attention_cpu.h).
   // avx512_bf16: as avx512 but for the prefill, whose kernel multiplies in bf16 there with
   // SAMPAN_GEMM_PRECISION=bf16 (on CPUs that run vdpbf16ps at the FMA rate); only in the first
   // table.

@@ -132,8 +132,7 @@ void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* 
 }
 
 int64_t attention_prefill_min_tokens(const AttentionShape& shape, KvDtype dtype) {
-  if (shape.n_kv_heads <= 0 || shape.n_heads < shape.n_kv_heads ||
-      attention_on_int8_tiles(shape, dtype)) {
+  if (shape.n_kv_heads <= 0 || shape.n_heads < shape.n_kv_heads) {
     return INT64_MAX;
   }
   // Two vectors of query rows: with fewer, the kernel's broadcasts outnumber its products and the
@@ -143,12 +142,6 @@ int64_t attention_prefill_min_tokens(const AttentionShape& shape, KvDtype dtype)
   return std::max<int64_t>(2, util::ceil_div(2 * width, group));
 }
 
-bool attention_on_int8_tiles(const AttentionShape& shape, KvDtype dtype) {
-  return dtype == KvDtype::kI8 && has_amx() && gemm_precision() != GemmPrecision::kF32 &&
-         shape.n_kv_heads > 0 &&
-         detail::attention_i8_amx_supported(shape.n_heads / shape.n_kv_heads, shape.head_dim);
-}
-
 void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, int64_t ldq,
                const PagedKvCache& cache, const int32_t* pos, const int32_t* seq_ids, float* out,
                int64_t ldo, TaskRunner& runner) {
@@ -156,10 +149,8 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   const int64_t n_kv = shape.n_kv_heads, hd = shape.head_dim;
   const int64_t group = shape.n_heads / n_kv;
   const int64_t window = shape.sliding_window;
-  const auto kernel = attention_on_int8_tiles(shape, cache.dtype)
-                          ? detail::attention_range_i8_amx
-                      : has_avx512() ? detail::attention_range_avx512
-                                     : detail::attention_range_avx2;
+  const auto kernel =
+      has_avx512() ? detail::attention_range_avx512 : detail::attention_range_avx2;
   // GemmPrecision::kBf16 rounds activations to bf16; the prefill kernel follows it where
   // vdpbf16ps runs at the FMA rate (attention_prefill_avx512_bf16.cc states its bound).
   const auto prefill_kernel =

@@ -72,14 +72,10 @@ void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* 
 // ranges are split over workers and merged, so a decode token's result can differ in the last
 // bits with the runner's width (a prefill chunk's cannot).
 //
-// Accuracy: every format but kI8 on AMX computes the attention of the stored (dequantized) K and
-// V in f32 (softmax with a running maximum, f32 sums), except that with GemmPrecision::kBf16 on
-// CPUs where bf16_panels_preferred() the prefill kernel multiplies in bf16 (its bound is stated in
-// attention_prefill_avx512_bf16.cc). A kI8 cache on a CPU with AMX-INT8
-// (attention_on_int8_tiles) multiplies on the int8 tiles instead, with q and the softmax weights
-// rounded to 16 bits (two int8 planes); its error bound is stated in attention_i8_amx.cc
-// (measured up to 2e-5 of max |v| in test_kv_quant, against the format's own 4e-3).
-// SAMPAN_GEMM_PRECISION=f32 (GemmPrecision::kF32) keeps kI8 on the f32 path.
+// Accuracy: every format computes the attention of the stored (dequantized) K and V in f32
+// (softmax with a running maximum, f32 sums), except that with GemmPrecision::kBf16 on CPUs where
+// bf16_panels_preferred() the prefill kernel multiplies in bf16 (its bound is stated in
+// attention_prefill_avx512_bf16.cc).
 void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, int64_t ldq,
                const PagedKvCache& cache, const int32_t* pos, const int32_t* seq_ids, float* out,
                int64_t ldo, TaskRunner& runner);
@@ -87,15 +83,10 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
 // The shortest run that attention() hands to its prefill kernel (attention_prefill_impl.h): a
 // run is tokens of one sequence at consecutive positions in consecutive batch rows (a prefill
 // chunk, as the engine lays batches out). Shorter runs and lone tokens (decode) take the
-// per-token loop. INT64_MAX where the prefill kernel is not used (kI8 on the AMX tiles). The
+// per-token loop (every format; INT64_MAX for a shape without KV heads). The
 // two kernels sum in different orders, so a token's result may differ in the last bits between
 // them; through the prefill kernel it does not depend on how its prompt was cut into chunks
 // (key blocks start at fixed positions and every query row is computed on its own).
 int64_t attention_prefill_min_tokens(const AttentionShape& shape, KvDtype dtype);
-
-// Whether attention() runs `shape` over a cache of `dtype` on the AMX-INT8 tiles (kI8, AMX CPU,
-// GemmPrecision not kF32, head_dim a multiple of 64 up to 256, at most 8 query heads per KV
-// head).
-bool attention_on_int8_tiles(const AttentionShape& shape, KvDtype dtype);
 
 }  // namespace sampan::cpu

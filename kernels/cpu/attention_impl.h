@@ -3,10 +3,10 @@
 // the sequence's block table. This file holds the range's contract, the online-softmax steps and
 // the prefetch of the next key block; the loop, written once over a SIMD traits type
 // (vec_avx2.h / vec_avx512.h) for every format, is kv_quant_impl.h, instantiated in
-// attention_cpu.cc (AVX2) and attention_avx512.cc; attention_i8_amx.cc is the int8 cache on AMX
-// tiles. attention_cpu.cc owns the work split, the threads and the merge of split ranges, and
-// hands prefill chunks to the prefill kernel instead (PrefillBlock below,
-// attention_prefill_impl.h), which shares each key block among a block of query tokens.
+// attention_cpu.cc (AVX2) and attention_avx512.cc. attention_cpu.cc owns the work split, the
+// threads and the merge of split ranges, and hands prefill chunks to the prefill kernel instead
+// (PrefillBlock below, attention_prefill_impl.h), which shares each key block among a block of
+// query tokens.
 //
 // Keys are taken in blocks of kKeyBlock positions. Per block and KV head:
 //  - the scores of every query head (kv_quant_impl.h says how, per format and ISA);
@@ -115,10 +115,6 @@ void attention_prefill_avx512(const PrefillBlock& a);
 // The same on vdpbf16ps (attention_prefill_avx512_bf16.cc, which states its error bound):
 // GemmPrecision::kBf16 where bf16_panels_preferred().
 void attention_prefill_avx512_bf16(const PrefillBlock& a);
-// kI8 caches on AMX-INT8 tiles (attention_i8_amx.cc, which states its error bound), for the
-// shapes attention_i8_amx_supported accepts; AMX CPUs only.
-bool attention_i8_amx_supported(int64_t group, int64_t head_dim);
-void attention_range_i8_amx(const AttentionRange& a);
 
 }  // namespace sampan::cpu::detail
 

@@ -2,7 +2,7 @@
 // _mm_prefetch (or __builtin_prefetch) when its trip count is not a compile-time constant:
 // prefetches have no side effects it must keep, so the loop is dead code. That silently removed
 // the INT4 decode kernels' prefetch of the scales (found in stop 42: the loop measured no faster
-// than none) and the AMX-INT8 attention loop's prefetch of the next key block. A volatile asm
+// than none) and an attention loop's prefetch of the next key block. A volatile asm
 // statement is never deleted; it reads nothing (prefetches do not fault, so any address will
 // do, including one past an array's end: pass it as an integer so that no out-of-range pointer
 // is formed).

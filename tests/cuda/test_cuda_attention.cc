@@ -18,10 +18,11 @@
 //    at that scale (outputs near 0 do not shrink it) and relative for larger outputs: 1e-5 for
 //    the two sides together, times 3 for margin.
 //
-// The CPU reference runs at GemmPrecision::kF32 (set when the run starts): on a CPU with
-// AMX-INT8 its int8-cache attention otherwise multiplies on the int8 tiles with q and the
-// softmax weights rounded to 16 bits (attention_cpu.h), ~4e-5 off the f32 result: the H100
-// machine's host CPU showed that against this file's 3e-5 tolerance (int8 cases only).
+// The CPU reference runs at GemmPrecision::kF32 (set when the run starts), so that it is the f32
+// path whatever a later CPU kernel does at the default precision: until stop 55 an int8 cache on
+// AMX-INT8 CPUs multiplied on the int8 tiles with q and the softmax weights rounded to 16 bits,
+// ~4e-5 off the f32 result, which the H100 machine's host CPU showed against this file's 3e-5
+// tolerance (int8 cases only).
 //
 // Without a GPU the binary prints "SKIPPED: no CUDA device visible" and exits 77 (CTest: skipped)
 // before Catch starts: main() is in cuda_test_util.cc.

@@ -505,23 +505,6 @@ AttnErrors run_case(KvDtype dt, const AttnCase& c, TaskRunner& runner, std::mt19
 // every format and ISA (the f32 cache's own test allows 5e-6). 2e-6 still catches a wrong scale,
 // group or nibble (>= 1e-3).
 constexpr double kTightTol = 2e-6;
-// kI8 on AMX-INT8 tiles (attention_on_int8_tiles; attention_i8_amx.cc): q and the softmax
-// weights are rounded to 16 bits, 1/65024 of their absmax (1/32512 where the low plane
-// saturates). For these inputs (|q| <= 1 times the scale, |k|, |v| <= 1) that moves a score by
-// at most scale * head_dim / 32512 and an output by twice that, plus 32 / 65024 of max |v| for
-// the weights: a worst case of ~1.2e-3 at head_dim 128, which needs every rounding to go the
-// same way. Measured: up to 1.7e-5. 1e-4 still catches a dropped low plane (~4e-3) or a wrong
-// scale (>= 1e-3).
-constexpr double kAmxI8Tol = 1e-4;
-
-double decoded_tol(KvDtype dt, const AttnCase& c) {
-  AttentionShape s;
-  s.n_heads = c.heads;
-  s.n_kv_heads = c.kv;
-  s.head_dim = c.hd;
-  return attention_on_int8_tiles(s, dt) ? kAmxI8Tol : kTightTol;
-}
-
 // Against the unquantized values: the format's own error, largest for prefill tokens that see
 // only a few keys (a token attending to itself alone returns its V row as stored). Measured
 // worst over these cases: bf16 2.5e-3, int8 5.2e-3, fp8 4.0e-2, int4 7.7e-2; bounds ~2x that.
@@ -582,7 +565,7 @@ TEST_CASE("kv formats: attention over each quantized cache", "[kv_quant][attenti
             INFO("isa " << isa_name(isa) << " dtype " << kv_dtype_name(dt) << " case " << ci
                         << " runner " << rname << " in order " << (order == Order::kInOrder));
             const AttnErrors e = run_case(dt, cases[ci], *runner, rng, nullptr, order);
-            CHECK(e.vs_decoded <= decoded_tol(dt, cases[ci]));
+            CHECK(e.vs_decoded <= kTightTol);
             CHECK(e.vs_f32 <= f32_bound(dt));
             if (std::getenv("KVQ_MEASURE")) {
               WARN("measure " << kv_dtype_name(dt) << " case " << ci << " dec " << e.vs_decoded
@@ -600,36 +583,6 @@ float constant_fill(int64_t, int64_t, int64_t) { return -0.7f; }
 // Runs of 16 equal values, varying by position.
 float flat_rows_fill(int64_t si, int64_t p, int64_t i) {
   return 0.25f * static_cast<float>((si + p + i / 16) % 7) - 0.75f;
-}
-
-// Which shapes take the AMX-INT8 path: kI8 only, on AMX levels only, not with GemmPrecision::kF32,
-// head_dim a multiple of 64 up to 256, groups of at most 8.
-TEST_CASE("kv formats: int8 attention on AMX tiles exactly where promised",
-          "[kv_quant][attention]") {
-  IsaRestore restore;
-  auto shape = [](int64_t heads, int64_t kv, int64_t hd) {
-    AttentionShape s;
-    s.n_heads = heads;
-    s.n_kv_heads = kv;
-    s.head_dim = hd;
-    return s;
-  };
-  for (Isa isa : supported_isas()) {
-    REQUIRE(set_isa(isa));
-    INFO("isa " << isa_name(isa));
-    const bool amx = isa_includes(isa, Isa::kAmx);
-    CHECK(attention_on_int8_tiles(shape(32, 4, 64), KvDtype::kI8) == amx);
-    CHECK(attention_on_int8_tiles(shape(8, 8, 128), KvDtype::kI8) == amx);
-    CHECK(attention_on_int8_tiles(shape(16, 2, 256), KvDtype::kI8) == amx);
-    CHECK_FALSE(attention_on_int8_tiles(shape(32, 2, 64), KvDtype::kI8));   // group 16
-    CHECK_FALSE(attention_on_int8_tiles(shape(16, 2, 72), KvDtype::kI8));   // head_dim
-    CHECK_FALSE(attention_on_int8_tiles(shape(16, 2, 320), KvDtype::kI8));  // head_dim
-    for (KvDtype dt : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF8E4M3, KvDtype::kI4}) {
-      CHECK_FALSE(attention_on_int8_tiles(shape(32, 4, 64), dt));
-    }
-    ScopedGemmPrecision exact(GemmPrecision::kF32);
-    CHECK_FALSE(attention_on_int8_tiles(shape(32, 4, 64), KvDtype::kI8));
-  }
 }
 
 // All-zero and constant rows give scale 0 (int8, fp8) or a zero range (int4): nothing may divide
@@ -653,7 +606,7 @@ TEST_CASE("kv formats: zero and constant rows give no NaN", "[kv_quant][attentio
       for (auto [fill, bound] : fills) {
         for (const AttnCase* ac : {&c, &odd, &prompt}) {
           const AttnErrors e = run_case(dt, *ac, runners.wide, rng, fill, Order::kInOrder);
-          CHECK(e.vs_decoded <= decoded_tol(dt, *ac));
+          CHECK(e.vs_decoded <= kTightTol);
           CHECK(e.vs_f32 <= bound);
         }
       }
