@@ -51,7 +51,7 @@
 //    precisely). A group of x holding a NaN or an infinity gives NaN outputs. The AVX2 one-row
 //    and batched kernels give the same bits for a row of x, however many rows share the call
 //    (gemm_quant_batch_avx2.cc says how): below AVX512-VNNI, int4 decode is batch-invariant.
-//  - kF8E4M3 on AMX tiles (quant_on_amx_tiles: from m = 4; precision not kF32;
+//  - kF8E4M3 on AMX tiles (quant_on_amx_tiles: from kF8AmxMinM; precision not kF32;
 //    gemm_quant_f8_amx.cc): x = hi + lo in bf16 (2^-16; kBf16: x rounded to bf16, 2^-8); the
 //    fp8 values are exact in bf16, the row scale applied in f32. Below 2^-16 * M plus f32
 //    summation (1e-5 * M); with kBf16 2^-7 * M.
@@ -264,8 +264,14 @@ const QuantKernels& quant_kernels_avx512_vnni();
 //    117-125 ms on the AVX-512 kernels, one row's step 46-56 ms) and level or ahead from B = 8
 //    (the tile packer's dequantizing and its stores, not the tile products, bound them there:
 //    one tile product per weight tile instead of two, hi and lo x side by side, measured no
-//    faster). So the tiles start at 7.
-constexpr int64_t kF8AmxMinM = 7;
+//    faster). So the tiles started at 7. Since the packer looks codes up in byte tables where the
+//    CPU has AVX512-VBMI (pack_f8_vbmi, stop 55; gate+up weights streamed, GB/s at 1 / 2 threads,
+//    two rounds against the f16-route packer): m = 8 5.5-5.7 / 8.0-8.3 -> 7.4-8.0 / 10.7-11.0,
+//    m = 16 3.5-4.9 / 7.1-9.7 -> 6.7-6.8 / 8.8-9.6; `sampan bench --batch 1,8,16`, 2 threads,
+//    three alternating pairs: B = 8 53.9-62.5 -> 74.9-84.1 tok/s, B = 16 97.7-98.8 ->
+//    138.7-157.6. Against the AVX-512 kernels the tiles now win from m = 6 (8.3-16.4 against
+//    6.9-9.8 GB/s at 2 threads), tie at 5 and lose at 4: they start at 6.
+constexpr int64_t kF8AmxMinM = 6;
 constexpr int64_t kI4AmxMinM = 5;       // groups of 64 and 128 elements
 constexpr int64_t kI4AmxMinMGroup32 = 6;
 

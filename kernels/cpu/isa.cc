@@ -68,6 +68,7 @@ CpuFeatures detect() {
     f.avx512bw = b & (1u << 30);
     f.avx512vl = b & (1u << 31);
     f.avx512_vnni = c & (1u << 11);
+    f.avx512_vbmi = c & (1u << 1);
     f.avx512_fp16 = d & (1u << 23);
   }
   if (os_amx) {

@@ -43,6 +43,8 @@ struct CpuFeatures {
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
   bool avx512_fp16 = false;  // reported only: no level requires it
+  // vpermb / vpermi2b: no level requires it; a kernel that uses it asks (every AMX CPU has it).
+  bool avx512_vbmi = false;
   bool amx_tile = false;
   bool amx_bf16 = false;
   bool amx_int8 = false;

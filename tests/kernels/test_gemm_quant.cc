@@ -16,8 +16,8 @@
 //    absmax_g / 32639 steps
 //    (gemm_quant.h):
 //    we allow kI4DecodeXError * sum_g absmax_g(x) * sum_{c in g} |w_c| on top of 1e-5 * M.
-//  - AMX-BF16 tiles with fp8 weights dequantized into the panels (from m = 4, on an AMX CPU): x
-//    split into bf16 hi + lo, the weights exact: 2^-16 on top of 1e-5 * M.
+//  - AMX-BF16 tiles with fp8 weights dequantized into the panels (from kF8AmxMinM, on an AMX
+//    CPU): x split into bf16 hi + lo, the weights exact: 2^-16 on top of 1e-5 * M.
 //  - AMX prefill (m >= 16 on an AMX CPU): the dequantized weights are rounded to bf16
 //    (|dw| <= 2^-9 |w|) and x is split into bf16 hi + lo (2^-16): we allow 2^-8.
 // kSiluMul: as test_gemm.cc, |dy| <= 1.1 |u| eg + |silu(g)| eu + 1e-6 |y|, with eg and eu the
@@ -162,7 +162,7 @@ Block make_block(const Case& c, int64_t rows, bool bias, std::mt19937& rng) {
   return b;
 }
 
-// fp8 on AMX-BF16 tiles (gemm_quant_f8_amx.cc, from m = 4): x split into bf16 hi + lo (2^-16),
+// fp8 on AMX-BF16 tiles (gemm_quant_f8_amx.cc, from kF8AmxMinM): x split into bf16 hi + lo (2^-16),
 // the weights exact in bf16 (row scale applied in f32): 2^-16 of M, plus f32 summation.
 // (Called with the ISA already set.)
 bool amx_decode(Isa isa, const Case& c) {
@@ -692,6 +692,63 @@ TEST_CASE("gemm fp8: awkward m, rows, k (any k >= 1)", "[kernels][gemm_quant]") 
     c.ldy_pad = seed % 4 == 0 ? 0 : 5;
     check_case(c, seed++);
   }
+}
+
+// Every E4M3 code (but the NaN pair 0x7f / 0xff, whose reading the reference and the kernels do
+// not share) at every column position of a pair of 32-element steps and a short last step
+// (k = 100), read through x rows that each pick one column (every column, m rows per call): y
+// is the code's value times the row
+// scale, one f32 rounding off at most. On AMX CPUs m = 8 and m = 40 run the tile panels (packed
+// by byte table lookups where the CPU has AVX512-VBMI): a table entry, the code order inside the
+// 64-code load or the sign copy, wrong, fails here.
+TEST_CASE("gemm fp8: every code at every column is its E4M3 value times the row scale",
+          "[kernels][gemm_quant]") {
+  const int64_t k = 100, n = 256;
+  std::vector<uint8_t> data(n * k);
+  std::vector<float> scales(n);
+  for (int64_t j = 0; j < n; ++j) {
+    scales[j] = 0.75f + 0.01f * static_cast<float>(j % 7);
+    for (int64_t c = 0; c < k; ++c) {
+      const auto code = static_cast<uint8_t>((j + 3 * c) % 256);
+      data[j * k + c] = (code & 0x7f) == 0x7f ? uint8_t{0x01} : code;
+    }
+  }
+  GemmWeights w;
+  w.dtype = DType::kF8E4M3;
+  w.k = k;
+  w.n_blocks = 1;
+  w.rows[0] = n;
+  w.data[0] = data.data();
+  w.scales[0] = scales.data();
+  IsaRestore restore;
+  Runners runners;
+  int64_t checked = 0;
+  for (Isa isa : supported_isas()) {
+    REQUIRE(set_isa(isa));
+    for (int64_t m : {1, 8, 40}) {
+      for (int64_t c0 = 0; c0 < k; c0 += m) {  // every column, m at a time
+        std::vector<float> x(m * k, 0.0f), y(m * n, -1.0f);
+        std::vector<int64_t> col(m);
+        for (int64_t i = 0; i < m; ++i) {
+          col[i] = (c0 + i) % k;
+          x[i * k + col[i]] = 1.0f;
+        }
+        gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, runners.serial);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            const uint8_t code = data[j * k + col[i]];
+            const double want =
+                static_cast<double>(quant::fp8_e4m3_to_f32(code)) * static_cast<double>(scales[j]);
+            INFO("isa " << isa_name(isa) << " m " << m << " row " << i << " column " << col[i]
+                        << " code " << static_cast<int>(code));
+            REQUIRE(std::fabs(y[i * n + j] - want) <= std::fabs(want) * 0x1p-22);
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked > 0);
 }
 
 // E4M3 subnormals (exponent 0) decode to f32 denormals in the AVX2 kernel, which clears DAZ/FTZ
