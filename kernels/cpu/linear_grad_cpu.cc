@@ -1,5 +1,7 @@
 #include "kernels/cpu/linear_grad_cpu.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include "kernels/cpu/ggml_dequant.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/round_bf16_cpu.h"
+#include "kernels/cpu/sgemm_packed_cpu.h"
 #include "kernels/cpu/skinny_gemm_cpu.h"
 #include "kernels/cpu/transpose_f32_avx2.h"
 #include "kernels/cpu/vec_util.h"
@@ -261,6 +264,85 @@ bool grad_input_bf16_rows(int64_t m, const float* dy, int64_t lddy, const GemmWe
   return true;
 }
 
+// dst[0, nr) = src[0, n) as f32 (f32, f16 or bf16 elements), zeros past n. Inline (AVX2 + F16C,
+// this file's level): a strip piece is 16..64 elements, too short for a converter call each.
+inline void widen_piece(DType dt, const uint8_t* src, int64_t n, int64_t nr, float* dst) {
+  int64_t i = 0;
+  if (dt == DType::kF32) {
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(dst + i, _mm256_loadu_ps(reinterpret_cast<const float*>(src) + i));
+    }
+  } else if (dt == DType::kBF16) {
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+      _mm256_storeu_ps(dst + i,
+                       _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+    }
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(
+          dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
+    }
+  }
+  if (i < n) convert_to_f32(dt, src + i * (dt == DType::kF32 ? 4 : 2), dst + i, n - i);
+  for (int64_t j = n; j < nr; ++j) dst[j] = 0.0f;
+}
+
+// Whether the transposed-panel GEMM below would multiply these weights on the f32 FMA panels:
+// f32 weights always; 16-bit ones unless AMX tiles or the bf16 panels take them (gemm_cpu.cc's
+// takes_amx and prefill_panel_kernels).
+bool on_f32_panels(const GemmWeights& w) {
+  if (w.dtype == DType::kF32) return true;
+  const GemmPrecision p = gemm_precision();
+  if (p == GemmPrecision::kF32) return true;
+  if (has_amx()) return false;
+  return !(bf16_panels_preferred() && p == GemmPrecision::kBf16);
+}
+
+// dx = dy · W on the f32 FMA panels with W read as it lies. The panels want B as rows of NR
+// columns, one per step of the reduction (sgemm_packed_cpu.h); for dx the reduction runs over
+// W's output rows and B is W itself, so a chunk of W's columns becomes its panel by copying (and
+// widening) each output row's piece, every block's rows one after another (dy holds the blocks'
+// columns in the same order), and one sgemm_packed per chunk writes its columns of dx. The
+// transposed-panel path below instead transposed every weight into a column panel and the GEMM
+// packed it again, every step: with 2 threads on the AVX-512 (no AMX) level, the transpose alone
+// was 9 % of a LoRA step's samples. Same products and one FMA chain per output in W's row order,
+// as that GEMM.
+void grad_input_rows_f32(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w,
+                         float* dx, int64_t lddx, TaskRunner& runner) {
+  const int64_t k = w.k, n_all = w.n();
+  const int nr = sgemm_packed_nr();
+  // One strip per chunk: its panel (n_all x nr f32, 0.5-3 MB at TinyLlama's sizes) is used
+  // while still in L2; four strips per chunk read dy a quarter as often but measured slower
+  // (dx at 1.19-1.24x the forward's time against 1.07-1.10x).
+  const int64_t chunk = nr;
+  const int64_t esz = w.dtype == DType::kF32 ? 4 : 2;
+  util::parallel_for(runner, util::ceil_div(k, chunk), 1, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> packed;
+    SerialRunner serial;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t c0 = t * chunk, nc = std::min(chunk, k - c0);
+      const int64_t strips = util::ceil_div(nc, static_cast<int64_t>(nr));
+      packed.resize(static_cast<size_t>(strips * n_all * nr));
+      for (int64_t s = 0; s < strips; ++s) {
+        const int64_t s0 = c0 + s * nr, sn = std::min<int64_t>(nr, k - s0);
+        float* strip = packed.data() + s * n_all * nr;
+        int64_t o = 0;
+        for (int b = 0; b < w.n_blocks; ++b) {
+          const auto* base = static_cast<const uint8_t*>(w.data[b]);
+          for (int64_t r = 0; r < w.rows[b]; ++r, ++o) {
+            float* dst = strip + o * nr;
+            const uint8_t* src = base + (r * k + s0) * esz;
+            widen_piece(w.dtype, src, sn, nr, dst);
+          }
+        }
+      }
+      sgemm_packed(m, nc, n_all, dy, lddy, packed.data(), nr, 1.0f, nullptr, Activation::kNone,
+                   dx + c0, lddx, serial);
+    }
+  });
+}
+
 }  // namespace
 
 void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w, float* dx,
@@ -294,6 +376,10 @@ void linear_grad_input(int64_t m, const float* dy, int64_t lddy, const GemmWeigh
       o0 += w.rows[b];
     }
     skinny_n_gemm(m, k, n_all, dy, lddy, wt.data(), n_all, nullptr, dx, lddx, runner);
+    return;
+  }
+  if (float_w && on_f32_panels(w)) {
+    grad_input_rows_f32(m, dy, lddy, w, dx, lddx, runner);
     return;
   }
   if (float_w) {

@@ -31,6 +31,7 @@
 #include "kernels/cpu/round_bf16_cpu.h"
 #include "kernels/cpu/silu_mul_grad_cpu.h"
 #include "quant/fp8.h"
+#include "tests/kernels/kernel_test_util.h"
 
 using namespace sampan;
 using Vec = std::vector<double>;
@@ -871,6 +872,61 @@ StackedBf16 stacked_bf16(const std::vector<int64_t>& rows, int64_t k, std::mt199
 }
 
 }  // namespace
+
+// The f32-panel path reads W's rows in strips of the panel width (64 on AVX-512, 16 on AVX2)
+// without transposing them: every level the CPU has, a partial last strip, three blocks (fused
+// Q/K/V) whose rows follow each other in the reduction, dy and dx with row strides past their
+// widths (the padding must stay untouched), every 16-bit format widened in the packer.
+TEST_CASE("linear_grad_input: f32 panels over W's rows at every ISA level, strided dy and dx",
+          "[autograd]") {
+  std::mt19937 rng(17);
+  ThreadPool pool(2);
+  const cpu::ScopedGemmPrecision exact(cpu::GemmPrecision::kF32);
+  cpu::IsaRestore restore;
+  const int64_t m = 9, k = 150, lddy = 80, lddx = k + 5;
+  const int64_t rows[3] = {32, 16, 24};
+  int64_t checked = 0;
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    REQUIRE(cpu::set_isa(isa));
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      INFO(cpu::isa_name(isa) << " " << dtype_name(dt));
+      FormatWeights blk[3] = {make_weights(dt, rows[0], k, rng), make_weights(dt, rows[1], k, rng),
+                              make_weights(dt, rows[2], k, rng)};
+      GemmWeights w = blk[0].view;
+      w.n_blocks = 3;
+      Vec dense;
+      for (int b = 0; b < 3; ++b) {
+        w.data[b] = blk[b].view.data[0];
+        w.rows[b] = rows[b];
+        dense.insert(dense.end(), blk[b].dense.begin(), blk[b].dense.end());
+      }
+      const int64_t n = w.n();
+      std::vector<float> dy(m * lddy, 1e30f), dx(m * lddx, -3.0f);
+      Vec dyd(m * n), ref(m * k);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          dy[i * lddy + j] = static_cast<float>(std::normal_distribution<double>()(rng));
+          dyd[i * n + j] = dy[i * lddy + j];
+        }
+      }
+      cpu::linear_grad_input(m, dy.data(), lddy, w, dx.data(), lddx, pool);
+      cpu::linear_grad_input_ref<double>(m, n, k, dyd.data(), dense.data(), ref.data());
+      Vec got(m * k);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < lddx; ++j) {
+          if (j >= k) {
+            REQUIRE(dx[i * lddx + j] == -3.0f);
+            continue;
+          }
+          got[i * k + j] = dx[i * lddx + j];
+        }
+      }
+      CHECK(rel_l2(got, ref) <= 1e-5);
+      ++checked;
+    }
+  }
+  CHECK(checked > 0);
+}
 
 TEST_CASE("linear_grad_input: bf16 weights and a bf16-exact dy (bf16 training)", "[autograd]") {
   // bf16 training rounds dy to bf16; at the default GEMM precision dx = dy · W then reads W in
