@@ -311,34 +311,26 @@ bool on_f32_panels(const GemmWeights& w) {
 void grad_input_rows_f32(int64_t m, const float* dy, int64_t lddy, const GemmWeights& w,
                          float* dx, int64_t lddx, TaskRunner& runner) {
   const int64_t k = w.k, n_all = w.n();
-  const int nr = sgemm_packed_nr();
-  // One strip per chunk: its panel (n_all x nr f32, 0.5-3 MB at TinyLlama's sizes) is used
-  // while still in L2; four strips per chunk read dy a quarter as often but measured slower
-  // (dx at 1.19-1.24x the forward's time against 1.07-1.10x).
-  const int64_t chunk = nr;
+  // One strip of nr columns per task: its panel (n_all x nr f32, 0.5-3 MB at TinyLlama's sizes)
+  // is multiplied while still in L2. Four strips per panel read dy a quarter as often but
+  // measured slower (dx at 1.19-1.24x the forward's time against 1.07-1.10x).
+  const int64_t nr = sgemm_packed_nr();
   const int64_t esz = w.dtype == DType::kF32 ? 4 : 2;
-  util::parallel_for(runner, util::ceil_div(k, chunk), 1, [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<float> packed;
+  util::parallel_for(runner, util::ceil_div(k, nr), 1, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> panel;  // [n_all, nr]
+    panel.resize(static_cast<size_t>(n_all * nr));
     SerialRunner serial;
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t c0 = t * chunk, nc = std::min(chunk, k - c0);
-      const int64_t strips = util::ceil_div(nc, static_cast<int64_t>(nr));
-      packed.resize(static_cast<size_t>(strips * n_all * nr));
-      for (int64_t s = 0; s < strips; ++s) {
-        const int64_t s0 = c0 + s * nr, sn = std::min<int64_t>(nr, k - s0);
-        float* strip = packed.data() + s * n_all * nr;
-        int64_t o = 0;
-        for (int b = 0; b < w.n_blocks; ++b) {
-          const auto* base = static_cast<const uint8_t*>(w.data[b]);
-          for (int64_t r = 0; r < w.rows[b]; ++r, ++o) {
-            float* dst = strip + o * nr;
-            const uint8_t* src = base + (r * k + s0) * esz;
-            widen_piece(w.dtype, src, sn, nr, dst);
-          }
+      const int64_t c0 = t * nr, nc = std::min(nr, k - c0);
+      int64_t o = 0;
+      for (int b = 0; b < w.n_blocks; ++b) {
+        const auto* base = static_cast<const uint8_t*>(w.data[b]);
+        for (int64_t r = 0; r < w.rows[b]; ++r, ++o) {
+          widen_piece(w.dtype, base + (r * k + c0) * esz, nc, nr, panel.data() + o * nr);
         }
       }
-      sgemm_packed(m, nc, n_all, dy, lddy, packed.data(), nr, 1.0f, nullptr, Activation::kNone,
-                   dx + c0, lddx, serial);
+      sgemm_packed(m, nc, n_all, dy, lddy, panel.data(), static_cast<int>(nr), 1.0f, nullptr,
+                   Activation::kNone, dx + c0, lddx, serial);
     }
   });
 }
