@@ -131,7 +131,7 @@ void kv_cache_write(int64_t n_tokens, const AttentionShape& shape, const float* 
   }
 }
 
-int64_t attention_prefill_min_tokens(const AttentionShape& shape, KvDtype dtype) {
+int64_t attention_prefill_min_tokens(const AttentionShape& shape) {
   if (shape.n_kv_heads <= 0 || shape.n_heads < shape.n_kv_heads) {
     return INT64_MAX;
   }
@@ -159,7 +159,7 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
       : has_avx512() ? detail::attention_prefill_avx512
                      : detail::attention_prefill_avx2;
   const int64_t width = has_avx512() ? 16 : 8;
-  const int64_t min_run = attention_prefill_min_tokens(shape, cache.dtype);
+  const int64_t min_run = attention_prefill_min_tokens(shape);
   const int64_t block_tokens = prefill_block_tokens(group, width);
   // Every KV head per piece: each cache row is read whole (kv_quant_impl.h).
   const int64_t scratch_floats = detail::attention_scratch_floats(group, hd, n_kv);

@@ -87,6 +87,6 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
 // two kernels sum in different orders, so a token's result may differ in the last bits between
 // them; through the prefill kernel it does not depend on how its prompt was cut into chunks
 // (key blocks start at fixed positions and every query row is computed on its own).
-int64_t attention_prefill_min_tokens(const AttentionShape& shape, KvDtype dtype);
+int64_t attention_prefill_min_tokens(const AttentionShape& shape);
 
 }  // namespace sampan::cpu

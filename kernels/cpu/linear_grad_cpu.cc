@@ -289,14 +289,10 @@ inline void widen_piece(DType dt, const uint8_t* src, int64_t n, int64_t nr, flo
 }
 
 // Whether the transposed-panel GEMM below would multiply these weights on the f32 FMA panels:
-// f32 weights always; 16-bit ones unless AMX tiles or the bf16 panels take them (gemm_cpu.cc's
-// takes_amx and prefill_panel_kernels).
+// f32 weights always; 16-bit ones unless cpu::gemm multiplies them in bf16 (AMX tiles or the
+// vdpbf16ps panels).
 bool on_f32_panels(const GemmWeights& w) {
-  if (w.dtype == DType::kF32) return true;
-  const GemmPrecision p = gemm_precision();
-  if (p == GemmPrecision::kF32) return true;
-  if (has_amx()) return false;
-  return !(bf16_panels_preferred() && p == GemmPrecision::kBf16);
+  return w.dtype == DType::kF32 || !gemm_detail::prefill_in_bf16();
 }
 
 // dx = dy · W on the f32 FMA panels with W read as it lies. The panels want B as rows of NR

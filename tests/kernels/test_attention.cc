@@ -239,7 +239,7 @@ TEST_CASE("attention in chunks equals one shot", "[kernels][attention]") {
           // does not depend on the chunking: the same bits. The other chunks' tokens take the
           // per-token loop, a different summation order (and split-K merges with a wide
           // runner), so allow their rounding: 1e-6 absolute on values bounded by 1.
-          const int64_t min_run = attention_prefill_min_tokens(s, KvDtype::kF32);
+          const int64_t min_run = attention_prefill_min_tokens(s);
           double diff_same = 0, diff_other = 0;
           int64_t n_same = 0;
           t0 = 0;

@@ -327,7 +327,7 @@ TEST_CASE("paged attention: prefill chunks in batch order match the double refer
           for (Isa isa : supported_isas()) {
             REQUIRE(set_isa(isa));
             // The first scenario's 70-token prompt takes the prefill kernel on every level.
-            CHECK(attention_prefill_min_tokens(s, KvDtype::kF32) <= 38);
+            CHECK(attention_prefill_min_tokens(s) <= 38);
             for (auto [rname, runner] : runners.all()) {
               INFO("heads " << cfg.heads << "/" << cfg.kv << " hd " << cfg.hd << " window "
                             << window << " " << sc.name << " block size " << bs << " isa "
