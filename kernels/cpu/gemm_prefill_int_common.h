@@ -25,6 +25,15 @@ namespace sampan::cpu::gemm_detail {
 namespace {
 
 constexpr int kMaxIntCols = 32;  // the widest unit (AVX-512: two vectors of 16 lanes)
+// Tasks per worker that the driver cuts a call's units into (fewer where there are fewer units),
+// handed out dynamically: one contiguous share per worker left the whole call waiting on the
+// slower core whenever the shared machine slowed one of them. Measured (Emerald Rapids VM
+// without AMX, 2 threads, int4 g128, m = 512, TinyLlama shapes, calls alternating in one
+// process, median time ratio of 20-40 pairs per shape): 8 tasks per worker against one, three
+// runs, 0.89-1.00x (q/o 0.89, 0.92, 1.00; down 0.95, 0.95, 1.00; gate+up 0.95-1.00; k/v
+// 0.96-0.99), never above 1.004; 4 and 16 per worker alike (0.90-1.00x). Single pairs ranged
+// 0.7-1.3 (the machine's noise).
+constexpr int64_t kIntTasksPerThread = 8;
 constexpr int kMaxIntMr = 6;     // the most rows of x per tile
 
 struct Plan {
@@ -274,7 +283,7 @@ void prefill_int(Plan& p, IntPackFn pack, const float* x, int64_t ldx, const Gem
   }
   const int64_t units = first_unit[n_segments];
   const EpilogueFn epilogue = K::epilogue();
-  const int64_t n_tasks = std::min(threads, units);
+  const int64_t n_tasks = std::min(threads * kIntTasksPerThread, units);
   auto task = [&](int64_t t) {
     Scratch& s = task_scratch(p, kCols);
     int32_t* panels[2] = {s.panel.data(), s.panel.data() + p.k / 2 * kCols};
