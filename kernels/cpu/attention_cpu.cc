@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention_cpu.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -37,6 +39,26 @@ constexpr int64_t kMinSplitKeys = 128;
 // Pieces of work per worker that the split aims for: enough that the dynamic hand-out evens out
 // ranges of different lengths (sequences of a batch differ), few enough to keep merges rare.
 constexpr int64_t kPiecesPerWorker = 4;
+
+// Sets MXCSR's FTZ and DAZ for its lifetime where they are not set (MXCSR is per thread: every
+// task sets its own): tiny softmax weights (e^(s - max) near exp's clamp at e^-87.3, whose
+// pow2 step and products with V underflow) otherwise make denormals that cost the core a
+// microcode assist each.
+class DenormalsFlushed {
+ public:
+  DenormalsFlushed() : saved_(_mm_getcsr()) {
+    if ((saved_ & kFlags) != kFlags) _mm_setcsr(saved_ | kFlags);
+  }
+  ~DenormalsFlushed() {
+    if ((saved_ & kFlags) != kFlags) _mm_setcsr(saved_);
+  }
+  DenormalsFlushed(const DenormalsFlushed&) = delete;
+  DenormalsFlushed& operator=(const DenormalsFlushed&) = delete;
+
+ private:
+  static constexpr unsigned kFlags = 0x8040;  // FTZ (bit 15), DAZ (bit 6)
+  unsigned saved_;
+};
 
 // Per-thread scratch, grown once: attention runs every layer of every step and must not allocate.
 // Slot 0 for the per-token loop, slot 1 for the prefill kernel.
@@ -241,6 +263,7 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   const int64_t prefill_floats = detail::prefill_scratch_floats(block_tokens, group, hd, width);
   const int64_t row_bytes = kv_row_bytes(cache.dtype, n_kv, hd);
   runner.run(static_cast<int64_t>(pieces.size()), [&](int64_t task) {
+    const DenormalsFlushed flushed;
     const Piece& pc = piece_list[task];
     if (pc.kv_head >= 0) {
       detail::PrefillBlock b;
@@ -293,6 +316,7 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   if (merges.empty()) return;
   const Merge* merge_list = merges.data();
   runner.run(static_cast<int64_t>(merges.size()), [&](int64_t i) {
+    const DenormalsFlushed flushed;
     const Merge& mg = merge_list[i];
     merge_splits(part_base + mg.part * part_stride, mg.n, n_heads, hd, out + mg.t * ldo);
   });
