@@ -8,6 +8,8 @@
 
 #include "engine/core/error.h"
 #include "engine/runtime/sampling_limits.h"
+#include "kernels/cpu/logits_scan_cpu.h"
+#include "kernels/cpu/softmax_cpu.h"
 
 namespace sampan::runtime {
 
@@ -64,25 +66,23 @@ uint64_t Sampler::next_u64() {
   return result;
 }
 
-void Sampler::check_inputs(std::span<const float> logits, std::span<const int32_t> seen) const {
+float Sampler::check_inputs(std::span<const float> logits, std::span<const int32_t> seen) const {
   SAMPAN_CHECK(!logits.empty(), ErrorCode::kInvalidArgument, "sampling: logits are empty");
   SAMPAN_CHECK(logits.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
                ErrorCode::kInvalidArgument, "sampling: vocab of {} does not fit int32 ids",
                logits.size());
-  bool any_finite = false;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float l = logits[i];
-    if (std::isnan(l) || l == std::numeric_limits<float>::infinity()) {
-      fail(ErrorCode::kInvalidArgument, "sampling: logits[{}] is {}", i, l);
-    }
-    any_finite |= std::isfinite(l);
+  const cpu::LogitsScan scan = cpu::scan_logits(static_cast<int64_t>(logits.size()), logits.data());
+  if (scan.first_bad >= 0) {
+    fail(ErrorCode::kInvalidArgument, "sampling: logits[{}] is {}", scan.first_bad,
+         logits[static_cast<size_t>(scan.first_bad)]);
   }
-  SAMPAN_CHECK(any_finite, ErrorCode::kInvalidArgument, "sampling: every logit is -inf");
+  SAMPAN_CHECK(scan.any_finite, ErrorCode::kInvalidArgument, "sampling: every logit is -inf");
   const auto vocab = static_cast<int64_t>(logits.size());
   for (const int32_t id : seen) {
     SAMPAN_CHECK(id >= 0 && id < vocab, ErrorCode::kInvalidArgument,
                  "sampling: seen id {} is outside the vocab of {}", id, vocab);
   }
+  return scan.max;
 }
 
 void Sampler::apply_penalties(std::span<const float> logits, std::span<const int32_t> seen) {
@@ -112,10 +112,7 @@ void Sampler::select_kept() {
   const size_t vocab = work_.size();
   const Ranks ranks{work_.data()};
   if (params_.temperature < kGreedyTemperature) {
-    int32_t best = 0;
-    for (size_t i = 1; i < vocab; ++i) {
-      if (work_[i] > work_[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
-    }
+    const auto best = static_cast<int32_t>(cpu::argmax_first(static_cast<int64_t>(vocab), work_.data()));
     order_.assign(1, best);
     n_kept_ = 1;
     all_kept_ = false;
@@ -125,7 +122,7 @@ void Sampler::select_kept() {
   if (params_.temperature != 1.0f) {
     for (float& l : work_) l /= params_.temperature;
   }
-  max_scaled_ = *std::max_element(work_.begin(), work_.end());
+  max_scaled_ = work_[static_cast<size_t>(cpu::argmax_first(static_cast<int64_t>(vocab), work_.data()))];
   const float max = max_scaled_;
 
   const bool top_k_on = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < vocab;
@@ -134,18 +131,23 @@ void Sampler::select_kept() {
   all_kept_ = !top_k_on && !top_p_on && !min_p_on;
   if (all_kept_) return;
 
-  order_.resize(vocab);
-  std::iota(order_.begin(), order_.end(), 0);
   size_t n = vocab;
   size_t sorted = 0;  // order_[0, sorted) is ranked and holds the best `sorted` ids
   if (top_k_on) {
+    // The candidates (a superset of the k best, one vector pass) are ranked instead of the
+    // whole vocabulary.
     n = static_cast<size_t>(params_.top_k);
+    cpu::top_k_candidates(static_cast<int64_t>(vocab), work_.data(), params_.top_k, order_);
     std::nth_element(order_.begin(), order_.begin() + static_cast<ptrdiff_t>(n), order_.end(),
                      ranks);
     std::sort(order_.begin(), order_.begin() + static_cast<ptrdiff_t>(n), ranks);
     sorted = n;
   }
 
+  if (!top_k_on) {
+    order_.resize(vocab);
+    std::iota(order_.begin(), order_.end(), 0);
+  }
   if (top_p_on) {
     double z = 0.0;
     for (size_t i = 0; i < n; ++i) {
@@ -192,13 +194,11 @@ void Sampler::select_kept() {
 }
 
 SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> seen) {
-  check_inputs(logits, seen);
+  const float raw_max = check_inputs(logits, seen);
   const size_t vocab = logits.size();
 
-  // Raw log-softmax: max and log-sum-exp in one extra pass.
-  const float raw_max = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (const float l : logits) sum += std::exp(l - raw_max);
+  // Raw log-softmax: the max (from the checks' pass) and log-sum-exp in one more pass.
+  const double sum = cpu::exp_shifted(static_cast<int64_t>(vocab), logits.data(), raw_max, nullptr);
   const double log_z = static_cast<double>(raw_max) + std::log(sum);
   const auto raw_logprob = [&](int32_t id) {
     return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(id)]) - log_z);
@@ -233,12 +233,18 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
     const auto id_at = [&](size_t i) {
       return all_kept_ ? static_cast<int32_t>(i) : order_[i];
     };
-    // Weights overwrite the scaled logits in place; work_ is rebuilt on the next call.
+    // Weights overwrite the scaled logits in place; work_ is rebuilt on the next call. Weights
+    // below e^-86.6 of the largest are 0 either way (cpu::exp_shifted: no denormals).
     double total = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-      float& w = work_[static_cast<size_t>(id_at(i))];
-      w = std::exp(w - max_scaled_);
-      total += w;
+    if (all_kept_) {
+      total = cpu::exp_shifted(static_cast<int64_t>(n), work_.data(), max_scaled_, work_.data());
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        float& w = work_[static_cast<size_t>(id_at(i))];
+        const float v = w - max_scaled_;
+        w = v >= -86.6f ? std::exp(v) : 0.0f;
+        total += w;
+      }
     }
     // 53 random bits: a uniform double in [0, 1).
     const double u = static_cast<double>(next_u64() >> 11) * 0x1.0p-53 * total;

@@ -24,7 +24,11 @@ namespace sampan::runtime {
 //      top_p the shortest prefix of that ranking whose probability (renormalised over what top_k
 //      kept) reaches top_p, always at least one id; min_p keeps p >= min_p * p_max;
 //   5. a draw from the kept ids, renormalised, with xoshiro256** seeded through splitmix64
-//      (from `seed`, else from std::random_device).
+//      (from `seed`, else from std::random_device); an id whose probability is below e^-86.6
+//      of the most likely one's (~2.5e-38) is never drawn (its weight is 0, not a denormal).
+// The passes over the whole vocabulary (checks, max, argmax, log-sum-exp, weights, top-k
+// candidates) are vector kernels (kernels/cpu/logits_scan_cpu.h, softmax_cpu.h): 32,000 logits
+// greedy in ~0.05 ms (bench/bench_sampler.cc).
 struct SamplingParams {
   float temperature = 1.0f;        // 0: greedy
   int32_t top_k = 0;               // 0: off
@@ -70,7 +74,8 @@ class Sampler {
                                          std::span<const int32_t> seen);
 
  private:
-  void check_inputs(std::span<const float> logits, std::span<const int32_t> seen) const;
+  // Throws on bad inputs (sample()'s contract); returns the largest logit.
+  float check_inputs(std::span<const float> logits, std::span<const int32_t> seen) const;
   void apply_penalties(std::span<const float> logits, std::span<const int32_t> seen);
   void select_kept();
   uint64_t next_u64();

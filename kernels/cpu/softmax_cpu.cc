@@ -54,7 +54,43 @@ void softmax_cols(int64_t n, int64_t inner, int w, const float* x, float* y) {
   }
 }
 
+// Below this, exp_shifted's e_i are 0: from it up, Avx2::exp's 2^n has n >= -125 and its
+// results are normal floats. Avx2::exp itself goes on into the subnormals (to e^-103.9), each a
+// microcode assist on Intel cores: a sampler at temperature 0.3 over logits of spread 80 has most
+// of its lanes there, and such a pass over 32,000 logits took 0.3 ms instead of 0.03.
+constexpr float kExpFloor = -86.6f;
+
+// e = exp(v) where v >= kExpFloor, else 0; the sum of e's 8 lanes added to acc in double.
+inline __m256 exp_or_zero(__m256 v, __m256d& acc_lo, __m256d& acc_hi) {
+  const __m256 keep = _mm256_cmp_ps(v, _mm256_set1_ps(kExpFloor), _CMP_GE_OQ);
+  const __m256 e = _mm256_and_ps(Avx2::exp(_mm256_max_ps(v, _mm256_set1_ps(kExpFloor))), keep);
+  acc_lo = _mm256_add_pd(acc_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+  acc_hi = _mm256_add_pd(acc_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  return e;
+}
+
 }  // namespace
+
+double exp_shifted(int64_t n, const float* x, float shift, float* y) {
+  const __m256 vs = _mm256_set1_ps(shift);
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_or_zero(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs), lo, hi);
+    if (y != nullptr) _mm256_storeu_ps(y + i, e);
+  }
+  if (i < n) {
+    const int r = tail(n, i);
+    // Lanes past n: -inf, so e = 0 there.
+    const __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), Avx2::load_n(x + i, r),
+                                      _mm256_castsi256_ps(Avx2::lane_mask(r)));
+    const __m256 e = exp_or_zero(_mm256_sub_ps(v, vs), lo, hi);
+    if (y != nullptr) Avx2::store_n(y + i, e, r);
+  }
+  alignas(32) double t[4];
+  _mm256_store_pd(t, _mm256_add_pd(lo, hi));
+  return (t[0] + t[1]) + (t[2] + t[3]);
+}
 
 void softmax(int64_t outer, int64_t n, int64_t inner, const float* x, float* y,
              TaskRunner& runner) {
