@@ -1,6 +1,7 @@
 #include "engine/runtime/sampler.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -144,11 +145,42 @@ void Sampler::select_kept() {
     sorted = n;
   }
 
-  if (!top_k_on) {
+  if (top_p_on && !top_k_on) {
+    // The nucleus without ranking the whole vocabulary: every weight e^(l - max) (one vector
+    // pass), their totals per power of two, and from the top down the power of two 2^e whose
+    // weights and everything above reach top_p of the total: the ids at or above it (one
+    // more vector pass) hold the nucleus, and only they are ranked.
+    weights_.resize(vocab);
+    const double z = cpu::exp_shifted(static_cast<int64_t>(vocab), work_.data(), max, weights_.data());
+    const double target = static_cast<double>(params_.top_p) * z;
+    double mass[256] = {};
+    cpu::exponent_masses(static_cast<int64_t>(vocab), weights_.data(), mass);
+    int e = 255;
+    double cum = 0.0;
+    for (; e > 1; --e) {
+      cum += mass[e];
+      if (cum >= target) break;
+    }
+    float floor_w;
+    const uint32_t bits = static_cast<uint32_t>(e) << 23;
+    std::memcpy(&floor_w, &bits, 4);
+    cpu::indices_at_least(static_cast<int64_t>(vocab), weights_.data(), floor_w, order_);
+    std::sort(order_.begin(), order_.end(), ranks);
+    n = order_.size();
+    sorted = n;
+    double c = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      c += weights_[static_cast<size_t>(order_[i])];
+      if (c >= target) {
+        n = i + 1;
+        break;
+      }
+    }
+  } else if (!top_k_on) {
     order_.resize(vocab);
     std::iota(order_.begin(), order_.end(), 0);
   }
-  if (top_p_on) {
+  if (top_p_on && top_k_on) {
     double z = 0.0;
     for (size_t i = 0; i < n; ++i) {
       z += std::exp(work_[static_cast<size_t>(order_[i])] - max);

@@ -84,6 +84,7 @@ class Sampler {
   uint64_t rng_state_[4];
   std::vector<float> work_;            // [vocab] penalised, then temperature-scaled logits
   std::vector<int32_t> order_;         // [vocab] ids; the first n_kept_ may be drawn
+  std::vector<float> weights_;         // [vocab] top_p scratch: e^(scaled logit - max)
   std::vector<int32_t> seen_sorted_;   // [seen] scratch for counting repeats
   size_t n_kept_ = 0;
   bool all_kept_ = false;              // no filter removed anything: order_ is not built

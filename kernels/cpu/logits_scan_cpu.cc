@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/vec_avx2.h"
@@ -107,6 +108,42 @@ void top_k_candidates(int64_t n, const float* x, int64_t k, std::vector<int32_t>
       if (out.size() > cap / 2) cap = 2 * out.size();
     }
   }
+}
+
+void indices_at_least(int64_t n, const float* x, float t, std::vector<int32_t>& out) {
+  out.clear();
+  const __m256 vt = _mm256_set1_ps(t);
+  for (int64_t i = 0; i < n; i += 8) {
+    const int r = n - i < 8 ? static_cast<int>(n - i) : 8;
+    const __m256 v = r == 8 ? _mm256_loadu_ps(x + i)
+                            : load_tail(x + i, r, -std::numeric_limits<float>::infinity());
+    unsigned m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v, vt, _CMP_GE_OQ)));
+    if (r < 8) m &= (1u << r) - 1;
+    while (m != 0) {
+      out.push_back(static_cast<int32_t>(i + __builtin_ctz(m)));
+      m &= m - 1;
+    }
+  }
+}
+
+void exponent_masses(int64_t n, const float* x, double mass[256]) {
+  // Four interleaved tables, so that runs of weights in one range do not chain every addition
+  // through the same slot.
+  double part[4][256] = {};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int j = 0; j < 4; ++j) {
+      uint32_t b;
+      std::memcpy(&b, x + i + j, 4);
+      part[j][(b >> 23) & 255] += x[i + j];
+    }
+  }
+  for (; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, x + i, 4);
+    part[0][(b >> 23) & 255] += x[i];
+  }
+  for (int e = 0; e < 256; ++e) mass[e] += (part[0][e] + part[1][e]) + (part[2][e] + part[3][e]);
 }
 
 }  // namespace sampan::cpu

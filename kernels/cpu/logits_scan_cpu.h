@@ -28,4 +28,12 @@ int64_t argmax_first(int64_t n, const float* x);
 // candidates' handling.
 void top_k_candidates(int64_t n, const float* x, int64_t k, std::vector<int32_t>& out);
 
+// The indices i < n with x[i] >= t, ascending, into `out` (replaced). x: [n].
+void indices_at_least(int64_t n, const float* x, float t, std::vector<int32_t>& out);
+
+// mass[e] += w for every w = x[i] > 0 whose float exponent field is e (0..255), i < n: the
+// total weight per power-of-two range, so that a caller can find from which power of two down
+// the largest weights reach a given total without sorting them. x: [n] non-negative, finite.
+void exponent_masses(int64_t n, const float* x, double mass[256]);
+
 }  // namespace sampan::cpu

@@ -151,3 +151,30 @@ TEST_CASE("exp_shifted: exp within 2 ulp, 0 far below the shift, sums in double"
     CHECK(z == y);
   }
 }
+
+TEST_CASE("indices_at_least and exponent_masses against scalar loops", "[kernels][sampling]") {
+  std::mt19937 rng(9);
+  std::vector<int32_t> got;
+  for (int64_t n = 1; n <= 70; ++n) {
+    std::vector<float> w(static_cast<size_t>(n));
+    std::uniform_real_distribution<float> e(-130.0f, 0.0f);
+    for (float& v : w) v = std::exp2(e(rng));  // normals, subnormals and exact zeros
+    w[0] = 0.0f;
+    const float t = w[static_cast<size_t>(n / 2)];
+    indices_at_least(n, w.data(), t, got);
+    std::vector<int32_t> want;
+    for (int64_t i = 0; i < n; ++i) {
+      if (w[static_cast<size_t>(i)] >= t) want.push_back(static_cast<int32_t>(i));
+    }
+    INFO("n " << n);
+    CHECK(got == want);
+    double mass[256] = {}, ref[256] = {};
+    mass[7] = 1.0;  // added to, not overwritten
+    ref[7] = 1.0;
+    exponent_masses(n, w.data(), mass);
+    for (const float v : w) {
+      if (v > 0.0f) ref[std::ilogb(v) >= -126 ? std::ilogb(v) + 127 : 0] += v;
+    }
+    for (int b = 0; b < 256; ++b) CHECK(mass[b] == Approx(ref[b]).epsilon(1e-12));
+  }
+}
