@@ -18,6 +18,20 @@ inline __m256 load_tail(const float* x, int r, float fill) {
                           _mm256_castsi256_ps(Avx2::lane_mask(r)));
 }
 
+// Appends to out the indices j in [i, min(i + 8, n)) with x[j] >= vt's value.
+inline void append_at_least(int64_t n, const float* x, int64_t i, __m256 vt,
+                            std::vector<int32_t>& out) {
+  const int r = n - i < 8 ? static_cast<int>(n - i) : 8;
+  const __m256 v = r == 8 ? _mm256_loadu_ps(x + i)
+                          : load_tail(x + i, r, -std::numeric_limits<float>::infinity());
+  unsigned m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v, vt, _CMP_GE_OQ)));
+  if (r < 8) m &= (1u << r) - 1;
+  while (m != 0) {
+    out.push_back(static_cast<int32_t>(i + __builtin_ctz(m)));
+    m &= m - 1;
+  }
+}
+
 }  // namespace
 
 LogitsScan scan_logits(int64_t n, const float* x) {
@@ -89,17 +103,8 @@ void top_k_candidates(int64_t n, const float* x, int64_t k, std::vector<int32_t>
     out.resize(w);
   };
   __m256 vt = _mm256_set1_ps(t);
-  int64_t i = 0;
-  for (; i < n; i += 8) {
-    const int r = n - i < 8 ? static_cast<int>(n - i) : 8;
-    const __m256 v = r == 8 ? _mm256_loadu_ps(x + i)
-                            : load_tail(x + i, r, -std::numeric_limits<float>::infinity());
-    unsigned m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v, vt, _CMP_GE_OQ)));
-    if (r < 8) m &= (1u << r) - 1;
-    while (m != 0) {
-      out.push_back(static_cast<int32_t>(i + __builtin_ctz(m)));
-      m &= m - 1;
-    }
+  for (int64_t i = 0; i < n; i += 8) {
+    append_at_least(n, x, i, vt, out);
     if (out.size() > cap) {
       raise();
       vt = _mm256_set1_ps(t);
@@ -113,17 +118,7 @@ void top_k_candidates(int64_t n, const float* x, int64_t k, std::vector<int32_t>
 void indices_at_least(int64_t n, const float* x, float t, std::vector<int32_t>& out) {
   out.clear();
   const __m256 vt = _mm256_set1_ps(t);
-  for (int64_t i = 0; i < n; i += 8) {
-    const int r = n - i < 8 ? static_cast<int>(n - i) : 8;
-    const __m256 v = r == 8 ? _mm256_loadu_ps(x + i)
-                            : load_tail(x + i, r, -std::numeric_limits<float>::infinity());
-    unsigned m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v, vt, _CMP_GE_OQ)));
-    if (r < 8) m &= (1u << r) - 1;
-    while (m != 0) {
-      out.push_back(static_cast<int32_t>(i + __builtin_ctz(m)));
-      m &= m - 1;
-    }
-  }
+  for (int64_t i = 0; i < n; i += 8) append_at_least(n, x, i, vt, out);
 }
 
 void exponent_masses(int64_t n, const float* x, double mass[256]) {
