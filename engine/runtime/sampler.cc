@@ -113,7 +113,8 @@ void Sampler::select_kept() {
   const size_t vocab = work_.size();
   const Ranks ranks{work_.data()};
   if (params_.temperature < kGreedyTemperature) {
-    const auto best = static_cast<int32_t>(cpu::argmax_first(static_cast<int64_t>(vocab), work_.data()));
+    const auto best =
+        static_cast<int32_t>(cpu::argmax_first(static_cast<int64_t>(vocab), work_.data()));
     order_.assign(1, best);
     n_kept_ = 1;
     all_kept_ = false;
@@ -123,7 +124,8 @@ void Sampler::select_kept() {
   if (params_.temperature != 1.0f) {
     for (float& l : work_) l /= params_.temperature;
   }
-  max_scaled_ = work_[static_cast<size_t>(cpu::argmax_first(static_cast<int64_t>(vocab), work_.data()))];
+  max_scaled_ =
+      work_[static_cast<size_t>(cpu::argmax_first(static_cast<int64_t>(vocab), work_.data()))];
   const float max = max_scaled_;
 
   const bool top_k_on = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < vocab;
@@ -151,7 +153,8 @@ void Sampler::select_kept() {
     // weights and everything above reach top_p of the total: the ids at or above it (one
     // more vector pass) hold the nucleus, and only they are ranked.
     weights_.resize(vocab);
-    const double z = cpu::exp_shifted(static_cast<int64_t>(vocab), work_.data(), max, weights_.data());
+    const double z =
+        cpu::exp_shifted(static_cast<int64_t>(vocab), work_.data(), max, weights_.data());
     const double target = static_cast<double>(params_.top_p) * z;
     double mass[256] = {};
     cpu::exponent_masses(static_cast<int64_t>(vocab), weights_.data(), mass);

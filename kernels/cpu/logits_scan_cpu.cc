@@ -47,7 +47,9 @@ LogitsScan scan_logits(int64_t n, const float* x) {
   };
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) step(_mm256_loadu_ps(x + i));
-  if (i < n) step(load_tail(x + i, static_cast<int>(n - i), -std::numeric_limits<float>::infinity()));
+  if (i < n) {
+    step(load_tail(x + i, static_cast<int>(n - i), -std::numeric_limits<float>::infinity()));
+  }
   LogitsScan s;
   if (_mm256_movemask_ps(bad) != 0) {
     for (int64_t j = 0; j < n; ++j) {

@@ -75,7 +75,8 @@ void softmax_row(int64_t n, const float* x, float* y) {
     mn = x[i] < mn ? x[i] : mn;
   }
   // Not (mn - mx >= kExpFloor): also NaN rows, which either pass gives NaN.
-  const float sum = mn - mx >= kExpFloor ? exp_pass<false>(n, x, mx, y) : exp_pass<true>(n, x, mx, y);
+  const float sum =
+      mn - mx >= kExpFloor ? exp_pass<false>(n, x, mx, y) : exp_pass<true>(n, x, mx, y);
   const __m256 inv = _mm256_set1_ps(1.0f / sum);
   for (i = 0; i + 8 <= n; i += 8)
     _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), inv));

@@ -324,7 +324,9 @@ TEST_CASE("paged attention: peaked scores (weights below f32's normal range) mat
       // each), which moves their weights e^(s - max) relatively by as much: 1e-4 absolute on
       // outputs that are weighted means of |v| <= 1 (measured 5e-6; kTol holds ordinary scores).
       int64_t bad = 0;
-      for (int64_t i = 0; i < n * qw; ++i) bad += !(std::fabs(out[size_t(i)] - want[size_t(i)]) <= 1e-4);
+      for (int64_t i = 0; i < n * qw; ++i) {
+        bad += !(std::fabs(out[size_t(i)] - want[size_t(i)]) <= 1e-4);
+      }
       CHECK(bad == 0);
       ++checked;
     }

@@ -805,8 +805,10 @@ void attention_bf16_ref(const cpu::CausalAttentionDims& d, const Vec& q, const V
             }
             const double u = 0x1p-7 * std::fabs(ds) + std::fabs(pj) * d.scale * 0x1p-18 * mag;
             for (int64_t c = 0; c < D; ++c) {
-              (*dq_slack)[static_cast<size_t>((b * T + t) * qw + h * D + c)] += u * std::fabs(bf(kj[c]));
-              (*dk_slack)[static_cast<size_t>((b * T + j) * kw + g * D + c)] += u * std::fabs(bf(qt[c]));
+              const auto qi = static_cast<size_t>((b * T + t) * qw + h * D + c);
+              const auto ki = static_cast<size_t>((b * T + j) * kw + g * D + c);
+              (*dq_slack)[qi] += u * std::fabs(bf(kj[c]));
+              (*dk_slack)[ki] += u * std::fabs(bf(qt[c]));
             }
           }
         }
