@@ -284,9 +284,12 @@ __attribute__((always_inline)) static inline void transpose16(__m512i r[16]) {
   }
 }
 
-// silu(v) = v / (1 + e^-v); e^-v = inf for very negative v gives the right limit -0.
+// silu(v) = v / (1 + e^-v); e^-v = inf for very negative v gives the right limit -0. e^-v is
+// taken no lower than e^-86.6 (a normal float): for v above 86.6, 1 + e^-v is 1 either way, and
+// exp512's gradual underflow below it makes denormals, a microcode assist per lane.
 static inline __m512 silu512(__m512 v) {
-  const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), v));
+  const __m512 e =
+      exp512(_mm512_max_ps(_mm512_set1_ps(-86.6f), _mm512_sub_ps(_mm512_setzero_ps(), v)));
   return _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 #endif  // __AVX512F__

@@ -140,6 +140,10 @@ void silu_mul_rows(int64_t rows, int64_t n, const float* g, int64_t ldg, const f
   constexpr int kW = S::kWidth;
   const V one = S::set1(1.0f);
   const V zero = S::zero();
+  // e^-g is taken no lower than e^-86.6 (a normal float): for g above 86.6, 1 + e^-g is 1
+  // either way, and the vector exp's gradual underflow below it makes denormals, a microcode
+  // assist per lane (silu_mul over rows with a third of the gates near 100 ran 11.6x slower).
+  const V floor = S::set1(-86.6f);
   for (int64_t r = 0; r < rows; ++r) {
     const float* gr = g + r * ldg;
     const float* ur = u + r * ldu;
@@ -147,13 +151,13 @@ void silu_mul_rows(int64_t rows, int64_t n, const float* g, int64_t ldg, const f
     int64_t i = 0;
     for (; i + kW <= n; i += kW) {
       const V gv = S::load(gr + i);
-      const V s = S::div(gv, S::add(one, S::exp(S::sub(zero, gv))));
+      const V s = S::div(gv, S::add(one, S::exp(S::max(floor, S::sub(zero, gv)))));
       S::store(yr + i, S::mul(s, S::load(ur + i)));
     }
     if (i < n) {
       const int m = static_cast<int>(n - i);
       const V gv = S::load_n(gr + i, m);
-      const V s = S::div(gv, S::add(one, S::exp(S::sub(zero, gv))));
+      const V s = S::div(gv, S::add(one, S::exp(S::max(floor, S::sub(zero, gv)))));
       S::store_n(yr + i, S::mul(s, S::load_n(ur + i, m)), m);
     }
   }
@@ -170,8 +174,12 @@ void silu_mul_grad_rows(int64_t rows, int64_t n, const float* g, int64_t ldg, co
   constexpr int kW = S::kWidth;
   const V one = S::set1(1.0f);
   const V zero = S::zero();
+  // e^-g is taken no lower than e^-86.6 (a normal float): for g above 86.6, 1 + e^-g is 1
+  // either way, and the vector exp's gradual underflow below it makes denormals, a microcode
+  // assist per lane (silu_mul over rows with a third of the gates near 100 ran 11.6x slower).
+  const V floor = S::set1(-86.6f);
   auto step = [&](V gv, V uv, V dv, V& dgv, V& duv) {
-    const V s = S::div(one, S::add(one, S::exp(S::sub(zero, gv))));
+    const V s = S::div(one, S::add(one, S::exp(S::max(floor, S::sub(zero, gv)))));
     const V ds = S::mul(dv, s);
     duv = S::mul(ds, gv);
     dgv = S::mul(S::mul(ds, uv), S::fma(gv, S::sub(one, s), one));
