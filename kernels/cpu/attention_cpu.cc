@@ -41,9 +41,10 @@ constexpr int64_t kMinSplitKeys = 128;
 constexpr int64_t kPiecesPerWorker = 4;
 
 // Sets MXCSR's FTZ and DAZ for its lifetime where they are not set (MXCSR is per thread: every
-// task sets its own): tiny softmax weights (e^(s - max) near exp's clamp at e^-87.3, whose
-// pow2 step and products with V underflow) otherwise make denormals that cost the core a
-// microcode assist each.
+// task sets its own): softmax weights e^(s - max) below e^-87 (the vector exp underflows
+// gradually down to e^-103.9; masked keys, peaked heads), the running sums' rescales and the
+// weights' products with V otherwise make denormals that cost the core a microcode assist each.
+// Flushed, they count as 0: below 2^-126 of the largest weight, out of reach of f32 sums.
 class DenormalsFlushed {
  public:
   DenormalsFlushed() : saved_(_mm_getcsr()) {
