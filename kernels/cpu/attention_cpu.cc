@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_impl.h"
+#include "kernels/cpu/denormal_mode.h"
 #include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_avx2.h"
@@ -39,27 +40,6 @@ constexpr int64_t kMinSplitKeys = 128;
 // Pieces of work per worker that the split aims for: enough that the dynamic hand-out evens out
 // ranges of different lengths (sequences of a batch differ), few enough to keep merges rare.
 constexpr int64_t kPiecesPerWorker = 4;
-
-// Sets MXCSR's FTZ and DAZ for its lifetime where they are not set (MXCSR is per thread: every
-// task sets its own): softmax weights e^(s - max) below e^-87 (the vector exp underflows
-// gradually down to e^-103.9; masked keys, peaked heads), the running sums' rescales and the
-// weights' products with V otherwise make denormals that cost the core a microcode assist each.
-// Flushed, they count as 0: below 2^-126 of the largest weight, out of reach of f32 sums.
-class DenormalsFlushed {
- public:
-  DenormalsFlushed() : saved_(_mm_getcsr()) {
-    if ((saved_ & kFlags) != kFlags) _mm_setcsr(saved_ | kFlags);
-  }
-  ~DenormalsFlushed() {
-    if ((saved_ & kFlags) != kFlags) _mm_setcsr(saved_);
-  }
-  DenormalsFlushed(const DenormalsFlushed&) = delete;
-  DenormalsFlushed& operator=(const DenormalsFlushed&) = delete;
-
- private:
-  static constexpr unsigned kFlags = 0x8040;  // FTZ (bit 15), DAZ (bit 6)
-  unsigned saved_;
-};
 
 // Per-thread scratch, grown once: attention runs every layer of every step and must not allocate.
 // Slot 0 for the per-token loop, slot 1 for the prefill kernel.
@@ -264,6 +244,9 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   const int64_t prefill_floats = detail::prefill_scratch_floats(block_tokens, group, hd, width);
   const int64_t row_bytes = kv_row_bytes(cache.dtype, n_kv, hd);
   runner.run(static_cast<int64_t>(pieces.size()), [&](int64_t task) {
+    // Weights e^(s - max) below e^-87 (the vector exp underflows gradually to e^-103.9: masked
+    // keys, peaked heads), their rescales and products with V would be denormals, an assist
+    // each; flushed they count as 0, out of reach of the f32 sums.
     const DenormalsFlushed flushed;
     const Piece& pc = piece_list[task];
     if (pc.kv_head >= 0) {

@@ -69,6 +69,7 @@
 
 #include "kernels/common/dtype.h"
 #include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/denormal_mode.h"
 #include "kernels/cpu/gemm_internal.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/task_runner.h"
@@ -131,24 +132,8 @@ using QuantDotFn = void (*)(const QuantRow* rows, const QuantFormat& f, const Qu
 using DequantF32Fn = void (*)(const QuantRow& row, const QuantFormat& f, float* out);
 using DequantBf16Fn = void (*)(const QuantRow& row, const QuantFormat& f, uint16_t* out);
 
-// Clears MXCSR.DAZ and FTZ for its lifetime where they are set: the AVX2 and AVX512-VNNI fp8
-// kernels read E4M3 subnormals as f32 denormals. Reading MXCSR costs a few cycles; writing it
-// only happens when a caller set the flags.
-class DenormalsKept {
- public:
-  DenormalsKept() : saved_(_mm_getcsr()) {
-    if (saved_ & kFlags) _mm_setcsr(saved_ & ~kFlags);
-  }
-  ~DenormalsKept() {
-    if (saved_ & kFlags) _mm_setcsr(saved_);
-  }
-  DenormalsKept(const DenormalsKept&) = delete;
-  DenormalsKept& operator=(const DenormalsKept&) = delete;
-
- private:
-  static constexpr unsigned kFlags = 0x8040;  // FTZ (bit 15), DAZ (bit 6)
-  unsigned saved_;
-};
+// The AVX2 and AVX512-VNNI fp8 kernels read E4M3 subnormals as f32 denormals, so they clear a
+// caller's FTZ / DAZ for their call (DenormalsKept, denormal_mode.h).
 
 // The f32 scale of an fp8 row; scales need only 2-byte alignment, like the weights.
 inline float row_scale(const void* p) {
