@@ -10,29 +10,21 @@
 // below the largest: where denormals once cost a microcode assist per lane), top-k 40, top-p
 // 0.9. Logits are Gaussian (standard deviation 3, or 10), seeded.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
-#include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "engine/runtime/sampler.h"
+
+namespace bench = sampan::bench;
 
 namespace {
 
 using sampan::runtime::Sampler;
 using sampan::runtime::SamplingParams;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Case {
   const char* name;
@@ -45,15 +37,7 @@ struct Case {
 
 int main(int argc, char** argv) {
   int reps = 200;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--reps" && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: %s [--reps N]\n", argv[0]);
-      return 2;
-    }
-  }
+  if (!bench::parse_reps_only(argc, argv, &reps)) return 2;
   const Case cases[] = {{"greedy", 3, 0, 0, 1},
                         {"temperature 1", 3, 1, 0, 1},
                         {"temperature 0.3, spread 10", 10, 0.3f, 0, 1},
@@ -77,20 +61,20 @@ int main(int argc, char** argv) {
       std::vector<double> ts, tr;
       volatile double sink = 0;
       for (int r = 0; r < reps + 2; ++r) {
-        double t0 = now_s();
+        double t0 = bench::now_s();
         sink = sink + s.sample(logits, seen).id;
-        const double t1 = now_s();
+        const double t1 = bench::now_s();
         const float mx = *std::max_element(logits.begin(), logits.end());
         double z = 0;
         for (const float l : logits) z += std::exp(l - mx);
         sink = sink + z;
-        const double t2 = now_s();
+        const double t2 = bench::now_s();
         if (r >= 2) {
           ts.push_back(t1 - t0);
           tr.push_back(t2 - t1);
         }
       }
-      const double a = median(ts) * 1e6, b = median(tr) * 1e6;
+      const double a = bench::median(ts) * 1e6, b = bench::median(tr) * 1e6;
       std::printf("%-28s %8d %14.1f %22.1f %8.2f\n", c.name, vocab, a, b, a / b);
     }
   }

@@ -7,34 +7,19 @@
 //
 // 64 rows of 5632 (TinyLlama's MLP width), one thread, median of the repetitions.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "kernels/cpu/silu_mul_cpu.h"
 #include "kernels/cpu/task_runner.h"
 
-namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
+namespace bench = sampan::bench;
 
 int main(int argc, char** argv) {
   int reps = 30;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--reps" && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: %s [--reps N]\n", argv[0]);
-      return 2;
-    }
-  }
+  if (!bench::parse_reps_only(argc, argv, &reps)) return 2;
   const int64_t n = 5632, rows = 64;
   std::vector<float> plain(static_cast<size_t>(rows * n)), big(plain.size());
   const std::vector<float> u(plain.size(), 1.0f);
@@ -46,19 +31,17 @@ int main(int argc, char** argv) {
   sampan::cpu::SerialRunner serial;
   std::vector<double> tb, tp;
   for (int r = 0; r < reps + 2; ++r) {
-    const double t0 = now_s();
+    const double t0 = bench::now_s();
     sampan::cpu::silu_mul(rows, n, big.data(), n, u.data(), n, y.data(), n, serial);
-    const double t1 = now_s();
+    const double t1 = bench::now_s();
     sampan::cpu::silu_mul(rows, n, plain.data(), n, u.data(), n, y.data(), n, serial);
-    const double t2 = now_s();
+    const double t2 = bench::now_s();
     if (r >= 2) {
       tb.push_back(t1 - t0);
       tp.push_back(t2 - t1);
     }
   }
-  std::sort(tb.begin(), tb.end());
-  std::sort(tp.begin(), tp.end());
-  const double a = tb[tb.size() / 2] * 1e6, b = tp[tp.size() / 2] * 1e6;
+  const double a = bench::median(tb) * 1e6, b = bench::median(tp) * 1e6;
   std::printf("silu_mul %ld x %ld: a third of the gates ~100 %.1f us, ordinary gates %.1f us, "
               "ratio %.2f\n",
               static_cast<long>(rows), static_cast<long>(n), a, b, a / b);

@@ -8,35 +8,20 @@
 // 12 heads x 128 query rows of 128 keys (BERT-base at sequence 128), one thread; median of the
 // repetitions, microseconds per call.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
-#include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "engine/core/thread_pool.h"
 #include "kernels/cpu/softmax_cpu.h"
 
-namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
+namespace bench = sampan::bench;
 
 int main(int argc, char** argv) {
   int reps = 50;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--reps" && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: %s [--reps N]\n", argv[0]);
-      return 2;
-    }
-  }
+  if (!bench::parse_reps_only(argc, argv, &reps)) return 2;
   const int rows = 12 * 128, n = 128;
   sampan::ThreadPool pool(1);
   std::mt19937 rng(1);
@@ -51,19 +36,17 @@ int main(int argc, char** argv) {
     }
     std::vector<double> tm, tu;
     for (int r = 0; r < reps + 2; ++r) {
-      double t0 = now_s();
+      double t0 = bench::now_s();
       sampan::cpu::softmax(rows, n, 1, x.data(), y.data(), pool);
-      const double t1 = now_s();
+      const double t1 = bench::now_s();
       sampan::cpu::softmax(rows, n, 1, plain.data(), y.data(), pool);
-      const double t2 = now_s();
+      const double t2 = bench::now_s();
       if (r >= 2) {
         tm.push_back(t1 - t0);
         tu.push_back(t2 - t1);
       }
     }
-    std::sort(tm.begin(), tm.end());
-    std::sort(tu.begin(), tu.end());
-    const double a = tm[tm.size() / 2] * 1e6, b = tu[tu.size() / 2] * 1e6;
+    const double a = bench::median(tm) * 1e6, b = bench::median(tu) * 1e6;
     std::printf("%-22d %12.1f %14.1f %8.2f\n", masked, a, b, a / b);
   }
   return 0;
