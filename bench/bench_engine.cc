@@ -1,14 +1,15 @@
 // Offline throughput of the serving Engine (continuous batching over the paged KV cache).
 //
 //   bench_engine MODEL_DIR [--threads T] [--prompt 128] [--gen 128] [--concurrency 1,4,16,64]
-//                          [--tokenizer-dir DIR]
+//                          [--tokenizer-dir DIR] [--temperature 0] [--top-p 1]
 //
-// For each concurrency N: N requests of `prompt` random ids and `gen` output tokens (greedy,
-// ignore_eos) submitted at once; reports output tokens/s over the whole run, mean step time,
-// mean time of the pure-decode steps (every sequence decoding) and their batch size. For
-// comparison: single-sequence CausalLm decode tok/s after the same prompt. The curve shows
-// whether decoding N sequences costs far less than N single steps (weights streamed once per
-// step, not once per sequence).
+// For each concurrency N: N requests of `prompt` random ids and `gen` output tokens (greedy, or
+// sampled with --temperature / --top-p and a seed per request; ignore_eos) submitted at once;
+// reports output tokens/s over the whole run, mean step time, mean time of the pure-decode steps
+// (every sequence decoding) and their batch size, and the mean time per step spent after the
+// forward (host sampling, detokenizing, events: "output ms"). For comparison: single-sequence
+// CausalLm decode tok/s after the same prompt. The curve shows whether decoding N sequences costs
+// far less than N single steps (weights streamed once per step, not once per sequence).
 //
 // Wall-clock figures need an otherwise idle machine; the CPU-time columns (process CPU seconds,
 // all threads) stay meaningful on a shared one, best with --threads 1.
@@ -55,6 +56,8 @@ struct Args {
   int64_t prompt = 128;
   int64_t gen = 128;
   std::vector<int> concurrency = {1, 4, 16, 64};
+  float temperature = 0.0f;
+  float top_p = 1.0f;
 };
 
 Args parse(int argc, char** argv) {
@@ -76,6 +79,10 @@ Args parse(int argc, char** argv) {
       a.gen = std::stoll(next());
     } else if (s == "--tokenizer-dir") {
       a.tokenizer_dir = next();
+    } else if (s == "--temperature") {
+      a.temperature = std::stof(next());
+    } else if (s == "--top-p") {
+      a.top_p = std::stof(next());
     } else if (s == "--concurrency") {
       a.concurrency.clear();
       std::string v = next();
@@ -95,7 +102,8 @@ Args parse(int argc, char** argv) {
   }
   if (a.model_dir.empty()) {
     std::fprintf(stderr, "usage: bench_engine MODEL_DIR [--threads T] [--prompt N] [--gen N] "
-                         "[--concurrency 1,4,16,64] [--tokenizer-dir DIR]\n");
+                         "[--concurrency 1,4,16,64] [--tokenizer-dir DIR] [--temperature T] "
+                         "[--top-p P]\n");
     std::exit(2);
   }
   return a;
@@ -130,6 +138,7 @@ std::vector<int32_t> random_ids(std::mt19937& rng, int64_t n, int64_t vocab) {
 struct Row {
   int n = 0;
   double seconds = 0, tok_s = 0, mean_step_ms = 0, decode_step_ms = 0, decode_batch = 0;
+  double output_ms = 0;  // mean time per step after the forward (sampling, events)
   double cpu_s = 0, cpu_tok_s = 0;  // process CPU time of the run; output tokens per CPU second
   int64_t steps = 0;
 };
@@ -145,10 +154,11 @@ Row run_engine(const std::string& dir, const Args& a, int n) {
   o.prefix_cache = false;  // random prompts share nothing; measure the plain path
   auto engine = Engine::load(dir, o);
   std::mutex mu;
-  double step_s = 0, decode_s = 0, decode_seqs = 0;
+  double step_s = 0, decode_s = 0, decode_seqs = 0, output_s = 0;
   int64_t steps = 0, decode_steps = 0;
   engine->set_step_observer([&](const StepStats& s) {
     step_s += s.seconds;
+    output_s += s.output_seconds;
     ++steps;
     if (s.n_decode == s.n_sequences) {
       decode_s += s.seconds;
@@ -167,7 +177,9 @@ Row run_engine(const std::string& dir, const Args& a, int n) {
     r.prompt = random_ids(rng, a.prompt, engine->model_info().vocab_size);
     r.max_tokens = a.gen;
     r.ignore_eos = true;
-    r.sampling.temperature = 0;
+    r.sampling.temperature = a.temperature;
+    r.sampling.top_p = a.top_p;
+    r.sampling.seed = 1000 + static_cast<uint64_t>(i);
     engine->submit(std::move(r), [&](const EngineEvent& ev) {
       std::lock_guard<std::mutex> lock(mu);
       if (ev.token >= 0) ++generated;
@@ -190,6 +202,7 @@ Row run_engine(const std::string& dir, const Args& a, int n) {
   r.tok_s = static_cast<double>(generated) / r.seconds;
   r.steps = steps;
   r.mean_step_ms = steps ? 1e3 * step_s / static_cast<double>(steps) : 0;
+  r.output_ms = steps ? 1e3 * output_s / static_cast<double>(steps) : 0;
   r.decode_step_ms = decode_steps ? 1e3 * decode_s / static_cast<double>(decode_steps) : 0;
   r.decode_batch = decode_steps ? decode_seqs / static_cast<double>(decode_steps) : 0;
   return r;
@@ -230,9 +243,9 @@ int main(int argc, char** argv) {
     const double single = single_run.tok_s;
     std::printf("single-sequence CausalLm decode: %.2f tok/s (%.1f ms/token), %.2f tok per CPU s\n",
                 single, 1e3 / single, single_run.cpu_tok_s);
-    std::printf("%6s %10s %12s %8s %14s %16s %10s %14s %14s\n", "N", "seconds", "out tok/s",
+    std::printf("%6s %10s %12s %8s %14s %16s %10s %14s %14s %10s\n", "N", "seconds", "out tok/s",
                 "steps", "mean step ms", "decode step ms", "decode N", "vs N singles",
-                "tok/CPU s");
+                "tok/CPU s", "output ms");
     std::fflush(stdout);
     std::vector<Row> rows;
     for (int n : a.concurrency) {
@@ -240,21 +253,23 @@ int main(int argc, char** argv) {
       const Row& r = rows.back();
       // How much cheaper one batched decode step is than r.decode_batch single-sequence steps.
       const double vs = r.decode_step_ms > 0 ? (r.decode_batch * 1e3 / single) / r.decode_step_ms : 0;
-      std::printf("%6d %10.2f %12.2f %8lld %14.2f %16.2f %10.1f %13.2fx %14.2f\n", r.n,
+      std::printf("%6d %10.2f %12.2f %8lld %14.2f %16.2f %10.1f %13.2fx %14.2f %10.3f\n", r.n,
                   r.seconds, r.tok_s, static_cast<long long>(r.steps), r.mean_step_ms,
-                  r.decode_step_ms, r.decode_batch, vs, r.cpu_tok_s);
+                  r.decode_step_ms, r.decode_batch, vs, r.cpu_tok_s, r.output_ms);
       std::fflush(stdout);  // rows appear as they finish: long runs on a busy machine
     }
     std::printf("{\"bench\":\"engine\",\"prompt\":%lld,\"gen\":%lld,\"threads\":%d,"
+                "\"temperature\":%g,\"top_p\":%g,"
                 "\"single_decode_tok_s\":%.3f,\"single_decode_tok_per_cpu_s\":%.3f,\"runs\":[",
-                static_cast<long long>(a.prompt), static_cast<long long>(a.gen), a.threads, single,
+                static_cast<long long>(a.prompt), static_cast<long long>(a.gen), a.threads,
+                static_cast<double>(a.temperature), static_cast<double>(a.top_p), single,
                 single_run.cpu_tok_s);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::printf("%s{\"n\":%d,\"out_tok_s\":%.3f,\"mean_step_ms\":%.3f,\"decode_step_ms\":%.3f,"
-                  "\"seconds\":%.3f,\"out_tok_per_cpu_s\":%.3f}",
-                  i ? "," : "", r.n, r.tok_s, r.mean_step_ms, r.decode_step_ms, r.seconds,
-                  r.cpu_tok_s);
+                  "\"output_ms\":%.3f,\"seconds\":%.3f,\"out_tok_per_cpu_s\":%.3f}",
+                  i ? "," : "", r.n, r.tok_s, r.mean_step_ms, r.decode_step_ms, r.output_ms,
+                  r.seconds, r.cpu_tok_s);
     }
     std::printf("]}\n");
     if (dir != a.model_dir) fs::remove_all(dir);

@@ -100,7 +100,7 @@ void Engine::Impl::load_model() {
   blocks = std::make_unique<BlockManager>(num_blocks, o.block_size, o.prefix_cache);
   scheduler = std::make_unique<Scheduler>(options, *blocks);
   output = std::make_unique<OutputProcessor>(*blocks, config.vocab_size, max_model_len,
-                                             [this] { on_final_event(); });
+                                             [this] { on_final_event(); }, &runner->host_runner());
   waiting_queue.pop_front = [this]() -> std::unique_ptr<Sequence> {
     std::lock_guard<std::mutex> lock(mu);
     if (waiting.empty()) return nullptr;
@@ -386,10 +386,11 @@ void Engine::Impl::step() {
   if (!plan.batch.empty()) {
     const auto t0 = EngineClock::now();
     const StepOutput out = runner->run(plan);
+    const auto t1 = EngineClock::now();
     scheduler->remove_finished(output->process(plan, out));
     ++steps;
     const StepStats st{static_cast<int>(plan.batch.size()), plan.n_decode, plan.n_tokens,
-                       seconds_since(t0)};
+                       seconds_since(t0), seconds_since(t1)};
     std::function<void(const StepStats&)> observer;
     {
       std::lock_guard<std::mutex> lock(mu);

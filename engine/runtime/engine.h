@@ -134,6 +134,7 @@ struct StepStats {        // reported after every step to the step observer
   int n_decode = 0;       // of those, decoding one token
   int64_t n_tokens = 0;   // tokens in the forward
   double seconds = 0;     // wall time of the step
+  double output_seconds = 0;  // of which after the forward: sampling, detokenizing, events
 };
 
 struct EngineStats {  // a snapshot

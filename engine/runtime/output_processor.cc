@@ -3,14 +3,60 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <span>
 
 #include "engine/core/log.h"
 
 namespace sampan::runtime {
 OutputProcessor::OutputProcessor(BlockManager& blocks, int64_t vocab, int64_t max_model_len,
-                                 std::function<void()> on_final)
+                                 std::function<void()> on_final, cpu::TaskRunner* sample_runner)
     : blocks_(blocks), vocab_(vocab), max_model_len_(max_model_len),
-      on_final_(std::move(on_final)) {}
+      on_final_(std::move(on_final)), sample_runner_(sample_runner) {}
+
+// Sampling reads only the sequence's logits row, its tokens and its own Sampler, so the rows are
+// sampled first (in parallel where there is a runner and more than one row) and everything with
+// side effects (blocks, events, stop checks) then runs in batch order as before. One sequence
+// costs 0.04-0.8 ms (bench_sampler: 32,000 to 128,256 logits, greedy to top-p) and ~3 ms with a
+// broad nucleus (top-p 0.9 over a near-flat distribution), which one by one on the engine thread
+// was a serial part of every step growing with the batch: bench_engine, 64 sequences, 2 threads,
+// TinyLlama shape, time per step after the forward 188 ms -> 85-102 (temperature 1, top-p 0.9),
+// 4.3 -> 2.7 (greedy).
+void OutputProcessor::sample_host_rows(const StepPlan& plan, const StepOutput& out) {
+  const size_t n = plan.batch.size();
+  host_rows_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const Scheduled& b = plan.batch[i];
+    if (b.logit_row >= 0 && !b.seq->device_sampling) host_rows_.push_back(i);
+  }
+  if (host_rows_.empty()) return;
+  if (samples_.size() < n) {
+    samples_.resize(n);
+    sample_errors_.resize(n);
+  }
+  const auto one = [&](int64_t t) {
+    const size_t i = host_rows_[static_cast<size_t>(t)];
+    const Scheduled& b = plan.batch[i];
+    Sequence& s = *b.seq;
+    sample_errors_[i].clear();
+    try {
+      const float* logits =
+          out.host_logits.data<float>() + static_cast<int64_t>(b.logit_row) * vocab_;
+      samples_[i] =
+          s.sampler->sample(std::span<const float>(logits, static_cast<size_t>(vocab_)), s.tokens);
+    } catch (const std::exception& e) {
+      sample_errors_[i] = e.what();
+      if (sample_errors_[i].empty()) sample_errors_[i] = "sampling failed";
+    } catch (...) {  // nothing may leave a pool task
+      sample_errors_[i] = "sampling failed";
+    }
+  };
+  const auto rows = static_cast<int64_t>(host_rows_.size());
+  if (sample_runner_ != nullptr && rows > 1 && sample_runner_->concurrency() > 1) {
+    sample_runner_->run(rows, one);
+  } else {
+    for (int64_t t = 0; t < rows; ++t) one(t);
+  }
+}
 
 std::unordered_set<const Sequence*> OutputProcessor::process(const StepPlan& plan,
                                                              const StepOutput& out) {
@@ -25,15 +71,21 @@ std::unordered_set<const Sequence*> OutputProcessor::process(const StepPlan& pla
     }
     return done;
   }
-  for (const Scheduled& b : plan.batch) {
+  sample_host_rows(plan, out);
+  for (size_t i = 0; i < plan.batch.size(); ++i) {
+    const Scheduled& b = plan.batch[i];
     Sequence& s = *b.seq;
     s.n_computed += b.n_tokens;
     blocks_.commit(s.blocks, s.tokens, s.n_computed);
     if (b.logit_row < 0) continue;
     if (s.device_sampling) {
       handle_device_sample(s, out.device_ids[static_cast<size_t>(b.logit_row)]);
+    } else if (!sample_errors_[i].empty()) {
+      EngineEvent ev;
+      ev.error = sample_errors_[i];
+      finish(s, EngineFinish::kError, std::move(ev));
     } else {
-      handle_logits(s, out.host_logits.data<float>() + static_cast<int64_t>(b.logit_row) * vocab_);
+      handle_sample(s, std::move(samples_[i]));
     }
     if (s.finished) done.insert(&s);
   }
@@ -63,20 +115,6 @@ void OutputProcessor::finish(Sequence& s, EngineFinish why, EngineEvent ev) {
   ev.timings.total_s = seconds_since(s.submitted);
   emit(s, ev);
   if (on_final_) on_final_();
-}
-
-// Samples the next token of `s` on the host and streams it (handle_sample).
-void OutputProcessor::handle_logits(Sequence& s, const float* logits) {
-  SampleResult r;
-  try {
-    r = s.sampler->sample(std::span<const float>(logits, static_cast<size_t>(vocab_)), s.tokens);
-  } catch (const std::exception& e) {
-    EngineEvent ev;
-    ev.error = e.what();
-    finish(s, EngineFinish::kError, std::move(ev));
-    return;
-  }
-  handle_sample(s, std::move(r));
 }
 
 void OutputProcessor::handle_device_sample(Sequence& s, int32_t id) {

@@ -6,21 +6,27 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "engine/runtime/engine.h"
 #include "engine/runtime/kv_block_manager.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/runtime/scheduler.h"
 #include "engine/runtime/sequence.h"
+#include "kernels/cpu/task_runner.h"
 
 namespace sampan::runtime {
 
 class OutputProcessor {
  public:
   // on_final runs after every final event (the engine's accounting: active count, idle wake).
+  // sample_runner, when given, samples a step's host rows in parallel (each sequence has its own
+  // Sampler and random state, so the tokens are those of one-by-one sampling); it must be idle
+  // during process().
   OutputProcessor(BlockManager& blocks, int64_t vocab, int64_t max_model_len,
-                  std::function<void()> on_final);
+                  std::function<void()> on_final, cpu::TaskRunner* sample_runner = nullptr);
 
   // Applies the step's output to every sequence of the plan; returns those that finished (a
   // failed forward finishes all of them with the error).
@@ -30,7 +36,8 @@ class OutputProcessor {
   void finish(Sequence& s, EngineFinish why, EngineEvent ev);
 
  private:
-  void handle_logits(Sequence& s, const float* logits /* [vocab] */);
+  // The host-sampled rows of the plan into samples_ / sample_errors_ (by batch index).
+  void sample_host_rows(const StepPlan& plan, const StepOutput& out);
   void handle_device_sample(Sequence& s, int32_t id);
   void handle_sample(Sequence& s, SampleResult r);
   void emit(Sequence& s, const EngineEvent& ev);
@@ -39,6 +46,10 @@ class OutputProcessor {
   int64_t vocab_ = 0;
   int64_t max_model_len_ = 0;
   std::function<void()> on_final_;
+  cpu::TaskRunner* sample_runner_ = nullptr;
+  std::vector<size_t> host_rows_;           // batch indices sampled on the host this step
+  std::vector<SampleResult> samples_;       // by batch index
+  std::vector<std::string> sample_errors_;  // by batch index: what sample() threw
 };
 
 }  // namespace sampan::runtime
