@@ -8,7 +8,8 @@
 // Cases: greedy (temperature 0: the checks, the argmax, and the log-sum-exp for the chosen
 // token's logprob), temperature 1, temperature 0.3 over logits of spread 10 (most weights far
 // below the largest: where denormals once cost a microcode assist per lane), top-k 40, top-p
-// 0.9. Logits are Gaussian (standard deviation 3, or 10), seeded.
+// 0.9, and top-p 0.9 over near-flat logits (temperature 1: most of the vocabulary in the
+// nucleus). Logits are Gaussian (standard deviation 3, 10 or 0.5), seeded.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -42,7 +43,8 @@ int main(int argc, char** argv) {
                         {"temperature 1", 3, 1, 0, 1},
                         {"temperature 0.3, spread 10", 10, 0.3f, 0, 1},
                         {"top-k 40", 3, 0.7f, 40, 1},
-                        {"top-p 0.9", 3, 0.7f, 0, 0.9f}};
+                        {"top-p 0.9", 3, 0.7f, 0, 0.9f},
+                        {"top-p 0.9, flat", 0.5f, 1, 0, 0.9f}};
   std::printf("%-28s %8s %14s %22s %8s\n", "case", "vocab", "sample us", "scalar log-sum-exp us",
               "ratio");
   for (const int vocab : {32000, 128256}) {

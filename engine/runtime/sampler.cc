@@ -19,9 +19,15 @@ namespace {
 // Below this, logits / temperature overflows or amplifies rounding noise into the ranking;
 // treating it as greedy is what such a temperature asks for anyway.
 constexpr float kGreedyTemperature = 1e-5f;
-// top_p without top_k sorts the ranking lazily in chunks growing from this size, so a peaked
-// distribution costs O(vocab) and a flat one O(vocab log vocab) at worst.
+// top_p with top_k sorts the ranking lazily in chunks growing from this size, so a peaked
+// distribution costs O(k) and a flat one O(k log k) at worst.
 constexpr size_t kFirstNucleusChunk = 64;
+
+float as_float(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 uint64_t splitmix64(uint64_t* x) {
   uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
@@ -112,6 +118,7 @@ void Sampler::apply_penalties(std::span<const float> logits, std::span<const int
 void Sampler::select_kept() {
   const size_t vocab = work_.size();
   const Ranks ranks{work_.data()};
+  weights_valid_ = false;
   if (params_.temperature < kGreedyTemperature) {
     const auto best =
         static_cast<int32_t>(cpu::argmax_first(static_cast<int64_t>(vocab), work_.data()));
@@ -150,11 +157,20 @@ void Sampler::select_kept() {
   if (top_p_on && !top_k_on) {
     // The nucleus without ranking the whole vocabulary: every weight e^(l - max) (one vector
     // pass), their totals per power of two, and from the top down the power of two 2^e whose
-    // weights and everything above reach top_p of the total: the ids at or above it (one
-    // more vector pass) hold the nucleus, and only they are ranked.
+    // weights and everything above reach top_p of the total. The ids above 2^(e + 1) are kept
+    // whole; those of [2^e, 2^(e + 1)) are split the same way by the top 8 bits of their
+    // mantissa, and only the sub-bucket where the total crosses top_p is ranked (then the next
+    // ones, should rounding leave the total short). Weights are non-decreasing in the logit,
+    // so every id of a higher (sub-)bucket ranks above every id of a lower one: the kept set is
+    // the ranking's shortest prefix as the contract says, its order is not. A near-flat
+    // distribution (most of the vocabulary in the nucleus) was a sort of the whole nucleus:
+    // bench_sampler "top-p 0.9, flat", 32,000 / 128,256 logits, 3.8-4.0 / 16.4-17.1 ms ->
+    // 0.48-0.62 / 2.0-2.6 ms per call (with the draw taking these weights instead of a scalar
+    // exp per kept id).
     weights_.resize(vocab);
     const double z =
         cpu::exp_shifted(static_cast<int64_t>(vocab), work_.data(), max, weights_.data());
+    weights_valid_ = true;
     const double target = static_cast<double>(params_.top_p) * z;
     double mass[256] = {};
     cpu::exponent_masses(static_cast<int64_t>(vocab), weights_.data(), mass);
@@ -164,21 +180,53 @@ void Sampler::select_kept() {
       cum += mass[e];
       if (cum >= target) break;
     }
-    float floor_w;
-    const uint32_t bits = static_cast<uint32_t>(e) << 23;
-    std::memcpy(&floor_w, &bits, 4);
-    cpu::indices_at_least(static_cast<int64_t>(vocab), weights_.data(), floor_w, order_);
-    std::sort(order_.begin(), order_.end(), ranks);
-    n = order_.size();
-    sorted = n;
-    double c = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-      c += weights_[static_cast<size_t>(order_[i])];
-      if (c >= target) {
-        n = i + 1;
+    const auto weight_bits = [&](int32_t id) {
+      uint32_t b;
+      std::memcpy(&b, &weights_[static_cast<size_t>(id)], 4);
+      return b;
+    };
+    cpu::indices_at_least(static_cast<int64_t>(vocab), weights_.data(), as_float(e << 23),
+                          order_);
+    // [begin, cls): the classes above e; [cls, end): class e.
+    const auto cls = std::partition(order_.begin(), order_.end(), [&](int32_t id) {
+      return (weight_bits(id) >> 23) > static_cast<uint32_t>(e);
+    });
+    constexpr int kSubShift = 23 - 8;
+    const auto sub_of = [&](int32_t id) {
+      return static_cast<int>((weight_bits(id) >> kSubShift) & 255);
+    };
+    double sub[256] = {};
+    for (auto it = cls; it != order_.end(); ++it) {
+      sub[sub_of(*it)] += weights_[static_cast<size_t>(*it)];
+    }
+    double c = cum - mass[e];  // the mass above class e
+    int b = 255;
+    for (; b > 0; --b) {
+      if (c + sub[b] >= target) break;
+      c += sub[b];
+    }
+    // [cls, first): sub-buckets above b, kept whole; [first, end): b and below, ranked lazily.
+    auto first = std::partition(cls, order_.end(), [&](int32_t id) { return sub_of(id) > b; });
+    n = order_.size();  // all of them, should rounding never let the total reach the target
+    for (auto lo = first; lo != order_.end(); b = -1) {
+      // Bucket b first; then (rarely: only where the bucket totals rounded differently from
+      // the ranked sum) everything below it at once.
+      const auto hi = b >= 0 ? std::partition(lo, order_.end(),
+                                              [&](int32_t id) { return sub_of(id) == b; })
+                             : order_.end();
+      std::sort(lo, hi, ranks);
+      auto it = lo;
+      for (; it != hi; ++it) {
+        c += weights_[static_cast<size_t>(*it)];
+        if (c >= target) break;
+      }
+      if (it != hi) {
+        n = static_cast<size_t>(it - order_.begin()) + 1;
         break;
       }
+      lo = hi;
     }
+    sorted = 0;  // kept, but not in ranked order
   } else if (!top_k_on) {
     order_.resize(vocab);
     std::iota(order_.begin(), order_.end(), 0);
@@ -273,6 +321,12 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
     double total = 0.0;
     if (all_kept_) {
       total = cpu::exp_shifted(static_cast<int64_t>(n), work_.data(), max_scaled_, work_.data());
+    } else if (weights_valid_) {  // the nucleus's weights, already computed
+      for (size_t i = 0; i < n; ++i) {
+        const auto id = static_cast<size_t>(id_at(i));
+        work_[id] = weights_[id];
+        total += work_[id];
+      }
     } else {
       for (size_t i = 0; i < n; ++i) {
         float& w = work_[static_cast<size_t>(id_at(i))];

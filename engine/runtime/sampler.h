@@ -64,7 +64,8 @@ class Sampler {
   // logits: [vocab] (not modified). seen: ids the penalties apply to (prompt + generated, as
   // the caller decides). Throws Error(kInvalidArgument) on an empty vocab, a NaN or +inf logit,
   // all logits -inf, or a seen id outside [0, vocab). top holds min(top_logprobs, vocab) ids.
-  // O(vocab) plus O(k log k) for the ids a filter keeps; no full sort of the vocab.
+  // O(vocab) plus O(k log k) for the ids top_k keeps; top_p alone ranks only the ids of the
+  // weight bucket where its total crosses top_p (1/256 of a power of two); no full sort.
   SampleResult sample(std::span<const float> logits, std::span<const int32_t> seen);
 
   // The distribution sample() would draw from for these inputs (steps 2-4 above; no draw, the
@@ -85,6 +86,7 @@ class Sampler {
   std::vector<float> work_;            // [vocab] penalised, then temperature-scaled logits
   std::vector<int32_t> order_;         // [vocab] ids; the first n_kept_ may be drawn
   std::vector<float> weights_;         // [vocab] top_p scratch: e^(scaled logit - max)
+  bool weights_valid_ = false;         // weights_ holds this call's weights (top_p without top_k)
   std::vector<int32_t> seen_sorted_;   // [seen] scratch for counting repeats
   size_t n_kept_ = 0;
   bool all_kept_ = false;              // no filter removed anything: order_ is not built
