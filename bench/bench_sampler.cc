@@ -6,9 +6,9 @@
 //   bench_sampler [--reps N]
 //
 // Cases: greedy (temperature 0: the checks, the argmax, and the log-sum-exp for the chosen
-// token's logprob), temperature 1, temperature 0.3 over logits of spread 10 (most weights far
-// below the largest: where denormals once cost a microcode assist per lane), top-k 40, top-p
-// 0.9, and top-p 0.9 over near-flat logits (temperature 1: most of the vocabulary in the
+// token's logprob; and without logprobs, SamplingParams::logprobs false), temperature 1,
+// temperature 0.3 over logits of spread 10 (most weights far below the largest: where
+// denormals once cost a microcode assist per lane), top-k 40, top-p 0.9, and top-p 0.9 over near-flat logits (temperature 1: most of the vocabulary in the
 // nucleus). Logits are Gaussian (standard deviation 3, 10 or 0.5), seeded.
 #include <algorithm>
 #include <cmath>
@@ -32,6 +32,7 @@ struct Case {
   float spread, temperature;
   int top_k;
   float top_p;
+  bool logprobs = true;  // SamplingParams::logprobs
 };
 
 }  // namespace
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   int reps = 200;
   if (!bench::parse_reps_only(argc, argv, &reps)) return 2;
   const Case cases[] = {{"greedy", 3, 0, 0, 1},
+                        {"greedy, no logprobs", 3, 0, 0, 1, false},
                         {"temperature 1", 3, 1, 0, 1},
                         {"temperature 0.3, spread 10", 10, 0.3f, 0, 1},
                         {"top-k 40", 3, 0.7f, 40, 1},
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
       p.temperature = c.temperature;
       p.top_k = c.top_k;
       p.top_p = c.top_p;
+      p.logprobs = c.logprobs;
       p.seed = 1;
       Sampler s(p);
       const std::vector<int32_t> seen;

@@ -280,9 +280,15 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
   const float raw_max = check_inputs(logits, seen);
   const size_t vocab = logits.size();
 
-  // Raw log-softmax: the max (from the checks' pass) and log-sum-exp in one more pass.
-  const double sum = cpu::exp_shifted(static_cast<int64_t>(vocab), logits.data(), raw_max, nullptr);
-  const double log_z = static_cast<double>(raw_max) + std::log(sum);
+  // Raw log-softmax: the max (from the checks' pass) and log-sum-exp in one more pass, only where
+  // a caller reads it (a third of a greedy call over 32,000 logits otherwise).
+  const bool want_logprobs = params_.logprobs || params_.top_logprobs > 0;
+  double log_z = std::numeric_limits<double>::quiet_NaN();
+  if (want_logprobs) {
+    const double sum =
+        cpu::exp_shifted(static_cast<int64_t>(vocab), logits.data(), raw_max, nullptr);
+    log_z = static_cast<double>(raw_max) + std::log(sum);
+  }
   const auto raw_logprob = [&](int32_t id) {
     return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(id)]) - log_z);
   };

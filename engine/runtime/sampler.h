@@ -39,8 +39,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;  // OpenAI: minus this times the count of the id, in [-2, 2]
   std::optional<uint64_t> seed;    // same seed + same logits sequence -> same tokens
   int32_t top_logprobs = 0;        // how many alternatives to report (0..kMaxTopLogprobs)
-  // Whether the caller reads SampleResult::logprob. The CPU Sampler always computes it; false
-  // lets an engine on a GPU sample there (runtime/device_sampler.h), which computes none.
+  // Whether the caller reads SampleResult::logprob. False skips its log-sum-exp pass (the CPU
+  // Sampler then reports NaN) and lets an engine on a GPU sample there
+  // (runtime/device_sampler.h), which computes none.
   bool logprobs = true;
 };
 
@@ -51,7 +52,8 @@ struct TokenLogprob {
 
 struct SampleResult {
   int32_t id = 0;
-  float logprob = 0.0f;                 // of the chosen token, same definition
+  float logprob = 0.0f;  // of the chosen token, same definition; NaN unless params.logprobs or
+                         // top_logprobs asked for logprobs
   std::vector<TokenLogprob> top;        // top_logprobs alternatives, best first
 };
 

@@ -371,6 +371,31 @@ TEST_CASE("logprobs come from a log_softmax of the raw logits") {
       }
     }
   }
+  // Without logprobs asked for (SamplingParams::logprobs false, no top_logprobs) the log-sum-exp
+  // is skipped: the same draws from the same seed, logprob NaN; with top_logprobs it is there.
+  for (const int32_t top : {0, 3}) {
+    SamplingParams with;
+    with.temperature = 0.8f;
+    with.top_p = 0.9f;
+    with.seed = 5;
+    SamplingParams without = with;
+    without.logprobs = false;
+    with.top_logprobs = without.top_logprobs = top;
+    Sampler a(with), b(without);
+    const std::vector<float> logits = random_logits(3000, 21, -6, 6);
+    const std::vector<double> ref = ref_log_softmax(logits);
+    for (int rep = 0; rep < 20; ++rep) {
+      const SampleResult ra = a.sample(logits, {}), rb = b.sample(logits, {});
+      CHECK(ra.id == rb.id);
+      CHECK(ra.logprob == Approx(ref[static_cast<size_t>(ra.id)]).margin(1e-5));
+      if (top == 0) {
+        CHECK(std::isnan(rb.logprob));
+      } else {
+        CHECK(rb.logprob == Approx(ra.logprob).margin(1e-6));
+        REQUIRE(rb.top.size() == 3);
+      }
+    }
+  }
   // Fewer ids than asked for: all of them; -inf logits report -inf.
   const std::vector<float> small = {0.0f, -INFINITY, 1.0f};
   SamplingParams p;
