@@ -42,7 +42,7 @@ class ModelRunner {
   const models::Model& model() const { return *model_; }
   // The CPU thread pool of the forward (every device: on CUDA it runs the host-side work). Idle
   // between steps, when the output processor samples on it.
-  cpu::TaskRunner& host_runner() { return *pool_; }
+  ThreadPool& host_runner() { return *pool_; }
   bool pad_decode() const { return pad_decode_; }
   bool device_sampling() const { return device_sampler_ != nullptr; }
   int64_t kv_pool_bytes() const { return kv_.bytes(); }

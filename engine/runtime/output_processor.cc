@@ -9,7 +9,7 @@
 
 namespace sampan::runtime {
 OutputProcessor::OutputProcessor(BlockManager& blocks, int64_t vocab, int64_t max_model_len,
-                                 std::function<void()> on_final, cpu::TaskRunner* sample_runner)
+                                 std::function<void()> on_final, ThreadPool* sample_runner)
     : blocks_(blocks), vocab_(vocab), max_model_len_(max_model_len),
       on_final_(std::move(on_final)), sample_runner_(sample_runner) {}
 

@@ -10,12 +10,12 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/core/thread_pool.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/kv_block_manager.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/runtime/scheduler.h"
 #include "engine/runtime/sequence.h"
-#include "kernels/cpu/task_runner.h"
 
 namespace sampan::runtime {
 
@@ -26,7 +26,7 @@ class OutputProcessor {
   // Sampler and random state, so the tokens are those of one-by-one sampling); it must be idle
   // during process().
   OutputProcessor(BlockManager& blocks, int64_t vocab, int64_t max_model_len,
-                  std::function<void()> on_final, cpu::TaskRunner* sample_runner = nullptr);
+                  std::function<void()> on_final, ThreadPool* sample_runner = nullptr);
 
   // Applies the step's output to every sequence of the plan; returns those that finished (a
   // failed forward finishes all of them with the error).
@@ -46,7 +46,7 @@ class OutputProcessor {
   int64_t vocab_ = 0;
   int64_t max_model_len_ = 0;
   std::function<void()> on_final_;
-  cpu::TaskRunner* sample_runner_ = nullptr;
+  ThreadPool* sample_runner_ = nullptr;
   std::vector<size_t> host_rows_;           // batch indices sampled on the host this step
   std::vector<SampleResult> samples_;       // by batch index
   std::vector<std::string> sample_errors_;  // by batch index: what sample() threw
