@@ -1,7 +1,7 @@
 #include "engine/runtime/sampler.h"
 
 #include <algorithm>
-#include <cstring>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -22,12 +22,6 @@ constexpr float kGreedyTemperature = 1e-5f;
 // top_p with top_k sorts the ranking lazily in chunks growing from this size, so a peaked
 // distribution costs O(k) and a flat one O(k log k) at worst.
 constexpr size_t kFirstNucleusChunk = 64;
-
-float as_float(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 uint64_t splitmix64(uint64_t* x) {
   uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
@@ -181,12 +175,10 @@ void Sampler::select_kept() {
       if (cum >= target) break;
     }
     const auto weight_bits = [&](int32_t id) {
-      uint32_t b;
-      std::memcpy(&b, &weights_[static_cast<size_t>(id)], 4);
-      return b;
+      return std::bit_cast<uint32_t>(weights_[static_cast<size_t>(id)]);
     };
-    cpu::indices_at_least(static_cast<int64_t>(vocab), weights_.data(), as_float(e << 23),
-                          order_);
+    cpu::indices_at_least(static_cast<int64_t>(vocab), weights_.data(),
+                          std::bit_cast<float>(static_cast<uint32_t>(e) << 23), order_);
     // [begin, cls): the classes above e; [cls, end): class e.
     const auto cls = std::partition(order_.begin(), order_.end(), [&](int32_t id) {
       return (weight_bits(id) >> 23) > static_cast<uint32_t>(e);
