@@ -18,28 +18,19 @@
 // read the flags back at once and throw naming the token (except while a CUDA graph is
 // recorded, when nothing has run yet).
 //
-// Scratch (the flags and the split-K partial results) comes from a per-stream cache: one device
-// buffer per (device, stream), grown to the largest step seen and reused by every layer and
-// every step after. Kernels on one stream run in order, so a layer's kernels can reuse the
-// buffer the previous layer's used. A buffer outgrown is kept, never freed: a CUDA graph
-// recorded earlier (graph/executor.h) still writes it on every replay. Doubling bounds what is
-// kept to the size of the current buffer; all live until the process ends (small: flags are a
-// byte per token and partials exist only for steps of few tokens). While a graph is being
-// recorded the buffer cannot grow (nothing has run, and the executor's first, unrecorded run of
-// the same shapes already grew it), so a step that would need more fails the recording instead.
+// Scratch (the flags and the split-K partial results) comes from the per-stream buffer of
+// scratch_cuda.h, shared with the other CUDA launchers (small: flags are a byte per token and
+// partials exist only for steps of few tokens).
 #include <cuda_runtime.h>
 
-#include <map>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "engine/core/cuda_stream.h"
 #include "engine/core/error.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/op_registry.h"
+#include "engine/ops/scratch_cuda.h"
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cuda/attention_common.cuh"
@@ -52,28 +43,6 @@ namespace {
 
 // The CUDA kernels read the CPU's formats byte for byte: both backends take the KV formats and
 // their sizes from one definition (kernels/common/kv_format.h); the CUDA tests compare the bytes.
-
-constexpr size_t kScratchAlign = 256;
-
-size_t align_up(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
-
-// The per-stream scratch buffer (see the top of the file), at least `bytes` long.
-uint8_t* stream_scratch(Device device, void* stream, size_t bytes, bool capturing) {
-  static std::mutex mu;
-  // Never destroyed: freeing device memory after the CUDA runtime shut down at exit would fail.
-  static auto* cache = new std::map<std::pair<int, void*>, std::vector<std::shared_ptr<Storage>>>();
-  std::lock_guard<std::mutex> lock(mu);
-  std::vector<std::shared_ptr<Storage>>& bufs = (*cache)[{device.index, stream}];
-  if (bufs.empty() || bufs.back()->bytes() < bytes) {
-    SAMPAN_CHECK(!capturing, ErrorCode::kUnsupported,
-                 "attention: the scratch buffer would grow to {} bytes while a CUDA graph is "
-                 "recorded", bytes);
-    size_t grown = 64 * 1024;
-    while (grown < bytes) grown *= 2;
-    bufs.push_back(Storage::allocate(grown, device));  // the outgrown ones stay (see the top)
-  }
-  return static_cast<uint8_t*>(bufs.back()->data());
-}
 
 // What a token's kTokenBad* bits mean (also the executor's message for a fault, reason = the
 // bits of every bad token of the step together).
@@ -157,11 +126,12 @@ void run_cuda(const KernelContext& ctx) {
   int64_t max_keys = c.max_blocks * c.block_size;
   if (b.sliding_window > 0 && b.sliding_window < max_keys) max_keys = b.sliding_window;
   const int64_t n_splits = cuda::attention_decode_splits(n, b.n_heads, b.n_kv_heads, max_keys);
-  const size_t flag_bytes = align_up(static_cast<size_t>(n));
+  const size_t flag_bytes = scratch_align_up(static_cast<size_t>(n));
   const size_t part_bytes =
       cuda::attention_decode_scratch_bytes(n, b.n_heads, b.head_dim, n_splits);
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  uint8_t* scratch = stream_scratch(q.device(), ctx.stream, flag_bytes + part_bytes, ctx.capturing);
+  uint8_t* scratch =
+      stream_scratch(q.device(), ctx.stream, flag_bytes + part_bytes, ctx.capturing, "attention");
   uint8_t* flags = scratch;
 
   check_cuda(cuda::attention_token_flags(b, c, flags, cuda::FaultSink{ctx.fault, ctx.fault_tag},

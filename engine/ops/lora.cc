@@ -6,7 +6,8 @@
 // graph serves the base model and n adapters in one batch (models/lora_adapter.h); ranks are
 // zero-padded to r, and an adapter that does not target this projection has scale 0. y may be a
 // column slice of a fused linear's output (fuse_sibling_linears splits it without copying).
-// An id outside [-1, n) is Error(kInvalidArgument) naming the node and the token. CPU only.
+// An id outside [-1, n) is Error(kInvalidArgument) naming the node (the CPU kernel also names
+// the token; the CUDA kernel, engine/ops/lora_cuda.cc, reports it after the run).
 #include "engine/core/error.h"
 #include "engine/ops/op_registry.h"
 #include "kernels/cpu/lora_cpu.h"

@@ -39,6 +39,11 @@
 //     devices, same measures as the tiny models: both decode the same blocks exactly; the GPU
 //     multiplies in f32 (GEMV, m <= 8) or in bf16 after dequantization (prefill), the CPU with x
 //     rounded to 16 bits per group (its integer GEMMs) or on bf16 tiles.
+//   LoRA: tiny_llama3 with peft's two fixture adapters (tests/data/lora) stacked in one graph,
+//     each adapter and the base, same measures as the tiny models (the lora op's own tolerance
+//     is in test_cuda_ops; the CPU's LoRA logits are checked against peft's in test_lora_model).
+//   LoRA engine: requests of two in-memory adapters and of the base in one Engine batch: each
+//     request's tokens as the CPU Engine's (up to a near tie, through CausalLm of that adapter).
 //   engine: the batched Engine (paged KV pools on the device, host block tables staged by the
 //     executor) with 4 concurrent greedy requests: tokens identical to the CPU Engine's (up to
 //     a near tie, as for greedy above).
@@ -67,6 +72,8 @@
 #include "engine/core/cuda_stream.h"
 #include "engine/core/device.h"
 #include "engine/core/error.h"
+#include "engine/loaders/hf_config.h"
+#include "engine/models/lora_adapter.h"
 #include "engine/runtime/causal_lm.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/sampler.h"
@@ -87,11 +94,13 @@ const std::string& serve_model() {
 }
 
 std::unique_ptr<CausalLm> load_lm(const std::string& dir, Device device,
-                                  const models::ModelBuildOptions& build = {}) {
+                                  const models::ModelBuildOptions& build = {},
+                                  int lora_adapter = 0) {
   CausalLmOptions o;
   o.threads = 2;
   o.max_context = 128;
   o.build = build;
+  o.lora_adapter = lora_adapter;
   o.device = device;
   return CausalLm::load(dir, o);
 }
@@ -141,10 +150,11 @@ std::vector<int32_t> greedy(CausalLm& lm, const std::vector<int32_t>& prompt, in
 
 // `decode_like_prefill`: the token-by-token logits get the prefill measures too (a KV format
 // whose codes the activation rounding flips, see the top).
+// `lora_adapter`: the index in build.lora every token runs through (-1: the base).
 void check_model(const std::string& dir, const models::ModelBuildOptions& build,
-                 Measures prefill = {}, bool decode_like_prefill = false) {
-  auto cpu = load_lm(dir, Device::cpu(), build);
-  auto gpu = load_lm(dir, kGpu, build);
+                 Measures prefill = {}, bool decode_like_prefill = false, int lora_adapter = 0) {
+  auto cpu = load_lm(dir, Device::cpu(), build, lora_adapter);
+  auto gpu = load_lm(dir, kGpu, build, lora_adapter);
   REQUIRE(gpu->device() == kGpu);
   const std::vector<int32_t> ids = random_ids(48, cpu->config().vocab_size, 7);
   const Tensor want = cpu->forward(ids, true);
@@ -348,6 +358,20 @@ TEST_CASE("cuda e2e: GGUF files give the CPU's logits and greedy tokens (Q8_0 Q4
   }
 }
 
+TEST_CASE("cuda e2e: LoRA adapters (peft's files) give the CPU's logits and greedy tokens",
+          "[cuda][e2e]") {
+  const std::string lora = std::string(SAMPAN_SOURCE_DIR) + "/tests/data/lora/";
+  models::ModelBuildOptions build;
+  // Two adapters stacked in one graph (ranks and targets differ: every projection, and q/v).
+  build.lora = {std::make_shared<const models::LoraAdapter>(models::load_lora_adapter(lora + "llama3_all")),
+                std::make_shared<const models::LoraAdapter>(models::load_lora_adapter(lora + "llama3_qv"))};
+  SECTION("every projection") { check_model(tiny_model("tiny_llama3"), build, {}, false, 0); }
+  SECTION("q and v") { check_model(tiny_model("tiny_llama3"), build, {}, false, 1); }
+  SECTION("the base through the LoRA graph") {
+    check_model(tiny_model("tiny_llama3"), build, {}, false, -1);
+  }
+}
+
 TEST_CASE("cuda e2e: the batched Engine generates the CPU's tokens", "[cuda][e2e]") {
   auto cpu = Engine::load(serve_model(), engine_options(Device::cpu()));
   auto gpu = Engine::load(serve_model(), engine_options(kGpu));
@@ -363,6 +387,79 @@ TEST_CASE("cuda e2e: the batched Engine generates the CPU's tokens", "[cuda][e2e
     const uint32_t r = static_cast<uint32_t>(i);
     expect_same_greedy(*cpu_lm, *gpu_lm, random_ids(5 + 7 * r, vocab, 100 + r), want[i], got[i]);
   }
+}
+
+// An adapter for `dir`'s model made in memory (peft's init leaves B zero: filled here so the
+// adapter changes the tokens).
+std::shared_ptr<const models::LoraAdapter> random_adapter(const std::string& dir, int64_t rank,
+                                                          std::vector<std::string> targets,
+                                                          uint64_t seed) {
+  models::LoraConfig lc;
+  lc.rank = rank;
+  lc.alpha = 2.0 * static_cast<double>(rank);
+  lc.targets = std::move(targets);
+  models::LoraAdapter a = models::make_lora_adapter(lc, load_hf_config(dir), seed);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> d(0.0f, 0.3f);
+  for (auto& layer : a.layers) {
+    for (models::LoraPair& p : layer) {
+      if (!p.defined()) continue;
+      for (int64_t i = 0; i < p.b.numel(); ++i) p.b.data<float>()[i] = d(rng);
+    }
+  }
+  return std::make_shared<const models::LoraAdapter>(std::move(a));
+}
+
+// What serving many adapters runs: requests of two adapters and of the base in one batch
+// (padded decode steps recorded as CUDA graphs, adapter ids staged per step).
+TEST_CASE("cuda e2e: the Engine runs requests of different LoRA adapters in one batch",
+          "[cuda][e2e]") {
+  EngineOptions co = engine_options(Device::cpu());
+  co.build.lora = {random_adapter(serve_model(), 4, {"q_proj", "v_proj", "down_proj"}, 21),
+                   random_adapter(serve_model(), 8, {"k_proj", "o_proj", "gate_proj", "up_proj"}, 22)};
+  EngineOptions go = co;
+  go.device = kGpu;
+  const int32_t adapters[4] = {0, -1, 1, 0};
+  auto run = [&](const EngineOptions& o) {
+    auto engine = Engine::load(serve_model(), o);
+    const int64_t vocab = engine->model_info().vocab_size;
+    std::vector<std::unique_ptr<Collected>> got;
+    for (uint32_t r = 0; r < 4; ++r) {
+      EngineRequest req;
+      req.id = std::string("r") + std::to_string(r);
+      req.prompt = random_ids(5 + 7 * r, vocab, 200 + r);
+      req.sampling.temperature = 0;
+      req.max_tokens = 24;
+      req.ignore_eos = true;
+      req.lora = adapters[r];
+      got.push_back(std::make_unique<Collected>());
+      engine->submit(std::move(req), got.back()->callback());
+    }
+    std::vector<std::vector<int32_t>> tokens;
+    for (auto& c : got) {
+      c->wait();
+      INFO("error: " << c->error);
+      CHECK(c->finish == EngineFinish::kLength);
+      tokens.push_back(c->tokens);
+    }
+    return std::make_pair(tokens, vocab);
+  };
+  const auto [want, vocab] = run(co);
+  const auto [got, gvocab] = run(go);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("request " << i << ", adapter " << adapters[i]);
+    CHECK(want[i].size() == 24);
+    auto cpu_lm = load_lm(serve_model(), Device::cpu(), co.build, adapters[i]);
+    auto gpu_lm = load_lm(serve_model(), kGpu, co.build, adapters[i]);
+    const uint32_t r = static_cast<uint32_t>(i);
+    expect_same_greedy(*cpu_lm, *gpu_lm, random_ids(5 + 7 * r, vocab, 200 + r), want[i], got[i]);
+  }
+  // The adapters matter: the base request's tokens differ from the same prompt through adapter 0.
+  auto base_lm = load_lm(serve_model(), Device::cpu(), co.build, -1);
+  auto a0_lm = load_lm(serve_model(), Device::cpu(), co.build, 0);
+  const std::vector<int32_t> p0 = random_ids(5, vocab, 200);
+  CHECK(greedy(*base_lm, p0, 24) != greedy(*a0_lm, p0, 24));
 }
 
 TEST_CASE("cuda e2e: running out of device memory is one line; the process stays usable",

@@ -11,6 +11,7 @@
 //   silu_mul: rtol 1e-5, atol 1e-6. CUDA's expf (<= 2 ulp) against the CPU's vector exp.
 //   rope: rtol 1e-5, atol 1e-5. cos/sin in double then rounded may differ by 1 ulp; y = a c - b s
 //     cancels, so the error is relative to |a| + |b| (~1), not to y.
+//   lora: rtol 1e-5, atol 1e-5. Two f32 products summed in other orders (at the test case).
 //   hadamard: rtol 1e-5, atol 1e-5. Same butterflies, but an output near 0 carries rounding
 //     of partial sums as large as the row: absolute error relative to the row scale (~1).
 //
@@ -19,6 +20,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -343,6 +345,100 @@ TEST_CASE("gather_rows on CUDA refuses a row index outside the input", "[cuda]")
                    "gather_rows after a refused run");
   const std::vector<Tensor> again = gpu.run({{"x", xs}, {"idx", Tensor::from_i32({3}, {1, 1, 3})}});
   CHECK(again[0].to(Device::cpu()).data<float>()[0] == xs.data<float>()[8]);
+}
+
+namespace {
+
+// One lora node over n adapters of rank r (scale 0 for adapter 1: it does not target this
+// projection), y and x graph inputs, the adapter tensors constants.
+Graph lora_graph(int64_t t, int64_t in, int64_t out, int64_t r, std::mt19937& rng) {
+  const int64_t n = 3;
+  Graph g;
+  const ValueId y = g.add_input("y", DType::kF32, fixed({t, out}));
+  const ValueId x = g.add_input("x", DType::kF32, fixed({t, in}));
+  const ValueId ids = g.add_input("ids", DType::kI32, fixed({t}));
+  // A ~ 1/sqrt(in) keeps h = x A^T O(1) at every width; B O(0.3).
+  const ValueId a = g.add_constant("a", random_f32({n, r, in}, rng, 1.0f / std::sqrt(static_cast<float>(in))));
+  const ValueId b = g.add_constant("b", random_f32({n, out, r}, rng, 0.3f));
+  const ValueId s = g.add_constant("scale", Tensor::from_f32({n}, {0.5f, 0.0f, 2.0f}));
+  g.mark_output(g.add("lora", "lora", {y, x, ids, a, b, s}));
+  return g;
+}
+
+Tensor random_adapter_ids(int64_t t, std::mt19937& rng) {
+  std::vector<int32_t> v(static_cast<size_t>(t));
+  std::uniform_int_distribution<int32_t> pick(-1, 2);
+  for (int32_t& i : v) i = pick(rng);
+  return Tensor::from_i32({t}, v);
+}
+
+}  // namespace
+
+// Tolerance: both backends compute h = s (x A^T) in f32, then y + h B^T, in other summation
+// orders; with these magnitudes (h, B h and y all O(1)) f32 rounding stays near 1e-6.
+TEST_CASE("lora on CUDA matches the CPU over mixed adapters", "[cuda]") {
+  std::mt19937 rng(11);
+  // (in, out, r): float4 paths (in, r multiples of 4), scalar ones (63, 5), one rank chunk of
+  // each register width (8, 16, 32, 64) and two chunks (100), widths of a real projection.
+  const int64_t shapes[][3] = {{64, 48, 8},   {63, 17, 5},   {260, 100, 16}, {128, 96, 24},
+                               {96, 64, 40},  {96, 64, 100}, {2048, 256, 8}, {256, 2048, 16}};
+  for (const auto& sh : shapes) {
+    for (int64_t t : {1, 5, 19}) {
+      const Graph g = lora_graph(t, sh[0], sh[1], sh[2], rng);
+      compare_backends(g,
+                       {{"y", random_f32({t, sh[1]}, rng)},
+                        {"x", random_f32({t, sh[0]}, rng)},
+                        {"ids", random_adapter_ids(t, rng)}},
+                       1e-5, 1e-5,
+                       "lora in " + std::to_string(sh[0]) + " out " + std::to_string(sh[1]) +
+                           " r " + std::to_string(sh[2]) + " tokens " + std::to_string(t));
+    }
+  }
+  SECTION("every token on the base or a non-targeting adapter copies y exactly") {
+    const int64_t t = 6;
+    const Graph g = lora_graph(t, 32, 40, 8, rng);
+    compare_backends(g,
+                     {{"y", random_f32({t, 40}, rng)},
+                      {"x", random_f32({t, 32}, rng)},
+                      {"ids", Tensor::from_i32({t}, {-1, 1, 1, -1, 1, -1})}},
+                     0, 0, "lora without adapters");
+  }
+  SECTION("y a column slice of a fused projection on the device, more token groups than gridDim.y") {
+    const int64_t t = 70000 * 8 + 3, in = 8, out = 12, r = 4;
+    const Graph g = lora_graph(t, in, out, r, rng);
+    const Tensor big = random_f32({t, 3 * out}, rng);
+    const Tensor x = random_f32({t, in}, rng);
+    const Tensor ids = random_adapter_ids(t, rng);
+    const std::map<std::string, Tensor> gpu = {
+        {"y", big.to(kGpu).slice(1, out, 2 * out)}, {"x", x}, {"ids", ids}};
+    compare_backends(g, {{"y", big.slice(1, out, 2 * out)}, {"x", x}, {"ids", ids}}, 1e-5, 1e-5,
+                     "lora strided y", &gpu);
+  }
+}
+
+// The CPU op refuses an adapter id outside [-1, n) before running; the CUDA kernels skip that
+// token (NaN row) and report it through the executor's fault word: the run throws naming the
+// node, and the executor stays usable.
+TEST_CASE("lora on CUDA refuses an adapter id the graph does not have", "[cuda]") {
+  std::mt19937 rng(12);
+  const Graph g = lora_graph(3, 16, 8, 4, rng);
+  graph::Executor gpu(g, pool(), kGpu);
+  const Tensor y = random_f32({3, 8}, rng), x = random_f32({3, 16}, rng);
+  for (int32_t bad : {3, -2}) {
+    INFO("id " << bad);
+    try {
+      gpu.run({{"y", y}, {"x", x}, {"ids", Tensor::from_i32({3}, {0, bad, 2})}});
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kInvalidArgument);
+      CHECK_THAT(e.what(), Catch::Contains("node 'lora' (lora)") &&
+                               Catch::Contains("adapter the graph does not have"));
+    }
+  }
+  compare_backends(g, {{"y", y}, {"x", x}, {"ids", Tensor::from_i32({3}, {2, -1, 0})}}, 1e-5,
+                   1e-5, "lora after a refused run");
+  const std::vector<Tensor> again = gpu.run({{"y", y}, {"x", x}, {"ids", Tensor::from_i32({3}, {-1, -1, -1})}});
+  CHECK(again[0].to(Device::cpu()).data<float>()[0] == y.data<float>()[0]);
 }
 
 TEST_CASE("the CUDA executor takes host or device inputs and uploads constants once", "[cuda]") {
