@@ -10,7 +10,8 @@
 // call for m <= max_m (larger m: further passes over the same R rows, from L1). Every supported
 // type has SIMD decoders on both ISAs; nothing is dequantized to memory. Decode of Q4_0, Q8_0,
 // Q4_K and Q5_K (AVX-512 and AVX2; on AVX512-VNNI four rows in step with the codes as bytes and
-// x16 as two int8 planes, GgmlKernels::dot_vnni) and of Q6_K (the AVX2 kernel at AVX2 and plain
+// x16 as two int8 planes, GgmlKernels::dot_vnni, or for m >= 2 against x16 as int16 with the
+// codes times their scales formed once for all rows of x, GgmlKernels::dot_vnni_batch) and of Q6_K (the AVX2 kernel at AVX2 and plain
 // AVX-512 levels, a zmm kernel on AVX512-VNNI: GgmlKernels::dot_vnni) runs against x
 // rounded to 16 bits per 256 elements with integer products (the x16 kernels; the driver
 // prepares x once per call, in the layout the table's prep_x16 defines), measured 1.5-2x (Q4_K,
@@ -128,8 +129,12 @@ struct GgmlKernels {
   // x rounded to int8 per 256 elements, as llama.cpp rounds its activations (Q8_K) for these
   // types. Q4_K, Q5_K and Q6_K (gemm_ggml_kq_avx512_vnni.cc).
   GgmlDotTable dot_x8[kGgmlTypeSlots];
-  // Decode at the other precisions on AVX512-VNNI CPUs, where set (in place of dot): Q6_K.
+  // Decode at the other precisions on AVX512-VNNI CPUs, where set (in place of dot): Q4_K,
+  // Q5_K, Q6_K.
   GgmlDotTable dot_vnni[kGgmlTypeSlots];
+  // In place of dot_vnni for m >= 2 rows of x, where set: Q4_K and Q5_K
+  // (ggml_q4k_wide_dot_avx512_vnni).
+  GgmlDotTable dot_vnni_batch[kGgmlTypeSlots];
   GgmlDequantFn dequant[kGgmlTypeSlots] = {};  // by GgmlType id; set for every supported type
   EpilogueFn epilogue = nullptr;
 };
@@ -163,10 +168,11 @@ void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWe
 void gemm_ggml_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                                 GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 
-// The decode kernel gemm_ggml runs for `type` from table kt at the calling thread's precision
-// and the current ISA level: kt.dot_x8 where set, with GemmPrecision::kBf16 on AVX512-VNNI,
-// else kt.dot_vnni where set, on AVX512-VNNI, otherwise kt.dot.
-const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type);
+// The decode kernel gemm_ggml runs for `type` and m rows of x from table kt at the calling
+// thread's precision and the current ISA level: kt.dot_x8 where set, with GemmPrecision::kBf16 on
+// AVX512-VNNI, else on AVX512-VNNI kt.dot_vnni_batch where set and m >= 2, else kt.dot_vnni where
+// set, otherwise kt.dot.
+const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type, int64_t m);
 
 // The prepared-x layout of the AVX-512 x16 kernels of Q4_K / Q5_K (gemm_ggml_avx512.cc's
 // prep_x16), which the AVX512-VNNI Q6_K x16 kernel reads too: per 256-element block
@@ -186,6 +192,10 @@ GgmlDotTable ggml_x8_dot_avx512_vnni(GgmlType type);
 // in step with x as two int8 planes of 16-bit x (x8 false: the x16 bound) or as int8 (x8 true:
 // kX8Error); AVX512-VNNI only (gemm_ggml_q4k_avx512_vnni.cc).
 GgmlDotTable ggml_q4k_dot_avx512_vnni(GgmlType type, bool x8);
+// The same four rows in step against x16 as int16 (the x16 bound), the codes times their
+// sub-block scales formed once per block for every row of x: for m >= 2 (the same file says
+// why not for m = 1).
+GgmlDotTable ggml_q4k_wide_dot_avx512_vnni(GgmlType type);
 
 // The AVX2 x16 decode kernel of `type` (Q4_0, Q8_0, Q4_K, Q5_K or Q6_K; gemm_ggml_x16_avx2.cc):
 // the AVX-512 table takes Q6_K's, faster there than its f32 decoder (figures at make_table).

@@ -751,6 +751,7 @@ GgmlKernels make_table() {
   // Q4_K and Q5_K on AVX512-VNNI: four rows in step, codes as bytes at both precisions.
   for (GgmlType q : {GgmlType::kQ4_K, GgmlType::kQ5_K}) {
     t.dot_vnni[static_cast<int>(q)] = ggml_q4k_dot_avx512_vnni(q, false);
+    t.dot_vnni_batch[static_cast<int>(q)] = ggml_q4k_wide_dot_avx512_vnni(q);
     t.dot_x8[static_cast<int>(q)] = ggml_q4k_dot_avx512_vnni(q, true);
   }
   t.epilogue = fma_kernels_avx512().epilogue;

@@ -81,7 +81,7 @@ AlignedBuffer<float>& x16_scratch() {
 void gemm_ggml_decode(const GgmlKernels& kt, int64_t m, const float* x, int64_t ldx,
                       const GemmWeights& w, GemmEpilogue ep, float* y, int64_t ldy,
                       TaskRunner& runner) {
-  DecodeJob job{&kt, ggml_decode_table(kt, w.ggml_type), &w,
+  DecodeJob job{&kt, ggml_decode_table(kt, w.ggml_type, m), &w,
                 ggml_row_bytes(w.ggml_type, w.k), ep, m, x, ldx, y, ldy};
   if (job.t.x16) {  // x rounded to 16 bits once per call, by the calling thread
     AlignedBuffer<float>& buf = x16_scratch();
@@ -195,9 +195,10 @@ void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t
 
 }  // namespace
 
-const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type) {
+const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type, int64_t m) {
   const int slot = static_cast<int>(type);
   if (kt.dot_x8[slot].dot && has_avx512_vnni() && vnni_x8()) return kt.dot_x8[slot];
+  if (kt.dot_vnni_batch[slot].dot && has_avx512_vnni() && m >= 2) return kt.dot_vnni_batch[slot];
   if (kt.dot_vnni[slot].dot && has_avx512_vnni()) return kt.dot_vnni[slot];
   return kt.dot[slot];
 }

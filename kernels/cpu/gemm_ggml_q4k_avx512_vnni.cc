@@ -1,6 +1,7 @@
 // Decode (m < kGgmlPrefillMinM) of GGUF Q4_K and Q5_K on AVX512-VNNI, four weight rows in step:
-// x rounded to 16 bits per 256 elements at the default precision (GgmlKernels::dot_vnni) or to
-// int8 with GemmPrecision::kBf16 (GgmlKernels::dot_x8), multiplied with the codes as bytes.
+// x rounded to 16 bits per 256 elements at the default precision (GgmlKernels::dot_vnni; for m >=
+// 2 rows of x dot_vnni_batch, the wide kernel below) or to int8 with GemmPrecision::kBf16
+// (GgmlKernels::dot_x8), multiplied with the codes as bytes.
 //
 // Why: the kernels these replace (gemm_ggml_avx512.cc's x16 kernel, which stays for AVX-512
 // without VNNI, and an x8 kernel that took one row at a time) unpacked each block's twelve bytes
@@ -36,6 +37,22 @@
 //    (mn . Sh) << 8 plus mn . Sl, each dword at most 2 * 63 * (4064 * 256 + 4096) < 2^28), then
 //    one FMA with dmin s into a per-row-of-x accumulator whose lane r is subtracted from row r's
 //    output.
+//  - Wide (ggml_q4k_wide_dot_avx512_vnni, m >= 2 rows of x at the default precision): the
+//    same sum regrouped as sum (sc q) x16. Per 64 code bytes two vpmaddubsw of the codes with
+//    the sub-block scale in the even (or odd) bytes and zero in the others (kPatEven / kPatOdd)
+//    give sc q of the even (odd) bytes as 32 int16, once per block and row of W; each row of x
+//    then needs two vpdpwssd against x16 as int16 (prep_wide lays the even and odd bytes'
+//    elements apart), against four multiplying instructions on the two planes. Lanes: 16
+//    products per block of |sc q| <= 31 * 63 and |x16| <= 32639, < 2^30. Measured on Emerald
+//    Rapids without AMX, 1 thread, an in-process interleaved A/B against the two-plane kernel
+//    (TinyLlama's 2048 x 2048 and 2048 x 5632 Q4_K, median of 60 calls each): m = 1 0.89-0.97x
+//    (the same multiplying work, plus a second scale shuffle per 64 codes), so m = 1 keeps the
+//    two planes; m = 2 1.02-1.04x, m = 4 / 8 / 16 1.12-1.16x with the weights in cache and
+//    1.08 / 1.10 / 1.14x streaming them from DRAM; Q5_K in cache 0.98 / 1.12 / 1.16 / 1.12x at
+//    m = 2 / 4 / 8 / 16. Not the 1.6x that counting multiplying instructions predicts: the rows
+//    of x (512 bytes per block and row, loaded again for each row of W) and the shuffles bound
+//    it too. Taking all four rows of W per load of x instead (int32 sums for 4 x m pairs)
+//    spilled registers and measured 0.87-1.1x; two rows of W per load 0.87-1.09x.
 // Measured (Zen 5, 1 thread, bench_gemm_ggml --cached --threads 1 --m 1,2,4, three alternating
 // rounds against the kernels replaced, TinyLlama shapes), GB/s: Q4_K x16 m = 1 / 2 / 4
 // 21.9-24.9 / 19.6-20.7 / 11.9-12.7 -> 40.5-44.7 / 24.9-27.1 / 12.7-14.0, x8 30.9-33.4 /
@@ -43,7 +60,8 @@
 // 39.0-42.5, x8 31.5-34.6 -> 48.4-53.6. End to end (sampan bench, Q4_K_M, 1 thread) decode
 // 1.25x llama.cpp's, from 0.86x.
 //
-// Prepared x, per 256-element block (64-byte aligned), kPlanes = 1 (x8) or 2 (x16): bytes
+// Prepared x, per 256-element block (64-byte aligned), kPlanes = 1 (x8) or 2 (x16; the wide
+// kernel's layout is at prep_wide): bytes
 // [0, 256) x8 or xh and, with two planes, [256, 512) xl, in the order above; int16 at floats
 // [64 kPlanes, 64 kPlanes + 4 kPlanes) the sums per 32-element sub-block j in element order (of
 // x8, or of xh then of xl); float 64 kPlanes + 8 s; zero to 64 kPlanes + 16. A block holding an
@@ -124,6 +142,60 @@ void prep(const float* x, int64_t k, float* out) {
   }
 }
 
+// The wide layout (x16, two planes' sums as in prep<2>; kernel dot_wide_mb): per 256-element
+// block 256 int16 x16 = round(x / s) (s = absmax / 32639, the two-plane kernel's x16 = 256 xh +
+// xl), grouped as the kernel meets the codes: for each 64-byte load c (0, 1) and nibble n (0:
+// low, 1: high), whose 64 code bytes p hold elements e(p) = 128 c + 32 n + 64 (p / 32) + p % 32,
+// 32 int16 of the even bytes' elements x16[e(2 i)], then 32 of the odd bytes' x16[e(2 i + 1)].
+// Then the int16 sums of xh and of xl per sub-block and s, at prep<2>'s offsets.
+void prep_wide(const float* x, int64_t k, float* out) {
+  using L = XLayout<2>;
+  // Runs A (elements 0..31 of the group) and B (64..95) as 32 int16 each -> evens and odds.
+  alignas(64) static constexpr int16_t kEven[32] = {0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20,
+                                                    22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
+                                                    44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
+  alignas(64) static constexpr int16_t kOdd[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                   23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                   45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+  const __m512i even = _mm512_load_si512(kEven), odd = _mm512_load_si512(kOdd);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const float* xb = x + 256 * b;
+    float* o = out + b * L::kBlockFloats;
+    float sx, inv;
+    const bool nonfinite = block_x_scale(xb, 256, L::kXMax, &sx, &inv);
+    auto* q = reinterpret_cast<int16_t*>(o);
+    auto* sums = reinterpret_cast<int16_t*>(o + L::kSumsAt);  // [2][8]
+    const __m512 vinv = _mm512_set1_ps(inv);
+    const __m512i xmax = _mm512_set1_epi32(static_cast<int>(L::kXMax));
+    // 32 elements from e0 as int16 (their xh / xl sums added to sub-block e0 / 32's).
+    auto run = [&](int e0) {
+      __m256i half[2];
+      for (int hh = 0; hh < 2; ++hh) {
+        __m512i v = nonfinite ? _mm512_setzero_si512()
+                              : _mm512_cvt_roundps_epi32(
+                                    _mm512_mul_ps(_mm512_loadu_ps(xb + e0 + 16 * hh), vinv),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_max_epi32(_mm512_min_epi32(v, xmax), _mm512_sub_epi32(_mm512_setzero_si512(), xmax));
+        const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(128)), 8);
+        const __m512i l = _mm512_sub_epi32(v, _mm512_slli_epi32(h, 8));
+        sums[e0 / 32] = static_cast<int16_t>(sums[e0 / 32] + _mm512_reduce_add_epi32(h));
+        sums[8 + e0 / 32] = static_cast<int16_t>(sums[8 + e0 / 32] + _mm512_reduce_add_epi32(l));
+        half[hh] = _mm512_cvtepi32_epi16(v);
+      }
+      return _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
+    };
+    for (int j = 0; j < 16; ++j) sums[j] = 0;
+    for (int g = 0; g < 4; ++g) {  // g = 2 c + n
+      const int c = g / 2, n = g % 2;
+      const __m512i a = run(128 * c + 32 * n), bb = run(128 * c + 64 + 32 * n);
+      _mm512_store_si512(q + 64 * g, _mm512_permutex2var_epi16(a, even, bb));
+      _mm512_store_si512(q + 64 * g + 32, _mm512_permutex2var_epi16(a, odd, bb));
+    }
+    o[L::kScaleAt] = sx;
+    for (int64_t j = L::kScaleAt + 1; j < L::kBlockFloats; ++j) o[j] = 0.0f;
+  }
+}
+
 // Byte tables, one 128-bit lane each (repeated in the four lanes where the table is 16 bytes).
 alignas(64) constexpr int8_t kSel1[16] = {4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15};
 alignas(64) constexpr int8_t kSel2[16] = {-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11};
@@ -147,6 +219,18 @@ struct ScaleSel {
 };
 // c = 0, 1: low nibbles (sub-blocks 4c, 4c + 2), then high nibbles (4c + 1, 4c + 3).
 constexpr ScaleSel kScaleSel[4] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+
+// The wide kernel's scale operands for vpmaddubsw: sub-block a's (bytes 0..31) or b's (32..63)
+// scale in the even (kOdd false) or odd bytes, zero in the others, so that the int16 lane i of
+// vpmaddubsw(codes, pattern) is sc times the code of byte 2 i (or 2 i + 1).
+struct ScalePattern {
+  alignas(64) int8_t idx[64];
+  constexpr ScalePattern(int a, int b, bool odd) : idx{} {
+    for (int i = 0; i < 64; ++i) idx[i] = i % 2 == (odd ? 1 : 0) ? static_cast<int8_t>(i < 32 ? a : b) : -1;
+  }
+};
+constexpr ScalePattern kPatEven[4] = {{0, 2, false}, {1, 3, false}, {4, 6, false}, {5, 7, false}};
+constexpr ScalePattern kPatOdd[4] = {{0, 2, true}, {1, 3, true}, {4, 6, true}, {5, 7, true}};
 
 // Q5_K: the qh bit of each half of a 64-byte load's low (2c) or high (2c + 1) nibbles.
 struct QhBits {
@@ -283,20 +367,117 @@ void dot_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, 
   }
 }
 
-template <bool kQ5, int kPlanes>
-void dot(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb, float* out) {
-  static_assert(kMaxM == 4);
-  switch (mb) {
-    case 1: return dot_mb<kQ5, kPlanes, 1>(rows, k, x, ldx, out);
-    case 2: return dot_mb<kQ5, kPlanes, 2>(rows, k, x, ldx, out);
-    case 3: return dot_mb<kQ5, kPlanes, 3>(rows, k, x, ldx, out);
-    default: return dot_mb<kQ5, kPlanes, 4>(rows, k, x, ldx, out);
+// The wide kernel (see the top): dot_mb's loop with the scale folded into the codes.
+template <bool kQ5, int MB>
+void dot_wide_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
+  using L = XLayout<2>;
+  constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const int64_t nb = k / 256;
+  const int64_t ahead = prefetch_ahead(nb * kBytes);
+  __m512 acc[kRows][MB], amin[MB];
+  for (int i = 0; i < MB; ++i) {
+    amin[i] = _mm512_setzero_ps();
+    for (int r = 0; r < kRows; ++r) acc[r][i] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      p[r] = rows[r] + b * kBytes;
+      for (int off = 0; off < kBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p[r]) + ahead + off, _MM_HINT_T0);
+      }
+    }
+    const __m512i h = _mm512_inserti32x4(
+        _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(load16(p[0])), load16(p[1]), 1),
+                           load16(p[2]), 2),
+        load16(p[3]), 3);
+    const __m512i sc = unpack_scales(h);
+    // As dot_mb: lane r of dm dmin_r, of dv d_r; the min term for every row of x.
+    const __m512i dh = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7),
+                                                _mm512_shuffle_epi8(h, lanes4(kSelD)));
+    const __m512 dm = _mm512_cvtph_ps(_mm512_castsi512_si256(dh));
+    const __m512 dv = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dh, 1));
+    const __m512i m16 = _mm512_shuffle_epi8(sc, lanes4(kSelMin));
+    __m512 ds[MB];
+    for (int i = 0; i < MB; ++i) {
+      const float* xb = x + i * ldx + b * L::kBlockFloats;
+      const __m512 si = _mm512_set1_ps(xb[L::kScaleAt]);
+      ds[i] = _mm512_mul_ps(dv, si);
+      const auto* sums = reinterpret_cast<const __m128i*>(xb + L::kSumsAt);
+      __m512i t = _mm512_madd_epi16(m16, _mm512_broadcast_i32x4(_mm_load_si128(sums)));
+      t = _mm512_dpwssd_epi32(_mm512_slli_epi32(t, 8), m16,
+                              _mm512_broadcast_i32x4(_mm_load_si128(sums + 1)));
+      amin[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dm, si), amin[i]);
+    }
+    auto row = [&](auto rc) {
+      constexpr int r = decltype(rc)::value;
+      const __m512i sr = _mm512_shuffle_i32x4(sc, sc, 0x55 * r);
+      __m512i ai[MB];
+      for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
+      for (int g = 0; g < 4; ++g) {  // g = 2 c + n
+        const __m512i v = _mm512_loadu_si512(p[r] + kQs + 64 * (g / 2));
+        __m512i q = _mm512_and_si512(g % 2 == 0 ? v : _mm512_srli_epi16(v, 4), low4);
+        if constexpr (kQ5) {
+          const __m512i qh2 = _mm512_broadcast_i64x4(load32(p[r] + 16));
+          q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh2, _mm512_load_si512(kQhBits[g].v)),
+                                   q, _mm512_set1_epi8(16));
+        }
+        // sc q as int16 (<= 31 * 63), even and odd bytes apart, once for every row of x.
+        const __m512i we =
+            _mm512_maddubs_epi16(q, _mm512_shuffle_epi8(sr, _mm512_load_si512(kPatEven[g].idx)));
+        const __m512i wo =
+            _mm512_maddubs_epi16(q, _mm512_shuffle_epi8(sr, _mm512_load_si512(kPatOdd[g].idx)));
+        for (int i = 0; i < MB; ++i) {
+          const auto* xq =
+              reinterpret_cast<const int16_t*>(x + i * ldx + b * L::kBlockFloats) + 64 * g;
+          ai[i] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(ai[i], we, _mm512_load_si512(xq)), wo,
+                                      _mm512_load_si512(xq + 32));
+        }
+      }
+      for (int i = 0; i < MB; ++i) {
+        acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i]), _mm512_shuffle_f32x4(ds[i], ds[i], 0x55 * r),
+                                    acc[r][i]);
+      }
+    };
+    row(std::integral_constant<int, 0>{});
+    row(std::integral_constant<int, 1>{});
+    row(std::integral_constant<int, 2>{});
+    row(std::integral_constant<int, 3>{});
+  }
+  for (int i = 0; i < MB; ++i) {
+    alignas(64) float mins[16];
+    _mm512_store_ps(mins, amin[i]);
+    for (int r = 0; r < kRows; ++r) {
+      out[i * kRows + r] = _mm512_reduce_add_ps(acc[r][i]) -
+                           ((mins[4 * r] + mins[4 * r + 1]) + (mins[4 * r + 2] + mins[4 * r + 3]));
+    }
   }
 }
 
-template <bool kQ5, int kPlanes>
+template <bool kQ5, int kPlanes, bool kWide>
+void dot(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb, float* out) {
+  static_assert(kMaxM == 4 && (!kWide || kPlanes == 2));
+  auto run = [&](auto mc) {
+    constexpr int m = decltype(mc)::value;
+    if constexpr (kWide) {
+      dot_wide_mb<kQ5, m>(rows, k, x, ldx, out);
+    } else {
+      dot_mb<kQ5, kPlanes, m>(rows, k, x, ldx, out);
+    }
+  };
+  switch (mb) {
+    case 1: return run(std::integral_constant<int, 1>{});
+    case 2: return run(std::integral_constant<int, 2>{});
+    case 3: return run(std::integral_constant<int, 3>{});
+    default: return run(std::integral_constant<int, 4>{});
+  }
+}
+
+template <bool kQ5, int kPlanes, bool kWide = false>
 GgmlDotTable table() {
-  return {kRows, kMaxM, dot<kQ5, kPlanes>, true, x_floats<kPlanes>, prep<kPlanes>, kPlanes == 1};
+  return {kRows, kMaxM, dot<kQ5, kPlanes, kWide>, true, x_floats<kPlanes>,
+          kWide ? prep_wide : prep<kPlanes>, kPlanes == 1};
 }
 
 }  // namespace
@@ -304,6 +485,12 @@ GgmlDotTable table() {
 GgmlDotTable ggml_q4k_dot_avx512_vnni(GgmlType type, bool x8) {
   if (type == GgmlType::kQ4_K) return x8 ? table<false, 1>() : table<false, 2>();
   if (type == GgmlType::kQ5_K) return x8 ? table<true, 1>() : table<true, 2>();
+  return {};
+}
+
+GgmlDotTable ggml_q4k_wide_dot_avx512_vnni(GgmlType type) {
+  if (type == GgmlType::kQ4_K) return table<false, 2, true>();
+  if (type == GgmlType::kQ5_K) return table<true, 2, true>();
   return {};
 }
 

@@ -244,7 +244,7 @@ void check_case(const Case& c, uint32_t seed) {
     // type (gemm_ggml_q4k_avx512_vnni.cc, gemm_ggml_kq_avx512_vnni.cc), at kBf16.
     for (const GemmPrecision prec : {gemm_precision(), GemmPrecision::kBf16, GemmPrecision::kF32}) {
       ScopedGemmPrecision scope(prec);
-      const gemm_detail::GgmlDotTable& dt = gemm_detail::ggml_decode_table(kt, c.type->type);
+      const gemm_detail::GgmlDotTable& dt = gemm_detail::ggml_decode_table(kt, c.type->type, c.m);
       if (!prefill && prec != gemm_precision() && !(prec == GemmPrecision::kBf16 && dt.x8)) {
         continue;
       }
