@@ -400,7 +400,7 @@ std::shared_ptr<const models::LoraAdapter> random_adapter(const std::string& dir
   lc.targets = std::move(targets);
   models::LoraAdapter a = models::make_lora_adapter(lc, load_hf_config(dir), seed);
   std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::normal_distribution<float> d(0.0f, 0.3f);
+  std::normal_distribution<float> d(0.0f, 0.1f);
   for (auto& layer : a.layers) {
     for (models::LoraPair& p : layer) {
       if (!p.defined()) continue;
