@@ -1,8 +1,9 @@
 // Whole-model decode and prefill on one GPU: a Llama-3-8B-shaped model (hidden 4096, 32 layers,
 // 32 heads / 8 KV heads of 128, intermediate 14336, vocab 128256, rope theta 500000, untied head)
 // with random weights written on the device in their final format (bf16; fp8 codes with per-row
-// scales; packed int4 with g128 f16 scales), driven through graph::Executor with the engine's
-// passes, as the runtime runs it. Measures, each run median of --reps:
+// scales; packed int4 with g128 f16 scales; GGUF Q8_0, Q4_K or Q6_K blocks of random bytes with
+// sane f16 scales, as a .gguf file of that type loads: every linear of one type, lm_head too),
+// driven through graph::Executor with the engine's passes, as the runtime runs it. Measures, each run median of --reps:
 //   - decode tokens/s at every --batches size after a --context-token prefill, over --steps
 //     timed steps (each sequence has its own block table and writes its own KV rows);
 //   - the bytes one decode step streams (every byte the linear nodes read: weights and scales,
@@ -17,7 +18,8 @@
 // and reported as such. --device cpu runs the same driving code on the CPU backend (for checking
 // the bench where no GPU is; its figures say nothing about a GPU).
 //
-// Usage: bench_cuda_decode [--quick] [--json FILE] [--formats bf16,fp8,int4] [--kv bf16,int4]
+// Usage: bench_cuda_decode [--quick] [--json FILE] [--formats bf16,fp8,int4,q8_0,q4_k,q6_k]
+//                          [--kv bf16,int4]
 //                          [--batches 1,8,32,128] [--context N] [--steps N] [--prompt N]
 //                          [--reps N] [--device cuda|cpu] [--no-cuda-graphs]
 // Exits 77 with "no CUDA device visible" when there is none, 1 when a configuration failed for
@@ -52,6 +54,7 @@
 #include "engine/loaders/hf_config.h"
 #include "engine/models/llama.h"
 #include "engine/ops/op_registry.h"
+#include "kernels/common/ggml_type.h"
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/cpu/task_runner.h"
 
@@ -67,6 +70,14 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // Left free beyond the sums we can compute: cuBLASLt workspaces, the int4 prefill's bf16 chunks,
 // attention scratch, the CUDA context's own growth.
 constexpr double kHeadroomBytes = 2 * kGiB;
+
+// The GGUF block type of a --formats name (q8_0, q4_k, q6_k), if it is one.
+std::optional<GgmlType> ggml_format(const std::string& f) {
+  if (f == "q8_0") return GgmlType::kQ8_0;
+  if (f == "q4_k") return GgmlType::kQ4_K;
+  if (f == "q6_k") return GgmlType::kQ6_K;
+  return std::nullopt;
+}
 
 struct Options {
   bool quick = false;
@@ -127,8 +138,10 @@ bool parse_options(int argc, char** argv, Options* o) {
     }
   }
   for (const std::string& f : o->formats) {
-    if (f != "bf16" && f != "fp8" && f != "int4") {
-      std::fprintf(stderr, "bench_cuda_decode: unknown weight format '%s' (bf16, fp8, int4)\n",
+    if (f != "bf16" && f != "fp8" && f != "int4" && !ggml_format(f)) {
+      std::fprintf(stderr,
+                   "bench_cuda_decode: unknown weight format '%s' (bf16, fp8, int4, q8_0, q4_k, "
+                   "q6_k)\n",
                    f.c_str());
       return false;
     }
@@ -219,6 +232,16 @@ class Filler {
     auto* p = t.data<uint8_t>();
     for (size_t i = 0; i < nb; ++i) p[i] = static_cast<uint8_t>(rng_());
   }
+  // t: u8 blocks of `stride` bytes: the f16 at byte `offset` of each set to about `value`.
+  void f16_field(const Tensor& t, int64_t stride, int64_t offset, float value) {
+    const size_t count = static_cast<size_t>(t.nbytes() / stride);
+    if (cuda()) {
+      return check(fill_f16_strided(t.raw(), count, static_cast<size_t>(stride),
+                                    static_cast<size_t>(offset), value, nullptr));
+    }
+    const uint16_t bits = pow2_f16(value);
+    for (size_t i = 0; i < count; ++i) std::memcpy(t.data<uint8_t>() + i * stride + offset, &bits, 2);
+  }
   // t: f32 or f16, every element `value`.
   void constant(const Tensor& t, float value) {
     if (t.dtype() == DType::kF32) {
@@ -227,10 +250,14 @@ class Filler {
       return;
     }
     if (cuda()) return check(fill_f16(t.raw(), n(t), value, nullptr));
-    // Only the f16 scales of int4 reach here; a power-of-two fraction keeps the bits exact.
+    // Only the f16 scales of int4 reach here.
+    std::fill_n(t.data<uint16_t>(), n(t), pow2_f16(value));
+  }
+  // The f16 bits of the power of two at or below `value` (a normal f16): exact, and any nearby
+  // value will do.
+  static uint16_t pow2_f16(float value) {
     const int e = static_cast<int>(std::floor(std::log2(value)));
-    const auto bits = static_cast<uint16_t>((e + 15) << 10);
-    std::fill_n(t.data<uint16_t>(), n(t), bits);
+    return static_cast<uint16_t>((e + 15) << 10);
   }
 
  private:
@@ -256,6 +283,9 @@ struct Model {
 // Bytes of one linear of the format (weight and scales), for the memory check and the roofline.
 double linear_bytes(const std::string& format, int64_t out, int64_t in) {
   const double n = static_cast<double>(out) * static_cast<double>(in);
+  if (const auto t = ggml_format(format)) {
+    return static_cast<double>(out) * static_cast<double>(ggml_row_bytes(*t, in));
+  }
   if (format == "bf16") return 2 * n;
   if (format == "fp8") return n + 4.0 * static_cast<double>(out);
   return n / 2 + 2.0 * static_cast<double>(out) * static_cast<double>(in / kInt4Group);
@@ -284,6 +314,21 @@ models::Linear make_linear(Filler& fill, const std::string& format, int64_t out,
     fill.fp8(l.weight);
     l.scales = Tensor::empty({out}, DType::kF32, device);
     fill.constant(l.scales, a / 448.0f);
+  } else if (const auto t = ggml_format(format)) {
+    // Random codes (and Q4_K's 6-bit sub-block scales and mins, Q6_K's int8 ones); the f16
+    // super-block scales set so that weights stay near +-a.
+    const int64_t block = ggml_type_size(*t);
+    l.weight = Tensor::empty({out, ggml_row_bytes(*t, in)}, DType::kU8, device);
+    l.ggml_type = *t;
+    fill.bytes(l.weight);
+    if (*t == GgmlType::kQ8_0) {
+      fill.f16_field(l.weight, block, 0, a / 127.0f);  // d
+    } else if (*t == GgmlType::kQ4_K) {
+      fill.f16_field(l.weight, block, 0, a / (63.0f * 15.0f));  // d
+      fill.f16_field(l.weight, block, 2, a / (63.0f * 15.0f));  // dmin
+    } else {
+      fill.f16_field(l.weight, block, 208, a / (127.0f * 32.0f));  // Q6_K d
+    }
   } else {
     l.weight = Tensor::empty({out, in}, DType::kI4, device);
     fill.bytes(l.weight);

@@ -71,6 +71,15 @@ __global__ void fill_f16_kernel(__half* dst, size_t n, float value) {
   }
 }
 
+__global__ void fill_f16_strided_kernel(uint8_t* dst, size_t count, size_t stride, size_t offset,
+                                        float value) {
+  const __half h = __float2half(value);
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    *reinterpret_cast<__half*>(dst + i * stride + offset) = h;
+  }
+}
+
 }  // namespace
 
 cudaError_t fill_bf16_uniform(void* dst, size_t n, float amplitude, uint64_t seed,
@@ -98,6 +107,13 @@ cudaError_t fill_f32(void* dst, size_t n, float value, cudaStream_t stream) {
 
 cudaError_t fill_f16(void* dst, size_t n, float value, cudaStream_t stream) {
   fill_f16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<__half*>(dst), n, value);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_f16_strided(void* dst, size_t count, size_t stride, size_t offset, float value,
+                             cudaStream_t stream) {
+  fill_f16_strided_kernel<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<uint8_t*>(dst),
+                                                                      count, stride, offset, value);
   return cudaGetLastError();
 }
 

@@ -25,4 +25,9 @@ cudaError_t fill_random_bytes(void* dst, size_t n, uint64_t seed, cudaStream_t s
 cudaError_t fill_f32(void* dst, size_t n, float value, cudaStream_t stream);
 cudaError_t fill_f16(void* dst, size_t n, float value, cudaStream_t stream);
 
+// For i < count: the f16 at dst + i * stride + offset (bytes; both even) set to `value`: the
+// scale fields of GGUF blocks whose other bytes are random.
+cudaError_t fill_f16_strided(void* dst, size_t count, size_t stride, size_t offset, float value,
+                             cudaStream_t stream);
+
 }  // namespace sampan::bench

@@ -159,7 +159,8 @@ run_bench() {  # name, then its arguments
 }
 if ((HAVE_GPU)); then
   run_bench bench_cuda_gemm --json >"$OUT/bench_cuda_gemm.json"
-  decode_args=(--json "$OUT/bench_cuda_decode.json")
+  # Sampan's formats and GGUF's Q8_0 / Q4_K / Q6_K blocks (issue 18: GGUF speed on a GPU).
+  decode_args=(--json "$OUT/bench_cuda_decode.json" --formats bf16,fp8,int4,q8_0,q4_k,q6_k)
   if ((QUICK)); then decode_args+=(--quick); fi
   run_bench bench_cuda_decode "${decode_args[@]}" >"$OUT/bench_cuda_decode.txt"
 fi
