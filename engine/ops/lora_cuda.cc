@@ -39,7 +39,8 @@ void run_cuda(const KernelContext& ctx) {
                "node '{}' (lora): adapter rank {} is outside the 1..{} the CUDA kernel takes",
                ctx.node.name, r, cuda::kLoraMaxRank);
   auto* h = reinterpret_cast<float*>(stream_scratch(
-      y.device(), ctx.stream, cuda::lora_scratch_bytes(n_tokens, r), ctx.capturing, "lora"));
+      y.device(), ctx.stream, cuda::lora_scratch_bytes(n_tokens, x.dim(1), r), ctx.capturing,
+      "lora"));
   check_cuda(cuda::lora_apply(n_tokens, x.dim(1), y.dim(1), a.dim(0), r, y.data<float>(),
                               row_stride(y), x.data<float>(), row_stride(x), ids.data<int32_t>(),
                               a.data<float>(), b.data<float>(), scale.data<float>(), h,

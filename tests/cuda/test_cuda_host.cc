@@ -10,6 +10,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/graph/executor.h"
 #include "kernels/cuda/launch_config.cuh"
+#include "kernels/cuda/lora.cuh"
 
 using namespace sampan;
 
@@ -75,6 +76,29 @@ TEST_CASE("the Hadamard plan covers each row with tiles of whole blocks", "[cuda
       if (block <= 8192) CHECK(p.shared_bytes <= cuda::kDefaultSharedBytes);
     }
   }
+}
+
+TEST_CASE("the LoRA shrink's slices cover `in` in aligned steps, many for few tokens",
+          "[cuda_host]") {
+  using cuda::lora_slice_len;
+  using cuda::lora_slices;
+  for (int64_t in : {1, 7, 63, 128, 260, 2048, 4096, 5632, 14336, 100000}) {
+    for (int64_t t : {1, 2, 8, 9, 64, 100, 511, 512, 4095, 4096, 70000}) {
+      INFO("in " << in << ", tokens " << t);
+      const int64_t len = lora_slice_len(t, in), n = lora_slices(t, in);
+      CHECK(len % 128 == 0);  // float4 steps of 32 lanes start aligned in every slice
+      CHECK(n >= 1);
+      CHECK(n * len >= in);        // covered
+      CHECK((n - 1) * len < in);   // no empty slice
+      CHECK(n <= (in + 127) / 128);
+      CHECK(n <= cuda::kMaxGridY);
+      if (t >= 4096) CHECK(n == 1);
+    }
+  }
+  CHECK(lora_slices(1, 4096) == 32);  // a decode token: 32 warps read A, 128 elements each
+  CHECK(lora_slices(64, 4096) == 32);
+  CHECK(lora_slices(512, 4096) == 8);
+  CHECK(cuda::lora_scratch_bytes(3, 4096, 16) == 3 * 32 * 16 * sizeof(float));
 }
 
 TEST_CASE("CUDA errors become Errors with the right code", "[cuda_host]") {
