@@ -142,7 +142,7 @@ void prep(const float* x, int64_t k, float* out) {
   }
 }
 
-// The wide layout (x16, two planes' sums as in prep<2>; kernel dot_wide_mb): per 256-element
+// The wide layout (x16, two planes' sums as in prep<2>; dot_mb with kWide): per 256-element
 // block 256 int16 x16 = round(x / s) (s = absmax / 32639, the two-plane kernel's x16 = 256 xh +
 // xl), grouped as the kernel meets the codes: for each 64-byte load c (0, 1) and nibble n (0:
 // low, 1: high), whose 64 code bytes p hold elements e(p) = 128 c + 32 n + 64 (p / 32) + p % 32,
@@ -256,11 +256,13 @@ inline __m512i unpack_scales(__m512i h) {
                                    _mm512_set1_epi8(0x30), 0xf8);
 }
 
-template <bool kQ5, int kPlanes, int MB>
+// kWide: the wide kernel (see the top; x laid out by prep_wide, kPlanes 2).
+template <bool kQ5, int kPlanes, int MB, bool kWide>
 void dot_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
+  static_assert(!kWide || kPlanes == 2);
   using L = XLayout<kPlanes>;
   constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
-  constexpr bool kSplit = kPlanes == 2 && MB <= 2;
+  constexpr bool kSplit = kPlanes == 2 && MB <= 2 && !kWide;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   const int64_t ahead = prefetch_ahead(k / 256 * kBytes);
   __m512 acc[kRows][MB], amin[MB];
@@ -319,8 +321,9 @@ void dot_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, 
       const __m512i sr = _mm512_shuffle_i32x4(sc, sc, 0x55 * r);
       __m512i qh2 = _mm512_setzero_si512();
       if constexpr (kQ5) qh2 = _mm512_broadcast_i64x4(load32(p[r] + 16));
-      // ah: x8 or xh products, al: xl products (two planes; with kSplit, else into ah with the
-      // scales times 256 for xh: fewer registers at larger MB, one more shift per 64 codes).
+      // ah: x8 or xh products (kWide: all), al: xl products (two planes; with kSplit, else into
+      // ah with the scales times 256 for xh: fewer registers at larger MB, one more shift per 64
+      // codes).
       __m512i ah[MB], al[MB];
       for (int i = 0; i < MB; ++i) ah[i] = al[i] = _mm512_setzero_si512();
       for (int c = 0; c < 2; ++c) {
@@ -332,15 +335,30 @@ void dot_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, 
             q[n] = _mm512_mask_add_epi8(q[n], _mm512_test_epi8_mask(qh2, bits), q[n],
                                         _mm512_set1_epi8(16));
           }
-          const __m512i s = _mm512_shuffle_epi8(sr, _mm512_load_si512(kScaleSel[2 * c + n].idx));
-          const __m512i s_h = kPlanes == 2 && !kSplit ? _mm512_slli_epi16(s, 8) : s;
-          for (int i = 0; i < MB; ++i) {
-            const auto* xq = reinterpret_cast<const int8_t*>(x + i * ldx + b * L::kBlockFloats) +
-                             128 * c + 64 * n;
-            ah[i] = _mm512_dpwssd_epi32(ah[i], _mm512_maddubs_epi16(q[n], _mm512_load_si512(xq)), s_h);
-            if constexpr (kPlanes == 2) {
-              __m512i& a = kSplit ? al[i] : ah[i];
-              a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(q[n], _mm512_load_si512(xq + 256)), s);
+          const int g = 2 * c + n;
+          if constexpr (kWide) {
+            // sc q as int16 (<= 31 * 63), even and odd bytes apart, once for every row of x.
+            const __m512i we =
+                _mm512_maddubs_epi16(q[n], _mm512_shuffle_epi8(sr, _mm512_load_si512(kPatEven[g].idx)));
+            const __m512i wo =
+                _mm512_maddubs_epi16(q[n], _mm512_shuffle_epi8(sr, _mm512_load_si512(kPatOdd[g].idx)));
+            for (int i = 0; i < MB; ++i) {
+              const auto* xq =
+                  reinterpret_cast<const int16_t*>(x + i * ldx + b * L::kBlockFloats) + 64 * g;
+              ah[i] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(ah[i], we, _mm512_load_si512(xq)), wo,
+                                          _mm512_load_si512(xq + 32));
+            }
+          } else {
+            const __m512i s = _mm512_shuffle_epi8(sr, _mm512_load_si512(kScaleSel[g].idx));
+            const __m512i s_h = kPlanes == 2 && !kSplit ? _mm512_slli_epi16(s, 8) : s;
+            for (int i = 0; i < MB; ++i) {
+              const auto* xq = reinterpret_cast<const int8_t*>(x + i * ldx + b * L::kBlockFloats) +
+                               128 * c + 64 * n;
+              ah[i] = _mm512_dpwssd_epi32(ah[i], _mm512_maddubs_epi16(q[n], _mm512_load_si512(xq)), s_h);
+              if constexpr (kPlanes == 2) {
+                __m512i& a = kSplit ? al[i] : ah[i];
+                a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(q[n], _mm512_load_si512(xq + 256)), s);
+              }
             }
           }
         }
@@ -367,110 +385,14 @@ void dot_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, 
   }
 }
 
-// The wide kernel (see the top): dot_mb's loop with the scale folded into the codes.
-template <bool kQ5, int MB>
-void dot_wide_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
-  using L = XLayout<2>;
-  constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
-  const __m512i low4 = _mm512_set1_epi8(0x0f);
-  const int64_t nb = k / 256;
-  const int64_t ahead = prefetch_ahead(nb * kBytes);
-  __m512 acc[kRows][MB], amin[MB];
-  for (int i = 0; i < MB; ++i) {
-    amin[i] = _mm512_setzero_ps();
-    for (int r = 0; r < kRows; ++r) acc[r][i] = _mm512_setzero_ps();
-  }
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p[kRows];
-    for (int r = 0; r < kRows; ++r) {
-      p[r] = rows[r] + b * kBytes;
-      for (int off = 0; off < kBytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p[r]) + ahead + off, _MM_HINT_T0);
-      }
-    }
-    const __m512i h = _mm512_inserti32x4(
-        _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(load16(p[0])), load16(p[1]), 1),
-                           load16(p[2]), 2),
-        load16(p[3]), 3);
-    const __m512i sc = unpack_scales(h);
-    // As dot_mb: lane r of dm dmin_r, of dv d_r; the min term for every row of x.
-    const __m512i dh = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7),
-                                                _mm512_shuffle_epi8(h, lanes4(kSelD)));
-    const __m512 dm = _mm512_cvtph_ps(_mm512_castsi512_si256(dh));
-    const __m512 dv = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dh, 1));
-    const __m512i m16 = _mm512_shuffle_epi8(sc, lanes4(kSelMin));
-    __m512 ds[MB];
-    for (int i = 0; i < MB; ++i) {
-      const float* xb = x + i * ldx + b * L::kBlockFloats;
-      const __m512 si = _mm512_set1_ps(xb[L::kScaleAt]);
-      ds[i] = _mm512_mul_ps(dv, si);
-      const auto* sums = reinterpret_cast<const __m128i*>(xb + L::kSumsAt);
-      __m512i t = _mm512_madd_epi16(m16, _mm512_broadcast_i32x4(_mm_load_si128(sums)));
-      t = _mm512_dpwssd_epi32(_mm512_slli_epi32(t, 8), m16,
-                              _mm512_broadcast_i32x4(_mm_load_si128(sums + 1)));
-      amin[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dm, si), amin[i]);
-    }
-    auto row = [&](auto rc) {
-      constexpr int r = decltype(rc)::value;
-      const __m512i sr = _mm512_shuffle_i32x4(sc, sc, 0x55 * r);
-      __m512i ai[MB];
-      for (int i = 0; i < MB; ++i) ai[i] = _mm512_setzero_si512();
-      for (int g = 0; g < 4; ++g) {  // g = 2 c + n
-        const __m512i v = _mm512_loadu_si512(p[r] + kQs + 64 * (g / 2));
-        __m512i q = _mm512_and_si512(g % 2 == 0 ? v : _mm512_srli_epi16(v, 4), low4);
-        if constexpr (kQ5) {
-          const __m512i qh2 = _mm512_broadcast_i64x4(load32(p[r] + 16));
-          q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh2, _mm512_load_si512(kQhBits[g].v)),
-                                   q, _mm512_set1_epi8(16));
-        }
-        // sc q as int16 (<= 31 * 63), even and odd bytes apart, once for every row of x.
-        const __m512i we =
-            _mm512_maddubs_epi16(q, _mm512_shuffle_epi8(sr, _mm512_load_si512(kPatEven[g].idx)));
-        const __m512i wo =
-            _mm512_maddubs_epi16(q, _mm512_shuffle_epi8(sr, _mm512_load_si512(kPatOdd[g].idx)));
-        for (int i = 0; i < MB; ++i) {
-          const auto* xq =
-              reinterpret_cast<const int16_t*>(x + i * ldx + b * L::kBlockFloats) + 64 * g;
-          ai[i] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(ai[i], we, _mm512_load_si512(xq)), wo,
-                                      _mm512_load_si512(xq + 32));
-        }
-      }
-      for (int i = 0; i < MB; ++i) {
-        acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[i]), _mm512_shuffle_f32x4(ds[i], ds[i], 0x55 * r),
-                                    acc[r][i]);
-      }
-    };
-    row(std::integral_constant<int, 0>{});
-    row(std::integral_constant<int, 1>{});
-    row(std::integral_constant<int, 2>{});
-    row(std::integral_constant<int, 3>{});
-  }
-  for (int i = 0; i < MB; ++i) {
-    alignas(64) float mins[16];
-    _mm512_store_ps(mins, amin[i]);
-    for (int r = 0; r < kRows; ++r) {
-      out[i * kRows + r] = _mm512_reduce_add_ps(acc[r][i]) -
-                           ((mins[4 * r] + mins[4 * r + 1]) + (mins[4 * r + 2] + mins[4 * r + 3]));
-    }
-  }
-}
-
 template <bool kQ5, int kPlanes, bool kWide>
 void dot(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb, float* out) {
-  static_assert(kMaxM == 4 && (!kWide || kPlanes == 2));
-  auto run = [&](auto mc) {
-    constexpr int m = decltype(mc)::value;
-    if constexpr (kWide) {
-      dot_wide_mb<kQ5, m>(rows, k, x, ldx, out);
-    } else {
-      dot_mb<kQ5, kPlanes, m>(rows, k, x, ldx, out);
-    }
-  };
+  static_assert(kMaxM == 4);
   switch (mb) {
-    case 1: return run(std::integral_constant<int, 1>{});
-    case 2: return run(std::integral_constant<int, 2>{});
-    case 3: return run(std::integral_constant<int, 3>{});
-    default: return run(std::integral_constant<int, 4>{});
+    case 1: return dot_mb<kQ5, kPlanes, 1, kWide>(rows, k, x, ldx, out);
+    case 2: return dot_mb<kQ5, kPlanes, 2, kWide>(rows, k, x, ldx, out);
+    case 3: return dot_mb<kQ5, kPlanes, 3, kWide>(rows, k, x, ldx, out);
+    default: return dot_mb<kQ5, kPlanes, 4, kWide>(rows, k, x, ldx, out);
   }
 }
 

@@ -178,18 +178,23 @@ EngineOptions engine_options(Device device) {
   return o;
 }
 
-// 4 requests submitted together (one batch from the first step), greedy, 32 tokens each.
-std::vector<std::vector<int32_t>> run_engine(Engine& engine) {
+// 4 requests submitted together (one batch from the first step), greedy, `max_tokens` each;
+// request r's prompt is random_ids(5 + 7 r, vocab, seed + r) and, where given, it runs through
+// LoRA adapter adapters[r].
+std::vector<std::vector<int32_t>> run_engine(Engine& engine, uint32_t seed = 100,
+                                             int max_tokens = 32,
+                                             const std::vector<int32_t>& adapters = {}) {
   const int64_t vocab = engine.model_info().vocab_size;
   std::vector<std::unique_ptr<Collected>> got;
   for (uint32_t r = 0; r < 4; ++r) {
     EngineRequest req;
     // std::string("r"), not "r": GCC 12 warns (-Wrestrict) on "r" + std::string&& here, wrongly.
     req.id = std::string("r") + std::to_string(r);
-    req.prompt = random_ids(5 + 7 * r, vocab, 100 + r);  // different lengths: ragged batches
+    req.prompt = random_ids(5 + 7 * r, vocab, seed + r);  // different lengths: ragged batches
     req.sampling.temperature = 0;
-    req.max_tokens = 32;
+    req.max_tokens = max_tokens;
     req.ignore_eos = true;
+    if (!adapters.empty()) req.lora = adapters[r];
     got.push_back(std::make_unique<Collected>());
     engine.submit(std::move(req), got.back()->callback());
   }
@@ -419,33 +424,12 @@ TEST_CASE("cuda e2e: the Engine runs requests of different LoRA adapters in one 
                    random_adapter(serve_model(), 8, {"k_proj", "o_proj", "gate_proj", "up_proj"}, 22)};
   EngineOptions go = co;
   go.device = kGpu;
-  const int32_t adapters[4] = {0, -1, 1, 0};
-  auto run = [&](const EngineOptions& o) {
-    auto engine = Engine::load(serve_model(), o);
-    const int64_t vocab = engine->model_info().vocab_size;
-    std::vector<std::unique_ptr<Collected>> got;
-    for (uint32_t r = 0; r < 4; ++r) {
-      EngineRequest req;
-      req.id = std::string("r") + std::to_string(r);
-      req.prompt = random_ids(5 + 7 * r, vocab, 200 + r);
-      req.sampling.temperature = 0;
-      req.max_tokens = 24;
-      req.ignore_eos = true;
-      req.lora = adapters[r];
-      got.push_back(std::make_unique<Collected>());
-      engine->submit(std::move(req), got.back()->callback());
-    }
-    std::vector<std::vector<int32_t>> tokens;
-    for (auto& c : got) {
-      c->wait();
-      INFO("error: " << c->error);
-      CHECK(c->finish == EngineFinish::kLength);
-      tokens.push_back(c->tokens);
-    }
-    return std::make_pair(tokens, vocab);
-  };
-  const auto [want, vocab] = run(co);
-  const auto [got, gvocab] = run(go);
+  const std::vector<int32_t> adapters = {0, -1, 1, 0};
+  auto cpu = Engine::load(serve_model(), co);
+  auto gpu = Engine::load(serve_model(), go);
+  const auto want = run_engine(*cpu, 200, 24, adapters);
+  const auto got = run_engine(*gpu, 200, 24, adapters);
+  const int64_t vocab = cpu->model_info().vocab_size;  // run_engine's prompts are of this vocab
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     INFO("request " << i << ", adapter " << adapters[i]);
