@@ -47,8 +47,8 @@
 //    Rapids without AMX, 1 thread, an in-process interleaved A/B against the two-plane kernel
 //    (TinyLlama's 2048 x 2048 and 2048 x 5632 Q4_K, median of 60 calls each): m = 1 0.89-0.97x
 //    (the same multiplying work, plus a second scale shuffle per 64 codes), so m = 1 keeps the
-//    two planes; m = 2 1.02-1.04x, m = 4 / 8 / 16 1.12-1.16x with the weights in cache and
-//    1.08 / 1.10 / 1.14x streaming them from DRAM; Q5_K in cache 0.98 / 1.12 / 1.16 / 1.12x at
+//    two planes; m = 2 1.02-1.06x, m = 4 / 8 / 16 1.12-1.27x with the weights in cache and
+//    1.08-1.14x streaming them from DRAM (four runs); Q5_K in cache 0.98 / 1.12 / 1.16 / 1.12x at
 //    m = 2 / 4 / 8 / 16. Not the 1.6x that counting multiplying instructions predicts: the rows
 //    of x (512 bytes per block and row, loaded again for each row of W) and the shuffles bound
 //    it too. Taking all four rows of W per load of x instead (int32 sums for 4 x m pairs)
