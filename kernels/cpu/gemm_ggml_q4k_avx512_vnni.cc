@@ -41,7 +41,7 @@
 //    same sum regrouped as sum (sc q) x16. Per 64 code bytes two vpmaddubsw of the codes with
 //    the sub-block scale in the even (or odd) bytes and zero in the others (kPatEven / kPatOdd)
 //    give sc q of the even (odd) bytes as 32 int16, once per block and row of W; each row of x
-//    then needs two vpdpwssd against x16 as int16 (prep_wide lays the even and odd bytes'
+//    then needs two vpdpwssd against x16 as int16 (prep<2, true> lays the even and odd bytes'
 //    elements apart), against four multiplying instructions on the two planes. Lanes: 16
 //    products per block of |sc q| <= 31 * 63 and |x16| <= 32639, < 2^30. Measured on Emerald
 //    Rapids without AMX, 1 thread, an in-process interleaved A/B against the two-plane kernel
@@ -61,7 +61,7 @@
 // 1.25x llama.cpp's, from 0.86x.
 //
 // Prepared x, per 256-element block (64-byte aligned), kPlanes = 1 (x8) or 2 (x16; the wide
-// kernel's layout is at prep_wide): bytes
+// kernel's layout is at prep): bytes
 // [0, 256) x8 or xh and, with two planes, [256, 512) xl, in the order above; int16 at floats
 // [64 kPlanes, 64 kPlanes + 4 kPlanes) the sums per 32-element sub-block j in element order (of
 // x8, or of xh then of xl); float 64 kPlanes + 8 s; zero to 64 kPlanes + 16. A block holding an
@@ -105,9 +105,20 @@ int64_t x_floats(int64_t k) {
 // Position of element t (< 128) of a 128-element run in the prepared order.
 constexpr int permuted(int t) { return t < 32 ? t : t < 64 ? t + 32 : t < 96 ? t - 32 : t; }
 
-template <int kPlanes>
+// The wide layout (prep<2, true>; dot_mb with kWide): per 256-element
+// block 256 int16 x16 = round(x / s) (s = absmax / 32639, the two-plane kernel's x16 = 256 xh +
+// xl), grouped as the kernel meets the codes: for each 64-byte load c (0, 1) and nibble n (0:
+// low, 1: high), whose 64 code bytes p hold elements e(p) = 128 c + 32 n + 64 (p / 32) + p % 32,
+// 32 int16 of the even bytes' elements x16[e(2 i)], then 32 of the odd bytes' x16[e(2 i + 1)].
+// Then the int16 sums of xh and of xl per sub-block and s, at the two-plane offsets.
+// kWide writes it instead of the two planes.
+template <int kPlanes, bool kWide = false>
 void prep(const float* x, int64_t k, float* out) {
+  static_assert(!kWide || kPlanes == 2);
   using L = XLayout<kPlanes>;
+  // A chunk's 16 int16 as its 8 even elements, then its 8 odd ones (the wide layout's slots).
+  alignas(32) static constexpr int16_t kEvenOdd[16] = {0, 2, 4, 6, 8, 10, 12, 14,
+                                                       1, 3, 5, 7, 9, 11, 13, 15};
   for (int64_t b = 0; b < k / 256; ++b) {
     const float* xb = x + 256 * b;
     float* o = out + b * L::kBlockFloats;
@@ -133,63 +144,20 @@ void prep(const float* x, int64_t k, float* out) {
         const __m512i l = _mm512_sub_epi32(v, _mm512_slli_epi32(h, 8));
         sums[g / 2] = static_cast<int16_t>(sums[g / 2] + _mm512_reduce_add_epi32(h));
         sums[8 + g / 2] = static_cast<int16_t>(sums[8 + g / 2] + _mm512_reduce_add_epi32(l));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + at), _mm512_cvtepi32_epi8(h));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 256 + at), _mm512_cvtepi32_epi8(l));
+        if constexpr (kWide) {
+          // Elements 128 c + t .. + 15 (t = 16 (g % 8)) lie in group 2 c + n (n = t / 32 % 2),
+          // run t / 64 (A or B) at offset t % 32: even slots 16 run + (t % 32) / 2 onwards.
+          const int t = 16 * (g % 8), grp = 2 * (g / 8) + t / 32 % 2;
+          auto* q16 = reinterpret_cast<int16_t*>(o) + 64 * grp + 16 * (t / 64) + t % 32 / 2;
+          const __m256i w = _mm256_permutexvar_epi16(
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(kEvenOdd)), _mm512_cvtepi32_epi16(v));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(q16), _mm256_castsi256_si128(w));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(q16 + 32), _mm256_extracti128_si256(w, 1));
+        } else {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(q + at), _mm512_cvtepi32_epi8(h));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 256 + at), _mm512_cvtepi32_epi8(l));
+        }
       }
-    }
-    o[L::kScaleAt] = sx;
-    for (int64_t j = L::kScaleAt + 1; j < L::kBlockFloats; ++j) o[j] = 0.0f;
-  }
-}
-
-// The wide layout (x16, two planes' sums as in prep<2>; dot_mb with kWide): per 256-element
-// block 256 int16 x16 = round(x / s) (s = absmax / 32639, the two-plane kernel's x16 = 256 xh +
-// xl), grouped as the kernel meets the codes: for each 64-byte load c (0, 1) and nibble n (0:
-// low, 1: high), whose 64 code bytes p hold elements e(p) = 128 c + 32 n + 64 (p / 32) + p % 32,
-// 32 int16 of the even bytes' elements x16[e(2 i)], then 32 of the odd bytes' x16[e(2 i + 1)].
-// Then the int16 sums of xh and of xl per sub-block and s, at prep<2>'s offsets.
-void prep_wide(const float* x, int64_t k, float* out) {
-  using L = XLayout<2>;
-  // Runs A (elements 0..31 of the group) and B (64..95) as 32 int16 each -> evens and odds.
-  alignas(64) static constexpr int16_t kEven[32] = {0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20,
-                                                    22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
-                                                    44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
-  alignas(64) static constexpr int16_t kOdd[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
-                                                   23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
-                                                   45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  const __m512i even = _mm512_load_si512(kEven), odd = _mm512_load_si512(kOdd);
-  for (int64_t b = 0; b < k / 256; ++b) {
-    const float* xb = x + 256 * b;
-    float* o = out + b * L::kBlockFloats;
-    float sx, inv;
-    const bool nonfinite = block_x_scale(xb, 256, L::kXMax, &sx, &inv);
-    auto* q = reinterpret_cast<int16_t*>(o);
-    auto* sums = reinterpret_cast<int16_t*>(o + L::kSumsAt);  // [2][8]
-    const __m512 vinv = _mm512_set1_ps(inv);
-    const __m512i xmax = _mm512_set1_epi32(static_cast<int>(L::kXMax));
-    // 32 elements from e0 as int16 (their xh / xl sums added to sub-block e0 / 32's).
-    auto run = [&](int e0) {
-      __m256i half[2];
-      for (int hh = 0; hh < 2; ++hh) {
-        __m512i v = nonfinite ? _mm512_setzero_si512()
-                              : _mm512_cvt_roundps_epi32(
-                                    _mm512_mul_ps(_mm512_loadu_ps(xb + e0 + 16 * hh), vinv),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        v = _mm512_max_epi32(_mm512_min_epi32(v, xmax), _mm512_sub_epi32(_mm512_setzero_si512(), xmax));
-        const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(128)), 8);
-        const __m512i l = _mm512_sub_epi32(v, _mm512_slli_epi32(h, 8));
-        sums[e0 / 32] = static_cast<int16_t>(sums[e0 / 32] + _mm512_reduce_add_epi32(h));
-        sums[8 + e0 / 32] = static_cast<int16_t>(sums[8 + e0 / 32] + _mm512_reduce_add_epi32(l));
-        half[hh] = _mm512_cvtepi32_epi16(v);
-      }
-      return _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
-    };
-    for (int j = 0; j < 16; ++j) sums[j] = 0;
-    for (int g = 0; g < 4; ++g) {  // g = 2 c + n
-      const int c = g / 2, n = g % 2;
-      const __m512i a = run(128 * c + 32 * n), bb = run(128 * c + 64 + 32 * n);
-      _mm512_store_si512(q + 64 * g, _mm512_permutex2var_epi16(a, even, bb));
-      _mm512_store_si512(q + 64 * g + 32, _mm512_permutex2var_epi16(a, odd, bb));
     }
     o[L::kScaleAt] = sx;
     for (int64_t j = L::kScaleAt + 1; j < L::kBlockFloats; ++j) o[j] = 0.0f;
@@ -256,7 +224,7 @@ inline __m512i unpack_scales(__m512i h) {
                                    _mm512_set1_epi8(0x30), 0xf8);
 }
 
-// kWide: the wide kernel (see the top; x laid out by prep_wide, kPlanes 2).
+// kWide: the wide kernel (see the top; x laid out by prep<2, true>).
 template <bool kQ5, int kPlanes, int MB, bool kWide>
 void dot_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, float* out) {
   static_assert(!kWide || kPlanes == 2);
@@ -399,7 +367,7 @@ void dot(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int
 template <bool kQ5, int kPlanes, bool kWide = false>
 GgmlDotTable table() {
   return {kRows, kMaxM, dot<kQ5, kPlanes, kWide>, true, x_floats<kPlanes>,
-          kWide ? prep_wide : prep<kPlanes>, kPlanes == 1};
+          prep<kPlanes, kWide>, kPlanes == 1};
 }
 
 }  // namespace
