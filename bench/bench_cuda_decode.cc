@@ -3,7 +3,8 @@
 // with random weights written on the device in their final format (bf16; fp8 codes with per-row
 // scales; packed int4 with g128 f16 scales; GGUF Q8_0, Q4_K or Q6_K blocks of random bytes with
 // sane f16 scales, as a .gguf file of that type loads: every linear of one type, lm_head too),
-// driven through graph::Executor with the engine's passes, as the runtime runs it. Measures, each run median of --reps:
+// driven through graph::Executor with the engine's passes, as the runtime runs it. Measures,
+// each run median of --reps:
 //   - decode tokens/s at every --batches size after a --context-token prefill, over --steps
 //     timed steps (each sequence has its own block table and writes its own KV rows);
 //   - the bytes one decode step streams (every byte the linear nodes read: weights and scales,
