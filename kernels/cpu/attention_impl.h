@@ -68,6 +68,11 @@ inline int64_t attention_scratch_floats(int64_t group, int64_t head_dim, int64_t
 
 void attention_range_avx2(const AttentionRange& a);
 void attention_range_avx512(const AttentionRange& a);
+// int4 / int8 caches in integers on AVX512-VNNI (attention_int_avx512_vnni.cc, which states its
+// error bound): where attention_int_takes(dtype, head_dim) and GemmPrecision is not kF32. Other
+// ranges it hands to attention_range_avx512.
+bool attention_int_takes(KvDtype dtype, int64_t head_dim);
+void attention_range_int_avx512_vnni(const AttentionRange& a);
 
 // A block of a prefill chunk for attention_prefill_impl.h: tokens at the consecutive positions
 // p0 .. p0 + n_tok - 1 of one sequence (batch rows q, q + ldq, ...), the query heads of one KV
