@@ -25,7 +25,6 @@
 #include <type_traits>
 
 #include "kernels/cpu/attention_cpu.h"
-#include "kernels/cpu/prefetch.h"
 
 namespace sampan::cpu::detail {
 
@@ -233,32 +232,10 @@ inline void key_block_rows(const detail::AttentionRange& a, int64_t j0, int64_t 
   });
 }
 
-// Asks for every cache line of the K and V rows (row_bytes each: all the range's KV heads) of
-// the key block starting at position j0 (up to kKeyBlock positions, none past a.last), at once;
-// the AMX-INT8 loop asks for the whole next block before it computes one (the others spread
-// their requests, SpreadPrefetch below): the rows lie in a few physical cache blocks in
-// block-table order, whose starts the hardware prefetchers cannot foresee. Measured with the
-// cache in memory (bench_attention --cold): int8 decode of one long sequence 1.2x the same loop
-// without it. With the cache in L3 it costs 10-25 % (bench_attention
-// without --cold), which a decode step, whose weights stream through the caches between layers,
-// does not see.
-inline void prefetch_key_block(const detail::AttentionRange& a, int64_t row_bytes, int64_t j0) {
-  const int64_t n = a.last - j0 + 1 < detail::kKeyBlock ? a.last - j0 + 1 : detail::kKeyBlock;
-  // prefetch.h: written with _mm_prefetch, GCC deleted this whole loop (found in stop 42).
-  for_each_block_run(a, j0, n, [&](int64_t row, int64_t run, int64_t) {
-    const auto kp = reinterpret_cast<uintptr_t>(a.k_rows + row * a.ld_bytes);
-    const auto vp = reinterpret_cast<uintptr_t>(a.v_rows + row * a.ld_bytes);
-    for (int64_t o = 0; o < (run - 1) * a.ld_bytes + row_bytes; o += 64) {
-      prefetch_t0(kp + static_cast<uintptr_t>(o));
-      prefetch_t0(vp + static_cast<uintptr_t>(o));
-    }
-  });
-}
-
 // Asks for the next key block's rows while the current block is computed, one row at a time
 // spread over the block's loops (step()), into L2. Spread, the requests overlap the arithmetic;
-// in one burst before the block (prefetch_key_block) they fill the core's miss buffers and stall
-// it. Into L2, because the records are read from there once each (in place, kv_quant_impl.h) and
+// in one burst before the block (a loop over the block's rows, which the AMX-INT8 loop removed in
+// stop 55 used) they fill the core's miss buffers and stall it. Into L2, because the records are read from there once each (in place, kv_quant_impl.h) and
 // a block of f32 rows (64 KB at TinyLlama's shape) does not fit L1 beside the current one. Rows
 // in block-table order, each whole (every KV head of the range): a physical cache block is read
 // as the contiguous run it is. Measured with the cache in memory (bench_attention --cold, one

@@ -82,6 +82,8 @@ struct IntLayout {
   static constexpr int kVecs = kHd / 16;
   // Heads per V pass: 16 accumulators.
   static constexpr int kPass = 16 / kVecs;
+  // Heads whose weights are prepared together: 16 (head, group) pairs.
+  static constexpr int kChunk = 16 / kGroups;
 };
 
 // The heads' q (times scale) as x16 planes in qp ([heads, kHd] floats); false if any is inf or
@@ -402,6 +404,14 @@ template <KvDtype D, int kHd, int kN>
   }
 }
 
+// int_accumulate_v for n <= kN heads.
+template <KvDtype D, int kHd, int kN>
+inline void int_accumulate_pass(int n, const VBlock<D, kHd>& vb, const int16_t* w16,
+                                const float* add, float* out) {
+  if (n == kN) return int_accumulate_v<D, kHd, kN>(vb, w16, add, out);
+  if constexpr (kN > 1) int_accumulate_pass<D, kHd, kN - 1>(n, vb, w16, add, out);
+}
+
 template <KvDtype D, int kHd>
 void int_attention_range(const detail::AttentionRange& a) {
   using L = IntLayout<D, kHd>;
@@ -426,8 +436,8 @@ void int_attention_range(const detail::AttentionRange& a) {
   alignas(64) float ks[kB];
   const uint8_t* next_rows[2 * kB];
   VBlock<D, kHd> vblock;
-  alignas(64) int16_t w16[L::kPass * L::kGroups * kB];
-  float add[L::kPass * L::kGroups];
+  alignas(64) int16_t w16[L::kChunk * L::kGroups * kB];
+  float add[L::kChunk * L::kGroups];
   SpreadPrefetch<false> pf;
   for (int64_t j0 = a.first; j0 <= a.last; j0 += kB) {
     const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
@@ -448,23 +458,25 @@ void int_attention_range(const detail::AttentionRange& a) {
       int_group_scores<D, kHd>(qp + h * group * kHd, group, kr, ks, nb, pf, sc);
       softmax_block<Avx512>(sc, group, nb, kHd, mx + h * group, sum + h * group, acc);
       vblock.load(vr, nb, pf);
-      for (int64_t g0 = 0; g0 < group; g0 += L::kPass) {
-        const int n = group - g0 < L::kPass ? static_cast<int>(group - g0) : L::kPass;
+      // Heads in chunks whose (head, group) minimum terms fill one transpose_sum, then in
+      // passes of kPass over the chunk's weights.
+      for (int64_t c0 = 0; c0 < group; c0 += L::kChunk) {
+        const int nc = group - c0 < L::kChunk ? static_cast<int>(group - c0) : L::kChunk;
         // (int4) sum_j p_j min_j per head and group: the vectors of products, then one
         // transpose_sum for all of them (lane hh kGroups + g).
         __m512 mv[16];
         if constexpr (L::kI4) {
           for (int i = 0; i < 16; ++i) mv[i] = _mm512_setzero_ps();
         }
-        float nan[L::kPass];
-        for (int hh = 0; hh < n; ++hh) {
-          const float* p = sc + (g0 + hh) * kB;
+        float nan[L::kChunk];
+        const __m512i lim = _mm512_set1_epi32(32767);
+        for (int hh = 0; hh < nc; ++hh) {
+          const float* p = sc + (c0 + hh) * kB;
           const __m512 p0 = _mm512_maskz_loadu_ps(lo_mask, p);
           const __m512 p1 = _mm512_maskz_loadu_ps(hi_mask, p + 16);
           // A NaN weight (from a NaN score) makes the head's outputs NaN, as in the f32 loop.
           nan[hh] = (_mm512_fpclass_ps_mask(p0, 0x99) | _mm512_fpclass_ps_mask(p1, 0x99)) ? NAN
                                                                                           : 0.0f;
-          const __m512i lim = _mm512_set1_epi32(32767);
           for (int g = 0; g < L::kGroups; ++g) {
             int16_t* w = w16 + (hh * L::kGroups + g) * kB;
             const __m512 q0 = _mm512_mul_ps(p0, _mm512_load_ps(&vblock.t[g][0]));
@@ -482,21 +494,15 @@ void int_attention_range(const detail::AttentionRange& a) {
         }
         alignas(64) float msum[16] = {};
         if constexpr (L::kI4) _mm512_store_ps(msum, Avx512::transpose_sum(mv));
-        for (int hh = 0; hh < n; ++hh) {
+        for (int hh = 0; hh < nc; ++hh) {
           for (int g = 0; g < L::kGroups; ++g) {
             add[hh * L::kGroups + g] = msum[hh * L::kGroups + g] + nan[hh] + vblock.bad[g];
           }
         }
-        float* o = acc + g0 * kHd;
-        switch (n) {
-          case 8: int_accumulate_v<D, kHd, 8>(vblock, w16, add, o); break;
-          case 7: int_accumulate_v<D, kHd, 7>(vblock, w16, add, o); break;
-          case 6: int_accumulate_v<D, kHd, 6>(vblock, w16, add, o); break;
-          case 5: int_accumulate_v<D, kHd, 5>(vblock, w16, add, o); break;
-          case 4: int_accumulate_v<D, kHd, 4>(vblock, w16, add, o); break;
-          case 3: int_accumulate_v<D, kHd, 3>(vblock, w16, add, o); break;
-          case 2: int_accumulate_v<D, kHd, 2>(vblock, w16, add, o); break;
-          default: int_accumulate_v<D, kHd, 1>(vblock, w16, add, o); break;
+        for (int g0 = 0; g0 < nc; g0 += L::kPass) {
+          const int n = nc - g0 < L::kPass ? nc - g0 : L::kPass;
+          int_accumulate_pass<D, kHd, L::kPass>(n, vblock, w16 + g0 * L::kGroups * kB,
+                                                add + g0 * L::kGroups, acc + (c0 + g0) * kHd);
         }
       }
     }
