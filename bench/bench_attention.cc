@@ -10,7 +10,9 @@
 //   decode 1 x 4096  one sequence, long context (the split-K path)
 //   prefill 512      one sequence, a 512-token prompt
 // Then decode per KV-cache format (f32, bf16, fp8, int8, int4; kv_cache_write fills the pools):
-//   decode 1 x 512, decode 1 x 4096, batched decode 64 x 256.
+//   decode 1 x 512, decode 1 x 4096, batched decode 64 x 256. At the avx512_vnni level and above
+//   int8 and int4 take the integer loop (attention_int_avx512_vnni.cc), at avx512 the FMA loop:
+//   `--isa avx512` and `--isa avx512_vnni` compare the two.
 // Reported: wall milliseconds per call (median after a warm-up), process CPU milliseconds per
 // call (median; on a shared, overloaded machine the 1-thread CPU time is the figure to trust,
 // with 2 threads it also counts the pool's spinning), and K/V cache bytes read per wall second
