@@ -1,8 +1,9 @@
-// CPU paged attention speed on the TinyLlama-1.1B shape (32 query heads, 4 KV heads, head dim 64),
-// one layer, per instruction set and thread count.
+// CPU paged attention speed on the TinyLlama-1.1B shape (32 query heads, 4 KV heads, head dim 64;
+// --shape llama3-8b: 32 / 8 / 128), one layer, per instruction set and thread count.
 //
 //   bench_attention [--reps N] [--block-size B] [--isa avx2|avx512|avx512_vnni|avx512_bf16|amx] [--formats-only]
 //                   [--cold] [--format f32|bf16|fp8|int8|int4] [--q-scale S]
+//                   [--shape tinyllama|llama3-8b]
 //
 // Cases (K/V in shuffled blocks of B rows of a shared pool, as the serving engine lays them out):
 //   batched decode   64 sequences x 256 context, one token each, in one call
@@ -48,8 +49,9 @@ using sampan::cpu::Isa;
 using sampan::KvDtype;
 using sampan::cpu::PagedKvCache;
 
-constexpr int64_t kHeads = 32, kKvHeads = 4, kHeadDim = 64;
-constexpr int64_t kKvWidth = kKvHeads * kHeadDim;
+// The attention shape (--shape): TinyLlama-1.1B's by default, Llama-3-8B's with --shape llama3-8b.
+int64_t g_heads = 32, g_kv_heads = 4, g_head_dim = 64;
+int64_t g_kv_width = g_kv_heads * g_head_dim;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -106,7 +108,7 @@ Case make_case(int64_t n_seqs, int64_t len, int64_t n_new, int64_t bs,
   const int64_t n_blocks = n_seqs * per_seq;
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  c.row_bytes = sampan::kv_row_bytes(dtype, kKvHeads, kHeadDim);
+  c.row_bytes = sampan::kv_row_bytes(dtype, g_kv_heads, g_head_dim);
   c.k.resize(static_cast<size_t>(n_blocks * bs * c.row_bytes));
   c.v.resize(c.k.size());
   std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
@@ -124,17 +126,17 @@ Case make_case(int64_t n_seqs, int64_t len, int64_t n_new, int64_t bs,
   // Every position of every sequence, written (quantized) as the engine would.
   {
     AttentionShape s;
-    s.n_heads = kKvHeads;
-    s.n_kv_heads = kKvHeads;
-    s.head_dim = kHeadDim;
-    std::vector<float> k(static_cast<size_t>(len * kKvWidth)), v(k.size());
+    s.n_heads = g_kv_heads;
+    s.n_kv_heads = g_kv_heads;
+    s.head_dim = g_head_dim;
+    std::vector<float> k(static_cast<size_t>(len * g_kv_width)), v(k.size());
     std::vector<int32_t> pos(static_cast<size_t>(len)), seq(pos.size());
     std::iota(pos.begin(), pos.end(), 0);
     for (int64_t sq = 0; sq < n_seqs; ++sq) {
       for (float& x : k) x = unit(rng);
       for (float& x : v) x = unit(rng);
       std::fill(seq.begin(), seq.end(), static_cast<int32_t>(sq));
-      sampan::cpu::kv_cache_write(len, s, k.data(), kKvWidth, v.data(), kKvWidth, pos.data(),
+      sampan::cpu::kv_cache_write(len, s, k.data(), g_kv_width, v.data(), g_kv_width, pos.data(),
                                   seq.data(), c.cache);
     }
   }
@@ -145,7 +147,7 @@ Case make_case(int64_t n_seqs, int64_t len, int64_t n_new, int64_t bs,
       c.kv_rows_read += p + 1;
     }
   }
-  c.q.resize(c.pos.size() * kHeads * kHeadDim);
+  c.q.resize(c.pos.size() * g_heads * g_head_dim);
   for (float& x : c.q) x = g_q_scale * unit(rng);
   c.out.resize(c.q.size());
   return c;
@@ -201,9 +203,9 @@ struct Row {
 void run_rows(const std::string& label, const Row* rows, size_t n_rows, int reps,
               ThreadPool* const* pools, size_t n_pools) {
   AttentionShape shape;
-  shape.n_heads = kHeads;
-  shape.n_kv_heads = kKvHeads;
-  shape.head_dim = kHeadDim;
+  shape.n_heads = g_heads;
+  shape.n_kv_heads = g_kv_heads;
+  shape.head_dim = g_head_dim;
   shape.scale = 0.125f;
   for (size_t ri = 0; ri < n_rows; ++ri) {
     const Row& r = rows[ri];
@@ -211,7 +213,7 @@ void run_rows(const std::string& label, const Row* rows, size_t n_rows, int reps
       ThreadPool* pool = pools[pi];
       Case& c = *r.c;
       const int64_t n = static_cast<int64_t>(c.pos.size());
-      const int64_t qw = kHeads * kHeadDim;
+      const int64_t qw = g_heads * g_head_dim;
       const Timing tm = time_it(reps, [&] {
         if (!r.one_call_per_token) {
           sampan::cpu::attention(n, shape, c.q.data(), qw, c.cache, c.pos.data(), c.seq.data(),
@@ -252,6 +254,18 @@ int main(int argc, char** argv) {
       g_q_scale = std::strtof(argv[++i], nullptr);
     } else if (a == "--cold") {
       g_cold = true;
+    } else if (a == "--shape" && i + 1 < argc) {
+      const std::string shape = argv[++i];
+      if (shape == "llama3-8b") {
+        g_heads = 32;
+        g_kv_heads = 8;
+        g_head_dim = 128;
+      } else if (shape != "tinyllama") {
+        std::fprintf(stderr, "error: --shape: unknown shape '%s' (tinyllama|llama3-8b)\n",
+                     shape.c_str());
+        return 2;
+      }
+      g_kv_width = g_kv_heads * g_head_dim;
     } else if (a == "--format" && i + 1 < argc) {
       only_format = argv[++i];
       formats_only = true;
@@ -266,7 +280,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--reps N] [--block-size B] [--isa avx2|avx512|avx512_vnni|avx512_bf16|amx] "
                    "[--formats-only] "
-                   "[--cold] [--format f32|bf16|fp8|int8|int4] [--q-scale S]\n",
+                   "[--cold] [--format f32|bf16|fp8|int8|int4] [--q-scale S] "
+                   "[--shape tinyllama|llama3-8b]\n",
                    argv[0]);
       return 2;
     }
@@ -287,8 +302,8 @@ int main(int argc, char** argv) {
     isas.push_back(isa);
   }
   std::printf("attention, %lld heads / %lld KV heads / head dim %lld, block size %lld\n",
-              static_cast<long long>(kHeads), static_cast<long long>(kKvHeads),
-              static_cast<long long>(kHeadDim), static_cast<long long>(bs));
+              static_cast<long long>(g_heads), static_cast<long long>(g_kv_heads),
+              static_cast<long long>(g_head_dim), static_cast<long long>(bs));
   std::printf("%-14s %-26s %8s %10s %10s %10s\n", "isa", "case", "threads", "ms/call",
               "cpu ms", "KV GB/s");
   if (!formats_only) {
