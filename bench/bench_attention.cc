@@ -1,8 +1,9 @@
 // CPU paged attention speed on the TinyLlama-1.1B shape (32 query heads, 4 KV heads, head dim 64;
-// --shape llama3-8b: 32 / 8 / 128, llama2-7b: 32 / 32 / 128), one layer, per instruction set and thread count.
+// --shape llama3-8b: 32 / 8 / 128, llama2-7b: 32 / 32 / 128), one layer, per instruction set and
+// thread count.
 //
-//   bench_attention [--reps N] [--block-size B] [--isa avx2|avx512|avx512_vnni|avx512_bf16|amx] [--formats-only]
-//                   [--cold] [--format f32|bf16|fp8|int8|int4] [--q-scale S]
+//   bench_attention [--reps N] [--block-size B] [--isa avx2|avx512|avx512_vnni|avx512_bf16|amx]
+//                   [--formats-only] [--cold] [--format f32|bf16|fp8|int8|int4] [--q-scale S]
 //                   [--shape tinyllama|llama3-8b|llama2-7b]
 //
 // Cases (K/V in shuffled blocks of B rows of a shared pool, as the serving engine lays them out):
@@ -282,7 +283,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--reps N] [--block-size B] [--isa avx2|avx512|avx512_vnni|avx512_bf16|amx] "
+                   "usage: %s [--reps N] [--block-size B] "
+                   "[--isa avx2|avx512|avx512_vnni|avx512_bf16|amx] "
                    "[--formats-only] "
                    "[--cold] [--format f32|bf16|fp8|int8|int4] [--q-scale S] "
                    "[--shape tinyllama|llama3-8b|llama2-7b]\n",

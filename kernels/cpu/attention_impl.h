@@ -234,11 +234,12 @@ inline void key_block_rows(const detail::AttentionRange& a, int64_t j0, int64_t 
 
 // Asks for the next key block's rows while the current block is computed, one row at a time
 // spread over the block's loops (step()), into L2. Spread, the requests overlap the arithmetic;
-// in one burst before the block (a loop over the block's rows, which the AMX-INT8 loop removed in
-// stop 55 used) they fill the core's miss buffers and stall it. Into L2, because the records are read from there once each (in place, kv_quant_impl.h) and
-// a block of f32 rows (64 KB at TinyLlama's shape) does not fit L1 beside the current one. Rows
-// in block-table order, each whole (every KV head of the range): a physical cache block is read
-// as the contiguous run it is. Measured with the cache in memory (bench_attention --cold, one
+// in one burst before the block (a loop over the block's rows, which the AMX-INT8 loop removed
+// in stop 55 used) they fill the core's miss buffers and stall it. Into L2, because the records
+// are read from there once each (in place, kv_quant_impl.h) and a block of f32 rows (64 KB at
+// TinyLlama's shape) does not fit L1 beside the current one. Rows in block-table order, each
+// whole (every KV head of the range): a physical cache block is read as the contiguous run it
+// is. Measured with the cache in memory (bench_attention --cold, one
 // 4096-key sequence, one core), the f32 loop streamed 8.2 GB/s with one KV head per range and
 // its rows gathered, 10.3 in place with this (9.0-9.5 with the same requests into L1); an
 // explicit loop that only reads the rows through it, 15.4 (95 % of bandwidth_probe).

@@ -371,7 +371,8 @@ struct VBlock {
 // Out of line: inlined into the range loop, GCC copied the accumulators between registers
 // around every vpdpwssd and spilled some.
 template <KvDtype D, int kHd, int kN>
-[[gnu::noinline]] void int_accumulate_v(const VBlock<D, kHd>& vb, const int16_t* w16, const float* add,
+[[gnu::noinline]] void int_accumulate_v(const VBlock<D, kHd>& vb, const int16_t* w16,
+                                        const float* add,
                              float* out) {
   using L = IntLayout<D, kHd>;
   __m512i acc[kN][L::kVecs];
@@ -397,7 +398,8 @@ template <KvDtype D, int kHd, int kN>
     for (int v = 0; v < L::kVecs; ++v) {
       const int g = L::kI4 ? v / 2 : 0;
       float* o = out + h * kHd + 16 * v;
-      const __m512 base = _mm512_add_ps(_mm512_loadu_ps(o), _mm512_set1_ps(add[h * L::kGroups + g]));
+      const __m512 base =
+          _mm512_add_ps(_mm512_loadu_ps(o), _mm512_set1_ps(add[h * L::kGroups + g]));
       _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h][v]),
                                           _mm512_set1_ps(vb.mult[g]), base));
     }
