@@ -91,26 +91,21 @@ struct IntLayout {
 template <KvDtype D, int kHd>
 bool prep_q(const float* q, float scale, int64_t heads, float* qp) {
   using L = IntLayout<D, kHd>;
+  alignas(64) float xs[kHd];
   alignas(64) int32_t x16[kHd];
   for (int64_t h = 0; h < heads; ++h) {
     const float* x = q + h * kHd;
-    __m512 amax = _mm512_setzero_ps();
-    __mmask16 bad = 0;
     for (int d = 0; d < kHd; d += 16) {
-      const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + d), _mm512_set1_ps(scale));
-      bad |= _mm512_fpclass_ps_mask(v, 0x99);  // NaN or infinity
-      amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+      _mm512_store_ps(xs + d, _mm512_mul_ps(_mm512_loadu_ps(x + d), _mm512_set1_ps(scale)));
     }
-    if (bad != 0) return false;
-    const float m = _mm512_reduce_max_ps(amax);
-    // An absmax below 2^-100 counts as zero (its scores are below 2^-100 sum |k|).
-    const float sq = m >= 0x1p-100f ? m / static_cast<float>(kQMax) : 0.0f;
-    const float inv = sq > 0.0f ? 1.0f / sq : 0.0f;
+    // s_q = absmax / 32639; an absmax below 2^-100 counts as zero (its scores are below
+    // 2^-100 sum |k|).
+    float sq, inv;
+    if (block_x_scale(xs, kHd, static_cast<float>(kQMax), &sq, &inv)) return false;
     const __m512i lim = _mm512_set1_epi32(kQMax);
     float* o = qp + h * kHd;
     for (int d = 0; d < kHd; d += 16) {
-      const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + d), _mm512_set1_ps(scale)),
-                                     _mm512_set1_ps(inv));
+      const __m512 v = _mm512_mul_ps(_mm512_load_ps(xs + d), _mm512_set1_ps(inv));
       __m512i r = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       r = _mm512_max_epi32(_mm512_min_epi32(r, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
       _mm512_store_si512(x16 + d, r);
@@ -368,12 +363,12 @@ struct VBlock {
 
 // For heads h < kN (weights w16 + h * kGroups * kB int16, accumulators out + h kHd): out +=
 // the block's weighted codes, times mult, plus add[h][g] per group.
-// Out of line: inlined into the range loop, GCC copied the accumulators between registers
-// around every vpdpwssd and spilled some.
+// Out of line, as int_score_tile: inlined into the range loop, the accumulators share the
+// register file with the loop's state and GCC spills them (objdump: hundreds of zmm stores to
+// the stack in int_attention_range, none in these functions).
 template <KvDtype D, int kHd, int kN>
 [[gnu::noinline]] void int_accumulate_v(const VBlock<D, kHd>& vb, const int16_t* w16,
-                                        const float* add,
-                             float* out) {
+                                        const float* add, float* out) {
   using L = IntLayout<D, kHd>;
   __m512i acc[kN][L::kVecs];
 #pragma GCC unroll 8
