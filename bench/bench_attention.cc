@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--reps N] [--block-size B] "
-                   "[--isa avx2|avx512|avx512_vnni|avx512_bf16|amx] "
+                   "[--isa avx2|avx2_vnni|avx512|avx512_vnni|avx512_bf16|amx] "
                    "[--formats-only] "
                    "[--cold] [--format f32|bf16|fp8|int8|int4] [--q-scale S] "
                    "[--shape tinyllama|llama3-8b|llama2-7b]\n",
@@ -297,12 +297,15 @@ int main(int argc, char** argv) {
   const Isa saved = sampan::cpu::active_isa();
   std::vector<Isa> isas;
   // amx: the same kernels as avx512_bf16 (attention has no tile path; see attention_cpu.h).
+  // avx2_vnni: as avx2 but for the int4 / int8 caches' decode, whose integer loop
+  // (attention_int_avx2.cc) takes VEX vpdpwssd there; only in the per-format table.
   // avx512_vnni: as avx512 but for the int4 / int8 caches' decode, which multiplies in integers
   // there (attention_int_avx512_vnni.cc); only in the per-format table.
   // avx512_bf16: as avx512_vnni but for the prefill, whose kernel multiplies in bf16 there with
   // SAMPAN_GEMM_PRECISION=bf16 (on CPUs that run vdpbf16ps at the FMA rate); only in the first
   // table.
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16, Isa::kAmx}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx2Vnni, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16,
+                  Isa::kAmx}) {
     if (!sampan::cpu::isa_supported(isa)) continue;
     if (!only_isa.empty() && only_isa != sampan::cpu::isa_name(isa)) continue;
     isas.push_back(isa);
@@ -321,7 +324,7 @@ int main(int argc, char** argv) {
                         {"decode 1 x 4096", &long_decode, false},
                         {"prefill 512", &prefill, false}};
     for (Isa isa : isas) {
-      if (isa == Isa::kAvx512Vnni) continue;
+      if (isa == Isa::kAvx512Vnni || isa == Isa::kAvx2Vnni) continue;
       sampan::cpu::set_isa(isa);
       run_rows(std::string(sampan::cpu::isa_name(isa)), rows, std::size(rows), reps, pools,
                std::size(pools));

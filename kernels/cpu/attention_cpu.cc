@@ -152,14 +152,15 @@ void attention(int64_t n_tokens, const AttentionShape& shape, const float* q, in
   const int64_t n_kv = shape.n_kv_heads, hd = shape.head_dim;
   const int64_t group = shape.n_heads / n_kv;
   const int64_t window = shape.sliding_window;
-  // int4 / int8 caches multiply in integers on AVX512-VNNI at the default precisions
-  // (attention_int_avx512_vnni.cc); kF32 keeps every product in f32.
-  const auto kernel =
-      has_avx512_vnni() && gemm_precision() != GemmPrecision::kF32 &&
-              detail::attention_int_takes(cache.dtype, hd)
-          ? detail::attention_range_int_avx512_vnni
-      : has_avx512() ? detail::attention_range_avx512
-                     : detail::attention_range_avx2;
+  // int4 / int8 caches multiply in integers at the default precisions, on AVX512-VNNI
+  // (attention_int_avx512_vnni.cc) and on CPUs without AVX-512 (attention_int_avx2.cc); kF32
+  // keeps every product in f32, as does the plain avx512 level.
+  const bool int_loop =
+      gemm_precision() != GemmPrecision::kF32 && detail::attention_int_takes(cache.dtype, hd);
+  const auto kernel = has_avx512_vnni() && int_loop ? detail::attention_range_int_avx512_vnni
+                      : has_avx512()                ? detail::attention_range_avx512
+                      : int_loop                    ? detail::attention_range_int_avx2
+                                                    : detail::attention_range_avx2;
   // GemmPrecision::kBf16 rounds activations to bf16; the prefill kernel follows it where
   // vdpbf16ps runs at the FMA rate (attention_prefill_avx512_bf16.cc states its bound).
   const auto prefill_kernel =

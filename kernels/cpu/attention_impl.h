@@ -72,6 +72,10 @@ void attention_range_avx512(const AttentionRange& a);
 // ranges it hands to attention_range_avx512.
 bool attention_int_takes(KvDtype dtype, int64_t head_dim);
 void attention_range_int_avx512_vnni(const AttentionRange& a);
+// The same on 8-lane vectors for CPUs without AVX-512 (attention_int_avx2.cc; VEX vpdpwssd
+// where the CPU has AVX-VNNI, vpmaddwd elsewhere), under the same conditions and bound; other
+// ranges it hands to attention_range_avx2.
+void attention_range_int_avx2(const AttentionRange& a);
 
 // A block of a prefill chunk for attention_prefill_impl.h: tokens at the consecutive positions
 // p0 .. p0 + n_tok - 1 of one sequence (batch rows q, q + ldq, ...), the query heads of one KV

@@ -393,9 +393,10 @@ struct AttnErrors {
 // group or nibble (>= 1e-3).
 constexpr double kTightTol = 2e-6;
 
-// Whether attention runs the integer decode loop (attention_int_avx512_vnni.cc) for this cache.
+// Whether attention runs an integer decode loop for this cache: attention_int_avx512_vnni.cc on
+// AVX512-VNNI, attention_int_avx2.cc without AVX-512 (the plain avx512 level has neither).
 bool int_decode_path(KvDtype dt, int64_t hd) {
-  return has_avx512_vnni() && gemm_precision() != GemmPrecision::kF32 &&
+  return (has_avx512_vnni() || !has_avx512()) && gemm_precision() != GemmPrecision::kF32 &&
          (dt == KvDtype::kI4 || dt == KvDtype::kI8) && (hd == 64 || hd == 128);
 }
 
@@ -668,9 +669,10 @@ TEST_CASE("kv formats: attention over each quantized cache", "[kv_quant][attenti
       }
     }
   }
-  // On AVX512-VNNI CPUs the int4 / int8 decodes above took the integer loop, whose rounding of q
-  // and of the weights shows beyond f32 arithmetic; elsewhere it was not run.
-  if (has_avx512_vnni()) {
+  // The int4 / int8 decodes above took an integer loop at every level but plain avx512 (every
+  // x86-64 CPU has one such level), whose rounding of q and of the weights shows beyond f32
+  // arithmetic.
+  {
     CHECK(int_runs > 0);
     CHECK(int_worst > kTightTol);
     WARN("integer decode loop: " << int_runs << " runs, worst error " << int_worst
