@@ -1,7 +1,8 @@
 // The attention inner loop (attention_impl.h states its contract and shape) over every KV-cache
-// format; instantiated in attention_cpu.cc (AVX2) and attention_avx512.cc. (On AVX512-VNNI CPUs
-// int4 / int8 caches at head sizes 64 / 128 take attention_int_avx512_vnni.cc's integer loop
-// instead, unless GemmPrecision is kF32.) K and V are read
+// format; instantiated in attention_cpu.cc (AVX2) and attention_avx512.cc. (int4 / int8 caches
+// at head sizes 64 / 128 take an integer loop instead unless GemmPrecision is kF32:
+// attention_int_avx512_vnni.cc on AVX512-VNNI CPUs, attention_int_avx2.cc on CPUs without
+// AVX-512.) K and V are read
 // straight from the cache rows, through the block table, and dequantized in registers inside the
 // q.k dot products and the V accumulation, each vector once for up to 8 heads of a group.
 // Nothing is copied, f32 included: with the next block's rows asked for into L2 while a block is
