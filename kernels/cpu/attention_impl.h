@@ -19,6 +19,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -234,6 +235,27 @@ inline void key_block_rows(const detail::AttentionRange& a, int64_t j0, int64_t 
       vb[i + e] = a.v_rows + (row + e) * a.ld_bytes;
     }
   });
+}
+
+// The start of a range: out [heads, hd] zeroed, the running maxima mx [heads] at -inf and the
+// sums sum [heads] at 0.
+inline void start_range(const detail::AttentionRange& a, int64_t hd, float* mx, float* sum) {
+  const int64_t heads = a.n_kv * a.group;
+  for (int64_t i = 0; i < heads * hd; ++i) a.out[i] = 0.0f;
+  for (int64_t g = 0; g < heads; ++g) {
+    mx[g] = -INFINITY;
+    sum[g] = 0.0f;
+  }
+}
+
+// The K rows, then the V rows (rows, rows + n) of the key block after the one at j0: n of each,
+// 0 when j0's block is the range's last.
+inline int64_t next_block_rows(const detail::AttentionRange& a, int64_t j0,
+                               const uint8_t** rows) {
+  constexpr int64_t kB = detail::kKeyBlock;
+  const int64_t n = j0 + kB > a.last ? 0 : std::min(a.last - j0 - kB + 1, kB);
+  key_block_rows(a, j0 + kB, n, rows, rows + n);
+  return n;
 }
 
 // Asks for the next key block's rows while the current block is computed, one row at a time

@@ -130,25 +130,6 @@ inline __m256i bcast_dword(const float* p) {
   return _mm256_set1_epi32(v);
 }
 
-// r[e] = word e of the 8 rows r[i] (an 8 x 8 transpose of 32-bit words).
-inline void transpose8(__m256i* r) {
-  __m256i t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 2; ++i) {
-    u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
-    r[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
-  }
-}
-
 // kt[w * 8 + j] = 32-bit word w of record rows[j] for w < kWords, j < 8; a last partial chunk
 // (int4's 2 or 4 (scale, min) words) reads only the record's words. Steps pf per chunk.
 template <int kWords, class PF>
@@ -160,7 +141,7 @@ inline void transpose_records8(const uint8_t* const* rows, PF* pf, int32_t* kt) 
     for (int i = 0; i < 8; ++i) {
       r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + 4 * w0));
     }
-    transpose8(r);
+    transpose8_epi32(r);
     for (int e = 0; e < 8; ++e) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(kt + (w0 + e) * 8), r[e]);
     }
@@ -173,7 +154,7 @@ inline void transpose_records8(const uint8_t* const* rows, PF* pf, int32_t* kt) 
       const auto* p = reinterpret_cast<const __m128i*>(rows[i] + 4 * w0);
       r[i] = _mm256_zextsi128_si256(kTail == 4 ? _mm_loadu_si128(p) : _mm_loadl_epi64(p));
     }
-    transpose8(r);
+    transpose8_epi32(r);
     for (int e = 0; e < kTail; ++e) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(kt + (w0 + e) * 8), r[e]);
     }
@@ -432,11 +413,7 @@ void int8_attention_range(const detail::AttentionRange& a) {
   float* sc = sum + heads;       // [group, kB] scores, then weights (one KV head's)
   // Read before out is written (out may overlap q).
   if (!prep_q8<D, kHd>(a.q, a.scale, heads, qp)) return detail::attention_range_avx2(a);
-  for (int64_t i = 0; i < heads * kHd; ++i) a.out[i] = 0.0f;
-  for (int64_t g = 0; g < heads; ++g) {
-    mx[g] = -INFINITY;
-    sum[g] = 0.0f;
-  }
+  start_range(a, kHd, mx, sum);
   const uint8_t* kb[kB];
   const uint8_t* vb[kB];
   const uint8_t* kr[kB];
@@ -450,8 +427,7 @@ void int8_attention_range(const detail::AttentionRange& a) {
   for (int64_t j0 = a.first; j0 <= a.last; j0 += kB) {
     const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
     key_block_rows(a, j0, nb, kb, vb);
-    const int64_t nbn = j0 + kB > a.last ? 0 : std::min(a.last - j0 - kB + 1, kB);
-    key_block_rows(a, j0 + kB, nbn, next_rows, next_rows + nbn);
+    const int64_t nbn = next_block_rows(a, j0, next_rows);
     const int64_t score_steps = (nb + 7) / 8 * ((L::kTWords + 7) / 8);
     pf.start(next_rows, 2 * nbn, n_kv * head_bytes, n_kv * (score_steps + nb));
     for (int64_t h = 0; h < n_kv; ++h) {

@@ -421,11 +421,7 @@ void int_attention_range(const detail::AttentionRange& a) {
   float* sc = sum + heads;       // [group, kB] scores, then weights (one KV head's)
   // Read before out is written (out may overlap q).
   if (!prep_q<D, kHd>(a.q, a.scale, heads, qp)) return detail::attention_range_avx512(a);
-  for (int64_t i = 0; i < heads * kHd; ++i) a.out[i] = 0.0f;
-  for (int64_t g = 0; g < heads; ++g) {
-    mx[g] = -INFINITY;
-    sum[g] = 0.0f;
-  }
+  start_range(a, kHd, mx, sum);
   const uint8_t* kb[kB];
   const uint8_t* vb[kB];
   const uint8_t* kr[kB];
@@ -439,8 +435,7 @@ void int_attention_range(const detail::AttentionRange& a) {
   for (int64_t j0 = a.first; j0 <= a.last; j0 += kB) {
     const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
     key_block_rows(a, j0, nb, kb, vb);
-    const int64_t nbn = j0 + kB > a.last ? 0 : std::min(a.last - j0 - kB + 1, kB);
-    key_block_rows(a, j0 + kB, nbn, next_rows, next_rows + nbn);
+    const int64_t nbn = next_block_rows(a, j0, next_rows);
     const int64_t score_steps = (nb + 15) / 16 * kKtStepsPerTile<D, kHd>;
     pf.start(next_rows, 2 * nbn, n_kv * head_bytes, n_kv * (score_steps + nb));
     const __mmask16 lo_mask = Avx512::lane_mask(nb < 16 ? static_cast<int>(nb) : 16);

@@ -89,29 +89,10 @@ void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs, 
   }
 }
 
-// r[c] dword j -> r[j] dword c.
-inline void transpose8(__m256i r[8]) {
-  __m256i a[8], b[8];
-  for (int i = 0; i < 4; ++i) {
-    a[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 2; ++i) {
-    b[4 * i] = _mm256_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 1] = _mm256_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 2] = _mm256_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-    b[4 * i + 3] = _mm256_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x31);
-  }
-}
-
 // Stores v[0..8) (one 8-dword run per column of a half, columns from n on zero) transposed into
 // panel rows row0 .. row0 + 7, lanes 8 half .. 8 half + 7.
 inline void store_transposed(__m256i v[8], int32_t* panel, int64_t row0, int half) {
-  transpose8(v);
+  transpose8_epi32(v);
   for (int j = 0; j < 8; ++j) {
     _mm256_store_si256(reinterpret_cast<__m256i*>(panel + (row0 + j) * kCols + 8 * half), v[j]);
   }

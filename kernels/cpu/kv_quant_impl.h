@@ -354,11 +354,7 @@ void kv_attention_range(const detail::AttentionRange& a) {
       qsum[i] = t;
     }
   }
-  for (int64_t i = 0; i < heads * hd; ++i) a.out[i] = 0.0f;
-  for (int64_t g = 0; g < heads; ++g) {
-    mx[g] = -INFINITY;
-    sum[g] = 0.0f;
-  }
+  start_range(a, hd, mx, sum);
   for (int64_t j0 = a.first; j0 <= a.last; j0 += kB) {
     const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
     key_block_rows(a, j0, nb, kb, vb);
@@ -366,8 +362,7 @@ void kv_attention_range(const detail::AttentionRange& a) {
     // computed, spread over its loops: step() is called per 4 words of a 16-key tile in
     // group_scores_kt or per key in group_scores_q, and per key in the first V pass, of every KV
     // head.
-    const int64_t nbn = j0 + kB > a.last ? 0 : std::min(a.last - j0 - kB + 1, kB);
-    key_block_rows(a, j0 + kB, nbn, next_rows, next_rows + nbn);
+    const int64_t nbn = next_block_rows(a, j0, next_rows);
     int64_t score_steps = nb;
     if constexpr (kScoresKeysInLanes<S, D, kHd>) {
       score_steps = (nb + 15) / 16 * kKtStepsPerTile<D, kHd>;

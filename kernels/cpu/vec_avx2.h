@@ -140,6 +140,25 @@ inline AbsMax absmax_avx2(const float* x, int64_t n) {
   return {Avx2::reduce_max(m), _mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q)) == 0};
 }
 
+// An 8 x 8 transpose of 32-bit words: r[c] dword j -> r[j] dword c.
+inline void transpose8_epi32(__m256i r[8]) {
+  __m256i a[8], b[8];
+  for (int i = 0; i < 4; ++i) {
+    a[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    b[4 * i] = _mm256_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm256_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm256_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm256_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x31);
+  }
+}
+
 // VEX-encoded VNNI on 256-bit registers (AVX-VNNI), in asm: the baseline files are compiled
 // without the flag and call these only where isa.h's has_vex_vnni() holds.
 // a += the pairwise int16 products of w and x, summed into int32 lanes (vpdpwssd).
