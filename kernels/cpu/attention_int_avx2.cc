@@ -356,13 +356,18 @@ constexpr int vec_group(int v) {
   return Layout8<D, kHd>::kI4 ? v / 4 : 0;
 }
 
+// Heads per V pass and int16-pair vectors per head: 4 x 2 accumulators, 2 code vectors, a weight.
+// Measured against 2 x 4, 6 x 2 and 8 x 1 (bench_attention --isa avx2_vnni, int4, alternating):
+// 2 x 4 the same, the others 1.1-1.4x slower.
+constexpr int kVPass = 4;
+constexpr int kVU = 2;
 // For heads h < kN (weights w16 + h * kGroups * kB int16, accumulators out + h kHd), vectors
 // v0 .. v0 + 1: out += the block's weighted codes, times mult, plus add[h][g].
 template <bool kVnni, KvDtype D, int kHd, int kN>
 [[gnu::noinline]] void int8_accumulate_v(const VBlock8<D, kHd>& vb, int v0, const int16_t* w16,
                                          const float* add, float* out) {
   using L = Layout8<D, kHd>;
-  constexpr int kU = 2;
+  constexpr int kU = kVU;
   const int g = vec_group<D, kHd>(v0);  // v0 even: both vectors in one group
   __m256i acc[kN][kU];
   for (int h = 0; h < kN; ++h) {
@@ -392,7 +397,6 @@ template <bool kVnni, KvDtype D, int kHd, int kN>
   }
 }
 
-constexpr int kVPass = 4;  // heads per V pass: 4 x 2 accumulators, 2 codes, a weight
 
 template <bool kVnni, KvDtype D, int kHd, int kN>
 inline void int8_accumulate_pass(int n, const VBlock8<D, kHd>& vb, int v0, const int16_t* w16,
@@ -483,7 +487,7 @@ void int8_attention_range(const detail::AttentionRange& a) {
         }
         for (int g0 = 0; g0 < nc; g0 += kVPass) {
           const int n = nc - g0 < kVPass ? nc - g0 : kVPass;
-          for (int v0 = 0; v0 < L::kVecs; v0 += 2) {
+          for (int v0 = 0; v0 < L::kVecs; v0 += kVU) {
             int8_accumulate_pass<kVnni, D, kHd, kVPass>(n, vblock, v0, w16 + g0 * L::kGroups * kB,
                                                         add + g0 * L::kGroups,
                                                         acc + (c0 + g0) * kHd);
