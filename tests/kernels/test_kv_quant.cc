@@ -630,6 +630,10 @@ TEST_CASE("kv formats: attention over each quantized cache", "[kv_quant][attenti
       {12, 4, 64, 16, 0, {{130, 1}, {0, 19}}},
       // Sixteen heads per KV head at head size 128: two 8-head passes over one transposed tile.
       {16, 1, 128, 5, 0, {{90, 1}, {0, 7}}},
+      // MHA at head size 64 (the integer loops: one-head score and V passes) and two heads per
+      // KV head at 128, odd key counts (a last pair of keys with one key).
+      {4, 4, 64, 16, 0, {{70, 1}, {0, 5}}},
+      {4, 2, 128, 16, 0, {{33, 1}, {0, 3}}},
       // In order, prompts long enough for the prefill kernel: several blocks of query rows
       // (with a partial one), key blocks across cache blocks, a chunk after a cached part, a
       // sliding window that cuts key blocks, seven heads per KV head (rows no multiple of the
