@@ -7,7 +7,9 @@
 // that decode all B of them is reported per B (a step reads the weights once for all rows, so
 // the ideal is the same step time at every B). The requests reach the engine one by one, so the
 // first steps may admit them in turn: a run has at least gen - B steps decoding all B (gen - 1
-// when all are admitted in one step).
+// when all are admitted in one step). When the B prompts outgrow one step's token budget
+// (512 or --batch-prompt-len) and take P steps to prefill, each request decodes P more tokens,
+// so that all B still share about gen - 1 steps.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -44,14 +46,24 @@ std::vector<BatchFigure> bench_batches(const std::string& model, const std::vect
   const int max_b = *std::max_element(batches.begin(), batches.end());
   runtime::EngineOptions eo;
   eo.threads = threads;
-  eo.max_model_len = prompt_len + gen + 1;
-  eo.max_running = max_b;
   eo.max_batched_tokens = std::max<int64_t>(512, prompt_len);
+  // B prompts that do not fit one step's token budget are prefilled over several steps while
+  // the first ones already decode: each request then decodes that many tokens more, so that the
+  // last one to start still shares about gen - 1 steps with all the others (with --gen 4 and 8
+  // prompts of 512 tokens no step decoded all 8 before). Prompts that fit one step: no extra.
+  auto extra_tokens = [&](int b) -> int64_t {
+    const int64_t steps = (b * prompt_len + eo.max_batched_tokens - 1) / eo.max_batched_tokens;
+    return steps > 1 ? steps : 0;
+  };
+  const int64_t max_extra = extra_tokens(max_b);
+  eo.max_model_len = prompt_len + gen + max_extra + 1;
+  eo.max_running = max_b;
   eo.prefix_cache = false;
   eo.build = build;
   eo.device = device;
   eo.cuda_graphs = cuda_graphs;
-  eo.num_kv_blocks = max_b * ((prompt_len + gen + 1 + eo.block_size - 1) / eo.block_size + 1);
+  eo.num_kv_blocks =
+      max_b * ((prompt_len + gen + max_extra + 1 + eo.block_size - 1) / eo.block_size + 1);
   auto engine = runtime::Engine::load(model, eo);
   std::mutex mu;
   std::condition_variable cv;
@@ -92,7 +104,7 @@ std::vector<BatchFigure> bench_batches(const std::string& model, const std::vect
       for (auto& t : r.prompt) t = dist(rng);
       r.sampling.temperature = 0;
       r.sampling.logprobs = false;
-      r.max_tokens = gen;
+      r.max_tokens = gen + extra_tokens(b);
       r.ignore_eos = true;
       engine->submit(std::move(r), [&](const runtime::EngineEvent& e) {
         if (!e.finished) return;

@@ -10,6 +10,11 @@
    the engine one at a time, so its first steps may admit them in turn: each admission step
    after the first costs one all-B step, hence gen - B <= steps <= gen - 1. B = 1's
    step_vs_batch1 is 1, tok_s = B / step_s, and every step time is positive.
+   Prompts that outgrow one step's token budget (512 tokens): B x 300 tokens take
+   P = ceil(300 B / 512) steps to prefill while the first requests already decode, so each
+   request decodes P more tokens and all B still share about gen - 1 steps: at least gen - 2
+   (a step of slack for the budget the decodes take), at most gen + P - 1 (before, 8 prompts of
+   512 tokens with --gen 4 left no step decoding all 8, and B = 3 x 300 one step of 3).
 3. `--profile`: stdout is still the one JSON line; stderr has the profiled pass's wall time per
    token, the kernels' total per token (not more than the wall time it was measured within), one
    line per op type whose times add up to that total (to the printed rounding), `linear` and
@@ -90,6 +95,19 @@ def main():
             r = f.get("step_vs_batch1")
             res.check(f"batch{b}.ratio", r is not None and abs(r - f["step_s"] / figs[0]["step_s"])
                       <= 2e-3 * r + 1e-3, f"{r} vs {f['step_s']} / {figs[0]['step_s']}")
+
+    run = eu.run_sampan(args, ["bench", "--model", model, "--prompt-len", "8", "--gen", str(GEN),
+                               "--repeat", "1", "--threads", "1", "--batch", "3,8",
+                               "--batch-prompt-len", "300"])
+    if res.check("long_batch.exit", run.returncode == 0, run.describe()):
+        lines = [ln for ln in run.stdout.splitlines() if ln.startswith("{")]
+        figs = json.loads(lines[-1]).get("batch_decode", []) if lines else []
+        res.check("long_batch.entries", [f["batch"] for f in figs] == [3, 8], str(figs))
+        for f in figs:
+            b = f["batch"]
+            p = (300 * b + 511) // 512
+            res.check(f"long_batch{b}.steps", GEN - 2 <= f["steps"] <= GEN + p - 1,
+                      f"{f['steps']} steps decoded all {b}, want {GEN - 2}..{GEN + p - 1}")
 
     run = eu.run_sampan(args, ["bench", "--model", model, "--prompt-len", "8", "--gen", "6",
                                "--repeat", "1", "--threads", "1", "--profile"])
