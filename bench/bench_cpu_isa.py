@@ -12,8 +12,9 @@ measures batched decode in the serving engine (`--batch`: the median step time w
 decode together, relative to B = 1). llama.cpp (llama-cpp-python) runs the same synthetic
 TinyLlama-1.1B-shaped model as F16, Q8_0 and Q4_0 GGUFs, the formats closest to bf16, fp8 and
 int4. The bandwidth probe runs first, in the same session, so every fraction is from one run.
-From AVX-VNNI up, prefill is measured again with SAMPAN_GEMM_PRECISION=bf16 ("fast x": x
-rounded to int8 per group for int4 without AMX, to bf16 for the bf16 panels and AMX tiles).
+At every level but plain avx512, prefill is measured again with SAMPAN_GEMM_PRECISION=bf16
+("fast x": x rounded to int8 per group for int4 without AMX, to bf16 for the bf16 panels and
+AMX tiles).
 Decode streams every linear weight once per token (`decode_bytes_per_token` of sampan bench;
 for GGUF, the file's tensors less the gathered embedding table).
 """
@@ -41,7 +42,7 @@ LEVELS = [
 QUANT = {"bf16": "none", "fp8": "fp8", "int4": "int4"}
 GGUF_TYPE = {"bf16": "F16", "fp8": "Q8_0", "int4": "Q4_0"}
 # The levels where SAMPAN_GEMM_PRECISION=bf16 changes the prefill kernels.
-FAST_X_LEVELS = ("avx2_vnni", "avx512_vnni", "avx512_bf16", "amx")
+FAST_X_LEVELS = ("avx2", "avx2_vnni", "avx512_vnni", "avx512_bf16", "amx")
 
 
 def cpu_flags():
@@ -131,8 +132,9 @@ def main():
                     raise SystemExit(f"error: SAMPAN_CPU_ISA={isa} ran at {j['isa']}")
                 frac = j["decode_gb_s"] / gbs[t]
                 # Prefill again with SAMPAN_GEMM_PRECISION=bf16 ("fast x") where it changes the
-                # kernels: x rounded to int8 per group for int4 on AVX512-VNNI / AVX-VNNI without
-                # AMX, to bf16 on AVX512-BF16 and AMX (kernels/cpu/gemm_quant.h, gemm_cpu.h).
+                # kernels: x rounded to int8 per group for int4 without AMX (AVX512-VNNI and the
+                # levels without AVX-512), to bf16 on AVX512-BF16 and AMX (kernels/cpu/gemm_quant.h,
+                # gemm_cpu.h).
                 if isa in FAST_X_LEVELS:
                     j["fast_x_prefill_tok_s"] = run_sampan(args, isa, fmt, t, False,
                                                            "bf16")["prefill_tok_s"]

@@ -23,8 +23,8 @@
 // gemm_ggml_q4k_avx512_vnni.cc and gemm_ggml_kq_avx512_vnni.cc; llama.cpp's Q8_K activations):
 // one core, weights in cache, m = 1, 1.2-1.3x (Q4_K, Zen 5) and 1.9-2x (Q6_K, Emerald Rapids)
 // the x16 kernels.
-// Prefill (m >= kGgmlPrefillMinM) on AVX512-VNNI CPUs without AMX, for Q4_0, Q8_0, Q4_K, Q5_K
-// and Q6_K: integer products in int16 pairs (ggml_on_vnni_prefill below). On AMX CPUs (unless
+// Prefill (m >= kGgmlPrefillMinM) on CPUs without AMX at AVX512-VNNI or below AVX-512, for Q4_0,
+// Q8_0, Q4_K, Q5_K and Q6_K: integer products in int16 pairs (ggml_on_int_prefill below). On AMX CPUs (unless
 // GemmPrecision::kF32), every type: gemm_ggml_amx below, the blocks dequantized straight into
 // the tile panels, rounded to bf16, x rounded to bf16. Otherwise, and for every other type: the
 // driver dequantizes a bounded chunk of weight rows in scratch and runs the plain gemm() on it:
@@ -143,30 +143,34 @@ const GgmlKernels& ggml_kernels_avx2();
 const GgmlKernels& ggml_kernels_avx512();
 
 // Whether cpu::gemm runs GGUF weights of `type` with m rows of x through
-// gemm_ggml_vnni_prefill (gemm_ggml_avx_vnni_prefill at an AVX-VNNI level below AVX512-VNNI):
-// Q4_0, Q8_0, Q4_K, Q5_K and Q6_K on AVX512-VNNI or AVX-VNNI CPUs without AMX, m >=
-// kGgmlPrefillMinM, GemmPrecision not kF32. x is then rounded per 32 (Q6_K: 16) elements to x16 =
+// gemm_ggml_vnni_prefill (gemm_ggml_avx2_prefill at a level without AVX-512): Q4_0, Q8_0,
+// Q4_K, Q5_K and Q6_K at levels without AMX that have AVX512-VNNI or no AVX-512 (as
+// i4_on_int_prefill, gemm_quant.h), m >= kGgmlPrefillMinM, GemmPrecision not kF32. x is then rounded per 32 (Q6_K: 16) elements to x16 =
 // round(x / s), s = absmax / 32767: within the x16 kernels' bound below (their blocks of 256
 // hold these groups), with integer products as theirs (Q4_K / Q5_K: the (d sc) q part in
 // integers, the dmin mn part against the f32 sums s * sum x16 of each group). With
 // GemmPrecision::kBf16, x is rounded per 32 (Q6_K: 16) elements to int8 instead, within
-// kX8Error (gemm_quant.h, vnni_x8), as llama.cpp rounds its activations.
-bool ggml_on_vnni_prefill(GgmlType type, int64_t m);
+// kX8Error (gemm_quant.h, vnni_x8), as llama.cpp rounds its activations, where
+// ggml_prefill_x8(type).
+bool ggml_on_int_prefill(GgmlType type, int64_t m);
+// Whether that prefill rounds x of `type` to int8: vnni_x8(), except Q8_0 at a level without
+// VNNI (avx2), whose unsigned codes up to 255 would saturate vpmaddubsw's int16 pair sums: it
+// keeps x16 there.
+bool ggml_prefill_x8(GgmlType type);
 // Prefill on AMX-BF16 tiles (gemm_ggml_amx.cc; AMX CPUs, where prefill_in_bf16()): the rows'
 // blocks dequantized by `dequant` straight into gemm_amx's panels and rounded to bf16; x as
 // gemm_precision() says (the driver sets kBf16). Any m >= 1.
 void gemm_ggml_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                    GgmlDequantFn dequant, GemmEpilogue ep, float* y, int64_t ldy,
                    TaskRunner& runner);
-// The types gemm_ggml_vnni_prefill packs (the type half of ggml_on_vnni_prefill).
+// The types gemm_ggml_vnni_prefill packs (the type half of ggml_on_int_prefill).
 bool ggml_i16_prefill_type(GgmlType type);
 // Any m >= 1 (gemm_prefill_int_avx512_vnni.cc; AVX512-VNNI CPUs only).
 void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                             GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
-// The same on 8-lane vectors (gemm_prefill_int_avx2_vnni.cc), where the level has AVX-VNNI but
-// not AVX512-VNNI.
-void gemm_ggml_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
-                                GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
+// The same on 8-lane vectors (gemm_prefill_int_avx2.cc), at levels without AVX-512.
+void gemm_ggml_avx2_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                            GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 
 // The decode kernel gemm_ggml runs for `type` and m rows of x from table kt at the calling
 // thread's precision and the current ISA level: kt.dot_x8 where set, with GemmPrecision::kBf16 on

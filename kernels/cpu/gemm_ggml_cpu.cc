@@ -208,10 +208,14 @@ bool ggml_i16_prefill_type(GgmlType type) {
          type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
 }
 
-bool ggml_on_vnni_prefill(GgmlType type, int64_t m) {
+bool ggml_on_int_prefill(GgmlType type, int64_t m) {
   return ggml_i16_prefill_type(type) && m >= kGgmlPrefillMinM &&
-         (has_avx512_vnni() || has_avx_vnni()) && !has_amx() &&
+         (has_avx512_vnni() || !has_avx512()) && !has_amx() &&
          gemm_precision() != GemmPrecision::kF32;
+}
+
+bool ggml_prefill_x8(GgmlType type) {
+  return vnni_x8() && (has_avx512_vnni() || has_vex_vnni() || type != GgmlType::kQ8_0);
 }
 
 void gemm_ggml(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,
@@ -223,11 +227,11 @@ void gemm_ggml(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Gem
   // Kernels never throw: a caller that skipped the checks gets y untouched, not a crash.
   if (!ggml_block_type_supported(w.ggml_type) || ggml_row_bytes(w.ggml_type, w.k) <= 0) return;
   const GgmlKernels& kt = has_avx512() ? ggml_kernels_avx512() : ggml_kernels_avx2();
-  if (ggml_on_vnni_prefill(w.ggml_type, m)) {
+  if (ggml_on_int_prefill(w.ggml_type, m)) {
     if (has_avx512_vnni()) {
       gemm_ggml_vnni_prefill(m, x, ldx, w, ep, y, ldy, runner);
     } else {
-      gemm_ggml_avx_vnni_prefill(m, x, ldx, w, ep, y, ldy, runner);
+      gemm_ggml_avx2_prefill(m, x, ldx, w, ep, y, ldy, runner);
     }
   } else if (m >= kGgmlPrefillMinM) {
     gemm_ggml_prefill(kt, m, x, ldx, w, ep, y, ldy, runner);

@@ -2,10 +2,10 @@
 // times a per-group scale, on AVX512-VNNI CPUs without AMX, in integers: vpdpwssd multiplies
 // int16 pairs and sums them into int32 lanes, 32 products per instruction where an FMA makes 16.
 // Two widths of x: int16 (x16, the default) and int8 (x8, below).
-// Formats: kI4 (any group, zero points; contract and bound: gemm_quant.h, i4_on_vnni_prefill)
+// Formats: kI4 (any group, zero points; contract and bound: gemm_quant.h, i4_on_int_prefill)
 // and GGUF Q4_0 / Q8_0 (blocks of 32 with an f16 scale), Q4_K (groups of 32 with a scale and a
 // min), Q5_K (the same with a fifth bit) and Q6_K (groups of 16; gemm_ggml.h,
-// ggml_on_vnni_prefill).
+// ggml_on_int_prefill).
 //
 // x is rounded per (row of x, weight group) to x16 = round(x / s_x), s_x = absmax_g / xmax (kI4:
 // kI4XMax, as the kI4 decode kernels round it; GGUF: 32767, within the GGUF x16 bound, whose

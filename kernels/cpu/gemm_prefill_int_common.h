@@ -1,5 +1,5 @@
 // The parts of the integer prefill kernels (gemm_prefill_int_avx512_vnni.cc on AVX512-VNNI,
-// gemm_prefill_int_avx2_vnni.cc on AVX-VNNI) that do not depend on the vector width: the plan of
+// gemm_prefill_int_avx2.cc below AVX-512) that do not depend on the vector width: the plan of
 // a call, the scales of the weight formats, their 32-element chunks as unsigned bytes, and the
 // driver (x prepared per row, then units of K::kCols output columns packed into a panel and
 // swept by tiles of K::kMr rows of x). What each kernel file provides is named at prefill_int.
@@ -356,7 +356,7 @@ void ggml_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, 
   p.ldq = p.k / 2;
   p.xmax = 32767.0f;
   p.mins = t == GgmlType::kQ4_K || t == GgmlType::kQ5_K;
-  const bool x8 = vnni_x8();
+  const bool x8 = ggml_prefill_x8(t);
   IntPackFn pack = nullptr;
   int32_t off = 0;
   auto pick = [&]<GgmlKind kKind>() {

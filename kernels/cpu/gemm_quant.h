@@ -20,10 +20,11 @@
 // bounded chunk of weight rows into scratch (bf16 where cpu::gemm multiplies in bf16: AMX, or
 // AVX512-BF16 CPUs with GemmPrecision::kBf16; f32 otherwise) and runs the plain GEMM on it, so
 // the existing AMX / bf16-panel / FMA-panel machinery does the arithmetic. Except int4 on
-// AVX512-VNNI CPUs without AMX (i4_on_vnni_prefill): there vpdpwssd multiplies the int16 q - z
-// with x rounded per group to x16 (the decode rounding), 32 products per instruction against an
-// FMA's 16, or with GemmPrecision::kBf16 vpdpbusd the bytes q + 8 with x rounded to int8, 64 per
-// instruction (vnni_x8; gemm_prefill_int_avx512_vnni.cc).
+// CPUs without AMX (i4_on_int_prefill: AVX512-VNNI, and every level without AVX-512): there
+// vpdpwssd multiplies the int16 q - z with x rounded per group to x16 (the decode rounding), 32
+// products per instruction against an FMA's 16, or with GemmPrecision::kBf16 vpdpbusd the bytes
+// q + 8 with x rounded to int8, 64 per instruction (vnni_x8; gemm_prefill_int_avx512_vnni.cc),
+// on AVX2 the 8-lane forms (gemm_prefill_int_avx2.cc: VEX VNNI, or vpmaddwd / vpmaddubsw).
 //
 // Accuracy, against dequantize-then-multiply in double (tests/kernels/test_gemm_quant.cc), with
 // M = sum_k |x| (|q| + |z|) |s| (= sum |x||w| for fp8 and symmetric int4):
@@ -39,7 +40,7 @@
 //  - kI4 decode (the AVX2 kernels: one-row at m = 1..2 and batched at m = 3..16 below
 //    AVX512-VNNI, and the one-row kernel at m = 1 on Zen 4; the VNNI kernel from AVX512-VNNI up,
 //    the AMX-INT8 kernel for m = kI4AmxMinM..16 on AMX CPUs: gemm_quant_cpu.cc), and kI4 prefill
-//    on AVX512-VNNI CPUs without AMX unless GemmPrecision is kF32 (i4_on_vnni_prefill),
+//    on CPUs without AMX where i4_on_int_prefill (unless GemmPrecision is kF32),
 //    multiplies in integers: x is rounded per (row of x, weight group g) to
 //    x16 * s_x, x16 = round(x / s_x) in [-32639, 32639], s_x = absmax_g(x) / 32639 (32639 =
 //    256 * 127 + 127, the most a signed hi byte and lo byte hold). Rounding x to the nearest
@@ -276,14 +277,15 @@ void gemm_quant_i4_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights
                        GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 
 // Whether cpu::gemm runs kI4 weights with m rows of x through gemm_quant_i4_vnni_prefill (or,
-// at a level with AVX-VNNI but not AVX512-VNNI, gemm_quant_i4_avx_vnni_prefill):
-// AVX512-VNNI or AVX-VNNI CPUs without AMX, the prefill sizes (not decode_kernels_take),
-// GemmPrecision not kF32 (which keeps prefill exact in f32). The kI4 decode contract above (x
-// rounded per group to x16), except with kBf16 (vnni_x8).
-bool i4_on_vnni_prefill(int64_t m);
+// at a level without AVX-512, gemm_quant_i4_avx2_prefill): levels without AMX that have
+// AVX512-VNNI or no AVX-512 at all (the plain avx512 level, Skylake-SP, keeps the zmm FMA
+// panels: ymm vpmaddwd + vpaddd multiply no faster than they there), the prefill sizes (not
+// decode_kernels_take), GemmPrecision not kF32 (which keeps prefill exact in f32). The kI4
+// decode contract above (x rounded per group to x16), except with kBf16 (vnni_x8).
+bool i4_on_int_prefill(int64_t m);
 
-// Whether the integer kernels on VNNI (the prefill of i4_on_vnni_prefill and
-// ggml_on_vnni_prefill, and the kI4 decode of i4_decode_on_vnni) round x to int8 instead of
+// Whether the integer kernels on VNNI (the prefill of i4_on_int_prefill and
+// ggml_on_int_prefill, and the kI4 decode of i4_decode_on_vnni) round x to int8 instead of
 // int16: with GemmPrecision::kBf16, the precision that rounds x to bf16 elsewhere. x8 = round(x / s_x), s_x = absmax_g(x) / 127 per (row of x, weight group), so
 // vpdpbusd multiplies 4 (unsigned weight byte, x8) pairs per lane, 64 products per instruction
 // against vpdpwssd's 32 (~1.9x the x16 tile on Emerald Rapids, bench_gemm_quant). The rounding
@@ -330,11 +332,10 @@ const QuantKernels& quant_kernels_avx512_vnni_x8();
 // Any m >= 1 (gemm_prefill_int_avx512_vnni.cc; AVX512-VNNI CPUs only).
 void gemm_quant_i4_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                                 GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
-// The same on 8-lane vectors (gemm_prefill_int_avx2_vnni.cc; AVX-VNNI CPUs only), where the
-// level has AVX-VNNI but not AVX512-VNNI.
-void gemm_quant_i4_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx,
-                                    const GemmWeights& w, GemmEpilogue ep, float* y, int64_t ldy,
-                                    TaskRunner& runner);
+// The same on 8-lane vectors (gemm_prefill_int_avx2.cc), at levels without AVX-512: VEX
+// VNNI where has_vex_vnni(), else vpmaddwd / vpmaddubsw (the same results).
+void gemm_quant_i4_avx2_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                                GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
 
 // cpu::gemm for w.dtype kF8E4M3 or kI4 (same contract; m >= 1).
 void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,

@@ -224,8 +224,8 @@ bool decode_kernels_take(DType dtype, int64_t m) {
           (dtype == DType::kF8E4M3 || gemm_precision() != GemmPrecision::kF32));
 }
 
-bool i4_on_vnni_prefill(int64_t m) {
-  return (has_avx512_vnni() || has_avx_vnni()) && !has_amx() &&
+bool i4_on_int_prefill(int64_t m) {
+  return (has_avx512_vnni() || !has_avx512()) && !has_amx() &&
          gemm_precision() != GemmPrecision::kF32 && !decode_kernels_take(DType::kI4, m);
 }
 
@@ -257,11 +257,11 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
     gemm_quant_i4_amx(m, x, ldx, w, ep, y, ldy, runner);
   } else if (quant_on_amx_tiles(w.dtype, m)) {
     gemm_quant_f8_amx(m, x, ldx, w, ep, y, ldy, runner);
-  } else if (w.dtype == DType::kI4 && i4_on_vnni_prefill(m)) {
+  } else if (w.dtype == DType::kI4 && i4_on_int_prefill(m)) {
     if (has_avx512_vnni()) {
       gemm_quant_i4_vnni_prefill(m, x, ldx, w, ep, y, ldy, runner);
     } else {
-      gemm_quant_i4_avx_vnni_prefill(m, x, ldx, w, ep, y, ldy, runner);
+      gemm_quant_i4_avx2_prefill(m, x, ldx, w, ep, y, ldy, runner);
     }
   } else if (quant_on_avx2_batch(w.dtype, m)) {
     gemm_quant_decode(quant_kernels_avx2_batch(), m, x, ldx, w, ep, y, ldy, runner);

@@ -20,7 +20,7 @@ namespace sampan::cpu {
 enum class Isa {
   kAvx2,        // AVX2 + FMA + F16C (Haswell, Zen 1 and later)
   kAvx2Vnni,    // kAvx2 + AVX-VNNI (Alder Lake, Sierra Forest: AVX-512-less CPUs with int8
-                // dots; the integer prefill of gemm_prefill_int_avx2_vnni.cc)
+                // dots; gemm_prefill_int_avx2.cc's VEX VNNI tiles)
   kAvx512,      // kAvx2 + AVX-512 F/BW/VL/DQ (Skylake-SP)
   kAvx512Vnni,  // kAvx512 + AVX512-VNNI (Cascade Lake, Ice Lake)
   kAvx512Bf16,  // kAvx512Vnni + AVX512-BF16 (Cooper Lake, Zen 4; no BF16 CPU lacks VNNI)

@@ -180,6 +180,36 @@ inline __m256i madd_add(__m256i a, __m256i w, __m256i x) {
     return _mm256_add_epi32(a, _mm256_madd_epi16(w, x));
   }
 }
+// In place, for kernels that keep many accumulators in registers (the integer prefill tile):
+// acc += the pairwise int16 products of w and x (madd_acc), or the products of the unsigned
+// bytes u and signed bytes x summed by 4 (dpbusd_acc). With kVnni the VEX VNNI instruction;
+// else the AVX2 sequence in asm through one scratch register (as intrinsics GCC hoisted every
+// multiply of a 6-row tile ahead of its adds and spilled the accumulators to the stack each
+// step). Without VNNI dpbusd_acc is vpmaddubsw, vpmaddwd by ones, vpaddd: vpmaddubsw saturates
+// its int16 pair sums, so the lanes equal vpdpbusd's only where every u0 x0 + u1 x1 lies in
+// int16 (u <= 129 for |x| <= 127: the caller's bound to keep).
+template <bool kVnni>
+inline void madd_acc(__m256i& acc, __m256i w, __m256i x) {
+  if constexpr (kVnni) {
+    dpwssd_vex(acc, w, x);
+  } else {
+    __m256i t;
+    asm("vpmaddwd %3, %2, %1\n\tvpaddd %1, %0, %0" : "+x"(acc), "=&x"(t) : "x"(w), "x"(x));
+  }
+}
+alignas(32) inline constexpr int16_t kOnes16[16] = {1, 1, 1, 1, 1, 1, 1, 1,
+                                                    1, 1, 1, 1, 1, 1, 1, 1};
+template <bool kVnni>
+inline void dpbusd_acc(__m256i& acc, __m256i u, __m256i x) {
+  if constexpr (kVnni) {
+    dpbusd_vex(acc, u, x);
+  } else {
+    __m256i t;
+    asm("vpmaddubsw %3, %2, %1\n\tvpmaddwd %4, %1, %1\n\tvpaddd %1, %0, %0"
+        : "+x"(acc), "=&x"(t)
+        : "x"(u), "x"(x), "m"(*reinterpret_cast<const __m256i*>(kOnes16)));
+  }
+}
 
 }  // namespace
 }  // namespace sampan::cpu

@@ -248,12 +248,13 @@ void check_case(const Case& c, uint32_t seed) {
       if (!prefill && prec != gemm_precision() && !(prec == GemmPrecision::kBf16 && dt.x8)) {
         continue;
       }
-      // Decode kernels that round x, and the prefill in integers on AVX512-VNNI without AMX,
-      // which rounds it within the same bound (gemm_ggml.h), or to x8 with kBf16
-      // (vnni_x8, gemm_quant.h; its groups of 32 or 16 lie in these blocks of 256; the x8
-      // decode kernels round per block of 256).
-      const bool x16 = prefill ? gemm_detail::ggml_on_vnni_prefill(c.type->type, c.m) : dt.x16;
-      const double x_err = (prefill && gemm_detail::vnni_x8()) || (!prefill && dt.x8)
+      // Decode kernels that round x, and the prefill in integers without AMX (AVX512-VNNI and
+      // the levels below AVX-512), which rounds it within the same bound (gemm_ggml.h), or to
+      // x8 with kBf16 (ggml_prefill_x8, gemm_quant.h's vnni_x8; its groups of 32 or 16 lie in
+      // these blocks of 256; the x8 decode kernels round per block of 256).
+      const bool x16 = prefill ? gemm_detail::ggml_on_int_prefill(c.type->type, c.m) : dt.x16;
+      const double x_err = (prefill && gemm_detail::ggml_prefill_x8(c.type->type)) ||
+                                   (!prefill && dt.x8)
                                ? gemm_detail::kX8Error
                                : gemm_detail::kGgmlDecodeXError;
       const bool bf16 = prefill && gemm_detail::prefill_in_bf16();
@@ -477,8 +478,8 @@ TEST_CASE("gemm ggml: x16 decode, awkward k, m = 1..17 and x", "[kernels][gemm_g
   }
 }
 
-// Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill in integers on AVX512-VNNI without AMX
-// (gemm_prefill_int_avx512_vnni.cc; elsewhere these cases check the dequantizing prefill): tiles
+// Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill in integers without AMX
+// (gemm_prefill_int_avx512_vnni.cc, _avx2.cc; elsewhere these cases check the dequantizing prefill): tiles
 // of 6 rows of x (m not a multiple of 6), units of 32 columns (blocks not a multiple of 32,
 // several blocks, SiLU-mul pairs), groups of 32 (Q6_K: 16) elements with their own x scale
 // (Q4_K: and its min), and the same special x as the decode case.
@@ -512,7 +513,7 @@ TEST_CASE("gemm ggml: Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill, tiles, units and
 // x16 = round-half-even of the f32 product x * (1 / s) (a group whose 1 / s overflows counts as
 // zero). Q8_0 blocks written here: d an f16, 32 int8 codes. What remains is f32 summation: 1e-5
 // of sum |x||w|.
-TEST_CASE("gemm ggml: Q8_0 prefill on AVX512-VNNI rounds x as stated", "[kernels][gemm_ggml]") {
+TEST_CASE("gemm ggml: Q8_0 prefill in integers rounds x as stated", "[kernels][gemm_ggml]") {
   const int64_t m = 37, k = 320, n = 35, nb = k / 32;
   std::mt19937 rng(77);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -552,7 +553,8 @@ TEST_CASE("gemm ggml: Q8_0 prefill on AVX512-VNNI rounds x as stated", "[kernels
   w.data[0] = data.data();
   IsaRestore restore;
   Runners runners;
-  // x16 by default, x8 with kBf16 (vnni_x8): xmax 32767 or 127.
+  // x16 by default, x8 with kBf16 (ggml_prefill_x8): xmax 32767 or 127.
+  int levels = 0;  // (level, precision) pairs checked
   for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
     ScopedGemmPrecision scope(prec);
     const float xmax = prec == GemmPrecision::kBf16 ? 127.0f : 32767.0f;
@@ -579,7 +581,13 @@ TEST_CASE("gemm ggml: Q8_0 prefill on AVX512-VNNI rounds x as stated", "[kernels
     }
     for (Isa isa : supported_isas()) {
       REQUIRE(set_isa(isa));
-      if (!gemm_detail::ggml_on_vnni_prefill(GgmlType::kQ8_0, m)) continue;
+      // At a level without VNNI, Q8_0 keeps x16 under kBf16 (ggml_prefill_x8): the kSplitBf16
+      // round checks that rounding.
+      if (!gemm_detail::ggml_on_int_prefill(GgmlType::kQ8_0, m) ||
+          gemm_detail::ggml_prefill_x8(GgmlType::kQ8_0) != (xmax == 127.0f)) {
+        continue;
+      }
+      ++levels;
       for (auto [name, runner] : runners.all()) {
         std::vector<float> y(m * n);
         gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, *runner);
@@ -591,6 +599,7 @@ TEST_CASE("gemm ggml: Q8_0 prefill on AVX512-VNNI rounds x as stated", "[kernels
       }
     }
   }
+  CHECK(levels > 0);  // every CPU has the avx2 level, which prefills Q8_0 in integers
 }
 
 }  // namespace

@@ -184,10 +184,10 @@ double tolerance(Isa isa, const Case& c) {
     }
     return std::ldexp(1.0, -16) + 1e-5;
   }
-  // int4 on AMX-INT8 tiles (gemm_quant_i4_amx.cc) and int4 prefill on AVX512-VNNI without AMX
-  // (gemm_prefill_int_avx512_vnni.cc): integer sums, the x rounding added by x_rounding below.
+  // int4 on AMX-INT8 tiles (gemm_quant_i4_amx.cc) and int4 prefill in integers without AMX
+  // (gemm_prefill_int_avx512_vnni.cc, _avx2.cc): integer sums, the x rounding added by x_rounding below.
   const bool amx_i4 = isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m, c.group);
-  if (c.dtype == DType::kI4 && (amx_i4 || gemm_detail::i4_on_vnni_prefill(c.m))) {
+  if (c.dtype == DType::kI4 && (amx_i4 || gemm_detail::i4_on_int_prefill(c.m))) {
     return 1e-5;
   }
   const bool prefill = !gemm_detail::decode_kernels_take(c.dtype, c.m);
@@ -203,18 +203,18 @@ double tolerance(Isa isa, const Case& c) {
 
 // The rounding of x on this ISA, relative to sum_g absmax_g(x) sum_{c in g} |w_c|: every int4
 // decode kernel (AVX2, AVX512-VNNI, AMX-INT8) rounds x per group to x16, and they take m = 16 too
-// unless GemmPrecision is kF32 (decode_kernels_take); so does int4 prefill on AVX512-VNNI CPUs
-// without AMX (i4_on_vnni_prefill); to x8 with GemmPrecision::kBf16 (vnni_x8) there and in the
+// unless GemmPrecision is kF32 (decode_kernels_take); so does int4 prefill in integers on CPUs
+// without AMX (i4_on_int_prefill); to x8 with GemmPrecision::kBf16 (vnni_x8) there and in the
 // AVX512-VNNI decode kernels (i4_decode_on_vnni).
 double x_rounding(Isa isa, const Case& c) {
   if (c.dtype != DType::kI4) return 0.0;
-  if ((gemm_detail::i4_on_vnni_prefill(c.m) || gemm_detail::i4_decode_on_vnni(c.m, c.group)) &&
+  if ((gemm_detail::i4_on_int_prefill(c.m) || gemm_detail::i4_decode_on_vnni(c.m, c.group)) &&
       gemm_detail::vnni_x8()) {
     return gemm_detail::kX8Error;
   }
   const bool rounds = (isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m, c.group)) ||
                       gemm_detail::decode_kernels_take(c.dtype, c.m) ||
-                      gemm_detail::i4_on_vnni_prefill(c.m);
+                      gemm_detail::i4_on_int_prefill(c.m);
   return rounds ? gemm_detail::kI4DecodeXError : 0.0;
 }
 
@@ -436,7 +436,7 @@ TEST_CASE("gemm int4 decode: groups, half steps, zeros, scale dtypes, m = 1..15,
   }
 }
 
-// int4 prefill on AVX512-VNNI (no AMX): 6 rows of x per tile (m not a multiple of 6), units of
+// int4 prefill in integers (no AMX): 6 rows of x per tile (m not a multiple of 6), units of
 // 32 output columns (blocks not a multiple of 32, a unit past a block's end, several blocks,
 // SiLU-mul pairs), groups of 32 / 64 / 128 pairs of elements, zero points, both scale dtypes,
 // and the x that stress the rounding per group (outliers, wide exponents, zeros). On other
@@ -446,7 +446,7 @@ TEST_CASE("gemm int4 prefill: tiles of 6 rows, 32-column units, groups, zeros, x
   const XFill fills[] = {XFill::kUniform, XFill::kSpike, XFill::kWide, XFill::kZeros};
   PrecisionRestore restore;
   uint32_t seed = 2700;
-  // kBf16: on AVX512-VNNI without AMX, x rounded to x8 (vnni_x8).
+  // kBf16: on the integer prefill without AMX, x rounded to x8 (vnni_x8).
   for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
     set_gemm_precision(prec);
     INFO("precision=" << static_cast<int>(prec));
@@ -476,7 +476,7 @@ TEST_CASE("gemm int4 prefill: tiles of 6 rows, 32-column units, groups, zeros, x
 // (absmax below ~2^-113) counts as zero. What remains is f32 summation of exact integer group
 // sums: 1e-5 * M. Groups of x: uniform, one +-1e4 outlier, 2^-120 times uniform (taken as zero
 // at x16), zeros, 2^-60 times uniform, 2^-126 times uniform (taken as zero).
-TEST_CASE("gemm int4 prefill on VNNI and x8 decode: x rounded as the contract says",
+TEST_CASE("gemm int4 prefill in integers and x8 decode: x rounded as the contract says",
           "[kernels][gemm_quant]") {
   uint32_t seed = 2900;
   IsaRestore restore;
@@ -555,7 +555,7 @@ TEST_CASE("gemm int4 prefill on VNNI and x8 decode: x rounded as the contract sa
     }
     for (Isa isa : supported_isas()) {
       REQUIRE(set_isa(isa));
-      if (!gemm_detail::i4_on_vnni_prefill(m) &&
+      if (!gemm_detail::i4_on_int_prefill(m) &&
           !(gemm_detail::i4_decode_on_vnni(m, g) && gemm_detail::vnni_x8())) {
         continue;
       }
@@ -630,7 +630,7 @@ TEST_CASE("gemm int4 and fp8 decode and prefill: a NaN or inf in x gives NaN out
   std::vector<Bad> cases;
   for (DType dt : {DType::kI4, DType::kF8E4M3}) {
     for (int64_t m : {2, 20}) {
-      // kBf16 at m = 20: int4 prefill on AVX512-VNNI rounds x to x8 (vnni_x8).
+      // kBf16 at m = 20: int4 prefill in integers rounds x to x8 (vnni_x8).
       for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
         cases.push_back({dt, m, std::numeric_limits<float>::quiet_NaN(), prec});
         cases.push_back({dt, m, std::numeric_limits<float>::infinity(), prec});

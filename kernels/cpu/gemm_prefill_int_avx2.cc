@@ -1,8 +1,14 @@
-// The integer prefill of gemm_prefill_int_avx512_vnni.cc on CPUs with AVX-VNNI but no AVX-512
-// (Alder Lake and later client cores, Sierra Forest; and AVX-512 CPUs lowered to avx2_vnni):
-// the VEX forms of vpdpwssd (x16, the default: 16 products per instruction against an FMA's 8)
-// and vpdpbusd (x8 with GemmPrecision::kBf16: 32) on 8-lane vectors. Same formats, roundings,
-// bounds and driver (gemm_prefill_int_common.h); what differs is the width:
+// The integer prefill of gemm_prefill_int_avx512_vnni.cc on CPUs without AVX-512 (and AVX-512
+// CPUs lowered to avx2 / avx2_vnni), on 8-lane vectors. With AVX-VNNI (Alder Lake and later
+// client cores, Sierra Forest): the VEX forms of vpdpwssd (x16, the default: 16 products per
+// instruction against an FMA's 8) and vpdpbusd (x8 with GemmPrecision::kBf16: 32). Without it
+// (Haswell to Skylake client, AMD Zen 1-3): vpmaddwd + vpaddd for x16 (16 products in two
+// instructions that issue on more ports than FMAs: Zen 2 / 3 two vpmaddwd per cycle beside two
+// FMA pipes' worth of f32) and vpmaddubsw + vpmaddwd + vpaddd for x8, whose int16 pair sums
+// stay exact for unsigned codes up to 129 (vec_avx2.h dpbusd_acc): every kI4 and GGUF kind but
+// Q8_0, which rounds x to x16 there instead (ggml_prefill_x8). The same int32 sums, so the same
+// results, at every level. Same formats, roundings, bounds and driver
+// (gemm_prefill_int_common.h); what differs from the AVX-512 file is the width:
 //  - a unit is 16 output columns (two vectors), the panel [k / 2][16] (x16) or [k / 4][16] (x8)
 //    dwords, packed 8 columns at a time through an 8 x 8 dword transpose of one 8-dword run of
 //    each column (8 pairs or 8 quads; a GGUF 32-element chunk as unsigned bytes from
@@ -14,6 +20,14 @@
 // f32 FMA panels the level ran before (bench_gemm_quant gemm --format int4g128, m = 512, one
 // core): 66-73 GFLOP/s -> 146-156 (x16), 249-279 (x8); sampan bench prefill 512, int4 g128, 2
 // threads: 73 -> 135 tok/s (x16), 220 (x8); GGUF Q8_0 73 -> 124 / 188, Q4_K_M 74 -> 118 / 172.
+// Lowered to avx2 (no VNNI), against the f32 panels (SAMPAN_GEMM_PRECISION=f32) alternating:
+// bench_gemm_ggml --m 512, one core, 3 rounds: x16 Q4_0 / Q8_0 / Q4_K 100-107 against 57-73
+// GFLOP/s, Q6_K (groups of 16: the f32 epilogue per group weighs more) 73-90 against 57-73; x8
+// 97-130 (one round 55-69). sampan bench prefill 512, 2 threads, 2 rounds: int4 g128 63-65 ->
+// 103-112 tok/s (x16), 123-129 (x8); Q4_0 63-69 -> 87-96 / 117-119; Q4_K_M 63-72 -> 80-94 /
+// 102-106; Q8_0 66-72 -> 94-98 (x16 both ways). The same tile through intrinsics ran x16 at the
+// f32 panels' speed: GCC hoisted the 12 products of a step ahead of their adds and kept the
+// accumulators on the stack.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
@@ -24,6 +38,7 @@
 #include <limits>
 
 #include "kernels/cpu/gemm_prefill_int_common.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_avx2.h"
 
 namespace sampan::cpu::gemm_detail {
@@ -194,17 +209,10 @@ void pack_ggml(const GemmWeights& w, const Plan& p, int b, int64_t row0, int col
   }
 }
 
-// acc += pairwise int16 products (x16) / 4 u8 x s8 products per lane (x8), VEX forms. In asm so
-// that the accumulators stay in place (see the AVX-512 file).
-inline void dpwssd(__m256i& acc, __m256i a, __m256i b) {
-  asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
-}
-inline void dpbusd(__m256i& acc, __m256i u, __m256i s) {
-  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
-}
-
-// As the AVX-512 tile, with the f32 totals in c (L1).
-template <int MR, bool kX8>
+// As the AVX-512 tile, with the f32 totals in c (L1). kVnni: acc += pairwise int16 products
+// (x16) / 4 u8 x s8 products per lane (x8) in the VEX VNNI forms, in asm so that the
+// accumulators stay in place (see the AVX-512 file); else the AVX2 sequences of vec_avx2.h.
+template <int MR, bool kX8, bool kVnni>
 void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* xq,
           const float* sx, const float* xs, const int32_t* xo, float* c) {
   const int64_t steps = p.group / (kX8 ? 4 : 2);
@@ -224,11 +232,11 @@ void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* x
       for (int i = 0; i < MR; ++i) {
         const __m256i xb = _mm256_set1_epi32(px[i * p.ldq + j]);
         if constexpr (kX8) {
-          dpbusd(s[i][0], w0, xb);
-          dpbusd(s[i][1], w1, xb);
+          dpbusd_acc<kVnni>(s[i][0], w0, xb);
+          dpbusd_acc<kVnni>(s[i][1], w1, xb);
         } else {
-          dpwssd(s[i][0], xb, w0);
-          dpwssd(s[i][1], xb, w1);
+          madd_acc<kVnni>(s[i][0], xb, w0);
+          madd_acc<kVnni>(s[i][1], xb, w1);
         }
       }
     }
@@ -253,7 +261,8 @@ void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* x
   }
 }
 
-struct Avx2VnniKernel {
+template <bool kVnni>
+struct Avx2IntKernel {
   static constexpr int kCols = gemm_detail::kCols, kMr = gemm_detail::kMr;
   static void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs,
                        int32_t* xo) {
@@ -262,26 +271,36 @@ struct Avx2VnniKernel {
   template <int MR, bool kX8>
   static void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* xq,
                    const float* sx, const float* xs, const int32_t* xo, float* c) {
-    gemm_detail::tile<MR, kX8>(p, panel, sw, xq, sx, xs, xo, c);
+    gemm_detail::tile<MR, kX8, kVnni>(p, panel, sw, xq, sx, xs, xo, c);
   }
   static EpilogueFn epilogue() { return fma_kernels_avx2().epilogue; }
   static IntPackFn i4_pack(bool x8) { return x8 ? pack_i4_x8 : pack_i4; }
   template <GgmlKind kKind>
   static IntPackFn ggml_pack(bool x8) {
+    // Q8_0's u reaches 255: vpmaddubsw would saturate (ggml_prefill_x8 keeps it at x16).
+    assert(kVnni || !x8 || kKind != GgmlKind::kQ8_0);
     return x8 ? pack_ggml<kKind, true> : pack_ggml<kKind, false>;
   }
 };
 
 }  // namespace
 
-void gemm_quant_i4_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
-                                    GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
-  i4_prefill<Avx2VnniKernel>(m, x, ldx, w, ep, y, ldy, runner);
+void gemm_quant_i4_avx2_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                                GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
+  if (has_vex_vnni()) {
+    i4_prefill<Avx2IntKernel<true>>(m, x, ldx, w, ep, y, ldy, runner);
+  } else {
+    i4_prefill<Avx2IntKernel<false>>(m, x, ldx, w, ep, y, ldy, runner);
+  }
 }
 
-void gemm_ggml_avx_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
-                                GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
-  ggml_prefill<Avx2VnniKernel>(m, x, ldx, w, ep, y, ldy, runner);
+void gemm_ggml_avx2_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
+                            GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner) {
+  if (has_vex_vnni()) {
+    ggml_prefill<Avx2IntKernel<true>>(m, x, ldx, w, ep, y, ldy, runner);
+  } else {
+    ggml_prefill<Avx2IntKernel<false>>(m, x, ldx, w, ep, y, ldy, runner);
+  }
 }
 
 }  // namespace sampan::cpu::gemm_detail
