@@ -24,8 +24,9 @@
 // one core, weights in cache, m = 1, 1.2-1.3x (Q4_K, Zen 5) and 1.9-2x (Q6_K, Emerald Rapids)
 // the x16 kernels.
 // Prefill (m >= kGgmlPrefillMinM) on CPUs without AMX at AVX512-VNNI or below AVX-512, for Q4_0,
-// Q8_0, Q4_K, Q5_K and Q6_K: integer products in int16 pairs (ggml_on_int_prefill below). On AMX CPUs (unless
-// GemmPrecision::kF32), every type: gemm_ggml_amx below, the blocks dequantized straight into
+// Q8_0, Q4_K, Q5_K and Q6_K: integer products in int16 pairs (ggml_on_int_prefill below). On
+// AMX CPUs (unless GemmPrecision::kF32), every type: gemm_ggml_amx below, the blocks dequantized
+// straight into
 // the tile panels, rounded to bf16, x rounded to bf16. Otherwise, and for every other type: the
 // driver dequantizes a bounded chunk of weight rows in scratch and runs the plain gemm() on it:
 // bf16 rows (AVX512-BF16 with kBf16), else exact f32 rows on the FMA panel kernels. Measured
@@ -145,8 +146,9 @@ const GgmlKernels& ggml_kernels_avx512();
 // Whether cpu::gemm runs GGUF weights of `type` with m rows of x through
 // gemm_ggml_vnni_prefill (gemm_ggml_avx2_prefill at a level without AVX-512): Q4_0, Q8_0,
 // Q4_K, Q5_K and Q6_K at levels without AMX that have AVX512-VNNI or no AVX-512 (as
-// i4_on_int_prefill, gemm_quant.h), m >= kGgmlPrefillMinM, GemmPrecision not kF32. x is then rounded per 32 (Q6_K: 16) elements to x16 =
-// round(x / s), s = absmax / 32767: within the x16 kernels' bound below (their blocks of 256
+// i4_on_int_prefill, gemm_quant.h), m >= kGgmlPrefillMinM, GemmPrecision not kF32. x is then
+// rounded per 32 (Q6_K: 16) elements to x16 = round(x / s), s = absmax / 32767: within the x16
+// kernels' bound below (their blocks of 256
 // hold these groups), with integer products as theirs (Q4_K / Q5_K: the (d sc) q part in
 // integers, the dmin mn part against the f32 sums s * sum x16 of each group). With
 // GemmPrecision::kBf16, x is rounded per 32 (Q6_K: 16) elements to int8 instead, within

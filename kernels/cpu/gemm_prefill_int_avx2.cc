@@ -3,12 +3,15 @@
 // client cores, Sierra Forest): the VEX forms of vpdpwssd (x16, the default: 16 products per
 // instruction against an FMA's 8) and vpdpbusd (x8 with GemmPrecision::kBf16: 32). Without it
 // (Haswell to Skylake client, AMD Zen 1-3): vpmaddwd + vpaddd for x16 (16 products in two
-// instructions that issue on more ports than FMAs: Zen 2 / 3 two vpmaddwd per cycle beside two
-// FMA pipes' worth of f32) and vpmaddubsw + vpmaddwd + vpaddd for x8, whose int16 pair sums
-// stay exact for unsigned codes up to 129 (vec_avx2.h dpbusd_acc): every kI4 and GGUF kind but
-// Q8_0, which rounds x to x16 there instead (ggml_prefill_x8). The same int32 sums, so the same
-// results, at every level. Same formats, roundings, bounds and driver
-// (gemm_prefill_int_common.h); what differs from the AVX-512 file is the width:
+// instructions that issue on more ports than the two FMA pipes: on Intel cores the pair shares
+// three vector ports, at most 1.5x an FMA's products; Zen 3 issues vpmaddwd on two pipes and the
+// adds on the other two) and, for x8, vpmaddubsw + vpaddw into int16 sums widened every few
+// steps (x8_group_sums_madd; codes up to 31) or vpmaddubsw + vpmaddwd + vpaddd per step
+// (vec_avx2.h dpbusd_acc; Q6_K). vpmaddubsw's int16 sums stay exact for unsigned codes up to
+// 129: every kI4 and GGUF kind but Q8_0, which rounds x to x16 there instead
+// (ggml_prefill_x8). The same int32 sums, so the same results, at every level. Same formats,
+// roundings, bounds and driver (gemm_prefill_int_common.h); what differs from the AVX-512 file is
+// the width:
 //  - a unit is 16 output columns (two vectors), the panel [k / 2][16] (x16) or [k / 4][16] (x8)
 //    dwords, packed 8 columns at a time through an 8 x 8 dword transpose of one 8-dword run of
 //    each column (8 pairs or 8 quads; a GGUF 32-element chunk as unsigned bytes from
@@ -23,9 +26,12 @@
 // Lowered to avx2 (no VNNI), against the f32 panels (SAMPAN_GEMM_PRECISION=f32) alternating:
 // bench_gemm_ggml --m 512, one core, 3 rounds: x16 Q4_0 / Q8_0 / Q4_K 100-107 against 57-73
 // GFLOP/s, Q6_K (groups of 16: the f32 epilogue per group weighs more) 73-90 against 57-73; x8
-// 97-130 (one round 55-69). sampan bench prefill 512, 2 threads, 2 rounds: int4 g128 63-65 ->
-// 103-112 tok/s (x16), 123-129 (x8); Q4_0 63-69 -> 87-96 / 117-119; Q4_K_M 63-72 -> 80-94 /
-// 102-106; Q8_0 66-72 -> 94-98 (x16 both ways). The same tile through intrinsics ran x16 at the
+// 97-130 (one round 55-69), then 1.13-1.3x that with the int16 sums (int4 g128 147-154 ->
+// 186-193, Q4_0 130 -> 144-151, Q4_K 116-118 -> 131-136). sampan bench prefill 512, 2 threads,
+// 2 rounds, before the int16 sums: int4 g128 63-65 -> 103-112 tok/s (x16), 123-129 (x8); Q4_0
+// 63-69 -> 87-96 / 117-119; Q4_K_M 63-72 -> 80-94 / 102-106; Q8_0 66-72 -> 94-98 (x16 both
+// ways); the int16 sums then x8 int4 136-142 -> 140-167, Q4_K_M 90-108 -> 109-112 (Q4_0
+// 119-121 -> 106-133: noise). The same tile through intrinsics ran x16 at the
 // f32 panels' speed: GCC hoisted the 12 products of a step ahead of their adds and kept the
 // accumulators on the stack.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -91,7 +97,8 @@ void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs, 
       const __m256i h = _mm256_permute4x64_epi64(_mm256_packs_epi32(a0, a1), 0xd8);
       if (p.x8) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(x8 + c),
-                         _mm_packs_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+                         _mm_packs_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h,
+                         1)));
       } else {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(x16 + c), h);
       }
@@ -162,7 +169,8 @@ void pack_i4_x8(const GemmWeights& w, const Plan& p, int b, int64_t row0, int co
           v[c] = _mm256_setzero_si256();
           continue;
         }
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data + col * rb + j0));
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data + col * rb +
+        j0));
         const __m128i lo = _mm_xor_si128(_mm_and_si128(bytes, nib), eights);
         const __m128i hi = _mm_xor_si128(_mm_and_si128(_mm_srli_epi16(bytes, 4), nib), eights);
         v[c] = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
@@ -209,6 +217,68 @@ void pack_ggml(const GemmWeights& w, const Plan& p, int b, int64_t row0, int col
   }
 }
 
+// acc16 += the products of the unsigned bytes u and the signed bytes x summed by 2, in int16
+// lanes (vpmaddubsw, vpaddw; saturating, so only while every lane's running sum fits int16).
+inline void maddubs_acc16(__m256i& acc16, __m256i u, __m256i x) {
+  __m256i t;
+  asm("vpmaddubsw %3, %2, %1\n\tvpaddw %1, %0, %0" : "+x"(acc16), "=&x"(t) : "x"(u), "x"(x));
+}
+
+// How many x8 steps (quads) vpmaddubsw's int16 sums may add up before they are widened: the
+// largest power of two dividing a group's `steps` with 2 umax 127 per step still in int16
+// (umax 15: 8 steps, 30480; 31: 4; 63: 2; above 129 none, which the callers exclude).
+inline int64_t x8_steps_in_int16(int32_t umax, int64_t steps) {
+  assert(umax <= 129);
+  int64_t f = 1;
+  while (2 * f <= steps && steps % (2 * f) == 0 && 2 * umax * 127 * (2 * f) <= 32767) f *= 2;
+  return f;
+}
+
+// The x8 group sums without VNNI (into acc [MR][2][8], starting from xo): per step one
+// vpmaddubsw + vpaddw per vector into int16 sums, widened by vpmaddwd against ones and added to
+// acc every `flush` steps. Against vpmaddubsw + vpmaddwd + vpaddd per step (dpbusd_acc): 2
+// instructions per 32 products instead of 3, and one multiply instead of two. The same int32
+// sums as vpdpbusd as long as the int16 sums do not saturate (x8_steps_in_int16).
+template <int MR>
+void x8_group_sums_madd(const int32_t* pw, const int32_t* px, int64_t ldq, int64_t steps,
+                        int64_t flush, const int32_t* xo, int64_t ng, int32_t (*acc)[2][8]) {
+  for (int i = 0; i < MR; ++i) {
+    const __m256i o = _mm256_set1_epi32(xo[i * ng]);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(acc[i][0]), o);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(acc[i][1]), o);
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t j0 = 0; j0 < steps; j0 += flush) {
+    __m256i a[MR][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) a[i][0] = a[i][1] = _mm256_setzero_si256();
+    for (int64_t j = j0; j < j0 + flush; ++j) {
+      const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols));
+      const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols + 8));
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m256i xb = _mm256_set1_epi32(px[i * ldq + j]);
+        maddubs_acc16(a[i][0], w0, xb);
+        maddubs_acc16(a[i][1], w1, xb);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      for (int v = 0; v < 2; ++v) {
+        auto* d = reinterpret_cast<__m256i*>(acc[i][v]);
+        _mm256_store_si256(d, _mm256_add_epi32(_mm256_load_si256(d),
+                                               _mm256_madd_epi16(a[i][v], ones)));
+      }
+    }
+  }
+}
+
+// x8_group_sums_madd takes formats that add at least this many steps in int16 (codes up to 31:
+// kI4, Q4_0, Q4_K, Q5_K); Q6_K (2 steps) keeps dpbusd_acc. bench_gemm_ggml --isa avx2 --m 512,
+// one core, kBf16, 3 rounds: Q5_K (4 steps) 83-113 -> 102-126 GFLOP/s; Q6_K at 2 steps
+// 62-93 against 74-100.
+constexpr int64_t kMinFlush = 4;
+
 // As the AVX-512 tile, with the f32 totals in c (L1). kVnni: acc += pairwise int16 products
 // (x16) / 4 u8 x s8 products per lane (x8) in the VEX VNNI forms, in asm so that the
 // accumulators stay in place (see the AVX-512 file); else the AVX2 sequences of vec_avx2.h.
@@ -216,6 +286,7 @@ template <int MR, bool kX8, bool kVnni>
 void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* xq,
           const float* sx, const float* xs, const int32_t* xo, float* c) {
   const int64_t steps = p.group / (kX8 ? 4 : 2);
+  const int64_t flush = kX8 && !kVnni ? x8_steps_in_int16(p.umax, steps) : 0;
   for (int i = 0; i < MR * kCols; i += 8) _mm256_store_ps(c + i, _mm256_setzero_ps());
   for (int64_t g = 0; g < p.ng; ++g) {
     __m256i s[MR][2];
@@ -225,7 +296,16 @@ void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* x
     }
     const int32_t* pw = panel + g * steps * kCols;
     const int32_t* px = xq + g * steps;
-    for (int64_t j = 0; j < steps; ++j) {
+    if (kX8 && !kVnni && flush >= kMinFlush) {
+      alignas(32) int32_t acc[MR][2][8];
+      x8_group_sums_madd<MR>(pw, px, p.ldq, steps, flush, xo + g, p.ng, acc);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        s[i][0] = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc[i][0]));
+        s[i][1] = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc[i][1]));
+      }
+    }
+    for (int64_t j = 0; j < (kX8 && !kVnni && flush >= kMinFlush ? 0 : steps); ++j) {
       const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols));
       const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols + 8));
 #pragma GCC unroll 8

@@ -43,6 +43,7 @@ struct Plan {
   bool x8 = false;            // x rounded to int8, the panel of u8 quads (vpdpbusd)
   float xmax = kI4XMax;       // x16 (x8) range
   int32_t off = 0;            // x8: the weight is u - off (u the panel's unsigned byte)
+  int32_t umax = 255;         // x8: the largest u the panel's format holds
   bool mins = false;          // w = s_w q - mn (Q4_K, Q5_K; x8 kI4 with zero points, mn =
                               // s_w z): the group sums of x are needed
   const int32_t* xq = nullptr;  // [m][ldq]: x16 pairs (x8 quads)
@@ -122,6 +123,7 @@ struct GgmlLayout {
   static constexpr int64_t kBlock = kK ? 256 : 32;  // elements per block
   // w = s_w (u - kOff) (- mn) for u the unsigned byte of ggml_chunk_u8.
   static constexpr int kOff = kQ8 ? 128 : kQ6K ? 32 : kQ4K ? 0 : 8;
+  static constexpr int kMaxU = kQ8 ? 255 : kQ6K ? 63 : kQ5K ? 31 : 15;  // the largest u
 };
 
 // The scales (and Q4_K / Q5_K's mins) of columns [row0, row0 + cols) of block b into sw
@@ -196,10 +198,11 @@ inline __m256i ggml_chunk_u8(const uint8_t* blk, int64_t cb) {
 }
 
 // The x8 form of a plan: x rounded to int8 per group, quads of x8 per dword.
-void set_x8(Plan& p, int32_t off) {
+void set_x8(Plan& p, int32_t off, int32_t umax) {
   p.x8 = true;
   p.xmax = kX8Max;
   p.off = off;
+  p.umax = umax;
   p.ldq = (p.k / 4 + 15) / 16 * 16;  // the AVX-512 pack_ggml_x8 transposes 16 quads at a time
 }
 
@@ -336,7 +339,7 @@ void i4_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
   p.bf16_scales = w.scale_dtype == DType::kBF16;
   const bool x8 = vnni_x8();
   if (x8) {
-    set_x8(p, 8);
+    set_x8(p, 8, 15);  // u = q + 8
     for (int b = 0; b < w.n_blocks; ++b) p.mins = p.mins || w.zeros[b] != nullptr;
   }
   prefill_int<K>(p, K::i4_pack(x8), x, ldx, w, ep, y, ldy, runner);
@@ -358,10 +361,11 @@ void ggml_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, 
   p.mins = t == GgmlType::kQ4_K || t == GgmlType::kQ5_K;
   const bool x8 = ggml_prefill_x8(t);
   IntPackFn pack = nullptr;
-  int32_t off = 0;
+  int32_t off = 0, umax = 255;
   auto pick = [&]<GgmlKind kKind>() {
     pack = K::template ggml_pack<kKind>(x8);
     off = GgmlLayout<kKind>::kOff;
+    umax = GgmlLayout<kKind>::kMaxU;
   };
   switch (t) {
     case GgmlType::kQ8_0: pick.template operator()<GgmlKind::kQ8_0>(); break;
@@ -370,7 +374,7 @@ void ggml_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, 
     case GgmlType::kQ6_K: pick.template operator()<GgmlKind::kQ6_K>(); break;
     default: pick.template operator()<GgmlKind::kQ4_0>(); break;
   }
-  if (x8) set_x8(p, off);
+  if (x8) set_x8(p, off, umax);
   prefill_int<K>(p, pack, x, ldx, w, ep, y, ldy, runner);
 }
 

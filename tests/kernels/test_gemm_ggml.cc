@@ -479,8 +479,9 @@ TEST_CASE("gemm ggml: x16 decode, awkward k, m = 1..17 and x", "[kernels][gemm_g
 }
 
 // Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill in integers without AMX
-// (gemm_prefill_int_avx512_vnni.cc, _avx2.cc; elsewhere these cases check the dequantizing prefill): tiles
-// of 6 rows of x (m not a multiple of 6), units of 32 columns (blocks not a multiple of 32,
+// (gemm_prefill_int_avx512_vnni.cc, _avx2.cc; elsewhere these cases check the dequantizing
+// prefill): tiles of 6 rows of x (m not a multiple of 6), units of 32 columns (blocks not a
+// multiple of 32,
 // several blocks, SiLU-mul pairs), groups of 32 (Q6_K: 16) elements with their own x scale
 // (Q4_K: and its min), and the same special x as the decode case.
 TEST_CASE("gemm ggml: Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill, tiles, units and x",
@@ -506,6 +507,82 @@ TEST_CASE("gemm ggml: Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill, tiles, units and
       }
     }
   }
+}
+
+// The integer prefill at the codes and x where int16 sums come closest to saturating: every
+// quant byte 0xff (Q4_0 / Q4_K nibble 15, Q5_K 31, Q6_K 63: the largest unsigned code each
+// panel holds) against rows of x all +1 or all -1, which x8 (x16) rounds to exactly +-127
+// (+-32767), so the only error left is f32 summation. Without VNNI the x8 tile adds up to 8
+// vpmaddubsw results in int16 lanes before widening them (gemm_prefill_int_avx2.cc,
+// x8_steps_in_int16): one step too many saturates and misses by far more than the bound.
+TEST_CASE("gemm ggml: integer prefill at the largest codes and x = +-1 does not saturate",
+          "[kernels][gemm_ggml]") {
+  const int64_t m = 38, k = 512, n = 21;
+  IsaRestore restore;
+  Runners runners;
+  int checked = 0;
+  for (const TypeInfo& t : all_types()) {
+    if (!gemm_detail::ggml_i16_prefill_type(t.type) || t.type == GgmlType::kQ8_0) continue;
+    Case c;
+    c.type = &t;
+    c.k = k;
+    std::mt19937 rng(91);
+    Block b = make_block(c, n, false, rng);
+    // Scale and min fields stay as make_block drew them; every code byte becomes 0xff.
+    const int64_t tb = ggml_type_size(t.type), row_bytes = ggml_row_bytes(t.type, k);
+    for (int64_t blk = 0; blk < n * (k / ggml_block_size(t.type)); ++blk) {
+      uint8_t* p = b.data.data() + 2 + blk * tb;
+      switch (t.type) {
+        case GgmlType::kQ4_0: std::memset(p + 2, 0xff, 16); break;
+        case GgmlType::kQ4_K: std::memset(p + 16, 0xff, 128); break;
+        case GgmlType::kQ5_K: std::memset(p + 16, 0xff, 160); break;
+        default: std::memset(p, 0xff, 192); break;  // Q6_K: ql, qh
+      }
+    }
+    std::vector<double> wv(n * k);
+    std::vector<float> row(k);
+    for (int64_t r = 0; r < n; ++r) {
+      dequantize_ggml_row(t.type, b.data.data() + 2 + r * row_bytes, row.data(), k);
+      for (int64_t j = 0; j < k; ++j) wv[r * k + j] = row[j];
+    }
+    std::vector<float> x(m * k);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < k; ++j) x[i * k + j] = i % 2 ? -1.0f : 1.0f;
+    }
+    GemmWeights w;
+    w.dtype = DType::kU8;
+    w.ggml_type = t.type;
+    w.k = k;
+    w.n_blocks = 1;
+    w.rows[0] = n;
+    w.data[0] = b.data.data() + 2;
+    for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
+      ScopedGemmPrecision scope(prec);
+      for (Isa isa : supported_isas()) {
+        REQUIRE(set_isa(isa));
+        if (!gemm_detail::ggml_on_int_prefill(t.type, m)) continue;
+        ++checked;
+        for (auto [name, runner] : runners.all()) {
+          std::vector<float> y(m * n);
+          gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, *runner);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t r = 0; r < n; ++r) {
+              double ref = 0.0, mag = 0.0;
+              for (int64_t j = 0; j < k; ++j) {
+                ref += double{x[i * k + j]} * wv[r * k + j];
+                mag += std::fabs(wv[r * k + j]);
+              }
+              INFO(ggml_type_name(t.type) << " isa=" << isa_name(isa) << " runner=" << name
+                                          << " precision=" << static_cast<int>(prec) << " row "
+                                          << i << " col " << r);
+              CHECK(std::fabs(y[i * n + r] - ref) <= 1e-5 * mag);
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked >= 8);  // 4 types x 2 precisions at the avx2 level at least
 }
 
 // The same path against x rounded exactly as gemm_ggml.h says for it, computed here in scalar

@@ -185,7 +185,8 @@ double tolerance(Isa isa, const Case& c) {
     return std::ldexp(1.0, -16) + 1e-5;
   }
   // int4 on AMX-INT8 tiles (gemm_quant_i4_amx.cc) and int4 prefill in integers without AMX
-  // (gemm_prefill_int_avx512_vnni.cc, _avx2.cc): integer sums, the x rounding added by x_rounding below.
+  // (gemm_prefill_int_avx512_vnni.cc, _avx2.cc): integer sums, the x rounding added by
+  // x_rounding below.
   const bool amx_i4 = isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m, c.group);
   if (c.dtype == DType::kI4 && (amx_i4 || gemm_detail::i4_on_int_prefill(c.m))) {
     return 1e-5;
