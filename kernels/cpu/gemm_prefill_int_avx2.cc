@@ -282,30 +282,61 @@ constexpr int64_t kMinFlush = 4;
 // As the AVX-512 tile, with the f32 totals in c (L1). kVnni: acc += pairwise int16 products
 // (x16) / 4 u8 x s8 products per lane (x8) in the VEX VNNI forms, in asm so that the
 // accumulators stay in place (see the AVX-512 file); else the AVX2 sequences of vec_avx2.h.
-template <int MR, bool kX8, bool kVnni>
+// kSums16 (x8 without VNNI where the int16 sums take at least kMinFlush steps): 1, the group
+// sums of x8_group_sums_madd, widened into memory every few steps; 2, a group whose steps all
+// fit the int16 sums (groups of 32 of codes up to 15: kI4 g32, Q4_0, Q4_K), widened once,
+// straight into the epilogue's registers. A template parameter, since the mere presence of
+// path 1 (its accumulators in memory) made GCC keep the other tiles' accumulators on the stack
+// too (x16 prefill 0.58x).
+template <int MR, bool kX8, bool kVnni, int kSums16>
 void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* xq,
           const float* sx, const float* xs, const int32_t* xo, float* c) {
+  static_assert(kSums16 == 0 || (kX8 && !kVnni));
   const int64_t steps = p.group / (kX8 ? 4 : 2);
-  const int64_t flush = kX8 && !kVnni ? x8_steps_in_int16(p.umax, steps) : 0;
   for (int i = 0; i < MR * kCols; i += 8) _mm256_store_ps(c + i, _mm256_setzero_ps());
   for (int64_t g = 0; g < p.ng; ++g) {
     __m256i s[MR][2];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      s[i][0] = s[i][1] = kX8 ? _mm256_set1_epi32(xo[i * p.ng + g]) : _mm256_setzero_si256();
-    }
     const int32_t* pw = panel + g * steps * kCols;
     const int32_t* px = xq + g * steps;
-    if (kX8 && !kVnni && flush >= kMinFlush) {
+    if constexpr (kSums16 == 2) {
+      __m256i a[MR][2];
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) a[i][0] = a[i][1] = _mm256_setzero_si256();
+      for (int64_t j = 0; j < steps; ++j) {
+        const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols));
+        const __m256i w1 =
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols + 8));
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          const __m256i xb = _mm256_set1_epi32(px[i * p.ldq + j]);
+          maddubs_acc16(a[i][0], w0, xb);
+          maddubs_acc16(a[i][1], w1, xb);
+        }
+      }
+      const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m256i o = _mm256_set1_epi32(xo[i * p.ng + g]);
+        s[i][0] = _mm256_add_epi32(o, _mm256_madd_epi16(a[i][0], ones));
+        s[i][1] = _mm256_add_epi32(o, _mm256_madd_epi16(a[i][1], ones));
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        s[i][0] = s[i][1] = kX8 ? _mm256_set1_epi32(xo[i * p.ng + g]) : _mm256_setzero_si256();
+      }
+    }
+    if constexpr (kSums16 == 1) {
       alignas(32) int32_t acc[MR][2][8];
-      x8_group_sums_madd<MR>(pw, px, p.ldq, steps, flush, xo + g, p.ng, acc);
+      x8_group_sums_madd<MR>(pw, px, p.ldq, steps, x8_steps_in_int16(p.umax, steps), xo + g,
+                             p.ng, acc);
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         s[i][0] = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc[i][0]));
         s[i][1] = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc[i][1]));
       }
     }
-    for (int64_t j = 0; j < (kX8 && !kVnni && flush >= kMinFlush ? 0 : steps); ++j) {
+    for (int64_t j = 0; j < (kSums16 ? 0 : steps); ++j) {  // kSums16: done above
       const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols));
       const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols + 8));
 #pragma GCC unroll 8
@@ -351,7 +382,16 @@ struct Avx2IntKernel {
   template <int MR, bool kX8>
   static void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* xq,
                    const float* sx, const float* xs, const int32_t* xo, float* c) {
-    gemm_detail::tile<MR, kX8, kVnni>(p, panel, sw, xq, sx, xs, xo, c);
+    if constexpr (kX8 && !kVnni) {
+      const int64_t steps = p.group / 4, flush = x8_steps_in_int16(p.umax, steps);
+      if (flush == steps) {
+        return gemm_detail::tile<MR, true, false, 2>(p, panel, sw, xq, sx, xs, xo, c);
+      }
+      if (flush >= kMinFlush) {
+        return gemm_detail::tile<MR, true, false, 1>(p, panel, sw, xq, sx, xs, xo, c);
+      }
+    }
+    gemm_detail::tile<MR, kX8, kVnni, 0>(p, panel, sw, xq, sx, xs, xo, c);
   }
   static EpilogueFn epilogue() { return fma_kernels_avx2().epilogue; }
   static IntPackFn i4_pack(bool x8) { return x8 ? pack_i4_x8 : pack_i4; }
