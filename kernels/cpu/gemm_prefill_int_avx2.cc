@@ -26,12 +26,14 @@
 // Lowered to avx2 (no VNNI), against the f32 panels (SAMPAN_GEMM_PRECISION=f32) alternating:
 // bench_gemm_ggml --m 512, one core, 3 rounds: x16 Q4_0 / Q8_0 / Q4_K 100-107 against 57-73
 // GFLOP/s, Q6_K (groups of 16: the f32 epilogue per group weighs more) 73-90 against 57-73; x8
-// 97-130 (one round 55-69), then 1.13-1.3x that with the int16 sums (int4 g128 147-154 ->
-// 186-193, Q4_0 130 -> 144-151, Q4_K 116-118 -> 131-136). sampan bench prefill 512, 2 threads,
-// 2 rounds, before the int16 sums: int4 g128 63-65 -> 103-112 tok/s (x16), 123-129 (x8); Q4_0
-// 63-69 -> 87-96 / 117-119; Q4_K_M 63-72 -> 80-94 / 102-106; Q8_0 66-72 -> 94-98 (x16 both
-// ways); the int16 sums then x8 int4 136-142 -> 140-167, Q4_K_M 90-108 -> 109-112 (Q4_0
-// 119-121 -> 106-133: noise). The same tile through intrinsics ran x16 at the
+// 97-130 (one round 55-69). The int16 sums (tile kSums16), against the per-step widening
+// alternating, kBf16, 4 rounds: Q4_0 129-131 -> 145-170, Q4_K 110-118 -> 130-147 (one
+// widening per group), Q5_K 84-116 -> 105-115, int4 g128 147-154 -> 186-193 (widened every 4 or
+// 8 steps); sampan bench prefill 512 (2 threads, 2 rounds) Q4_0 104-110 -> 120-136 tok/s,
+// Q4_K_M 93-99 -> 117-120, int4 g128 125-135 -> 134-149. Against the f32 panels, sampan bench
+// prefill 512, 2 threads, 2 rounds, before the int16 sums: int4 g128 63-65 -> 103-112 tok/s
+// (x16), 123-129 (x8); Q4_0 63-69 -> 87-96 / 117-119; Q4_K_M 63-72 -> 80-94 / 102-106; Q8_0
+// 66-72 -> 94-98 (x16 both ways). The same tile through intrinsics ran x16 at the
 // f32 panels' speed: GCC hoisted the 12 products of a step ahead of their adds and kept the
 // accumulators on the stack.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
