@@ -236,6 +236,24 @@ inline int64_t x8_steps_in_int16(int32_t umax, int64_t steps) {
   return f;
 }
 
+// Steps [j0, j1) of a group's x8 panel pw against rows px (stride ldq) into the int16 sums a.
+template <int MR>
+inline void x8_steps_int16(const int32_t* pw, const int32_t* px, int64_t ldq, int64_t j0,
+                           int64_t j1, __m256i (&a)[MR][2]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) a[i][0] = a[i][1] = _mm256_setzero_si256();
+  for (int64_t j = j0; j < j1; ++j) {
+    const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols));
+    const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols + 8));
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256i xb = _mm256_set1_epi32(px[i * ldq + j]);
+      maddubs_acc16(a[i][0], w0, xb);
+      maddubs_acc16(a[i][1], w1, xb);
+    }
+  }
+}
+
 // The x8 group sums without VNNI (into acc [MR][2][8], starting from xo): per step one
 // vpmaddubsw + vpaddw per vector into int16 sums, widened by vpmaddwd against ones and added to
 // acc every `flush` steps. Against vpmaddubsw + vpmaddwd + vpaddd per step (dpbusd_acc): 2
@@ -252,18 +270,7 @@ void x8_group_sums_madd(const int32_t* pw, const int32_t* px, int64_t ldq, int64
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t j0 = 0; j0 < steps; j0 += flush) {
     __m256i a[MR][2];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) a[i][0] = a[i][1] = _mm256_setzero_si256();
-    for (int64_t j = j0; j < j0 + flush; ++j) {
-      const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols));
-      const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols + 8));
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const __m256i xb = _mm256_set1_epi32(px[i * ldq + j]);
-        maddubs_acc16(a[i][0], w0, xb);
-        maddubs_acc16(a[i][1], w1, xb);
-      }
-    }
+    x8_steps_int16<MR>(pw, px, ldq, j0, j0 + flush, a);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       for (int v = 0; v < 2; ++v) {
@@ -302,19 +309,7 @@ void tile(const Plan& p, const int32_t* panel, const float* sw, const int32_t* x
     const int32_t* px = xq + g * steps;
     if constexpr (kSums16 == 2) {
       __m256i a[MR][2];
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) a[i][0] = a[i][1] = _mm256_setzero_si256();
-      for (int64_t j = 0; j < steps; ++j) {
-        const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols));
-        const __m256i w1 =
-            _mm256_load_si256(reinterpret_cast<const __m256i*>(pw + j * kCols + 8));
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-          const __m256i xb = _mm256_set1_epi32(px[i * p.ldq + j]);
-          maddubs_acc16(a[i][0], w0, xb);
-          maddubs_acc16(a[i][1], w1, xb);
-        }
-      }
+      x8_steps_int16<MR>(pw, px, p.ldq, 0, steps, a);
       const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
