@@ -3,11 +3,38 @@
 #include "engine/runtime/sampling_limits.h"
 #include "server/model_flags.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
 namespace sampan::cli {
+
+namespace {
+
+// "ID=BIAS" of --logit-bias: a token id >= 0 and a bias in [-100, 100]; nullopt otherwise.
+std::optional<std::pair<int32_t, float>> parse_bias_spec(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) return std::nullopt;
+  const std::string id_text = spec.substr(0, eq), bias_text = spec.substr(eq + 1);
+  if (!std::all_of(id_text.begin(), id_text.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      id_text.size() > 10) {
+    return std::nullopt;
+  }
+  const long long id = std::stoll(id_text);
+  char* end = nullptr;
+  const double bias = std::strtod(bias_text.c_str(), &end);
+  if (*end != '\0' || id > std::numeric_limits<int32_t>::max() || !(bias >= -100 && bias <= 100)) {
+    return std::nullopt;
+  }
+  return std::pair<int32_t, float>(static_cast<int32_t>(id), static_cast<float>(bias));
+}
+
+}  // namespace
 
 void GenerationFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--model", model, "model directory (config.json, safetensors, tokenizer) or .gguf file")->required();
@@ -26,6 +53,12 @@ void GenerationFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--max-tokens", max_tokens, "generate at most this many tokens")->check(CLI::NonNegativeNumber);
   cmd.add_option("--stop", stop, "stop string (repeatable; not printed)");
   cmd.add_option("--stop-id", stop_ids, "stop token id (repeatable)");
+  cmd.add_option("--logit-bias", logit_bias,
+                 "ID=BIAS: add BIAS in [-100, 100] to token ID's logit (repeatable; -100 bans it)")
+      ->check([](const std::string& spec) -> std::string {
+        return parse_bias_spec(spec) ? ""
+                                     : "expected ID=BIAS, a token id and a bias in [-100, 100]";
+      });
   cmd.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-sequence tokens");
   cmd.add_flag("--stats", stats, "print token counts and speeds to stderr at the end");
   add_model_build_flags(cmd, &build);
@@ -36,6 +69,9 @@ runtime::GenerationRequest GenerationFlags::request(std::vector<int32_t> prompt)
   r.prompt = std::move(prompt);
   r.sampling = sampling;
   if (has_seed) r.sampling.seed = seed;
+  for (const std::string& spec : logit_bias) {
+    r.sampling.logit_bias.push_back(*parse_bias_spec(spec));
+  }
   r.max_tokens = max_tokens;
   r.stop = stop;
   r.stop_ids = stop_ids;

@@ -23,6 +23,7 @@ struct GenerationFlags {
   int64_t max_tokens = 256;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_ids;
+  std::vector<std::string> logit_bias;  // --logit-bias ID=BIAS, each checked when parsed
   bool ignore_eos = false;
   bool stats = false;
   models::ModelBuildOptions build;  // --quantization, --kv-cache-dtype, ... (model_flags.h)

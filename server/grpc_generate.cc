@@ -4,6 +4,7 @@
 // response (the proto allows several tokens per response) so the queue stays short.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -79,6 +80,16 @@ SamplingFields sampling_fields(const pb::GenerateRequest& in) {
     take(SamplingParam::kFrequencyPenalty, in.frequency_penalty(), s.frequency_penalty);
   }
   if (in.has_seed()) s.seed = in.seed();
+  for (const auto& [id, bias] : in.logit_bias()) {
+    if (id < 0) {
+      invalid("logit_bias", "logit_bias: key " + std::to_string(id) + " is not a token id");
+    }
+    runtime::check_sampling_param(SamplingParam::kLogitBias, bias,
+                                  "logit_bias[" + std::to_string(id) + "]");
+    s.logit_bias.emplace_back(id, bias);
+  }
+  // The map's order is unspecified; ids ascending keep the request's parameters reproducible.
+  std::sort(s.logit_bias.begin(), s.logit_bias.end());
   if (in.has_logprobs()) {
     runtime::check_sampling_param(SamplingParam::kTopLogprobs, in.logprobs(), "logprobs");
     s.top_logprobs = in.logprobs();

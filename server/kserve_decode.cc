@@ -379,6 +379,15 @@ void coerce_string_values(Json& obj) {
     Json parsed = Json::parse(s, nullptr, /*allow_exceptions=*/false);
     if (parsed.is_number()) *it = parsed;  // else the parser reports the wrong type
   }
+  // logit_bias, an object, can only travel as a JSON string in a protobuf parameter.
+  // Parsed under the request depth limit; what is not a JSON object stays a string, for the
+  // parser to report as the wrong type.
+  if (auto lb = obj.find("logit_bias"); lb != obj.end() && lb->is_string()) {
+    try {
+      *lb = parse_json_object(lb->get<std::string>(), "logit_bias");
+    } catch (const RequestError&) {
+    }
+  }
   auto it = obj.find("ignore_eos");
   if (it != obj.end() && it->is_string()) {
     if (*it == "true" || *it == "True") *it = true;

@@ -170,22 +170,25 @@ std::optional<Json> parse_json_limited(std::string_view text, const std::string&
   }
 }
 
-// logit_bias: {"<token id>": bias in [-100, 100]}. Sampan has no logit bias yet, so only an
-// empty object passes; the type and range checks come first so a client learns what is wrong.
-void check_logit_bias(const Json& body) {
-  const Json* v = find(body, "logit_bias");
-  if (!v) return;
-  if (!v->is_object()) wrong_type("logit_bias", "an object of token id -> bias", *v);
-  for (const auto& [key, bias] : v->items()) {
-    const std::string f = fmt::format("logit_bias[{}]", Json(key).dump());
-    char* end = nullptr;
-    const long long id = key.empty() ? -1 : std::strtoll(key.c_str(), &end, 10);
-    if (key.empty() || *end != '\0' || id < 0 || id > std::numeric_limits<int32_t>::max())
-      bad("logit_bias", fmt::format("'logit_bias' key {} is not a token id", Json(key).dump()));
+// logit_bias: {"<token id>": bias in [-100, 100]}, keys in canonical decimal (no sign, spaces or
+// leading zeros), so each id appears once and the list is at most the vocabulary long. Ids past
+// the vocabulary are the engine's to refuse (it knows the model).
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& v, const std::string& field) {
+  std::vector<std::pair<int32_t, float>> out;
+  if (!v.is_object()) wrong_type(field, "an object of token id -> bias", v);
+  for (const auto& [key, bias] : v.items()) {
+    const std::string f = fmt::format("{}[{}]", field, Json(key).dump());
+    const bool digits =
+        !key.empty() && key.size() <= 10 && (key.size() == 1 || key[0] != '0') &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const long long id = digits ? std::stoll(key) : -1;
+    if (!digits || id > std::numeric_limits<int32_t>::max())
+      bad(field, fmt::format("'{}' key {} is not a token id", field, Json(key).dump()));
     if (!bias.is_number()) wrong_type(f, "a number", bias);
     check_range(f, bias.get<double>(), -100, 100);
+    out.emplace_back(static_cast<int32_t>(id), bias.get<float>());
   }
-  if (!v->empty()) bad("logit_bias", "'logit_bias' is not supported (only an empty object)");
+  return out;
 }
 
 // A tool call's arguments as the template sees them: a JSON object when the string holds one,
@@ -372,6 +375,8 @@ void merge_sampling_fields(const Json& obj, SamplingFields& f, const std::string
     f.stop_ids.clear();
     for (const Json& id : *v) f.stop_ids.push_back(token_id(id, name("stop_token_ids")));
   }
+  if (const Json* v = find(obj, "logit_bias"); v && !v->is_null())
+    s.logit_bias = parse_logit_bias(*v, name("logit_bias"));
   if (auto v = get_bool(obj, "ignore_eos", prefix)) f.ignore_eos = *v;
   if (auto v = get_int(obj, "max_tokens", prefix)) {
     if (*v <= 0)
@@ -426,7 +431,6 @@ CompletionRequest parse_completion_request(const Json& body) {
     check_sampling(runtime::SamplingParam::kTopLogprobs, static_cast<double>(*lp), "logprobs");
     r.logprobs = static_cast<int32_t>(*lp);
   }
-  check_logit_bias(body);
   r.fields = parse_sampling_fields(body);
   if (r.logprobs > 0) r.fields.sampling.top_logprobs = r.logprobs;
   r.fields.sampling.logprobs = r.logprobs >= 0;
@@ -461,7 +465,6 @@ ChatRequest parse_chat_request(const Json& body) {
   check_tool_choice(body, !r.tools.is_null());
   get_bool(body, "parallel_tool_calls");
   check_response_format(body);
-  check_logit_bias(body);
   refuse_unsupported(body, {"functions", "function_call", "audio", "prediction"});
   require_one(body, "n");
   r.fields = parse_sampling_fields(body);

@@ -58,7 +58,8 @@ inline constexpr size_t kMaxStopStrings = 4;
 //   (ranges in engine/runtime/sampling_limits.h; top_k -1 also means off, as in vLLM), seed
 //   (integer; negative values are taken modulo 2^64), stop (string or list of at most 4
 //   non-empty strings), stop_token_ids (list of ids >= 0), ignore_eos (bool), max_tokens
-//   (integer >= 1).
+//   (integer >= 1), logit_bias (object of token id in canonical decimal -> bias in [-100, 100];
+//   ids past the vocabulary are refused by the engine, naming "logit_bias").
 // `prefix` is prepended to field names in errors (e.g. "sampling_parameters.").
 struct SamplingFields {
   runtime::SamplingParams sampling;
@@ -124,8 +125,8 @@ struct ChatRequest {
 // strict?}}, handed to the chat template as `tools`; tool_choice "none" | "auto" (the model's
 // output comes back as text: tool calls are not parsed out of it); "required" or a named
 // function need constrained decoding and are refused. response_format {type: "text"} only.
-// logit_bias: an object of token id -> bias in [-100, 100]; only an empty one is accepted (no
-// logit bias support yet). functions / function_call (deprecated) are refused: use tools.
+// logit_bias as in SamplingFields. functions / function_call (deprecated) are refused: use
+// tools.
 ChatRequest parse_chat_request(const Json& body);
 
 }  // namespace sampan::server

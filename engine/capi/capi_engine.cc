@@ -391,6 +391,21 @@ SAMPAN_API SampanStatus sampan_params_clear_stops(SampanParams* params) {
   return with_params(params, [&](Params& p) { p.stop.clear(); });
 }
 
+SAMPAN_API SampanStatus sampan_params_add_logit_bias(SampanParams* params, int32_t token_id,
+                                                     float bias) {
+  return with_params(params, [&](Params& p) {
+    if (token_id < 0) {
+      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "logit_bias: token id {} is negative", token_id);
+    }
+    runtime::check_sampling_param(runtime::SamplingParam::kLogitBias, bias);
+    p.sampling.logit_bias.emplace_back(token_id, bias);
+  });
+}
+
+SAMPAN_API SampanStatus sampan_params_clear_logit_bias(SampanParams* params) {
+  return with_params(params, [&](Params& p) { p.sampling.logit_bias.clear(); });
+}
+
 SAMPAN_API SampanStatus sampan_params_set_ignore_eos(SampanParams* params, int32_t ignore_eos) {
   return with_params(params, [&](Params& p) { p.ignore_eos = ignore_eos != 0; });
 }

@@ -331,6 +331,13 @@ SAMPAN_API SampanStatus sampan_params_set_max_tokens(SampanParams* params, int64
 /* Adds a stop string (non-empty, NUL-terminated); generation ends before it, it is not output. */
 SAMPAN_API SampanStatus sampan_params_add_stop(SampanParams* params, const char* stop);
 SAMPAN_API SampanStatus sampan_params_clear_stops(SampanParams* params);
+/* OpenAI's logit_bias: adds `bias` (in [-100, 100]; -100 bans the token, +100 forces it) to
+ * token `token_id`'s logit before penalties and temperature. Repeatable; a token added twice
+ * gets both. An id outside the vocabulary fails at submit with INVALID_ARGUMENT naming
+ * logit_bias. */
+SAMPAN_API SampanStatus sampan_params_add_logit_bias(SampanParams* params, int32_t token_id,
+                                                     float bias);
+SAMPAN_API SampanStatus sampan_params_clear_logit_bias(SampanParams* params);
 /* Non-zero: keep generating past the end-of-sequence token (until max_tokens or a stop). */
 SAMPAN_API SampanStatus sampan_params_set_ignore_eos(SampanParams* params, int32_t ignore_eos);
 /* The LoRA adapter (a name given to sampan_config_add_lora) the request runs through; NULL or

@@ -11,7 +11,8 @@ namespace sampan::runtime {
 
 bool device_sampling_eligible(const SamplingParams& p) {
   return p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f && !p.logprobs && p.top_logprobs == 0;
+         p.frequency_penalty == 0.0f && !p.logprobs && p.top_logprobs == 0 &&
+         p.logit_bias.empty();
 }
 
 #ifdef SAMPAN_WITH_CUDA

@@ -5,7 +5,7 @@
 // but not the CPU's draw, because the random streams differ.
 //
 // What it does not do, and the Engine keeps on the CPU Sampler: penalties (repetition,
-// presence, frequency) and logprobs (device_sampling_eligible()).
+// presence, frequency), logit_bias and logprobs (device_sampling_eligible()).
 #pragma once
 
 #include <cstdint>

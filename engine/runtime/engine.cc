@@ -152,6 +152,7 @@ std::unique_ptr<Sequence> Engine::Impl::validate(EngineRequest&& req, EventCallb
   for (size_t i = 0; i < req.stop.size(); ++i) {
     SAMPAN_CHECK(!req.stop[i].empty(), ErrorCode::kInvalidArgument, "stop[{}] is empty", i);
   }
+  check_logit_bias_ids(req.sampling, vocab);
   const auto n_lora = static_cast<int32_t>(options.build.lora.size());
   SAMPAN_CHECK(req.lora >= -1 && req.lora < n_lora, ErrorCode::kInvalidArgument,
                "LoRA adapter {} requested; the engine has {} (-1: the base model)", req.lora,

@@ -30,6 +30,7 @@ GenerationResult generate(CausalLm& lm, const tok::Tokenizer& tokenizer,
     SAMPAN_CHECK(req.prompt[i] >= 0 && req.prompt[i] < vocab, ErrorCode::kInvalidArgument,
                  "prompt token {} ({}) is outside the vocabulary of {}", i, req.prompt[i], vocab);
   }
+  check_logit_bias_ids(req.sampling, vocab);
   std::vector<int32_t> stop_ids = req.stop_ids;
   if (!req.ignore_eos) {
     const auto& eos = tokenizer.special().eos_ids;

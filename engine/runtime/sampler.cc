@@ -83,11 +83,20 @@ float Sampler::check_inputs(std::span<const float> logits, std::span<const int32
     SAMPAN_CHECK(id >= 0 && id < vocab, ErrorCode::kInvalidArgument,
                  "sampling: seen id {} is outside the vocab of {}", id, vocab);
   }
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id < 0 || id >= vocab) {
+      fail_field(ErrorCode::kInvalidArgument, "logit_bias",
+                 "sampling: logit_bias id {} is outside the vocab of {}", id, vocab);
+    }
+  }
   return scan.max;
 }
 
 void Sampler::apply_penalties(std::span<const float> logits, std::span<const int32_t> seen) {
   work_.assign(logits.begin(), logits.end());
+  // check_inputs checked the ids. A bias never makes a logit NaN or +inf: |bias| <= 100 and
+  // the logits are finite or -inf (an id at -inf stays there).
+  for (const auto& [id, bias] : params_.logit_bias) work_[static_cast<size_t>(id)] += bias;
   const float rep = params_.repetition_penalty;
   const float presence = params_.presence_penalty;
   const float frequency = params_.frequency_penalty;

@@ -29,6 +29,24 @@ void validate_sampling(const SamplingParams& p, std::string_view prefix) {
   check(SamplingParam::kPresencePenalty, p.presence_penalty);
   check(SamplingParam::kFrequencyPenalty, p.frequency_penalty);
   check(SamplingParam::kTopLogprobs, p.top_logprobs);
+  const std::string bias_field = std::string(prefix) + "logit_bias";
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0) {
+      fail_field(ErrorCode::kInvalidArgument, bias_field, "'{}' key {} is not a token id",
+                 bias_field, id);
+    }
+    check_sampling_param(SamplingParam::kLogitBias, bias,
+                         fmt::format("{}[\"{}\"]", bias_field, id));
+  }
+}
+
+void check_logit_bias_ids(const SamplingParams& p, int64_t vocab) {
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= vocab) {
+      fail_field(ErrorCode::kInvalidArgument, "logit_bias",
+                 "'logit_bias' key {} is outside the vocabulary of {}", id, vocab);
+    }
+  }
 }
 
 }  // namespace sampan::runtime

@@ -22,6 +22,7 @@ enum class SamplingParam {
   kPresencePenalty,
   kFrequencyPenalty,
   kTopLogprobs,
+  kLogitBias,  // each bias value of SamplingParams::logit_bias
 };
 
 // [lo, hi], or (lo, hi] when lo_open. NaN and infinities are always outside.
@@ -51,6 +52,7 @@ constexpr SamplingLimit sampling_limit(SamplingParam p) {
     case SamplingParam::kPresencePenalty: return {"presence_penalty", -2, 2, false};
     case SamplingParam::kFrequencyPenalty: return {"frequency_penalty", -2, 2, false};
     case SamplingParam::kTopLogprobs: return {"top_logprobs", 0, kMaxTopLogprobs, false};
+    case SamplingParam::kLogitBias: return {"logit_bias", -100, 100, false};
   }
   return {"?", 0, 0, false};
 }
@@ -62,7 +64,13 @@ constexpr SamplingLimit sampling_limit(SamplingParam p) {
 void check_sampling_param(SamplingParam p, double value, const std::string& field = "");
 
 // check_sampling_param for every parameter of `params`, in the enum's order, each field named
-// `field_prefix` + its name.
+// `field_prefix` + its name (a logit_bias entry: `field_prefix` + logit_bias["<id>"]); a
+// negative logit_bias id is refused naming `field_prefix` + "logit_bias".
 void validate_sampling(const SamplingParams& params, std::string_view field_prefix = "");
+
+// Throws Error(kInvalidArgument, "logit_bias") when a logit_bias id of `params` is not below
+// `vocab`: what a request's submission checks, so that a bad id is refused before generation
+// starts rather than at its first sampled token.
+void check_logit_bias_ids(const SamplingParams& params, int64_t vocab);
 
 }  // namespace sampan::runtime

@@ -124,6 +124,35 @@ def check_generation(res, sampan, args, model):
                   f"{same.tokens} vs {gen.tokens}")
         same.close()
 
+        # logit_bias against numpy: each greedy token is the argmax of numpy's logits plus the
+        # bias (the first greedy token pushed down, two others up by moderate amounts, so the
+        # bias changes the path without simply forcing one token).
+        bias = {gen.tokens[0]: -6.0, gen.tokens[3]: 2.5, 1234: 4.0}
+        biased = engine.generate(prompt_ids, max_tokens=8, temperature=0, ignore_eos=True,
+                                 logit_bias=bias).result()
+        ids, worst_gap = list(prompt_ids), 0.0
+        for t in biased.tokens:
+            logits = ref.logits(model, ids)[-1].astype(np.float64)
+            for tid, b in bias.items():
+                logits[tid] += b
+            worst_gap = max(worst_gap, logits.max() - logits[t])
+            ids.append(t)
+        res.check("generate: logit_bias tokens are the argmax of numpy's logits + bias",
+                  len(biased.tokens) == 8 and biased.tokens[0] != gen.tokens[0]
+                  and worst_gap <= MAX_GREEDY_GAP,
+                  f"{biased.tokens} vs unbiased {gen.tokens[:8]}, max gap {worst_gap:.4g}")
+        run = eu.run_sampan(args, ["run", "--model", model, "--prompt", PROMPT, "--temperature",
+                                   "0", "--max-tokens", "8", "--ignore-eos"] +
+                            [a for tid, b in bias.items() for a in ("--logit-bias", f"{tid}={b}")])
+        res.check("generate: logit_bias gives the text of `sampan run --logit-bias`",
+                  run.returncode == 0 and run.stdout.rstrip("\n") == biased.text,
+                  f"{biased.text!r} vs {run.stdout!r}" if run.returncode == 0 else run.describe())
+        run = eu.run_sampan(args, ["run", "--model", model, "--prompt", PROMPT, "--max-tokens",
+                                   "2", "--logit-bias", "5=101"])
+        res.check("`sampan run --logit-bias 5=101` is refused naming the flag",
+                  run.returncode != 0 and "--logit-bias" in run.stderr, run.describe())
+        biased.close()
+
         long = engine.generate(prompt_ids, max_tokens=200, temperature=0, ignore_eos=True)
         first = next(long)
         long.cancel()

@@ -315,6 +315,20 @@ def check_generate(res, srv, gen, ref_text, prompt_ids, chat_ref):
         res.check("Generate with chat messages == HTTP chat completion",
                   e is None and "".join(r.text for r in rs) == chat_ref, err_text(e))
 
+    # logit_bias: +100 forces a token at every step (a word of the greedy output other than its
+    # first token), -100 on the greedy first token bans it.
+    forced = next((t for t in ids[1:] if t not in (ids[0], 0, 1, 2)), 278)
+    rs, e = gen.run(model=MODEL, text=PROMPT, temperature=0, max_tokens=N_TOKENS,
+                    ignore_eos=True, logit_bias={forced: 100.0})
+    got = [t for r in rs for t in r.token_ids]
+    res.check("Generate logit_bias +100 forces the token", e is None and got == [forced] * N_TOKENS,
+              f"{got} {err_text(e)}")
+    rs, e = gen.run(model=MODEL, text=PROMPT, temperature=0, max_tokens=N_TOKENS,
+                    ignore_eos=True, logit_bias={ids[0]: -100.0})
+    got = [t for r in rs for t in r.token_ids]
+    res.check("Generate logit_bias -100 bans the greedy first token",
+              e is None and got and got[0] != ids[0], f"{got} vs {ids} {err_text(e)}")
+
     # A stop string inside the greedy text: output ends just before it.
     stop = ref_text[len(ref_text) // 2:len(ref_text) // 2 + 3]
     if stop.strip():
@@ -339,6 +353,10 @@ def check_generate(res, srv, gen, ref_text, prompt_ids, chat_ref):
            model=MODEL, max_tokens=4)
     expect("Generate logprobs 21 -> INVALID_ARGUMENT", "INVALID_ARGUMENT", "logprobs",
            model=MODEL, text=PROMPT, max_tokens=4, logprobs=21)
+    expect("Generate logit_bias id outside the vocab -> INVALID_ARGUMENT", "INVALID_ARGUMENT",
+           "logit_bias", model=MODEL, text=PROMPT, max_tokens=4, logit_bias={10 ** 9: 1.0})
+    expect("Generate logit_bias 101 -> INVALID_ARGUMENT", "INVALID_ARGUMENT", "logit_bias[5]",
+           model=MODEL, text=PROMPT, max_tokens=4, logit_bias={5: 101.0})
     expect("Generate token id outside vocab -> INVALID_ARGUMENT", "INVALID_ARGUMENT", None,
            model=MODEL, token_ids=[1, 10 ** 9], max_tokens=4)
     expect("Generate prompt longer than the context -> INVALID_ARGUMENT", "INVALID_ARGUMENT",

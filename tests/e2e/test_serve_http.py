@@ -248,6 +248,56 @@ def main():
         res.check("KServe infer: sampling fields in 'parameters', nested data",
                   st == 200 and body["outputs"][0]["data"] == [text], str(body)[:300])
 
+        # ---- logit_bias (OpenAI, KServe): -100 bans a token, +100 forces it ----
+        def kserve_ids(sampling):
+            req = {"inputs": [
+                {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": [PROMPT]},
+                {"name": "max_tokens", "shape": [1], "datatype": "INT32", "data": [MAX_TOKENS]},
+                {"name": "sampling_parameters", "shape": [1], "datatype": "BYTES",
+                 "data": [json.dumps(sampling)]}]}
+            st, body, _ = http_json("POST", f"{base}/v2/models/{name}/infer", req)
+            if st != 200:
+                return None, body
+            o = {x["name"]: x for x in body["outputs"]}
+            return o["output_ids"]["data"], o["text_output"]["data"][0]
+
+        greedy_ids, _ = kserve_ids({"temperature": 0, "ignore_eos": True})
+        # A word of the greedy text other than its first token (so banning and forcing differ).
+        forced = next((t for t in (greedy_ids or [])[1:] if t not in (greedy_ids[0], 0, 1, 2)),
+                      278)
+        ids, forced_text = kserve_ids({"temperature": 0, "ignore_eos": True,
+                                       "logit_bias": {str(forced): 100}})
+        res.check("KServe logit_bias +100 forces the token at every step",
+                  ids == [forced] * MAX_TOKENS, f"{ids} (greedy {greedy_ids})")
+        ids, _ = kserve_ids({"temperature": 0, "ignore_eos": True,
+                             "logit_bias": {str(greedy_ids[0]): -100} if greedy_ids else {}})
+        res.check("KServe logit_bias -100 bans the greedy first token",
+                  bool(ids) and bool(greedy_ids) and ids[0] != greedy_ids[0],
+                  f"{ids} (greedy {greedy_ids})")
+        ids, _ = kserve_ids({"temperature": 1.0, "seed": 3, "ignore_eos": True,
+                             "logit_bias": {str(forced): 100}})
+        res.check("KServe logit_bias +100 forces the token when sampling too",
+                  ids == [forced] * MAX_TOKENS, str(ids))
+        for streamed in (False, True):
+            kw = dict(model=name, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0,
+                      logit_bias={str(forced): 100}, extra_body={"ignore_eos": True})
+            if streamed:
+                got = "".join(c.choices[0].text for c in
+                              client.completions.create(stream=True, **kw) if c.choices)
+            else:
+                got = client.completions.create(**kw).choices[0].text
+            res.check(f"OpenAI completions logit_bias forces the token "
+                      f"({'stream' if streamed else 'whole'})", got == forced_text,
+                      f"{got!r} vs {forced_text!r}")
+        ch = client.chat.completions.create(
+            model=name, messages=[{"role": "user", "content": "Say something."}],
+            max_tokens=MAX_TOKENS, temperature=0, logit_bias={str(forced): 100},
+            extra_body={"ignore_eos": True})
+        res.check("OpenAI chat logit_bias forces the token",
+                  ch.choices[0].message.content == forced_text
+                  and ch.usage.completion_tokens == MAX_TOKENS,
+                  f"{ch.choices[0].message.content!r} vs {forced_text!r}")
+
         kserve_bad = [
             ("infer: invalid JSON", "{", None),
             ("infer: no inputs", {"inputs": []}, "inputs"),
@@ -302,6 +352,13 @@ def main():
             ("stream wrong type", comp_url, {"prompt": "a", "stream": "yes"}, 400, "stream"),
             ("token id outside the vocabulary", comp_url, {"prompt": [1, 999999]}, 400,
              "prompt"),
+            ("logit_bias id outside the vocabulary", comp_url,
+             {"prompt": "a", "logit_bias": {"999999": 1}}, 400, "logit_bias"),
+            ("logit_bias out of range", comp_url, {"prompt": "a", "logit_bias": {"5": 101}},
+             400, 'logit_bias["5"]'),
+            ("chat: logit_bias key not an id", chat_url,
+             {"messages": [{"role": "user", "content": "a"}], "logit_bias": {"05": 1}}, 400,
+             "logit_bias"),
             ("unknown model", comp_url, {"model": "no-such-model", "prompt": "a"}, 404, "model"),
             ("prompt longer than the context", comp_url, {"prompt": long_prompt}, 400,
              "prompt"),

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/grpc_service.pb.h"
 #include "server/api_routes.h"
 #include "server/gateway.h"
 #include "server/kserve_decode.h"
@@ -314,4 +315,36 @@ TEST_CASE("source rules: one mapping of error kinds, no message parsing", "[gate
       CHECK(read_file(entry.path()).find("kMaxTopLogprobs =") == std::string::npos);
     }
   }
+}
+
+TEST_CASE("KServe: logit_bias from sampling_parameters, and as a JSON string parameter",
+          "[gateway]") {
+  const auto r = sampan::server::parse_kserve_json(Json::parse(R"({"inputs": [
+      {"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["a"]},
+      {"name": "sampling_parameters", "datatype": "BYTES", "shape": [1],
+       "data": ["{\"logit_bias\": {\"3\": -100}}"]}]})"));
+  REQUIRE(r.fields.sampling.logit_bias.size() == 1);
+  CHECK(r.fields.sampling.logit_bias[0] == std::pair<int32_t, float>(3, -100.0f));
+
+  // A protobuf parameter is a scalar: the object travels as a JSON string.
+  inference::ModelInferRequest req;
+  auto* in = req.add_inputs();
+  in->set_name("text_input");
+  in->set_datatype("BYTES");
+  in->add_shape(1);
+  in->mutable_contents()->add_bytes_contents("a");
+  (*req.mutable_parameters())["logit_bias"].set_string_param(R"({"4": 7.5})");
+  const auto p = sampan::server::parse_kserve_proto(req);
+  REQUIRE(p.fields.sampling.logit_bias.size() == 1);
+  CHECK(p.fields.sampling.logit_bias[0] == std::pair<int32_t, float>(4, 7.5f));
+  // Not JSON, or JSON nested past the request limit: the wrong type, naming the field.
+  for (const std::string bad : {std::string("{4: 1}"), std::string(5000, '[')}) {
+    (*req.mutable_parameters())["logit_bias"].set_string_param(bad);
+    const Error e = thrown([&] { sampan::server::parse_kserve_proto(req); });
+    CHECK(e.code() == ErrorCode::kInvalidArgument);
+    CHECK(e.field() == "parameters.logit_bias");
+  }
+  (*req.mutable_parameters())["logit_bias"].set_string_param(R"({"4": 101})");
+  CHECK(thrown([&] { sampan::server::parse_kserve_proto(req); }).field() ==
+        R"(parameters.logit_bias["4"])");
 }

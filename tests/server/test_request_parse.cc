@@ -2,9 +2,12 @@
 // its ranges, each refusal naming the field.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -452,15 +455,38 @@ TEST_CASE("chat request: tools, tool calls and their options", "[request_parse]"
         "response_format");
   CHECK(refusal(R"("response_format": {"type": "yaml"})") == "response_format.type");
 
-  // logit_bias: typed and ranged; only an empty one is accepted.
-  CHECK_NOTHROW(parse_chat_request(Json::parse(body(R"("logit_bias": {})"))));
+  // logit_bias: token id (canonical decimal) -> bias in [-100, 100], in both APIs.
+  CHECK(parse_chat_request(Json::parse(body(R"("logit_bias": {})"))).fields.sampling.logit_bias
+            .empty());
+  CHECK(parse_chat_request(Json::parse(body(R"("logit_bias": null)"))).fields.sampling.logit_bias
+            .empty());
+  {
+    const auto lb = parse_chat_request(Json::parse(body(
+                        R"("logit_bias": {"5": -100, "0": 2.5, "2147483647": 100})")))
+                        .fields.sampling.logit_bias;
+    std::map<int32_t, float> got(lb.begin(), lb.end());
+    REQUIRE(lb.size() == 3);
+    CHECK(got == std::map<int32_t, float>{{0, 2.5f}, {5, -100.0f}, {2147483647, 100.0f}});
+    const auto lc = parse_completion_request(
+                        Json::parse(R"({"prompt": "x", "logit_bias": {"7": 1}})"))
+                        .fields.sampling.logit_bias;
+    REQUIRE(lc.size() == 1);
+    CHECK(lc[0] == std::pair<int32_t, float>(7, 1.0f));
+  }
   CHECK(refusal(R"("logit_bias": [1])") == "logit_bias");
-  CHECK(refusal(R"("logit_bias": {"x": 1})") == "logit_bias");
-  CHECK(refusal(R"("logit_bias": {"-1": 1})") == "logit_bias");
+  // Keys other than canonical decimal ids: two spellings of one id would add its bias twice.
+  for (const char* key : {"x", "-1", "05", " 5", "+5", "5 ", "1e3", "", "2147483648",
+                          "99999999999"}) {
+    INFO(key);
+    CHECK(refusal(fmt::format(R"("logit_bias": {{{}: 1}})", Json(key).dump()).c_str()) ==
+          "logit_bias");
+  }
   CHECK(refusal(R"("logit_bias": {"5": "1"})") == R"(logit_bias["5"])");
   CHECK(refusal(R"("logit_bias": {"5": 101})") == R"(logit_bias["5"])");
-  CHECK(refusal(R"("logit_bias": {"5": 10})") == "logit_bias");
-  CHECK(completion_refusal(R"({"prompt": "x", "logit_bias": {"5": 10}})") == "logit_bias");
+  CHECK(refusal(R"("logit_bias": {"5": -100.5})") == R"(logit_bias["5"])");
+  CHECK(refusal(R"("logit_bias": {"5": null})") == R"(logit_bias["5"])");
+  CHECK(completion_refusal(R"({"prompt": "x", "logit_bias": {"5": 1000}})") ==
+        R"(logit_bias["5"])");
   CHECK(completion_refusal(R"({"prompt": "x", "logit_bias": "no"})") == "logit_bias");
 
   // Messages with tool calls and tool results.

@@ -546,6 +546,15 @@ std::vector<Spec> specs(int n, uint32_t seed) {
   return out;
 }
 
+// Submits ids [n] with `params` in poll mode and drains the request.
+Outcome run_poll(SampanEngine* engine, const int32_t* ids, int64_t n, const SampanParams* params) {
+  SampanRequest* req = nullptr;
+  REQUIRE_OK(sampan_engine_submit_tokens(engine, ids, n, params, nullptr, nullptr, &req));
+  Outcome o = drain(req);
+  REQUIRE_OK(sampan_request_destroy(req));
+  return o;
+}
+
 struct EngineHandle {
   SampanConfig* config = engine_config();
   SampanEngine* engine = nullptr;
@@ -1001,5 +1010,43 @@ TEST_CASE("capi: sampling setters take exactly what the engine's limits take", "
     CHECK((sampan_params_set_top_k(params, k) == SAMPAN_OK) ==
           engine_takes(SamplingParam::kTopK, k));
   }
+  for (float b : {-100.0f, 0.0f, 100.0f, 100.5f, -101.0f, NAN}) {
+    INFO("logit_bias " << b);
+    const SampanStatus st = sampan_params_add_logit_bias(params, 5, b);
+    CHECK((st == SAMPAN_OK) == engine_takes(SamplingParam::kLogitBias, b));
+    if (st != SAMPAN_OK) {
+      CHECK(std::string(sampan_last_error()).find("logit_bias") != std::string::npos);
+    }
+  }
+  CHECK_FAILS(sampan_params_add_logit_bias(params, -1, 1.0f), SAMPAN_ERROR_INVALID_ARGUMENT);
+  REQUIRE_OK(sampan_params_clear_logit_bias(params));
   REQUIRE_OK(sampan_params_destroy(params));
+}
+
+TEST_CASE("capi: logit_bias forces and bans tokens; an id past the vocabulary fails at submit",
+          "[capi][engine]") {
+  EngineHandle e;
+  const int32_t ids[3] = {5, 6, 7};
+  const Outcome greedy_ref = [&] {
+    SampanParams* p = make_params(Spec{{5, 6, 7}, 6, true, {}});
+    Outcome o = run_poll(e.engine, ids, 3, p);
+    REQUIRE_OK(sampan_params_destroy(p));
+    return o;
+  }();
+  REQUIRE(greedy_ref.tokens.size() == 6);
+  SampanParams* p = make_params(Spec{{5, 6, 7}, 6, true, {}});
+  REQUIRE_OK(sampan_params_add_logit_bias(p, 1234, 100.0f));
+  CHECK(run_poll(e.engine, ids, 3, p).tokens == std::vector<int32_t>(6, 1234));
+  REQUIRE_OK(sampan_params_clear_logit_bias(p));
+  REQUIRE_OK(sampan_params_add_logit_bias(p, greedy_ref.tokens[0], -100.0f));
+  const Outcome banned = run_poll(e.engine, ids, 3, p);
+  REQUIRE_FALSE(banned.tokens.empty());
+  CHECK(banned.tokens[0] != greedy_ref.tokens[0]);
+  REQUIRE_OK(sampan_params_add_logit_bias(p, 32000, 1.0f));
+  SampanRequest* req = nullptr;
+  CHECK_FAILS(sampan_engine_submit_tokens(e.engine, ids, 3, p, nullptr, nullptr, &req),
+              SAMPAN_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(sampan_last_error()).find("logit_bias") != std::string::npos);
+  CHECK(req == nullptr);
+  REQUIRE_OK(sampan_params_destroy(p));
 }

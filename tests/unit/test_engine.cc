@@ -318,6 +318,36 @@ TEST_CASE("engine: stop strings and seeded sampling behave like generate()", "[e
   check_against_reference(*engine, reqs);
 }
 
+TEST_CASE("engine: logit_bias bans and forces tokens, batched as generate() does", "[engine]") {
+  auto engine = Engine::load(model_dir(), small_options());
+  std::vector<EngineRequest> reqs = make_requests(6, 91);
+  for (EngineRequest& r : reqs) {
+    r.max_tokens = 12;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0;
+  }
+  // 0: unbiased; 1: its greedy first token banned, so the first token differs; 2: one token
+  // forced, so every token is that one; 3: seeded sampling with a mixed bias; 4, 5: unbiased.
+  const std::vector<int32_t> greedy = run_reference(reqs[1]).tokens;
+  reqs[1].sampling.logit_bias = {{greedy[0], -100.0f}};
+  reqs[2].sampling.logit_bias = {{1234, 100.0f}};
+  reqs[3].sampling.temperature = 0.8f;
+  reqs[3].sampling.seed = 17;
+  reqs[3].sampling.logit_bias = {{greedy[1], 3.5f}, {greedy[2], -2.0f}, {42, 7.0f}};
+  CHECK(run_reference(reqs[1]).tokens[0] != greedy[0]);
+  CHECK(run_reference(reqs[2]).tokens == std::vector<int32_t>(12, 1234));
+  check_against_reference(*engine, reqs);
+  // generate() refuses an id past the vocabulary before running anything.
+  EngineRequest bad = reqs[0];
+  bad.sampling.logit_bias = {{32000, 1.0f}};
+  try {
+    run_reference(bad);
+    FAIL("no exception");
+  } catch (const Error& e) {
+    CHECK(e.field() == "logit_bias");
+  }
+}
+
 TEST_CASE("engine: cancellation frees blocks and ends with kCancelled", "[engine]") {
   auto engine = Engine::load(model_dir(), small_options());
   std::mt19937 rng(9);
@@ -469,6 +499,12 @@ TEST_CASE("engine: invalid requests throw naming the field", "[engine]") {
   r = ok;
   r.timeout_s = -1;
   expect_invalid(r, "timeout_s");
+  r = ok;
+  r.sampling.logit_bias = {{5, 1.0f}, {32000, -100.0f}};
+  expect_invalid(r, "logit_bias");
+  r = ok;
+  r.sampling.logit_bias = {{5, 101.0f}};
+  expect_invalid(r, "logit_bias[\"5\"]");
   // The engine still serves after all that.
   r = ok;
   r.sampling.temperature = 0;

@@ -41,6 +41,7 @@ std::vector<float> tied_logits(size_t n, uint32_t seed) {
 std::vector<double> ref_penalize(const std::vector<float>& logits, const std::vector<int32_t>& seen,
                                  const SamplingParams& p) {
   std::vector<double> out(logits.begin(), logits.end());
+  for (const auto& [id, bias] : p.logit_bias) out[static_cast<size_t>(id)] += bias;
   std::map<int32_t, int> count;
   for (int32_t id : seen) ++count[id];
   for (auto [id, c] : count) {
@@ -410,6 +411,74 @@ TEST_CASE("logprobs come from a log_softmax of the raw logits") {
   CHECK(r.id != 1);
 }
 
+TEST_CASE("logit_bias: added to the raw logits before penalties, temperature and filters") {
+  // The reference (ref_penalize) adds each entry before the penalties; every filter then sees
+  // the biased logits. Random biases, repeated ids and extreme values on random logits.
+  std::mt19937 gen(11);
+  for (size_t n : {size_t{5}, size_t{97}, size_t{4099}}) {
+    for (int round = 0; round < 8; ++round) {
+      INFO("vocab " << n << " round " << round);
+      const std::vector<float> logits = random_logits(n, 100 + static_cast<uint32_t>(round),
+                                                      -8.0f, 8.0f);
+      std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(n) - 1);
+      std::uniform_real_distribution<float> bias(-100.0f, 100.0f);
+      SamplingParams p;
+      p.temperature = 0.5f + 0.25f * static_cast<float>(round % 4);
+      if (round % 2) p.top_k = 1 + static_cast<int32_t>(n / 3);
+      if (round % 3 == 1) p.top_p = 0.8f;
+      if (round % 4 == 3) p.min_p = 0.05f;
+      if (round >= 4) {
+        p.repetition_penalty = 1.3f;
+        p.presence_penalty = 0.5f;
+      }
+      for (int e = 0; e < 1 + round; ++e) {
+        const float b = e == 0 ? 100.0f : e == 1 ? -100.0f : bias(gen);
+        p.logit_bias.emplace_back(id(gen), b);
+      }
+      p.logit_bias.push_back(p.logit_bias.back());  // an id listed twice gets both
+      std::vector<int32_t> seen;
+      for (int e = 0; e < 6; ++e) seen.push_back(id(gen));
+      check_kept(logits, seen, p);
+    }
+  }
+}
+
+TEST_CASE("logit_bias: -100 bans, +100 forces, logprobs stay those of the raw logits") {
+  const std::vector<float> logits = {1.0f, 3.0f, -2.0f, 2.0f, 0.5f};
+  const std::vector<double> raw = ref_log_softmax(logits);
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logit_bias = {{1, -100.0f}};  // the argmax banned: 3 is next
+  Sampler ban(p);
+  SampleResult r = ban.sample(logits, {});
+  CHECK(r.id == 3);
+  CHECK(r.logprob == Approx(raw[3]).margin(1e-6));
+  p.logit_bias = {{2, 100.0f}};  // the least likely forced
+  Sampler force(p);
+  r = force.sample(logits, {});
+  CHECK(r.id == 2);
+  CHECK(r.logprob == Approx(raw[2]).margin(1e-6));
+  // Sampled: every draw of 2,000 at temperature 1 is the forced id (its weight is e^95 times
+  // the rest's), and a banned id (e^-100 of its neighbours) is never drawn.
+  SamplingParams t;
+  t.seed = 5;
+  t.logit_bias = {{4, 100.0f}};
+  Sampler forced(t);
+  t.logit_bias = {{0, -100.0f}, {1, -100.0f}, {3, -100.0f}, {4, -100.0f}};
+  Sampler banned(t);
+  for (int i = 0; i < 2000; ++i) {
+    CHECK(forced.sample(logits, {}).id == 4);
+    CHECK(banned.sample(logits, {}).id == 2);
+  }
+  // A -inf logit stays -inf whatever its bias.
+  const std::vector<float> with_inf = {0.0f, -INFINITY, -1.0f};
+  SamplingParams q;
+  q.temperature = 0.0f;
+  q.logit_bias = {{1, 100.0f}};
+  Sampler s(q);
+  CHECK(s.sample(with_inf, {}).id == 0);
+}
+
 TEST_CASE("bad parameters and inputs are rejected naming the culprit") {
   const auto with = [](auto edit) {
     SamplingParams p;
@@ -430,6 +499,11 @@ TEST_CASE("bad parameters and inputs are rejected naming the culprit") {
                   "frequency_penalty");
   require_invalid(with([](SamplingParams& p) { p.top_logprobs = 21; }), "top_logprobs");
   require_invalid(with([](SamplingParams& p) { p.top_logprobs = -1; }), "top_logprobs");
+  require_invalid(with([](SamplingParams& p) { p.logit_bias = {{3, 100.5f}}; }),
+                  "logit_bias[\"3\"]");
+  require_invalid(with([](SamplingParams& p) { p.logit_bias = {{3, NAN}}; }),
+                  "logit_bias[\"3\"]");
+  require_invalid(with([](SamplingParams& p) { p.logit_bias = {{-2, 1.0f}}; }), "logit_bias");
   // The refusal carries the parameter as a field, not only in its text.
   try {
     Sampler s(SamplingParams{.top_p = 1.5f});
@@ -451,6 +525,16 @@ TEST_CASE("bad parameters and inputs are rejected naming the culprit") {
   require_invalid([&] { s.sample(ok, bad_seen); }, "seen id 2");
   const std::vector<int32_t> neg_seen = {-1};
   require_invalid([&] { s.distribution(ok, neg_seen); }, "seen id -1");
+  Sampler biased(SamplingParams{.logit_bias = {{0, 1.0f}, {2, -1.0f}}});
+  require_invalid([&] { biased.sample(ok, {}); }, "logit_bias id 2");
+  try {
+    check_logit_bias_ids(SamplingParams{.logit_bias = {{1, 1.0f}, {5, 1.0f}}}, 5);
+    FAIL("accepted id 5 of a vocabulary of 5");
+  } catch (const Error& e) {
+    CHECK(e.field() == "logit_bias");
+    CHECK(std::string(e.what()).find("5") != std::string::npos);
+  }
+  check_logit_bias_ids(SamplingParams{.logit_bias = {{4, 1.0f}}}, 5);
   require_invalid([] { StopMatcher m({"x", ""}); }, "stop string 1");
 }
 
@@ -593,6 +677,7 @@ TEST_CASE("device sampling takes only requests without penalties or logprobs") {
   CHECK_FALSE(with([](SamplingParams& q) { q.repetition_penalty = 1.1f; }));
   CHECK_FALSE(with([](SamplingParams& q) { q.presence_penalty = 0.5f; }));
   CHECK_FALSE(with([](SamplingParams& q) { q.frequency_penalty = -0.5f; }));
+  CHECK_FALSE(with([](SamplingParams& q) { q.logit_bias = {{1, 0.5f}}; }));
   CHECK(!device_sampling_eligible(SamplingParams{}));  // logprobs are read unless said otherwise
 }
 
@@ -603,7 +688,8 @@ TEST_CASE("sampling limits: bounds, open ends, field names and prefixes") {
       SamplingParam::kTemperature,       SamplingParam::kTopK,
       SamplingParam::kTopP,              SamplingParam::kMinP,
       SamplingParam::kRepetitionPenalty, SamplingParam::kPresencePenalty,
-      SamplingParam::kFrequencyPenalty,  SamplingParam::kTopLogprobs};
+      SamplingParam::kFrequencyPenalty,  SamplingParam::kTopLogprobs,
+      SamplingParam::kLogitBias};
   for (SamplingParam p : kAll) {
     const SamplingLimit l = sampling_limit(p);
     INFO(l.name);

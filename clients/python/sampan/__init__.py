@@ -452,9 +452,10 @@ class Engine(_Handle):
         return [ids[i] for i in range(n.value)]
 
     def generate(self, prompt, max_tokens=16, temperature=1.0, top_k=0, top_p=1.0, seed=None,
-                 stop=(), ignore_eos=False, poll_timeout_ms=-1, lora=None):
+                 stop=(), ignore_eos=False, poll_timeout_ms=-1, lora=None, logit_bias=None):
         """Submits `prompt` (text, or a sequence of token ids) and returns a Generation to
-        iterate. lora: the name of an adapter of the engine's config (None: the base model)."""
+        iterate. lora: the name of an adapter of the engine's config (None: the base model).
+        logit_bias: {token id: bias in [-100, 100]} added to those logits (OpenAI's)."""
         params = ctypes.c_void_p()
         _call("sampan_params_create", ctypes.byref(params))
         try:
@@ -467,6 +468,11 @@ class Engine(_Handle):
             for s in stop:
                 _call("sampan_params_add_stop", params, s.encode())
             _call("sampan_params_set_ignore_eos", params, int(bool(ignore_eos)))
+            for tid, bias in (logit_bias or {}).items():
+                tid = int(tid)
+                if not -2**31 <= tid < 2**31:
+                    raise SampanError(INVALID_ARGUMENT, "logit_bias: token ids must fit in int32")
+                _call("sampan_params_add_logit_bias", params, tid, float(bias))
             if lora is not None:
                 _call("sampan_params_set_lora", params, str(lora).encode())
             req = ctypes.c_void_p()
