@@ -2,6 +2,8 @@
 
 #include <array>
 #include <ctime>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -32,8 +34,18 @@ Json utf8_bytes(const std::string& s) {
   return b;
 }
 
-// One generation request from submit to its final event. Shared by the handler (until the
-// stream is open), the engine thread (events) and the connection (on_close).
+// The usage of a request of n choices: the prompt counted once (every choice reads the same
+// one; its cached part as the first choice saw it), the completion tokens of every choice.
+runtime::EngineUsage total_usage(const std::vector<runtime::EngineUsage>& per_choice) {
+  runtime::EngineUsage u = per_choice.front();
+  u.completion_tokens = 0;
+  for (const runtime::EngineUsage& c : per_choice) u.completion_tokens += c.completion_tokens;
+  return u;
+}
+
+// One OpenAI request (n choices, one engine request each) from submit to the final event of its
+// last choice. Shared by the handler (until the stream is open), the engine thread (events) and
+// the connection (on_close).
 class Call {
  public:
   bool chat = false;
@@ -47,25 +59,59 @@ class Call {
   ServeMetrics* metrics = nullptr;
   std::shared_ptr<ResponseWriter> writer;
 
-  // Engine thread.
-  void on_event(const runtime::EngineEvent& ev) {
-    metrics->observe_token(ev, clock_);
+  explicit Call(int32_t n) : choices_(static_cast<size_t>(n)) {}
+  int32_t n() const { return static_cast<int32_t>(choices_.size()); }
+
+  // Engine thread: an event of choice i.
+  void on_event(int32_t i, const runtime::EngineEvent& ev) {
+    Choice& c = choices_[static_cast<size_t>(i)];
+    metrics->observe_token(ev, c.clock);
+    if (ev.finished) {
+      c.finished = true;
+      c.finish = ev.finish;
+      c.usage = ev.usage;
+      ++n_finished_;
+    }
     if (stream) {
-      stream_event(ev);
+      stream_event(i, ev);
     } else {
-      collect(ev);
-      if (ev.finished) finish_whole(ev);
+      collect(c, ev);
+      if (ev.finished && !failed_) {
+        if (const std::optional<Error> e = failure(ev)) {
+          // The first failed choice answers the whole request; the others are cancelled.
+          failed_ = true;
+          if (claim_response()) send_error(*writer, *metrics, kApi, *e);
+          if (cancel_rest) cancel_rest();
+        } else if (n_finished_ == n() && claim_response()) {
+          finish_whole();
+        }
+      }
     }
     if (ev.finished) metrics->generation_done(ev);
   }
 
-  // Handler thread, after submit() returned: opens the stream and flushes what the engine
-  // produced meanwhile.
+  // Cancels every choice's engine request (set by submit_call before the first submission).
+  std::function<void()> cancel_rest;
+
+  // Whole responses: true for the one caller that may answer (a failed or finished request on
+  // the engine thread, or the handler when a later choice's submission failed).
+  bool claim_response() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (claimed_) return false;
+    claimed_ = true;
+    return true;
+  }
+
+  // Handler thread, after every choice was submitted: opens the stream and flushes what the
+  // engine produced meanwhile.
   void open_stream() {
     std::lock_guard<std::mutex> lock(mu_);
     writer->start_stream(200, "text/event-stream",
                          {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
-    if (chat) writer->write(sse(dump(chunk(Json{{"role", "assistant"}, {"content", ""}}))));
+    if (chat) {
+      for (int32_t i = 0; i < n(); ++i)
+        writer->write(sse(dump(chunk(i, Json{{"role", "assistant"}, {"content", ""}}))));
+    }
     for (std::string& c : early_) writer->write(std::move(c));
     early_.clear();
     if (end_pending_) end_locked();
@@ -73,6 +119,16 @@ class Call {
   }
 
  private:
+  struct Choice {
+    std::string text;
+    Json lp;
+    int64_t text_offset = 0;
+    TokenClock clock;
+    bool finished = false;
+    runtime::EngineFinish finish = runtime::EngineFinish::kLength;
+    runtime::EngineUsage usage;
+  };
+
   Json token_logprob_chat(int32_t token, const runtime::SampleResult& s) const {
     Json top = Json::array();
     for (const runtime::TokenLogprob& t : s.top) {
@@ -85,7 +141,8 @@ class Call {
   }
 
   // The completion API's parallel arrays, for the tokens in `ids`.
-  void add_completion_logprob(Json& lp, int32_t token, const runtime::SampleResult& s) {
+  void add_completion_logprob(Json& lp, int64_t& text_offset, int32_t token,
+                              const runtime::SampleResult& s) const {
     const std::string text = token_string(token);
     Json top = Json::object();
     top[text] = s.logprob;
@@ -93,8 +150,8 @@ class Call {
     lp["tokens"].push_back(text);
     lp["token_logprobs"].push_back(s.logprob);
     lp["top_logprobs"].push_back(std::move(top));
-    lp["text_offset"].push_back(text_offset_);
-    text_offset_ += static_cast<int64_t>(text.size());
+    lp["text_offset"].push_back(text_offset);
+    text_offset += static_cast<int64_t>(text.size());
   }
 
   static Json empty_completion_logprobs() {
@@ -107,9 +164,10 @@ class Call {
     return tokenizer->decode(one, false);
   }
 
-  Json chunk(Json delta_or_text, const char* finish = nullptr, Json lp = nullptr) const {
+  Json chunk(int32_t index, Json delta_or_text, const char* finish = nullptr,
+             Json lp = nullptr) const {
     Json choice = Json::object();
-    choice["index"] = 0;
+    choice["index"] = index;
     if (chat) choice["delta"] = std::move(delta_or_text);
     else choice["text"] = std::move(delta_or_text);
     choice["logprobs"] = std::move(lp);
@@ -129,9 +187,22 @@ class Call {
     return finish_error(ev, writer->closed() ? CancelCause::kClient : CancelCause::kServer);
   }
 
-  void stream_event(const runtime::EngineEvent& ev) {
+  std::vector<runtime::EngineUsage> usages() const {
+    std::vector<runtime::EngineUsage> u;
+    for (const Choice& c : choices_) u.push_back(c.usage);
+    return u;
+  }
+
+  void stream_event(int32_t i, const runtime::EngineEvent& ev) {
+    if (failed_) return;  // the stream already ended with an error
+    Choice& c = choices_[static_cast<size_t>(i)];
     std::vector<std::string> out;
+    bool end = false;
     if (const std::optional<Error> e = failure(ev)) {
+      // One failed choice ends the whole stream: the error, then [DONE]; the others are
+      // cancelled.
+      failed_ = true;
+      end = true;
       status_ = http_status(e->code());
       out.push_back(sse(error_json(e->what(), error_type(status_), e->field(), status_)));
       out.push_back(sse("[DONE]"));
@@ -142,31 +213,35 @@ class Call {
           lp = Json{{"content", Json::array({token_logprob_chat(ev.token, ev.sample)})}};
         } else {
           lp = empty_completion_logprobs();
-          add_completion_logprob(lp, ev.token, ev.sample);
+          add_completion_logprob(lp, c.text_offset, ev.token, ev.sample);
         }
       }
       const char* fin = ev.finished ? finish_reason(ev.finish) : nullptr;
       if (!ev.text.empty() || !lp.is_null() || fin) {
         Json delta = chat ? (ev.text.empty() ? Json::object() : Json{{"content", ev.text}})
                           : Json(ev.text);
-        out.push_back(sse(dump(chunk(std::move(delta), fin, std::move(lp)))));
+        out.push_back(sse(dump(chunk(i, std::move(delta), fin, std::move(lp)))));
       }
-      if (ev.finished && include_usage) {
-        Json u = chunk(chat ? Json::object() : Json(""));
+      end = n_finished_ == n();
+      if (end && include_usage) {
+        Json u = chunk(0, chat ? Json::object() : Json(""));
         u["choices"] = Json::array();
-        u["usage"] = usage_json(ev.usage);
+        u["usage"] = usage_json(total_usage(usages()));
         out.push_back(sse(dump(u)));
       }
-      if (ev.finished) out.push_back(sse("[DONE]"));
+      if (end) out.push_back(sse("[DONE]"));
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!opened_) {
-      for (std::string& c : out) early_.push_back(std::move(c));
-      end_pending_ = ev.finished;
-      return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!opened_) {
+        for (std::string& s : out) early_.push_back(std::move(s));
+        end_pending_ = end;
+      } else {
+        for (std::string& s : out) writer->write(std::move(s));
+        if (end) end_locked();
+      }
     }
-    for (std::string& c : out) writer->write(std::move(c));
-    if (ev.finished) end_locked();
+    if (failed_ && cancel_rest) cancel_rest();
   }
 
   void end_locked() {
@@ -177,75 +252,118 @@ class Call {
     metrics->request_done(kApi, code);
   }
 
-  void collect(const runtime::EngineEvent& ev) {
-    text_ += ev.text;
+  void collect(Choice& c, const runtime::EngineEvent& ev) const {
+    c.text += ev.text;
     if (ev.token < 0 || logprobs < 0) return;
     if (chat) {
-      if (lp_.is_null()) lp_ = Json{{"content", Json::array()}};
-      lp_["content"].push_back(token_logprob_chat(ev.token, ev.sample));
+      if (c.lp.is_null()) c.lp = Json{{"content", Json::array()}};
+      c.lp["content"].push_back(token_logprob_chat(ev.token, ev.sample));
     } else {
-      if (lp_.is_null()) lp_ = empty_completion_logprobs();
-      add_completion_logprob(lp_, ev.token, ev.sample);
+      if (c.lp.is_null()) c.lp = empty_completion_logprobs();
+      add_completion_logprob(c.lp, c.text_offset, ev.token, ev.sample);
     }
   }
 
-  void finish_whole(const runtime::EngineEvent& ev) {
-    if (const std::optional<Error> e = failure(ev)) {
-      send_error(*writer, *metrics, kApi, *e);
-      return;
+  void finish_whole() {
+    Json list = Json::array();
+    for (int32_t i = 0; i < n(); ++i) {
+      Choice& c = choices_[static_cast<size_t>(i)];
+      if (logprobs >= 0 && c.lp.is_null())
+        c.lp = chat ? Json{{"content", Json::array()}} : empty_completion_logprobs();
+      Json choice = Json::object();
+      choice["index"] = i;
+      if (chat) choice["message"] = Json{{"role", "assistant"}, {"content", c.text}};
+      else choice["text"] = c.text;
+      choice["logprobs"] = c.lp;
+      choice["finish_reason"] = finish_reason(c.finish);
+      list.push_back(std::move(choice));
     }
-    if (logprobs >= 0 && lp_.is_null())
-      lp_ = chat ? Json{{"content", Json::array()}} : empty_completion_logprobs();
-    Json choice = Json::object();
-    choice["index"] = 0;
-    if (chat) choice["message"] = Json{{"role", "assistant"}, {"content", text_}};
-    else choice["text"] = text_;
-    choice["logprobs"] = lp_;
-    choice["finish_reason"] = finish_reason(ev.finish);
     const Json body{{"id", id},
                     {"object", chat ? "chat.completion" : "text_completion"},
                     {"created", created},
                     {"model", model},
-                    {"choices", Json::array({std::move(choice)})},
-                    {"usage", usage_json(ev.usage)}};
+                    {"choices", std::move(list)},
+                    {"usage", usage_json(total_usage(usages()))}};
     writer->respond(200, dump(body));
     metrics->request_done(kApi, 200);
   }
 
   // Engine thread only.
-  std::string text_;
-  Json lp_;
-  int64_t text_offset_ = 0;
-  TokenClock clock_;
+  std::vector<Choice> choices_;
+  int32_t n_finished_ = 0;
+  bool failed_ = false;
   int status_ = 200;
   // Guarded by mu_: hand-off between the handler and the engine thread.
   std::mutex mu_;
   bool opened_ = false;
+  bool claimed_ = false;
   std::vector<std::string> early_;
   bool end_pending_ = false;
 };
 
-// Submits the call's request; throws Error (naming the field at fault) before anything is
-// answered, which the router sends.
+// Submits the call's n engine requests (choice i seeded with seed + i when a seed is given, so
+// that seeded choices differ yet each is reproducible); throws Error (naming the field at
+// fault) before anything is answered, which the router sends, after cancelling the choices
+// already submitted.
 void submit_call(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, ModelHost& host,
                  const std::shared_ptr<runtime::Engine>& engine, std::shared_ptr<Call> call,
                  std::vector<int32_t> prompt, const SamplingFields& fields,
                  const char* prompt_field, int32_t lora) {
-  runtime::EngineRequest er =
-      engine_request(host, *engine, req.request_id, std::move(prompt), fields, prompt_field);
-  er.lora = lora;
   call->created = static_cast<int64_t>(std::time(nullptr));
   // Responses name what the client asked for: the base, or the adapter it picked.
   call->model = host.model_name(lora);
   call->tokenizer = &engine->tokenizer();
   call->writer = writer;
-  const uint64_t handle =
-      engine->submit(std::move(er), [call](const runtime::EngineEvent& ev) { call->on_event(ev); });
+  // The choices' engine handles, filled here while the engine thread may already be cancelling
+  // (a failed choice cancels the rest): guarded, and a cancel also covers later submissions.
+  struct Handles {
+    std::mutex mu;
+    std::vector<uint64_t> ids;
+    bool cancelled = false;
+    void cancel(runtime::Engine& e) {
+      std::vector<uint64_t> now;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        cancelled = true;
+        now = ids;
+      }
+      for (uint64_t h : now) e.cancel(h);
+    }
+  };
+  auto handles = std::make_shared<Handles>();
+  // On the engine thread, inside the engine: a plain pointer (a shared one taken there could end
+  // up the last and destroy the engine from its own thread).
+  call->cancel_rest = [raw = engine.get(), handles] { handles->cancel(*raw); };
   std::weak_ptr<runtime::Engine> weak = engine;
-  writer->on_close([weak, handle] {
-    if (auto e = weak.lock()) e->cancel(handle);
-  });
-  if (writer->closed()) engine->cancel(handle);
+  auto cancel_all = [weak, handles] {
+    if (auto e = weak.lock()) handles->cancel(*e);
+  };
+  try {
+    for (int32_t i = 0; i < call->n(); ++i) {
+      runtime::EngineRequest er =
+          engine_request(host, *engine, req.request_id, prompt, fields, prompt_field);
+      er.lora = lora;
+      if (er.sampling.seed && i > 0) *er.sampling.seed += static_cast<uint64_t>(i);
+      const uint64_t h = engine->submit(
+          std::move(er), [call, i](const runtime::EngineEvent& ev) { call->on_event(i, ev); });
+      bool late = false;
+      {
+        std::lock_guard<std::mutex> lock(handles->mu);
+        handles->ids.push_back(h);
+        late = handles->cancelled;
+      }
+      if (late) engine->cancel(h);
+    }
+  } catch (...) {
+    // A later choice refused (the queue filled up): the request fails as a whole, unless an
+    // earlier choice already failed and answered it. A stream is not open yet, so what the
+    // earlier choices produced was only buffered.
+    cancel_all();
+    if (call->stream || call->claim_response()) throw;
+    return;
+  }
+  writer->on_close(cancel_all);
+  if (writer->closed()) cancel_all();
   if (call->stream) call->open_stream();
 }
 
@@ -262,7 +380,7 @@ void handle_completions(const HttpRequest& req, std::shared_ptr<ResponseWriter> 
   const CompletionRequest cr = parse_completion_request(parse_json_object(req.body));
   int32_t lora = -1;
   const auto engine = admit(host, cr.model, "model", &lora);
-  auto call = std::make_shared<Call>();
+  auto call = std::make_shared<Call>(cr.n);
   call->id = "cmpl-" + req.request_id;
   call->stream = cr.stream;
   call->include_usage = cr.stream && cr.include_usage;
@@ -282,7 +400,7 @@ void handle_chat_completions(const HttpRequest& req, std::shared_ptr<ResponseWri
   const auto engine = admit(host, cr.model, "model", &lora);
   std::vector<int32_t> prompt =
       encode_chat(host, cr.messages, cr.tools, "messages", "use /v1/completions");
-  auto call = std::make_shared<Call>();
+  auto call = std::make_shared<Call>(cr.n);
   call->chat = true;
   call->id = "chatcmpl-" + req.request_id;
   call->stream = cr.stream;

@@ -112,9 +112,13 @@ bool get_stream(const Json& body, bool* include_usage) {
 
 std::string get_model(const Json& body) { return get_string(body, "model").value_or(""); }
 
-void require_one(const Json& body, const char* name) {
-  if (const auto n = get_int(body, name); n && *n != 1)
-    bad(name, fmt::format("'{}' must be 1 (one completion per request), got {}", name, *n));
+// n: choices per request, in [1, kMaxChoices].
+int32_t get_n(const Json& body) {
+  const auto n = get_int(body, "n");
+  if (!n) return 1;
+  if (*n < 1 || *n > kMaxChoices)
+    bad("n", fmt::format("'n' must be in [1, {}], got {}", kMaxChoices, *n));
+  return static_cast<int32_t>(*n);
 }
 
 std::string message_content(const Json& content, const std::string& field) {
@@ -421,8 +425,12 @@ CompletionRequest parse_completion_request(const Json& body) {
   } else {
     wrong_type("prompt", expected, *prompt);
   }
-  require_one(body, "n");
-  require_one(body, "best_of");
+  r.n = get_n(body);
+  // best_of > n would rank extra samples by their mean logprob and return the best n: not
+  // implemented; best_of == n is what n alone does.
+  if (const auto b = get_int(body, "best_of"); b && *b != r.n)
+    bad("best_of", fmt::format("'best_of' must equal n ({}) (ranking extra samples is not "
+                               "supported), got {}", r.n, *b));
   if (get_bool(body, "echo").value_or(false)) bad("echo", "'echo' = true is not supported");
   if (const Json* v = find(body, "suffix"))
     if (!v->is_string() || !v->get<std::string>().empty())
@@ -466,7 +474,7 @@ ChatRequest parse_chat_request(const Json& body) {
   get_bool(body, "parallel_tool_calls");
   check_response_format(body);
   refuse_unsupported(body, {"functions", "function_call", "audio", "prediction"});
-  require_one(body, "n");
+  r.n = get_n(body);
   r.fields = parse_sampling_fields(body);
   // max_completion_tokens is the newer name; it wins when both are given.
   if (auto v = get_int(body, "max_completion_tokens")) {

@@ -91,6 +91,9 @@ std::optional<double> get_number(const Json& obj, const char* name,
 std::optional<std::string> get_string(const Json& obj, const char* name,
                                       const std::string& prefix = "");
 
+// The most choices (`n`) one request may ask for (OpenAI's limit).
+inline constexpr int32_t kMaxChoices = 128;
+
 // POST /v1/completions.
 struct CompletionRequest {
   std::string model;                       // empty when absent
@@ -100,9 +103,11 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int32_t logprobs = -1;       // -1: none; 0..20: chosen token plus that many alternatives
+  int32_t n = 1;               // choices, 1..kMaxChoices
 };
-// prompt: string | [string] of length 1 | [int] | [[int]] of length 1. n must be 1, echo false,
-// best_of 1 (batched prompts and these options are not supported: 400 naming the field).
+// prompt: string | [string] of length 1 | [int] | [[int]] of length 1. n in [1, kMaxChoices];
+// best_of absent or equal to n; echo false (batched prompts, best_of > n and echo are not
+// supported: 400 naming the field).
 CompletionRequest parse_completion_request(const Json& body);
 
 // POST /v1/chat/completions.
@@ -115,6 +120,7 @@ struct ChatRequest {
   bool include_usage = false;
   bool logprobs = false;
   int32_t top_logprobs = 0;  // 0..20, only with logprobs
+  int32_t n = 1;             // choices, 1..kMaxChoices
 };
 // messages: non-empty list of {role: string, content: string | [{type: "text", text}] | null,
 // name: string, tool_call_id: string, tool_calls: [{id, type: "function", function: {name,

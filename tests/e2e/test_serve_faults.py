@@ -21,12 +21,18 @@ import serve_util as su  # noqa: E402
 MODEL = "serve-model"
 
 
+def choices_of(i):
+    # Requests 1, 5, 9, ... ask for 3 choices: one failing choice must end the whole request
+    # with one clean error (the others cancelled), never two answers or a hang.
+    return 3 if i % 4 == 1 else 1
+
+
 def completion(i, stream):
     # Every third request wants one token: it ends in the first forward, before any injected
     # failure; the others run through the failing ones.
     return {"model": MODEL, "prompt": f"Request {i}: once upon a time",
             "max_tokens": 1 if i % 3 == 0 else 24, "temperature": 0, "ignore_eos": True,
-            "stream": stream}
+            "stream": stream, "n": choices_of(i)}
 
 
 def run_concurrently(srv, n):
@@ -44,16 +50,18 @@ def run_concurrently(srv, n):
                 done = bool(ev) and ev[-1] == "[DONE]"
                 if errs and done and "injected fault" in errs[0]["error"]["message"]:
                     results[i] = ("stream", "error", errs[0]["error"]["message"])
-                elif not errs and done and any(
-                        c.get("finish_reason") == "length" for e in ev if isinstance(e, dict)
-                        for c in e.get("choices", [])):
+                elif not errs and done and sorted(
+                        c["index"] for e in ev if isinstance(e, dict)
+                        for c in e.get("choices", [])
+                        if c.get("finish_reason") == "length") == list(range(choices_of(i))):
                     results[i] = ("stream", "ok", su.sse_text(ev))
                 else:
                     results[i] = ("stream", "bad", str(ev[-3:]))
             else:
                 st, b, _ = su.http_json("POST", srv.http_url + "/v1/completions", body,
                                         timeout=300)
-                if st == 200 and b["choices"][0]["finish_reason"] == "length":
+                if st == 200 and len(b["choices"]) == choices_of(i) and all(
+                        c["finish_reason"] == "length" for c in b["choices"]):
                     results[i] = ("whole", "ok", b["choices"][0]["text"])
                 elif st == 500 and "injected fault" in b["error"]["message"]:
                     results[i] = ("whole", "error", b["error"]["message"])

@@ -248,6 +248,73 @@ def main():
         res.check("KServe infer: sampling fields in 'parameters', nested data",
                   st == 200 and body["outputs"][0]["data"] == [text], str(body)[:300])
 
+        # ---- n choices: each one is what a request of n = 1 gives (choice i seeded seed + i) ----
+        sampled = dict(model=name, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=1.0,
+                       extra_body={"ignore_eos": True})
+        one = [client.completions.create(seed=40 + i, **sampled) for i in range(3)]
+        many = client.completions.create(n=3, seed=40, **sampled)
+        got = sorted(many.choices, key=lambda c: c.index)
+        res.check("n = 3: three choices indexed 0..2, each the n = 1 request of seed + i",
+                  [c.index for c in got] == [0, 1, 2]
+                  and [c.text for c in got] == [o.choices[0].text for o in one],
+                  f"{[c.text for c in got]} vs {[o.choices[0].text for o in one]}")
+        res.check("n = 3: seeded choices differ", len({c.text for c in got}) > 1,
+                  str([c.text for c in got]))
+        res.check("n = 3: usage counts the prompt once and every choice's tokens",
+                  many.usage.prompt_tokens == one[0].usage.prompt_tokens
+                  and many.usage.completion_tokens == 3 * MAX_TOKENS, str(many.usage))
+        greedy_n = client.completions.create(model=name, prompt=PROMPT, max_tokens=MAX_TOKENS,
+                                             n=2, **GREEDY)
+        res.check("n = 2 greedy: both choices are the greedy text",
+                  [c.text for c in greedy_n.choices] == [text, text],
+                  str([c.text for c in greedy_n.choices]))
+        events = sse_events(base + "/v1/completions", {
+            "model": name, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 1.0,
+            "seed": 40, "n": 3, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}})
+        by_index, finishes, usage = {}, {}, None
+        for e in events[:-1]:
+            d = e
+            for c in d["choices"]:
+                by_index[c["index"]] = by_index.get(c["index"], "") + c["text"]
+                if c["finish_reason"]:
+                    finishes[c["index"]] = finishes.get(c["index"], 0) + 1
+            if d.get("usage"):
+                usage = d["usage"]
+        res.check("n = 3 stream: per-index deltas concatenate to the whole choices",
+                  [by_index.get(i) for i in range(3)] == [c.text for c in got]
+                  and finishes == {0: 1, 1: 1, 2: 1} and events[-1] == "[DONE]",
+                  f"{by_index} {finishes}")
+        res.check("n = 3 stream: one usage chunk with the summed tokens",
+                  usage is not None and usage["completion_tokens"] == 3 * MAX_TOKENS
+                  and events[-2].get("usage") == usage, str(usage))
+        chat_n = client.chat.completions.create(
+            model=name, messages=[{"role": "user", "content": "Say something."}],
+            max_tokens=MAX_TOKENS, temperature=1.0, seed=7, n=2, extra_body={"ignore_eos": True})
+        chat_one = [client.chat.completions.create(
+            model=name, messages=[{"role": "user", "content": "Say something."}],
+            max_tokens=MAX_TOKENS, temperature=1.0, seed=7 + i, extra_body={"ignore_eos": True})
+            for i in range(2)]
+        res.check("chat n = 2: each choice is the n = 1 request of seed + i",
+                  [c.message.content for c in sorted(chat_n.choices, key=lambda c: c.index)] ==
+                  [o.choices[0].message.content for o in chat_one],
+                  str([c.message.content for c in chat_n.choices]))
+        chat_events = sse_events(base + "/v1/chat/completions", {
+            "model": name, "messages": [{"role": "user", "content": "Say something."}],
+            "max_tokens": MAX_TOKENS, "temperature": 1.0, "seed": 7, "n": 2,
+            "ignore_eos": True, "stream": True})
+        roles, chat_text = {}, {}
+        for e in chat_events[:-1]:
+            for c in e["choices"]:
+                if "role" in c["delta"]:
+                    roles[c["index"]] = c["delta"]["role"]
+                chat_text[c["index"]] = chat_text.get(c["index"], "") + c["delta"].get(
+                    "content", "")
+        res.check("chat n = 2 stream: a role chunk per choice, per-index text as whole",
+                  roles == {0: "assistant", 1: "assistant"}
+                  and [chat_text.get(i) for i in range(2)] ==
+                  [o.choices[0].message.content for o in chat_one], f"{roles} {chat_text}")
+
         # ---- logit_bias (OpenAI, KServe): -100 bans a token, +100 forces it ----
         def kserve_ids(sampling):
             req = {"inputs": [
@@ -346,7 +413,10 @@ def main():
             ("top_p out of range", comp_url, {"prompt": "a", "top_p": 1.5}, 400, "top_p"),
             ("stop list too long", comp_url, {"prompt": "a", "stop": ["a", "b", "c", "d", "e"]},
              400, "stop"),
-            ("n = 2", comp_url, {"prompt": "a", "n": 2}, 400, "n"),
+            ("n = 0", comp_url, {"prompt": "a", "n": 0}, 400, "n"),
+            ("n = 129", comp_url, {"prompt": "a", "n": 129}, 400, "n"),
+            ("best_of 3 with n 2", comp_url, {"prompt": "a", "n": 2, "best_of": 3}, 400,
+             "best_of"),
             ("echo true", comp_url, {"prompt": "a", "echo": True}, 400, "echo"),
             ("logprobs 21", comp_url, {"prompt": "a", "logprobs": 21}, 400, "logprobs"),
             ("stream wrong type", comp_url, {"prompt": "a", "stream": "yes"}, 400, "stream"),

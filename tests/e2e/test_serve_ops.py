@@ -254,6 +254,20 @@ def check_overload(res, args, model_dir):
         st, b, _ = su.http_json("POST", srv.http_url + "/v1/completions", body(max_tokens=4))
         res.check("overload: after the queue drains a request succeeds", idle and st == 200,
                   f"idle {idle}, {st}")
+        # n choices are n engine requests: with room for 2 waiting, n = 2 is served and n = 4
+        # is refused as a whole (429), its first choices cancelled; then the queue is empty.
+        st, b, _ = su.http_json("POST", srv.http_url + "/v1/completions",
+                                body(max_tokens=4, n=2))
+        res.check("overload: n = 2 fits the queue (2 choices)",
+                  st == 200 and len(b.get("choices", [])) == 2, f"{st} {str(b)[:200]}")
+        st, b, _ = su.http_json("POST", srv.http_url + "/v1/completions",
+                                body(max_tokens=LONG, n=4))
+        res.check("overload: n = 4 past the queue -> one 429 JSON error", st == 429
+                  and isinstance(b, dict) and "error" in b, f"{st} {str(b)[:200]}")
+        idle = wait_for(lambda: running_waiting() == (0, 0), 20)
+        st, b, _ = su.http_json("POST", srv.http_url + "/v1/completions", body(max_tokens=4))
+        res.check("overload: the refused n = 4 left nothing running or waiting",
+                  idle and st == 200, f"idle {idle} {running_waiting()}, {st}")
         m = su.metrics(srv.http_url)
         res.check("overload: requests_total{code=429} counted",
                   su.metric_value(m, "sampan:requests_total", code="429") >= 1)

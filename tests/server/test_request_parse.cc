@@ -270,9 +270,17 @@ TEST_CASE("completion request: options", "[request_parse]") {
   CHECK(parse_completion_request(j(R"({"prompt": "a", "logprobs": 0})")).fields.sampling.logprobs);
   CHECK(parse_completion_request(j(R"({"prompt": "a", "logprobs": 20})")).logprobs == 20);
 
-  CHECK(completion_refusal(R"({"prompt": "a", "n": 2})") == "n");
+  // n choices in [1, 128]; best_of only as n (ranking extra samples is not implemented).
+  CHECK(r.n == 1);
+  CHECK(parse_completion_request(j(R"({"prompt": "a", "n": 128})")).n == 128);
+  CHECK(parse_completion_request(j(R"({"prompt": "a", "n": 3, "best_of": 3})")).n == 3);
+  CHECK(completion_refusal(R"({"prompt": "a", "n": 0})") == "n");
+  CHECK(completion_refusal(R"({"prompt": "a", "n": 129})") == "n");
+  CHECK(completion_refusal(R"({"prompt": "a", "n": -1})") == "n");
   CHECK(completion_refusal(R"({"prompt": "a", "n": "1"})") == "n");
+  CHECK(completion_refusal(R"({"prompt": "a", "n": 2.5})") == "n");
   CHECK(completion_refusal(R"({"prompt": "a", "best_of": 3})") == "best_of");
+  CHECK(completion_refusal(R"({"prompt": "a", "n": 2, "best_of": 3})") == "best_of");
   CHECK(completion_refusal(R"({"prompt": "a", "echo": true})") == "echo");
   CHECK(completion_refusal(R"({"prompt": "a", "echo": "no"})") == "echo");
   CHECK(completion_refusal(R"({"prompt": "a", "suffix": "x"})") == "suffix");
@@ -349,7 +357,9 @@ TEST_CASE("chat request: options", "[request_parse]") {
   CHECK(refusal(R"("logprobs": 1)") == "logprobs");
   CHECK(refusal(R"("logprobs": true, "top_logprobs": 21)") == "top_logprobs");
   CHECK(refusal(R"("top_logprobs": 2)") == "top_logprobs");  // needs logprobs: true
-  CHECK(refusal(R"("n": 3)") == "n");
+  CHECK(parse_chat_request(Json::parse(body(R"("n": 3)"))).n == 3);
+  CHECK(refusal(R"("n": 0)") == "n");
+  CHECK(refusal(R"("n": 1000)") == "n");
   CHECK(refusal(R"("top_p": 2)") == "top_p");
   CHECK(refusal(R"("model": ["m"])") == "model");
 }
