@@ -60,6 +60,8 @@ void GenerationFlags::add_to(CLI::App& cmd) {
                                      : "expected ID=BIAS, a token id and a bias in [-100, 100]";
       });
   cmd.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-sequence tokens");
+  cmd.add_flag("--json", json_object,
+               "JSON mode: the output is one JSON object (a prefix of one if max-tokens cuts it)");
   cmd.add_flag("--stats", stats, "print token counts and speeds to stderr at the end");
   add_model_build_flags(cmd, &build);
 }
@@ -76,6 +78,7 @@ runtime::GenerationRequest GenerationFlags::request(std::vector<int32_t> prompt)
   r.stop = stop;
   r.stop_ids = stop_ids;
   r.ignore_eos = ignore_eos;
+  r.json_object = json_object;
   return r;
 }
 

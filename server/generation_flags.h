@@ -25,6 +25,7 @@ struct GenerationFlags {
   std::vector<int32_t> stop_ids;
   std::vector<std::string> logit_bias;  // --logit-bias ID=BIAS, each checked when parsed
   bool ignore_eos = false;
+  bool json_object = false;  // --json
   bool stats = false;
   models::ModelBuildOptions build;  // --quantization, --kv-cache-dtype, ... (model_flags.h)
 

@@ -272,18 +272,21 @@ void check_tool_choice(const Json& body, bool have_tools) {
                      "decoding); use \"auto\" or \"none\"");
 }
 
-void check_response_format(const Json& body) {
+// -> true for {"type": "json_object"} (JSON mode), false for none or "text".
+bool parse_response_format(const Json& body) {
   const Json* v = find(body, "response_format");
-  if (!v) return;
+  if (!v || v->is_null()) return false;
   if (!v->is_object()) wrong_type("response_format", "an object {type}", *v);
   const auto type = get_string(*v, "type", "response_format.");
   if (!type) bad("response_format.type", "'response_format.type' is required");
-  if (*type == "text") return;
-  if (*type == "json_object" || *type == "json_schema")
-    bad("response_format", fmt::format("'response_format' type \"{}\" is not supported (it needs "
-                                       "constrained decoding)", *type));
+  if (*type == "text") return false;
+  if (*type == "json_object") return true;
+  if (*type == "json_schema")
+    bad("response_format", "'response_format' type \"json_schema\" is not supported (only "
+                           "\"json_object\": a schema's grammar is not implemented)");
   bad("response_format.type",
-      fmt::format("'response_format.type' must be \"text\", got {}", Json(*type).dump()));
+      fmt::format("'response_format.type' must be \"text\" or \"json_object\", got {}",
+                  Json(*type).dump()));
 }
 
 // Fields of the OpenAI API that Sampan does not implement: refused when given, rather than
@@ -339,6 +342,7 @@ void SamplingFields::apply_to(runtime::EngineRequest& req) const {
   req.stop = stop;
   req.stop_ids = stop_ids;
   req.ignore_eos = ignore_eos;
+  req.json_object = json_object;
 }
 
 void merge_sampling_fields(const Json& obj, SamplingFields& f, const std::string& prefix) {
@@ -472,10 +476,11 @@ ChatRequest parse_chat_request(const Json& body) {
   r.tools = check_tools(body);
   check_tool_choice(body, !r.tools.is_null());
   get_bool(body, "parallel_tool_calls");
-  check_response_format(body);
+  const bool json_object = parse_response_format(body);
   refuse_unsupported(body, {"functions", "function_call", "audio", "prediction"});
   r.n = get_n(body);
   r.fields = parse_sampling_fields(body);
+  r.fields.json_object = json_object;
   // max_completion_tokens is the newer name; it wins when both are given.
   if (auto v = get_int(body, "max_completion_tokens")) {
     if (*v <= 0)

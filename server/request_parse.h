@@ -67,8 +67,10 @@ struct SamplingFields {
   std::vector<int32_t> stop_ids;
   bool ignore_eos = false;
   std::optional<int64_t> max_tokens;  // absent: the server's default applies
+  bool json_object = false;           // chat's response_format {"type": "json_object"}
 
-  // Copies everything but max_tokens into `req` (sampling, stop, stop_ids, ignore_eos).
+  // Copies everything but max_tokens into `req` (sampling, stop, stop_ids, ignore_eos,
+  // json_object).
   void apply_to(runtime::EngineRequest& req) const;
 };
 SamplingFields parse_sampling_fields(const Json& obj, const std::string& prefix = "");
@@ -130,7 +132,8 @@ struct ChatRequest {
 // tools: list of {type: "function", function: {name, description?, parameters?: object,
 // strict?}}, handed to the chat template as `tools`; tool_choice "none" | "auto" (the model's
 // output comes back as text: tool calls are not parsed out of it); "required" or a named
-// function need constrained decoding and are refused. response_format {type: "text"} only.
+// function need constrained decoding and are refused. response_format {type: "text"} or
+// {type: "json_object"} (JSON mode: fields.json_object); "json_schema" is refused.
 // logit_bias as in SamplingFields. functions / function_call (deprecated) are refused: use
 // tools.
 ChatRequest parse_chat_request(const Json& body);

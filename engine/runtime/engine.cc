@@ -161,7 +161,12 @@ std::unique_ptr<Sequence> Engine::Impl::validate(EngineRequest&& req, EventCallb
   s->lora_adapter = req.lora;
   s->blocks.ns = req.lora + 1;
   s->sampler = std::make_unique<Sampler>(req.sampling);  // throws naming the bad parameter
-  s->device_sampling = runner->device_sampling() && device_sampling_eligible(req.sampling);
+  if (req.json_object) {
+    std::call_once(token_bytes_once, [&] { token_bytes = TokenBytes::build(*tokenizer); });
+    s->sampler->set_constraint(std::make_unique<JsonConstraint>(token_bytes, eos_ids));
+  }
+  s->device_sampling = runner->device_sampling() && device_sampling_eligible(req.sampling) &&
+                       !req.json_object;
   if (req.sampling.seed) {
     s->device_seed = *req.sampling.seed;
   } else if (s->device_sampling) {

@@ -99,6 +99,10 @@ struct EngineRequest {
   // the base model. Requests of every adapter (and none) share one engine step; the prefix cache
   // shares K/V only between requests of the same adapter.
   int32_t lora = -1;
+  // JSON mode (OpenAI response_format json_object): only tokens that keep the output a prefix of
+  // a JSON object are sampled, and the end-of-sequence ids only once it is complete
+  // (json_constraint.h). Sampled on the CPU.
+  bool json_object = false;
 };
 
 struct EngineUsage {

@@ -22,6 +22,7 @@
 #include "engine/runtime/kv_block_manager.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/runtime/output_processor.h"
+#include "engine/runtime/json_constraint.h"
 #include "engine/runtime/scheduler.h"
 #include "engine/runtime/sequence.h"
 
@@ -35,6 +36,10 @@ struct Engine::Impl {
   int64_t max_model_len = 0;
   int64_t num_blocks = 0;  // for sequences; the pools hold one more when padding decode steps
   std::vector<int32_t> eos_ids;  // tokenizer + config eos ids (generate.cc's rule)
+  // Each token's bytes for JSON mode (json_constraint.h), built by the first json_object
+  // request's submit (any caller thread; once).
+  mutable std::once_flag token_bytes_once;
+  mutable std::shared_ptr<const TokenBytes> token_bytes;
 
   // Engine-thread state: the three jobs of a step.
   std::unique_ptr<ModelRunner> runner;

@@ -1,5 +1,7 @@
 #include "engine/runtime/generate.h"
 
+#include "engine/runtime/json_constraint.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -42,6 +44,14 @@ GenerationResult generate(CausalLm& lm, const tok::Tokenizer& tokenizer,
   GenerationResult result;
   result.prompt_tokens = n_prompt;
   Sampler sampler(req.sampling);
+  if (req.json_object) {
+    // The ids that end a text (the engine's eos_ids), whether or not ignore_eos keeps going.
+    std::vector<int32_t> eos = tokenizer.special().eos_ids;
+    if (tokenizer.special().eos) eos.push_back(*tokenizer.special().eos);
+    for (int64_t id : lm.config().eos_token_ids) eos.push_back(static_cast<int32_t>(id));
+    sampler.set_constraint(
+        std::make_unique<JsonConstraint>(TokenBytes::build(tokenizer), std::move(eos)));
+  }
 
   // Keep the cached prefix shared with this prompt; at least the last prompt token is run so
   // its logits exist.

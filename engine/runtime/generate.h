@@ -23,6 +23,8 @@ struct GenerationRequest {
   // Reuse the KV cache for the longest common prefix with what the model already holds (chat
   // turns re-send the whole conversation).
   bool reuse_prefix = true;
+  // JSON mode (EngineRequest::json_object): the output is a JSON object, or a prefix of one.
+  bool json_object = false;
 };
 
 enum class FinishReason { kStop, kLength };

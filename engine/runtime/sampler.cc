@@ -100,20 +100,22 @@ void Sampler::apply_penalties(std::span<const float> logits, std::span<const int
   const float rep = params_.repetition_penalty;
   const float presence = params_.presence_penalty;
   const float frequency = params_.frequency_penalty;
-  if (seen.empty() || (rep == 1.0f && presence == 0.0f && frequency == 0.0f)) return;
-  // Sorting groups repeats so each distinct id is penalised once, with its count at hand.
-  seen_sorted_.assign(seen.begin(), seen.end());
-  std::sort(seen_sorted_.begin(), seen_sorted_.end());
-  for (size_t i = 0; i < seen_sorted_.size();) {
-    const int32_t id = seen_sorted_[i];
-    size_t j = i;
-    while (j < seen_sorted_.size() && seen_sorted_[j] == id) ++j;
-    float& l = work_[static_cast<size_t>(id)];
-    if (rep != 1.0f) l = l > 0.0f ? l / rep : l * rep;
-    l -= presence;
-    l -= frequency * static_cast<float>(j - i);
-    i = j;
+  if (!seen.empty() && (rep != 1.0f || presence != 0.0f || frequency != 0.0f)) {
+    // Sorting groups repeats so each distinct id is penalised once, with its count at hand.
+    seen_sorted_.assign(seen.begin(), seen.end());
+    std::sort(seen_sorted_.begin(), seen_sorted_.end());
+    for (size_t i = 0; i < seen_sorted_.size();) {
+      const int32_t id = seen_sorted_[i];
+      size_t j = i;
+      while (j < seen_sorted_.size() && seen_sorted_[j] == id) ++j;
+      float& l = work_[static_cast<size_t>(id)];
+      if (rep != 1.0f) l = l > 0.0f ? l / rep : l * rep;
+      l -= presence;
+      l -= frequency * static_cast<float>(j - i);
+      i = j;
+    }
   }
+  if (constraint_) constraint_->mask(work_);
 }
 
 // Scales work_ by the temperature and leaves the kept ids in order_[0, n_kept_) (or sets
@@ -355,6 +357,7 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
   }
   result.id = chosen;
   result.logprob = raw_logprob(chosen);
+  if (constraint_) constraint_->accept(chosen);
   return result;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -64,6 +65,16 @@ struct SampleResult {
   std::vector<TokenLogprob> top;        // top_logprobs alternatives, best first
 };
 
+// A rule on which token may come next (JSON mode: json_constraint.h), owned by a Sampler: mask()
+// sets the logits of the ids it rules out to -inf after the bias and penalties (and leaves at
+// least one finite), accept() hears the id that was drawn.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual void mask(std::span<float> logits) = 0;  // logits: [vocab]
+  virtual void accept(int32_t id) = 0;
+};
+
 class Sampler {
  public:
   // Throws Error(kInvalidArgument) with field() naming the parameter when it is outside its
@@ -84,6 +95,11 @@ class Sampler {
   std::vector<TokenLogprob> distribution(std::span<const float> logits,
                                          std::span<const int32_t> seen);
 
+  // From now on sample() and distribution() draw only what `c` allows, and sample() tells it
+  // the id drawn. Logprobs stay those of the raw logits.
+  void set_constraint(std::unique_ptr<TokenConstraint> c) { constraint_ = std::move(c); }
+  bool constrained() const { return constraint_ != nullptr; }
+
  private:
   // Throws on bad inputs (sample()'s contract); returns the largest logit.
   float check_inputs(std::span<const float> logits, std::span<const int32_t> seen) const;
@@ -92,6 +108,7 @@ class Sampler {
   uint64_t next_u64();
 
   SamplingParams params_;
+  std::unique_ptr<TokenConstraint> constraint_;
   uint64_t rng_state_[4];
   std::vector<float> work_;            // [vocab] penalised, then temperature-scaled logits
   std::vector<int32_t> order_;         // [vocab] ids; the first n_kept_ may be drawn

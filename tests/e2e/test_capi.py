@@ -147,6 +147,25 @@ def check_generation(res, sampan, args, model):
         res.check("generate: logit_bias gives the text of `sampan run --logit-bias`",
                   run.returncode == 0 and run.stdout.rstrip("\n") == biased.text,
                   f"{biased.text!r} vs {run.stdout!r}" if run.returncode == 0 else run.describe())
+        # `run --json`: a reply that ends before max-tokens (--stats says why) is one JSON object
+        # for Python's json; '"' and '}' are nudged so that the tiny random model closes them.
+        ended, objects, bad = 0, 0, []
+        for seed in range(4):
+            run = eu.run_sampan(args, ["run", "--model", model, "--prompt", "JSON:", "--json",
+                                       "--max-tokens", "60", "--seed", str(seed), "--stats",
+                                       "--logit-bias", "29913=6", "--logit-bias", "29908=6"])
+            if run.returncode != 0:
+                bad.append(run.describe())
+                continue
+            if "finish stop" in run.stderr:
+                ended += 1
+                try:
+                    objects += isinstance(json.loads(run.stdout.rstrip("\n")), dict)
+                except ValueError:
+                    bad.append(run.stdout)
+        res.check("`sampan run --json`: every reply that ends is one JSON object",
+                  ended >= 2 and objects == ended and not bad,
+                  f"{objects} objects of {ended} ended runs of 4; {bad[:1]}")
         run = eu.run_sampan(args, ["run", "--model", model, "--prompt", PROMPT, "--max-tokens",
                                    "2", "--logit-bias", "5=101"])
         res.check("`sampan run --logit-bias 5=101` is refused naming the flag",

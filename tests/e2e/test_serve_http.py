@@ -315,6 +315,44 @@ def main():
                   and [chat_text.get(i) for i in range(2)] ==
                   [o.choices[0].message.content for o in chat_one], f"{roles} {chat_text}")
 
+        # ---- JSON mode (response_format json_object) ----
+        # Every reply that ends on its own (finish "stop") must be one JSON object for Python's
+        # json; replies cut by max_tokens are prefixes (checked by completing them is not
+        # possible in general, so they are only counted). The tiny random model is nudged to
+        # close strings and objects with a logit_bias on '"' and '}' (the constraint still
+        # decides what is allowed), so most replies end.
+        with open(os.path.join(model_dir, "tokenizer.json")) as f:
+            tvocab = json.load(f)["model"]["vocab"]
+        nudge = {str(tvocab[t]): 6 for t in ('"', "}", "▁}") if t in tvocab}
+        parsed, ended, bad_json = 0, 0, []
+        for seed in range(8):
+            r = client.chat.completions.create(
+                model=name, messages=[{"role": "user", "content": "Reply in JSON."}],
+                max_tokens=64, temperature=1.0, seed=seed, logit_bias=nudge,
+                response_format={"type": "json_object"})
+            content = r.choices[0].message.content
+            if r.choices[0].finish_reason == "stop":
+                ended += 1
+                try:
+                    parsed += isinstance(json.loads(content), dict)
+                except ValueError:
+                    bad_json.append(content)
+        res.check("JSON mode: every reply that stops is one JSON object (json.loads)",
+                  ended >= 4 and parsed == ended and not bad_json,
+                  f"{parsed} objects of {ended} stopped replies of 8; bad {bad_json[:2]}")
+        st_events = sse_events(base + "/v1/chat/completions", {
+            "model": name, "messages": [{"role": "user", "content": "Reply in JSON."}],
+            "max_tokens": 64, "temperature": 0, "logit_bias": nudge, "stream": True,
+            "response_format": {"type": "json_object"}})
+        st_text = sse_text(st_events)
+        whole = client.chat.completions.create(
+            model=name, messages=[{"role": "user", "content": "Reply in JSON."}],
+            max_tokens=64, temperature=0, logit_bias=nudge,
+            response_format={"type": "json_object"})
+        res.check("JSON mode: streamed text == whole text (greedy)",
+                  st_text == whole.choices[0].message.content,
+                  f"{st_text!r} vs {whole.choices[0].message.content!r}")
+
         # ---- logit_bias (OpenAI, KServe): -100 bans a token, +100 forces it ----
         def kserve_ids(sampling):
             req = {"inputs": [
@@ -426,6 +464,10 @@ def main():
              {"prompt": "a", "logit_bias": {"999999": 1}}, 400, "logit_bias"),
             ("logit_bias out of range", comp_url, {"prompt": "a", "logit_bias": {"5": 101}},
              400, 'logit_bias["5"]'),
+            ("chat: response_format json_schema", chat_url,
+             {"messages": [{"role": "user", "content": "a"}],
+              "response_format": {"type": "json_schema", "json_schema": {}}}, 400,
+             "response_format"),
             ("chat: logit_bias key not an id", chat_url,
              {"messages": [{"role": "user", "content": "a"}], "logit_bias": {"05": 1}}, 400,
              "logit_bias"),

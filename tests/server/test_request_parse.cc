@@ -456,11 +456,14 @@ TEST_CASE("chat request: tools, tool calls and their options", "[request_parse]"
   CHECK(refusal(R"("functions": [])") == "functions");
   CHECK(refusal(R"("function_call": "auto")") == "function_call");
 
-  // response_format: text only.
-  CHECK_NOTHROW(parse_chat_request(Json::parse(body(R"("response_format": {"type": "text"})"))));
+  // response_format: text, or json_object (JSON mode).
+  CHECK_FALSE(parse_chat_request(Json::parse(body(R"("response_format": {"type": "text"})")))
+                  .fields.json_object);
+  CHECK_FALSE(parse_chat_request(Json::parse(body(R"("max_tokens": 3)"))).fields.json_object);
+  CHECK(parse_chat_request(Json::parse(body(R"("response_format": {"type": "json_object"})")))
+            .fields.json_object);
   CHECK(refusal(R"("response_format": "json")") == "response_format");
   CHECK(refusal(R"("response_format": {})") == "response_format.type");
-  CHECK(refusal(R"("response_format": {"type": "json_object"})") == "response_format");
   CHECK(refusal(R"("response_format": {"type": "json_schema", "json_schema": {}})") ==
         "response_format");
   CHECK(refusal(R"("response_format": {"type": "yaml"})") == "response_format.type");

@@ -8,6 +8,8 @@
 // wrong block table, position or stale cache row changes the output.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -80,6 +82,7 @@ Expected run_reference(const EngineRequest& req, KvDtype kv = KvDtype::kF32) {
   g.stop = req.stop;
   g.stop_ids = req.stop_ids;
   g.ignore_eos = req.ignore_eos;
+  g.json_object = req.json_object;
   g.reuse_prefix = false;
   std::vector<float> logprobs;
   const GenerationResult res = generate(*r.lm, *r.tokenizer, g, [&](const GenerationEvent& ev) {
@@ -346,6 +349,35 @@ TEST_CASE("engine: logit_bias bans and forces tokens, batched as generate() does
   } catch (const Error& e) {
     CHECK(e.field() == "logit_bias");
   }
+}
+
+TEST_CASE("engine: JSON mode replies are JSON objects, batched as generate() gives them",
+          "[engine]") {
+  auto engine = Engine::load(model_dir(), small_options());
+  std::vector<EngineRequest> reqs = make_requests(6, 23);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EngineRequest& r = reqs[i];
+    r.max_tokens = 40;
+    r.json_object = i % 3 != 2;  // unconstrained neighbours in the same steps
+    r.sampling.temperature = i % 2 ? 0.9f : 0.0f;
+    r.sampling.seed = 100 + i;
+    // '}' and '"' of the test vocabulary, nudged so that the random model closes what it opens.
+    r.sampling.logit_bias = {{29913, 6.0f}, {29908, 6.0f}};
+  }
+  check_against_reference(*engine, reqs);
+  int objects = 0;
+  for (const EngineRequest& r : reqs) {
+    if (!r.json_object) continue;
+    const Expected e = run_reference(r);
+    INFO(e.text);
+    CHECK(!e.text.empty());
+    CHECK(e.text.front() == '{');
+    if (e.finish != EngineFinish::kStop) continue;
+    CHECK(nlohmann::json::accept(e.text));
+    CHECK(nlohmann::json::parse(e.text).is_object());
+    ++objects;
+  }
+  CHECK(objects >= 2);
 }
 
 TEST_CASE("engine: cancellation frees blocks and ends with kCancelled", "[engine]") {

@@ -1,0 +1,107 @@
+#include "engine/runtime/json_constraint.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "engine/core/error.h"
+
+namespace sampan::runtime {
+
+std::shared_ptr<const TokenBytes> TokenBytes::build(const tok::Tokenizer& tokenizer) {
+  auto t = std::make_shared<TokenBytes>();
+  const int64_t vocab = tokenizer.vocab_size();
+  t->bytes.resize(static_cast<size_t>(vocab));
+  // A plain word token before each id, so that SentencePiece's rule of dropping the leading space
+  // of the text's first piece does not apply, and the id's own bytes are what decode adds.
+  int32_t prefix = -1;
+  for (const char* word : {"a", "\xe2\x96\x81" "a", "\xc4\xa0" "a", "x", "0"}) {
+    if (auto id = tokenizer.token_id(word); id && !tokenizer.is_special(*id)) {
+      prefix = *id;
+      break;
+    }
+  }
+  std::string base;
+  if (prefix >= 0) {
+    const std::array<int32_t, 1> one{prefix};
+    base = tokenizer.decode(one, /*skip_special=*/false);
+  }
+  for (int32_t id = 0; id < vocab; ++id) {
+    if (tokenizer.is_special(id)) continue;
+    if (prefix < 0) {
+      const std::array<int32_t, 1> one{id};
+      t->bytes[static_cast<size_t>(id)] = tokenizer.decode(one, false);
+      continue;
+    }
+    const std::array<int32_t, 2> two{prefix, id};
+    std::string s = tokenizer.decode(two, false);
+    if (s.size() >= base.size() && s.compare(0, base.size(), base) == 0) {
+      t->bytes[static_cast<size_t>(id)] = s.substr(base.size());
+    }
+  }
+  return t;
+}
+
+JsonConstraint::JsonConstraint(std::shared_ptr<const TokenBytes> vocab,
+                               std::vector<int32_t> eos_ids)
+    : vocab_(std::move(vocab)), eos_ids_(std::move(eos_ids)) {
+  SAMPAN_CHECK(!eos_ids_.empty(), ErrorCode::kInvalidArgument,
+               "response_format json_object: the model has no end-of-sequence token");
+}
+
+bool JsonConstraint::allowed(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= vocab_->bytes.size()) return false;
+  if (std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end()) return done();
+  const std::string& b = vocab_->bytes[static_cast<size_t>(id)];
+  if (b.empty()) return false;
+  JsonState s = state_;
+  for (const char c : b) {
+    if (!json_step(s, static_cast<uint8_t>(c))) return false;
+  }
+  return true;
+}
+
+const std::vector<uint8_t>& JsonConstraint::allowed_ids() {
+  const uint64_t key = json_state_hash(state_);
+  auto it = memo_.find(key);
+  if (it != memo_.end() && it->second.first == state_) return it->second.second;
+  if (memo_.size() >= 256) memo_.clear();
+  std::vector<uint8_t> ok(vocab_->bytes.size());
+  for (size_t id = 0; id < ok.size(); ++id) ok[id] = allowed(static_cast<int32_t>(id)) ? 1 : 0;
+  auto& slot = memo_[key];
+  slot = {state_, std::move(ok)};
+  return slot.second;
+}
+
+void JsonConstraint::mask(std::span<float> logits) {
+  const std::vector<uint8_t>& ok = allowed_ids();
+  const size_t n = std::min(ok.size(), logits.size());
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!ok[i]) {
+      logits[i] = -std::numeric_limits<float>::infinity();
+    } else if (logits[i] != -std::numeric_limits<float>::infinity()) {
+      any = true;
+    }
+  }
+  for (size_t i = n; i < logits.size(); ++i) logits[i] = -std::numeric_limits<float>::infinity();
+  // Every allowed id at -inf (a model that rules out all of them): end the text rather than
+  // leave nothing to sample; its output is then a prefix.
+  if (!any) {
+    for (int32_t id : eos_ids_) {
+      if (static_cast<size_t>(id) < logits.size()) logits[static_cast<size_t>(id)] = 0.0f;
+    }
+  }
+}
+
+void JsonConstraint::accept(int32_t id) {
+  if (std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end()) return;
+  SAMPAN_CHECK(allowed(id), ErrorCode::kInternal,
+               "response_format json_object: token {} does not continue the JSON text", id);
+  for (const char c : vocab_->bytes[static_cast<size_t>(id)]) {
+    json_step(state_, static_cast<uint8_t>(c));
+  }
+}
+
+}  // namespace sampan::runtime

@@ -1,0 +1,56 @@
+// JSON mode (OpenAI response_format {"type": "json_object"}): at every step only the tokens whose
+// bytes keep the generated text a prefix of a JSON object are allowed (json_grammar.h), and the
+// end-of-sequence ids only once the object is complete (then nothing else is). The output of a
+// request that ends on its own (finish "stop") is therefore one JSON object; one cut short by
+// max_tokens is a prefix of one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/runtime/json_grammar.h"
+#include "engine/runtime/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace sampan::runtime {
+
+// The bytes each token adds to a generated text, as StreamDecoder would emit them after another
+// token (a SentencePiece word piece's leading space included: JSON takes it as whitespace).
+// Special tokens and tokens that add nothing have no bytes and are never allowed in JSON.
+// Built once per tokenizer (one decode per id: ~50 ms for 128k ids).
+struct TokenBytes {
+  std::vector<std::string> bytes;  // [vocab]
+  static std::shared_ptr<const TokenBytes> build(const tok::Tokenizer& tokenizer);
+};
+
+class JsonConstraint final : public TokenConstraint {
+ public:
+  // eos_ids: the ids that may end the text once the object is complete (at least one).
+  JsonConstraint(std::shared_ptr<const TokenBytes> vocab, std::vector<int32_t> eos_ids);
+
+  // logits: [vocab] -> -inf for every id not allowed after the text so far.
+  void mask(std::span<float> logits) override;
+  // The sampled id: advances the state (an id mask() did not allow throws kInternal).
+  void accept(int32_t id) override;
+
+  const JsonState& state() const { return state_; }
+  bool done() const { return json_done(state_); }
+  // Whether `id` may follow the text so far (what mask() keeps).
+  bool allowed(int32_t id) const;
+
+ private:
+  const std::vector<uint8_t>& allowed_ids();
+
+  std::shared_ptr<const TokenBytes> vocab_;
+  std::vector<int32_t> eos_ids_;
+  JsonState state_;
+  // Allowed ids (a byte per id) by state: a generation revisits few states (inside a string at
+  // the same depth, after a comma, ...), each scan of the vocabulary costs ~1 ms.
+  std::unordered_map<uint64_t, std::pair<JsonState, std::vector<uint8_t>>> memo_;
+};
+
+}  // namespace sampan::runtime
