@@ -108,6 +108,7 @@ SamplingFields sampling_fields(const pb::GenerateRequest& in) {
   }
   f.stop_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
   f.ignore_eos = in.ignore_eos();
+  f.json_object = in.json_object();
   return f;
 }
 

@@ -39,6 +39,7 @@ struct Params {
   int64_t max_tokens = 16;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  bool json_object = false;
   std::string lora;  // adapter name; "" for the base model
 };
 
@@ -182,6 +183,7 @@ runtime::EngineRequest make_request(const SampanParams* params) {
   r.max_tokens = p->max_tokens;
   r.stop = p->stop;
   r.ignore_eos = p->ignore_eos;
+  r.json_object = p->json_object;
   return r;
 }
 
@@ -404,6 +406,11 @@ SAMPAN_API SampanStatus sampan_params_add_logit_bias(SampanParams* params, int32
 
 SAMPAN_API SampanStatus sampan_params_clear_logit_bias(SampanParams* params) {
   return with_params(params, [&](Params& p) { p.sampling.logit_bias.clear(); });
+}
+
+SAMPAN_API SampanStatus sampan_params_set_json_object(SampanParams* params,
+                                                      int32_t json_object) {
+  return with_params(params, [&](Params& p) { p.json_object = json_object != 0; });
 }
 
 SAMPAN_API SampanStatus sampan_params_set_ignore_eos(SampanParams* params, int32_t ignore_eos) {

@@ -338,6 +338,9 @@ SAMPAN_API SampanStatus sampan_params_clear_stops(SampanParams* params);
 SAMPAN_API SampanStatus sampan_params_add_logit_bias(SampanParams* params, int32_t token_id,
                                                      float bias);
 SAMPAN_API SampanStatus sampan_params_clear_logit_bias(SampanParams* params);
+/* Non-zero: JSON mode (OpenAI's response_format json_object): the output is one JSON object,
+ * or a prefix of one when max_tokens cuts it. */
+SAMPAN_API SampanStatus sampan_params_set_json_object(SampanParams* params, int32_t json_object);
 /* Non-zero: keep generating past the end-of-sequence token (until max_tokens or a stop). */
 SAMPAN_API SampanStatus sampan_params_set_ignore_eos(SampanParams* params, int32_t ignore_eos);
 /* The LoRA adapter (a name given to sampan_config_add_lora) the request runs through; NULL or

@@ -166,6 +166,21 @@ def check_generation(res, sampan, args, model):
         res.check("`sampan run --json`: every reply that ends is one JSON object",
                   ended >= 2 and objects == ended and not bad,
                   f"{objects} objects of {ended} ended runs of 4; {bad[:1]}")
+        # The binding's json_object: the same constraint through the C API.
+        ended, objects, texts = 0, 0, []
+        for seed in range(4):
+            g = engine.generate("JSON:", max_tokens=60, temperature=1.0, seed=seed,
+                                json_object=True, logit_bias={29913: 6.0, 29908: 6.0}).result()
+            texts.append(g.text)
+            if g.final.finish_reason == "stop":
+                ended += 1
+                try:
+                    objects += isinstance(json.loads(g.text), dict)
+                except ValueError:
+                    pass
+            g.close()
+        res.check("generate(json_object=True): every reply that stops is one JSON object",
+                  ended >= 2 and objects == ended, f"{objects} of {ended} of 4: {texts[:2]}")
         run = eu.run_sampan(args, ["run", "--model", model, "--prompt", PROMPT, "--max-tokens",
                                    "2", "--logit-bias", "5=101"])
         res.check("`sampan run --logit-bias 5=101` is refused naming the flag",

@@ -329,6 +329,23 @@ def check_generate(res, srv, gen, ref_text, prompt_ids, chat_ref):
     res.check("Generate logit_bias -100 bans the greedy first token",
               e is None and got and got[0] != ids[0], f"{got} vs {ids} {err_text(e)}")
 
+    # JSON mode: replies that stop on their own are one JSON object ('"' and '}' nudged so that
+    # the tiny random model closes what it opens).
+    ended, objects, texts = 0, 0, []
+    for seed in range(4):
+        rs, e = gen.run(model=MODEL, text="JSON:", temperature=1.0, seed=seed, max_tokens=60,
+                        json_object=True, logit_bias={29913: 6.0, 29908: 6.0})
+        text = "".join(r.text for r in rs)
+        texts.append(text)
+        if e is None and rs and rs[-1].finish_reason == "stop":
+            ended += 1
+            try:
+                objects += isinstance(json.loads(text), dict)
+            except ValueError:
+                pass
+    res.check("Generate json_object: every reply that stops is one JSON object",
+              ended >= 2 and objects == ended, f"{objects} of {ended} of 4: {texts[:2]}")
+
     # A stop string inside the greedy text: output ends just before it.
     stop = ref_text[len(ref_text) // 2:len(ref_text) // 2 + 3]
     if stop.strip():

@@ -338,7 +338,7 @@ TEST_CASE("KServe: logit_bias from sampling_parameters, and as a JSON string par
   REQUIRE(p.fields.sampling.logit_bias.size() == 1);
   CHECK(p.fields.sampling.logit_bias[0] == std::pair<int32_t, float>(4, 7.5f));
   // Not JSON, or JSON nested past the request limit: the wrong type, naming the field.
-  for (const std::string bad : {std::string("{4: 1}"), std::string(5000, '[')}) {
+  for (const std::string& bad : {std::string("{4: 1}"), std::string(5000, '[')}) {
     (*req.mutable_parameters())["logit_bias"].set_string_param(bad);
     const Error e = thrown([&] { sampan::server::parse_kserve_proto(req); });
     CHECK(e.code() == ErrorCode::kInvalidArgument);

@@ -78,8 +78,11 @@ Json random_value(std::mt19937& g, int depth) {
 
 Json random_object(std::mt19937& g) {
   Json o = Json::object();
-  for (int i = std::uniform_int_distribution<int>(0, 5)(g); i > 0; --i)
-    o["k" + std::to_string(i)] = random_value(g, 1);
+  for (int i = std::uniform_int_distribution<int>(0, 5)(g); i > 0; --i) {
+    std::string key = "k";  // (not "k" + to_string: GCC 12 warns -Wrestrict on that, wrongly)
+    key += std::to_string(i);
+    o[key] = random_value(g, 1);
+  }
   return o;
 }
 

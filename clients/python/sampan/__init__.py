@@ -452,10 +452,12 @@ class Engine(_Handle):
         return [ids[i] for i in range(n.value)]
 
     def generate(self, prompt, max_tokens=16, temperature=1.0, top_k=0, top_p=1.0, seed=None,
-                 stop=(), ignore_eos=False, poll_timeout_ms=-1, lora=None, logit_bias=None):
+                 stop=(), ignore_eos=False, poll_timeout_ms=-1, lora=None, logit_bias=None,
+                 json_object=False):
         """Submits `prompt` (text, or a sequence of token ids) and returns a Generation to
         iterate. lora: the name of an adapter of the engine's config (None: the base model).
-        logit_bias: {token id: bias in [-100, 100]} added to those logits (OpenAI's)."""
+        logit_bias: {token id: bias in [-100, 100]} added to those logits (OpenAI's).
+        json_object: JSON mode, the output is one JSON object (a prefix if max_tokens cuts it)."""
         params = ctypes.c_void_p()
         _call("sampan_params_create", ctypes.byref(params))
         try:
@@ -468,6 +470,8 @@ class Engine(_Handle):
             for s in stop:
                 _call("sampan_params_add_stop", params, s.encode())
             _call("sampan_params_set_ignore_eos", params, int(bool(ignore_eos)))
+            if json_object:
+                _call("sampan_params_set_json_object", params, 1)
             for tid, bias in (logit_bias or {}).items():
                 tid = int(tid)
                 if not -2**31 <= tid < 2**31:
