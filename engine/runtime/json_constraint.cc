@@ -62,24 +62,27 @@ bool JsonConstraint::allowed(int32_t id) const {
   return true;
 }
 
-const std::vector<uint8_t>& JsonConstraint::allowed_ids() {
+const std::vector<uint64_t>& JsonConstraint::allowed_ids() {
   const uint64_t key = json_state_hash(state_);
   auto it = memo_.find(key);
   if (it != memo_.end() && it->second.first == state_) return it->second.second;
-  if (memo_.size() >= 256) memo_.clear();
-  std::vector<uint8_t> ok(vocab_->bytes.size());
-  for (size_t id = 0; id < ok.size(); ++id) ok[id] = allowed(static_cast<int32_t>(id)) ? 1 : 0;
+  if (memo_.size() >= kMemoStates) memo_.clear();
+  const size_t n = vocab_->bytes.size();
+  std::vector<uint64_t> ok((n + 63) / 64);
+  for (size_t id = 0; id < n; ++id) {
+    if (allowed(static_cast<int32_t>(id))) ok[id / 64] |= uint64_t{1} << (id % 64);
+  }
   auto& slot = memo_[key];
   slot = {state_, std::move(ok)};
   return slot.second;
 }
 
 void JsonConstraint::mask(std::span<float> logits) {
-  const std::vector<uint8_t>& ok = allowed_ids();
-  const size_t n = std::min(ok.size(), logits.size());
+  const std::vector<uint64_t>& ok = allowed_ids();
+  const size_t n = std::min(vocab_->bytes.size(), logits.size());
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
-    if (!ok[i]) {
+    if (!((ok[i / 64] >> (i % 64)) & 1)) {
       logits[i] = -std::numeric_limits<float>::infinity();
     } else if (logits[i] != -std::numeric_limits<float>::infinity()) {
       any = true;

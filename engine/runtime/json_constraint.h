@@ -43,14 +43,17 @@ class JsonConstraint final : public TokenConstraint {
   bool allowed(int32_t id) const;
 
  private:
-  const std::vector<uint8_t>& allowed_ids();
+  // A bit per id.
+  const std::vector<uint64_t>& allowed_ids();
 
   std::shared_ptr<const TokenBytes> vocab_;
   std::vector<int32_t> eos_ids_;
   JsonState state_;
-  // Allowed ids (a byte per id) by state: a generation revisits few states (inside a string at
-  // the same depth, after a comma, ...), each scan of the vocabulary costs ~1 ms.
-  std::unordered_map<uint64_t, std::pair<JsonState, std::vector<uint8_t>>> memo_;
+  // Allowed ids (a bit per id) by state, at most kMemoStates of them (16 KB each at a 128k
+  // vocabulary): a generation revisits few states (inside a string at the same depth, after a
+  // comma, ...), and each scan of the vocabulary costs ~1 ms.
+  static constexpr size_t kMemoStates = 64;
+  std::unordered_map<uint64_t, std::pair<JsonState, std::vector<uint64_t>>> memo_;
 };
 
 }  // namespace sampan::runtime
