@@ -81,11 +81,8 @@ SamplingFields sampling_fields(const pb::GenerateRequest& in) {
   }
   if (in.has_seed()) s.seed = in.seed();
   for (const auto& [id, bias] : in.logit_bias()) {
-    if (id < 0) {
-      invalid("logit_bias", "logit_bias: key " + std::to_string(id) + " is not a token id");
-    }
-    runtime::check_sampling_param(SamplingParam::kLogitBias, bias,
-                                  "logit_bias[" + std::to_string(id) + "]");
+    runtime::check_logit_bias_entry(id, bias, "logit_bias",
+                                    "logit_bias[" + std::to_string(id) + "]");
     s.logit_bias.emplace_back(id, bias);
   }
   // The map's order is unspecified; ids ascending keep the request's parameters reproducible.

@@ -67,7 +67,6 @@ class Call {
     Choice& c = choices_[static_cast<size_t>(i)];
     metrics->observe_token(ev, c.clock);
     if (ev.finished) {
-      c.finished = true;
       c.finish = ev.finish;
       c.usage = ev.usage;
       ++n_finished_;
@@ -124,7 +123,6 @@ class Call {
     Json lp;
     int64_t text_offset = 0;
     TokenClock clock;
-    bool finished = false;
     runtime::EngineFinish finish = runtime::EngineFinish::kLength;
     runtime::EngineUsage usage;
   };

@@ -396,10 +396,7 @@ SAMPAN_API SampanStatus sampan_params_clear_stops(SampanParams* params) {
 SAMPAN_API SampanStatus sampan_params_add_logit_bias(SampanParams* params, int32_t token_id,
                                                      float bias) {
   return with_params(params, [&](Params& p) {
-    if (token_id < 0) {
-      api_fail(SAMPAN_ERROR_INVALID_ARGUMENT, "logit_bias: token id {} is negative", token_id);
-    }
-    runtime::check_sampling_param(runtime::SamplingParam::kLogitBias, bias);
+    runtime::check_logit_bias_entry(token_id, bias, "logit_bias", "logit_bias");
     p.sampling.logit_bias.emplace_back(token_id, bias);
   });
 }

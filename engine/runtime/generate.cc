@@ -1,11 +1,10 @@
 #include "engine/runtime/generate.h"
 
-#include "engine/runtime/json_constraint.h"
-
 #include <algorithm>
 #include <chrono>
 
 #include "engine/core/error.h"
+#include "engine/runtime/json_constraint.h"
 
 namespace sampan::runtime {
 
@@ -33,24 +32,18 @@ GenerationResult generate(CausalLm& lm, const tok::Tokenizer& tokenizer,
                  "prompt token {} ({}) is outside the vocabulary of {}", i, req.prompt[i], vocab);
   }
   check_logit_bias_ids(req.sampling, vocab);
+  // The ids that end a text: stop ids unless ignore_eos, and JSON mode's end either way.
+  std::vector<int32_t> eos = tokenizer.special().eos_ids;
+  if (tokenizer.special().eos) eos.push_back(*tokenizer.special().eos);
+  for (int64_t id : lm.config().eos_token_ids) eos.push_back(static_cast<int32_t>(id));
   std::vector<int32_t> stop_ids = req.stop_ids;
-  if (!req.ignore_eos) {
-    const auto& eos = tokenizer.special().eos_ids;
-    stop_ids.insert(stop_ids.end(), eos.begin(), eos.end());
-    if (tokenizer.special().eos) stop_ids.push_back(*tokenizer.special().eos);
-    for (int64_t id : lm.config().eos_token_ids) stop_ids.push_back(static_cast<int32_t>(id));
-  }
+  if (!req.ignore_eos) stop_ids.insert(stop_ids.end(), eos.begin(), eos.end());
 
   GenerationResult result;
   result.prompt_tokens = n_prompt;
   Sampler sampler(req.sampling);
   if (req.json_object) {
-    // The ids that end a text (the engine's eos_ids), whether or not ignore_eos keeps going.
-    std::vector<int32_t> eos = tokenizer.special().eos_ids;
-    if (tokenizer.special().eos) eos.push_back(*tokenizer.special().eos);
-    for (int64_t id : lm.config().eos_token_ids) eos.push_back(static_cast<int32_t>(id));
-    sampler.set_constraint(
-        std::make_unique<JsonConstraint>(TokenBytes::build(tokenizer), std::move(eos)));
+    sampler.set_constraint(std::make_unique<JsonConstraint>(TokenBytes::build(tokenizer), eos));
   }
 
   // Keep the cached prefix shared with this prompt; at least the last prompt token is run so

@@ -100,11 +100,17 @@ void JsonConstraint::mask(std::span<float> logits) {
 
 void JsonConstraint::accept(int32_t id) {
   if (std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end()) return;
-  SAMPAN_CHECK(allowed(id), ErrorCode::kInternal,
-               "response_format json_object: token {} does not continue the JSON text", id);
-  for (const char c : vocab_->bytes[static_cast<size_t>(id)]) {
-    json_step(state_, static_cast<uint8_t>(c));
+  JsonState s = state_;
+  bool ok = id >= 0 && static_cast<size_t>(id) < vocab_->bytes.size() &&
+            !vocab_->bytes[static_cast<size_t>(id)].empty();
+  if (ok) {
+    for (const char c : vocab_->bytes[static_cast<size_t>(id)]) {
+      if (!(ok = json_step(s, static_cast<uint8_t>(c)))) break;
+    }
   }
+  SAMPAN_CHECK(ok, ErrorCode::kInternal,
+               "response_format json_object: token {} does not continue the JSON text", id);
+  state_ = s;
 }
 
 }  // namespace sampan::runtime

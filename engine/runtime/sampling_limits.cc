@@ -31,13 +31,17 @@ void validate_sampling(const SamplingParams& p, std::string_view prefix) {
   check(SamplingParam::kTopLogprobs, p.top_logprobs);
   const std::string bias_field = std::string(prefix) + "logit_bias";
   for (const auto& [id, bias] : p.logit_bias) {
-    if (id < 0) {
-      fail_field(ErrorCode::kInvalidArgument, bias_field, "'{}' key {} is not a token id",
-                 bias_field, id);
-    }
-    check_sampling_param(SamplingParam::kLogitBias, bias,
-                         fmt::format("{}[\"{}\"]", bias_field, id));
+    check_logit_bias_entry(id, bias, bias_field, fmt::format("{}[\"{}\"]", bias_field, id));
   }
+}
+
+void check_logit_bias_entry(int32_t id, double bias, const std::string& key_field,
+                            const std::string& value_field) {
+  if (id < 0) {
+    fail_field(ErrorCode::kInvalidArgument, key_field, "'{}' key {} is not a token id",
+               key_field, id);
+  }
+  check_sampling_param(SamplingParam::kLogitBias, bias, value_field);
 }
 
 void check_logit_bias_ids(const SamplingParams& p, int64_t vocab) {

@@ -68,6 +68,11 @@ void check_sampling_param(SamplingParam p, double value, const std::string& fiel
 // negative logit_bias id is refused naming `field_prefix` + "logit_bias".
 void validate_sampling(const SamplingParams& params, std::string_view field_prefix = "");
 
+// One logit_bias entry as every front end checks it: Error(kInvalidArgument, key_field) for a
+// negative id, check_sampling_param(kLogitBias, bias, value_field) for the bias.
+void check_logit_bias_entry(int32_t id, double bias, const std::string& key_field,
+                            const std::string& value_field);
+
 // Throws Error(kInvalidArgument, "logit_bias") when a logit_bias id of `params` is not below
 // `vocab`: what a request's submission checks, so that a bad id is refused before generation
 // starts rather than at its first sampled token.

@@ -190,6 +190,12 @@ def main():
     write(out, "serve_config", "flat", "threads: 2\nmax-running: 8\nkv-cache-bytes: 64M\n"
           "api-key: [a, b]\nlimits:\n  max_body_bytes: 1024\n")
 
+    # JSON mode's recogniser: objects with every kind of value, escapes and multi-byte UTF-8.
+    write(out, "json_grammar", "object",
+          '{"a": [1, -0.5e+3, 2E-7, true, false, null], "b": {"c": "x\\"\\\\\\/\\b\\t"}}')
+    write(out, "json_grammar", "utf8", '{"\u00e9\u20ac": "\U0001F600\u4e2d", "k": []}'.encode())
+    write(out, "json_grammar", "pretty", '{\n  "a": {\n    "b": [\n      {}\n    ]\n  }\n}')
+
 
 if __name__ == "__main__":
     main()
