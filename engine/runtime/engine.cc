@@ -161,12 +161,19 @@ std::unique_ptr<Sequence> Engine::Impl::validate(EngineRequest&& req, EventCallb
   s->lora_adapter = req.lora;
   s->blocks.ns = req.lora + 1;
   s->sampler = std::make_unique<Sampler>(req.sampling);  // throws naming the bad parameter
-  if (req.json_object) {
+  SAMPAN_CHECK(!(req.json_object && req.grammar), ErrorCode::kInvalidArgument,
+               "JSON mode and a grammar (json_schema) were both requested; choose one");
+  if (req.json_object || req.grammar) {
     std::call_once(token_bytes_once, [&] { token_bytes = TokenBytes::build(*tokenizer); });
+  }
+  if (req.json_object) {
     s->sampler->set_constraint(std::make_unique<JsonConstraint>(token_bytes, eos_ids));
+  } else if (req.grammar) {
+    s->sampler->set_constraint(std::make_unique<GrammarConstraint>(req.grammar, token_bytes,
+                                                                   eos_ids, "response_format"));
   }
   s->device_sampling = runner->device_sampling() && device_sampling_eligible(req.sampling) &&
-                       !req.json_object;
+                       !req.json_object && !req.grammar;
   if (req.sampling.seed) {
     s->device_seed = *req.sampling.seed;
   } else if (s->device_sampling) {

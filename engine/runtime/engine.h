@@ -34,6 +34,7 @@
 
 #include "engine/core/device.h"
 #include "engine/models/model_options.h"
+#include "engine/runtime/grammar.h"
 #include "engine/runtime/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -103,6 +104,10 @@ struct EngineRequest {
   // a JSON object are sampled, and the end-of-sequence ids only once it is complete
   // (json_constraint.h). Sampled on the CPU.
   bool json_object = false;
+  // A grammar the output must follow (response_format json_schema, a forced tool call:
+  // json_schema.h compiles one), shared by the requests of one call; not with json_object.
+  // Sampled on the CPU.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 struct EngineUsage {

@@ -22,6 +22,7 @@
 #include "engine/runtime/kv_block_manager.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/runtime/output_processor.h"
+#include "engine/runtime/grammar_constraint.h"
 #include "engine/runtime/json_constraint.h"
 #include "engine/runtime/scheduler.h"
 #include "engine/runtime/sequence.h"

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "engine/core/error.h"
+#include "engine/runtime/grammar_constraint.h"
 #include "engine/runtime/json_constraint.h"
 
 namespace sampan::runtime {
@@ -42,8 +43,13 @@ GenerationResult generate(CausalLm& lm, const tok::Tokenizer& tokenizer,
   GenerationResult result;
   result.prompt_tokens = n_prompt;
   Sampler sampler(req.sampling);
+  SAMPAN_CHECK(!(req.json_object && req.grammar), ErrorCode::kInvalidArgument,
+               "JSON mode and a grammar (json_schema) were both requested; choose one");
   if (req.json_object) {
     sampler.set_constraint(std::make_unique<JsonConstraint>(TokenBytes::build(tokenizer), eos));
+  } else if (req.grammar) {
+    sampler.set_constraint(std::make_unique<GrammarConstraint>(
+        req.grammar, TokenBytes::build(tokenizer), eos, "json_schema"));
   }
 
   // Keep the cached prefix shared with this prompt; at least the last prompt token is run so

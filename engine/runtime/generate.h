@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/runtime/causal_lm.h"
+#include "engine/runtime/grammar.h"
 #include "engine/runtime/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -25,6 +26,8 @@ struct GenerationRequest {
   bool reuse_prefix = true;
   // JSON mode (EngineRequest::json_object): the output is a JSON object, or a prefix of one.
   bool json_object = false;
+  // EngineRequest::grammar: the output is a text of the grammar, or a prefix of one.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 enum class FinishReason { kStop, kLength };

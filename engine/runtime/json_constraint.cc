@@ -40,7 +40,33 @@ std::shared_ptr<const TokenBytes> TokenBytes::build(const tok::Tokenizer& tokeni
       t->bytes[static_cast<size_t>(id)] = s.substr(base.size());
     }
   }
+  t->build_trie();
   return t;
+}
+
+void TokenBytes::build_trie() {
+  trie.assign(1, {});
+  for (size_t id = 0; id < bytes.size(); ++id) {
+    uint32_t node = 0;
+    const std::string& b = bytes[id];
+    if (b.empty()) continue;
+    for (const char c : b) {
+      const auto byte = static_cast<uint8_t>(c);
+      auto& kids = trie[node].children;
+      auto it = std::find_if(kids.begin(), kids.end(), [&](const auto& k) {
+        return k.first == byte;
+      });
+      if (it != kids.end()) {
+        node = it->second;
+        continue;
+      }
+      const auto child = static_cast<uint32_t>(trie.size());
+      kids.emplace_back(byte, child);  // before trie grows, while `kids` is valid
+      trie.emplace_back();
+      node = child;
+    }
+    trie[node].ids.push_back(static_cast<int32_t>(id));
+  }
 }
 
 JsonConstraint::JsonConstraint(std::shared_ptr<const TokenBytes> vocab,

@@ -24,6 +24,15 @@ namespace sampan::runtime {
 // Built once per tokenizer (one decode per id: ~50 ms for 128k ids).
 struct TokenBytes {
   std::vector<std::string> bytes;  // [vocab]
+  // The non-empty byte strings as a trie (node 0 the root): a grammar walks each shared prefix
+  // once (grammar_constraint.h).
+  struct TrieNode {
+    std::vector<std::pair<uint8_t, uint32_t>> children;  // (byte, node)
+    std::vector<int32_t> ids;                            // tokens whose bytes end here
+  };
+  std::vector<TrieNode> trie;
+  // Builds `trie` from `bytes` (build() does; a hand-made table calls it itself).
+  void build_trie();
   static std::shared_ptr<const TokenBytes> build(const tok::Tokenizer& tokenizer);
 };
 

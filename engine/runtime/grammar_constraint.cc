@@ -1,0 +1,108 @@
+#include "engine/runtime/grammar_constraint.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "engine/core/error.h"
+
+namespace sampan::runtime {
+
+GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
+                                     std::shared_ptr<const TokenBytes> vocab,
+                                     std::vector<int32_t> eos_ids, std::string what)
+    : grammar_(std::move(grammar)),
+      vocab_(std::move(vocab)),
+      eos_ids_(std::move(eos_ids)),
+      what_(std::move(what)),
+      matcher_(*grammar_),
+      state_(matcher_.start()) {
+  SAMPAN_CHECK(!eos_ids_.empty(), ErrorCode::kInvalidArgument,
+               "{}: the model has no end-of-sequence token", what_);
+}
+
+bool GrammarConstraint::allowed(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= vocab_->bytes.size()) return false;
+  if (std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end()) return done();
+  const std::string& b = vocab_->bytes[static_cast<size_t>(id)];
+  if (b.empty()) return false;
+  GrammarState s = state_;
+  for (const char c : b) {
+    s = matcher_.step(s, static_cast<uint8_t>(c));
+    if (s.empty()) return false;
+  }
+  return true;
+}
+
+void GrammarConstraint::scan(uint32_t node, const GrammarState& s,
+                             std::vector<uint64_t>& ok) const {
+  const TokenBytes::TrieNode& n = vocab_->trie[node];
+  for (const auto& [byte, child] : n.children) {
+    const GrammarState next = matcher_.step(s, byte);
+    if (next.empty()) continue;  // no token through this byte
+    for (int32_t id : vocab_->trie[child].ids) ok[id / 64] |= uint64_t{1} << (id % 64);
+    scan(child, next, ok);
+  }
+}
+
+const std::vector<uint64_t>& GrammarConstraint::allowed_ids() {
+  const uint64_t key = GrammarMatcher::hash(state_);
+  auto it = memo_.find(key);
+  if (it != memo_.end() && it->second.first == state_) return it->second.second;
+  if (memo_.size() >= kMemoStates) memo_.clear();
+  std::vector<uint64_t> ok((vocab_->bytes.size() + 63) / 64);
+  if (!vocab_->trie.empty()) scan(0, state_, ok);
+  auto& slot = memo_[key];
+  slot = {state_, std::move(ok)};
+  return slot.second;
+}
+
+void GrammarConstraint::mask(std::span<float> logits) {
+  const std::vector<uint64_t>& ok = allowed_ids();
+  const size_t n = std::min(vocab_->bytes.size(), logits.size());
+  const bool end = done();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  std::vector<float> eos_logit;
+  for (int32_t id : eos_ids_) {
+    eos_logit.push_back(static_cast<size_t>(id) < logits.size() ? logits[static_cast<size_t>(id)]
+                                                                  : kNegInf);
+  }
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!((ok[i / 64] >> (i % 64)) & 1)) {
+      logits[i] = kNegInf;
+    } else if (logits[i] != kNegInf) {
+      any = true;
+    }
+  }
+  for (size_t i = n; i < logits.size(); ++i) logits[i] = kNegInf;
+  // The end ids: allowed exactly when the text is complete (the trie holds no special token).
+  for (size_t e = 0; e < eos_ids_.size(); ++e) {
+    const auto id = static_cast<size_t>(eos_ids_[e]);
+    if (id >= logits.size()) continue;
+    logits[id] = end ? eos_logit[e] : kNegInf;
+    any = any || logits[id] != kNegInf;
+  }
+  // Nothing left to sample (the model rules out every allowed id, or the vocabulary cannot
+  // spell what the grammar needs next): end the text rather than fail; it is then a prefix.
+  if (!any) {
+    for (int32_t id : eos_ids_) {
+      if (static_cast<size_t>(id) < logits.size()) logits[static_cast<size_t>(id)] = 0.0f;
+    }
+  }
+}
+
+void GrammarConstraint::accept(int32_t id) {
+  if (std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end()) return;
+  SAMPAN_CHECK(id >= 0 && static_cast<size_t>(id) < vocab_->bytes.size() &&
+                   !vocab_->bytes[static_cast<size_t>(id)].empty(),
+               ErrorCode::kInternal, "{}: token {} has no bytes to continue the text", what_, id);
+  GrammarState s = state_;
+  for (const char c : vocab_->bytes[static_cast<size_t>(id)]) {
+    s = matcher_.step(s, static_cast<uint8_t>(c));
+    SAMPAN_CHECK(!s.empty(), ErrorCode::kInternal,
+                 "{}: token {} does not continue the text the grammar allows", what_, id);
+  }
+  state_ = std::move(s);
+}
+
+}  // namespace sampan::runtime

@@ -1,0 +1,506 @@
+#include "engine/runtime/json_schema.h"
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/loaders/json_util.h"
+
+namespace sampan::runtime {
+namespace {
+
+using OJson = nlohmann::ordered_json;
+using Sym = Grammar::Symbol;
+
+// Keywords that only describe: ignored, as a validator ignores them. "format" is an annotation
+// in draft 2020-12 unless a validator opts in (Python's jsonschema does not by default).
+const std::set<std::string_view> kAnnotations = {
+    "title",    "description", "default",  "examples",   "$schema",         "$id",
+    "$comment", "deprecated",  "readOnly", "writeOnly",  "format",          "nullable",
+    "$anchor",  "discriminator", "contentMediaType", "contentEncoding", "x-order",
+};
+const std::set<std::string_view> kSupported = {
+    "type",       "enum",     "const",    "anyOf",     "allOf",     "$ref",
+    "$defs",      "definitions", "properties", "required", "additionalProperties", "items",
+    "minItems",   "maxItems", "minLength", "maxLength", "uniqueItems",
+};
+
+class Compiler {
+ public:
+  Compiler(const OJson& root, std::string field) : root_(root), field_(std::move(field)) {}
+
+  std::shared_ptr<const Grammar> run() {
+    auto g = std::make_shared<Grammar>();
+    g_ = g.get();
+    const uint32_t top = g_->add_rule();  // the root rule comes first
+    g_->set_root(top);
+    g_->add_alt(top, {compile(root_, "", 0)});
+    try {
+      g_->finalize();
+    } catch (const Error& e) {
+      // No finite text (every instance nests forever), or a $ref cycle that reads nothing.
+      bad("", fmt::format("admits no JSON value that can be generated ({})", e.what()));
+    }
+    if (GrammarMatcher(*g).start().empty()) bad("", "admits no JSON value that can be generated");
+    return g;
+  }
+
+ private:
+  [[noreturn]] void bad(const std::string& path, const std::string& what) const {
+    fail_field(ErrorCode::kInvalidArgument, field_, "'{}'{}: {}", field_,
+               path.empty() ? std::string() : fmt::format(" at {}", path), what);
+  }
+
+  uint32_t rule(std::vector<std::vector<Sym>> alts) {
+    const uint32_t r = g_->add_rule();
+    for (auto& a : alts) g_->add_alt(r, std::move(a));
+    return r;
+  }
+
+  // The bytes of `text`, one symbol each.
+  std::vector<Sym> literal(std::string_view text) {
+    std::vector<Sym> seq;
+    for (const char c : text) seq.push_back(g_->byte(static_cast<uint8_t>(c)));
+    return seq;
+  }
+
+  static std::vector<Sym> cat(std::vector<Sym> a, const std::vector<Sym>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  }
+
+  // Whitespace between tokens: nothing, one space, or a newline and up to 20 spaces / tabs.
+  uint32_t ws() {
+    if (ws_) return *ws_;
+    uint32_t indent = rule({{}});
+    for (int i = 0; i < 20; ++i) indent = rule({{}, {g_->bytes(ws_indent_set()), indent}});
+    ws_ = rule({{}, {g_->byte(' ')}, {g_->byte('\n'), indent}});
+    return *ws_;
+  }
+  static Grammar::ByteSet ws_indent_set() {
+    Grammar::ByteSet s{};
+    s[0] |= (uint64_t{1} << ' ') | (uint64_t{1} << '\t');
+    return s;
+  }
+
+  // One character of a JSON string: printable ASCII but '"' and '\', an escape (\u outside the
+  // surrogates, so that every escape is one code point for a length count), or one UTF-8
+  // encoded code point (RFC 3629).
+  uint32_t str_char() {
+    if (char_) return *char_;
+    Grammar::ByteSet ascii{};
+    for (unsigned b = 0x20; b < 0x80; ++b) {
+      if (b != '"' && b != '\\') ascii[b / 64] |= uint64_t{1} << (b % 64);
+    }
+    const Sym cont = g_->byte_range(0x80, 0xBF);
+    const Sym hex = g_->bytes(set_of("0123456789abcdefABCDEF"));
+    const uint32_t u4 = rule({{g_->bytes(set_of("0123456789abcABC")), hex, hex, hex},
+                              {g_->bytes(set_of("dD")), g_->byte_range('0', '7'), hex, hex},
+                              {g_->bytes(set_of("efEF")), hex, hex, hex}});
+    const uint32_t esc = rule({{g_->bytes(set_of("\"\\/bfnrt"))}, {g_->byte('u'), u4}});
+    Grammar::ByteSet e1{};
+    for (unsigned b = 0xE1; b <= 0xEF; ++b) {
+      if (b != 0xED) e1[b / 64] |= uint64_t{1} << (b % 64);
+    }
+    char_ = rule({{g_->bytes(ascii)},
+                  {g_->byte('\\'), esc},
+                  {g_->byte_range(0xC2, 0xDF), cont},
+                  {g_->byte(0xE0), g_->byte_range(0xA0, 0xBF), cont},
+                  {g_->bytes(e1), cont, cont},
+                  {g_->byte(0xED), g_->byte_range(0x80, 0x9F), cont},
+                  {g_->byte(0xF0), g_->byte_range(0x90, 0xBF), cont, cont},
+                  {g_->byte_range(0xF1, 0xF3), cont, cont, cont},
+                  {g_->byte(0xF4), g_->byte_range(0x80, 0x8F), cont, cont}});
+    return *char_;
+  }
+  static Grammar::ByteSet set_of(std::string_view chars) {
+    Grammar::ByteSet s{};
+    for (const char c : chars) {
+      const auto b = static_cast<uint8_t>(c);
+      s[b / 64] |= uint64_t{1} << (b % 64);
+    }
+    return s;
+  }
+
+  // A string of min_len .. max_len characters (max_len < 0: unbounded).
+  uint32_t string(int64_t min_len, int64_t max_len) {
+    if (min_len == 0 && max_len < 0 && any_string_) return *any_string_;
+    const uint32_t ch = str_char();
+    const Sym quote = g_->byte('"');
+    // after[i]: i characters read. Built from the end: the unbounded tail loops on itself.
+    uint32_t next;
+    int64_t top;
+    if (max_len < 0) {
+      next = g_->add_rule();
+      g_->add_alt(next, {quote});
+      g_->add_alt(next, {ch, next});
+      top = min_len;
+    } else {
+      next = rule({{quote}});
+      top = max_len;
+    }
+    for (int64_t i = top - 1; i >= 0; --i) {
+      std::vector<std::vector<Sym>> alts;
+      if (i >= min_len) alts.push_back({quote});
+      alts.push_back({ch, next});
+      next = rule(std::move(alts));
+    }
+    const uint32_t r = rule({{quote, next}});
+    if (min_len == 0 && max_len < 0) any_string_ = r;
+    return r;
+  }
+
+  // Up to `n` more digits.
+  uint32_t digits(int n) {
+    uint32_t r = rule({{}});
+    const Sym d = g_->byte_range('0', '9');
+    for (int i = 0; i < n; ++i) r = rule({{}, {d, r}});
+    return r;
+  }
+
+  uint32_t integer() {
+    if (integer_) return *integer_;
+    const uint32_t abs = rule({{g_->byte('0')}, {g_->byte_range('1', '9'), digits(15)}});
+    integer_ = rule({{abs}, {g_->byte('-'), abs}});
+    return *integer_;
+  }
+
+  uint32_t number() {
+    if (number_) return *number_;
+    const Sym d = g_->byte_range('0', '9');
+    const uint32_t frac = rule({{}, {g_->byte('.'), d, digits(15)}});
+    const uint32_t sign = rule({{}, {g_->byte('+')}, {g_->byte('-')}});
+    const uint32_t exp = rule({{}, {g_->bytes(set_of("eE")), sign, d, digits(1)}});
+    number_ = rule({{integer(), frac, exp}});
+    return *number_;
+  }
+
+  // Any JSON value (the schema true or {}).
+  uint32_t any_value() {
+    if (any_) return *any_;
+    any_ = g_->add_rule();
+    const uint32_t w = ws();
+    const Sym comma = g_->byte(','), colon = g_->byte(':');
+    const uint32_t member = rule({{string(0, -1), w, colon, w, *any_}});
+    const uint32_t more_members = g_->add_rule();  // after a member
+    g_->add_alt(more_members, {w, g_->byte('}')});
+    g_->add_alt(more_members, {w, comma, w, member, more_members});
+    const uint32_t object =
+        rule({{g_->byte('{'), w, g_->byte('}')}, {g_->byte('{'), w, member, more_members}});
+    const uint32_t more_items = g_->add_rule();
+    g_->add_alt(more_items, {w, g_->byte(']')});
+    g_->add_alt(more_items, {w, comma, w, *any_, more_items});
+    const uint32_t array =
+        rule({{g_->byte('['), w, g_->byte(']')}, {g_->byte('['), w, *any_, more_items}});
+    for (uint32_t r : {object, array, string(0, -1), number()}) g_->add_alt(*any_, {r});
+    for (const char* lit : {"true", "false", "null"}) g_->add_alt(*any_, literal(lit));
+    return *any_;
+  }
+
+  int64_t bound(const OJson& s, const char* key, const std::string& path, int64_t dflt) {
+    auto it = s.find(key);
+    if (it == s.end()) return dflt;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
+        it->get<int64_t>() > JsonSchemaLimits::kMaxLength) {
+      bad(path + "/" + key,
+          fmt::format("'{}' must be an integer in [0, {}]", key, JsonSchemaLimits::kMaxLength));
+    }
+    return it->get<int64_t>();
+  }
+
+  static bool type_matches(const OJson& v, std::string_view type) {
+    if (type == "string") return v.is_string();
+    if (type == "integer") return v.is_number_integer() ||
+                                  (v.is_number_float() && v.get<double>() == static_cast<double>(
+                                       static_cast<int64_t>(v.get<double>())));
+    if (type == "number") return v.is_number();
+    if (type == "boolean") return v.is_boolean();
+    if (type == "null") return v.is_null();
+    if (type == "object") return v.is_object();
+    if (type == "array") return v.is_array();
+    return false;
+  }
+
+  std::vector<std::string> types(const OJson& s, const std::string& path) {
+    std::vector<std::string> out;
+    auto it = s.find("type");
+    if (it == s.end()) return out;
+    static const std::set<std::string_view> known = {"string", "integer", "number", "boolean",
+                                                     "null",   "object",  "array"};
+    auto add = [&](const OJson& t) {
+      if (!t.is_string() || !known.contains(t.get_ref<const std::string&>())) {
+        bad(path + "/type", fmt::format("unknown type {}", printable(t.dump(), 60)));
+      }
+      out.push_back(t.get<std::string>());
+    };
+    if (it->is_array()) {
+      if (it->empty()) bad(path + "/type", "'type' is an empty list");
+      for (const auto& t : *it) add(t);
+    } else {
+      add(*it);
+    }
+    return out;
+  }
+
+  uint32_t compile(const OJson& s, const std::string& path, int depth) {
+    if (depth > JsonSchemaLimits::kMaxDepth) {
+      bad(path, fmt::format("nests deeper than {} levels", JsonSchemaLimits::kMaxDepth));
+    }
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) bad(path, "the schema false admits no value");
+      return any_value();
+    }
+    if (!s.is_object()) bad(path, fmt::format("a schema must be an object or a boolean, got {}",
+                                              json_kind_ordered(s)));
+    for (const auto& [k, v] : s.items()) {
+      if (!kSupported.contains(k) && !kAnnotations.contains(k)) {
+        bad(path + "/" + k, fmt::format("keyword '{}' is not supported", printable(k, 60)));
+      }
+    }
+    if (auto it = s.find("$ref"); it != s.end()) return ref(*it, path + "/$ref", depth);
+    if (auto it = s.find("allOf"); it != s.end()) {
+      if (!it->is_array() || it->size() != 1) {
+        bad(path + "/allOf", "'allOf' is supported with one schema only");
+      }
+      return compile((*it)[0], path + "/allOf/0", depth + 1);
+    }
+    if (auto it = s.find("anyOf"); it != s.end()) {
+      if (!it->is_array() || it->empty()) bad(path + "/anyOf", "'anyOf' must be a non-empty list");
+      std::vector<std::vector<Sym>> alts;
+      for (size_t i = 0; i < it->size(); ++i) {
+        alts.push_back({compile((*it)[i], fmt::format("{}/anyOf/{}", path, i), depth + 1)});
+      }
+      return rule(std::move(alts));
+    }
+    const std::vector<std::string> ts = types(s, path);
+    if (s.contains("const") || s.contains("enum")) {
+      std::vector<const OJson*> values;
+      if (auto it = s.find("const"); it != s.end()) values.push_back(&*it);
+      if (auto it = s.find("enum"); it != s.end()) {
+        if (!it->is_array() || it->empty()) bad(path + "/enum", "'enum' must be a non-empty list");
+        if (it->size() > JsonSchemaLimits::kMaxEnum) {
+          bad(path + "/enum", fmt::format("more than {} values", JsonSchemaLimits::kMaxEnum));
+        }
+        if (values.empty()) {
+          for (const auto& v : *it) values.push_back(&v);
+        } else if (std::find(it->begin(), it->end(), *values[0]) == it->end()) {
+          bad(path, "'const' is not among the 'enum' values");
+        }
+      }
+      std::vector<std::vector<Sym>> alts;
+      for (const OJson* v : values) {
+        // With a type as well, only the values of that type validate.
+        if (!ts.empty() && std::none_of(ts.begin(), ts.end(), [&](const std::string& t) {
+              return type_matches(*v, t);
+            })) {
+          continue;
+        }
+        alts.push_back(literal(v->dump()));
+      }
+      if (alts.empty()) bad(path, "no 'enum' / 'const' value has the schema's type");
+      return rule(std::move(alts));
+    }
+    std::vector<std::string> kinds = ts;
+    if (kinds.empty()) {
+      // No type: what the other keywords constrain, or anything.
+      if (s.contains("properties") || s.contains("required") ||
+          s.contains("additionalProperties")) {
+        kinds.push_back("object");
+      } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
+        kinds.push_back("array");
+      } else if (s.contains("minLength") || s.contains("maxLength")) {
+        kinds.push_back("string");
+      } else {
+        return any_value();
+      }
+    }
+    std::vector<std::vector<Sym>> alts;
+    for (const std::string& t : kinds) alts.push_back({typed(s, t, path, depth)});
+    return alts.size() == 1 ? alts[0][0] : rule(std::move(alts));
+  }
+
+  static const char* json_kind_ordered(const OJson& v) {
+    return json_kind(nlohmann::json::parse(v.dump()));
+  }
+
+  uint32_t typed(const OJson& s, const std::string& t, const std::string& path, int depth) {
+    if (t == "string") {
+      const int64_t lo = bound(s, "minLength", path, 0);
+      const int64_t hi = bound(s, "maxLength", path, -1);
+      if (hi >= 0 && hi < lo) bad(path, "'maxLength' is less than 'minLength'");
+      return string(lo, hi);
+    }
+    if (t == "integer") return integer();
+    if (t == "number") return number();
+    if (t == "boolean") return rule({literal("true"), literal("false")});
+    if (t == "null") return rule({literal("null")});
+    if (t == "array") return array(s, path, depth);
+    return object(s, path, depth);
+  }
+
+  uint32_t array(const OJson& s, const std::string& path, int depth) {
+    if (auto it = s.find("uniqueItems"); it != s.end() && *it != OJson(false)) {
+      bad(path + "/uniqueItems", "'uniqueItems' true is not supported");
+    }
+    const int64_t lo = bound(s, "minItems", path, 0);
+    const int64_t hi = bound(s, "maxItems", path, -1);
+    if (hi >= 0 && hi < lo) bad(path, "'maxItems' is less than 'minItems'");
+    auto it = s.find("items");
+    const uint32_t item = it == s.end() ? any_value() : compile(*it, path + "/items", depth + 1);
+    const uint32_t w = ws();
+    const Sym close = g_->byte(']'), comma = g_->byte(',');
+    // after[k]: k >= 1 items read. Built from the end; unbounded: after[lo'] loops.
+    const int64_t first_loop = std::max<int64_t>(lo, 1);
+    uint32_t next;
+    int64_t top;
+    if (hi < 0) {
+      next = g_->add_rule();
+      g_->add_alt(next, {w, close});
+      g_->add_alt(next, {w, comma, w, item, next});
+      top = first_loop;
+    } else {
+      next = hi >= 1 ? rule({{w, close}}) : 0;
+      top = hi;
+    }
+    for (int64_t k = top - 1; k >= 1; --k) {
+      std::vector<std::vector<Sym>> alts;
+      if (k >= lo) alts.push_back({w, close});
+      alts.push_back({w, comma, w, item, next});
+      next = rule(std::move(alts));
+    }
+    std::vector<std::vector<Sym>> alts;
+    if (lo == 0) alts.push_back({g_->byte('['), w, close});
+    if (hi != 0) alts.push_back({g_->byte('['), w, item, next});
+    return rule(std::move(alts));
+  }
+
+  uint32_t object(const OJson& s, const std::string& path, int depth) {
+    const uint32_t w = ws();
+    const Sym open = g_->byte('{'), close = g_->byte('}'), comma = g_->byte(',');
+    const Sym colon = g_->byte(':');
+    struct Prop {
+      std::string key;
+      uint32_t value;
+      bool required;
+    };
+    std::vector<Prop> props;
+    std::set<std::string> required;
+    if (auto it = s.find("required"); it != s.end()) {
+      if (!it->is_array()) bad(path + "/required", "'required' must be a list of names");
+      for (const auto& r : *it) {
+        if (!r.is_string()) bad(path + "/required", "'required' must be a list of names");
+        required.insert(r.get<std::string>());
+      }
+    }
+    if (auto it = s.find("properties"); it != s.end()) {
+      if (!it->is_object()) bad(path + "/properties", "'properties' must be an object");
+      for (const auto& [k, v] : it->items()) {
+        props.push_back({k, compile(v, path + "/properties/" + k, depth + 1),
+                         required.contains(k)});
+      }
+    }
+    // Required names without a schema take any value.
+    for (const std::string& r : required) {
+      if (std::none_of(props.begin(), props.end(), [&](const Prop& p) { return p.key == r; })) {
+        props.push_back({r, any_value(), true});
+      }
+    }
+    const auto extra = s.find("additionalProperties");
+    if (props.empty()) {
+      if (extra != s.end() && *extra == OJson(false)) return rule({literal("{}")});
+      // A map: members of any name with the additionalProperties schema.
+      const uint32_t value = extra == s.end() ? any_value()
+                                              : compile(*extra, path + "/additionalProperties",
+                                                        depth + 1);
+      const uint32_t member = rule({{string(0, -1), w, colon, w, value}});
+      const uint32_t more = g_->add_rule();
+      g_->add_alt(more, {w, close});
+      g_->add_alt(more, {w, comma, w, member, more});
+      return rule({{open, w, close}, {open, w, member, more}});
+    }
+    if (extra != s.end() && !extra->is_boolean()) {
+      // Validated when present, but only the named members are generated.
+      compile(*extra, path + "/additionalProperties", depth + 1);
+    }
+    // first[k]: members k.. to go, none written yet; later[k] = ws tail[k]: some written, where
+    // tail[k] is ',' and member k, or (optional) tail[k + 1]; tail[n] is '}'. Built from the end,
+    // so that whitespace is read once whichever member comes next.
+    uint32_t first_next = rule({{close}});
+    uint32_t tail_next = rule({{close}});
+    uint32_t later_next = rule({{w, tail_next}});
+    for (size_t k = props.size(); k-- > 0;) {
+      std::vector<Sym> member = cat(literal(OJson(props[k].key).dump()), {w, colon, w});
+      member.push_back(props[k].value);
+      std::vector<std::vector<Sym>> tail_alts{cat(cat({comma, w}, member), {later_next})};
+      std::vector<std::vector<Sym>> first_alts{cat(member, {later_next})};
+      if (!props[k].required) {
+        tail_alts.push_back({tail_next});
+        first_alts.push_back({first_next});
+      }
+      tail_next = rule(std::move(tail_alts));
+      first_next = rule(std::move(first_alts));
+      later_next = rule({{w, tail_next}});
+    }
+    return rule({{open, w, first_next}});
+  }
+
+  uint32_t ref(const OJson& r, const std::string& path, int depth) {
+    if (!r.is_string() || r.get_ref<const std::string&>().empty() ||
+        r.get_ref<const std::string&>()[0] != '#') {
+      bad(path, "'$ref' must be a local reference (\"#\" or \"#/...\")");
+    }
+    const std::string target = r.get<std::string>().substr(1);
+    if (auto it = refs_.find(target); it != refs_.end()) return it->second;
+    const OJson* t = nullptr;
+    try {
+      t = &root_.at(OJson::json_pointer(target));
+    } catch (const nlohmann::json::exception&) {
+      bad(path, fmt::format("'$ref' {} does not resolve", printable(r.get<std::string>(), 80)));
+    }
+    const uint32_t id = g_->add_rule();
+    refs_[target] = id;  // before compiling, so that a recursive schema refers back to it
+    g_->add_alt(id, {compile(*t, path, depth + 1)});
+    return id;
+  }
+
+  const OJson& root_;
+  std::string field_;
+  Grammar* g_ = nullptr;
+  std::map<std::string, uint32_t> refs_;
+  std::optional<uint32_t> ws_, char_, any_string_, integer_, number_, any_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Grammar> compile_json_schema(std::string_view schema_text,
+                                                   const std::string& field) {
+  if (schema_text.size() > JsonSchemaLimits::kMaxSchemaBytes) {
+    fail_field(ErrorCode::kInvalidArgument, field, "'{}' is longer than {} bytes", field,
+               JsonSchemaLimits::kMaxSchemaBytes);
+  }
+  auto limit = [](int depth, OJson::parse_event_t event, OJson&) {
+    if ((event == OJson::parse_event_t::object_start ||
+         event == OJson::parse_event_t::array_start) &&
+        depth >= JsonSchemaLimits::kMaxDepth * 2) {
+      throw std::length_error("nesting");
+    }
+    return true;
+  };
+  OJson schema;
+  try {
+    schema = OJson::parse(schema_text.begin(), schema_text.end(), limit);
+  } catch (const std::length_error&) {
+    fail_field(ErrorCode::kInvalidArgument, field, "'{}' nests deeper than {} levels", field,
+               JsonSchemaLimits::kMaxDepth * 2);
+  } catch (const nlohmann::json::exception& e) {
+    fail_field(ErrorCode::kInvalidArgument, field, "'{}' is not valid JSON: {}", field,
+               printable(e.what(), 200));
+  }
+  return Compiler(schema, field).run();
+}
+
+}  // namespace sampan::runtime

@@ -1,0 +1,46 @@
+// A JSON Schema compiled to a byte grammar (grammar.h), for OpenAI's response_format json_schema
+// and forced tool calls: decoding constrained by it produces JSON texts the schema admits.
+//
+// What a caller may rely on: every complete text of the grammar is one JSON value, without
+// whitespace before or after it, that validates against the schema (draft 2020-12 semantics, as
+// Python's jsonschema checks it). The grammar admits a subset of the valid texts, chosen so that
+// generation stays deterministic where the schema allows choice: object members in the order of
+// `properties` (optional ones may be left out; members the schema does not name are not
+// generated), at most one space, or a newline and up to 20 spaces or tabs, between tokens,
+// integers up to 16 digits, fractions up to 16 digits, exponents up to 2 digits, \u escapes
+// only outside the surrogate range.
+//
+// Supported keywords: type (one or a list), enum, const, anyOf, allOf with one entry, $ref to a
+// local JSON pointer ("#", "#/$defs/X", "#/definitions/X", recursion included), $defs /
+// definitions, properties, required, additionalProperties (false, true or a schema: with no
+// `properties` it types the members of a map), items, minItems, maxItems, minLength, maxLength,
+// uniqueItems false. Annotations are ignored (title, description, default, examples, format,
+// ...). Any other keyword is refused rather than ignored (a grammar that silently dropped
+// `pattern` or `minimum` would produce invalid output): Error(kInvalidArgument) naming the field
+// and the JSON pointer of the keyword.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "engine/runtime/grammar.h"
+
+namespace sampan::runtime {
+
+// Limits on what a request may make the server build.
+struct JsonSchemaLimits {
+  static constexpr int kMaxDepth = 64;         // schema nesting, and JSON nesting of the text
+  static constexpr int kMaxLength = 4096;      // minLength / maxLength / minItems / maxItems
+  static constexpr size_t kMaxEnum = 4096;     // enum values
+  static constexpr size_t kMaxSchemaBytes = 1 << 20;
+};
+
+// `schema_text`: the schema as JSON text (its member order is the order properties are
+// generated in). `field`: the request field it came from, named by every error.
+// Throws Error(kInvalidArgument, field, ...) for a text that is not JSON, a schema that uses an
+// unsupported keyword, a bad keyword value, an unresolved $ref, or one that admits no value.
+std::shared_ptr<const Grammar> compile_json_schema(std::string_view schema_text,
+                                                   const std::string& field);
+
+}  // namespace sampan::runtime
