@@ -1,11 +1,15 @@
 #include "server/generation_flags.h"
 
+#include "engine/core/error.h"
+#include "engine/runtime/json_schema.h"
 #include "engine/runtime/sampling_limits.h"
 #include "server/model_flags.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -60,8 +64,13 @@ void GenerationFlags::add_to(CLI::App& cmd) {
                                      : "expected ID=BIAS, a token id and a bias in [-100, 100]";
       });
   cmd.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-sequence tokens");
-  cmd.add_flag("--json", json_object,
-               "JSON mode: the output is one JSON object (a prefix of one if max-tokens cuts it)");
+  auto* json = cmd.add_flag(
+      "--json", json_object,
+      "JSON mode: the output is one JSON object (a prefix of one if max-tokens cuts it)");
+  cmd.add_option("--json-schema", json_schema,
+                 "SCHEMA: the output is a JSON value this JSON Schema admits; inline JSON "
+                 "(starting with '{') or a file")
+      ->excludes(json);
   cmd.add_flag("--stats", stats, "print token counts and speeds to stderr at the end");
   add_model_build_flags(cmd, &build);
 }
@@ -79,6 +88,19 @@ runtime::GenerationRequest GenerationFlags::request(std::vector<int32_t> prompt)
   r.stop_ids = stop_ids;
   r.ignore_eos = ignore_eos;
   r.json_object = json_object;
+  if (!json_schema.empty()) {
+    const size_t first = json_schema.find_first_not_of(" \t\r\n");
+    std::string text = json_schema;
+    if (first == std::string::npos || json_schema[first] != '{') {
+      std::ifstream f(json_schema, std::ios::binary);
+      SAMPAN_CHECK(f.good(), ErrorCode::kNotFound, "--json-schema: cannot read '{}'",
+                   json_schema);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      text = ss.str();
+    }
+    r.grammar = runtime::compile_json_schema(text, "--json-schema");
+  }
   return r;
 }
 

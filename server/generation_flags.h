@@ -26,6 +26,7 @@ struct GenerationFlags {
   std::vector<std::string> logit_bias;  // --logit-bias ID=BIAS, each checked when parsed
   bool ignore_eos = false;
   bool json_object = false;  // --json
+  std::string json_schema;   // --json-schema: inline JSON or a file
   bool stats = false;
   models::ModelBuildOptions build;  // --quantization, --kv-cache-dtype, ... (model_flags.h)
 

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "engine/core/log.h"
+#include "engine/runtime/json_schema.h"
 #include "engine/runtime/sampling_limits.h"
 #include "proto/sampan_generate.grpc.pb.h"
 #include "server/grpc_common.h"
@@ -106,6 +107,14 @@ SamplingFields sampling_fields(const pb::GenerateRequest& in) {
   f.stop_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
   f.ignore_eos = in.ignore_eos();
   f.json_object = in.json_object();
+  if (!in.json_schema().empty()) {
+    if (f.json_object) invalid("json_schema", "json_schema: not with json_object; choose one");
+    try {
+      f.grammar = runtime::compile_json_schema(in.json_schema(), "json_schema");
+    } catch (const Error& e) {
+      invalid("json_schema", e.what());
+    }
+  }
   return f;
 }
 

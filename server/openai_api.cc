@@ -58,6 +58,10 @@ class Call {
   const tok::Tokenizer* tokenizer = nullptr;
   ServeMetrics* metrics = nullptr;
   std::shared_ptr<ResponseWriter> writer;
+  // Chat with a forced tool call: the named tool's arguments are the whole output, or (required)
+  // the output is a JSON list of {name, arguments}; either comes back as message.tool_calls.
+  std::string forced_tool;
+  bool tool_required = false;
 
   explicit Call(int32_t n) : choices_(static_cast<size_t>(n)) {}
   int32_t n() const { return static_cast<int32_t>(choices_.size()); }
@@ -108,8 +112,19 @@ class Call {
     writer->start_stream(200, "text/event-stream",
                          {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
     if (chat) {
-      for (int32_t i = 0; i < n(); ++i)
-        writer->write(sse(dump(chunk(i, Json{{"role", "assistant"}, {"content", ""}}))));
+      for (int32_t i = 0; i < n(); ++i) {
+        Json delta{{"role", "assistant"}, {"content", ""}};
+        if (!forced_tool.empty()) {
+          // The call's head first; its arguments follow as the tokens come.
+          delta["content"] = nullptr;
+          delta["tool_calls"] = Json::array({Json{{"index", 0},
+                                                  {"id", call_id(i, 0)},
+                                                  {"type", "function"},
+                                                  {"function", {{"name", forced_tool},
+                                                                {"arguments", ""}}}}});
+        }
+        writer->write(sse(dump(chunk(i, std::move(delta)))));
+      }
     }
     for (std::string& c : early_) writer->write(std::move(c));
     early_.clear();
@@ -155,6 +170,59 @@ class Call {
   static Json empty_completion_logprobs() {
     return Json{{"tokens", Json::array()}, {"token_logprobs", Json::array()},
                 {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
+  }
+
+  std::string call_id(int32_t choice, size_t k) const {
+    return fmt::format("call_{}_{}_{}", id, choice, k);
+  }
+
+  // The tool calls of choice i's text, or null when it holds none (no tool forced, or a list of
+  // calls cut short by max_tokens: the text then comes back as content).
+  Json tool_calls(int32_t i, const std::string& text) const {
+    Json calls = Json::array();
+    if (!forced_tool.empty()) {
+      calls.push_back({{"id", call_id(i, 0)},
+                       {"type", "function"},
+                       {"function", {{"name", forced_tool}, {"arguments", text}}}});
+      return calls;
+    }
+    if (!tool_required) return nullptr;
+    const Json list = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!list.is_array() || list.empty()) return nullptr;
+    for (size_t k = 0; k < list.size(); ++k) {
+      const Json& c = list[k];
+      if (!c.is_object() || !c.contains("name") || !c["name"].is_string() ||
+          !c.contains("arguments")) {
+        return nullptr;
+      }
+      calls.push_back({{"id", call_id(i, k)},
+                       {"type", "function"},
+                       {"function", {{"name", c["name"]}, {"arguments", dump(c["arguments"])}}}});
+    }
+    return calls;
+  }
+
+  // A chat message or final delta: the text, or the tool calls it holds.
+  Json message(int32_t i, const std::string& text, bool delta) const {
+    Json m = delta ? Json::object() : Json{{"role", "assistant"}};
+    Json calls = tool_calls(i, text);
+    if (calls.is_null()) {
+      m["content"] = text;
+      return m;
+    }
+    if (delta) {
+      for (size_t k = 0; k < calls.size(); ++k) calls[k]["index"] = k;
+    }
+    m["content"] = nullptr;
+    m["tool_calls"] = std::move(calls);
+    return m;
+  }
+
+  // OpenAI's finish reason: "tool_calls" when the model chose to call (required), "stop" for a
+  // named tool as for text.
+  const char* finish_name(int32_t i, runtime::EngineFinish f, const std::string& text) const {
+    if (tool_required && !tool_calls(i, text).is_null()) return "tool_calls";
+    return finish_reason(f);
   }
 
   std::string token_string(int32_t id) const {
@@ -214,10 +282,28 @@ class Call {
           add_completion_logprob(lp, c.text_offset, ev.token, ev.sample);
         }
       }
-      const char* fin = ev.finished ? finish_reason(ev.finish) : nullptr;
-      if (!ev.text.empty() || !lp.is_null() || fin) {
-        Json delta = chat ? (ev.text.empty() ? Json::object() : Json{{"content", ev.text}})
-                          : Json(ev.text);
+      const char* fin = nullptr;
+      Json delta;
+      if (tool_required) {
+        // The list is only known to be one once it is complete: sent whole at the end.
+        c.text += ev.text;
+        if (ev.finished) fin = finish_name(i, ev.finish, c.text);
+        delta = ev.finished ? message(i, c.text, /*delta=*/true) : Json::object();
+      } else {
+        if (ev.finished) fin = finish_reason(ev.finish);
+        if (!chat) {
+          delta = ev.text;
+        } else if (ev.text.empty()) {
+          delta = Json::object();
+        } else if (!forced_tool.empty()) {
+          delta = Json{{"tool_calls", Json::array({Json{{"index", 0},
+                                                       {"function", {{"arguments", ev.text}}}}})}};
+        } else {
+          delta = Json{{"content", ev.text}};
+        }
+      }
+      if ((delta.is_object() && !delta.empty()) || (delta.is_string() && !ev.text.empty()) ||
+          !lp.is_null() || fin) {
         out.push_back(sse(dump(chunk(i, std::move(delta), fin, std::move(lp)))));
       }
       end = n_finished_ == n();
@@ -270,10 +356,10 @@ class Call {
         c.lp = chat ? Json{{"content", Json::array()}} : empty_completion_logprobs();
       Json choice = Json::object();
       choice["index"] = i;
-      if (chat) choice["message"] = Json{{"role", "assistant"}, {"content", c.text}};
+      if (chat) choice["message"] = message(i, c.text, /*delta=*/false);
       else choice["text"] = c.text;
       choice["logprobs"] = c.lp;
-      choice["finish_reason"] = finish_reason(c.finish);
+      choice["finish_reason"] = finish_name(i, c.finish, c.text);
       list.push_back(std::move(choice));
     }
     const Json body{{"id", id},
@@ -405,6 +491,8 @@ void handle_chat_completions(const HttpRequest& req, std::shared_ptr<ResponseWri
   call->include_usage = cr.stream && cr.include_usage;
   call->logprobs = cr.logprobs ? cr.top_logprobs : -1;
   call->metrics = &metrics;
+  call->forced_tool = cr.forced_tool;
+  call->tool_required = cr.tool_required;
   submit_call(req, std::move(writer), host, engine, std::move(call), std::move(prompt), cr.fields,
               "messages", lora);
 }

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 
+#include "engine/runtime/json_schema.h"
 #include "engine/runtime/sampling_limits.h"
 
 namespace sampan::server {
@@ -254,39 +256,107 @@ Json check_tools(const Json& body) {
   return *v;
 }
 
-void check_tool_choice(const Json& body, bool have_tools) {
+// A schema compiled to a grammar; its errors as a RequestError naming the field.
+std::shared_ptr<const runtime::Grammar> schema_grammar(const Json& schema,
+                                                       const std::string& field) {
+  try {
+    return runtime::compile_json_schema(schema.dump(), field);
+  } catch (const RequestError&) {
+    throw;
+  } catch (const Error& e) {
+    throw RequestError(e);
+  }
+}
+
+// tool_choice: "none" | "auto" (nothing forced), "required" (a list of calls of any of the
+// tools) or {type: "function", function: {name}} (that tool's arguments): the forced ones set
+// r.tool_required / r.forced_tool and the grammar in r.fields.
+void parse_tool_choice(const Json& body, ChatRequest& r) {
   const Json* v = find(body, "tool_choice");
   if (!v) return;
+  const bool have_tools = !r.tools.is_null();
   if (v->is_string()) {
     const std::string& c = v->get_ref<const std::string&>();
     if (c == "none" || c == "auto") return;
-    if (c == "required")
-      bad("tool_choice", "'tool_choice' \"required\" is not supported (it needs constrained "
-                         "decoding); use \"auto\" or \"none\"");
-    bad("tool_choice", fmt::format("'tool_choice' must be \"none\", \"auto\" or \"required\", "
-                                   "got {}", Json(c).dump()));
+    if (c != "required")
+      bad("tool_choice", fmt::format("'tool_choice' must be \"none\", \"auto\" or "
+                                     "\"required\", got {}", Json(c).dump()));
+    if (!have_tools) bad("tool_choice", "'tool_choice' is \"required\" but 'tools' is empty");
+    std::vector<runtime::ToolSchema> schemas;
+    for (size_t i = 0; i < r.tools.size(); ++i) {
+      const Json& fn = r.tools[i]["function"];
+      const Json* p = find(fn, "parameters");
+      schemas.push_back({fn["name"].get<std::string>(), p ? p->dump() : R"({"type":"object"})",
+                         fmt::format("tools[{}].function.parameters", i)});
+    }
+    const bool parallel = get_bool(body, "parallel_tool_calls").value_or(true);
+    try {
+      r.fields.grammar = runtime::compile_tool_calls(schemas, parallel, "tools");
+    } catch (const Error& e) {
+      throw RequestError(e);
+    }
+    r.tool_required = true;
+    return;
   }
   if (!v->is_object()) wrong_type("tool_choice", "a string or an object", *v);
   if (!have_tools) bad("tool_choice", "'tool_choice' names a function but 'tools' is empty");
-  bad("tool_choice", "'tool_choice' naming a function is not supported (it needs constrained "
-                     "decoding); use \"auto\" or \"none\"");
+  if (get_string(*v, "type", "tool_choice.").value_or("") != "function")
+    bad("tool_choice.type", "'tool_choice.type' must be \"function\"");
+  const Json* fn = find(*v, "function");
+  if (!fn || !fn->is_object()) wrong_type("tool_choice.function", "an object {name}",
+                                          fn ? *fn : Json());
+  const auto name = get_string(*fn, "name", "tool_choice.function.");
+  if (!name) bad("tool_choice.function.name", "'tool_choice.function.name' is required");
+  for (size_t i = 0; i < r.tools.size(); ++i) {
+    const Json& tf = r.tools[i]["function"];
+    if (tf["name"] != *name) continue;
+    const Json* p = find(tf, "parameters");
+    r.fields.grammar = schema_grammar(p ? *p : Json{{"type", "object"}},
+                                      fmt::format("tools[{}].function.parameters", i));
+    r.forced_tool = *name;
+    return;
+  }
+  bad("tool_choice.function.name",
+      fmt::format("'tool_choice.function.name' {} is not one of 'tools'", Json(*name).dump()));
 }
 
-// -> true for {"type": "json_object"} (JSON mode), false for none or "text".
-bool parse_response_format(const Json& body) {
+// response_format: {type: "text"}, {type: "json_object"} (JSON mode) or {type: "json_schema",
+// json_schema: {name, description?, schema?, strict?}} (a grammar; without a schema, JSON mode).
+void parse_response_format(const Json& body, SamplingFields& f) {
   const Json* v = find(body, "response_format");
-  if (!v || v->is_null()) return false;
+  if (!v || v->is_null()) return;
   if (!v->is_object()) wrong_type("response_format", "an object {type}", *v);
   const auto type = get_string(*v, "type", "response_format.");
   if (!type) bad("response_format.type", "'response_format.type' is required");
-  if (*type == "text") return false;
-  if (*type == "json_object") return true;
-  if (*type == "json_schema")
-    bad("response_format", "'response_format' type \"json_schema\" is not supported (only "
-                           "\"json_object\": a schema's grammar is not implemented)");
-  bad("response_format.type",
-      fmt::format("'response_format.type' must be \"text\" or \"json_object\", got {}",
-                  Json(*type).dump()));
+  if (*type == "text") return;
+  if (*type == "json_object") {
+    f.json_object = true;
+    return;
+  }
+  if (*type != "json_schema")
+    bad("response_format.type",
+        fmt::format("'response_format.type' must be \"text\", \"json_object\" or "
+                    "\"json_schema\", got {}", Json(*type).dump()));
+  const Json* js = find(*v, "json_schema");
+  if (!js) bad("response_format.json_schema", "'response_format.json_schema' is required");
+  if (!js->is_object())
+    wrong_type("response_format.json_schema", "an object {name, schema, strict}", *js);
+  // OpenAI's rule for the name: required, a-z, A-Z, 0-9, '_' and '-', at most 64.
+  const auto name = get_string(*js, "name", "response_format.json_schema.");
+  if (!name || name->empty() || name->size() > 64 ||
+      !std::all_of(name->begin(), name->end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+      }))
+    bad("response_format.json_schema.name",
+        "'response_format.json_schema.name' is required: 1 to 64 of a-z, A-Z, 0-9, '_', '-'");
+  get_string(*js, "description", "response_format.json_schema.");
+  get_bool(*js, "strict", "response_format.json_schema.");
+  const Json* schema = find(*js, "schema");
+  if (!schema) {
+    f.json_object = true;
+    return;
+  }
+  f.grammar = schema_grammar(*schema, "response_format.json_schema.schema");
 }
 
 // Fields of the OpenAI API that Sampan does not implement: refused when given, rather than
@@ -343,6 +413,7 @@ void SamplingFields::apply_to(runtime::EngineRequest& req) const {
   req.stop_ids = stop_ids;
   req.ignore_eos = ignore_eos;
   req.json_object = json_object;
+  req.grammar = grammar;
 }
 
 void merge_sampling_fields(const Json& obj, SamplingFields& f, const std::string& prefix) {
@@ -474,13 +545,16 @@ ChatRequest parse_chat_request(const Json& body) {
     r.messages.push_back(std::move(out));
   }
   r.tools = check_tools(body);
-  check_tool_choice(body, !r.tools.is_null());
   get_bool(body, "parallel_tool_calls");
-  const bool json_object = parse_response_format(body);
   refuse_unsupported(body, {"functions", "function_call", "audio", "prediction"});
   r.n = get_n(body);
   r.fields = parse_sampling_fields(body);
-  r.fields.json_object = json_object;
+  parse_response_format(body, r.fields);
+  const bool formatted = r.fields.json_object || r.fields.grammar;
+  parse_tool_choice(body, r);
+  if (formatted && (r.tool_required || !r.forced_tool.empty()))
+    bad("tool_choice", "'tool_choice' forces a tool call and 'response_format' asks for JSON: "
+                       "choose one");
   // max_completion_tokens is the newer name; it wins when both are given.
   if (auto v = get_int(body, "max_completion_tokens")) {
     if (*v <= 0)

@@ -68,9 +68,11 @@ struct SamplingFields {
   bool ignore_eos = false;
   std::optional<int64_t> max_tokens;  // absent: the server's default applies
   bool json_object = false;           // chat's response_format {"type": "json_object"}
+  // Chat's response_format json_schema, or a forced tool call (tool_choice "required" or named).
+  std::shared_ptr<const runtime::Grammar> grammar;
 
   // Copies everything but max_tokens into `req` (sampling, stop, stop_ids, ignore_eos,
-  // json_object).
+  // json_object, grammar).
   void apply_to(runtime::EngineRequest& req) const;
 };
 SamplingFields parse_sampling_fields(const Json& obj, const std::string& prefix = "");
@@ -123,6 +125,10 @@ struct ChatRequest {
   bool logprobs = false;
   int32_t top_logprobs = 0;  // 0..20, only with logprobs
   int32_t n = 1;             // choices, 1..kMaxChoices
+  // tool_choice forcing a call: "required" (the output is a JSON list of {name, arguments}) or
+  // the named tool (the output is its arguments); fields.grammar holds the constraint.
+  bool tool_required = false;
+  std::string forced_tool;
 };
 // messages: non-empty list of {role: string, content: string | [{type: "text", text}] | null,
 // name: string, tool_call_id: string, tool_calls: [{id, type: "function", function: {name,
@@ -131,9 +137,13 @@ struct ChatRequest {
 // such as Llama 3.1's print it with tojson).
 // tools: list of {type: "function", function: {name, description?, parameters?: object,
 // strict?}}, handed to the chat template as `tools`; tool_choice "none" | "auto" (the model's
-// output comes back as text: tool calls are not parsed out of it); "required" or a named
-// function need constrained decoding and are refused. response_format {type: "text"} or
-// {type: "json_object"} (JSON mode: fields.json_object); "json_schema" is refused.
+// output comes back as text: tool calls are not parsed out of it), "required" or
+// {type: "function", function: {name}} (decoding constrained to the call: tool_required /
+// forced_tool, fields.grammar; errors in a tool's schema name tools[i].function.parameters).
+// response_format {type: "text"}, {type: "json_object"} (JSON mode: fields.json_object) or
+// {type: "json_schema", json_schema: {name?, schema?, strict?}} (fields.grammar; errors name
+// response_format.json_schema.schema and the keyword's JSON pointer). A forced tool call with
+// a JSON response_format is refused.
 // logit_bias as in SamplingFields. functions / function_call (deprecated) are refused: use
 // tools.
 ChatRequest parse_chat_request(const Json& body);

@@ -20,6 +20,7 @@
 #include "engine/models/lora_adapter.h"
 #include "engine/runtime/device_select.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/json_schema.h"
 #include "engine/runtime/sampling_limits.h"
 
 namespace sampan::capi {
@@ -40,6 +41,7 @@ struct Params {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool json_object = false;
+  std::shared_ptr<const runtime::Grammar> grammar;  // json_schema, compiled
   std::string lora;  // adapter name; "" for the base model
 };
 
@@ -184,6 +186,7 @@ runtime::EngineRequest make_request(const SampanParams* params) {
   r.stop = p->stop;
   r.ignore_eos = p->ignore_eos;
   r.json_object = p->json_object;
+  r.grammar = p->grammar;
   return r;
 }
 
@@ -407,7 +410,21 @@ SAMPAN_API SampanStatus sampan_params_clear_logit_bias(SampanParams* params) {
 
 SAMPAN_API SampanStatus sampan_params_set_json_object(SampanParams* params,
                                                       int32_t json_object) {
-  return with_params(params, [&](Params& p) { p.json_object = json_object != 0; });
+  return with_params(params, [&](Params& p) {
+    p.json_object = json_object != 0;
+    if (p.json_object) p.grammar.reset();
+  });
+}
+
+SAMPAN_API SampanStatus sampan_params_set_json_schema(SampanParams* params, const char* schema) {
+  return with_params(params, [&](Params& p) {
+    if (schema == nullptr || *schema == '\0') {
+      p.grammar.reset();
+      return;
+    }
+    p.grammar = runtime::compile_json_schema(schema, "json_schema");
+    p.json_object = false;
+  });
 }
 
 SAMPAN_API SampanStatus sampan_params_set_ignore_eos(SampanParams* params, int32_t ignore_eos) {

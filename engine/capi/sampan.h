@@ -341,6 +341,12 @@ SAMPAN_API SampanStatus sampan_params_clear_logit_bias(SampanParams* params);
 /* Non-zero: JSON mode (OpenAI's response_format json_object): the output is one JSON object,
  * or a prefix of one when max_tokens cuts it. */
 SAMPAN_API SampanStatus sampan_params_set_json_object(SampanParams* params, int32_t json_object);
+/* OpenAI's response_format json_schema: `schema` a JSON Schema as NUL-terminated JSON text (the
+ * supported keywords: engine/runtime/json_schema.h); the output is a JSON value it admits, or a
+ * prefix of one when max_tokens cuts it. Compiled here: a schema that is not JSON or uses an
+ * unsupported keyword fails with INVALID_ARGUMENT naming the keyword. NULL or "" clears it.
+ * Setting a schema clears JSON mode and JSON mode clears the schema. */
+SAMPAN_API SampanStatus sampan_params_set_json_schema(SampanParams* params, const char* schema);
 /* Non-zero: keep generating past the end-of-sequence token (until max_tokens or a stop). */
 SAMPAN_API SampanStatus sampan_params_set_ignore_eos(SampanParams* params, int32_t ignore_eos);
 /* The LoRA adapter (a name given to sampan_config_add_lora) the request runs through; NULL or

@@ -16,6 +16,8 @@ namespace {
 using OJson = nlohmann::ordered_json;
 using Sym = Grammar::Symbol;
 
+OJson parse_schema(std::string_view schema_text, const std::string& field);
+
 // Keywords that only describe: ignored, as a validator ignores them. "format" is an annotation
 // in draft 2020-12 unless a validator opts in (Python's jsonschema does not by default).
 const std::set<std::string_view> kAnnotations = {
@@ -31,22 +33,55 @@ const std::set<std::string_view> kSupported = {
 
 class Compiler {
  public:
-  Compiler(const OJson& root, std::string field) : root_(root), field_(std::move(field)) {}
+  Compiler() : g_holder_(std::make_shared<Grammar>()), g_(g_holder_.get()) {
+    g_->set_root(g_->add_rule());  // the root rule comes first
+  }
 
-  std::shared_ptr<const Grammar> run() {
-    auto g = std::make_shared<Grammar>();
-    g_ = g.get();
-    const uint32_t top = g_->add_rule();  // the root rule comes first
-    g_->set_root(top);
-    g_->add_alt(top, {compile(root_, "", 0)});
+  // The rule of the values `root` (a schema from `field`) admits; its $refs resolve in it.
+  uint32_t compile_root(const OJson& root, std::string field) {
+    root_ = &root;
+    field_ = std::move(field);
+    refs_.clear();
+    return compile(root, "", 0);
+  }
+
+  // Finishes with `top` as what a text must be.
+  std::shared_ptr<const Grammar> finish(std::vector<Sym> top) {
+    g_->add_alt(0, std::move(top));
     try {
       g_->finalize();
     } catch (const Error& e) {
       // No finite text (every instance nests forever), or a $ref cycle that reads nothing.
       bad("", fmt::format("admits no JSON value that can be generated ({})", e.what()));
     }
-    if (GrammarMatcher(*g).start().empty()) bad("", "admits no JSON value that can be generated");
-    return g;
+    if (GrammarMatcher(*g_).start().empty()) bad("", "admits no JSON value that can be generated");
+    return g_holder_;
+  }
+
+  // [{"name": <one of the tools>, "arguments": <its parameters>}, ...]: one call, or several.
+  std::shared_ptr<const Grammar> tool_calls(const std::vector<ToolSchema>& tools, bool parallel,
+                                            const std::string& field) {
+    const uint32_t w = ws();
+    const Sym comma = g_->byte(','), colon = g_->byte(':');
+    std::vector<std::vector<Sym>> alts;
+    std::vector<OJson> roots;
+    roots.reserve(tools.size());  // compile_root keeps a pointer to each
+    for (size_t i = 0; i < tools.size(); ++i) {
+      roots.push_back(parse_schema(tools[i].parameters, tools[i].field));
+      const uint32_t args = compile_root(roots.back(), tools[i].field);
+      std::vector<Sym> call = cat(literal("{"), {w});
+      call = cat(cat(call, literal("\"name\"")), {w, colon, w});
+      call = cat(call, literal(OJson(tools[i].name).dump()));
+      call = cat(cat(call, {w, comma, w}), literal("\"arguments\""));
+      call = cat(call, {w, colon, w, args, w, g_->byte('}')});
+      alts.push_back(std::move(call));
+    }
+    field_ = field;
+    const uint32_t call = rule(std::move(alts));
+    const uint32_t more = g_->add_rule();
+    g_->add_alt(more, {w, g_->byte(']')});
+    if (parallel) g_->add_alt(more, {w, comma, w, call, more});
+    return finish({g_->byte('['), w, call, more});
   }
 
  private:
@@ -457,7 +492,7 @@ class Compiler {
     if (auto it = refs_.find(target); it != refs_.end()) return it->second;
     const OJson* t = nullptr;
     try {
-      t = &root_.at(OJson::json_pointer(target));
+      t = &root_->at(OJson::json_pointer(target));
     } catch (const nlohmann::json::exception&) {
       bad(path, fmt::format("'$ref' {} does not resolve", printable(r.get<std::string>(), 80)));
     }
@@ -467,17 +502,15 @@ class Compiler {
     return id;
   }
 
-  const OJson& root_;
+  std::shared_ptr<Grammar> g_holder_;
+  Grammar* g_;
+  const OJson* root_ = nullptr;
   std::string field_;
-  Grammar* g_ = nullptr;
   std::map<std::string, uint32_t> refs_;
   std::optional<uint32_t> ws_, char_, any_string_, integer_, number_, any_;
 };
 
-}  // namespace
-
-std::shared_ptr<const Grammar> compile_json_schema(std::string_view schema_text,
-                                                   const std::string& field) {
+OJson parse_schema(std::string_view schema_text, const std::string& field) {
   if (schema_text.size() > JsonSchemaLimits::kMaxSchemaBytes) {
     fail_field(ErrorCode::kInvalidArgument, field, "'{}' is longer than {} bytes", field,
                JsonSchemaLimits::kMaxSchemaBytes);
@@ -490,9 +523,8 @@ std::shared_ptr<const Grammar> compile_json_schema(std::string_view schema_text,
     }
     return true;
   };
-  OJson schema;
   try {
-    schema = OJson::parse(schema_text.begin(), schema_text.end(), limit);
+    return OJson::parse(schema_text.begin(), schema_text.end(), limit);
   } catch (const std::length_error&) {
     fail_field(ErrorCode::kInvalidArgument, field, "'{}' nests deeper than {} levels", field,
                JsonSchemaLimits::kMaxDepth * 2);
@@ -500,7 +532,22 @@ std::shared_ptr<const Grammar> compile_json_schema(std::string_view schema_text,
     fail_field(ErrorCode::kInvalidArgument, field, "'{}' is not valid JSON: {}", field,
                printable(e.what(), 200));
   }
-  return Compiler(schema, field).run();
+}
+
+}  // namespace
+
+std::shared_ptr<const Grammar> compile_json_schema(std::string_view schema_text,
+                                                   const std::string& field) {
+  const OJson schema = parse_schema(schema_text, field);
+  Compiler c;
+  const uint32_t value = c.compile_root(schema, field);
+  return c.finish({value});
+}
+
+std::shared_ptr<const Grammar> compile_tool_calls(const std::vector<ToolSchema>& tools,
+                                                  bool parallel, const std::string& field) {
+  if (tools.empty()) fail_field(ErrorCode::kInvalidArgument, field, "'{}': no tools", field);
+  return Compiler().tool_calls(tools, parallel, field);
 }
 
 }  // namespace sampan::runtime

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/runtime/grammar.h"
 
@@ -42,5 +43,17 @@ struct JsonSchemaLimits {
 // unsupported keyword, a bad keyword value, an unresolved $ref, or one that admits no value.
 std::shared_ptr<const Grammar> compile_json_schema(std::string_view schema_text,
                                                    const std::string& field);
+
+// A forced tool call (OpenAI tool_choice "required"): the text is a JSON list of calls
+// [{"name": "<a tool's name>", "arguments": <a value of that tool's parameters schema>}, ...]
+// with at least one call (exactly one unless `parallel`). Each tool's $refs resolve in its own
+// schema; errors name the tool's `field`.
+struct ToolSchema {
+  std::string name;
+  std::string parameters;  // schema text
+  std::string field;       // "tools[2].function.parameters"
+};
+std::shared_ptr<const Grammar> compile_tool_calls(const std::vector<ToolSchema>& tools,
+                                                  bool parallel, const std::string& field);
 
 }  // namespace sampan::runtime

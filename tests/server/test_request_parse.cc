@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/runtime/grammar.h"
 #include "server/api_routes.h"
 #include "server/request_parse.h"
 
@@ -446,12 +447,52 @@ TEST_CASE("chat request: tools, tool calls and their options", "[request_parse]"
         "tools[0].function.parameters");
   CHECK(refusal(R"("tools": [{"type": "function", "function": {"name": "f", "description": 1}}])") ==
         "tools[0].function.description");
+  // Forced tool calls: "required" (any tool, a list of calls) or one named tool (its arguments),
+  // each a grammar; without tools, or naming a tool not given, refused.
   CHECK(refusal(R"("tool_choice": "required")") == "tool_choice");
   CHECK(refusal(R"("tool_choice": "sometimes")") == "tool_choice");
   CHECK(refusal(R"("tool_choice": 1)") == "tool_choice");
-  CHECK(refusal(std::string(R"("tools": [)") + tool +
-                R"(], "tool_choice": {"type": "function", "function": {"name": "get_weather"}})") ==
+  const std::string tools = std::string(R"("tools": [)") + tool + "]";
+  {
+    const ChatRequest req =
+        parse_chat_request(Json::parse(body(tools + R"(, "tool_choice": "required")")));
+    CHECK(req.tool_required);
+    CHECK(req.forced_tool.empty());
+    REQUIRE(req.fields.grammar);
+    const sampan::runtime::GrammarMatcher m(*req.fields.grammar);
+    CHECK(m.matches(R"([{"name":"get_weather","arguments":{"city":"Oslo"}}])"));
+    CHECK(m.matches(R"([{"name":"get_weather","arguments":{}},{"name":"get_weather","arguments":{}}])"));
+    CHECK_FALSE(m.matches(R"([{"name":"get_time","arguments":{}}])"));
+    CHECK_FALSE(m.matches(R"([{"name":"get_weather","arguments":{"city":5}}])"));
+    CHECK_FALSE(m.matches("[]"));
+    // parallel_tool_calls false: exactly one call.
+    const ChatRequest one = parse_chat_request(Json::parse(
+        body(tools + R"(, "tool_choice": "required", "parallel_tool_calls": false)")));
+    CHECK_FALSE(sampan::runtime::GrammarMatcher(*one.fields.grammar)
+                    .matches(R"([{"name":"get_weather","arguments":{}},)"
+                             R"({"name":"get_weather","arguments":{}}])"));
+  }
+  {
+    const ChatRequest req = parse_chat_request(Json::parse(body(
+        tools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})")));
+    CHECK(req.forced_tool == "get_weather");
+    REQUIRE(req.fields.grammar);
+    CHECK(sampan::runtime::GrammarMatcher(*req.fields.grammar).matches(R"({"city":"x"})"));
+    CHECK_FALSE(sampan::runtime::GrammarMatcher(*req.fields.grammar).matches(R"([])"));
+  }
+  CHECK(refusal(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})") ==
+        "tool_choice.function.name");
+  CHECK(refusal(tools + R"(, "tool_choice": {"type": "function"})") == "tool_choice.function");
+  CHECK(refusal(tools + R"(, "tool_choice": {"function": {"name": "get_weather"}})") ==
+        "tool_choice.type");
+  CHECK(refusal(R"("tool_choice": {"type": "function", "function": {"name": "get_weather"}})") ==
         "tool_choice");
+  // A tool whose schema the grammar cannot follow: refused naming that tool's parameters.
+  CHECK(refusal(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": )"
+                R"({"type": "object", "properties": {"n": {"type": "string", "pattern": "a"}}}}}],)"
+                R"( "tool_choice": "required")") == "tools[0].function.parameters");
+  CHECK(refusal(tools + R"(, "tool_choice": "required", "response_format": {"type": "json_object"})")
+        == "tool_choice");
   CHECK(refusal(R"("parallel_tool_calls": "yes")") == "parallel_tool_calls");
   CHECK(refusal(R"("functions": [])") == "functions");
   CHECK(refusal(R"("function_call": "auto")") == "function_call");
@@ -464,8 +505,34 @@ TEST_CASE("chat request: tools, tool calls and their options", "[request_parse]"
             .fields.json_object);
   CHECK(refusal(R"("response_format": "json")") == "response_format");
   CHECK(refusal(R"("response_format": {})") == "response_format.type");
+  // json_schema: a name as OpenAI spells it, and a schema compiled to a grammar (without one:
+  // JSON mode); what the grammar cannot follow is refused naming the schema.
   CHECK(refusal(R"("response_format": {"type": "json_schema", "json_schema": {}})") ==
-        "response_format");
+        "response_format.json_schema.name");
+  CHECK(refusal(R"("response_format": {"type": "json_schema"})") ==
+        "response_format.json_schema");
+  CHECK(refusal(R"("response_format": {"type": "json_schema", "json_schema": {"name": "a b"}})") ==
+        "response_format.json_schema.name");
+  CHECK(refusal(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",)"
+                R"( "schema": {"type": "integer", "minimum": 0}}})") ==
+        "response_format.json_schema.schema");
+  CHECK(refusal(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",)"
+                R"( "strict": "yes"}})") == "response_format.json_schema.strict");
+  {
+    const ChatRequest req = parse_chat_request(Json::parse(body(
+        R"("response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,)"
+        R"( "schema": {"type": "object", "properties": {"z": {"type": "integer"},)"
+        R"( "a": {"type": "boolean"}}, "required": ["z", "a"]}}})")));
+    REQUIRE(req.fields.grammar);
+    CHECK_FALSE(req.fields.json_object);
+    const sampan::runtime::GrammarMatcher m(*req.fields.grammar);
+    CHECK(m.matches(R"({"z":1,"a":true})"));  // the request's member order, not sorted
+    CHECK_FALSE(m.matches(R"({"a":true,"z":1})"));
+    const ChatRequest no_schema = parse_chat_request(Json::parse(
+        body(R"("response_format": {"type": "json_schema", "json_schema": {"name": "p"}})")));
+    CHECK(no_schema.fields.json_object);
+    CHECK_FALSE(no_schema.fields.grammar);
+  }
   CHECK(refusal(R"("response_format": {"type": "yaml"})") == "response_format.type");
 
   // logit_bias: token id (canonical decimal) -> bias in [-100, 100], in both APIs.

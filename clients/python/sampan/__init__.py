@@ -26,6 +26,7 @@ an Engine may be shared by threads, each iterating its own Generation.
 """
 
 import ctypes
+import json
 
 import numpy as np
 
@@ -453,11 +454,13 @@ class Engine(_Handle):
 
     def generate(self, prompt, max_tokens=16, temperature=1.0, top_k=0, top_p=1.0, seed=None,
                  stop=(), ignore_eos=False, poll_timeout_ms=-1, lora=None, logit_bias=None,
-                 json_object=False):
+                 json_object=False, json_schema=None):
         """Submits `prompt` (text, or a sequence of token ids) and returns a Generation to
         iterate. lora: the name of an adapter of the engine's config (None: the base model).
         logit_bias: {token id: bias in [-100, 100]} added to those logits (OpenAI's).
-        json_object: JSON mode, the output is one JSON object (a prefix if max_tokens cuts it)."""
+        json_object: JSON mode, the output is one JSON object (a prefix if max_tokens cuts it).
+        json_schema: a JSON Schema (a dict, or its JSON text); the output is a value it admits
+        (a prefix if max_tokens cuts it). Not with json_object."""
         params = ctypes.c_void_p()
         _call("sampan_params_create", ctypes.byref(params))
         try:
@@ -470,8 +473,13 @@ class Engine(_Handle):
             for s in stop:
                 _call("sampan_params_add_stop", params, s.encode())
             _call("sampan_params_set_ignore_eos", params, int(bool(ignore_eos)))
+            if json_object and json_schema is not None:
+                raise SampanError(INVALID_ARGUMENT, "json_schema: not with json_object")
             if json_object:
                 _call("sampan_params_set_json_object", params, 1)
+            if json_schema is not None:
+                text = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
+                _call("sampan_params_set_json_schema", params, text.encode())
             for tid, bias in (logit_bias or {}).items():
                 tid = int(tid)
                 if not -2**31 <= tid < 2**31:

@@ -108,6 +108,7 @@ _PROTOTYPES = {
     "sampan_params_add_logit_bias": (STATUS, [H, _c.c_int32, _c.c_float]),
     "sampan_params_clear_logit_bias": (STATUS, [H]),
     "sampan_params_set_json_object": (STATUS, [H, _c.c_int32]),
+    "sampan_params_set_json_schema": (STATUS, [H, _c.c_char_p]),
     "sampan_params_set_seed": (STATUS, [H, _c.c_uint64]),
     "sampan_params_set_max_tokens": (STATUS, [H, _c.c_int64]),
     "sampan_params_add_stop": (STATUS, [H, _c.c_char_p]),
