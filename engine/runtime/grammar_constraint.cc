@@ -33,14 +33,46 @@ bool GrammarConstraint::allowed(int32_t id) const {
   return true;
 }
 
-void GrammarConstraint::scan(uint32_t node, const GrammarState& s,
-                             std::vector<uint64_t>& ok) const {
+uint32_t GrammarConstraint::intern(GrammarState s) {
+  std::vector<uint32_t>& ids = state_ids_[GrammarMatcher::hash(s)];
+  for (uint32_t id : ids) {
+    if (states_[id] == s) return id;
+  }
+  states_.push_back(std::move(s));
+  steps_.emplace_back();
+  steps_.back().fill(kUnknown);
+  ids.push_back(static_cast<uint32_t>(states_.size() - 1));
+  return ids.back();
+}
+
+int32_t GrammarConstraint::next_state(uint32_t state, uint8_t byte, int64_t& budget) {
+  if (const int32_t known = steps_[state][byte]; known != kUnknown) return known;
+  budget -= static_cast<int64_t>(states_[state].flat.size()) + 1;
+  GrammarState next = matcher_.step(states_[state], byte);
+  const int32_t id = next.empty() ? -1 : static_cast<int32_t>(intern(std::move(next)));
+  steps_[state][byte] = id;  // after intern: steps_ may have grown
+  return id;
+}
+
+void GrammarConstraint::scan(uint32_t node, uint32_t state, std::vector<uint64_t>& ok,
+                             int64_t& budget) {
+  // Every child first, then their subtrees: when the budget runs out, the shorter tokens (down
+  // to every single byte the grammar allows) have been decided.
+  // The second pass finds each step in steps_ (a table lookup).
   const TokenBytes::TrieNode& n = vocab_->trie[node];
+  size_t reached = 0;
   for (const auto& [byte, child] : n.children) {
-    const GrammarState next = matcher_.step(s, byte);
-    if (next.empty()) continue;  // no token through this byte
+    if (budget <= 0) break;
+    ++reached;
+    if (next_state(state, byte, budget) < 0) continue;  // no token through this byte
     for (int32_t id : vocab_->trie[child].ids) ok[id / 64] |= uint64_t{1} << (id % 64);
-    scan(child, next, ok);
+  }
+  for (size_t i = 0; i < reached; ++i) {
+    const auto& [byte, child] = n.children[i];
+    const int32_t next = steps_[state][byte];
+    if (next >= 0 && !vocab_->trie[child].children.empty()) {
+      scan(child, static_cast<uint32_t>(next), ok, budget);
+    }
   }
 }
 
@@ -49,8 +81,14 @@ const std::vector<uint64_t>& GrammarConstraint::allowed_ids() {
   auto it = memo_.find(key);
   if (it != memo_.end() && it->second.first == state_) return it->second.second;
   if (memo_.size() >= kMemoStates) memo_.clear();
+  if (states_.size() > kMaxStates) {
+    steps_.clear();
+    states_.clear();
+    state_ids_.clear();
+  }
   std::vector<uint64_t> ok((vocab_->bytes.size() + 63) / 64);
-  if (!vocab_->trie.empty()) scan(0, state_, ok);
+  int64_t budget = kScanBudget;
+  if (!vocab_->trie.empty()) scan(0, intern(state_), ok, budget);
   auto& slot = memo_[key];
   slot = {state_, std::move(ok)};
   return slot.second;

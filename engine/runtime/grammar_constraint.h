@@ -5,6 +5,7 @@
 // short by max_tokens a prefix of one.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -37,8 +38,23 @@ class GrammarConstraint final : public TokenConstraint {
 
  private:
   const std::vector<uint64_t>& allowed_ids();
-  // Marks in `ok` every token below trie node `node` that the grammar allows from `s`.
-  void scan(uint32_t node, const GrammarState& s, std::vector<uint64_t>& ok) const;
+  // Marks in `ok` every token below trie node `node` that the grammar allows from `s`, until
+  // `budget` (stack positions stepped) is spent: past it, the tokens not yet reached stay
+  // disallowed. A schema built to keep many alternatives open (hundreds of identical anyOf
+  // branches) then narrows the choice instead of stalling the engine for every request.
+  void scan(uint32_t node, uint32_t state, std::vector<uint64_t>& ok, int64_t& budget);
+  static constexpr int64_t kScanBudget = int64_t{1} << 23;
+
+  // States met while scanning, interned, and the steps between them: most trie nodes lead to a
+  // state already seen (inside a string every ASCII character returns to the same one), so a
+  // scan is mostly lookups. Cleared between scans past kMaxStates states (1 KB each).
+  uint32_t intern(GrammarState s);
+  int32_t next_state(uint32_t state, uint8_t byte, int64_t& budget);  // -1: refused
+  static constexpr size_t kMaxStates = 1024;
+  static constexpr int32_t kUnknown = -2;
+  std::vector<GrammarState> states_;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> state_ids_;  // hash -> ids
+  std::vector<std::array<int32_t, 256>> steps_;  // [state][byte] -> next, -1, or kUnknown
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenBytes> vocab_;
