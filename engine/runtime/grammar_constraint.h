@@ -43,7 +43,7 @@ class GrammarConstraint final : public TokenConstraint {
   // disallowed. A schema built to keep many alternatives open (hundreds of identical anyOf
   // branches) then narrows the choice instead of stalling the engine for every request.
   void scan(uint32_t node, uint32_t state, std::vector<uint64_t>& ok, int64_t& budget);
-  static constexpr int64_t kScanBudget = int64_t{1} << 23;
+  static constexpr int64_t kScanBudget = int64_t{1} << 19;
 
   // States met while scanning, interned, and the steps between them: most trie nodes lead to a
   // state already seen (inside a string every ASCII character returns to the same one), so a

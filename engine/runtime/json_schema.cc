@@ -34,7 +34,7 @@ const std::set<std::string_view> kSupported = {
 class Compiler {
  public:
   Compiler() : g_holder_(std::make_shared<Grammar>()), g_(g_holder_.get()) {
-    g_->set_root(g_->add_rule());  // the root rule comes first
+    g_->set_root(new_rule());  // the root rule comes first
   }
 
   // The rule of the values `root` (a schema from `field`) admits; its $refs resolve in it.
@@ -78,7 +78,7 @@ class Compiler {
     }
     field_ = field;
     const uint32_t call = rule(std::move(alts));
-    const uint32_t more = g_->add_rule();
+    const uint32_t more = new_rule();
     g_->add_alt(more, {w, g_->byte(']')});
     if (parallel) g_->add_alt(more, {w, comma, w, call, more});
     return finish({g_->byte('['), w, call, more});
@@ -90,8 +90,16 @@ class Compiler {
                path.empty() ? std::string() : fmt::format(" at {}", path), what);
   }
 
+  uint32_t new_rule() {
+    if (g_->rule_count() >= Grammar::kMaxRules) {
+      bad("", fmt::format("needs more than {} grammar rules (string lengths, item counts and "
+                          "nesting multiply them)", Grammar::kMaxRules));
+    }
+    return g_->add_rule();
+  }
+
   uint32_t rule(std::vector<std::vector<Sym>> alts) {
-    const uint32_t r = g_->add_rule();
+    const uint32_t r = new_rule();
     for (auto& a : alts) g_->add_alt(r, std::move(a));
     return r;
   }
@@ -170,7 +178,7 @@ class Compiler {
     uint32_t next;
     int64_t top;
     if (max_len < 0) {
-      next = g_->add_rule();
+      next = new_rule();
       g_->add_alt(next, {quote});
       g_->add_alt(next, {ch, next});
       top = min_len;
@@ -217,16 +225,16 @@ class Compiler {
   // Any JSON value (the schema true or {}).
   uint32_t any_value() {
     if (any_) return *any_;
-    any_ = g_->add_rule();
+    any_ = new_rule();
     const uint32_t w = ws();
     const Sym comma = g_->byte(','), colon = g_->byte(':');
     const uint32_t member = rule({{string(0, -1), w, colon, w, *any_}});
-    const uint32_t more_members = g_->add_rule();  // after a member
+    const uint32_t more_members = new_rule();  // after a member
     g_->add_alt(more_members, {w, g_->byte('}')});
     g_->add_alt(more_members, {w, comma, w, member, more_members});
     const uint32_t object =
         rule({{g_->byte('{'), w, g_->byte('}')}, {g_->byte('{'), w, member, more_members}});
-    const uint32_t more_items = g_->add_rule();
+    const uint32_t more_items = new_rule();
     g_->add_alt(more_items, {w, g_->byte(']')});
     g_->add_alt(more_items, {w, comma, w, *any_, more_items});
     const uint32_t array =
@@ -393,7 +401,7 @@ class Compiler {
     uint32_t next;
     int64_t top;
     if (hi < 0) {
-      next = g_->add_rule();
+      next = new_rule();
       g_->add_alt(next, {w, close});
       g_->add_alt(next, {w, comma, w, item, next});
       top = first_loop;
@@ -452,7 +460,7 @@ class Compiler {
                                               : compile(*extra, path + "/additionalProperties",
                                                         depth + 1);
       const uint32_t member = rule({{string(0, -1), w, colon, w, value}});
-      const uint32_t more = g_->add_rule();
+      const uint32_t more = new_rule();
       g_->add_alt(more, {w, close});
       g_->add_alt(more, {w, comma, w, member, more});
       return rule({{open, w, close}, {open, w, member, more}});
@@ -496,7 +504,7 @@ class Compiler {
     } catch (const nlohmann::json::exception&) {
       bad(path, fmt::format("'$ref' {} does not resolve", printable(r.get<std::string>(), 80)));
     }
-    const uint32_t id = g_->add_rule();
+    const uint32_t id = new_rule();
     refs_[target] = id;  // before compiling, so that a recursive schema refers back to it
     g_->add_alt(id, {compile(*t, path, depth + 1)});
     return id;

@@ -134,9 +134,41 @@ def http_cases():
          {**chat, "tools": [{"type": "function"}]}, AUTH, 400, "tools[0].function"),
         ("chat: tool_choice required", "POST", ch, {**chat, "tool_choice": "required"}, AUTH, 400,
          "tool_choice"),
-        ("chat: response_format json_schema", "POST", ch,
+        ("chat: response_format json_schema without a name", "POST", ch,
          {**chat, "response_format": {"type": "json_schema", "json_schema": {}}}, AUTH, 400,
-         "response_format"),
+         "response_format.json_schema.name"),
+        # Schemas are attacker input: what would make the grammar huge, deep, or endless is
+        # refused before anything runs.
+        ("chat: json_schema nested 200 deep", "POST", ch,
+         {**chat, "response_format": {"type": "json_schema", "json_schema": {
+             "name": "x", "schema": json.loads('{"items":' * 200 + "{}" + "}" * 200)}}}, AUTH,
+         400, None),
+        ("chat: json_schema maxLength 10^9", "POST", ch,
+         {**chat, "response_format": {"type": "json_schema", "json_schema": {
+             "name": "x", "schema": {"type": "string", "maxLength": 10**9}}}}, AUTH, 400,
+         "response_format.json_schema.schema"),
+        ("chat: json_schema of 300 strings of maxLength 4096 (too many rules)", "POST", ch,
+         {**chat, "response_format": {"type": "json_schema", "json_schema": {
+             "name": "x", "schema": {"type": "object", "properties": {
+                 f"p{i}": {"type": "string", "minLength": 1, "maxLength": 4096}
+                 for i in range(300)}}}}}, AUTH, 400, "response_format.json_schema.schema"),
+        ("chat: json_schema whose instances never end", "POST", ch,
+         {**chat, "response_format": {"type": "json_schema", "json_schema": {
+             "name": "x", "schema": {"type": "object", "properties": {"a": {"$ref": "#"}},
+                                     "required": ["a"]}}}}, AUTH, 400,
+         "response_format.json_schema.schema"),
+        ("chat: json_schema $ref to itself", "POST", ch,
+         {**chat, "response_format": {"type": "json_schema", "json_schema": {
+             "name": "x", "schema": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}}}, AUTH, 400,
+         "response_format.json_schema.schema"),
+        ("chat: json_schema $ref outside the document", "POST", ch,
+         {**chat, "response_format": {"type": "json_schema", "json_schema": {
+             "name": "x", "schema": {"$ref": "file:///etc/passwd"}}}}, AUTH, 400,
+         "response_format.json_schema.schema"),
+        ("chat: tool_choice required with a tool schema using 'pattern'", "POST", ch,
+         {**chat, "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+             "type": "object", "properties": {"s": {"type": "string", "pattern": "x"}}}}}],
+          "tool_choice": "required"}, AUTH, 400, "tools[0].function.parameters"),
         ("chat: logit_bias key ' 5'", "POST", ch, {**chat, "logit_bias": {" 5": 10}}, AUTH, 400,
          "logit_bias"),
         ("chat: logit_bias id past the vocabulary", "POST", ch,

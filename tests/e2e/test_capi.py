@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 
+import jsonschema
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -42,6 +43,12 @@ MAX_LOGPROB_DIFF = 0.02
 # (4 decimals) agree to rounding.
 MAX_PRINTED_LOGIT_DIFF = 1e-3
 PROMPT = "The function returns a list of"
+# Every value bounded (string lengths, digits, list sizes), so that replies end.
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 8}, "n": {"type": "integer"},
+    "ok": {"type": "boolean"}, "tags": {"type": "array", "items": {"enum": ["a", "b"]},
+                                        "maxItems": 3}},
+    "required": ["name", "n", "ok"], "additionalProperties": False}
 
 
 def library_path(args):
@@ -181,6 +188,42 @@ def check_generation(res, sampan, args, model):
             g.close()
         res.check("generate(json_object=True): every reply that stops is one JSON object",
                   ended >= 2 and objects == ended, f"{objects} of {ended} of 4: {texts[:2]}")
+        # json_schema through the binding (the engine) and `sampan run --json-schema`
+        # (generate()): replies that stop validate with Python's jsonschema, and the two paths
+        # give the same text for the same seed.
+        ended, valid, bad = 0, 0, []
+        for seed in range(4):
+            g = engine.generate("JSON:", max_tokens=80, temperature=1.0, seed=seed,
+                                json_schema=SCHEMA, logit_bias={29913: 4.0}).result()
+            run = eu.run_sampan(args, ["run", "--model", model, "--prompt", "JSON:",
+                                       "--json-schema", json.dumps(SCHEMA), "--max-tokens", "80",
+                                       "--temperature", "1", "--seed", str(seed),
+                                       "--logit-bias", "29913=4"])
+            if run.returncode != 0 or run.stdout.rstrip("\n") != g.text:
+                bad.append((g.text, run.describe() if run.returncode else run.stdout))
+            if g.final.finish_reason == "stop":
+                ended += 1
+                try:
+                    jsonschema.validate(json.loads(g.text), SCHEMA)
+                    valid += 1
+                except (ValueError, jsonschema.ValidationError) as e:
+                    bad.append((g.text, str(e)[:200]))
+            g.close()
+        res.check("generate(json_schema=...) == `run --json-schema`; replies that stop validate "
+                  "(jsonschema)", ended >= 3 and valid == ended and not bad,
+                  f"{valid} valid of {ended} stopped of 4; {bad[:2]}")
+        for schema, word in (({"type": "string", "pattern": "a"}, "pattern"), ("{", "JSON")):
+            try:
+                engine.generate("x", max_tokens=2, json_schema=schema)
+                res.check(f"generate(json_schema=<bad: {word}>) is refused", False, "no error")
+            except sampan.SampanError as e:
+                res.check(f"generate(json_schema=<bad: {word}>) is refused naming it",
+                          e.status == sampan.INVALID_ARGUMENT and word in str(e), str(e))
+        run = eu.run_sampan(args, ["run", "--model", model, "--prompt", "x", "--json-schema",
+                                   '{"type": "integer", "minimum": 1}'])
+        res.check("`sampan run --json-schema` with an unsupported keyword fails naming it",
+                  run.returncode != 0 and "/minimum" in run.stderr
+                  and "Traceback" not in run.stderr, run.describe())
         run = eu.run_sampan(args, ["run", "--model", model, "--prompt", PROMPT, "--max-tokens",
                                    "2", "--logit-bias", "5=101"])
         res.check("`sampan run --logit-bias 5=101` is refused naming the flag",

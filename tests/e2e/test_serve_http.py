@@ -8,6 +8,8 @@ follows every bad one).
 """
 import json
 import math
+
+import jsonschema
 import os
 import sys
 import urllib.request
@@ -18,6 +20,21 @@ from serve_util import (Server, http_json, make_serve_model, metrics, metric_val
                         sse_events, sse_text)
 
 PROMPT = "The quick brown fox"
+# Every value bounded (string lengths, digits, list sizes), so that replies end.
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"},
+    "color": {"enum": ["red", "green", "blue"]},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 2}},
+    "required": ["name", "age", "color"], "additionalProperties": False}
+
+
+def valid_against(text, schema):
+    """Python's jsonschema on `text` (the independent reference)."""
+    try:
+        jsonschema.validate(json.loads(text), schema)
+        return True
+    except (ValueError, jsonschema.ValidationError):
+        return False
 # Short, so the test stays quick on the Sanitize build; long enough to cross several tokens.
 MAX_TOKENS = 12
 MAX_MODEL_LEN = 96
@@ -353,6 +370,119 @@ def main():
                   st_text == whole.choices[0].message.content,
                   f"{st_text!r} vs {whole.choices[0].message.content!r}")
 
+        # ---- response_format json_schema: replies validate with Python's jsonschema ----
+        rf = {"type": "json_schema", "json_schema": {"name": "person", "strict": True,
+                                                     "schema": SCHEMA}}
+        ended, valid, bad_schema = 0, 0, []
+        for seed in range(6):
+            r = client.chat.completions.create(
+                model=name, messages=[{"role": "user", "content": "A person as JSON."}],
+                max_tokens=80, temperature=1.0, seed=seed, response_format=rf)
+            content = r.choices[0].message.content
+            if r.choices[0].finish_reason == "stop":
+                ended += 1
+                try:
+                    jsonschema.validate(json.loads(content), SCHEMA)
+                    valid += 1
+                except (ValueError, jsonschema.ValidationError) as e:
+                    bad_schema.append((content, str(e)[:160]))
+        res.check("json_schema: every reply that stops validates against the schema (jsonschema)",
+                  ended >= 4 and valid == ended,
+                  f"{valid} valid of {ended} stopped of 6; bad {bad_schema[:2]}")
+        two = client.chat.completions.create(
+            model=name, messages=[{"role": "user", "content": "Two people."}], n=2,
+            max_tokens=80, temperature=1.0, seed=11, response_format=rf)
+        texts = [c.message.content for c in two.choices if c.finish_reason == "stop"]
+        res.check("json_schema with n = 2: each choice validates",
+                  len(texts) >= 1 and all(valid_against(t, SCHEMA) for t in texts),
+                  str([c.message.content for c in two.choices]))
+        st_text = sse_text(sse_events(base + "/v1/chat/completions", {
+            "model": name, "messages": [{"role": "user", "content": "A person."}],
+            "max_tokens": 80, "temperature": 0, "stream": True, "response_format": rf}))
+        whole = client.chat.completions.create(
+            model=name, messages=[{"role": "user", "content": "A person."}], max_tokens=80,
+            temperature=0, response_format=rf)
+        res.check("json_schema: streamed text == whole text (greedy)",
+                  st_text == whole.choices[0].message.content,
+                  f"{st_text!r} vs {whole.choices[0].message.content!r}")
+
+        # ---- forced tool calls: tool_choice naming a function, and "required" ----
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+                     "type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
+                                                      "unit": {"enum": ["c", "f"]}},
+                     "required": ["city", "unit"], "additionalProperties": False}}},
+                 {"type": "function", "function": {"name": "add", "parameters": {
+                     "type": "object", "properties": {"a": {"type": "integer"},
+                                                      "b": {"type": "integer"}},
+                     "required": ["a", "b"], "additionalProperties": False}}}]
+        params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+        msgs = [{"role": "user", "content": "What is the weather in Oslo?"}]
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        r = client.chat.completions.create(model=name, messages=msgs, tools=tools,
+                                           tool_choice=named, max_tokens=80, temperature=0.7,
+                                           seed=2)
+        calls = r.choices[0].message.tool_calls or []
+        res.check("tool_choice named: one call of that tool whose arguments validate",
+                  r.choices[0].message.content is None and len(calls) == 1
+                  and calls[0].function.name == "get_weather" and calls[0].type == "function"
+                  and calls[0].id.startswith("call_")
+                  and valid_against(calls[0].function.arguments, params["get_weather"]),
+                  str(r.choices[0]))
+        # The stream: the call's head (id, name) first, then its arguments piece by piece.
+        events = sse_events(base + "/v1/chat/completions", {
+            "model": name, "messages": msgs, "tools": tools, "tool_choice": named,
+            "max_tokens": 80, "temperature": 0.7, "seed": 2, "stream": True})
+        deltas = [e["choices"][0]["delta"] for e in events if isinstance(e, dict)]
+        heads = [d["tool_calls"][0] for d in deltas if d.get("tool_calls")
+                 and d["tool_calls"][0].get("id")]
+        args_text = "".join(d["tool_calls"][0]["function"].get("arguments", "")
+                            for d in deltas if d.get("tool_calls"))
+        res.check("tool_choice named, streamed: one head, arguments reassemble to the whole's",
+                  len(heads) == 1 and heads[0]["function"]["name"] == "get_weather"
+                  and calls and args_text == calls[0].function.arguments
+                  and not any(d.get("content") for d in deltas), f"{heads} {args_text!r}")
+        # One call (parallel_tool_calls false) is bounded, so replies end; several calls may
+        # follow one another, so there ']' is nudged to close the list.
+        close_list = {str(tvocab[t]): 6 for t in ("]", "▁]") if t in tvocab}
+        required_ok, required_stopped, seen_names = 0, 0, set()
+        for seed in range(8):
+            parallel = seed % 2 == 1
+            r = client.chat.completions.create(model=name, messages=msgs, tools=tools,
+                                               tool_choice="required", max_tokens=120,
+                                               temperature=1.0, seed=seed,
+                                               parallel_tool_calls=parallel,
+                                               logit_bias=close_list if parallel else None)
+            ch = r.choices[0]
+            if ch.finish_reason == "tool_calls":
+                required_stopped += 1
+                cs = ch.message.tool_calls or []
+                seen_names.update(c.function.name for c in cs)
+                required_ok += bool(cs) and ch.message.content is None and all(
+                    c.function.name in params
+                    and valid_against(c.function.arguments, params[c.function.name])
+                    for c in cs)
+        res.check("tool_choice required: finish tool_calls, each call a tool's valid arguments",
+                  required_stopped >= 5 and required_ok == required_stopped,
+                  f"{required_ok} of {required_stopped} of 8, tools {seen_names}")
+        events = sse_events(base + "/v1/chat/completions", {
+            "model": name, "messages": msgs, "tools": tools, "tool_choice": "required",
+            "parallel_tool_calls": False, "max_tokens": 120, "temperature": 1.0, "seed": 0,
+            "stream": True})
+        whole = client.chat.completions.create(model=name, messages=msgs, tools=tools,
+                                               tool_choice="required", max_tokens=120,
+                                               temperature=1.0, seed=0, parallel_tool_calls=False)
+        st_calls = [tc for e in events if isinstance(e, dict)
+                    for tc in e["choices"][0]["delta"].get("tool_calls") or []]
+        fins = [e["choices"][0]["finish_reason"] for e in events if isinstance(e, dict)
+                and e["choices"][0]["finish_reason"]]
+        res.check("tool_choice required, streamed: the same calls as whole, finish tool_calls",
+                  whole.choices[0].finish_reason == "tool_calls" and (
+                      fins == ["tool_calls"] and
+                      [(c["function"]["name"], c["function"]["arguments"]) for c in st_calls] ==
+                      [(c.function.name, c.function.arguments)
+                       for c in whole.choices[0].message.tool_calls]),
+                  f"{st_calls} {fins} vs {whole.choices[0]}")
+
         # ---- logit_bias (OpenAI, KServe): -100 bans a token, +100 forces it ----
         def kserve_ids(sampling):
             req = {"inputs": [
@@ -464,10 +594,20 @@ def main():
              {"prompt": "a", "logit_bias": {"999999": 1}}, 400, "logit_bias"),
             ("logit_bias out of range", comp_url, {"prompt": "a", "logit_bias": {"5": 101}},
              400, 'logit_bias["5"]'),
-            ("chat: response_format json_schema", chat_url,
+            ("chat: response_format json_schema without a name", chat_url,
              {"messages": [{"role": "user", "content": "a"}],
               "response_format": {"type": "json_schema", "json_schema": {}}}, 400,
-             "response_format"),
+             "response_format.json_schema.name"),
+            ("chat: json_schema with an unsupported keyword", chat_url,
+             {"messages": [{"role": "user", "content": "a"}],
+              "response_format": {"type": "json_schema", "json_schema": {
+                  "name": "x", "schema": {"type": "string", "pattern": "^a"}}}}, 400,
+             "response_format.json_schema.schema"),
+            ("chat: tool_choice naming a tool not given", chat_url,
+             {"messages": [{"role": "user", "content": "a"}],
+              "tools": [{"type": "function", "function": {"name": "f"}}],
+              "tool_choice": {"type": "function", "function": {"name": "g"}}}, 400,
+             "tool_choice.function.name"),
             ("chat: logit_bias key not an id", chat_url,
              {"messages": [{"role": "user", "content": "a"}], "logit_bias": {"05": 1}}, 400,
              "logit_bias"),

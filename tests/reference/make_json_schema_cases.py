@@ -2,7 +2,7 @@
 
     python3 tests/reference/make_json_schema_cases.py
 
-Writes tests/data/golden/json_schema_cases.json: a list of {"name", "schema", "cases": [[text,
+Writes tests/data/json_schema/cases.json: a list of {"name", "schema", "cases": [[text,
 valid, canonical], ...]}. `valid` is jsonschema's verdict (Draft 2020-12) on json.loads(text)
 (NaN / Infinity refused, as JSON has none); `canonical` marks the documents this script built
 from the schema in the form Sampan's grammar promises to admit (members in `properties` order,
@@ -203,7 +203,7 @@ def main():
                 cases.setdefault(text, (label(schema, text), False))
         out.append({"name": name, "schema": schema,
                     "cases": [[t, v, c] for t, (v, c) in cases.items()]})
-    path = os.path.join(os.path.dirname(__file__), "..", "data", "golden", "json_schema_cases.json")
+    path = os.path.join(os.path.dirname(__file__), "..", "data", "json_schema", "cases.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=0)
         f.write("\n")

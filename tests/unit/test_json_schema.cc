@@ -27,7 +27,7 @@ using OJson = nlohmann::ordered_json;
 namespace {
 
 OJson load_cases() {
-  std::ifstream f(std::string(SAMPAN_SOURCE_DIR) + "/tests/data/golden/json_schema_cases.json");
+  std::ifstream f(std::string(SAMPAN_SOURCE_DIR) + "/tests/data/json_schema/cases.json");
   REQUIRE(f.good());
   std::stringstream ss;
   ss << f.rdbuf();
