@@ -60,6 +60,8 @@ python3 -c "import openai" >/dev/null 2>&1 || need+=(openai)
 python3 -c "import tritonclient.grpc" >/dev/null 2>&1 || need+=("tritonclient[grpc]")
 python3 -c "import grpc_tools" >/dev/null 2>&1 || need+=(grpcio-tools)
 python3 -c "import prometheus_client" >/dev/null 2>&1 || need+=(prometheus_client)
+# JSON-schema constrained decoding: replies are validated with Python's jsonschema.
+python3 -c "import jsonschema" >/dev/null 2>&1 || need+=(jsonschema)
 # Classic models: onnxruntime runs live against `sampan infer`; onnx builds the bad-file cases.
 python3 -c "import onnxruntime" >/dev/null 2>&1 || need+=(onnxruntime)
 python3 -c "import onnx" >/dev/null 2>&1 || need+=(onnx)

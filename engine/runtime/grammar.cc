@@ -42,8 +42,9 @@ namespace {
 
 // The rules that derive some finite text (or, with `nullable`, the empty text): a worklist over
 // the alternatives, each waiting on the count of its rule symbols not yet known to.
-std::vector<bool> rules_deriving(const std::vector<std::vector<std::vector<Grammar::Symbol>>>& rules,
-                                 bool nullable) {
+using Rules = std::vector<std::vector<std::vector<Grammar::Symbol>>>;
+
+std::vector<bool> rules_deriving(const Rules& rules, bool nullable) {
   const size_t n = rules.size();
   std::vector<bool> yes(n, false);
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> users(n);  // rule -> (rule, alt)

@@ -1,6 +1,7 @@
 #include "engine/runtime/json_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -257,9 +258,11 @@ class Compiler {
 
   static bool type_matches(const OJson& v, std::string_view type) {
     if (type == "string") return v.is_string();
-    if (type == "integer") return v.is_number_integer() ||
-                                  (v.is_number_float() && v.get<double>() == static_cast<double>(
-                                       static_cast<int64_t>(v.get<double>())));
+    if (type == "integer") {
+      return v.is_number_integer() ||
+             (v.is_number_float() && std::isfinite(v.get<double>()) &&
+              std::floor(v.get<double>()) == v.get<double>());
+    }
     if (type == "number") return v.is_number();
     if (type == "boolean") return v.is_boolean();
     if (type == "null") return v.is_null();
@@ -302,6 +305,21 @@ class Compiler {
     for (const auto& [k, v] : s.items()) {
       if (!kSupported.contains(k) && !kAnnotations.contains(k)) {
         bad(path + "/" + k, fmt::format("keyword '{}' is not supported", printable(k, 60)));
+      }
+    }
+    // A combinator or a fixed value with other assertions beside it would need both applied:
+    // refused rather than one of them dropped ("type" beside enum / const filters the values).
+    for (const char* head : {"$ref", "allOf", "anyOf", "enum", "const"}) {
+      if (!s.contains(head)) continue;
+      for (const auto& [k, v] : s.items()) {
+        const std::string_view h = head;
+        const bool fixed_value = h == "enum" || h == "const";
+        const bool plain = k == h || kAnnotations.contains(k) || k == "$defs" ||
+                           k == "definitions" ||
+                           (fixed_value && (k == "type" || k == "enum" || k == "const"));
+        if (!plain) {
+          bad(path + "/" + k, fmt::format("'{}' beside '{}' is not supported", k, head));
+        }
       }
     }
     if (auto it = s.find("$ref"); it != s.end()) return ref(*it, path + "/$ref", depth);

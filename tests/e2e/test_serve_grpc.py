@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 
+import jsonschema
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -345,6 +346,37 @@ def check_generate(res, srv, gen, ref_text, prompt_ids, chat_ref):
                 pass
     res.check("Generate json_object: every reply that stops is one JSON object",
               ended >= 2 and objects == ended, f"{objects} of {ended} of 4: {texts[:2]}")
+
+    # json_schema: replies that stop validate with Python's jsonschema; a schema the grammar
+    # cannot follow is INVALID_ARGUMENT naming the keyword.
+    schema = {"type": "object", "properties": {
+        "id": {"type": "integer"}, "label": {"type": "string", "maxLength": 6},
+        "flags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3}},
+        "required": ["id", "label"], "additionalProperties": False}
+    ended, valid, texts = 0, 0, []
+    for seed in range(4):
+        rs, e = gen.run(model=MODEL, text="JSON:", temperature=1.0, seed=seed, max_tokens=120,
+                        json_schema=json.dumps(schema))
+        text = "".join(r.text for r in rs)
+        texts.append(text)
+        if e is None and rs and rs[-1].finish_reason == "stop":
+            ended += 1
+            try:
+                jsonschema.validate(json.loads(text), schema)
+                valid += 1
+            except (ValueError, jsonschema.ValidationError):
+                pass
+    res.check("Generate json_schema: every reply that stops validates (jsonschema)",
+              ended >= 3 and valid == ended, f"{valid} of {ended} of 4: {texts[:2]}")
+    rs, e = gen.run(model=MODEL, text="JSON:", max_tokens=4,
+                    json_schema='{"type": "number", "multipleOf": 2}')
+    res.check("Generate json_schema with 'multipleOf' -> INVALID_ARGUMENT naming it",
+              e is not None and err_code(e) == "INVALID_ARGUMENT" and "multipleOf" in err_text(e),
+              err_text(e))
+    rs, e = gen.run(model=MODEL, text="JSON:", max_tokens=4, json_object=True,
+                    json_schema='{"type": "object"}')
+    res.check("Generate json_schema with json_object -> INVALID_ARGUMENT",
+              e is not None and err_code(e) == "INVALID_ARGUMENT", err_text(e))
 
     # A stop string inside the greedy text: output ends just before it.
     stop = ref_text[len(ref_text) // 2:len(ref_text) // 2 + 3]

@@ -196,6 +196,25 @@ def main():
     write(out, "json_grammar", "utf8", '{"\u00e9\u20ac": "\U0001F600\u4e2d", "k": []}'.encode())
     write(out, "json_grammar", "pretty", '{\n  "a": {\n    "b": [\n      {}\n    ]\n  }\n}')
 
+    # JSON Schemas: every supported keyword, recursion through $defs, and the labelled cases'
+    # schemas (tests/data/json_schema/cases.json).
+    write(out, "json_schema", "person",
+          '{"type": "object", "properties": {"name": {"type": "string", "minLength": 1, '
+          '"maxLength": 12}, "age": {"type": "integer"}, "tags": {"type": "array", "items": '
+          '{"enum": ["a", "b", 3, null]}, "minItems": 1, "maxItems": 3}}, "required": ["name"], '
+          '"additionalProperties": false}')
+    write(out, "json_schema", "tree",
+          '{"$defs": {"n": {"type": "object", "properties": {"v": {"type": ["number", "null"]}, '
+          '"kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}, "required": ["v"]}}, '
+          '"$ref": "#/$defs/n"}')
+    write(out, "json_schema", "anyof",
+          '{"anyOf": [{"type": "string", "maxLength": 3}, {"const": {"k": [1, true]}}, '
+          '{"type": "object", "additionalProperties": {"type": "boolean"}}, {"allOf": [true]}]}')
+    with open(os.path.join(REPO, "tests", "data", "json_schema", "cases.json"),
+              encoding="utf-8") as f:
+        for case in json.load(f):
+            write(out, "json_schema", "case_" + case["name"], json.dumps(case["schema"]))
+
 
 if __name__ == "__main__":
     main()

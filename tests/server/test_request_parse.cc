@@ -461,7 +461,8 @@ TEST_CASE("chat request: tools, tool calls and their options", "[request_parse]"
     REQUIRE(req.fields.grammar);
     const sampan::runtime::GrammarMatcher m(*req.fields.grammar);
     CHECK(m.matches(R"([{"name":"get_weather","arguments":{"city":"Oslo"}}])"));
-    CHECK(m.matches(R"([{"name":"get_weather","arguments":{}},{"name":"get_weather","arguments":{}}])"));
+    CHECK(m.matches(R"([{"name":"get_weather","arguments":{}},)"
+                    R"({"name":"get_weather","arguments":{}}])"));
     CHECK_FALSE(m.matches(R"([{"name":"get_time","arguments":{}}])"));
     CHECK_FALSE(m.matches(R"([{"name":"get_weather","arguments":{"city":5}}])"));
     CHECK_FALSE(m.matches("[]"));
@@ -491,8 +492,8 @@ TEST_CASE("chat request: tools, tool calls and their options", "[request_parse]"
   CHECK(refusal(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": )"
                 R"({"type": "object", "properties": {"n": {"type": "string", "pattern": "a"}}}}}],)"
                 R"( "tool_choice": "required")") == "tools[0].function.parameters");
-  CHECK(refusal(tools + R"(, "tool_choice": "required", "response_format": {"type": "json_object"})")
-        == "tool_choice");
+  CHECK(refusal(tools + R"(, "tool_choice": "required", )"
+                        R"("response_format": {"type": "json_object"})") == "tool_choice");
   CHECK(refusal(R"("parallel_tool_calls": "yes")") == "parallel_tool_calls");
   CHECK(refusal(R"("functions": [])") == "functions");
   CHECK(refusal(R"("function_call": "auto")") == "function_call");

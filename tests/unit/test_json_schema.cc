@@ -151,6 +151,12 @@ TEST_CASE("json schema: unsupported or bad schemas are refused naming the keywor
   CHECK_THAT(error_of(R"({"enum":[]})"), Catch::Contains("'enum'"));
   CHECK_THAT(error_of(R"({"type":"integer","enum":["a"]})"), Catch::Contains("no 'enum'"));
   CHECK_THAT(error_of("[1]"), Catch::Contains("an object or a boolean"));
+  // Assertions beside a combinator or a fixed value would need both applied: refused.
+  CHECK_THAT(error_of(R"({"$ref":"#/$defs/a","maxLength":3,"$defs":{"a":{"type":"string"}}})"),
+             Catch::Contains("at /maxLength") && Catch::Contains("beside '$ref'"));
+  CHECK_THAT(error_of(R"({"type":"object","anyOf":[{"type":"null"}]})"),
+             Catch::Contains("at /type") && Catch::Contains("beside 'anyOf'"));
+  CHECK_THAT(error_of(R"({"enum":["abc"],"maxLength":1})"), Catch::Contains("beside 'enum'"));
   CHECK_THAT(error_of("{"), Catch::Contains("not valid JSON"));
   CHECK_THAT(error_of(std::string(200, '[') + std::string(200, ']')), Catch::Contains("deeper"));
   // A schema whose every instance is infinite: nothing can be generated.
