@@ -249,7 +249,14 @@ int run_serve(const server::ServeConfig& cfg) {
   } catch (const Error& e) {
     log::warn("chat completions disabled: {}", e.what());
   }
-  host.set_loaded(engine, chat);
+  server::ToolCallFormat tool_calls = server::ToolCallFormat::kNone;
+  if (cfg.tool_call_parser == "auto") {
+    if (chat) tool_calls = server::detect_tool_call_format(engine->tokenizer().chat_template());
+  } else {
+    tool_calls = *server::tool_call_format_from_name(cfg.tool_call_parser);
+  }
+  if (chat) log::info("tool calls in chat replies: {}", server::tool_call_format_name(tool_calls));
+  host.set_loaded(engine, chat, tool_calls);
   metrics.set_ready(true);
   const runtime::EngineStats st = engine->stats();
   log::info("ready in {:.2f} s: model '{}', context {} tokens, KV cache {} blocks of {} tokens "

@@ -14,6 +14,7 @@
 #include "engine/runtime/engine.h"
 #include "engine/runtime/tensor_session.h"
 #include "server/chat_prompt.h"
+#include "server/tool_parser.h"
 
 namespace sampan::server {
 
@@ -32,11 +33,18 @@ class ModelHost {
     std::lock_guard<std::mutex> lock(mu_);
     return chat_;
   }
+  // `tool_calls`: how tool calls are read out of chat replies (tool_choice "auto").
   void set_loaded(std::shared_ptr<runtime::Engine> engine,
-                  std::shared_ptr<const cli::ChatPrompt> chat) {
+                  std::shared_ptr<const cli::ChatPrompt> chat,
+                  ToolCallFormat tool_calls = ToolCallFormat::kNone) {
     std::lock_guard<std::mutex> lock(mu_);
     engine_ = std::move(engine);
     chat_ = std::move(chat);
+    tool_calls_ = tool_calls;
+  }
+  ToolCallFormat tool_call_format() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tool_calls_;
   }
   // The classic model's session (`sampan serve --model FILE.onnx`), or null: an LLM is served,
   // or nothing has loaded yet. Only KServe v2 infer serves it.
@@ -82,6 +90,7 @@ class ModelHost {
   mutable std::mutex mu_;
   std::shared_ptr<runtime::Engine> engine_;
   std::shared_ptr<const cli::ChatPrompt> chat_;
+  ToolCallFormat tool_calls_ = ToolCallFormat::kNone;
   std::shared_ptr<runtime::TensorSession> session_;
   std::string name_;
   std::vector<std::string> adapters_;

@@ -10,6 +10,7 @@
 
 #include "server/gateway.h"
 #include "server/request_parse.h"
+#include "server/tool_parser.h"
 
 namespace sampan::server {
 namespace {
@@ -62,6 +63,8 @@ class Call {
   // the output is a JSON list of {name, arguments}; either comes back as message.tool_calls.
   std::string forced_tool;
   bool tool_required = false;
+  // Chat with tools and tool_choice "auto": calls read out of the reply in this format.
+  ToolCallFormat tool_parser = ToolCallFormat::kNone;
 
   explicit Call(int32_t n) : choices_(static_cast<size_t>(n)) {}
   int32_t n() const { return static_cast<int32_t>(choices_.size()); }
@@ -134,6 +137,7 @@ class Call {
 
  private:
   struct Choice {
+    std::optional<ToolCallStream> tools;  // streaming with tool_parser
     std::string text;
     Json lp;
     int64_t text_offset = 0;
@@ -176,52 +180,67 @@ class Call {
     return fmt::format("call_{}_{}_{}", id, choice, k);
   }
 
-  // The tool calls of choice i's text, or null when it holds none (no tool forced, or a list of
-  // calls cut short by max_tokens: the text then comes back as content).
-  Json tool_calls(int32_t i, const std::string& text) const {
-    Json calls = Json::array();
+  // [{name, arguments: text}] -> OpenAI's tool_calls of choice i (with stream indices).
+  Json openai_calls(int32_t i, const Json& calls, bool delta) const {
+    Json out = Json::array();
+    for (size_t k = 0; k < calls.size(); ++k) {
+      Json c{{"id", call_id(i, k)},
+             {"type", "function"},
+             {"function", {{"name", calls[k]["name"]}, {"arguments", calls[k]["arguments"]}}}};
+      if (delta) c["index"] = k;
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  // Choice i's text read as tool calls: `calls` [{name, arguments}] (null when it holds none:
+  // no tools, plain text, or a list of calls cut short by max_tokens) and the content beside
+  // them (null when there is none).
+  struct Reading {
+    Json calls;
+    Json content;
+  };
+  Reading read_calls(const std::string& text) const {
     if (!forced_tool.empty()) {
-      calls.push_back({{"id", call_id(i, 0)},
-                       {"type", "function"},
-                       {"function", {{"name", forced_tool}, {"arguments", text}}}});
-      return calls;
+      return {Json::array({Json{{"name", forced_tool}, {"arguments", text}}}), nullptr};
     }
-    if (!tool_required) return nullptr;
-    const Json list = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!list.is_array() || list.empty()) return nullptr;
-    for (size_t k = 0; k < list.size(); ++k) {
-      const Json& c = list[k];
-      if (!c.is_object() || !c.contains("name") || !c["name"].is_string() ||
-          !c.contains("arguments")) {
-        return nullptr;
+    if (tool_required) {
+      const Json list = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (!list.is_array() || list.empty()) return {nullptr, text};
+      Json calls = Json::array();
+      for (const Json& c : list) {
+        if (!c.is_object() || !c.contains("name") || !c["name"].is_string() ||
+            !c.contains("arguments")) {
+          return {nullptr, text};
+        }
+        calls.push_back({{"name", c["name"]}, {"arguments", dump(c["arguments"])}});
       }
-      calls.push_back({{"id", call_id(i, k)},
-                       {"type", "function"},
-                       {"function", {{"name", c["name"]}, {"arguments", dump(c["arguments"])}}}});
+      return {std::move(calls), nullptr};
     }
-    return calls;
+    if (tool_parser != ToolCallFormat::kNone) {
+      if (std::optional<ParsedToolCalls> p = parse_tool_calls(tool_parser, text)) {
+        return {std::move(p->calls), p->content.empty() ? Json(nullptr) : Json(p->content)};
+      }
+    }
+    return {nullptr, text};
   }
 
   // A chat message or final delta: the text, or the tool calls it holds.
   Json message(int32_t i, const std::string& text, bool delta) const {
     Json m = delta ? Json::object() : Json{{"role", "assistant"}};
-    Json calls = tool_calls(i, text);
-    if (calls.is_null()) {
-      m["content"] = text;
-      return m;
-    }
-    if (delta) {
-      for (size_t k = 0; k < calls.size(); ++k) calls[k]["index"] = k;
-    }
-    m["content"] = nullptr;
-    m["tool_calls"] = std::move(calls);
+    Reading r = read_calls(text);
+    m["content"] = std::move(r.content);
+    if (!r.calls.is_null()) m["tool_calls"] = openai_calls(i, r.calls, delta);
     return m;
   }
 
-  // OpenAI's finish reason: "tool_calls" when the model chose to call (required), "stop" for a
-  // named tool as for text.
-  const char* finish_name(int32_t i, runtime::EngineFinish f, const std::string& text) const {
-    if (tool_required && !tool_calls(i, text).is_null()) return "tool_calls";
+  // OpenAI's finish reason: "tool_calls" when the model chose to call (required, or calls
+  // found in free text), "stop" for a named tool as for text.
+  const char* finish_name(runtime::EngineFinish f, const std::string& text) const {
+    if ((tool_required || tool_parser != ToolCallFormat::kNone) && forced_tool.empty() &&
+        !read_calls(text).calls.is_null()) {
+      return "tool_calls";
+    }
     return finish_reason(f);
   }
 
@@ -287,8 +306,23 @@ class Call {
       if (tool_required) {
         // The list is only known to be one once it is complete: sent whole at the end.
         c.text += ev.text;
-        if (ev.finished) fin = finish_name(i, ev.finish, c.text);
+        if (ev.finished) fin = finish_name(ev.finish, c.text);
         delta = ev.finished ? message(i, c.text, /*delta=*/true) : Json::object();
+      } else if (chat && tool_parser != ToolCallFormat::kNone) {
+        // Content as it comes, except what may be (the start of) a call; the calls at the end.
+        if (!c.tools) c.tools.emplace(tool_parser);
+        std::string content = c.tools->push(ev.text);
+        Json calls = nullptr;
+        if (ev.finished) {
+          std::string rest;
+          std::optional<ParsedToolCalls> p = c.tools->finish(&rest);
+          content += p ? p->content : rest;
+          if (p) calls = openai_calls(i, p->calls, /*delta=*/true);
+          fin = p ? "tool_calls" : finish_reason(ev.finish);
+        }
+        delta = Json::object();
+        if (!content.empty()) delta["content"] = content;
+        if (!calls.is_null()) delta["tool_calls"] = std::move(calls);
       } else {
         if (ev.finished) fin = finish_reason(ev.finish);
         if (!chat) {
@@ -359,7 +393,7 @@ class Call {
       if (chat) choice["message"] = message(i, c.text, /*delta=*/false);
       else choice["text"] = c.text;
       choice["logprobs"] = c.lp;
-      choice["finish_reason"] = finish_name(i, c.finish, c.text);
+      choice["finish_reason"] = finish_name(c.finish, c.text);
       list.push_back(std::move(choice));
     }
     const Json body{{"id", id},
@@ -493,6 +527,10 @@ void handle_chat_completions(const HttpRequest& req, std::shared_ptr<ResponseWri
   call->metrics = &metrics;
   call->forced_tool = cr.forced_tool;
   call->tool_required = cr.tool_required;
+  if (!cr.tools.is_null() && !cr.tool_choice_none && cr.forced_tool.empty() &&
+      !cr.tool_required) {
+    call->tool_parser = host.tool_call_format();
+  }
   submit_call(req, std::move(writer), host, engine, std::move(call), std::move(prompt), cr.fields,
               "messages", lora);
 }

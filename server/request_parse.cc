@@ -277,7 +277,10 @@ void parse_tool_choice(const Json& body, ChatRequest& r) {
   const bool have_tools = !r.tools.is_null();
   if (v->is_string()) {
     const std::string& c = v->get_ref<const std::string&>();
-    if (c == "none" || c == "auto") return;
+    if (c == "none" || c == "auto") {
+      r.tool_choice_none = c == "none";
+      return;
+    }
     if (c != "required")
       bad("tool_choice", fmt::format("'tool_choice' must be \"none\", \"auto\" or "
                                      "\"required\", got {}", Json(c).dump()));

@@ -129,6 +129,7 @@ struct ChatRequest {
   // the named tool (the output is its arguments); fields.grammar holds the constraint.
   bool tool_required = false;
   std::string forced_tool;
+  bool tool_choice_none = false;  // "none": the reply is text, calls are not read out of it
 };
 // messages: non-empty list of {role: string, content: string | [{type: "text", text}] | null,
 // name: string, tool_call_id: string, tool_calls: [{id, type: "function", function: {name,

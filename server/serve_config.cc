@@ -17,6 +17,7 @@
 
 #include "engine/core/error.h"
 #include "engine/runtime/device_select.h"
+#include "server/tool_parser.h"
 
 namespace sampan::server {
 
@@ -131,6 +132,10 @@ const std::vector<Key>& keys() {
        "larger request bodies get 413 (e.g. 4M)"},
       {"default-max-tokens", "limits", +[](ServeConfig& c) -> int64_t& { return c.default_max_tokens; },
        Parse::kPlain, "max_tokens of requests that omit it"},
+      {"tool-call-parser", "server",
+       +[](ServeConfig& c) -> std::string& { return c.tool_call_parser; }, Parse::kPlain,
+       "tool calls in chat replies (tool_choice auto): auto (the chat template's format), none, "
+       "hermes, llama3_json or mistral"},
       {"tls-cert", "tls", +[](ServeConfig& c) -> std::string& { return c.tls_cert; }, Parse::kPlain,
        "PEM certificate chain (with --tls-key: HTTPS and gRPC over TLS)"},
       {"tls-key", "tls", +[](ServeConfig& c) -> std::string& { return c.tls_key; }, Parse::kPlain,
@@ -446,6 +451,10 @@ void validate(ServeConfig& c, const Origins& o) {
   check(c.shutdown_grace_s >= 0, o, "shutdown-grace", fmt::format("{} must be >= 0 seconds", c.shutdown_grace_s));
   check(c.log_format == "text" || c.log_format == "json", o, "log-format",
         fmt::format("'{}' is not one of text, json", c.log_format));
+  check(c.tool_call_parser == "auto" || tool_call_format_from_name(c.tool_call_parser), o,
+        "tool-call-parser",
+        fmt::format("'{}' is not one of auto, none, hermes, llama3_json, mistral",
+                    c.tool_call_parser));
   check_range<int64_t>(c.default_max_tokens, 1, std::numeric_limits<int64_t>::max(), o, "default-max-tokens");
 
   const runtime::EngineOptions& e = c.engine;

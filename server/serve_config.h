@@ -31,6 +31,10 @@ struct ServeConfig {
   double shutdown_grace_s = 30;       // --shutdown-grace: SIGTERM waits this long for in-flight
   std::string log_format = "text";    // --log-format text|json
   int64_t default_max_tokens = 256;   // --default-max-tokens when a request omits max_tokens
+  // --tool-call-parser auto|none|hermes|llama3_json|mistral: how tool calls are read out of
+  // chat replies with tools and tool_choice "auto" (server/tool_parser.h); auto: the format
+  // the chat template teaches.
+  std::string tool_call_parser = "auto";
   runtime::EngineOptions engine;      // --threads --max-model-len --block-size --num-kv-blocks
                                       // --kv-cache-bytes (accepts 512M / 2G) --max-running
                                       // --max-batched-tokens --max-waiting --no-prefix-cache

@@ -64,8 +64,10 @@ def main():
     import openai
 
     model_dir = make_serve_model(args)
+    # --tool-call-parser llama3_json: a reply that is {"name": ..., "parameters": ...} is a call.
     with Server(args, model_dir, ["--max-model-len", str(MAX_MODEL_LEN),
-                                  "--default-max-tokens", "8"]) as srv:
+                                  "--default-max-tokens", "8",
+                                  "--tool-call-parser", "llama3_json"]) as srv:
         base = srv.http_url
         client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0,
                                timeout=120)
@@ -482,6 +484,53 @@ def main():
                       [(c.function.name, c.function.arguments)
                        for c in whole.choices[0].message.tool_calls]),
                   f"{st_calls} {fins} vs {whole.choices[0]}")
+
+        # tool_choice auto: calls read out of the reply (--tool-call-parser llama3_json). The
+        # tiny model is made to write one with a schema of Llama 3.1's call format.
+        call_schema = {"type": "object", "properties": {
+            "name": {"const": "get_weather"},
+            "parameters": params["get_weather"]},
+            "required": ["name", "parameters"], "additionalProperties": False}
+        call_rf = {"type": "json_schema", "json_schema": {"name": "call", "schema": call_schema}}
+        r = client.chat.completions.create(model=name, messages=msgs, tools=tools,
+                                           response_format=call_rf, max_tokens=80,
+                                           temperature=0.7, seed=4)
+        ch = r.choices[0]
+        auto_calls = ch.message.tool_calls or []
+        res.check("tool_choice auto: a reply in the parser's format comes back as tool_calls",
+                  ch.finish_reason == "tool_calls" and ch.message.content is None
+                  and len(auto_calls) == 1 and auto_calls[0].function.name == "get_weather"
+                  and valid_against(auto_calls[0].function.arguments, params["get_weather"]),
+                  str(ch))
+        events = sse_events(base + "/v1/chat/completions", {
+            "model": name, "messages": msgs, "tools": tools, "response_format": call_rf,
+            "max_tokens": 80, "temperature": 0.7, "seed": 4, "stream": True})
+        deltas = [e["choices"][0] for e in events if isinstance(e, dict) and e["choices"]]
+        st_calls = [tc for d in deltas for tc in d["delta"].get("tool_calls") or []]
+        res.check("tool_choice auto, streamed: no call text as content, the same call at the end",
+                  not any(d["delta"].get("content") for d in deltas)
+                  and [d["finish_reason"] for d in deltas if d["finish_reason"]] == ["tool_calls"]
+                  and [(c["function"]["name"], c["function"]["arguments"]) for c in st_calls] ==
+                  [(c.function.name, c.function.arguments) for c in auto_calls],
+                  f"{deltas[-2:]}")
+        # Plain text stays content, streamed as whole; tool_choice none reads no calls.
+        plain = client.chat.completions.create(model=name, messages=msgs, tools=tools,
+                                               max_tokens=12, temperature=0)
+        st_plain = sse_text(sse_events(base + "/v1/chat/completions", {
+            "model": name, "messages": msgs, "tools": tools, "max_tokens": 12,
+            "temperature": 0, "stream": True}))
+        res.check("tool_choice auto with a text reply: content, streamed as whole",
+                  plain.choices[0].message.tool_calls is None
+                  and plain.choices[0].finish_reason != "tool_calls"
+                  and st_plain == plain.choices[0].message.content,
+                  f"{st_plain!r} vs {plain.choices[0]}")
+        r = client.chat.completions.create(model=name, messages=msgs, tools=tools,
+                                           tool_choice="none", response_format=call_rf,
+                                           max_tokens=80, temperature=0.7, seed=4)
+        res.check("tool_choice none: the same reply stays text",
+                  r.choices[0].message.tool_calls is None
+                  and valid_against(r.choices[0].message.content, call_schema),
+                  str(r.choices[0]))
 
         # ---- logit_bias (OpenAI, KServe): -100 bans a token, +100 forces it ----
         def kserve_ids(sampling):
