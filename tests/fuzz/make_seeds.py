@@ -210,6 +210,14 @@ def main():
     write(out, "json_schema", "anyof",
           '{"anyOf": [{"type": "string", "maxLength": 3}, {"const": {"k": [1, true]}}, '
           '{"type": "object", "additionalProperties": {"type": "boolean"}}, {"allOf": [true]}]}')
+    # Model replies with tool calls, one per format (first byte: format | piece size << 2).
+    write(out, "tool_parser", "hermes", b"\x05Let me check.\n<tool_call>\n{\"name\": \"f\", "
+          b"\"arguments\": {\"x\": [1, \"a\"]}}\n</tool_call>\n<tool_call>{\"name\": \"g\"}")
+    write(out, "tool_parser", "llama3", b"\x0a<|python_tag|>{\"name\": \"f\", \"parameters\": "
+          b"{\"s\": \"a;b\"}}; {\"name\": \"g\", \"parameters\": {}}")
+    write(out, "tool_parser", "mistral", b"\x0f[TOOL_CALLS][{\"name\": \"f\", \"arguments\": "
+          b"{\"k\": null}, \"id\": \"abcdefghi\"}]")
+    write(out, "tool_parser", "text", b"\x01Just text, <tool but no call.")
     with open(os.path.join(REPO, "tests", "data", "json_schema", "cases.json"),
               encoding="utf-8") as f:
         for case in json.load(f):
