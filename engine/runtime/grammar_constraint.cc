@@ -89,44 +89,24 @@ const std::vector<uint64_t>& GrammarConstraint::allowed_ids() {
   std::vector<uint64_t> ok((vocab_->bytes.size() + 63) / 64);
   int64_t budget = kScanBudget;
   if (!vocab_->trie.empty()) scan(0, intern(state_), ok, budget);
+  // The end ids exactly when the text is complete (also one that has bytes of its own).
+  const bool end = done();
+  for (int32_t id : eos_ids_) {
+    if (id < 0 || static_cast<size_t>(id) >= vocab_->bytes.size()) continue;
+    const uint64_t bit = uint64_t{1} << (id % 64);
+    if (end) {
+      ok[static_cast<size_t>(id) / 64] |= bit;
+    } else {
+      ok[static_cast<size_t>(id) / 64] &= ~bit;
+    }
+  }
   auto& slot = memo_[key];
   slot = {state_, std::move(ok)};
   return slot.second;
 }
 
 void GrammarConstraint::mask(std::span<float> logits) {
-  const std::vector<uint64_t>& ok = allowed_ids();
-  const size_t n = std::min(vocab_->bytes.size(), logits.size());
-  const bool end = done();
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  std::vector<float> eos_logit;
-  for (int32_t id : eos_ids_) {
-    eos_logit.push_back(static_cast<size_t>(id) < logits.size() ? logits[static_cast<size_t>(id)]
-                                                                  : kNegInf);
-  }
-  bool any = false;
-  for (size_t i = 0; i < n; ++i) {
-    if (!((ok[i / 64] >> (i % 64)) & 1)) {
-      logits[i] = kNegInf;
-    } else if (logits[i] != kNegInf) {
-      any = true;
-    }
-  }
-  for (size_t i = n; i < logits.size(); ++i) logits[i] = kNegInf;
-  // The end ids: allowed exactly when the text is complete (the trie holds no special token).
-  for (size_t e = 0; e < eos_ids_.size(); ++e) {
-    const auto id = static_cast<size_t>(eos_ids_[e]);
-    if (id >= logits.size()) continue;
-    logits[id] = end ? eos_logit[e] : kNegInf;
-    any = any || logits[id] != kNegInf;
-  }
-  // Nothing left to sample (the model rules out every allowed id, or the vocabulary cannot
-  // spell what the grammar needs next): end the text rather than fail; it is then a prefix.
-  if (!any) {
-    for (int32_t id : eos_ids_) {
-      if (static_cast<size_t>(id) < logits.size()) logits[static_cast<size_t>(id)] = 0.0f;
-    }
-  }
+  mask_logits(logits, allowed_ids(), vocab_->bytes.size(), eos_ids_);
 }
 
 void GrammarConstraint::accept(int32_t id) {

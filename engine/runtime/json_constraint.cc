@@ -103,9 +103,9 @@ const std::vector<uint64_t>& JsonConstraint::allowed_ids() {
   return slot.second;
 }
 
-void JsonConstraint::mask(std::span<float> logits) {
-  const std::vector<uint64_t>& ok = allowed_ids();
-  const size_t n = std::min(vocab_->bytes.size(), logits.size());
+void mask_logits(std::span<float> logits, const std::vector<uint64_t>& ok, size_t vocab,
+                 const std::vector<int32_t>& eos_ids) {
+  const size_t n = std::min(vocab, logits.size());
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
     if (!((ok[i / 64] >> (i % 64)) & 1)) {
@@ -115,13 +115,18 @@ void JsonConstraint::mask(std::span<float> logits) {
     }
   }
   for (size_t i = n; i < logits.size(); ++i) logits[i] = -std::numeric_limits<float>::infinity();
-  // Every allowed id at -inf (a model that rules out all of them): end the text rather than
-  // leave nothing to sample; its output is then a prefix.
+  // Every allowed id at -inf (a model that rules out all of them, or a vocabulary that cannot
+  // spell what comes next): end the text rather than leave nothing to sample; it is then a
+  // prefix.
   if (!any) {
-    for (int32_t id : eos_ids_) {
+    for (int32_t id : eos_ids) {
       if (static_cast<size_t>(id) < logits.size()) logits[static_cast<size_t>(id)] = 0.0f;
     }
   }
+}
+
+void JsonConstraint::mask(std::span<float> logits) {
+  mask_logits(logits, allowed_ids(), vocab_->bytes.size(), eos_ids_);
 }
 
 void JsonConstraint::accept(int32_t id) {

@@ -36,6 +36,12 @@ struct TokenBytes {
   static std::shared_ptr<const TokenBytes> build(const tok::Tokenizer& tokenizer);
 };
 
+// logits: [vocab'] -> -inf for every id whose bit in `ok` (a bit per id of a `vocab`-id table)
+// is clear, and for ids past the table; when nothing allowed is left finite, the end ids get 0
+// (the text ends as a prefix rather than nothing being left to sample).
+void mask_logits(std::span<float> logits, const std::vector<uint64_t>& ok, size_t vocab,
+                 const std::vector<int32_t>& eos_ids);
+
 class JsonConstraint final : public TokenConstraint {
  public:
   // eos_ids: the ids that may end the text once the object is complete (at least one).
