@@ -1,7 +1,6 @@
 #include "engine/runtime/grammar_constraint.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "engine/core/error.h"
 
