@@ -518,6 +518,8 @@ CompletionRequest parse_completion_request(const Json& body) {
     r.logprobs = static_cast<int32_t>(*lp);
   }
   r.fields = parse_sampling_fields(body);
+  // Not in OpenAI's completions API; accepted as vLLM does, rather than ignored.
+  parse_response_format(body, r.fields);
   if (r.logprobs > 0) r.fields.sampling.top_logprobs = r.logprobs;
   r.fields.sampling.logprobs = r.logprobs >= 0;
   r.stream = get_stream(body, &r.include_usage);

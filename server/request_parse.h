@@ -111,7 +111,7 @@ struct CompletionRequest {
 };
 // prompt: string | [string] of length 1 | [int] | [[int]] of length 1. n in [1, kMaxChoices];
 // best_of absent or equal to n; echo false (batched prompts, best_of > n and echo are not
-// supported: 400 naming the field).
+// supported: 400 naming the field). response_format as in chat (an extension, as in vLLM).
 CompletionRequest parse_completion_request(const Json& body);
 
 // POST /v1/chat/completions.

@@ -398,6 +398,17 @@ def main():
         res.check("json_schema with n = 2: each choice validates",
                   len(texts) >= 1 and all(valid_against(t, SCHEMA) for t in texts),
                   str([c.message.content for c in two.choices]))
+        # Completions take response_format too (as vLLM's extension does).
+        ended, valid = 0, 0
+        for seed in range(4):
+            st, body, _ = http_json("POST", base + "/v1/completions", {
+                "model": name, "prompt": "JSON:", "max_tokens": 80, "temperature": 1.0,
+                "seed": seed, "response_format": rf})
+            if st == 200 and body["choices"][0]["finish_reason"] == "stop":
+                ended += 1
+                valid += valid_against(body["choices"][0]["text"], SCHEMA)
+        res.check("completions json_schema: every reply that stops validates (jsonschema)",
+                  ended >= 3 and valid == ended, f"{valid} valid of {ended} stopped of 4")
         st_text = sse_text(sse_events(base + "/v1/chat/completions", {
             "model": name, "messages": [{"role": "user", "content": "A person."}],
             "max_tokens": 80, "temperature": 0, "stream": True, "response_format": rf}))

@@ -498,6 +498,18 @@ TEST_CASE("chat request: tools, tool calls and their options", "[request_parse]"
   CHECK(refusal(R"("functions": [])") == "functions");
   CHECK(refusal(R"("function_call": "auto")") == "function_call");
 
+  // response_format on completions too (vLLM's extension): JSON mode or a schema's grammar.
+  CHECK(parse_completion_request(Json::parse(
+            R"({"prompt": "x", "response_format": {"type": "json_object"}})"))
+            .fields.json_object);
+  CHECK(parse_completion_request(Json::parse(
+            R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": )"
+            R"({"name": "n", "schema": {"type": "integer"}}}})"))
+            .fields.grammar);
+  CHECK(refused_field([] {
+          parse_completion_request(Json::parse(R"({"prompt": "x", "response_format": 3})"));
+        }) == "response_format");
+
   // response_format: text, or json_object (JSON mode).
   CHECK_FALSE(parse_chat_request(Json::parse(body(R"("response_format": {"type": "text"})")))
                   .fields.json_object);
