@@ -225,23 +225,17 @@ class Call {
     return {nullptr, text};
   }
 
-  // A chat message or final delta: the text, or the tool calls it holds.
-  Json message(int32_t i, const std::string& text, bool delta) const {
+  // A chat message or final delta: the text, or the tool calls it holds (read once); *finish:
+  // OpenAI's finish reason, "tool_calls" when the model chose to call (required, or calls found
+  // in free text), for a named tool that of text.
+  Json message(int32_t i, const std::string& text, bool delta, runtime::EngineFinish f,
+               const char** finish) const {
     Json m = delta ? Json::object() : Json{{"role", "assistant"}};
     Reading r = read_calls(text);
+    *finish = !r.calls.is_null() && forced_tool.empty() ? "tool_calls" : finish_reason(f);
     m["content"] = std::move(r.content);
     if (!r.calls.is_null()) m["tool_calls"] = openai_calls(i, r.calls, delta);
     return m;
-  }
-
-  // OpenAI's finish reason: "tool_calls" when the model chose to call (required, or calls
-  // found in free text), "stop" for a named tool as for text.
-  const char* finish_name(runtime::EngineFinish f, const std::string& text) const {
-    if ((tool_required || tool_parser != ToolCallFormat::kNone) && forced_tool.empty() &&
-        !read_calls(text).calls.is_null()) {
-      return "tool_calls";
-    }
-    return finish_reason(f);
   }
 
   std::string token_string(int32_t id) const {
@@ -306,8 +300,8 @@ class Call {
       if (tool_required) {
         // The list is only known to be one once it is complete: sent whole at the end.
         c.text += ev.text;
-        if (ev.finished) fin = finish_name(ev.finish, c.text);
-        delta = ev.finished ? message(i, c.text, /*delta=*/true) : Json::object();
+        delta = ev.finished ? message(i, c.text, /*delta=*/true, ev.finish, &fin)
+                            : Json::object();
       } else if (chat && tool_parser != ToolCallFormat::kNone) {
         // Content as it comes, except what may be (the start of) a call; the calls at the end.
         if (!c.tools) c.tools.emplace(tool_parser);
@@ -390,10 +384,11 @@ class Call {
         c.lp = chat ? Json{{"content", Json::array()}} : empty_completion_logprobs();
       Json choice = Json::object();
       choice["index"] = i;
-      if (chat) choice["message"] = message(i, c.text, /*delta=*/false);
+      const char* fin = finish_reason(c.finish);
+      if (chat) choice["message"] = message(i, c.text, /*delta=*/false, c.finish, &fin);
       else choice["text"] = c.text;
       choice["logprobs"] = c.lp;
-      choice["finish_reason"] = finish_name(c.finish, c.text);
+      choice["finish_reason"] = fin;
       list.push_back(std::move(choice));
     }
     const Json body{{"id", id},
