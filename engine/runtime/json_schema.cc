@@ -10,6 +10,8 @@
 
 #include "engine/core/error.h"
 #include "engine/loaders/json_util.h"
+#include "engine/runtime/number_range.h"
+#include "engine/runtime/string_pattern.h"
 
 namespace sampan::runtime {
 namespace {
@@ -20,7 +22,8 @@ using Sym = Grammar::Symbol;
 OJson parse_schema(std::string_view schema_text, const std::string& field);
 
 // Keywords that only describe: ignored, as a validator ignores them. "format" is an annotation
-// in draft 2020-12 unless a validator opts in (Python's jsonschema does not by default).
+// in draft 2020-12 unless a validator opts in; on strings the formats format_pattern knows are
+// enforced all the same (what a user asking for a date wants), the others ignored.
 const std::set<std::string_view> kAnnotations = {
     "title",    "description", "default",  "examples",   "$schema",         "$id",
     "$comment", "deprecated",  "readOnly", "writeOnly",  "format",          "nullable",
@@ -29,7 +32,8 @@ const std::set<std::string_view> kAnnotations = {
 const std::set<std::string_view> kSupported = {
     "type",       "enum",     "const",    "anyOf",     "allOf",     "$ref",
     "$defs",      "definitions", "properties", "required", "additionalProperties", "items",
-    "minItems",   "maxItems", "minLength", "maxLength", "uniqueItems",
+    "minItems",   "maxItems", "minLength", "maxLength", "uniqueItems", "pattern",
+    "minimum",    "maximum",  "exclusiveMinimum", "exclusiveMaximum", "prefixItems", "oneOf",
 };
 
 class Compiler {
@@ -309,7 +313,7 @@ class Compiler {
     }
     // A combinator or a fixed value with other assertions beside it would need both applied:
     // refused rather than one of them dropped ("type" beside enum / const filters the values).
-    for (const char* head : {"$ref", "allOf", "anyOf", "enum", "const"}) {
+    for (const char* head : {"$ref", "allOf", "anyOf", "oneOf", "enum", "const"}) {
       if (!s.contains(head)) continue;
       for (const auto& [k, v] : s.items()) {
         const std::string_view h = head;
@@ -329,11 +333,17 @@ class Compiler {
       }
       return compile((*it)[0], path + "/allOf/0", depth + 1);
     }
-    if (auto it = s.find("anyOf"); it != s.end()) {
-      if (!it->is_array() || it->empty()) bad(path + "/anyOf", "'anyOf' must be a non-empty list");
+    for (const std::string key : {"anyOf", "oneOf"}) {
+      auto it = s.find(key);
+      if (it == s.end()) continue;
+      if (!it->is_array() || it->empty()) {
+        bad(path + "/" + key, fmt::format("'{}' must be a non-empty list", key));
+      }
+      // oneOf is anyOf where no value can match two branches: checked, not assumed.
+      if (key == "oneOf") check_disjoint(*it, path + "/oneOf");
       std::vector<std::vector<Sym>> alts;
       for (size_t i = 0; i < it->size(); ++i) {
-        alts.push_back({compile((*it)[i], fmt::format("{}/anyOf/{}", path, i), depth + 1)});
+        alts.push_back({compile((*it)[i], fmt::format("{}/{}/{}", path, key, i), depth + 1)});
       }
       return rule(std::move(alts));
     }
@@ -371,10 +381,15 @@ class Compiler {
       if (s.contains("properties") || s.contains("required") ||
           s.contains("additionalProperties")) {
         kinds.push_back("object");
-      } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
+      } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
+                 s.contains("maxItems")) {
         kinds.push_back("array");
-      } else if (s.contains("minLength") || s.contains("maxLength")) {
+      } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") ||
+                 !format_of(s).empty()) {
         kinds.push_back("string");
+      } else if (s.contains("minimum") || s.contains("maximum") ||
+                 s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) {
+        kinds.push_back("number");
       } else {
         return any_value();
       }
@@ -393,14 +408,179 @@ class Compiler {
       const int64_t lo = bound(s, "minLength", path, 0);
       const int64_t hi = bound(s, "maxLength", path, -1);
       if (hi >= 0 && hi < lo) bad(path, "'maxLength' is less than 'minLength'");
-      return string(lo, hi);
+      return pattern_string(s, path, lo, hi);
     }
-    if (t == "integer") return integer();
-    if (t == "number") return number();
+    if (t == "integer" || t == "number") return bounded_number(s, path, t == "integer");
     if (t == "boolean") return rule({literal("true"), literal("false")});
     if (t == "null") return rule({literal("null")});
     if (t == "array") return array(s, path, depth);
     return object(s, path, depth);
+  }
+
+  // The pattern of a format this compiler enforces on strings (string_pattern.h), or empty.
+  static std::string_view format_of(const OJson& s) {
+    auto it = s.find("format");
+    return it != s.end() && it->is_string() ? format_pattern(it->get_ref<const std::string&>())
+                                            : std::string_view();
+  }
+
+  uint32_t pattern_string(const OJson& s, const std::string& path, int64_t lo, int64_t hi) {
+    const auto it = s.find("pattern");
+    const std::string_view by_format = format_of(s);
+    if (it == s.end() && by_format.empty()) return string(lo, hi);
+    if (it != s.end() && !it->is_string()) bad(path + "/pattern", "'pattern' must be a string");
+    if (it != s.end() && !by_format.empty()) {
+      bad(path + "/format", "'format' beside 'pattern' is not supported");
+    }
+    const std::string where = path + (it != s.end() ? "/pattern" : "/format");
+    try {
+      return add_string_pattern(*g_, it != s.end() ? it->get_ref<const std::string&>() : by_format,
+                                lo, hi, [this] { return new_rule(); });
+    } catch (const PatternError& e) {
+      bad(where, e.what());
+    }
+  }
+
+  // One bound of `s` for a value of the type (integer: rounded inward to an integer).
+  std::optional<NumberBound> number_bound(const OJson& s, const char* key, bool upper,
+                                          bool integer, const std::string& path) {
+    auto it = s.find(key);
+    if (it == s.end()) return std::nullopt;
+    const bool strict = std::string_view(key).starts_with("exclusive");
+    if (!it->is_number()) bad(path + "/" + key, fmt::format("'{}' must be a number", key));
+    constexpr double kFar = 1e17;  // past kMaxNumberMagnitude either way
+    if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t{1} << 62) {
+      return NumberBound{upper ? kMaxNumberMagnitude + 1 : int64_t{1} << 62, false};
+    }
+    if (it->is_number_integer()) return NumberBound{it->get<int64_t>(), strict};
+    const double x = it->get<double>();
+    if (!std::isfinite(x)) bad(path + "/" + key, fmt::format("'{}' must be finite", key));
+    const double c = std::clamp(x, -kFar, kFar);
+    if (std::floor(c) == c) return NumberBound{static_cast<int64_t>(c), strict};
+    if (!integer) {
+      bad(path + "/" + key, fmt::format("a fractional '{}' on a number is not supported (an "
+                                        "integer bound, or type integer, is)", key));
+    }
+    // An integer above 2.5 is >= 3; below it <= 2; strictness is then moot.
+    return NumberBound{static_cast<int64_t>(upper ? std::floor(c) : std::ceil(c)), false};
+  }
+
+  uint32_t bounded_number(const OJson& s, const std::string& path, bool integer) {
+    auto tighter = [integer](std::optional<NumberBound> a, std::optional<NumberBound> b,
+                             bool upper) -> std::optional<NumberBound> {
+      if (!a || !b) return a ? a : b;
+      if (integer) {  // compare as inclusive integers
+        for (auto* x : {&*a, &*b}) {
+          if (x->strict) *x = {x->value + (upper ? -1 : 1), false};
+        }
+      }
+      if (a->value != b->value) return (a->value < b->value) == upper ? a : b;
+      return a->strict ? a : b;
+    };
+    const auto lo = tighter(number_bound(s, "minimum", false, integer, path),
+                            number_bound(s, "exclusiveMinimum", false, integer, path), false);
+    const auto hi = tighter(number_bound(s, "maximum", true, integer, path),
+                            number_bound(s, "exclusiveMaximum", true, integer, path), true);
+    if (!lo && !hi) return integer ? this->integer() : number();
+    const auto r = add_number_range(*g_, lo, hi, integer, [this] { return new_rule(); });
+    if (!r) bad(path, fmt::format("no {} lies within the bounds", integer ? "integer" : "number"));
+    return *r;
+  }
+
+  // Follows local $refs (a few hops) to the schema a branch stands for.
+  const OJson& resolved(const OJson& b) const {
+    const OJson* cur = &b;
+    for (int hop = 0; hop < 8 && cur->is_object() && cur->contains("$ref"); ++hop) {
+      const OJson& r = (*cur)["$ref"];
+      if (!r.is_string() || r.get_ref<const std::string&>().rfind('#', 0) != 0) break;
+      try {
+        cur = &root_->at(OJson::json_pointer(r.get<std::string>().substr(1)));
+      } catch (const nlohmann::json::exception&) {
+        break;  // compile() names it
+      }
+    }
+    return *cur;
+  }
+
+  // The JSON kinds a branch admits ("integer" inside "number"), when it says so plainly.
+  std::optional<std::set<std::string>> kinds_of(const OJson& b) const {
+    const OJson& r = resolved(b);
+    if (!r.is_object()) return std::nullopt;
+    std::set<std::string> out;
+    if (auto it = r.find("type"); it != r.end()) {
+      for (const auto& t : it->is_array() ? *it : OJson::array({*it})) {
+        if (t.is_string()) out.insert(t.get<std::string>());
+      }
+      return out;
+    }
+    const OJson* values = r.contains("const") ? &r["const"] : r.contains("enum") ? &r["enum"]
+                                                                               : nullptr;
+    if (!values) return std::nullopt;
+    for (const auto& v : r.contains("const") ? OJson::array({*values}) : *values) {
+      out.insert(v.is_number() ? "number" : v.is_string() ? "string" : v.is_boolean() ? "boolean"
+                 : v.is_null() ? "null" : v.is_object() ? "object" : "array");
+    }
+    return out;
+  }
+
+  // The value a branch fixes for member `key` (a required const, or a one-value enum).
+  const OJson* tag_of(const OJson& b, const std::string& key) const {
+    const OJson& r = resolved(b);
+    // Only objects generated (no type: compile() infers object from `properties`).
+    if (!r.is_object() || !r.contains("properties") || !r["properties"].is_object() ||
+        (r.contains("type") && r["type"] != OJson("object"))) {
+      return nullptr;
+    }
+    const auto req = r.find("required");
+    if (req == r.end() || !req->is_array() ||
+        std::find(req->begin(), req->end(), OJson(key)) == req->end()) {
+      return nullptr;
+    }
+    const auto p = r["properties"].find(key);
+    if (p == r["properties"].end()) return nullptr;
+    const OJson& v = resolved(*p);
+    if (!v.is_object()) return nullptr;
+    if (auto c = v.find("const"); c != v.end()) return &*c;
+    if (auto e = v.find("enum"); e != v.end() && e->is_array() && e->size() == 1) {
+      return &(*e)[0];
+    }
+    return nullptr;
+  }
+
+  // oneOf needs every value to match exactly one branch: accepted where no value can match two
+  // (branches of disjoint JSON types, or objects told apart by a required constant member, as
+  // a discriminated union is), refused otherwise rather than generating a value two match.
+  void check_disjoint(const OJson& branches, const std::string& path) const {
+    bool by_kind = true;
+    std::set<std::string> seen;
+    for (const auto& b : branches) {
+      const auto k = kinds_of(b);
+      if (!k) {
+        by_kind = false;
+        break;
+      }
+      std::set<std::string> mine;
+      for (const std::string& t : *k) mine.insert(t == "integer" ? "number" : t);
+      for (const std::string& t : mine) by_kind = by_kind && seen.insert(t).second;
+    }
+    if (by_kind) return;
+    const OJson& first = resolved(branches[0]);
+    if (first.is_object() && first.contains("properties") && first["properties"].is_object()) {
+      for (const auto& [key, unused] : first["properties"].items()) {
+        std::vector<const OJson*> tags;
+        for (const auto& b : branches) {
+          const OJson* t = tag_of(b, key);
+          const auto same = [&](const OJson* x) { return *x == *t; };
+          if (!t || std::any_of(tags.begin(), tags.end(), same)) {
+            break;
+          }
+          tags.push_back(t);
+        }
+        if (tags.size() == branches.size()) return;
+      }
+    }
+    bad(path, "'oneOf' is supported where its branches cannot overlap (different types, or "
+              "objects told apart by a required 'const' member); use 'anyOf'");
   }
 
   uint32_t array(const OJson& s, const std::string& path, int depth) {
@@ -408,21 +588,45 @@ class Compiler {
       bad(path + "/uniqueItems", "'uniqueItems' true is not supported");
     }
     const int64_t lo = bound(s, "minItems", path, 0);
-    const int64_t hi = bound(s, "maxItems", path, -1);
+    int64_t hi = bound(s, "maxItems", path, -1);
     if (hi >= 0 && hi < lo) bad(path, "'maxItems' is less than 'minItems'");
+    // prefixItems: the schemas of the first items, in order (an array may stop before their
+    // end); items: the rest's (false: no more items).
+    std::vector<uint32_t> prefix;
+    if (auto p = s.find("prefixItems"); p != s.end()) {
+      if (!p->is_array() || p->empty()) {
+        bad(path + "/prefixItems", "'prefixItems' must be a non-empty list of schemas");
+      }
+      if (p->size() > static_cast<size_t>(JsonSchemaLimits::kMaxLength)) {
+        bad(path + "/prefixItems",
+            fmt::format("more than {} schemas", JsonSchemaLimits::kMaxLength));
+      }
+      for (size_t i = 0; i < p->size(); ++i) {
+        prefix.push_back(compile((*p)[i], fmt::format("{}/prefixItems/{}", path, i), depth + 1));
+      }
+    }
+    const int64_t n_prefix = static_cast<int64_t>(prefix.size());
     auto it = s.find("items");
-    const uint32_t item = it == s.end() ? any_value() : compile(*it, path + "/items", depth + 1);
+    std::optional<uint32_t> rest;
+    if (it == s.end()) {
+      rest = any_value();
+    } else if (*it != OJson(false)) {
+      rest = compile(*it, path + "/items", depth + 1);
+    } else if (hi < 0 || hi > n_prefix) {
+      hi = n_prefix;
+    }
+    if (hi >= 0 && hi < lo) bad(path, "'minItems' is more than the items allowed");
+    auto item_at = [&](int64_t k) { return k < n_prefix ? prefix[k] : *rest; };
     const uint32_t w = ws();
     const Sym close = g_->byte(']'), comma = g_->byte(',');
-    // after[k]: k >= 1 items read. Built from the end; unbounded: after[lo'] loops.
-    const int64_t first_loop = std::max<int64_t>(lo, 1);
+    // after[k]: k >= 1 items read. Built from the end; unbounded: after[top] loops on the rest.
     uint32_t next;
     int64_t top;
     if (hi < 0) {
+      top = std::max<int64_t>({lo, n_prefix, 1});
       next = new_rule();
       g_->add_alt(next, {w, close});
-      g_->add_alt(next, {w, comma, w, item, next});
-      top = first_loop;
+      g_->add_alt(next, {w, comma, w, *rest, next});
     } else {
       next = hi >= 1 ? rule({{w, close}}) : 0;
       top = hi;
@@ -430,12 +634,12 @@ class Compiler {
     for (int64_t k = top - 1; k >= 1; --k) {
       std::vector<std::vector<Sym>> alts;
       if (k >= lo) alts.push_back({w, close});
-      alts.push_back({w, comma, w, item, next});
+      alts.push_back({w, comma, w, item_at(k), next});
       next = rule(std::move(alts));
     }
     std::vector<std::vector<Sym>> alts;
     if (lo == 0) alts.push_back({g_->byte('['), w, close});
-    if (hi != 0) alts.push_back({g_->byte('['), w, item, next});
+    if (hi != 0) alts.push_back({g_->byte('['), w, item_at(0), next});
     return rule(std::move(alts));
   }
 

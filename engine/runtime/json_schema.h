@@ -7,17 +7,23 @@
 // generation stays deterministic where the schema allows choice: object members in the order of
 // `properties` (optional ones may be left out; members the schema does not name are not
 // generated), at most one space, or a newline and up to 20 spaces or tabs, between tokens,
-// integers up to 16 digits, fractions up to 16 digits, exponents up to 2 digits, \u escapes
-// only outside the surrogate range.
+// integers up to 16 digits, fractions up to 16 digits, exponents up to 2 digits (none where
+// bounds apply), \u escapes only outside the surrogate range (strings with a pattern or format
+// write each character one way: string_pattern.h).
 //
-// Supported keywords: type (one or a list), enum, const, anyOf, allOf with one entry, $ref to a
-// local JSON pointer ("#", "#/$defs/X", "#/definitions/X", recursion included), $defs /
-// definitions, properties, required, additionalProperties (false, true or a schema: with no
-// `properties` it types the members of a map), items, minItems, maxItems, minLength, maxLength,
-// uniqueItems false. Annotations are ignored (title, description, default, examples, format,
-// ...). Any other keyword is refused rather than ignored (a grammar that silently dropped
-// `pattern` or `minimum` would produce invalid output): Error(kInvalidArgument) naming the field
-// and the JSON pointer of the keyword.
+// Supported keywords: type (one or a list), enum, const, anyOf, oneOf (where no value can match
+// two branches: different types, or objects told apart by a required const member; otherwise
+// refused), allOf with one entry, $ref to a local JSON pointer ("#", "#/$defs/X",
+// "#/definitions/X", recursion included), $defs / definitions, properties, required,
+// additionalProperties (false, true or a schema: with no `properties` it types the members of
+// a map), items (false too), prefixItems, minItems, maxItems, minLength, maxLength, pattern
+// (string_pattern.h: the intersection of ECMA-262 and Python regexes), format on strings (date,
+// time, date-time, email, hostname, ipv4, ipv6, uuid enforced, as OpenAI's strict mode does;
+// others ignored), minimum / maximum / exclusiveMinimum / exclusiveMaximum (number_range.h:
+// integer bounds on numbers, any bound on integers), uniqueItems false. Annotations are ignored
+// (title, description, default, examples, ...). Any other keyword is refused rather than
+// ignored (a grammar that silently dropped `multipleOf` would produce invalid output):
+// Error(kInvalidArgument) naming the field and the JSON pointer of the keyword.
 #pragma once
 
 #include <memory>

@@ -152,6 +152,19 @@ def http_cases():
              "name": "x", "schema": {"type": "object", "properties": {
                  f"p{i}": {"type": "string", "minLength": 1, "maxLength": 4096}
                  for i in range(300)}}}}}, AUTH, 400, "response_format.json_schema.schema"),
+        ("chat: json_schema pattern of a million states ((?:a{1000}){1000})", "POST", ch,
+         {**chat, "response_format": {"type": "json_schema", "json_schema": {
+             "name": "x", "schema": {"type": "string", "pattern": "(?:a{1000}){1000}"}}}}, AUTH,
+         400, "response_format.json_schema.schema"),
+        ("chat: json_schema pattern of 30 loops under maxLength 4096 (too many rules)", "POST",
+         ch, {**chat, "response_format": {"type": "json_schema", "json_schema": {
+             "name": "x", "schema": {"type": "string", "pattern": "^" + "[a-z]*[0-9]*" * 15 + "$",
+                                     "maxLength": 4096}}}}, AUTH, 400,
+         "response_format.json_schema.schema"),
+        ("chat: json_schema pattern with a lookahead", "POST", ch,
+         {**chat, "response_format": {"type": "json_schema", "json_schema": {
+             "name": "x", "schema": {"type": "string", "pattern": "^(?=a)"}}}}, AUTH, 400,
+         "response_format.json_schema.schema"),
         ("chat: json_schema whose instances never end", "POST", ch,
          {**chat, "response_format": {"type": "json_schema", "json_schema": {
              "name": "x", "schema": {"type": "object", "properties": {"a": {"$ref": "#"}},
@@ -165,9 +178,9 @@ def http_cases():
          {**chat, "response_format": {"type": "json_schema", "json_schema": {
              "name": "x", "schema": {"$ref": "file:///etc/passwd"}}}}, AUTH, 400,
          "response_format.json_schema.schema"),
-        ("chat: tool_choice required with a tool schema using 'pattern'", "POST", ch,
-         {**chat, "tools": [{"type": "function", "function": {"name": "f", "parameters": {
-             "type": "object", "properties": {"s": {"type": "string", "pattern": "x"}}}}}],
+        ("chat: tool_choice required with a tool schema's pattern using a backreference", "POST",
+         ch, {**chat, "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+             "type": "object", "properties": {"s": {"type": "string", "pattern": "(a)\\1"}}}}}],
           "tool_choice": "required"}, AUTH, 400, "tools[0].function.parameters"),
         ("chat: logit_bias key ' 5'", "POST", ch, {**chat, "logit_bias": {" 5": 10}}, AUTH, 400,
          "logit_bias"),

@@ -27,6 +27,18 @@ SCHEMA = {"type": "object", "properties": {
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 2}},
     "required": ["name", "age", "color"], "additionalProperties": False}
 
+# OpenAI strict mode's string, number and array keywords; short, to end within the model's
+# 96 positions.
+STRICT_SCHEMA = {"type": "object", "properties": {
+    "c": {"type": "string", "pattern": "^[A-Z][0-9]$"},
+    "d": {"type": "string", "format": "date"},
+    "s": {"type": "integer", "minimum": -5, "exclusiveMaximum": 40},
+    "f": {"type": "number", "minimum": 0, "maximum": 1},
+    "p": {"type": "array", "prefixItems": [{"type": "boolean"}, {"enum": [1, 2]}],
+          "items": False, "minItems": 2},
+    "o": {"oneOf": [{"type": "null"}, {"type": "string", "pattern": "^[a-z]{1,2}$"}]}},
+    "required": ["c", "d", "s", "f", "p", "o"], "additionalProperties": False}
+
 
 def valid_against(text, schema):
     """Python's jsonschema on `text` (the independent reference)."""
@@ -409,6 +421,29 @@ def main():
                 valid += valid_against(body["choices"][0]["text"], SCHEMA)
         res.check("completions json_schema: every reply that stops validates (jsonschema)",
                   ended >= 3 and valid == ended, f"{valid} valid of {ended} stopped of 4")
+        # pattern, format, bounds, prefixItems and oneOf, checked with jsonschema's format checker
+        # (date, uuid and ipv4 need nothing beyond the standard library).
+        strict_rf = {"type": "json_schema", "json_schema": {"name": "record",
+                                                            "schema": STRICT_SCHEMA}}
+        ended, valid, bad_schema = 0, 0, []
+        for seed in range(6):
+            st, body, _ = http_json("POST", base + "/v1/chat/completions", {
+                "model": name, "messages": [{"role": "user", "content": "A record."}],
+                "max_tokens": 80, "temperature": 1.0, "seed": seed,
+                "response_format": strict_rf})
+            if st == 200 and body["choices"][0]["finish_reason"] == "stop":
+                ended += 1
+                content = body["choices"][0]["message"]["content"]
+                try:
+                    jsonschema.validate(json.loads(content), STRICT_SCHEMA,
+                                        format_checker=jsonschema.FormatChecker())
+                    valid += 1
+                except (ValueError, jsonschema.ValidationError) as e:
+                    bad_schema.append((content, str(e)[:160]))
+        res.check("json_schema with pattern / format / minimum / prefixItems / oneOf: every reply "
+                  "that stops validates (jsonschema, formats checked)",
+                  ended >= 3 and valid == ended,
+                  f"{valid} valid of {ended} stopped of 6; bad {bad_schema[:2]}")
         st_text = sse_text(sse_events(base + "/v1/chat/completions", {
             "model": name, "messages": [{"role": "user", "content": "A person."}],
             "max_tokens": 80, "temperature": 0, "stream": True, "response_format": rf}))
@@ -661,7 +696,7 @@ def main():
             ("chat: json_schema with an unsupported keyword", chat_url,
              {"messages": [{"role": "user", "content": "a"}],
               "response_format": {"type": "json_schema", "json_schema": {
-                  "name": "x", "schema": {"type": "string", "pattern": "^a"}}}}, 400,
+                  "name": "x", "schema": {"type": "integer", "multipleOf": 2}}}}, 400,
              "response_format.json_schema.schema"),
             ("chat: tool_choice naming a tool not given", chat_url,
              {"messages": [{"role": "user", "content": "a"}],

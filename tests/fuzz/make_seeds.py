@@ -222,6 +222,15 @@ def main():
               encoding="utf-8") as f:
         for case in json.load(f):
             write(out, "json_schema", "case_" + case["name"], json.dumps(case["schema"]))
+    # Patterns (first byte: min length | (max - min) << 4, 0xF0 unbounded): the labelled ones
+    # (tests/data/json_schema/patterns.json), bounded and not.
+    with open(os.path.join(REPO, "tests", "data", "json_schema", "patterns.json"),
+              encoding="utf-8") as f:
+        for i, case in enumerate(json.load(f)["patterns"]):
+            bounds = b"\xf0" if i % 2 == 0 else bytes([1 | (6 << 4)])
+            write(out, "string_pattern", f"p{i:02d}", bounds + case["pattern"].encode())
+    write(out, "string_pattern", "date", b"\xf0^[1-9][0-9]{3}-(?:(?:0[13578]|1[02])-"
+          b"(?:0[1-9]|[12][0-9]|3[01])|02-(?:0[1-9]|1[0-9]|2[0-8]))$")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
     python3 tests/reference/make_json_schema_cases.py
 
 Writes tests/data/json_schema/cases.json: a list of {"name", "schema", "cases": [[text,
-valid, canonical], ...]}. `valid` is jsonschema's verdict (Draft 2020-12) on json.loads(text)
+valid, canonical], ...]}. `valid` is jsonschema's verdict (Draft 2020-12, formats checked:
+pip install fqdn rfc3339-validator) on json.loads(text)
 (NaN / Infinity refused, as JSON has none); `canonical` marks the documents this script built
 from the schema in the form Sampan's grammar promises to admit (members in `properties` order,
 no surrogate escapes, at most 16 integer / fraction digits, indentation up to 20). The rest are
@@ -16,6 +17,8 @@ import os
 import random
 
 import jsonschema
+
+from make_string_pattern_cases import rand_format
 
 SCHEMAS = {
     "person": {
@@ -80,7 +83,89 @@ SCHEMAS = {
             }
         },
     },
+    "ranges": {
+        "type": "object",
+        "properties": {
+            "age": {"type": "integer", "minimum": 0, "maximum": 130},
+            "temp": {"type": "number", "exclusiveMinimum": -50, "maximum": 60},
+            "p": {"type": "number", "minimum": 0, "maximum": 1},
+            "neg": {"type": "integer", "exclusiveMaximum": -5, "minimum": -1000},
+            "big": {"type": "integer", "minimum": 1000000},
+            "half": {"type": "integer", "minimum": 2.5, "exclusiveMaximum": 7.5},
+            "pos": {"type": "number", "exclusiveMinimum": 0},
+            "upto": {"type": "number", "exclusiveMaximum": 10, "minimum": 9},
+        },
+        "required": ["age", "temp", "p", "neg", "big", "half", "pos", "upto"],
+    },
+    "strings": {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,5}$"},
+            "slug": {"type": "string", "pattern": "^[a-z0-9]+(?:-[a-z0-9]+)*$", "maxLength": 12},
+            "when": {"type": "string", "format": "date-time"},
+            "id": {"type": "string", "format": "uuid"},
+            "ip": {"type": "string", "format": "ipv4"},
+            "day": {"type": "string", "format": "date"},
+            "note": {"type": "string", "pattern": "ok", "minLength": 3},
+        },
+        "required": ["code", "slug", "when", "id"],
+    },
+    "tuple": {
+        "type": "array",
+        "prefixItems": [{"type": "string", "pattern": "^[a-z]+$"},
+                        {"type": "integer", "minimum": 1}],
+        "items": False,
+        "minItems": 1,
+    },
+    "tuple_rest": {"type": "array", "prefixItems": [{"const": "head"}],
+                   "items": {"type": "boolean"}, "maxItems": 4},
+    "union": {
+        "$defs": {
+            "Cat": {"type": "object", "properties": {
+                "pet": {"const": "cat"}, "lives": {"type": "integer", "minimum": 1, "maximum": 9}},
+                "required": ["pet", "lives"]},
+            "Dog": {"type": "object", "properties": {
+                "pet": {"const": "dog"}, "good": {"type": "boolean"}}, "required": ["pet"]},
+        },
+        "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+    },
+    "kinds_union": {"oneOf": [{"type": "string", "maxLength": 3}, {"type": "integer"},
+                              {"type": "null"}]},
 }
+
+# Instances of the patterns above (each promised to be generated: see string_pattern.h).
+PATTERN_SAMPLES = {
+    "^[A-Z]{2}-\\d{3,5}$": lambda rng: "".join(rng.choice("ABQZ") for _ in range(2)) + "-" +
+    "".join(rng.choice("0123456789") for _ in range(rng.randint(3, 5))),
+    "^[a-z0-9]+(?:-[a-z0-9]+)*$": lambda rng: "-".join(
+        "".join(rng.choice("az09") for _ in range(rng.randint(1, 3)))
+        for _ in range(rng.randint(1, 3))),
+    "^[a-z]+$": lambda rng: "".join(rng.choice("abz") for _ in range(rng.randint(1, 6))),
+    "ok": lambda rng: rand_string(rng, 0, 3) + "ok" + rand_string(rng, 1, 3),
+}
+
+
+def number_in(rng, s, integer):
+    lo = s.get("minimum", s.get("exclusiveMinimum"))
+    hi = s.get("maximum", s.get("exclusiveMaximum"))
+    a = lo if lo is not None else -1000
+    b = hi if hi is not None else a + 2000
+    while True:
+        if integer:
+            v = rng.randint(int(a) - 1, int(b) + 1)
+        else:
+            v = rng.choice([round(rng.uniform(a, b), rng.randint(0, 4)), float(int(a)), a, b])
+        ok = True
+        if "minimum" in s:
+            ok = ok and v >= s["minimum"]
+        if "exclusiveMinimum" in s:
+            ok = ok and v > s["exclusiveMinimum"]
+        if "maximum" in s:
+            ok = ok and v <= s["maximum"]
+        if "exclusiveMaximum" in s:
+            ok = ok and v < s["exclusiveMaximum"]
+        if ok:
+            return v
 
 ALPHABET = ['"', "\\", "{", "}", "[", "]", ",", ":", " ", "\n", "0", "1", "-", ".", "e", "a",
             "t", "n", "u", "l", "é", "\t", "x", "7"]
@@ -106,8 +191,8 @@ def instance(root, s, rng, depth=0):
         return instance(root, resolve(root, s["$ref"]), rng, depth + 1)
     if "allOf" in s:
         return instance(root, s["allOf"][0], rng, depth + 1)
-    if "anyOf" in s:
-        return instance(root, rng.choice(s["anyOf"]), rng, depth + 1)
+    if "anyOf" in s or "oneOf" in s:
+        return instance(root, rng.choice(s.get("anyOf", s.get("oneOf"))), rng, depth + 1)
     if "const" in s:
         return s["const"]
     if "enum" in s:
@@ -117,6 +202,14 @@ def instance(root, s, rng, depth=0):
         t = rng.choice(t)
     if t is None:
         t = "object" if ("properties" in s or "additionalProperties" in s) else "array"
+    if t == "string" and "pattern" in s:
+        return PATTERN_SAMPLES[s["pattern"]](rng)
+    if t == "string" and "format" in s:
+        return rand_format(rng, s["format"])
+    if t in ("integer", "number") and any(k in s for k in ("minimum", "maximum",
+                                                             "exclusiveMinimum",
+                                                             "exclusiveMaximum")):
+        return number_in(rng, s, t == "integer")
     if t == "string":
         return rand_string(rng, s.get("minLength", 0), s.get("maxLength", s.get("minLength", 0) + 6))
     if t == "integer":
@@ -132,8 +225,12 @@ def instance(root, s, rng, depth=0):
         hi = s.get("maxItems", lo + 3)
         if depth > 4:
             hi = lo
+        prefix = s.get("prefixItems", [])
+        if s.get("items") is False:
+            hi = min(hi, len(prefix)) if "maxItems" in s else len(prefix)
         n = rng.randint(lo, hi)
-        return [instance(root, s.get("items", {}), rng, depth + 1) for _ in range(n)]
+        return [instance(root, prefix[i] if i < len(prefix) else s.get("items", {}), rng,
+                         depth + 1) for i in range(n)]
     props = s.get("properties", {})
     req = set(s.get("required", []))
     if not props:
@@ -154,7 +251,8 @@ def label(schema, text):
     except (ValueError, RecursionError):
         return False
     try:
-        jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+        jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator,
+                            format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
         return True
     except jsonschema.ValidationError:
         return False

@@ -490,7 +490,7 @@ TEST_CASE("chat request: tools, tool calls and their options", "[request_parse]"
         "tool_choice");
   // A tool whose schema the grammar cannot follow: refused naming that tool's parameters.
   CHECK(refusal(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": )"
-                R"({"type": "object", "properties": {"n": {"type": "string", "pattern": "a"}}}}}],)"
+                R"({"type": "object", "properties": {"n": {"type": "string", "pattern": "a\\1"}}}}}],)"
                 R"( "tool_choice": "required")") == "tools[0].function.parameters");
   CHECK(refusal(tools + R"(, "tool_choice": "required", )"
                         R"("response_format": {"type": "json_object"})") == "tool_choice");
@@ -527,7 +527,7 @@ TEST_CASE("chat request: tools, tool calls and their options", "[request_parse]"
   CHECK(refusal(R"("response_format": {"type": "json_schema", "json_schema": {"name": "a b"}})") ==
         "response_format.json_schema.name");
   CHECK(refusal(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",)"
-                R"( "schema": {"type": "integer", "minimum": 0}}})") ==
+                R"( "schema": {"type": "integer", "multipleOf": 2}}})") ==
         "response_format.json_schema.schema");
   CHECK(refusal(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",)"
                 R"( "strict": "yes"}})") == "response_format.json_schema.strict");

@@ -5,11 +5,15 @@
 // and GrammarConstraint driving a Sampler over a synthetic vocabulary.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -76,6 +80,71 @@ TEST_CASE("json schema: the grammar accepts no text jsonschema refuses, and ever
   CHECK(total > 5000);
 }
 
+// patterns.json (tests/reference/make_string_pattern_cases.py): texts labelled by Python's
+// re.search and by ECMAScript's RegExp (node). A text the grammar takes must match in every
+// dialect that compiles the pattern; for an `exact` pattern (an alphabet where the dialects and
+// string_pattern.h's intersection agree) the grammar takes exactly those.
+TEST_CASE("json schema: pattern against Python's re and ECMAScript's RegExp", "[json_schema]") {
+  std::ifstream f(std::string(SAMPAN_SOURCE_DIR) + "/tests/data/json_schema/patterns.json");
+  REQUIRE(f.good());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const OJson all = OJson::parse(ss.str());
+  REQUIRE(all["patterns"].size() >= 40);
+  size_t unsound = 0, missed = 0, accepted = 0, total = 0;
+  for (const auto& p : all["patterns"]) {
+    const std::string pattern = p["pattern"].get<std::string>();
+    const bool exact = p["exact"].get<bool>();
+    const std::string schema = OJson{{"type", "string"}, {"pattern", pattern}}.dump();
+    const bool matchable = std::any_of(p["cases"].begin(), p["cases"].end(), [](const OJson& c) {
+      return !(c[1] == OJson(false)) && !(c[2] == OJson(false));
+    });
+    if (!matchable) {  // "a^b": refused as matching nothing, not compiled to an empty grammar
+      INFO("pattern " << pattern);
+      CHECK_THAT(error_of(schema), Catch::Contains("matches no string"));
+      continue;
+    }
+    const auto grammar = compile_json_schema(schema, "schema");
+    const GrammarMatcher m(*grammar);
+    for (const auto& c : p["cases"]) {
+      const std::string text = c[0].get<std::string>();
+      const bool py = c[1].is_null() || c[1].get<bool>();
+      const bool ecma = c[2].is_null() || c[2].get<bool>();
+      const bool ok = m.matches(OJson(text).dump());
+      INFO("pattern " << pattern << " text " << OJson(text).dump());
+      CHECK(!(ok && !(py && ecma)));
+      if (exact) CHECK(ok == (py && ecma));
+      unsound += ok && !(py && ecma);
+      missed += exact && !ok && py && ecma;
+      accepted += ok;
+      ++total;
+    }
+  }
+  CHECK(unsound == 0);
+  CHECK(missed == 0);
+  CHECK(accepted > 1000);
+  CHECK(total > 8000);
+  // Formats against jsonschema's FormatChecker: nothing it refuses, every text built in the
+  // promised subset.
+  REQUIRE(all["formats"].size() == 8);
+  size_t format_accepted = 0;
+  for (const auto& fm : all["formats"]) {
+    const std::string format = fm["format"].get<std::string>();
+    const auto grammar =
+        compile_json_schema(OJson{{"type", "string"}, {"format", format}}.dump(), "schema");
+    const GrammarMatcher m(*grammar);
+    for (const auto& c : fm["cases"]) {
+      const std::string text = c[0].get<std::string>();
+      const bool ok = m.matches(OJson(text).dump());
+      INFO("format " << format << " text " << text);
+      CHECK(!(ok && !c[1].get<bool>()));
+      if (c[2].get<bool>()) CHECK(ok);
+      format_accepted += ok;
+    }
+  }
+  CHECK(format_accepted > 400);
+}
+
 TEST_CASE("json schema: hand cases", "[json_schema]") {
   auto matches = [](const std::string& schema, const std::string& text) {
     return GrammarMatcher(*compile_json_schema(schema, "s")).matches(text);
@@ -122,6 +191,38 @@ TEST_CASE("json schema: hand cases", "[json_schema]") {
   CHECK(matches(R"({"type":"object","additionalProperties":false})", "{}"));
   CHECK_FALSE(matches(R"({"type":"object","additionalProperties":false})", R"({"a":1})"));
   CHECK(matches("true", R"({"x":[1,{"y":null}]})"));
+  // prefixItems: the first items' schemas (an array may stop before their end), items the
+  // rest's, false for none.
+  CHECK(matches(R"({"type":"array","items":false})", "[]"));
+  CHECK_FALSE(matches(R"({"type":"array","items":false})", "[1]"));
+  const std::string tuple = R"({"prefixItems":[{"const":1},{"const":2},{"const":3}],"maxItems":2})";
+  CHECK(matches(tuple, "[]"));
+  CHECK(matches(tuple, "[1]"));
+  CHECK(matches(tuple, "[1, 2]"));
+  CHECK_FALSE(matches(tuple, "[2]"));
+  CHECK_FALSE(matches(tuple, "[1,2,3]"));
+  const std::string rest = R"({"prefixItems":[{"type":"string"}],"items":{"type":"null"},)"
+                           R"("minItems":3})";
+  CHECK(matches(rest, R"(["a",null,null])"));
+  CHECK(matches(rest, R"(["a",null,null,null])"));
+  CHECK_FALSE(matches(rest, R"(["a",null])"));
+  CHECK_FALSE(matches(rest, R"([null,null,null])"));
+  CHECK_THAT(error_of(R"({"prefixItems":[{}],"items":false,"minItems":2})"),
+             Catch::Contains("more than the items allowed"));
+  // Formats on strings only; unknown ones stay annotations.
+  CHECK(matches(R"({"type":"integer","format":"int32"})", "-7"));
+  CHECK(matches(R"({"type":"string","format":"color"})", R"("anything")"));
+  CHECK(matches(R"({"format":"date"})", R"("2024-02-28")"));  // no type: a string
+  CHECK_FALSE(matches(R"({"format":"date"})", R"("2024-02-30")"));
+  CHECK(matches(R"({"type":"string","format":"date","maxLength":10})", R"("2024-02-28")"));
+  CHECK_THAT(error_of(R"({"type":"string","format":"date","maxLength":9})"),
+             Catch::Contains("admits no JSON value"));
+  // Pattern strings write each character one way: escapes only where JSON needs them.
+  CHECK(matches(R"({"pattern":"^[\\s\"]+$"})", R"(" \"\t\n")"));
+  CHECK_FALSE(matches(R"({"pattern":"^[\\s\"]+$"})", R"(" \u0022")"));
+  CHECK_FALSE(matches(R"({"pattern":"^a$"})", R"("\u0061")"));
+  CHECK(matches(R"({"pattern":"^\\u0001$"})", R"("\u0001")"));
+  CHECK_FALSE(matches(R"({"pattern":"^\\u0001$"})", R"("\u0001x")"));
   // Recursion through $ref, "#" included.
   const std::string list = R"({"type":"object","properties":{"next":{"anyOf":[{"$ref":"#"},)"
                            R"({"type":"null"}]}},"required":["next"]})";
@@ -129,13 +230,155 @@ TEST_CASE("json schema: hand cases", "[json_schema]") {
   CHECK_FALSE(matches(list, R"({"next":{"next":{}}})"));
 }
 
+// Bounds against exact arithmetic: every integer in [-130, 130] and every decimal with one or
+// two fraction digits in (-16, 16), in hundredths, accepted exactly when within the bounds
+// (numbers; integers only without a fraction), for bounds on both sides, either side, strict
+// or not, integer or fractional (integers only).
+TEST_CASE("json schema: minimum / maximum against exact arithmetic", "[json_schema]") {
+  std::vector<std::string> texts = {"-0", "-0.0", "-0.00", "0.0", "01", "-01", "1e1", "1.", ".5",
+                                    "+1", "--1", "0.000"};
+  for (int v = -130; v <= 130; ++v) texts.push_back(std::to_string(v));
+  for (int v = -1599; v <= 1599; v += 7) {
+    const int a = std::abs(v);
+    const std::string sign = v < 0 ? "-" : "";
+    texts.push_back(fmt::format("{}{}.{:02d}", sign, a / 100, a % 100));
+    if (a % 10 == 0) texts.push_back(fmt::format("{}{}.{}", sign, a / 100, a % 100 / 10));
+  }
+  // The value in hundredths of a text in the grammar's form; nullopt for other spellings.
+  auto hundredths = [](const std::string& t) -> std::optional<std::pair<int64_t, bool>> {
+    static const std::regex form("(-?)(0|[1-9][0-9]*)(\\.([0-9]{1,3}))?");
+    std::smatch m;
+    if (!std::regex_match(t, m, form)) return std::nullopt;
+    std::string frac = m[4].str();
+    if (frac.size() == 3) {
+      if (frac[2] != '0') return std::nullopt;
+      frac.pop_back();
+    }
+    while (frac.size() < 2) frac += '0';
+    const int64_t v = std::stoll(m[2].str()) * 100 + std::stoll(frac);
+    return std::make_pair(m[1].length() ? -v : v, m[3].matched);
+  };
+  const std::vector<std::string> bounds = {"", "-7", "-1", "0", "1", "5", "12", "100", "2.5",
+                                           "-0.5"};
+  size_t checked = 0, accepted = 0;
+  for (const bool integer : {false, true}) {
+    for (const auto& lo : bounds) {
+      for (const auto& hi : bounds) {
+        for (int strict = 0; strict < 4; ++strict) {
+          const bool fractional = lo.find('.') != std::string::npos ||
+                                  hi.find('.') != std::string::npos;
+          if (fractional && !integer) continue;  // refused (checked elsewhere)
+          if (lo.empty() && hi.empty()) continue;  // no bound: exponents too (hand cases)
+          OJson schema = {{"type", integer ? "integer" : "number"}};
+          if (!lo.empty()) schema[strict & 1 ? "exclusiveMinimum" : "minimum"] = OJson::parse(lo);
+          if (!hi.empty()) schema[strict & 2 ? "exclusiveMaximum" : "maximum"] = OJson::parse(hi);
+          auto within = [&](int64_t v100) {
+            if (!lo.empty()) {
+              const auto l = std::llround(std::stod(lo) * 100);
+              if (strict & 1 ? v100 <= l : v100 < l) return false;
+            }
+            if (!hi.empty()) {
+              const auto h = std::llround(std::stod(hi) * 100);
+              if (strict & 2 ? v100 >= h : v100 > h) return false;
+            }
+            return true;
+          };
+          bool any = false;
+          for (const auto& t : texts) {
+            const auto v = hundredths(t);
+            any = any || (v && within(v->first) && !(integer && v->second));
+          }
+          INFO(schema.dump());
+          if (!any) {
+            // Empty on this grid: either nothing fits, or only values between its points.
+            continue;
+          }
+          const auto grammar = compile_json_schema(schema.dump(), "schema");
+          const GrammarMatcher m(*grammar);
+          for (const auto& t : texts) {
+            const auto v = hundredths(t);
+            const bool expect = v && within(v->first) && !(integer && v->second);
+            INFO(t);
+            CHECK(m.matches(t) == expect);
+            accepted += expect;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked > 100000);
+  CHECK(accepted > 20000);
+  // The 16-digit cap: a bound beyond it leaves the numbers the grammar writes.
+  const auto big = compile_json_schema(R"({"type":"integer","minimum":-1e30,"maximum":1e30})", "s");
+  CHECK(GrammarMatcher(*big).matches("-9999999999999999"));
+  CHECK_FALSE(GrammarMatcher(*big).matches("10000000000000000"));
+  const auto near = compile_json_schema(
+      R"({"type":"integer","minimum":9007199254740993,"maximum":9007199254740995})", "s");
+  CHECK(GrammarMatcher(*near).matches("9007199254740994"));
+  CHECK_FALSE(GrammarMatcher(*near).matches("9007199254740992"));
+  CHECK_FALSE(GrammarMatcher(*near).matches("9007199254740996"));
+}
+
 TEST_CASE("json schema: unsupported or bad schemas are refused naming the keyword",
           "[json_schema]") {
-  CHECK_THAT(error_of(R"({"type":"string","pattern":"^a"})"),
-             Catch::Contains("/pattern") && Catch::Contains("'pattern' is not supported"));
-  CHECK_THAT(error_of(R"({"properties":{"n":{"type":"integer","minimum":0}}})"),
-             Catch::Contains("at /properties/n/minimum"));
-  CHECK_THAT(error_of(R"({"oneOf":[{"type":"string"}]})"), Catch::Contains("'oneOf'"));
+  CHECK_THAT(error_of(R"({"type":"number","multipleOf":3})"),
+             Catch::Contains("/multipleOf") && Catch::Contains("'multipleOf' is not supported"));
+  CHECK_THAT(error_of(R"({"properties":{"n":{"type":"number","minimum":0.5}}})"),
+             Catch::Contains("at /properties/n/minimum") && Catch::Contains("fractional"));
+  CHECK_THAT(error_of(R"({"type":"integer","minimum":"0"})"), Catch::Contains("must be a number"));
+  CHECK_THAT(error_of(R"({"type":"integer","minimum":5,"exclusiveMaximum":5})"),
+             Catch::Contains("no integer lies within the bounds"));
+  CHECK_THAT(error_of(R"({"type":"number","exclusiveMinimum":1e300})"),
+             Catch::Contains("no number lies within the bounds"));
+  // oneOf: only where no value can match two branches.
+  CHECK_THAT(error_of(R"({"oneOf":[{"type":"number"},{"type":"integer"}]})"),
+             Catch::Contains("at /oneOf") && Catch::Contains("cannot overlap"));
+  CHECK_THAT(error_of(R"({"oneOf":[{"type":"string"},{"maxLength":2}]})"),
+             Catch::Contains("cannot overlap"));
+  CHECK_THAT(error_of(R"({"oneOf":[{"properties":{"k":{"const":1}},"required":["k"]},)"
+                      R"({"properties":{"k":{"const":1}},"required":["k"]}]})"),
+             Catch::Contains("cannot overlap"));
+  CHECK_THAT(error_of(R"({"oneOf":[{"properties":{"k":{"const":1}}},)"
+                      R"({"properties":{"k":{"const":2}},"required":["k"]}]})"),
+             Catch::Contains("cannot overlap"));  // k optional in the first: {} matches both
+  CHECK_THAT(error_of(R"({"oneOf":[{"type":["object","string"],"properties":{"k":{"const":1}},)"
+                      R"("required":["k"]},{"properties":{"k":{"const":2}},"required":["k"]}]})"),
+             Catch::Contains("cannot overlap"));  // "a" from the first matches the second
+  {
+    const auto g = compile_json_schema(
+        R"({"oneOf":[{"type":["integer","number"]},{"type":"string"},{"const":true}]})", "s");
+    const GrammarMatcher m(*g);
+    CHECK(m.matches("1.5"));
+    CHECK(m.matches(R"("x")"));
+    CHECK(m.matches("true"));
+    CHECK_FALSE(m.matches("false"));
+  }
+  // Patterns: what the dialects read differently, or a regex engine cannot follow, is named.
+  for (const auto& [pattern, what] : std::vector<std::pair<std::string, std::string>>{
+           {"(?=a)", "lookaround"}, {"(?<!a)b", "lookaround"}, {"(a)\\1", "backreferences"},
+           {"\\bword", "word boundaries"}, {"(?i)a", "inline flags"}, {"\\p{L}", "\\p"},
+           {"a{,3}", "not a quantifier"}, {"a{2", "not a quantifier"}, {"[]a]", "first in a class"},
+           {"a**", "after a quantifier"}, {"*a", "nothing to repeat"}, {"(a", "unterminated group"},
+           {"a)", "unmatched ')'"}, {"[a", "unterminated class"}, {"[z-a]", "out of order"},
+           {"[\\d-z]", "shorthand"}, {"^*", "on an anchor"}, {"a{1001}", "above 1000"},
+           {"\\a", "\\a is not supported"}, {"\\x4", "hex digits"}, {"\\01", "octal"},
+           {"(?:a{1000}){1000}", "automaton states"}, {"x^y", "matches no string"}}) {
+    INFO(pattern);
+    CHECK_THAT(error_of(OJson{{"type", "string"}, {"pattern", pattern}}.dump()),
+               Catch::Contains("at /pattern") && Catch::Contains(what));
+  }
+  CHECK_THAT(error_of(R"({"type":"string","pattern":7})"), Catch::Contains("must be a string"));
+  CHECK_THAT(error_of(R"({"type":"string","pattern":"^a$","format":"date"})"),
+             Catch::Contains("at /format") && Catch::Contains("beside 'pattern'"));
+  CHECK_THAT(error_of(R"({"type":"string","pattern":"^[a-z]{5000}$"})"),
+             Catch::Contains("above 1000"));
+  // Lengths multiply the pattern's states: bounded by the grammar's rule cap.
+  std::string loops = "^";
+  for (int i = 0; i < 6; ++i) loops += "[a-z]*[0-9]*[A-Z]*";
+  CHECK_THAT(error_of(OJson{{"type", "string"}, {"pattern", loops + "$"}, {"maxLength", 4096}}
+                          .dump()),
+             Catch::Contains("grammar rules"));
   CHECK_THAT(error_of(R"({"$ref":"#/$defs/missing"})"), Catch::Contains("does not resolve"));
   CHECK_THAT(error_of(R"({"$ref":"http://example.com/s.json"})"), Catch::Contains("local"));
   CHECK_THAT(error_of("false"), Catch::Contains("admits no value"));
