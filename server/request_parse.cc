@@ -323,44 +323,55 @@ void parse_tool_choice(const Json& body, ChatRequest& r) {
       fmt::format("'tool_choice.function.name' {} is not one of 'tools'", Json(*name).dump()));
 }
 
+}  // namespace
+
 // response_format: {type: "text"}, {type: "json_object"} (JSON mode) or {type: "json_schema",
 // json_schema: {name, description?, schema?, strict?}} (a grammar; without a schema, JSON mode).
-void parse_response_format(const Json& body, SamplingFields& f) {
-  const Json* v = find(body, "response_format");
+void parse_response_format(const Json& obj, SamplingFields& f, const std::string& prefix) {
+  const Json* v = find(obj, "response_format");
   if (!v || v->is_null()) return;
-  if (!v->is_object()) wrong_type("response_format", "an object {type}", *v);
-  const auto type = get_string(*v, "type", "response_format.");
-  if (!type) bad("response_format.type", "'response_format.type' is required");
-  if (*type == "text") return;
+  const std::string rf = prefix + "response_format";
+  if (!v->is_object()) wrong_type(rf, "an object {type}", *v);
+  const auto type = get_string(*v, "type", rf + ".");
+  if (!type) bad(rf + ".type", fmt::format("'{}.type' is required", rf));
+  if (*type == "text") {
+    f.json_object = false;
+    f.grammar.reset();
+    return;
+  }
   if (*type == "json_object") {
     f.json_object = true;
+    f.grammar.reset();
     return;
   }
   if (*type != "json_schema")
-    bad("response_format.type",
-        fmt::format("'response_format.type' must be \"text\", \"json_object\" or "
-                    "\"json_schema\", got {}", Json(*type).dump()));
+    bad(rf + ".type", fmt::format("'{}.type' must be \"text\", \"json_object\" or "
+                                  "\"json_schema\", got {}", rf, Json(*type).dump()));
+  const std::string js_name = rf + ".json_schema";
   const Json* js = find(*v, "json_schema");
-  if (!js) bad("response_format.json_schema", "'response_format.json_schema' is required");
-  if (!js->is_object())
-    wrong_type("response_format.json_schema", "an object {name, schema, strict}", *js);
+  if (!js) bad(js_name, fmt::format("'{}' is required", js_name));
+  if (!js->is_object()) wrong_type(js_name, "an object {name, schema, strict}", *js);
   // OpenAI's rule for the name: required, a-z, A-Z, 0-9, '_' and '-', at most 64.
-  const auto name = get_string(*js, "name", "response_format.json_schema.");
+  const auto name = get_string(*js, "name", js_name + ".");
   if (!name || name->empty() || name->size() > 64 ||
       !std::all_of(name->begin(), name->end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
       }))
-    bad("response_format.json_schema.name",
-        "'response_format.json_schema.name' is required: 1 to 64 of a-z, A-Z, 0-9, '_', '-'");
-  get_string(*js, "description", "response_format.json_schema.");
-  get_bool(*js, "strict", "response_format.json_schema.");
+    bad(js_name + ".name",
+        fmt::format("'{}.name' is required: 1 to 64 of a-z, A-Z, 0-9, '_', '-'", js_name));
+  get_string(*js, "description", js_name + ".");
+  get_bool(*js, "strict", js_name + ".");
   const Json* schema = find(*js, "schema");
   if (!schema) {
     f.json_object = true;
+    f.grammar.reset();
     return;
   }
-  f.grammar = schema_grammar(*schema, "response_format.json_schema.schema");
+  f.json_object = false;
+  f.grammar = schema_grammar(*schema, js_name + ".schema");
 }
+
+namespace {
 
 // Fields of the OpenAI API that Sampan does not implement: refused when given, rather than
 // silently ignored.

@@ -197,6 +197,40 @@ def check_kserve(res, srv, ref_text):
     res.check("ModelInfer string-valued sampling_parameters",
               r2.as_numpy("text_output")[0].decode() == ref_text)
 
+    # response_format in sampling_parameters (a JSON object inside the JSON string) and as a
+    # request parameter (protobuf parameters are scalars: a JSON string).
+    schema = {"type": "object", "properties": {
+        "n": {"type": "integer", "minimum": 1, "maximum": 99},
+        "c": {"type": "string", "pattern": "^[a-z]{1,3}$"}}, "required": ["n", "c"],
+        "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    ended, valid = 0, 0
+    for seed in range(4):
+        for where in ("sampling_parameters", "parameters"):
+            sp = {"temperature": 1.0, "seed": seed}
+            params = None
+            if where == "sampling_parameters":
+                sp["response_format"] = rf
+            else:
+                params = {"response_format": json.dumps(rf)}
+            r3 = c.infer(MODEL, triton_inputs(PROMPT, 40, sp), parameters=params)
+            out = r3.as_numpy("text_output")[0].decode()
+            try:
+                jsonschema.validate(json.loads(out), schema)
+                valid += 1
+                ended += 1
+            except ValueError:
+                pass  # cut by max_tokens: a prefix, not counted
+            except jsonschema.ValidationError:
+                ended += 1
+    res.check("ModelInfer response_format json_schema (sampling_parameters and parameters): "
+              "every complete reply validates (jsonschema)", ended >= 4 and valid == ended,
+              f"{valid} valid of {ended} complete of 8")
+    e = rpc_error(lambda: c.infer(MODEL, triton_inputs(PROMPT, 4, {"response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"multipleOf": 2}}}})))
+    res.check("ModelInfer response_format with 'multipleOf' -> INVALID_ARGUMENT naming it",
+              err_code(e) == "INVALID_ARGUMENT" and "multipleOf" in err_text(e), err_text(e))
+
     e = rpc_error(lambda: c.infer(MODEL, triton_inputs(PROMPT, 0)))
     res.check("ModelInfer max_tokens 0 -> INVALID_ARGUMENT naming it",
               err_code(e) == "INVALID_ARGUMENT" and "max_tokens" in err_text(e), err_text(e))

@@ -608,6 +608,25 @@ def main():
                              "logit_bias": {str(forced): 100}})
         res.check("KServe logit_bias +100 forces the token when sampling too",
                   ids == [forced] * MAX_TOKENS, str(ids))
+        # response_format over KServe REST: in the request's parameters (an object there).
+        kschema = {"type": "array", "prefixItems": [{"type": "integer", "minimum": 0,
+                                                     "maximum": 9}], "items": False,
+                   "minItems": 1}
+        kvalid, kended = 0, 0
+        for seed in range(4):
+            st, body, _ = http_json("POST", f"{base}/v2/models/{name}/infer", {
+                "inputs": [{"name": "text_input", "shape": [1], "datatype": "BYTES",
+                            "data": [PROMPT]}],
+                "parameters": {"temperature": 1.0, "seed": seed, "max_tokens": 24,
+                               "response_format": {"type": "json_schema", "json_schema": {
+                                   "name": "k", "schema": kschema}}}})
+            if st != 200:
+                continue
+            out = {x["name"]: x for x in body["outputs"]}["text_output"]["data"][0]
+            kended += 1
+            kvalid += valid_against(out, kschema)
+        res.check("KServe REST parameters.response_format json_schema: replies validate "
+                  "(jsonschema)", kended == 4 and kvalid == 4, f"{kvalid} valid of {kended}")
         for streamed in (False, True):
             kw = dict(model=name, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0,
                       logit_bias={str(forced): 100}, extra_body={"ignore_eos": True})

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "proto/grpc_service.pb.h"
+#include "engine/runtime/grammar.h"
 #include "server/api_routes.h"
 #include "server/gateway.h"
 #include "server/kserve_decode.h"
@@ -347,4 +348,60 @@ TEST_CASE("KServe: logit_bias from sampling_parameters, and as a JSON string par
   (*req.mutable_parameters())["logit_bias"].set_string_param(R"({"4": 101})");
   CHECK(thrown([&] { sampan::server::parse_kserve_proto(req); }).field() ==
         R"(parameters.logit_bias["4"])");
+}
+
+TEST_CASE("KServe: response_format in parameters and sampling_parameters, JSON and protobuf",
+          "[gateway]") {
+  using sampan::runtime::GrammarMatcher;
+  const Json rf = {{"response_format", {{"type", "json_schema"},
+                                        {"json_schema", {{"name", "n"},
+                                                         {"schema", {{"type", "integer"},
+                                                                     {"minimum", 3}}}}}}}};
+  Json body = Json::parse(R"({"inputs": [
+      {"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["a"]},
+      {"name": "sampling_parameters", "datatype": "BYTES", "shape": [1]}]})");
+  body["inputs"][1]["data"] = Json::array({rf.dump()});
+  const auto r = sampan::server::parse_kserve_json(body);
+  REQUIRE(r.fields.grammar);
+  CHECK(GrammarMatcher(*r.fields.grammar).matches("42"));
+  CHECK_FALSE(GrammarMatcher(*r.fields.grammar).matches("2"));
+  const auto j = sampan::server::parse_kserve_json(Json::parse(R"({"inputs": [
+      {"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["a"]}],
+      "parameters": {"response_format": {"type": "json_object"}}})"));
+  CHECK(j.fields.json_object);
+  CHECK_FALSE(j.fields.grammar);
+  // A later sampling_parameters' type "text" clears what parameters asked for.
+  const auto t = sampan::server::parse_kserve_json(Json::parse(R"({"inputs": [
+      {"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["a"]},
+      {"name": "sampling_parameters", "datatype": "BYTES", "shape": [1],
+       "data": ["{\"response_format\": {\"type\": \"text\"}}"]}],
+      "parameters": {"response_format": {"type": "json_object"}}})"));
+  CHECK_FALSE(t.fields.json_object);
+  const Error bad_json = thrown([&] {
+    sampan::server::parse_kserve_json(Json::parse(R"js({"inputs": [
+        {"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["a"]}],
+        "parameters": {"response_format": {"type": "json_schema", "json_schema": {"name": "x",
+            "schema": {"type": "string", "pattern": "(?=a)"}}}}})js"));
+  });
+  CHECK(bad_json.field() == "parameters.response_format.json_schema.schema");
+  CHECK_THAT(std::string(bad_json.what()), Catch::Contains("lookaround"));
+
+  inference::ModelInferRequest req;
+  auto* in = req.add_inputs();
+  in->set_name("text_input");
+  in->set_datatype("BYTES");
+  in->add_shape(1);
+  in->mutable_contents()->add_bytes_contents("a");
+  (*req.mutable_parameters())["response_format"].set_string_param(
+      R"({"type": "json_schema", "json_schema": {"name": "d", "schema": {"format": "date"}}})");
+  const auto p = sampan::server::parse_kserve_proto(req);
+  REQUIRE(p.fields.grammar);
+  CHECK(GrammarMatcher(*p.fields.grammar).matches(R"("2024-05-31")"));
+  CHECK_FALSE(GrammarMatcher(*p.fields.grammar).matches(R"("2024-06-31")"));
+  (*req.mutable_parameters())["response_format"].set_string_param(R"({"type": "xml"})");
+  CHECK(thrown([&] { sampan::server::parse_kserve_proto(req); }).field() ==
+        "parameters.response_format.type");
+  (*req.mutable_parameters())["response_format"].set_string_param("json_object");
+  CHECK(thrown([&] { sampan::server::parse_kserve_proto(req); }).field() ==
+        "parameters.response_format");
 }
