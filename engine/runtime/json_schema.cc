@@ -34,6 +34,7 @@ const std::set<std::string_view> kSupported = {
     "$defs",      "definitions", "properties", "required", "additionalProperties", "items",
     "minItems",   "maxItems", "minLength", "maxLength", "uniqueItems", "pattern",
     "minimum",    "maximum",  "exclusiveMinimum", "exclusiveMaximum", "prefixItems", "oneOf",
+    "multipleOf",
 };
 
 class Compiler {
@@ -387,7 +388,7 @@ class Compiler {
       } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") ||
                  !format_of(s).empty()) {
         kinds.push_back("string");
-      } else if (s.contains("minimum") || s.contains("maximum") ||
+      } else if (s.contains("minimum") || s.contains("maximum") || s.contains("multipleOf") ||
                  s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) {
         kinds.push_back("number");
       } else {
@@ -466,6 +467,22 @@ class Compiler {
   }
 
   uint32_t bounded_number(const OJson& s, const std::string& path, bool integer) {
+    int64_t multiple = 1;
+    if (auto it = s.find("multipleOf"); it != s.end()) {
+      const double m = it->is_number() ? it->get<double>() : 0;
+      if (!it->is_number() || !(m > 0)) {
+        bad(path + "/multipleOf", "'multipleOf' must be a number above 0");
+      }
+      if (std::floor(m) != m || m > JsonSchemaLimits::kMaxMultipleOf) {
+        bad(path + "/multipleOf",
+            fmt::format("'multipleOf' is supported as an integer up to {} (a fractional one is "
+                        "checked with floating-point division by validators, which disagree)",
+                        JsonSchemaLimits::kMaxMultipleOf));
+      }
+      multiple = static_cast<int64_t>(m);
+    }
+    // A multiple of an integer is written as an integer, whatever the type.
+    if (s.contains("multipleOf")) integer = true;
     auto tighter = [integer](std::optional<NumberBound> a, std::optional<NumberBound> b,
                              bool upper) -> std::optional<NumberBound> {
       if (!a || !b) return a ? a : b;
@@ -481,8 +498,9 @@ class Compiler {
                             number_bound(s, "exclusiveMinimum", false, integer, path), false);
     const auto hi = tighter(number_bound(s, "maximum", true, integer, path),
                             number_bound(s, "exclusiveMaximum", true, integer, path), true);
-    if (!lo && !hi) return integer ? this->integer() : number();
-    const auto r = add_number_range(*g_, lo, hi, integer, [this] { return new_rule(); });
+    if (!lo && !hi && multiple == 1) return integer ? this->integer() : number();
+    const auto r =
+        add_number_range(*g_, lo, hi, integer, multiple, [this] { return new_rule(); });
     if (!r) bad(path, fmt::format("no {} lies within the bounds", integer ? "integer" : "number"));
     return *r;
   }

@@ -20,9 +20,10 @@
 // (string_pattern.h: the intersection of ECMA-262 and Python regexes), format on strings (date,
 // time, date-time, email, hostname, ipv4, ipv6, uuid enforced, as OpenAI's strict mode does;
 // others ignored), minimum / maximum / exclusiveMinimum / exclusiveMaximum (number_range.h:
-// integer bounds on numbers, any bound on integers), uniqueItems false. Annotations are ignored
-// (title, description, default, examples, ...). Any other keyword is refused rather than
-// ignored (a grammar that silently dropped `multipleOf` would produce invalid output):
+// integer bounds on numbers, any bound on integers), multipleOf (an integer up to
+// kMaxMultipleOf; the multiples are written as integers), uniqueItems false. Annotations are
+// ignored (title, description, default, examples, ...). Any other keyword is refused rather than
+// ignored (a grammar that silently dropped `uniqueItems` would produce invalid output):
 // Error(kInvalidArgument) naming the field and the JSON pointer of the keyword.
 #pragma once
 
@@ -41,6 +42,7 @@ struct JsonSchemaLimits {
   static constexpr int kMaxLength = 4096;      // minLength / maxLength / minItems / maxItems
   static constexpr size_t kMaxEnum = 4096;     // enum values
   static constexpr size_t kMaxSchemaBytes = 1 << 20;
+  static constexpr int kMaxMultipleOf = 1000;  // residue automaton states
 };
 
 // `schema_text`: the schema as JSON text (its member order is the order properties are

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -14,8 +16,8 @@ using Alts = std::vector<std::vector<Sym>>;
 
 class RangeBuilder {
  public:
-  RangeBuilder(Grammar& g, const std::function<uint32_t()>& new_rule)
-      : g_(g), new_rule_(new_rule) {}
+  RangeBuilder(Grammar& g, const std::function<uint32_t()>& new_rule, int64_t multiple)
+      : g_(g), new_rule_(new_rule), m_(multiple) {}
 
   uint32_t rule(Alts alts) {
     const uint32_t r = new_rule_();
@@ -32,7 +34,9 @@ class RangeBuilder {
     if (integer) {
       const int64_t a = l + strict_l, b = top - (u && strict_u);
       if (a > b) return {};
-      return {{digits_in(a, b)}};
+      const uint32_t r = digits_in(a, b);
+      if (empty_.contains(r)) return {};
+      return {{r}};
     }
     Alts alts;
     if (l + 1 <= top - 1) alts.push_back({digits_in(l + 1, top - 1), frac_any()});
@@ -81,45 +85,99 @@ class RangeBuilder {
     return *frac_nonzero_;
   }
 
-  // Canonical decimal integers in [lo, hi] (0 <= lo <= hi <= kMaxNumberMagnitude).
+  // Canonical decimal integers in [lo, hi] (0 <= lo <= hi <= kMaxNumberMagnitude) that are
+  // multiples of m_.
   uint32_t digits_in(int64_t lo, int64_t hi) {
     Alts alts;
     int64_t first = 0, last = 9;  // the d-digit numbers
     for (int d = 1; d <= 16; ++d) {
       const int64_t a = std::max(lo, first), b = std::min(hi, last);
-      if (a <= b) alts.push_back({same_length(std::to_string(a), std::to_string(b))});
+      if (a <= b) {
+        const uint32_t r = same_length(std::to_string(a), std::to_string(b), 0);
+        if (!empty_.contains(r)) alts.push_back({r});
+      }
       first = last + 1;
       last = last * 10 + 9;
     }
-    return rule(std::move(alts));
+    return made(std::move(alts));
   }
 
-  // Digit strings of a's length from a to b (a <= b).
-  uint32_t same_length(const std::string& a, const std::string& b) {
-    if (auto it = memo_.find({a, b}); it != memo_.end()) return it->second;
+  // A rule of `alts`, remembered as empty when there are none (so callers can drop it).
+  uint32_t made(Alts alts) {
+    const bool none = alts.empty();
+    const uint32_t r = rule(std::move(alts));
+    if (none) empty_.insert(r);
+    return r;
+  }
+
+  // Digit strings of a's length from a to b (a <= b) that, read after a prefix whose value is
+  // `residue` modulo m_, end on a multiple of m_ (a residue automaton beside the digit range).
+  uint32_t same_length(const std::string& a, const std::string& b, int64_t residue) {
+    const auto key = std::make_tuple(a, b, residue);
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     const auto a0 = static_cast<uint8_t>(a[0]), b0 = static_cast<uint8_t>(b[0]);
+    auto next = [&](unsigned digit) { return (residue * 10 + (digit - '0')) % m_; };
     Alts alts;
+    // Consecutive digits leading to one tail rule share an alternative (all of them without
+    // a multipleOf).
+    unsigned run_lo = 0, run_hi = 0;
+    uint32_t run_tail = 0;
+    bool in_run = false;
+    auto flush = [&] {
+      if (in_run) alts.push_back({g_.byte_range(run_lo, run_hi), run_tail});
+      in_run = false;
+    };
+    // Digits lo..hi, each followed by a string from ra to rb (none when ra is empty).
+    auto add = [&](unsigned lo, unsigned hi, const std::string& ra, const std::string& rb) {
+      if (ra.empty()) {
+        Grammar::ByteSet set{};
+        bool any = false;
+        for (unsigned d = lo; d <= hi; ++d) {
+          if (next(d) != 0) continue;
+          set[d / 64] |= uint64_t{1} << (d % 64);
+          any = true;
+        }
+        if (any) alts.push_back({g_.bytes(set)});
+        return;
+      }
+      for (unsigned d = lo; d <= hi; ++d) {
+        const uint32_t tail = same_length(ra, rb, next(d));
+        if (empty_.contains(tail)) {
+          flush();
+          continue;
+        }
+        if (in_run && run_tail == tail && run_hi + 1 == d) {
+          run_hi = d;
+          continue;
+        }
+        flush();
+        in_run = true;
+        run_lo = run_hi = d;
+        run_tail = tail;
+      }
+      flush();
+    };
+    const std::string rest_a = a.substr(1), rest_b = b.substr(1);
     if (a.size() == 1) {
-      alts.push_back({g_.byte_range(a0, b0)});
+      add(a0, b0, "", "");
     } else if (a0 == b0) {
-      alts.push_back({g_.byte(a0), same_length(a.substr(1), b.substr(1))});
+      add(a0, a0, rest_a, rest_b);
     } else {
       const std::string nines(a.size() - 1, '9'), zeros(a.size() - 1, '0');
-      const bool full_a = a.substr(1) == zeros, full_b = b.substr(1) == nines;
-      // Leading digits whose every continuation is in range share one alternative.
-      const uint8_t from = full_a ? a0 : a0 + 1, to = full_b ? b0 : b0 - 1;
-      if (!full_a) alts.push_back({g_.byte(a0), same_length(a.substr(1), nines)});
-      if (from <= to) alts.push_back({g_.byte_range(from, to), same_length(zeros, nines)});
-      if (!full_b) alts.push_back({g_.byte(b0), same_length(zeros, b.substr(1))});
+      add(a0, a0, rest_a, nines);
+      if (a0 + 1u <= b0 - 1u) add(a0 + 1u, b0 - 1u, zeros, nines);
+      add(b0, b0, zeros, rest_b);
     }
-    const uint32_t r = rule(std::move(alts));
-    memo_.emplace(std::make_pair(a, b), r);
+    const uint32_t r = made(std::move(alts));
+    memo_.emplace(key, r);
     return r;
   }
 
   Grammar& g_;
   const std::function<uint32_t()>& new_rule_;
-  std::map<std::pair<std::string, std::string>, uint32_t> memo_;
+  int64_t m_;
+  std::map<std::tuple<std::string, std::string, int64_t>, uint32_t> memo_;
+  std::set<uint32_t> empty_;
   std::optional<uint32_t> frac_any_, frac_zero_, frac_nonzero_;
 };
 
@@ -127,8 +185,10 @@ class RangeBuilder {
 
 std::optional<uint32_t> add_number_range(Grammar& g, std::optional<NumberBound> lo,
                                          std::optional<NumberBound> hi, bool integer,
+                                         int64_t multiple,
                                          const std::function<uint32_t()>& new_rule) {
-  RangeBuilder b(g, new_rule);
+  if (multiple > 1) integer = true;  // multiples written as integers
+  RangeBuilder b(g, new_rule, std::max<int64_t>(multiple, 1));
   auto clamp = [](std::optional<NumberBound>& x) {
     if (x && x->value > kMaxNumberMagnitude) x = NumberBound{kMaxNumberMagnitude + 1, false};
     if (x && x->value < -kMaxNumberMagnitude) x = NumberBound{-kMaxNumberMagnitude - 1, false};

@@ -227,9 +227,9 @@ def check_kserve(res, srv, ref_text):
               "every complete reply validates (jsonschema)", ended >= 4 and valid == ended,
               f"{valid} valid of {ended} complete of 8")
     e = rpc_error(lambda: c.infer(MODEL, triton_inputs(PROMPT, 4, {"response_format": {
-        "type": "json_schema", "json_schema": {"name": "x", "schema": {"multipleOf": 2}}}})))
-    res.check("ModelInfer response_format with 'multipleOf' -> INVALID_ARGUMENT naming it",
-              err_code(e) == "INVALID_ARGUMENT" and "multipleOf" in err_text(e), err_text(e))
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"minProperties": 1}}}})))
+    res.check("ModelInfer response_format with 'minProperties' -> INVALID_ARGUMENT naming it",
+              err_code(e) == "INVALID_ARGUMENT" and "minProperties" in err_text(e), err_text(e))
 
     e = rpc_error(lambda: c.infer(MODEL, triton_inputs(PROMPT, 0)))
     res.check("ModelInfer max_tokens 0 -> INVALID_ARGUMENT naming it",
@@ -403,10 +403,10 @@ def check_generate(res, srv, gen, ref_text, prompt_ids, chat_ref):
     res.check("Generate json_schema: every reply that stops validates (jsonschema)",
               ended >= 3 and valid == ended, f"{valid} of {ended} of 4: {texts[:2]}")
     rs, e = gen.run(model=MODEL, text="JSON:", max_tokens=4,
-                    json_schema='{"type": "number", "multipleOf": 2}')
-    res.check("Generate json_schema with 'multipleOf' -> INVALID_ARGUMENT naming it",
-              e is not None and err_code(e) == "INVALID_ARGUMENT" and "multipleOf" in err_text(e),
-              err_text(e))
+                    json_schema='{"type": "object", "minProperties": 1}')
+    res.check("Generate json_schema with 'minProperties' -> INVALID_ARGUMENT naming it",
+              e is not None and err_code(e) == "INVALID_ARGUMENT"
+              and "minProperties" in err_text(e), err_text(e))
     rs, e = gen.run(model=MODEL, text="JSON:", max_tokens=4, json_object=True,
                     json_schema='{"type": "object"}')
     res.check("Generate json_schema with json_object -> INVALID_ARGUMENT",

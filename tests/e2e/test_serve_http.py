@@ -32,7 +32,7 @@ SCHEMA = {"type": "object", "properties": {
 STRICT_SCHEMA = {"type": "object", "properties": {
     "c": {"type": "string", "pattern": "^[A-Z][0-9]$"},
     "d": {"type": "string", "format": "date"},
-    "s": {"type": "integer", "minimum": -5, "exclusiveMaximum": 40},
+    "s": {"type": "integer", "minimum": -5, "exclusiveMaximum": 40, "multipleOf": 3},
     "f": {"type": "number", "minimum": 0, "maximum": 1},
     "p": {"type": "array", "prefixItems": [{"type": "boolean"}, {"enum": [1, 2]}],
           "items": False, "minItems": 2},
@@ -440,8 +440,8 @@ def main():
                     valid += 1
                 except (ValueError, jsonschema.ValidationError) as e:
                     bad_schema.append((content, str(e)[:160]))
-        res.check("json_schema with pattern / format / minimum / prefixItems / oneOf: every reply "
-                  "that stops validates (jsonschema, formats checked)",
+        res.check("json_schema with pattern / format / minimum / multipleOf / prefixItems / oneOf: "
+                  "every reply that stops validates (jsonschema, formats checked)",
                   ended >= 3 and valid == ended,
                   f"{valid} valid of {ended} stopped of 6; bad {bad_schema[:2]}")
         st_text = sse_text(sse_events(base + "/v1/chat/completions", {
@@ -715,7 +715,7 @@ def main():
             ("chat: json_schema with an unsupported keyword", chat_url,
              {"messages": [{"role": "user", "content": "a"}],
               "response_format": {"type": "json_schema", "json_schema": {
-                  "name": "x", "schema": {"type": "integer", "multipleOf": 2}}}}, 400,
+                  "name": "x", "schema": {"type": "object", "minProperties": 1}}}}, 400,
              "response_format.json_schema.schema"),
             ("chat: tool_choice naming a tool not given", chat_url,
              {"messages": [{"role": "user", "content": "a"}],

@@ -94,8 +94,10 @@ SCHEMAS = {
             "half": {"type": "integer", "minimum": 2.5, "exclusiveMaximum": 7.5},
             "pos": {"type": "number", "exclusiveMinimum": 0},
             "upto": {"type": "number", "exclusiveMaximum": 10, "minimum": 9},
+            "step": {"type": "integer", "multipleOf": 5, "minimum": -52, "maximum": 50},
+            "whole": {"type": "number", "multipleOf": 3},
         },
-        "required": ["age", "temp", "p", "neg", "big", "half", "pos", "upto"],
+        "required": ["age", "temp", "p", "neg", "big", "half", "pos", "upto", "step"],
     },
     "strings": {
         "type": "object",
@@ -151,7 +153,10 @@ def number_in(rng, s, integer):
     a = lo if lo is not None else -1000
     b = hi if hi is not None else a + 2000
     while True:
-        if integer:
+        if "multipleOf" in s:
+            v = s["multipleOf"] * rng.randint(int(a) // s["multipleOf"] - 1,
+                                              int(b) // s["multipleOf"] + 1)
+        elif integer:
             v = rng.randint(int(a) - 1, int(b) + 1)
         else:
             v = rng.choice([round(rng.uniform(a, b), rng.randint(0, 4)), float(int(a)), a, b])
@@ -206,7 +211,7 @@ def instance(root, s, rng, depth=0):
         return PATTERN_SAMPLES[s["pattern"]](rng)
     if t == "string" and "format" in s:
         return rand_format(rng, s["format"])
-    if t in ("integer", "number") and any(k in s for k in ("minimum", "maximum",
+    if t in ("integer", "number") and any(k in s for k in ("minimum", "maximum", "multipleOf",
                                                              "exclusiveMinimum",
                                                              "exclusiveMaximum")):
         return number_in(rng, s, t == "integer")

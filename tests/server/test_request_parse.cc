@@ -527,7 +527,7 @@ TEST_CASE("chat request: tools, tool calls and their options", "[request_parse]"
   CHECK(refusal(R"("response_format": {"type": "json_schema", "json_schema": {"name": "a b"}})") ==
         "response_format.json_schema.name");
   CHECK(refusal(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",)"
-                R"( "schema": {"type": "integer", "multipleOf": 2}}})") ==
+                R"( "schema": {"type": "object", "minProperties": 1}}})") ==
         "response_format.json_schema.schema");
   CHECK(refusal(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",)"
                 R"( "strict": "yes"}})") == "response_format.json_schema.strict");

@@ -309,6 +309,43 @@ TEST_CASE("json schema: minimum / maximum against exact arithmetic", "[json_sche
   }
   CHECK(checked > 100000);
   CHECK(accepted > 20000);
+  // multipleOf (integers): the multiples, written as integers, within any bounds.
+  size_t multiples = 0;
+  for (const int m : {1, 2, 3, 7, 10, 25, 1000}) {
+    for (const auto& [lo, hi] : std::vector<std::pair<std::string, std::string>>{
+             {"", ""}, {"-100", "100"}, {"3", ""}, {"", "-4"}, {"-1", "1"}, {"11", "99"}}) {
+      for (const bool integer : {false, true}) {
+        OJson schema = {{"type", integer ? "integer" : "number"}, {"multipleOf", m}};
+        if (!lo.empty()) schema["minimum"] = std::stoi(lo);
+        if (!hi.empty()) schema["maximum"] = std::stoi(hi);
+        bool any = false;
+        auto expect = [&](const std::string& t) {
+          const auto v = hundredths(t);
+          if (!v || v->second) return false;  // integers only
+          const int64_t x = v->first / 100;
+          return (lo.empty() || x >= std::stoi(lo)) && (hi.empty() || x <= std::stoi(hi)) &&
+                 x % m == 0;
+        };
+        for (const auto& t : texts) any = any || expect(t);
+        if (!any) continue;
+        INFO(schema.dump());
+        const auto grammar = compile_json_schema(schema.dump(), "schema");
+        const GrammarMatcher mm(*grammar);
+        for (const auto& t : texts) {
+          INFO(t);
+          CHECK(mm.matches(t) == expect(t));
+          multiples += expect(t);
+        }
+        // Past the grid: 16 digits.
+        if (lo.empty() && hi.empty()) {
+          CHECK(mm.matches(std::to_string(9999999999999000 / m * m)));
+          CHECK(mm.matches("-" + std::to_string(1234567890123000 / m * m)));
+          CHECK(mm.matches(std::to_string(9999999999999999 / m * m + (m > 1 ? 1 : 0))) == (m == 1));
+        }
+      }
+    }
+  }
+  CHECK(multiples > 1000);
   // The 16-digit cap: a bound beyond it leaves the numbers the grammar writes.
   const auto big = compile_json_schema(R"({"type":"integer","minimum":-1e30,"maximum":1e30})", "s");
   CHECK(GrammarMatcher(*big).matches("-9999999999999999"));
@@ -322,8 +359,17 @@ TEST_CASE("json schema: minimum / maximum against exact arithmetic", "[json_sche
 
 TEST_CASE("json schema: unsupported or bad schemas are refused naming the keyword",
           "[json_schema]") {
-  CHECK_THAT(error_of(R"({"type":"number","multipleOf":3})"),
-             Catch::Contains("/multipleOf") && Catch::Contains("'multipleOf' is not supported"));
+  CHECK_THAT(error_of(R"({"type":"object","minProperties":1})"),
+             Catch::Contains("/minProperties") &&
+                 Catch::Contains("'minProperties' is not supported"));
+  CHECK_THAT(error_of(R"({"type":"number","multipleOf":0.01})"),
+             Catch::Contains("at /multipleOf") && Catch::Contains("fractional"));
+  CHECK_THAT(error_of(R"({"type":"integer","multipleOf":1001})"), Catch::Contains("up to 1000"));
+  CHECK_THAT(error_of(R"({"type":"integer","multipleOf":0})"), Catch::Contains("above 0"));
+  CHECK_THAT(error_of(R"({"type":"integer","multipleOf":-2})"), Catch::Contains("above 0"));
+  CHECK_THAT(error_of(R"({"type":"integer","multipleOf":"2"})"), Catch::Contains("above 0"));
+  CHECK_THAT(error_of(R"({"type":"integer","multipleOf":7,"minimum":1,"maximum":6})"),
+             Catch::Contains("no integer lies within the bounds"));
   CHECK_THAT(error_of(R"({"properties":{"n":{"type":"number","minimum":0.5}}})"),
              Catch::Contains("at /properties/n/minimum") && Catch::Contains("fractional"));
   CHECK_THAT(error_of(R"({"type":"integer","minimum":"0"})"), Catch::Contains("must be a number"));
