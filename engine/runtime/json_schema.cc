@@ -451,19 +451,40 @@ class Compiler {
     if (!it->is_number()) bad(path + "/" + key, fmt::format("'{}' must be a number", key));
     constexpr double kFar = 1e17;  // past kMaxNumberMagnitude either way
     if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t{1} << 62) {
-      return NumberBound{upper ? kMaxNumberMagnitude + 1 : int64_t{1} << 62, false};
+      return NumberBound::integer(upper ? kMaxNumberMagnitude + 1 : int64_t{1} << 62, false);
     }
-    if (it->is_number_integer()) return NumberBound{it->get<int64_t>(), strict};
+    if (it->is_number_integer()) return NumberBound::integer(it->get<int64_t>(), strict);
     const double x = it->get<double>();
     if (!std::isfinite(x)) bad(path + "/" + key, fmt::format("'{}' must be finite", key));
     const double c = std::clamp(x, -kFar, kFar);
-    if (std::floor(c) == c) return NumberBound{static_cast<int64_t>(c), strict};
-    if (!integer) {
-      bad(path + "/" + key, fmt::format("a fractional '{}' on a number is not supported (an "
-                                        "integer bound, or type integer, is)", key));
+    if (std::floor(c) == c) return NumberBound::integer(static_cast<int64_t>(c), strict);
+    if (integer) {
+      // An integer above 2.5 is >= 3; below it <= 2; strictness is then moot.
+      return NumberBound::integer(static_cast<int64_t>(upper ? std::floor(c) : std::ceil(c)),
+                                  false);
     }
-    // An integer above 2.5 is >= 3; below it <= 2; strictness is then moot.
-    return NumberBound{static_cast<int64_t>(upper ? std::floor(c) : std::ceil(c)), false};
+    // The shortest decimal that reads back as this double (nlohmann's dump), so that a text
+    // within it is within the double for a validator comparing doubles too.
+    const auto b = decimal_bound(OJson(c).dump(), strict);
+    if (!b) bad(path + "/" + key, fmt::format("'{}' could not be read as a decimal", key));
+    return b;
+  }
+
+  // The order of two bounds' values (strictness aside).
+  static int compare(const NumberBound& a, const NumberBound& b) {
+    auto key = [](const NumberBound& x) {
+      const bool zero = x.whole == 0 && x.frac.empty();
+      return std::make_tuple(zero ? 0 : x.negative ? -1 : 1, x.whole, x.frac);
+    };
+    const auto ka = key(a), kb = key(b);
+    if (std::get<0>(ka) != std::get<0>(kb)) return std::get<0>(ka) < std::get<0>(kb) ? -1 : 1;
+    // Same sign: magnitudes compare by whole, then by fraction digits (as strings: no trailing
+    // zeros, so "5" < "52" < "6" reads 0.5 < 0.52 < 0.6); negative values in reverse.
+    const int mag = std::tie(std::get<1>(ka), std::get<2>(ka)) < std::tie(std::get<1>(kb),
+                                                                          std::get<2>(kb))
+                        ? -1
+                        : (ka == kb ? 0 : 1);
+    return std::get<0>(ka) < 0 ? -mag : mag;
   }
 
   uint32_t bounded_number(const OJson& s, const std::string& path, bool integer) {
@@ -483,15 +504,12 @@ class Compiler {
     }
     // A multiple of an integer is written as an integer, whatever the type.
     if (s.contains("multipleOf")) integer = true;
-    auto tighter = [integer](std::optional<NumberBound> a, std::optional<NumberBound> b,
-                             bool upper) -> std::optional<NumberBound> {
+    // Of a bound and an exclusive one on the same side, the tighter (either may be absent).
+    auto tighter = [](std::optional<NumberBound> a, std::optional<NumberBound> b,
+                      bool upper) -> std::optional<NumberBound> {
       if (!a || !b) return a ? a : b;
-      if (integer) {  // compare as inclusive integers
-        for (auto* x : {&*a, &*b}) {
-          if (x->strict) *x = {x->value + (upper ? -1 : 1), false};
-        }
-      }
-      if (a->value != b->value) return (a->value < b->value) == upper ? a : b;
+      const int c = compare(*a, *b);
+      if (c != 0) return (c < 0) == upper ? a : b;
       return a->strict ? a : b;
     };
     const auto lo = tighter(number_bound(s, "minimum", false, integer, path),

@@ -20,7 +20,7 @@
 // (string_pattern.h: the intersection of ECMA-262 and Python regexes), format on strings (date,
 // time, date-time, email, hostname, ipv4, ipv6, uuid enforced, as OpenAI's strict mode does;
 // others ignored), minimum / maximum / exclusiveMinimum / exclusiveMaximum (number_range.h:
-// integer bounds on numbers, any bound on integers), multipleOf (an integer up to
+// decimal bounds, rounded inward on integers), multipleOf (an integer up to
 // kMaxMultipleOf; the multiples are written as integers), uniqueItems false. Annotations are
 // ignored (title, description, default, examples, ...). Any other keyword is refused rather than
 // ignored (a grammar that silently dropped `uniqueItems` would produce invalid output):

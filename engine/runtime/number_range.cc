@@ -1,6 +1,7 @@
 #include "engine/runtime/number_range.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <set>
 #include <string>
@@ -25,27 +26,33 @@ class RangeBuilder {
     return r;
   }
 
-  // The magnitude written with optional sign already read: m >= L (> when strict_l) and
-  // m <= U (< when strict_u; no U: unbounded), as integer digits and (numbers) a fraction.
-  Alts magnitude(int64_t l, bool strict_l, std::optional<int64_t> u, bool strict_u, bool integer) {
-    if (u && *u > kMaxNumberMagnitude) u = kMaxNumberMagnitude, strict_u = false;
-    const int64_t top = u ? *u : kMaxNumberMagnitude;
-    if (l > top) return {};
+  // The magnitude written with optional sign already read: m >= L (> when L.strict) and
+  // m <= U (< when U.strict; no U: unbounded), as integer digits and (numbers) a fraction.
+  // Signs of L and U are ignored (the caller passes magnitudes).
+  Alts magnitude(NumberBound l, std::optional<NumberBound> u, bool integer) {
+    if (u && u->whole > kMaxNumberMagnitude) u = NumberBound{false, kMaxNumberMagnitude, "", false};
+    if (l.whole > kMaxNumberMagnitude) return {};
+    const int64_t top = u ? u->whole : kMaxNumberMagnitude;
+    if (l.whole > top) return {};
     if (integer) {
-      const int64_t a = l + strict_l, b = top - (u && strict_u);
+      const int64_t a = l.whole + (l.strict || !l.frac.empty());
+      const int64_t b = top - (u && u->strict && u->frac.empty());
       if (a > b) return {};
       const uint32_t r = digits_in(a, b);
       if (empty_.contains(r)) return {};
       return {{r}};
     }
     Alts alts;
-    if (l + 1 <= top - 1) alts.push_back({digits_in(l + 1, top - 1), frac_any()});
-    if (u && *u == l) {
-      if (!strict_l && !strict_u) alts.push_back({literal(l), frac_zero()});
+    if (l.whole + 1 <= top - 1) alts.push_back({digits_in(l.whole + 1, top - 1), frac_any()});
+    auto add = [&](int64_t whole, std::optional<uint32_t> frac) {
+      if (frac) alts.push_back({literal(whole), *frac});
+    };
+    if (u && u->whole == l.whole) {
+      add(l.whole, frac_range(l.frac, l.strict, u->frac, u->strict));
       return alts;
     }
-    alts.push_back({literal(l), strict_l ? frac_nonzero() : frac_any()});
-    if (u && !strict_u) alts.push_back({literal(*u), frac_zero()});
+    add(l.whole, frac_range(l.frac, l.strict, std::nullopt, false));
+    if (u) add(u->whole, frac_range("", false, u->frac, u->strict));
     return alts;
   }
 
@@ -63,26 +70,68 @@ class RangeBuilder {
     return r;
   }
 
-  uint32_t frac_any() {
-    if (!frac_any_) frac_any_ = rule({{}, {g_.byte('.'), g_.byte_range('0', '9'), upto(15)}});
-    return *frac_any_;
-  }
-  uint32_t frac_zero() {
-    if (frac_zero_) return *frac_zero_;
-    uint32_t zeros = rule({{}});
-    for (int i = 0; i < 15; ++i) zeros = rule({{}, {g_.byte('0'), zeros}});
-    frac_zero_ = rule({{}, {g_.byte('.'), g_.byte('0'), zeros}});
-    return *frac_zero_;
-  }
-  // '.' and up to 16 digits, one of them not 0.
-  uint32_t frac_nonzero() {
-    if (frac_nonzero_) return *frac_nonzero_;
-    uint32_t nz = rule({{g_.byte_range('1', '9'), upto(0)}});
-    for (int n = 2; n <= 16; ++n) {
-      nz = rule({{g_.byte('0'), nz}, {g_.byte_range('1', '9'), upto(n - 1)}});
-    }
-    frac_nonzero_ = rule({{g_.byte('.'), nz}});
-    return *frac_nonzero_;
+  uint32_t frac_any() { return *frac_range("", false, std::nullopt, false); }
+
+  // A fraction F (nothing, or '.' and 1 to 16 digits) with lo <= 0.F <= hi (< when strict; no
+  // hi: below 1), lo and hi given as the digits after the point; nullopt when none exists.
+  // Digit by digit, tracking whether the digits so far equal lo's and hi's (tight).
+  std::optional<uint32_t> frac_range(const std::string& lo, bool lo_strict,
+                                     const std::optional<std::string>& hi, bool hi_strict) {
+    const auto key = std::make_tuple(lo, lo_strict, hi.value_or("~"), hi_strict);
+    if (auto it = frac_memo_.find(key); it != frac_memo_.end()) return it->second;
+    auto digit = [](const std::string& s, size_t i) { return i < s.size() ? s[i] : '0'; };
+    auto zeros_from = [](const std::string& s, size_t i) {
+      return i >= s.size() || s.find_first_not_of('0', i) == std::string::npos;
+    };
+    // Whether F may end after i digits, tight against lo (tl) / hi (th).
+    auto end_ok = [&](size_t i, bool tl, bool th) {
+      const bool lo_ok = !tl || (zeros_from(lo, i) && !lo_strict);
+      const bool hi_ok = !th || !(zeros_from(*hi, i) && hi_strict);
+      return lo_ok && hi_ok;
+    };
+    std::map<std::tuple<size_t, bool, bool>, std::optional<uint32_t>> memo;
+    // The digits from position i on (at least one when `need`), or nullopt when none fit.
+    std::function<std::optional<uint32_t>(size_t, bool, bool, bool)> rest =
+        [&](size_t i, bool tl, bool th, bool need) -> std::optional<uint32_t> {
+      if (!tl && !th) return need ? std::optional(rule({{g_.byte_range('0', '9'), upto(15 - i)}}))
+                                  : std::optional(upto(16 - i));
+      const auto k = std::make_tuple(i, tl, th);
+      if (!need) {
+        if (auto it = memo.find(k); it != memo.end()) return it->second;
+      }
+      Alts alts;
+      if (!need && end_ok(i, tl, th)) alts.push_back({});
+      if (i < 16) {
+        const char d_lo = tl ? digit(lo, i) : '0', d_hi = th ? digit(*hi, i) : '9';
+        // Digits a..b, then what follows with the tightness they leave.
+        auto add = [&](char a, char b, bool tl2, bool th2) {
+          if (a > b) return;
+          if (const auto next = rest(i + 1, tl2, th2, false)) {
+            alts.push_back({g_.byte_range(static_cast<uint8_t>(a), static_cast<uint8_t>(b)),
+                            *next});
+          }
+        };
+        if (d_lo <= d_hi) {
+          add(d_lo, d_lo, tl, th && d_lo == d_hi);
+          if (d_hi > d_lo) {
+            add(static_cast<char>(d_lo + 1), static_cast<char>(d_hi - 1), false, false);
+            add(d_hi, d_hi, false, th);
+          }
+        }
+      }
+      std::optional<uint32_t> r;
+      if (!alts.empty()) r = rule(std::move(alts));
+      if (!need) memo[k] = r;
+      return r;
+    };
+    const bool tl0 = !(lo.empty() && !lo_strict), th0 = hi.has_value();
+    Alts alts;
+    if (end_ok(0, tl0, th0)) alts.push_back({});
+    if (auto digits = rest(0, tl0, th0, true)) alts.push_back({g_.byte('.'), *digits});
+    std::optional<uint32_t> r;
+    if (!alts.empty()) r = rule(std::move(alts));
+    frac_memo_.emplace(key, r);
+    return r;
   }
 
   // Canonical decimal integers in [lo, hi] (0 <= lo <= hi <= kMaxNumberMagnitude) that are
@@ -178,7 +227,7 @@ class RangeBuilder {
   int64_t m_;
   std::map<std::tuple<std::string, std::string, int64_t>, uint32_t> memo_;
   std::set<uint32_t> empty_;
-  std::optional<uint32_t> frac_any_, frac_zero_, frac_nonzero_;
+  std::map<std::tuple<std::string, bool, std::string, bool>, std::optional<uint32_t>> frac_memo_;
 };
 
 }  // namespace
@@ -189,39 +238,78 @@ std::optional<uint32_t> add_number_range(Grammar& g, std::optional<NumberBound> 
                                          const std::function<uint32_t()>& new_rule) {
   if (multiple > 1) integer = true;  // multiples written as integers
   RangeBuilder b(g, new_rule, std::max<int64_t>(multiple, 1));
-  auto clamp = [](std::optional<NumberBound>& x) {
-    if (x && x->value > kMaxNumberMagnitude) x = NumberBound{kMaxNumberMagnitude + 1, false};
-    if (x && x->value < -kMaxNumberMagnitude) x = NumberBound{-kMaxNumberMagnitude - 1, false};
-  };
-  clamp(lo);
-  clamp(hi);
+  auto zero = [](const NumberBound& x) { return x.whole == 0 && x.frac.empty(); };
+  auto below_zero = [&](const NumberBound& x) { return x.negative && !zero(x); };
+  auto above_zero = [&](const NumberBound& x) { return !x.negative && !zero(x); };
+  const NumberBound none{false, 0, "", false};
   Alts alts;
   // No sign: v = m.
-  const bool nonneg_possible = !hi || hi->value > 0 || (hi->value == 0 && !hi->strict);
-  if (nonneg_possible) {
-    const int64_t l = lo && lo->value >= 0 ? lo->value : 0;
-    const bool strict_l = lo && lo->value >= 0 && lo->strict;
-    std::optional<int64_t> u;
-    if (hi) u = hi->value;
-    for (auto& a : b.magnitude(l, strict_l, u, hi && hi->strict, integer)) {
-      alts.push_back(std::move(a));
-    }
+  if (!hi || above_zero(*hi) || (zero(*hi) && !hi->strict)) {
+    const NumberBound l = lo && !below_zero(*lo) ? *lo : none;
+    for (auto& a : b.magnitude(l, hi, integer)) alts.push_back(std::move(a));
   }
   // '-': v = -m.
-  const bool neg_possible = !lo || lo->value < 0 || (lo->value == 0 && !lo->strict);
-  if (neg_possible) {
-    const int64_t l = hi && hi->value <= 0 ? -hi->value : 0;
-    const bool strict_l = hi && hi->value <= 0 && hi->strict;
-    std::optional<int64_t> u;
-    if (lo) u = -lo->value;
+  if (!lo || below_zero(*lo) || (zero(*lo) && !lo->strict)) {
+    const NumberBound l = hi && !above_zero(*hi) ? *hi : none;
     const uint32_t minus_sign = b.rule({{g.byte('-')}});
-    for (auto& a : b.magnitude(l, strict_l, u, lo && lo->strict, integer)) {
+    for (auto& a : b.magnitude(l, lo, integer)) {
       a.insert(a.begin(), minus_sign);
       alts.push_back(std::move(a));
     }
   }
   if (alts.empty()) return std::nullopt;
   return b.rule(std::move(alts));
+}
+
+std::optional<NumberBound> decimal_bound(std::string_view text, bool strict) {
+  NumberBound b;
+  b.strict = strict;
+  size_t i = 0;
+  if (i < text.size() && text[i] == '-') b.negative = true, ++i;
+  std::string digits;  // mantissa digits, the point at `point`
+  int64_t point = -1;
+  for (; i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.');
+       ++i) {
+    if (text[i] == '.') {
+      if (point >= 0) return std::nullopt;
+      point = static_cast<int64_t>(digits.size());
+    } else {
+      digits += text[i];
+    }
+  }
+  if (digits.empty()) return std::nullopt;
+  if (point < 0) point = static_cast<int64_t>(digits.size());
+  if (i < text.size()) {
+    if (text[i] != 'e' && text[i] != 'E') return std::nullopt;
+    ++i;
+    bool neg_exp = false;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) neg_exp = text[i++] == '-';
+    int64_t e = 0;
+    if (i >= text.size()) return std::nullopt;
+    for (; i < text.size(); ++i) {
+      if (!std::isdigit(static_cast<unsigned char>(text[i]))) return std::nullopt;
+      e = std::min<int64_t>(e * 10 + (text[i] - '0'), 100000);
+    }
+    point += neg_exp ? -e : e;
+  }
+  // Digits before the point make `whole` (saturating past the 16 digits written), the rest
+  // `frac` (at most 400 digits: a double's shortest form needs fewer than 350).
+  int64_t whole = 0;
+  for (int64_t k = 0; k < point; ++k) {
+    const int d = k < static_cast<int64_t>(digits.size()) ? digits[k] - '0' : 0;
+    whole = whole > kMaxNumberMagnitude ? whole : whole * 10 + d;
+  }
+  b.whole = std::min(whole, kMaxNumberMagnitude + 1);
+  std::string frac;
+  for (int64_t k = std::min<int64_t>(point, 0); k < static_cast<int64_t>(digits.size()); ++k) {
+    if (k < point) continue;
+    frac += k < 0 ? '0' : digits[k];
+    if (frac.size() > 400) return std::nullopt;
+  }
+  while (!frac.empty() && frac.back() == '0') frac.pop_back();
+  b.frac = std::move(frac);
+  if (b.whole == 0 && b.frac.empty()) b.negative = false;
+  return b;
 }
 
 }  // namespace sampan::runtime

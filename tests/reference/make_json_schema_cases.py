@@ -96,6 +96,8 @@ SCHEMAS = {
             "upto": {"type": "number", "exclusiveMaximum": 10, "minimum": 9},
             "step": {"type": "integer", "multipleOf": 5, "minimum": -52, "maximum": 50},
             "whole": {"type": "number", "multipleOf": 3},
+            "frac": {"type": "number", "minimum": 0.5, "exclusiveMaximum": 2.75},
+            "tiny": {"type": "number", "exclusiveMinimum": -0.001, "maximum": 0.001},
         },
         "required": ["age", "temp", "p", "neg", "big", "half", "pos", "upto", "step"],
     },

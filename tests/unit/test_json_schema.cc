@@ -22,6 +22,7 @@
 #include "engine/runtime/grammar.h"
 #include "engine/runtime/grammar_constraint.h"
 #include "engine/runtime/json_schema.h"
+#include "engine/runtime/number_range.h"
 #include "engine/runtime/sampler.h"
 
 using namespace sampan;
@@ -230,10 +231,10 @@ TEST_CASE("json schema: hand cases", "[json_schema]") {
   CHECK_FALSE(matches(list, R"({"next":{"next":{}}})"));
 }
 
-// Bounds against exact arithmetic: every integer in [-130, 130] and every decimal with one or
-// two fraction digits in (-16, 16), in hundredths, accepted exactly when within the bounds
-// (numbers; integers only without a fraction), for bounds on both sides, either side, strict
-// or not, integer or fractional (integers only).
+// Bounds against exact arithmetic: every integer in [-130, 130], decimals with one or two
+// fraction digits in (-16, 16) and with three or four next to each bound, in units of 10^-4,
+// accepted exactly when within the bounds (numbers; integers only without a fraction), for
+// bounds on both sides, either side, strict or not, integer or fractional.
 TEST_CASE("json schema: minimum / maximum against exact arithmetic", "[json_schema]") {
   std::vector<std::string> texts = {"-0", "-0.0", "-0.00", "0.0", "01", "-01", "1e1", "1.", ".5",
                                     "+1", "--1", "0.000"};
@@ -244,48 +245,49 @@ TEST_CASE("json schema: minimum / maximum against exact arithmetic", "[json_sche
     texts.push_back(fmt::format("{}{}.{:02d}", sign, a / 100, a % 100));
     if (a % 10 == 0) texts.push_back(fmt::format("{}{}.{}", sign, a / 100, a % 100 / 10));
   }
-  // The value in hundredths of a text in the grammar's form; nullopt for other spellings.
-  auto hundredths = [](const std::string& t) -> std::optional<std::pair<int64_t, bool>> {
-    static const std::regex form("(-?)(0|[1-9][0-9]*)(\\.([0-9]{1,3}))?");
+  // The value in 10^-4 of a text in the grammar's form; nullopt for other spellings.
+  auto ten_thousandths = [](const std::string& t) -> std::optional<std::pair<int64_t, bool>> {
+    static const std::regex form("(-?)(0|[1-9][0-9]*)(\\.([0-9]{1,4}))?");
     std::smatch m;
     if (!std::regex_match(t, m, form)) return std::nullopt;
     std::string frac = m[4].str();
-    if (frac.size() == 3) {
-      if (frac[2] != '0') return std::nullopt;
-      frac.pop_back();
-    }
-    while (frac.size() < 2) frac += '0';
-    const int64_t v = std::stoll(m[2].str()) * 100 + std::stoll(frac);
+    while (frac.size() < 4) frac += '0';
+    const int64_t v = std::stoll(m[2].str()) * 10000 + std::stoll(frac);
     return std::make_pair(m[1].length() ? -v : v, m[3].matched);
   };
   const std::vector<std::string> bounds = {"", "-7", "-1", "0", "1", "5", "12", "100", "2.5",
-                                           "-0.5"};
+                                           "-0.5", "0.25", "-1.75", "0.01", "-0.05", "9.99"};
+  for (const auto& b : bounds) {
+    if (b.empty()) continue;
+    const auto c = std::llround(std::stod(b) * 10000);
+    for (const int d : {-99, -10, -1, 1, 10, 99}) {
+      const int64_t v = c + d, a = std::abs(v);
+      texts.push_back(fmt::format("{}{}.{:04d}", v < 0 ? "-" : "", a / 10000, a % 10000));
+    }
+  }
   size_t checked = 0, accepted = 0;
   for (const bool integer : {false, true}) {
     for (const auto& lo : bounds) {
       for (const auto& hi : bounds) {
         for (int strict = 0; strict < 4; ++strict) {
-          const bool fractional = lo.find('.') != std::string::npos ||
-                                  hi.find('.') != std::string::npos;
-          if (fractional && !integer) continue;  // refused (checked elsewhere)
           if (lo.empty() && hi.empty()) continue;  // no bound: exponents too (hand cases)
           OJson schema = {{"type", integer ? "integer" : "number"}};
           if (!lo.empty()) schema[strict & 1 ? "exclusiveMinimum" : "minimum"] = OJson::parse(lo);
           if (!hi.empty()) schema[strict & 2 ? "exclusiveMaximum" : "maximum"] = OJson::parse(hi);
-          auto within = [&](int64_t v100) {
+          auto within = [&](int64_t v4) {
             if (!lo.empty()) {
-              const auto l = std::llround(std::stod(lo) * 100);
-              if (strict & 1 ? v100 <= l : v100 < l) return false;
+              const auto l = std::llround(std::stod(lo) * 10000);
+              if (strict & 1 ? v4 <= l : v4 < l) return false;
             }
             if (!hi.empty()) {
-              const auto h = std::llround(std::stod(hi) * 100);
-              if (strict & 2 ? v100 >= h : v100 > h) return false;
+              const auto h = std::llround(std::stod(hi) * 10000);
+              if (strict & 2 ? v4 >= h : v4 > h) return false;
             }
             return true;
           };
           bool any = false;
           for (const auto& t : texts) {
-            const auto v = hundredths(t);
+            const auto v = ten_thousandths(t);
             any = any || (v && within(v->first) && !(integer && v->second));
           }
           INFO(schema.dump());
@@ -296,7 +298,7 @@ TEST_CASE("json schema: minimum / maximum against exact arithmetic", "[json_sche
           const auto grammar = compile_json_schema(schema.dump(), "schema");
           const GrammarMatcher m(*grammar);
           for (const auto& t : texts) {
-            const auto v = hundredths(t);
+            const auto v = ten_thousandths(t);
             const bool expect = v && within(v->first) && !(integer && v->second);
             INFO(t);
             CHECK(m.matches(t) == expect);
@@ -320,9 +322,9 @@ TEST_CASE("json schema: minimum / maximum against exact arithmetic", "[json_sche
         if (!hi.empty()) schema["maximum"] = std::stoi(hi);
         bool any = false;
         auto expect = [&](const std::string& t) {
-          const auto v = hundredths(t);
+          const auto v = ten_thousandths(t);
           if (!v || v->second) return false;  // integers only
-          const int64_t x = v->first / 100;
+          const int64_t x = v->first / 10000;
           return (lo.empty() || x >= std::stoi(lo)) && (hi.empty() || x <= std::stoi(hi)) &&
                  x % m == 0;
         };
@@ -346,6 +348,30 @@ TEST_CASE("json schema: minimum / maximum against exact arithmetic", "[json_sche
     }
   }
   CHECK(multiples > 1000);
+  // Bounds finer than the 16 fraction digits written, and a double's shortest form.
+  const auto tiny = compile_json_schema(R"({"type":"number","exclusiveMinimum":1e-300,)"
+                                        R"("maximum":0.1})", "s");
+  CHECK(GrammarMatcher(*tiny).matches("0.0000000000000001"));
+  CHECK(GrammarMatcher(*tiny).matches("0.1"));
+  CHECK(GrammarMatcher(*tiny).matches("0.1000"));
+  CHECK_FALSE(GrammarMatcher(*tiny).matches("0.1001"));
+  CHECK_FALSE(GrammarMatcher(*tiny).matches("0.0"));
+  CHECK_FALSE(GrammarMatcher(*tiny).matches("-0.0"));
+  CHECK_FALSE(GrammarMatcher(*tiny).matches("0"));
+  CHECK_THAT(error_of(R"({"type":"number","exclusiveMinimum":0.1,"maximum":0.1})"),
+             Catch::Contains("no number lies within the bounds"));
+  for (const char* text : {"2.5", "-0.125", "1e-05", "1.5e+3", "0.0", "-0", "7E2", "12"}) {
+    INFO(text);
+    const auto b = decimal_bound(text, false);
+    REQUIRE(b);
+    CHECK(std::stod(text) == (b->negative ? -1 : 1) *
+                                 (static_cast<double>(b->whole) +
+                                  (b->frac.empty() ? 0.0 : std::stod("0." + b->frac))));
+  }
+  CHECK(decimal_bound("1.5e+20", false)->whole == kMaxNumberMagnitude + 1);  // saturates
+  for (const char* text : {"", "-", "1e", "1.2.3", "e5", "1x", "--1"}) {
+    CHECK_FALSE(decimal_bound(text, false));
+  }
   // The 16-digit cap: a bound beyond it leaves the numbers the grammar writes.
   const auto big = compile_json_schema(R"({"type":"integer","minimum":-1e30,"maximum":1e30})", "s");
   CHECK(GrammarMatcher(*big).matches("-9999999999999999"));
@@ -370,8 +396,6 @@ TEST_CASE("json schema: unsupported or bad schemas are refused naming the keywor
   CHECK_THAT(error_of(R"({"type":"integer","multipleOf":"2"})"), Catch::Contains("above 0"));
   CHECK_THAT(error_of(R"({"type":"integer","multipleOf":7,"minimum":1,"maximum":6})"),
              Catch::Contains("no integer lies within the bounds"));
-  CHECK_THAT(error_of(R"({"properties":{"n":{"type":"number","minimum":0.5}}})"),
-             Catch::Contains("at /properties/n/minimum") && Catch::Contains("fractional"));
   CHECK_THAT(error_of(R"({"type":"integer","minimum":"0"})"), Catch::Contains("must be a number"));
   CHECK_THAT(error_of(R"({"type":"integer","minimum":5,"exclusiveMaximum":5})"),
              Catch::Contains("no integer lies within the bounds"));
