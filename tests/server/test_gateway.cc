@@ -318,6 +318,21 @@ TEST_CASE("source rules: one mapping of error kinds, no message parsing", "[gate
   }
 }
 
+namespace {
+
+// A KServe protobuf request with one text_input.
+inference::ModelInferRequest text_request(const std::string& text) {
+  inference::ModelInferRequest req;
+  auto* in = req.add_inputs();
+  in->set_name("text_input");
+  in->set_datatype("BYTES");
+  in->add_shape(1);
+  in->mutable_contents()->add_bytes_contents(text);
+  return req;
+}
+
+}  // namespace
+
 TEST_CASE("KServe: logit_bias from sampling_parameters, and as a JSON string parameter",
           "[gateway]") {
   const auto r = sampan::server::parse_kserve_json(Json::parse(R"({"inputs": [
@@ -328,12 +343,7 @@ TEST_CASE("KServe: logit_bias from sampling_parameters, and as a JSON string par
   CHECK(r.fields.sampling.logit_bias[0] == std::pair<int32_t, float>(3, -100.0f));
 
   // A protobuf parameter is a scalar: the object travels as a JSON string.
-  inference::ModelInferRequest req;
-  auto* in = req.add_inputs();
-  in->set_name("text_input");
-  in->set_datatype("BYTES");
-  in->add_shape(1);
-  in->mutable_contents()->add_bytes_contents("a");
+  inference::ModelInferRequest req = text_request("a");
   (*req.mutable_parameters())["logit_bias"].set_string_param(R"({"4": 7.5})");
   const auto p = sampan::server::parse_kserve_proto(req);
   REQUIRE(p.fields.sampling.logit_bias.size() == 1);
@@ -386,12 +396,7 @@ TEST_CASE("KServe: response_format in parameters and sampling_parameters, JSON a
   CHECK(bad_json.field() == "parameters.response_format.json_schema.schema");
   CHECK_THAT(std::string(bad_json.what()), Catch::Contains("lookaround"));
 
-  inference::ModelInferRequest req;
-  auto* in = req.add_inputs();
-  in->set_name("text_input");
-  in->set_datatype("BYTES");
-  in->add_shape(1);
-  in->mutable_contents()->add_bytes_contents("a");
+  inference::ModelInferRequest req = text_request("a");
   (*req.mutable_parameters())["response_format"].set_string_param(
       R"({"type": "json_schema", "json_schema": {"name": "d", "schema": {"format": "date"}}})");
   const auto p = sampan::server::parse_kserve_proto(req);

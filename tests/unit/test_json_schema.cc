@@ -31,8 +31,9 @@ using OJson = nlohmann::ordered_json;
 
 namespace {
 
-OJson load_cases() {
-  std::ifstream f(std::string(SAMPAN_SOURCE_DIR) + "/tests/data/json_schema/cases.json");
+// A labelled file of tests/data/json_schema (made by tests/reference/make_*_cases.py).
+OJson load_cases(const std::string& name = "cases.json") {
+  std::ifstream f(std::string(SAMPAN_SOURCE_DIR) + "/tests/data/json_schema/" + name);
   REQUIRE(f.good());
   std::stringstream ss;
   ss << f.rdbuf();
@@ -86,11 +87,7 @@ TEST_CASE("json schema: the grammar accepts no text jsonschema refuses, and ever
 // dialect that compiles the pattern; for an `exact` pattern (an alphabet where the dialects and
 // string_pattern.h's intersection agree) the grammar takes exactly those.
 TEST_CASE("json schema: pattern against Python's re and ECMAScript's RegExp", "[json_schema]") {
-  std::ifstream f(std::string(SAMPAN_SOURCE_DIR) + "/tests/data/json_schema/patterns.json");
-  REQUIRE(f.good());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const OJson all = OJson::parse(ss.str());
+  const OJson all = load_cases("patterns.json");
   REQUIRE(all["patterns"].size() >= 40);
   size_t unsound = 0, missed = 0, accepted = 0, total = 0;
   for (const auto& p : all["patterns"]) {
