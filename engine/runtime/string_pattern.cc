@@ -386,7 +386,8 @@ struct Closure {
   bool accept_end = false;                           // matched at '$': the text ends here
 };
 
-Closure closure(const Nfa& nfa, uint32_t from, uint32_t final_state, bool at_start) {
+Closure closure(const Nfa& nfa, uint32_t from, uint32_t final_state, bool at_start,
+                size_t& budget) {
   Closure c;
   std::vector<uint8_t> seen(nfa.out.size() * 2, 0);
   std::vector<std::pair<uint32_t, bool>> todo = {{from, false}};
@@ -395,6 +396,11 @@ Closure closure(const Nfa& nfa, uint32_t from, uint32_t final_state, bool at_sta
     todo.pop_back();
     if (seen[s * 2 + after_eol]) continue;
     seen[s * 2 + after_eol] = 1;
+    if (budget-- == 0) {
+      throw PatternError(fmt::format("pattern is too ambiguous to compile (more than {} steps "
+                                     "through empty moves)",
+                                     StringPatternLimits::kMaxClosureSteps));
+    }
     if (s == final_state) (after_eol ? c.accept_end : c.accept_any) = true;
     for (const Nfa::Edge& e : nfa.out[s]) {
       if (e.kind == Nfa::kEps) todo.emplace_back(e.to, after_eol);
@@ -540,16 +546,22 @@ uint32_t add_string_pattern(Grammar& g, std::string_view pattern, int64_t min_le
     }
     return it->second;
   };
+  size_t budget = StringPatternLimits::kMaxClosureSteps, transitions = 0;
   auto take = [&](uint32_t e, const Closure& c) {
     for (const auto& [set, to] : c.reads) {
       const uint32_t t = entry_of(to);
-      entries[e].moves[t] = unite(entries[e].moves[t], nfa.sets[set]);
+      auto [it, fresh] = entries[e].moves.try_emplace(t);
+      it->second = unite(std::move(it->second), nfa.sets[set]);
+      if (fresh && ++transitions > StringPatternLimits::kMaxTransitions) {
+        throw PatternError(fmt::format("pattern is too ambiguous to compile (more than {} "
+                                       "transitions)", StringPatternLimits::kMaxTransitions));
+      }
     }
     if (c.accept_any) entries[e].moves[2] = any;
     if (c.accept_any || c.accept_end) entries[e].accept = true;
   };
-  take(0, closure(nfa, start, final_state, true));
-  take(1, closure(nfa, start, final_state, false));
+  take(0, closure(nfa, start, final_state, true, budget));
+  take(1, closure(nfa, start, final_state, false, budget));
   entries[0].moves[1] = unite(entries[0].moves[1], any);
   entries[1].moves[1] = any;
   entries[2].moves[2] = any;
@@ -557,7 +569,7 @@ uint32_t add_string_pattern(Grammar& g, std::string_view pattern, int64_t min_le
   while (!todo.empty()) {
     const uint32_t s = todo.back();
     todo.pop_back();
-    take(entry_of_state[s], closure(nfa, s, final_state, false));
+    take(entry_of_state[s], closure(nfa, s, final_state, false, budget));
   }
   // Entries from which the text can end, the only ones worth a move.
   std::vector<bool> live(entries.size());

@@ -37,6 +37,10 @@ struct StringPatternLimits {
   static constexpr size_t kMaxPatternBytes = 4096;
   static constexpr size_t kMaxStates = 4096;  // automaton states after counted repeats expand
   static constexpr int kMaxRepeat = 1000;     // n and m of {n,m}
+  // Ambiguity: states reached through empty moves, summed over the states closed, and the
+  // transitions left after closing ((?:a?){1000} has half a million).
+  static constexpr size_t kMaxClosureSteps = size_t{1} << 22;
+  static constexpr size_t kMaxTransitions = size_t{1} << 16;
 };
 
 // Adds rules to `g` (each made by `new_rule`, so the caller can bound them) and returns the one
