@@ -42,7 +42,7 @@ struct JsonSchemaLimits {
   static constexpr int kMaxLength = 4096;      // minLength / maxLength / minItems / maxItems
   static constexpr size_t kMaxEnum = 4096;     // enum values
   static constexpr size_t kMaxSchemaBytes = 1 << 20;
-  static constexpr int kMaxMultipleOf = 1000;  // residue automaton states
+  static constexpr int kMaxMultipleOf = 100;   // residue automaton states
 };
 
 // `schema_text`: the schema as JSON text (its member order is the order properties are

@@ -310,7 +310,7 @@ TEST_CASE("json schema: minimum / maximum against exact arithmetic", "[json_sche
   CHECK(accepted > 20000);
   // multipleOf (integers): the multiples, written as integers, within any bounds.
   size_t multiples = 0;
-  for (const int m : {1, 2, 3, 7, 10, 25, 1000}) {
+  for (const int m : {1, 2, 3, 7, 10, 25, 100}) {
     for (const auto& [lo, hi] : std::vector<std::pair<std::string, std::string>>{
              {"", ""}, {"-100", "100"}, {"3", ""}, {"", "-4"}, {"-1", "1"}, {"11", "99"}}) {
       for (const bool integer : {false, true}) {
@@ -387,7 +387,7 @@ TEST_CASE("json schema: unsupported or bad schemas are refused naming the keywor
                  Catch::Contains("'minProperties' is not supported"));
   CHECK_THAT(error_of(R"({"type":"number","multipleOf":0.01})"),
              Catch::Contains("at /multipleOf") && Catch::Contains("fractional"));
-  CHECK_THAT(error_of(R"({"type":"integer","multipleOf":1001})"), Catch::Contains("up to 1000"));
+  CHECK_THAT(error_of(R"({"type":"integer","multipleOf":101})"), Catch::Contains("up to 100 "));
   CHECK_THAT(error_of(R"({"type":"integer","multipleOf":0})"), Catch::Contains("above 0"));
   CHECK_THAT(error_of(R"({"type":"integer","multipleOf":-2})"), Catch::Contains("above 0"));
   CHECK_THAT(error_of(R"({"type":"integer","multipleOf":"2"})"), Catch::Contains("above 0"));
