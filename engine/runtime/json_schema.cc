@@ -11,6 +11,7 @@
 #include "engine/core/error.h"
 #include "engine/loaders/json_util.h"
 #include "engine/runtime/number_range.h"
+#include "engine/runtime/schema_union.h"
 #include "engine/runtime/string_pattern.h"
 
 namespace sampan::runtime {
@@ -523,98 +524,9 @@ class Compiler {
     return *r;
   }
 
-  // Follows local $refs (a few hops) to the schema a branch stands for.
-  const OJson& resolved(const OJson& b) const {
-    const OJson* cur = &b;
-    for (int hop = 0; hop < 8 && cur->is_object() && cur->contains("$ref"); ++hop) {
-      const OJson& r = (*cur)["$ref"];
-      if (!r.is_string() || r.get_ref<const std::string&>().rfind('#', 0) != 0) break;
-      try {
-        cur = &root_->at(OJson::json_pointer(r.get<std::string>().substr(1)));
-      } catch (const nlohmann::json::exception&) {
-        break;  // compile() names it
-      }
-    }
-    return *cur;
-  }
-
-  // The JSON kinds a branch admits ("integer" inside "number"), when it says so plainly.
-  std::optional<std::set<std::string>> kinds_of(const OJson& b) const {
-    const OJson& r = resolved(b);
-    if (!r.is_object()) return std::nullopt;
-    std::set<std::string> out;
-    if (auto it = r.find("type"); it != r.end()) {
-      for (const auto& t : it->is_array() ? *it : OJson::array({*it})) {
-        if (t.is_string()) out.insert(t.get<std::string>());
-      }
-      return out;
-    }
-    const OJson* values = r.contains("const") ? &r["const"] : r.contains("enum") ? &r["enum"]
-                                                                               : nullptr;
-    if (!values) return std::nullopt;
-    for (const auto& v : r.contains("const") ? OJson::array({*values}) : *values) {
-      out.insert(v.is_number() ? "number" : v.is_string() ? "string" : v.is_boolean() ? "boolean"
-                 : v.is_null() ? "null" : v.is_object() ? "object" : "array");
-    }
-    return out;
-  }
-
-  // The value a branch fixes for member `key` (a required const, or a one-value enum).
-  const OJson* tag_of(const OJson& b, const std::string& key) const {
-    const OJson& r = resolved(b);
-    // Only objects generated (no type: compile() infers object from `properties`).
-    if (!r.is_object() || !r.contains("properties") || !r["properties"].is_object() ||
-        (r.contains("type") && r["type"] != OJson("object"))) {
-      return nullptr;
-    }
-    const auto req = r.find("required");
-    if (req == r.end() || !req->is_array() ||
-        std::find(req->begin(), req->end(), OJson(key)) == req->end()) {
-      return nullptr;
-    }
-    const auto p = r["properties"].find(key);
-    if (p == r["properties"].end()) return nullptr;
-    const OJson& v = resolved(*p);
-    if (!v.is_object()) return nullptr;
-    if (auto c = v.find("const"); c != v.end()) return &*c;
-    if (auto e = v.find("enum"); e != v.end() && e->is_array() && e->size() == 1) {
-      return &(*e)[0];
-    }
-    return nullptr;
-  }
-
-  // oneOf needs every value to match exactly one branch: accepted where no value can match two
-  // (branches of disjoint JSON types, or objects told apart by a required constant member, as
-  // a discriminated union is), refused otherwise rather than generating a value two match.
+  // oneOf needs every value to match exactly one branch (schema_union.h).
   void check_disjoint(const OJson& branches, const std::string& path) const {
-    bool by_kind = true;
-    std::set<std::string> seen;
-    for (const auto& b : branches) {
-      const auto k = kinds_of(b);
-      if (!k) {
-        by_kind = false;
-        break;
-      }
-      std::set<std::string> mine;
-      for (const std::string& t : *k) mine.insert(t == "integer" ? "number" : t);
-      for (const std::string& t : mine) by_kind = by_kind && seen.insert(t).second;
-    }
-    if (by_kind) return;
-    const OJson& first = resolved(branches[0]);
-    if (first.is_object() && first.contains("properties") && first["properties"].is_object()) {
-      for (const auto& [key, unused] : first["properties"].items()) {
-        std::vector<const OJson*> tags;
-        for (const auto& b : branches) {
-          const OJson* t = tag_of(b, key);
-          const auto same = [&](const OJson* x) { return *x == *t; };
-          if (!t || std::any_of(tags.begin(), tags.end(), same)) {
-            break;
-          }
-          tags.push_back(t);
-        }
-        if (tags.size() == branches.size()) return;
-      }
-    }
+    if (branches_disjoint(*root_, branches)) return;
     bad(path, "'oneOf' is supported where its branches cannot overlap (different types, or "
               "objects told apart by a required 'const' member); use 'anyOf'");
   }
