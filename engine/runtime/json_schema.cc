@@ -532,12 +532,13 @@ class Compiler {
   }
 
   uint32_t array(const OJson& s, const std::string& path, int depth) {
-    if (auto it = s.find("uniqueItems"); it != s.end() && *it != OJson(false)) {
-      bad(path + "/uniqueItems", "'uniqueItems' true is not supported");
-    }
     const int64_t lo = bound(s, "minItems", path, 0);
     int64_t hi = bound(s, "maxItems", path, -1);
     if (hi >= 0 && hi < lo) bad(path, "'maxItems' is less than 'minItems'");
+    if (auto it = s.find("uniqueItems"); it != s.end()) {
+      if (!it->is_boolean()) bad(path + "/uniqueItems", "'uniqueItems' must be a boolean");
+      if (it->get<bool>()) return unique_array(s, path, depth, lo, hi);
+    }
     // prefixItems: the schemas of the first items, in order (an array may stop before their
     // end); items: the rest's (false: no more items).
     std::vector<uint32_t> prefix;
@@ -588,6 +589,80 @@ class Compiler {
     std::vector<std::vector<Sym>> alts;
     if (lo == 0) alts.push_back({g_->byte('['), w, close});
     if (hi != 0) alts.push_back({g_->byte('['), w, item_at(0), next});
+    return rule(std::move(alts));
+  }
+
+  // uniqueItems true, for items from a finite set (enum, const, boolean, null): the values in
+  // the order listed, each at most once (a strictly increasing choice of indexes, so no two
+  // items are equal). Other item schemas are refused: a grammar cannot compare items.
+  uint32_t unique_array(const OJson& s, const std::string& path, int depth, int64_t lo,
+                        int64_t hi) {
+    const std::string where = path + "/uniqueItems";
+    if (s.contains("prefixItems")) bad(where, "'uniqueItems' true beside 'prefixItems' is not "
+                                              "supported");
+    const auto it = s.find("items");
+    if (it == s.end()) bad(where, "'uniqueItems' true needs 'items' of a finite set of values");
+    compile(*it, path + "/items", depth + 1);  // its errors first
+    const OJson& r = resolve_local_refs(*root_, *it);
+    std::vector<OJson> values;
+    if (r.is_object() && r.contains("const")) {
+      values.push_back(r["const"]);
+    } else if (r.is_object() && r.contains("enum")) {
+      const std::vector<std::string> ts = types(r, path + "/items");
+      for (const auto& v : r["enum"]) {
+        if (ts.empty() || std::any_of(ts.begin(), ts.end(), [&](const std::string& t) {
+              return type_matches(v, t);
+            })) {
+          values.push_back(v);
+        }
+      }
+    } else if (r.is_object() && r.contains("type")) {
+      const std::vector<std::string> ts = types(r, path + "/items");
+      if (std::all_of(ts.begin(), ts.end(),
+                      [](const std::string& t) { return t == "boolean" || t == "null"; })) {
+        for (const std::string& t : ts) {
+          if (t == "boolean") values.insert(values.end(), {OJson(false), OJson(true)});
+          if (t == "null") values.push_back(OJson());
+        }
+      }
+    }
+    // Equal values (1 and 1.0 too) count once.
+    std::vector<OJson> distinct;
+    for (const auto& v : values) {
+      if (std::find(distinct.begin(), distinct.end(), v) == distinct.end()) distinct.push_back(v);
+    }
+    const auto n = static_cast<int64_t>(distinct.size());
+    if (n == 0 || n > 64) {
+      bad(where, "'uniqueItems' true is supported for items from a set of at most 64 values "
+                 "(enum, const, boolean, null)");
+    }
+    if (lo > n) bad(where, fmt::format("'minItems' {} is more than the {} distinct values", lo, n));
+    const int64_t top = hi < 0 ? n : std::min(hi, n);
+    std::vector<uint32_t> lit;
+    for (const auto& v : distinct) lit.push_back(rule({literal(v.dump())}));
+    const uint32_t w = ws();
+    const Sym close = g_->byte(']'), comma = g_->byte(',');
+    // after[k][j]: k items read, the last value j. Without count limits k does not matter.
+    const bool counted = lo > 1 || top < n;
+    const int64_t levels = counted ? top : 1;
+    std::vector<std::vector<uint32_t>> after(levels + 1, std::vector<uint32_t>(n));
+    for (int64_t k = levels; k >= 1; --k) {
+      for (int64_t j = n - 1; j >= 0; --j) {
+        std::vector<std::vector<Sym>> alts;
+        if (!counted || k >= lo) alts.push_back({w, close});
+        if (!counted || k < top) {
+          for (int64_t i = j + 1; i < n; ++i) {
+            alts.push_back({w, comma, w, lit[i], after[counted ? k + 1 : 1][i]});
+          }
+        }
+        after[k][j] = rule(std::move(alts));
+      }
+    }
+    std::vector<std::vector<Sym>> alts;
+    if (lo == 0) alts.push_back({g_->byte('['), w, close});
+    if (top >= 1) {
+      for (int64_t i = 0; i < n; ++i) alts.push_back({g_->byte('['), w, lit[i], after[1][i]});
+    }
     return rule(std::move(alts));
   }
 

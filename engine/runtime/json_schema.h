@@ -21,8 +21,9 @@
 // time, date-time, email, hostname, ipv4, ipv6, uuid enforced, as OpenAI's strict mode does;
 // others ignored), minimum / maximum / exclusiveMinimum / exclusiveMaximum (number_range.h:
 // decimal bounds, rounded inward on integers), multipleOf (an integer up to
-// kMaxMultipleOf; the multiples are written as integers), uniqueItems false. Annotations are
-// ignored (title, description, default, examples, ...). Any other keyword is refused rather than
+// kMaxMultipleOf; the multiples are written as integers), uniqueItems (true: for items from a
+// set of at most 64 values, enum / const / boolean / null, each value at most once in the order
+// listed). Annotations are ignored (title, description, default, examples, ...). Any other keyword is refused rather than
 // ignored (a grammar that silently dropped `uniqueItems` would produce invalid output):
 // Error(kInvalidArgument) naming the field and the JSON pointer of the keyword.
 #pragma once

@@ -11,21 +11,6 @@ namespace {
 
 using OJson = nlohmann::ordered_json;
 
-// Follows local $refs (a few hops) to the schema a branch stands for.
-const OJson& resolved(const OJson& root, const OJson& b) {
-  const OJson* cur = &b;
-  for (int hop = 0; hop < 8 && cur->is_object() && cur->contains("$ref"); ++hop) {
-    const OJson& r = (*cur)["$ref"];
-    if (!r.is_string() || r.get_ref<const std::string&>().rfind('#', 0) != 0) break;
-    try {
-      cur = &root.at(OJson::json_pointer(r.get<std::string>().substr(1)));
-    } catch (const nlohmann::json::exception&) {
-      break;  // the compiler names it
-    }
-  }
-  return *cur;
-}
-
 const char* kind(const OJson& v) {
   return v.is_number() ? "number" : v.is_string() ? "string" : v.is_boolean() ? "boolean"
          : v.is_null() ? "null" : v.is_object() ? "object" : "array";
@@ -33,7 +18,7 @@ const char* kind(const OJson& v) {
 
 // The JSON kinds a branch admits ("integer" counted as "number"), when it says so plainly.
 std::optional<std::set<std::string>> kinds_of(const OJson& root, const OJson& b) {
-  const OJson& r = resolved(root, b);
+  const OJson& r = resolve_local_refs(root, b);
   if (!r.is_object()) return std::nullopt;
   std::set<std::string> out;
   if (auto it = r.find("type"); it != r.end()) {
@@ -52,7 +37,7 @@ std::optional<std::set<std::string>> kinds_of(const OJson& root, const OJson& b)
 // The value a branch fixes for member `key` (a required const, or a one-value enum), where the
 // branch generates objects only (no type: the compiler infers object from `properties`).
 const OJson* tag_of(const OJson& root, const OJson& b, const std::string& key) {
-  const OJson& r = resolved(root, b);
+  const OJson& r = resolve_local_refs(root, b);
   if (!r.is_object() || !r.contains("properties") || !r["properties"].is_object() ||
       (r.contains("type") && r["type"] != OJson("object"))) {
     return nullptr;
@@ -64,7 +49,7 @@ const OJson* tag_of(const OJson& root, const OJson& b, const std::string& key) {
   }
   const auto p = r["properties"].find(key);
   if (p == r["properties"].end()) return nullptr;
-  const OJson& v = resolved(root, *p);
+  const OJson& v = resolve_local_refs(root, *p);
   if (!v.is_object()) return nullptr;
   if (auto c = v.find("const"); c != v.end()) return &*c;
   if (auto e = v.find("enum"); e != v.end() && e->is_array() && e->size() == 1) return &(*e)[0];
@@ -72,6 +57,20 @@ const OJson* tag_of(const OJson& root, const OJson& b, const std::string& key) {
 }
 
 }  // namespace
+
+const OJson& resolve_local_refs(const OJson& root, const OJson& schema) {
+  const OJson* cur = &schema;
+  for (int hop = 0; hop < 8 && cur->is_object() && cur->contains("$ref"); ++hop) {
+    const OJson& r = (*cur)["$ref"];
+    if (!r.is_string() || r.get_ref<const std::string&>().rfind('#', 0) != 0) break;
+    try {
+      cur = &root.at(OJson::json_pointer(r.get<std::string>().substr(1)));
+    } catch (const nlohmann::json::exception&) {
+      break;  // the compiler names it
+    }
+  }
+  return *cur;
+}
 
 bool branches_disjoint(const OJson& root, const OJson& branches) {
   if (!branches.is_array() || branches.empty()) return false;
@@ -86,7 +85,7 @@ bool branches_disjoint(const OJson& root, const OJson& branches) {
     for (const std::string& t : *k) by_kind = by_kind && seen.insert(t).second;
   }
   if (by_kind) return true;
-  const OJson& first = resolved(root, branches[0]);
+  const OJson& first = resolve_local_refs(root, branches[0]);
   if (!first.is_object() || !first.contains("properties") || !first["properties"].is_object()) {
     return false;
   }

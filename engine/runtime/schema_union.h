@@ -13,4 +13,9 @@ namespace sampan::runtime {
 // they overlap).
 bool branches_disjoint(const nlohmann::ordered_json& root, const nlohmann::ordered_json& branches);
 
+// The schema `schema` stands for after up to 8 local $refs into `root` (itself when it has
+// none, or one that does not resolve: the compiler reports those).
+const nlohmann::ordered_json& resolve_local_refs(const nlohmann::ordered_json& root,
+                                                 const nlohmann::ordered_json& schema);
+
 }  // namespace sampan::runtime

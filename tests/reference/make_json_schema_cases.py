@@ -135,6 +135,17 @@ SCHEMAS = {
     },
     "kinds_union": {"oneOf": [{"type": "string", "maxLength": 3}, {"type": "integer"},
                               {"type": "null"}]},
+    "unique": {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"enum": ["a", "b", "c", 1, 1.0, None, True]},
+                     "uniqueItems": True, "minItems": 1, "maxItems": 3},
+            "flags": {"type": "array", "items": {"type": "boolean"}, "uniqueItems": True},
+            "any": {"type": "array", "items": {"$ref": "#/$defs/Color"}, "uniqueItems": True},
+        },
+        "required": ["tags", "flags", "any"],
+        "$defs": {"Color": {"enum": ["red", "green", "blue"]}},
+    },
 }
 
 # Instances of the patterns above (each promised to be generated: see string_pattern.h).
@@ -232,6 +243,22 @@ def instance(root, s, rng, depth=0):
         hi = s.get("maxItems", lo + 3)
         if depth > 4:
             hi = lo
+        if s.get("uniqueItems"):
+            # Distinct values in the order listed (the form the grammar promises).
+            item = s["items"]
+            item = resolve(root, item["$ref"]) if "$ref" in item else item
+            values = item["enum"] if "enum" in item else [False, True]
+            distinct = []
+            for v in values:
+                if not any(v == d and type(v) is type(d) or (v == d and isinstance(v, (int, float))
+                           and isinstance(d, (int, float)) and not isinstance(v, bool)
+                           and not isinstance(d, bool)) for d in distinct):
+                    distinct.append(v)
+            n = len(distinct)
+            hi = min(s.get("maxItems", n), n)
+            k = rng.randint(lo, hi)
+            idx = sorted(rng.sample(range(n), k))
+            return [distinct[i] for i in idx]
         prefix = s.get("prefixItems", [])
         if s.get("items") is False:
             hi = min(hi, len(prefix)) if "maxItems" in s else len(prefix)

@@ -207,6 +207,25 @@ TEST_CASE("json schema: hand cases", "[json_schema]") {
   CHECK_FALSE(matches(rest, R"([null,null,null])"));
   CHECK_THAT(error_of(R"({"prefixItems":[{}],"items":false,"minItems":2})"),
              Catch::Contains("more than the items allowed"));
+  // uniqueItems over a finite set: each value at most once, in the order listed.
+  const std::string uniq = R"({"type":"array","items":{"enum":["x","y",1,1.0]},)"
+                           R"("uniqueItems":true})";
+  CHECK(matches(uniq, "[]"));
+  CHECK(matches(uniq, R"(["x", "y", 1])"));
+  CHECK(matches(uniq, R"(["y"])"));
+  CHECK_FALSE(matches(uniq, R"(["y", "x"])"));
+  CHECK_FALSE(matches(uniq, R"(["x", "x"])"));
+  CHECK_FALSE(matches(uniq, R"([1, 1.0])"));  // equal values
+  CHECK(matches(R"({"items":{"type":["boolean","null"]},"uniqueItems":true,"minItems":3})",
+                "[false, true, null]"));
+  CHECK_FALSE(matches(R"({"items":{"type":"boolean"},"uniqueItems":true,"maxItems":1})",
+                      "[false, true]"));
+  CHECK_THAT(error_of(R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})"),
+             Catch::Contains("at /uniqueItems") && Catch::Contains("at most 64 values"));
+  CHECK_THAT(error_of(R"({"items":{"enum":[1,2]},"uniqueItems":true,"minItems":3})"),
+             Catch::Contains("more than the 2 distinct values"));
+  CHECK_THAT(error_of(R"({"items":{"enum":[1]},"uniqueItems":"yes"})"),
+             Catch::Contains("must be a boolean"));
   // Formats on strings only; unknown ones stay annotations.
   CHECK(matches(R"({"type":"integer","format":"int32"})", "-7"));
   CHECK(matches(R"({"type":"string","format":"color"})", R"("anything")"));
@@ -458,7 +477,8 @@ TEST_CASE("json schema: unsupported or bad schemas are refused naming the keywor
              Catch::Contains("'maxLength' is less than 'minLength'"));
   CHECK_THAT(error_of(R"({"type":"string","maxLength":100000})"), Catch::Contains("[0, 4096]"));
   CHECK_THAT(error_of(R"({"type":"string","maxLength":-1})"), Catch::Contains("[0, 4096]"));
-  CHECK_THAT(error_of(R"({"type":"array","uniqueItems":true})"), Catch::Contains("uniqueItems"));
+  CHECK_THAT(error_of(R"({"type":"array","uniqueItems":true})"),
+             Catch::Contains("/uniqueItems") && Catch::Contains("needs 'items'"));
   CHECK_THAT(error_of(R"({"enum":[]})"), Catch::Contains("'enum'"));
   CHECK_THAT(error_of(R"({"type":"integer","enum":["a"]})"), Catch::Contains("no 'enum'"));
   CHECK_THAT(error_of("[1]"), Catch::Contains("an object or a boolean"));
