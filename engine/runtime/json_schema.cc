@@ -92,9 +92,20 @@ class Compiler {
   }
 
  private:
-  [[noreturn]] void bad(const std::string& path, const std::string& what) const {
+  [[noreturn]] void bad(const std::string& path, const std::string& what) {
+    unsupported_ = false;
     fail_field(ErrorCode::kInvalidArgument, field_, "'{}'{}: {}", field_,
                path.empty() ? std::string() : fmt::format(" at {}", path), what);
+  }
+  // A valid schema using what this compiler does not follow: an anyOf / oneOf leaves such a
+  // branch out (generating from the others still validates) rather than failing.
+  [[noreturn]] void unsupported(const std::string& path, const std::string& what) {
+    try {
+      bad(path, what);
+    } catch (const Error&) {
+      unsupported_ = true;
+      throw;
+    }
   }
 
   uint32_t new_rule() {
@@ -310,7 +321,8 @@ class Compiler {
                                               json_kind_ordered(s)));
     for (const auto& [k, v] : s.items()) {
       if (!kSupported.contains(k) && !kAnnotations.contains(k)) {
-        bad(path + "/" + k, fmt::format("keyword '{}' is not supported", printable(k, 60)));
+        unsupported(path + "/" + k,
+                    fmt::format("keyword '{}' is not supported", printable(k, 60)));
       }
     }
     // A combinator or a fixed value with other assertions beside it would need both applied:
@@ -324,14 +336,14 @@ class Compiler {
                            k == "definitions" ||
                            (fixed_value && (k == "type" || k == "enum" || k == "const"));
         if (!plain) {
-          bad(path + "/" + k, fmt::format("'{}' beside '{}' is not supported", k, head));
+          unsupported(path + "/" + k, fmt::format("'{}' beside '{}' is not supported", k, head));
         }
       }
     }
     if (auto it = s.find("$ref"); it != s.end()) return ref(*it, path + "/$ref", depth);
     if (auto it = s.find("allOf"); it != s.end()) {
       if (!it->is_array() || it->size() != 1) {
-        bad(path + "/allOf", "'allOf' is supported with one schema only");
+        unsupported(path + "/allOf", "'allOf' is supported with one schema only");
       }
       return compile((*it)[0], path + "/allOf/0", depth + 1);
     }
@@ -344,8 +356,20 @@ class Compiler {
       // oneOf is anyOf where no value can match two branches: checked, not assumed.
       if (key == "oneOf") check_disjoint(*it, path + "/oneOf");
       std::vector<std::vector<Sym>> alts;
+      std::optional<Error> first;
       for (size_t i = 0; i < it->size(); ++i) {
-        alts.push_back({compile((*it)[i], fmt::format("{}/{}/{}", path, key, i), depth + 1)});
+        const auto refs = refs_;
+        try {
+          alts.push_back({compile((*it)[i], fmt::format("{}/{}/{}", path, key, i), depth + 1)});
+        } catch (const Error& e) {
+          if (!unsupported_) throw;
+          refs_ = refs;  // $refs first met in the branch left, with their unfinished rules
+          if (!first) first = e;
+        }
+      }
+      if (alts.empty()) {
+        unsupported_ = true;
+        throw *first;
       }
       return rule(std::move(alts));
     }
@@ -432,13 +456,14 @@ class Compiler {
     if (it == s.end() && by_format.empty()) return string(lo, hi);
     if (it != s.end() && !it->is_string()) bad(path + "/pattern", "'pattern' must be a string");
     if (it != s.end() && !by_format.empty()) {
-      bad(path + "/format", "'format' beside 'pattern' is not supported");
+      unsupported(path + "/format", "'format' beside 'pattern' is not supported");
     }
     const std::string where = path + (it != s.end() ? "/pattern" : "/format");
     try {
       return add_string_pattern(*g_, it != s.end() ? it->get_ref<const std::string&>() : by_format,
                                 lo, hi, [this] { return new_rule(); });
     } catch (const PatternError& e) {
+      if (e.unsupported) unsupported(where, e.what());
       bad(where, e.what());
     }
   }
@@ -496,7 +521,7 @@ class Compiler {
         bad(path + "/multipleOf", "'multipleOf' must be a number above 0");
       }
       if (std::floor(m) != m || m > JsonSchemaLimits::kMaxMultipleOf) {
-        bad(path + "/multipleOf",
+        unsupported(path + "/multipleOf",
             fmt::format("'multipleOf' is supported as an integer up to {} (a fractional one is "
                         "checked with floating-point division by validators, which disagree)",
                         JsonSchemaLimits::kMaxMultipleOf));
@@ -525,10 +550,10 @@ class Compiler {
   }
 
   // oneOf needs every value to match exactly one branch (schema_union.h).
-  void check_disjoint(const OJson& branches, const std::string& path) const {
+  void check_disjoint(const OJson& branches, const std::string& path) {
     if (branches_disjoint(*root_, branches)) return;
-    bad(path, "'oneOf' is supported where its branches cannot overlap (different types, or "
-              "objects told apart by a required 'const' member); use 'anyOf'");
+    unsupported(path, "'oneOf' is supported where its branches cannot overlap (different "
+                      "types, or objects told apart by a required 'const' member); use 'anyOf'");
   }
 
   uint32_t array(const OJson& s, const std::string& path, int depth) {
@@ -598,10 +623,13 @@ class Compiler {
   uint32_t unique_array(const OJson& s, const std::string& path, int depth, int64_t lo,
                         int64_t hi) {
     const std::string where = path + "/uniqueItems";
-    if (s.contains("prefixItems")) bad(where, "'uniqueItems' true beside 'prefixItems' is not "
-                                              "supported");
+    if (s.contains("prefixItems")) {
+      unsupported(where, "'uniqueItems' true beside 'prefixItems' is not supported");
+    }
     const auto it = s.find("items");
-    if (it == s.end()) bad(where, "'uniqueItems' true needs 'items' of a finite set of values");
+    if (it == s.end()) {
+      unsupported(where, "'uniqueItems' true needs 'items' of a finite set of values");
+    }
     compile(*it, path + "/items", depth + 1);  // its errors first
     const OJson& r = resolve_local_refs(*root_, *it);
     std::vector<OJson> values;
@@ -633,8 +661,8 @@ class Compiler {
     }
     const auto n = static_cast<int64_t>(distinct.size());
     if (n == 0 || n > 64) {
-      bad(where, "'uniqueItems' true is supported for items from a set of at most 64 values "
-                 "(enum, const, boolean, null)");
+      unsupported(where, "'uniqueItems' true is supported for items from a set of at most 64 "
+                         "values (enum, const, boolean, null)");
     }
     if (lo > n) bad(where, fmt::format("'minItems' {} is more than the {} distinct values", lo, n));
     const int64_t top = hi < 0 ? n : std::min(hi, n);
@@ -739,7 +767,7 @@ class Compiler {
   uint32_t ref(const OJson& r, const std::string& path, int depth) {
     if (!r.is_string() || r.get_ref<const std::string&>().empty() ||
         r.get_ref<const std::string&>()[0] != '#') {
-      bad(path, "'$ref' must be a local reference (\"#\" or \"#/...\")");
+      unsupported(path, "'$ref' must be a local reference (\"#\" or \"#/...\")");
     }
     const std::string target = r.get<std::string>().substr(1);
     if (auto it = refs_.find(target); it != refs_.end()) return it->second;
@@ -761,6 +789,7 @@ class Compiler {
   std::string field_;
   std::map<std::string, uint32_t> refs_;
   std::optional<uint32_t> ws_, char_, any_string_, integer_, number_, any_;
+  bool unsupported_ = false;  // the last error thrown was unsupported(), not bad()
 };
 
 OJson parse_schema(std::string_view schema_text, const std::string& field) {

@@ -25,7 +25,10 @@
 // set of at most 64 values, enum / const / boolean / null, each value at most once in the order
 // listed). Annotations are ignored (title, description, default, examples, ...). Any other keyword is refused rather than
 // ignored (a grammar that silently dropped `uniqueItems` would produce invalid output):
-// Error(kInvalidArgument) naming the field and the JSON pointer of the keyword.
+// Error(kInvalidArgument) naming the field and the JSON pointer of the keyword. Inside anyOf /
+// oneOf, a branch using what is not supported (a keyword, a regex feature such as lookaround, a
+// remote $ref) is left out instead, as generating from the other branches still validates; a
+// malformed branch is an error, and so is a union left with no branch.
 #pragma once
 
 #include <memory>

@@ -30,7 +30,11 @@
 namespace sampan::runtime {
 
 struct PatternError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit PatternError(const std::string& what, bool unsupported_feature = false)
+      : std::runtime_error(what), unsupported(unsupported_feature) {}
+  // A valid regular expression using a feature this compiler does not follow (lookaround,
+  // backreferences, ...), rather than a malformed one or one past a limit.
+  bool unsupported;
 };
 
 struct StringPatternLimits {

@@ -207,6 +207,24 @@ TEST_CASE("json schema: hand cases", "[json_schema]") {
   CHECK_FALSE(matches(rest, R"([null,null,null])"));
   CHECK_THAT(error_of(R"({"prefixItems":[{}],"items":false,"minItems":2})"),
              Catch::Contains("more than the items allowed"));
+  // An anyOf / oneOf branch using what the compiler does not follow is left out (the others
+  // still generate valid values); a malformed branch is still an error, as is a union with no
+  // branch left. Pydantic's Decimal: a number, or a string whose pattern has a lookahead.
+  const std::string decimal = R"({"anyOf":[{"type":"number"},{"type":"string",)"
+                              R"("pattern":"^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"}]})";
+  CHECK(matches(decimal, "2.5"));
+  CHECK_FALSE(matches(decimal, R"("2.5")"));
+  CHECK_THAT(error_of(R"({"anyOf":[{"type":"strin"},{"type":"null"}]})"),
+             Catch::Contains("unknown type"));
+  CHECK_THAT(error_of(R"js({"anyOf":[{"multipleOf":0.5},{"pattern":"(?!a)"}]})js"),
+             Catch::Contains("at /anyOf/0/multipleOf"));
+  CHECK_THAT(error_of(R"({"anyOf":[{"type":"string","pattern":"(a"},{"type":"null"}]})"),
+             Catch::Contains("unterminated group"));  // a syntax error is not left out
+  const std::string refs = R"({"$defs":{"A":{"type":"string","pattern":"\\bx"}},)"
+                           R"("anyOf":[{"$ref":"#/$defs/A"},{"type":"null"},{"$ref":"#/$defs/A"}]})";
+  CHECK(matches(refs, "null"));
+  CHECK_FALSE(matches(refs, R"("x")"));
+  CHECK(matches(R"({"oneOf":[{"type":"integer"},{"type":"object","minProperties":1}]})", "7"));
   // uniqueItems over a finite set: each value at most once, in the order listed.
   const std::string uniq = R"({"type":"array","items":{"enum":["x","y",1,1.0]},)"
                            R"("uniqueItems":true})";
