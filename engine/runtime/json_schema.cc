@@ -35,7 +35,7 @@ const std::set<std::string_view> kSupported = {
     "$defs",      "definitions", "properties", "required", "additionalProperties", "items",
     "minItems",   "maxItems", "minLength", "maxLength", "uniqueItems", "pattern",
     "minimum",    "maximum",  "exclusiveMinimum", "exclusiveMaximum", "prefixItems", "oneOf",
-    "multipleOf",
+    "multipleOf", "propertyNames",
 };
 
 class Compiler {
@@ -405,7 +405,7 @@ class Compiler {
     if (kinds.empty()) {
       // No type: what the other keywords constrain, or anything.
       if (s.contains("properties") || s.contains("required") ||
-          s.contains("additionalProperties")) {
+          s.contains("additionalProperties") || s.contains("propertyNames")) {
         kinds.push_back("object");
       } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
                  s.contains("maxItems")) {
@@ -694,6 +694,21 @@ class Compiler {
     return rule(std::move(alts));
   }
 
+  // The keys a map's propertyNames admits: that schema read as one of strings (names are).
+  uint32_t key_names(const OJson& names, const std::string& path, int depth) {
+    OJson as_string = resolve_local_refs(*root_, names);
+    if (as_string.is_boolean()) return string(0, -1);
+    if (!as_string.is_object()) bad(path, "'propertyNames' must be a schema");
+    if (auto t = as_string.find("type"); t != as_string.end()) {
+      const std::vector<std::string> ts = types(as_string, path);
+      if (std::find(ts.begin(), ts.end(), "string") == ts.end()) {
+        bad(path, "'propertyNames' admits no string, so no name");
+      }
+    }
+    as_string["type"] = "string";
+    return compile(as_string, path, depth + 1);
+  }
+
   uint32_t object(const OJson& s, const std::string& path, int depth) {
     const uint32_t w = ws();
     const Sym open = g_->byte('{'), close = g_->byte('}'), comma = g_->byte(',');
@@ -726,13 +741,22 @@ class Compiler {
       }
     }
     const auto extra = s.find("additionalProperties");
+    const auto names = s.find("propertyNames");
+    if (names != s.end() && !props.empty()) {
+      unsupported(path + "/propertyNames",
+                  "'propertyNames' beside 'properties' or 'required' is not supported");
+    }
     if (props.empty()) {
       if (extra != s.end() && *extra == OJson(false)) return rule({literal("{}")});
-      // A map: members of any name with the additionalProperties schema.
+      if (names != s.end() && *names == OJson(false)) return rule({literal("{}")});
+      // A map: members of any name (or one propertyNames admits) with the
+      // additionalProperties schema.
       const uint32_t value = extra == s.end() ? any_value()
                                               : compile(*extra, path + "/additionalProperties",
                                                         depth + 1);
-      const uint32_t member = rule({{string(0, -1), w, colon, w, value}});
+      const uint32_t key =
+          names == s.end() ? string(0, -1) : key_names(*names, path + "/propertyNames", depth);
+      const uint32_t member = rule({{key, w, colon, w, value}});
       const uint32_t more = new_rule();
       g_->add_alt(more, {w, close});
       g_->add_alt(more, {w, comma, w, member, more});

@@ -16,7 +16,8 @@
 // refused), allOf with one entry, $ref to a local JSON pointer ("#", "#/$defs/X",
 // "#/definitions/X", recursion included), $defs / definitions, properties, required,
 // additionalProperties (false, true or a schema: with no `properties` it types the members of
-// a map), items (false too), prefixItems, minItems, maxItems, minLength, maxLength, pattern
+// a map), propertyNames (on a map: its keys as that string schema admits them), items (false
+// too), prefixItems, minItems, maxItems, minLength, maxLength, pattern
 // (string_pattern.h: the intersection of ECMA-262 and Python regexes), format on strings (date,
 // time, date-time, email, hostname, ipv4, ipv6, uuid enforced, as OpenAI's strict mode does;
 // others ignored), minimum / maximum / exclusiveMinimum / exclusiveMaximum (number_range.h:

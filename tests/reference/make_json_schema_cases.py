@@ -135,6 +135,8 @@ SCHEMAS = {
     },
     "kinds_union": {"oneOf": [{"type": "string", "maxLength": 3}, {"type": "integer"},
                               {"type": "null"}]},
+    "named_map": {"type": "object", "propertyNames": {"pattern": "^[a-z]{1,3}$"},
+                  "additionalProperties": {"type": "integer", "minimum": 0}},
     "unique": {
         "type": "object",
         "properties": {
@@ -156,6 +158,7 @@ PATTERN_SAMPLES = {
         "".join(rng.choice("az09") for _ in range(rng.randint(1, 3)))
         for _ in range(rng.randint(1, 3))),
     "^[a-z]+$": lambda rng: "".join(rng.choice("abz") for _ in range(rng.randint(1, 6))),
+    "^[a-z]{1,3}$": lambda rng: "".join(rng.choice("abz") for _ in range(rng.randint(1, 3))),
     "ok": lambda rng: rand_string(rng, 0, 3) + "ok" + rand_string(rng, 1, 3),
 }
 
@@ -268,8 +271,12 @@ def instance(root, s, rng, depth=0):
     props = s.get("properties", {})
     req = set(s.get("required", []))
     if not props:
-        return {rand_string(rng, 1, 4): instance(root, s.get("additionalProperties", {}), rng,
-                                                 depth + 1) for _ in range(rng.randint(0, 3))}
+        def key():
+            if "propertyNames" in s:
+                return PATTERN_SAMPLES[s["propertyNames"]["pattern"]](rng)
+            return rand_string(rng, 1, 4)
+        return {key(): instance(root, s.get("additionalProperties", {}), rng, depth + 1)
+                for _ in range(rng.randint(0, 3))}
     out = {}
     for k, v in props.items():
         if k in req or (rng.random() < 0.6 and depth <= 4):

@@ -225,6 +225,19 @@ TEST_CASE("json schema: hand cases", "[json_schema]") {
   CHECK(matches(refs, "null"));
   CHECK_FALSE(matches(refs, R"("x")"));
   CHECK(matches(R"({"oneOf":[{"type":"integer"},{"type":"object","minProperties":1}]})", "7"));
+  // propertyNames on a map: its keys as that string schema admits them.
+  const std::string named = R"({"type":"object","propertyNames":{"pattern":"^[a-z]{1,3}$"},)"
+                            R"("additionalProperties":{"type":"integer"}})";
+  CHECK(matches(named, R"({"ab": 1, "c": 2})"));
+  CHECK(matches(named, "{}"));
+  CHECK_FALSE(matches(named, R"({"abcd": 1})"));
+  CHECK_FALSE(matches(named, R"({"A": 1})"));
+  CHECK(matches(R"({"propertyNames":{"enum":["x","y",3]}})", R"({"y": null})"));
+  CHECK_FALSE(matches(R"({"propertyNames":{"enum":["x","y",3]}})", R"({"3": null})"));
+  CHECK(matches(R"({"propertyNames":false})", "{}"));
+  CHECK_THAT(error_of(R"({"propertyNames":{"type":"integer"}})"), Catch::Contains("no string"));
+  CHECK_THAT(error_of(R"({"properties":{"a":{}},"propertyNames":{"maxLength":1}})"),
+             Catch::Contains("at /propertyNames") && Catch::Contains("beside 'properties'"));
   // uniqueItems over a finite set: each value at most once, in the order listed.
   const std::string uniq = R"({"type":"array","items":{"enum":["x","y",1,1.0]},)"
                            R"("uniqueItems":true})";
