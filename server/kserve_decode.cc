@@ -79,7 +79,6 @@ KserveInferRequest parse_kserve_json(const Json& body) {
   if (const auto it = body.find("parameters"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) throw RequestError("parameters", "'parameters' must be an object");
     merge_sampling_fields(*it, in.fields, "parameters.");
-    parse_response_format(*it, in.fields, "parameters.");
     if (get_bool(*it, "stream", "parameters.").value_or(false))
       throw RequestError("parameters.stream",
                          "'parameters.stream' is not supported over REST; use gRPC "
@@ -119,9 +118,8 @@ KserveInferRequest parse_kserve_json(const Json& body) {
     } else if (*name == "sampling_parameters") {
       const Json& v = single(tensor_data(input, *name, {"BYTES"}), *name);
       if (!v.is_string()) bad_tensor(*name, "the element must be a JSON string");
-      const Json obj = parse_json_object(v.get<std::string>(), "sampling_parameters");
-      merge_sampling_fields(obj, in.fields, "sampling_parameters.");
-      parse_response_format(obj, in.fields, "sampling_parameters.");
+      merge_sampling_fields(parse_json_object(v.get<std::string>(), "sampling_parameters"),
+                            in.fields, "sampling_parameters.");
     } else if (*name == "stream") {
       const Json& v = single(tensor_data(input, *name, {"BOOL"}), *name);
       if (!v.is_boolean()) bad_tensor(*name, "the element must be a boolean");
@@ -408,7 +406,6 @@ KserveInferRequest parse_kserve_proto(const inference::ModelInferRequest& req) {
     Json params = params_to_json(req.parameters());
     coerce_string_values(params);
     merge_sampling_fields(params, spec.fields, "parameters.");
-    parse_response_format(params, spec.fields, "parameters.");
   }
   if (req.inputs().empty()) {
     throw RequestError("inputs", "inputs: at least the 'text_input' tensor is required");
@@ -453,7 +450,6 @@ KserveInferRequest parse_kserve_proto(const inference::ModelInferRequest& req) {
       }
       coerce_string_values(obj);
       merge_sampling_fields(obj, spec.fields, "sampling_parameters.");
-      parse_response_format(obj, spec.fields, "sampling_parameters.");
     } else {
       throw RequestError(name,
                          fmt::format("unknown input '{}' (expected text_input, input_ids, "

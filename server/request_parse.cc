@@ -323,8 +323,6 @@ void parse_tool_choice(const Json& body, ChatRequest& r) {
       fmt::format("'tool_choice.function.name' {} is not one of 'tools'", Json(*name).dump()));
 }
 
-}  // namespace
-
 // response_format: {type: "text"}, {type: "json_object"} (JSON mode) or {type: "json_schema",
 // json_schema: {name, description?, schema?, strict?}} (a grammar; without a schema, JSON mode).
 void parse_response_format(const Json& obj, SamplingFields& f, const std::string& prefix) {
@@ -370,8 +368,6 @@ void parse_response_format(const Json& obj, SamplingFields& f, const std::string
   f.json_object = false;
   f.grammar = schema_grammar(*schema, js_name + ".schema");
 }
-
-namespace {
 
 // Fields of the OpenAI API that Sampan does not implement: refused when given, rather than
 // silently ignored.
@@ -476,6 +472,8 @@ void merge_sampling_fields(const Json& obj, SamplingFields& f, const std::string
       bad(name("max_tokens"), fmt::format("'{}' must be at least 1, got {}", name("max_tokens"), *v));
     f.max_tokens = *v;
   }
+  // On /v1/completions and KServe an extension (as vLLM accepts it) rather than ignored.
+  parse_response_format(obj, f, prefix);
 }
 
 SamplingFields parse_sampling_fields(const Json& obj, const std::string& prefix) {
@@ -529,8 +527,6 @@ CompletionRequest parse_completion_request(const Json& body) {
     r.logprobs = static_cast<int32_t>(*lp);
   }
   r.fields = parse_sampling_fields(body);
-  // Not in OpenAI's completions API; accepted as vLLM does, rather than ignored.
-  parse_response_format(body, r.fields);
   if (r.logprobs > 0) r.fields.sampling.top_logprobs = r.logprobs;
   r.fields.sampling.logprobs = r.logprobs >= 0;
   r.stream = get_stream(body, &r.include_usage);
@@ -565,7 +561,6 @@ ChatRequest parse_chat_request(const Json& body) {
   refuse_unsupported(body, {"functions", "function_call", "audio", "prediction"});
   r.n = get_n(body);
   r.fields = parse_sampling_fields(body);
-  parse_response_format(body, r.fields);
   const bool formatted = r.fields.json_object || r.fields.grammar;
   parse_tool_choice(body, r);
   if (formatted && (r.tool_required || !r.forced_tool.empty()))

@@ -77,11 +77,9 @@ struct SamplingFields {
 };
 SamplingFields parse_sampling_fields(const Json& obj, const std::string& prefix = "");
 // Same, on top of `base` (fields present in `obj` override it): KServe's request "parameters"
-// object, then its sampling_parameters tensor.
+// object, then its sampling_parameters tensor. Both read OpenAI's response_format too (a
+// "text" type clears what an earlier object asked for).
 void merge_sampling_fields(const Json& obj, SamplingFields& base, const std::string& prefix = "");
-// OpenAI's response_format in `obj` (absent or {type: "text"}: nothing), into `f`'s json_object
-// or grammar; errors name prefix + "response_format...". KServe reads it from its parameters.
-void parse_response_format(const Json& obj, SamplingFields& f, const std::string& prefix = "");
 
 // The max_tokens a request runs with: the requested value, or `default_max_tokens`, capped so
 // that prompt + output fit in `max_model_len` (the engine would stop there anyway). Requires

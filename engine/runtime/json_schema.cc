@@ -375,30 +375,8 @@ class Compiler {
     }
     const std::vector<std::string> ts = types(s, path);
     if (s.contains("const") || s.contains("enum")) {
-      std::vector<const OJson*> values;
-      if (auto it = s.find("const"); it != s.end()) values.push_back(&*it);
-      if (auto it = s.find("enum"); it != s.end()) {
-        if (!it->is_array() || it->empty()) bad(path + "/enum", "'enum' must be a non-empty list");
-        if (it->size() > JsonSchemaLimits::kMaxEnum) {
-          bad(path + "/enum", fmt::format("more than {} values", JsonSchemaLimits::kMaxEnum));
-        }
-        if (values.empty()) {
-          for (const auto& v : *it) values.push_back(&v);
-        } else if (std::find(it->begin(), it->end(), *values[0]) == it->end()) {
-          bad(path, "'const' is not among the 'enum' values");
-        }
-      }
       std::vector<std::vector<Sym>> alts;
-      for (const OJson* v : values) {
-        // With a type as well, only the values of that type validate.
-        if (!ts.empty() && std::none_of(ts.begin(), ts.end(), [&](const std::string& t) {
-              return type_matches(*v, t);
-            })) {
-          continue;
-        }
-        alts.push_back(literal(v->dump()));
-      }
-      if (alts.empty()) bad(path, "no 'enum' / 'const' value has the schema's type");
+      for (const OJson* v : fixed_values(s, ts, path)) alts.push_back(literal(v->dump()));
       return rule(std::move(alts));
     }
     std::vector<std::string> kinds = ts;
@@ -423,6 +401,32 @@ class Compiler {
     std::vector<std::vector<Sym>> alts;
     for (const std::string& t : kinds) alts.push_back({typed(s, t, path, depth)});
     return alts.size() == 1 ? alts[0][0] : rule(std::move(alts));
+  }
+
+  // The values a schema with const / enum admits: those of its type (`ts`, if any), at least one.
+  std::vector<const OJson*> fixed_values(const OJson& s, const std::vector<std::string>& ts,
+                                         const std::string& path) {
+    std::vector<const OJson*> values;
+    if (auto it = s.find("const"); it != s.end()) values.push_back(&*it);
+    if (auto it = s.find("enum"); it != s.end()) {
+      if (!it->is_array() || it->empty()) bad(path + "/enum", "'enum' must be a non-empty list");
+      if (it->size() > JsonSchemaLimits::kMaxEnum) {
+        bad(path + "/enum", fmt::format("more than {} values", JsonSchemaLimits::kMaxEnum));
+      }
+      if (values.empty()) {
+        for (const auto& v : *it) values.push_back(&v);
+      } else if (std::find(it->begin(), it->end(), *values[0]) == it->end()) {
+        bad(path, "'const' is not among the 'enum' values");
+      }
+    }
+    // With a type as well, only the values of that type validate.
+    std::erase_if(values, [&](const OJson* v) {
+      return !ts.empty() && std::none_of(ts.begin(), ts.end(), [&](const std::string& t) {
+        return type_matches(*v, t);
+      });
+    });
+    if (values.empty()) bad(path, "no 'enum' / 'const' value has the schema's type");
+    return values;
   }
 
   static const char* json_kind_ordered(const OJson& v) {
@@ -633,16 +637,9 @@ class Compiler {
     compile(*it, path + "/items", depth + 1);  // its errors first
     const OJson& r = resolve_local_refs(*root_, *it);
     std::vector<OJson> values;
-    if (r.is_object() && r.contains("const")) {
-      values.push_back(r["const"]);
-    } else if (r.is_object() && r.contains("enum")) {
-      const std::vector<std::string> ts = types(r, path + "/items");
-      for (const auto& v : r["enum"]) {
-        if (ts.empty() || std::any_of(ts.begin(), ts.end(), [&](const std::string& t) {
-              return type_matches(v, t);
-            })) {
-          values.push_back(v);
-        }
+    if (r.is_object() && (r.contains("const") || r.contains("enum"))) {
+      for (const OJson* v : fixed_values(r, types(r, path + "/items"), path + "/items")) {
+        values.push_back(*v);
       }
     } else if (r.is_object() && r.contains("type")) {
       const std::vector<std::string> ts = types(r, path + "/items");
