@@ -196,6 +196,14 @@ struct QuantKernels {
 };
 
 const QuantKernels& quant_kernels_avx2();
+// Whether the AVX2 one-row kF8E4M3 kernel takes blocks holding E4M3 subnormal codes apart
+// (f8_take_subnormals: codes zeroed, their products added in double) instead of multiplying
+// them as f32 denormals: kAuto where FMAs on denormals cost an assist
+// (CpuFeatures::denormal_assist); kOn / kOff let tests cover both forms on any CPU. Both are
+// exact products summed in f32 (the decode bound either way).
+enum class F8SubnormalSplit { kAuto, kOn, kOff };
+void set_f8_subnormal_split(F8SubnormalSplit p);
+bool f8_split_subnormals();
 // The AVX2 table with batched-decode dot kernels (gemm_quant_batch_avx2.cc: 2 weight rows by
 // up to kAvx2BatchMaxM rows of x per call, k-chunked): for m = kAvx2BatchMinM.. where the
 // AVX2 table would otherwise serve batched decode (no AVX512-VNNI, no AMX).

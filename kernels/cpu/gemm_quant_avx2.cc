@@ -24,12 +24,21 @@
 // decodes), so the products land at w * x * 2^-56, far from underflow; the row scale times 2^56
 // is applied once to the finished sum. The denormal weights need MXCSR.DAZ clear (and FTZ for
 // sums below 2^-70), which the kernel ensures for its own duration, and they cost an FMA assist
-// each on Intel cores: blocks holding E4M3 subnormals are multiplied with those codes zeroed and
-// their products added apart (f8_take_subnormals; gemm_quant_avx2_common.h). NaN codes (0x7f,
-// 0xff) read as +-480 (quantizers never write them).
+// each on Intel cores, where blocks holding E4M3 subnormals are multiplied with those codes
+// zeroed and their products added apart (f8_take_subnormals; gemm_quant_avx2_common.h). AMD
+// cores multiply denormals at full speed, so there (f8_split_subnormals) the test for them, 7 of
+// ~36 vector operations per 64 weights at m = 1, is left out. NaN codes (0x7f, 0xff) read as
+// +-480 (quantizers never write them).
 //
-// Both take R = 4 rows per call, one of each of 4 streams (gemm_decode_walk.h), and decode them
-// one after another against the (up to 4) rows of x (int4 takes the rows of x two at a time).
+// Both take R = 4 rows per call, one of each of 4 streams (gemm_decode_walk.h). At m = 1 they
+// read the 4 rows together, 64 bytes (fp8) or a step (int4) of each in turn, as the 16-bit
+// kernels do; more rows of x decode the rows one after another (int4 takes the rows of x two at
+// a time). One row at a time, a Zen 3 core streamed weights at ~0.7 of its read bandwidth
+// however fast the kernel computed. Measured on a 2-core Zen 3 VM (bench_gemm_quant gemv, m = 1,
+// 1 / 2 threads, probe 21.5 / 33 GB/s, three alternating rounds): fp8 streamed 14.4-15.4 /
+// 26-29 -> 18.9-20.2 / 34-39 GB/s (from L3: 16 -> 21 / 42; the rows together alone gave 1.07x,
+// the subnormal test left out alone nothing: each bound the other), int4 g128 from L3 14.3-15.2
+// -> 15.8-16.8 at 1 thread (compute-bound there: the x16 products).
 #include <immintrin.h>
 
 #include <bit>
@@ -293,10 +302,12 @@ inline void i4_step_acc(const uint8_t* w, const uint8_t* xs, int64_t ldx_bytes,
   }
 }
 
-// One row times MT rows of x; out[i * ldo].
-template <int G, int MT, bool kAsym, bool kVnni>
-void i4_row(const QuantRow& row, const QuantFormat& f, const uint8_t* x, int64_t ldx_bytes,
-            float* out, int ldo) {
+// NR rows times MT rows of x; out[i * ldo + r]. The rows are read together, a step of each in
+// turn (NR = 4 at m = 1: the 4 streams of gemm_decode_walk.h interleaved, as the 16-bit kernels
+// read them; NR = 1 decodes a row whole).
+template <int G, int MT, int NR, bool kAsym, bool kVnni>
+void i4_rows(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64_t ldx_bytes,
+             float* out, int ldo) {
   constexpr int64_t S = G < 64 ? 64 : G;
   constexpr int64_t kStepBytes = i4_step_bytes(S);
   constexpr int kBlockSteps = static_cast<int>(8 * G / S);  // 8 groups
@@ -304,23 +315,35 @@ void i4_row(const QuantRow& row, const QuantFormat& f, const uint8_t* x, int64_t
   const float* sx[MT];
   for (int i = 0; i < MT; ++i)
     sx[i] = reinterpret_cast<const float*>(x + i * ldx_bytes + n_steps * kStepBytes);
-  __m256 acc[MT];
+  __m256 acc[NR][MT];
 #pragma GCC unroll 4
-  for (int i = 0; i < MT; ++i) acc[i] = _mm256_setzero_ps();
-  I4Block<MT> blk;
-  const uint8_t* w = row.data;
-  for (int64_t st = 0; st < full; ++st, w += S / 2) {
+  for (int r = 0; r < NR; ++r) {
+#pragma GCC unroll 4
+    for (int i = 0; i < MT; ++i) acc[r][i] = _mm256_setzero_ps();
+  }
+  I4Block<MT> blk[NR];
+  for (int64_t st = 0; st < full; ++st) {
     const int j = static_cast<int>(st % kBlockSteps);
-    if (j == 0) i4_block_scales<MT, kAsym>(row, f.bf16_scales, k / G, sx, st * S / G, blk);
-    if (S >= 128 || (st & 1) == 0) prefetch(w + kPrefetchBytes);  // once per 64-byte line
-    i4_step_acc<G, MT, false, kAsym, kVnni>(w, x + st * kStepBytes, ldx_bytes, blk, j, acc);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* w = rows[r].data + st * (S / 2);
+      if (j == 0) i4_block_scales<MT, kAsym>(rows[r], f.bf16_scales, k / G, sx, st * S / G, blk[r]);
+      if (S >= 128 || (st & 1) == 0) prefetch(w + kPrefetchBytes);  // once per 64-byte line
+      i4_step_acc<G, MT, false, kAsym, kVnni>(w, x + st * kStepBytes, ldx_bytes, blk[r], j,
+                                              acc[r]);
+    }
   }
-  if (G == 32 && full < n_steps) {
-    const int j = static_cast<int>(full % kBlockSteps);
-    if (j == 0) i4_block_scales<MT, kAsym>(row, f.bf16_scales, k / G, sx, full * S / G, blk);
-    i4_step_acc<G, MT, true, kAsym, kVnni>(w, x + full * kStepBytes, ldx_bytes, blk, j, acc);
+  for (int r = 0; r < NR; ++r) {
+    if (G == 32 && full < n_steps) {
+      const int j = static_cast<int>(full % kBlockSteps);
+      if (j == 0) {
+        i4_block_scales<MT, kAsym>(rows[r], f.bf16_scales, k / G, sx, full * S / G, blk[r]);
+      }
+      i4_step_acc<G, MT, true, kAsym, kVnni>(rows[r].data + full * (S / 2), x + full * kStepBytes,
+                                             ldx_bytes, blk[r], j, acc[r]);
+    }
+    for (int i = 0; i < MT; ++i) out[i * ldo + r] = hsum(acc[r][i]);
   }
-  for (int i = 0; i < MT; ++i) out[i * ldo] = hsum(acc[i]);
 }
 
 // Rows of x in passes of at most 2 over each row (the second pass reads it from L1): measured
@@ -330,14 +353,15 @@ template <int G, bool kAsym, bool kVnni>
 void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
   const uint8_t* xb = reinterpret_cast<const uint8_t*>(x.x);
   const int64_t ld = x.ldx * 4;
+  if (x.mb == 1) return i4_rows<G, 1, kRows, kAsym, kVnni>(rows, f, xb, ld, out, kRows);
   for (int r = 0; r < kRows; ++r) {
     for (int i0 = 0; i0 < x.mb; i0 += 2) {
       const uint8_t* xi = xb + i0 * ld;
       float* o = out + i0 * kRows + r;
       if (x.mb - i0 >= 2) {
-        i4_row<G, 2, kAsym, kVnni>(rows[r], f, xi, ld, o, kRows);
+        i4_rows<G, 2, 1, kAsym, kVnni>(rows + r, f, xi, ld, o, kRows);
       } else {
-        i4_row<G, 1, kAsym, kVnni>(rows[r], f, xi, ld, o, kRows);
+        i4_rows<G, 1, 1, kAsym, kVnni>(rows + r, f, xi, ld, o, kRows);
       }
     }
   }
@@ -459,47 +483,80 @@ __attribute__((noinline)) __m256i f8_take_subnormals(__m256i b, const float* xs,
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(codes));
 }
 
-// One row times MT rows of x; out[i * ldo]. Blocks holding E4M3 subnormals go through
-// f8_take_subnormals (gemm_quant_avx2_common.h says why).
-template <int MT, int NA>
-void f8_row(const QuantRow& row, int64_t k, const float* x, int64_t ldx, float* out, int ldo) {
-  __m256 acc[MT * NA];
+// One row's 32-weight blocks at kk (b1: the next block when `two`) times MT rows of x into acc;
+// with kSplit (f8_split_subnormals) blocks holding E4M3 subnormals go through f8_take_subnormals
+// (gemm_quant_avx2_common.h says why), their products into slow.
+template <int MT, int NA, bool kSplit>
+__attribute__((always_inline)) inline void f8_blocks(__m256i b0, __m256i b1, const float* x,
+                                                     int64_t ldx, int64_t kk, bool two,
+                                                     __m256* acc, double* slow, bool& any) {
+  if (kSplit && __builtin_expect(avx2q::f8_maybe_subnormal(b0, b1), 0)) {
+    b0 = f8_take_subnormals<MT>(b0, x + kk, ldx, slow, any);
+    if (two) b1 = f8_take_subnormals<MT>(b1, x + kk + 32, ldx, slow, any);
+  }
+  f8_block<MT, NA>(b0, x + kk, ldx, acc);
+  if (two) f8_block<MT, NA>(b1, x + kk + 32, ldx, acc);
+}
+
+// NR rows times MT rows of x; out[i * ldo + r]. The rows are read together, 64 bytes of each in
+// turn (NR = 4 at m = 1: the 4 streams of gemm_decode_walk.h interleaved, as the 16-bit
+// kernels read them; NR = 1 decodes a row whole).
+template <int MT, int NA, int NR, bool kSplit>
+void f8_rows(const QuantRow* rows, int64_t k, const float* x, int64_t ldx, float* out, int ldo) {
+  __m256 acc[NR][MT * NA];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
 #pragma GCC unroll 8
-  for (int a = 0; a < MT * NA; ++a) acc[a] = _mm256_setzero_ps();
-  double slow[MT] = {};
-  bool any_subnormal = false;
-  auto blocks = [&](__m256i b0, __m256i b1, int64_t kk, bool two) {
-    if (__builtin_expect(avx2q::f8_maybe_subnormal(b0, b1), 0)) {
-      b0 = f8_take_subnormals<MT>(b0, x + kk, ldx, slow, any_subnormal);
-      if (two) b1 = f8_take_subnormals<MT>(b1, x + kk + 32, ldx, slow, any_subnormal);
-    }
-    f8_block<MT, NA>(b0, x + kk, ldx, acc);
-    if (two) f8_block<MT, NA>(b1, x + kk + 32, ldx, acc);
-  };
-  const uint8_t* p = row.data;
+    for (int a = 0; a < MT * NA; ++a) acc[r][a] = _mm256_setzero_ps();
+  }
+  double slow[NR][MT] = {};
+  bool any_subnormal[NR] = {};
   const __m256i normal = _mm256_set1_epi8(0x08);  // a normal code: stands in for a missing block
   int64_t kk = 0;
   for (; kk + 64 <= k; kk += 64) {  // one prefetch per 64-byte line
-    prefetch(p + kk + kPrefetchBytes);
-    blocks(load32(p + kk), load32(p + kk + 32), kk, true);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* p = rows[r].data;
+      prefetch(p + kk + kPrefetchBytes);
+      f8_blocks<MT, NA, kSplit>(load32(p + kk), load32(p + kk + 32), x, ldx, kk, true, acc[r], slow[r],
+                        any_subnormal[r]);
+    }
   }
-  if (kk + 32 <= k) {
-    blocks(load32(p + kk), normal, kk, false);
-    kk += 32;
+  for (int r = 0; r < NR; ++r) {
+    const uint8_t* p = rows[r].data;
+    int64_t kt = kk;
+    if (kt + 32 <= k) {
+      f8_blocks<MT, NA, kSplit>(load32(p + kt), normal, x, ldx, kt, false, acc[r], slow[r],
+                        any_subnormal[r]);
+      kt += 32;
+    }
+    if (kt < k) {  // the last k % 32 bytes, without reading past the row (x is zero-padded)
+      alignas(32) uint8_t tail[32] = {};
+      std::memcpy(tail, p + kt, static_cast<size_t>(k - kt));
+      f8_blocks<MT, NA, kSplit>(_mm256_load_si256(reinterpret_cast<const __m256i*>(tail)), normal, x,
+                        ldx, kt, false, acc[r], slow[r], any_subnormal[r]);
+    }
+    const float s = row_scale(rows[r].scales) * 0x1p56f;  // 2^(120 - kF8XExp)
+    for (int i = 0; i < MT; ++i) {
+      __m256 a = acc[r][i * NA];
+      for (int j = 1; j < NA; ++j) a = _mm256_add_ps(a, acc[r][i * NA + j]);
+      if (any_subnormal[r]) {  // slow is in units of w x 2^64, the sums of w x 2^-56
+        out[i * ldo + r] = static_cast<float>((hsum(a) + slow[r][i] * 0x1p-120) * s);
+      } else {
+        out[i * ldo + r] = hsum(a) * s;
+      }
+    }
   }
-  if (kk < k) {  // the last k % 32 bytes, without reading past the row (x is zero-padded)
-    alignas(32) uint8_t tail[32] = {};
-    std::memcpy(tail, p + kk, static_cast<size_t>(k - kk));
-    blocks(_mm256_load_si256(reinterpret_cast<const __m256i*>(tail)), normal, kk, false);
-  }
-  const float s = row_scale(row.scales) * 0x1p56f;  // 2^(120 - kF8XExp)
-  for (int i = 0; i < MT; ++i) {
-    __m256 a = acc[i * NA];
-    for (int j = 1; j < NA; ++j) a = _mm256_add_ps(a, acc[i * NA + j]);
-    if (any_subnormal) {  // slow is in units of w x 2^64, the sums of w x 2^-56
-      out[i * ldo] = static_cast<float>((hsum(a) + slow[i] * 0x1p-120) * s);
-    } else {
-      out[i * ldo] = hsum(a) * s;
+}
+
+template <bool kSplit>
+void dot_f8_s(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
+  if (x.mb == 1) return f8_rows<1, 2, kRows, kSplit>(rows, f.k, x.x, x.ldx, out, kRows);
+  for (int r = 0; r < kRows; ++r) {
+    switch (x.mb) {
+      case 2: f8_rows<2, 2, 1, kSplit>(rows + r, f.k, x.x, x.ldx, out + r, kRows); break;
+      case 3: f8_rows<3, 2, 1, kSplit>(rows + r, f.k, x.x, x.ldx, out + r, kRows); break;
+      default: f8_rows<4, 2, 1, kSplit>(rows + r, f.k, x.x, x.ldx, out + r, kRows); break;
     }
   }
 }
@@ -507,14 +564,8 @@ void f8_row(const QuantRow& row, int64_t k, const float* x, int64_t ldx, float* 
 void dot_f8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
   static_assert(kF8XExp == 64);
   DenormalsKept keep;
-  for (int r = 0; r < kRows; ++r) {
-    switch (x.mb) {
-      case 1: f8_row<1, 4>(rows[r], f.k, x.x, x.ldx, out + r, kRows); break;
-      case 2: f8_row<2, 2>(rows[r], f.k, x.x, x.ldx, out + r, kRows); break;
-      case 3: f8_row<3, 2>(rows[r], f.k, x.x, x.ldx, out + r, kRows); break;
-      default: f8_row<4, 2>(rows[r], f.k, x.x, x.ldx, out + r, kRows); break;
-    }
-  }
+  if (f8_split_subnormals()) return dot_f8_s<true>(rows, f, x, out);
+  dot_f8_s<false>(rows, f, x, out);
 }
 
 // ---- Dequantization of whole rows (prefill) ----

@@ -19,6 +19,7 @@
 // bits, as at decode; gemm_prefill_int_avx512_vnni.cc): 2.2x the dequantize-to-f32 path
 // there, which multiplies on the f32 FMA panels.
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <vector>
 
@@ -230,6 +231,23 @@ bool i4_on_int_prefill(int64_t m) {
 }
 
 bool vnni_x8() { return gemm_precision() == GemmPrecision::kBf16; }
+
+namespace {
+std::atomic<int> g_f8_subnormal_split{static_cast<int>(F8SubnormalSplit::kAuto)};
+}  // namespace
+
+void set_f8_subnormal_split(F8SubnormalSplit p) {
+  g_f8_subnormal_split.store(static_cast<int>(p), std::memory_order_relaxed);
+}
+
+bool f8_split_subnormals() {
+  switch (static_cast<F8SubnormalSplit>(g_f8_subnormal_split.load(std::memory_order_relaxed))) {
+    case F8SubnormalSplit::kOn: return true;
+    case F8SubnormalSplit::kOff: return false;
+    case F8SubnormalSplit::kAuto: break;
+  }
+  return cpu_features().denormal_assist;
+}
 
 bool i4_decode_on_vnni(int64_t m, int64_t group) {
   return decode_kernels_take(DType::kI4, m) && !i4_on_amx_int8(m, group) && has_avx512_vnni() &&

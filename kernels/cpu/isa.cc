@@ -30,11 +30,15 @@ bool genuine_intel() {
   return b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
 }
 
-bool splits_zmm() {
+bool authentic_amd() {
   unsigned a, b, c, d;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
-  if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+  return b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
+}
+
+bool splits_zmm() {
+  unsigned a, b, c, d;
+  if (!authentic_amd() || !__get_cpuid(1, &a, &b, &c, &d)) return false;
   const unsigned family = ((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? (a >> 20) & 0xff : 0);
   return family == 0x19;
 }
@@ -44,6 +48,7 @@ CpuFeatures detect() {
   unsigned a, b, c, d;
   f.zmm_split = splits_zmm();
   f.dpbf16_half_rate = genuine_intel();
+  f.denormal_assist = !authentic_amd();
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool osxsave = c & (1u << 27);
   f.fma = c & (1u << 12);

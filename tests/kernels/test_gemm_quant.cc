@@ -755,25 +755,33 @@ TEST_CASE("gemm fp8: every code at every column is its E4M3 value times the row 
 // E4M3 subnormals (exponent 0) decode to f32 denormals in the AVX2 kernel, which clears DAZ/FTZ
 // for its duration: a caller with both set must get the same results. Wide x checks the 2^64
 // scaling of prepared x (no overflow for |x| up to 2^40, no underflow of the products).
+// The AVX2 kernel multiplies subnormal codes apart where the CPU pays for denormals (Intel) and
+// as they come elsewhere (AMD): both forms run here on any CPU.
 TEST_CASE("gemm fp8 decode: subnormal codes, DAZ/FTZ set by the caller, wide x",
           "[kernels][gemm_quant]") {
-  uint32_t seed = 3000;
-  for (int64_t m : {1, 2, 3, 4, 7}) {
-    for (int64_t k : {1, 31, 64, 100, 2049}) {
-      for (bool sub : {false, true}) {
-        Case c;
-        c.dtype = DType::kF8E4M3;
-        c.m = m;
-        c.k = k;
-        c.rows = {6};
-        c.bias = {seed % 2 == 0};
-        c.fp8_subnormal = sub;
-        c.daz_ftz = true;
-        c.x_fill = seed % 3 == 0 ? XFill::kWide : XFill::kUniform;
-        check_case(c, seed++);
+  using gemm_detail::F8SubnormalSplit;
+  for (F8SubnormalSplit split : {F8SubnormalSplit::kOn, F8SubnormalSplit::kOff}) {
+    gemm_detail::set_f8_subnormal_split(split);
+    uint32_t seed = 3000;
+    for (int64_t m : {1, 2, 3, 4, 7}) {
+      for (int64_t k : {1, 31, 64, 100, 2049}) {
+        for (bool sub : {false, true}) {
+          Case c;
+          c.dtype = DType::kF8E4M3;
+          c.m = m;
+          c.k = k;
+          c.rows = {6};
+          c.bias = {seed % 2 == 0};
+          c.fp8_subnormal = sub;
+          c.daz_ftz = true;
+          c.x_fill = seed % 3 == 0 ? XFill::kWide : XFill::kUniform;
+          check_case(c, seed++);
+        }
       }
     }
   }
+  gemm_detail::set_f8_subnormal_split(gemm_detail::F8SubnormalSplit::kAuto);
+  CHECK(gemm_detail::f8_split_subnormals() == cpu_features().denormal_assist);
 }
 
 // The VNNI-level fp8 decode kernel takes 1..8 rows of x per call (m up to 15 in two calls), two
