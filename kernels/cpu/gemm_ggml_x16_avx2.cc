@@ -27,8 +27,8 @@
 namespace sampan::cpu::gemm_detail {
 namespace {
 
-// Rows of x per call of every kernel here (they take the R weight rows one after another, so a
-// row's accumulators are few).
+// Rows of x per call of every kernel here (with several rows of x they take the R weight rows
+// one after another, so a row's accumulators are few).
 constexpr int kMaxM = 4;
 static_assert(kMaxM <= kGgmlMaxM);
 
@@ -124,9 +124,12 @@ inline __m256 f16_broadcast(const uint8_t* p) {
 
 // ---- Q8_0 and Q4_0 (32-element blocks) ----
 //
-// The kernels take the R rows one after another (each row one sequential stream, as
-// gemm_quant_avx2.cc measured faster than rows interleaved), so a pass holds only 2 accumulators
-// per row of x and takes up to 4 rows of x. Per block: the 32 codes as two vectors of 16 int16
+// At m = 1 the kernels read their R rows together, a 256-element group of each in turn (the
+// streams of gemm_decode_walk.h interleaved): one row after another, a Zen 3 core streamed at
+// ~0.7 of its read bandwidth (bench_gemm_ggml --types Q8_0 --m 1, 1 thread, three alternating
+// rounds: 16.8-18.7 -> 21.1-21.8 GB/s; from L3 the same ~25, so not compute-bound). With more
+// rows of x they take the rows one after another, so a pass holds only 2 accumulators per row
+// of x and takes up to 4 rows of x. Per block: the 32 codes as two vectors of 16 int16
 // in element order (Q4_0: n - 8, exact), per row of x two vpmaddwd with x16 (int32 lanes of four
 // products each: at most 4 * 128 * 32767 < 2^24, exact in f32 too), converted and accumulated
 // times d (vpbroadcastw + vcvtph2ps from the block) with one FMA; per 256-element group of x the
@@ -169,26 +172,31 @@ inline void b32_step(const uint8_t* p, const int16_t* const* xg, int j, __m256* 
   }
 }
 
-template <class B, int MB, bool kVnni>
-void dot_b32_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
-                    float* out) {
+// NR weight rows times MB rows of x; out[i * kRows + r]. The rows are read together, a
+// 256-element group of each in turn (NR = kRows at m = 1: the streams of gemm_decode_walk.h
+// interleaved; NR = 1 decodes a row whole).
+template <class B, int MB, int NR, bool kVnni>
+void dot_b32_x16_rows(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                      float* out) {
   const int64_t nb = k / 32;
   const int64_t ahead = prefetch_ahead(nb * B::kBytes);
-  for (int r = 0; r < kRows; ++r) {
-    __m256 acc[MB];
-    for (int i = 0; i < MB; ++i) acc[i] = _mm256_setzero_ps();
-    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-      const int64_t g = b0 / 8;
+  __m256 acc[NR][MB];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    for (int i = 0; i < MB; ++i) acc[r][i] = _mm256_setzero_ps();
+  }
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    const int64_t g = b0 / 8;
+    const int16_t* xg[MB];
+    for (int i = 0; i < MB; ++i) xg[i] = x16_group(x, ldx, i, g);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
       const uint8_t* p = rows[r] + b0 * B::kBytes;
       for (int off = 0; off < 8 * B::kBytes; off += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
       }
-      const int16_t* xg[MB];
       __m256 ag[MB];
-      for (int i = 0; i < MB; ++i) {
-        xg[i] = x16_group(x, ldx, i, g);
-        ag[i] = _mm256_setzero_ps();
-      }
+      for (int i = 0; i < MB; ++i) ag[i] = _mm256_setzero_ps();
       if (b0 + 8 <= nb) {
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) b32_step<B, MB, kVnni>(p + j * B::kBytes, xg, j, ag);
@@ -197,11 +205,20 @@ void dot_b32_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
       }
       for (int i = 0; i < MB; ++i) {
         const float sx = x[i * ldx + g * kX16GroupFloats + kX16Scale];
-        acc[i] = _mm256_fmadd_ps(ag[i], _mm256_set1_ps(sx), acc[i]);
+        acc[r][i] = _mm256_fmadd_ps(ag[i], _mm256_set1_ps(sx), acc[r][i]);
       }
     }
-    for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[i]);
   }
+  for (int r = 0; r < NR; ++r) {
+    for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[r][i]);
+  }
+}
+
+template <class B, int MB, bool kVnni>
+void dot_b32_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                    float* out) {
+  if (MB == 1) return dot_b32_x16_rows<B, MB, kRows, kVnni>(rows, k, x, ldx, out);
+  for (int r = 0; r < kRows; ++r) dot_b32_x16_rows<B, MB, 1, kVnni>(rows + r, k, x, ldx, out + r);
 }
 
 // ---- Q6_K ----
