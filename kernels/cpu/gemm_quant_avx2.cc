@@ -327,7 +327,9 @@ void i4_rows(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
       const uint8_t* w = rows[r].data + st * (S / 2);
-      if (j == 0) i4_block_scales<MT, kAsym>(rows[r], f.bf16_scales, k / G, sx, st * S / G, blk[r]);
+      if (j == 0) {
+        i4_block_scales<MT, kAsym>(rows[r], f.bf16_scales, k / G, sx, st * S / G, blk[r]);
+      }
       if (S >= 128 || (st & 1) == 0) prefetch(w + kPrefetchBytes);  // once per 64-byte line
       i4_step_acc<G, MT, false, kAsym, kVnni>(w, x + st * kStepBytes, ldx_bytes, blk[r], j,
                                               acc[r]);
@@ -518,8 +520,8 @@ void f8_rows(const QuantRow* rows, int64_t k, const float* x, int64_t ldx, float
     for (int r = 0; r < NR; ++r) {
       const uint8_t* p = rows[r].data;
       prefetch(p + kk + kPrefetchBytes);
-      f8_blocks<MT, NA, kSplit>(load32(p + kk), load32(p + kk + 32), x, ldx, kk, true, acc[r], slow[r],
-                        any_subnormal[r]);
+      f8_blocks<MT, NA, kSplit>(load32(p + kk), load32(p + kk + 32), x, ldx, kk, true, acc[r],
+                                slow[r], any_subnormal[r]);
     }
   }
   for (int r = 0; r < NR; ++r) {
@@ -527,14 +529,14 @@ void f8_rows(const QuantRow* rows, int64_t k, const float* x, int64_t ldx, float
     int64_t kt = kk;
     if (kt + 32 <= k) {
       f8_blocks<MT, NA, kSplit>(load32(p + kt), normal, x, ldx, kt, false, acc[r], slow[r],
-                        any_subnormal[r]);
+                                any_subnormal[r]);
       kt += 32;
     }
     if (kt < k) {  // the last k % 32 bytes, without reading past the row (x is zero-padded)
       alignas(32) uint8_t tail[32] = {};
       std::memcpy(tail, p + kt, static_cast<size_t>(k - kt));
-      f8_blocks<MT, NA, kSplit>(_mm256_load_si256(reinterpret_cast<const __m256i*>(tail)), normal, x,
-                        ldx, kt, false, acc[r], slow[r], any_subnormal[r]);
+      const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
+      f8_blocks<MT, NA, kSplit>(b, normal, x, ldx, kt, false, acc[r], slow[r], any_subnormal[r]);
     }
     const float s = row_scale(rows[r].scales) * 0x1p56f;  // 2^(120 - kF8XExp)
     for (int i = 0; i < MT; ++i) {
