@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <string_view>
 
 namespace sampan::cpu {
 namespace {
@@ -23,22 +25,19 @@ uint64_t read_xcr0() {
   return (static_cast<uint64_t>(edx) << 32) | eax;
 }
 
+// The vendor string of CPUID leaf 0 ("GenuineIntel", "AuthenticAMD"): EBX, EDX, ECX in order.
+bool cpu_vendor_is(std::string_view vendor) {
+  unsigned a, regs[3];
+  if (!__get_cpuid(0, &a, &regs[0], &regs[2], &regs[1])) return false;
+  char name[12];
+  std::memcpy(name, regs, sizeof(name));
+  return std::string_view(name, sizeof(name)) == vendor;
+}
+
 // AMD family 19h (Zen 3, Zen 4: only Zen 4 has AVX-512) splits 512-bit operations in two.
-bool genuine_intel() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  return b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
-}
-
-bool authentic_amd() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  return b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
-}
-
 bool splits_zmm() {
   unsigned a, b, c, d;
-  if (!authentic_amd() || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+  if (!cpu_vendor_is("AuthenticAMD") || !__get_cpuid(1, &a, &b, &c, &d)) return false;
   const unsigned family = ((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? (a >> 20) & 0xff : 0);
   return family == 0x19;
 }
@@ -47,8 +46,8 @@ CpuFeatures detect() {
   CpuFeatures f;
   unsigned a, b, c, d;
   f.zmm_split = splits_zmm();
-  f.dpbf16_half_rate = genuine_intel();
-  f.denormal_assist = !authentic_amd();
+  f.dpbf16_half_rate = cpu_vendor_is("GenuineIntel");
+  f.denormal_assist = !cpu_vendor_is("AuthenticAMD");
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool osxsave = c & (1u << 27);
   f.fma = c & (1u << 12);
