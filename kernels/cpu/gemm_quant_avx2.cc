@@ -427,11 +427,11 @@ void prep_f8(const float* x, int64_t k, float* out) {
 
 // ---- kF8E4M3 dot kernel ----
 //
-// Cost per 32 weights and row of x: a shift, 4 vpmaddwd and 4 ands (shared by the rows of x),
-// 4 FMAs. Measured (1 thread, k = 2048, m = 1, weights in L1): 7.0 weights per cycle at 3.2 GHz
-// (22 GB/s); in a loop of 4 rows, 8.0 against 4.0 for the f16 route (widen, shift, and,
-// vcvtph2ps: at most one vcvtph2ps per cycle) and 5.6 for vpmovsxbd + shift + and. Through
-// cpu::gemm from L2/L3: 18.2-19.5 GB/s.
+// Cost per 32 weights and row of x: 2 shifts, 3 vpmaddwd and 4 ands (shared by the rows of x),
+// 4 FMAs. Measured (1 thread, k = 2048, m = 1, weights in L1, with 4 vpmaddwd and one shift):
+// 7.0 weights per cycle at 3.2 GHz (22 GB/s); in a loop of 4 rows, 8.0 against 4.0 for the f16
+// route (widen, shift, and, vcvtph2ps: at most one vcvtph2ps per cycle) and 5.6 for vpmovsxbd +
+// shift + and. Through cpu::gemm from L2/L3: 18.2-19.5 GB/s.
 
 // 32 E4M3 bytes times MT rows of prepared x (x_i: [32] floats at xs + i * ldx) into acc: NA
 // accumulators per row of x (acc[i * NA + a]), so that the four FMAs per row of x do not form
@@ -444,13 +444,18 @@ inline void f8_block(__m256i b, const float* xs, int64_t ldx, __m256* acc) {
   // As 16-bit words, b holds bytes 2j (low) and 2j + 1 (high); vpmaddwd by 2^12 of the low or
   // the high word of each dword puts that word's high byte, sign-extended, at bits 20..27 (its
   // low byte lands below bit 20 and is masked off). Shifting the words left by 8 first brings
-  // the even bytes up. Per dword j: bytes 4j, 4j + 2 from b << 8, 4j + 1, 4j + 3 from b.
+  // the even bytes up. Per dword j: bytes 4j, 4j + 2 from b << 8, 4j + 1, 4j + 3 from b. The
+  // dword's top byte (4j + 3) is there after an arithmetic shift right by 4 alone (the same bits
+  // 20..31): on Zen 3 vpmaddwd shares its pipes with the FMAs, and trading one of the 4 for a
+  // shift measured 1.2x in L1 (4 rows at m = 1, 19-21 -> 22-24 GB/s; two trades: 1.1x); through
+  // cpu::gemm with the weights in L2/L3 (bench_gemm_quant gemv --cached, medians of 15-25 runs,
+  // old and new library alternating) 1.06x at m = 1 and 1.13x at m = 4, streamed at m = 1 1.03x.
   const __m256i b8 = _mm256_slli_epi16(b, 8);
-  const __m256i words[4] = {b8, b8, b, b};
+  const __m256i words[4] = {_mm256_madd_epi16(b8, even), _mm256_madd_epi16(b8, odd),
+                            _mm256_madd_epi16(b, even), _mm256_srai_epi32(b, 4)};
 #pragma GCC unroll 4
   for (int v = 0; v < 4; ++v) {
-    const __m256 w = _mm256_castsi256_ps(
-        _mm256_and_si256(_mm256_madd_epi16(words[v], v % 2 ? odd : even), keep));
+    const __m256 w = _mm256_castsi256_ps(_mm256_and_si256(words[v], keep));
 #pragma GCC unroll 4
     for (int i = 0; i < MT; ++i) {
       __m256& a = acc[i * NA + v % NA];
