@@ -208,6 +208,12 @@ bool f8_split_subnormals();
 // up to kAvx2BatchMaxM rows of x per call, k-chunked): for m = kAvx2BatchMinM.. where the
 // AVX2 table would otherwise serve batched decode (no AVX512-VNNI, no AMX).
 const QuantKernels& quant_kernels_avx2_batch();
+// The AVX2 table and the batched one with the x8 kI4 decode kernels (x rounded to int8 per
+// group, where vnni_x8(): gemm_quant_i4x8_avx2.cc, and the x8 passes of
+// gemm_quant_batch_avx2.cc; one prepared x for both, so below AVX512-VNNI int4 decode stays
+// batch-invariant under kBf16 too).
+const QuantKernels& quant_kernels_avx2_x8();
+const QuantKernels& quant_kernels_avx2_batch_x8();
 constexpr int64_t kAvx2BatchMinM = 3;
 constexpr int64_t kAvx2BatchMaxM = 16;
 // Whether m rows of x take the decode kernels (weights read once per call, dequantized in
@@ -292,8 +298,8 @@ void gemm_quant_i4_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights
 // decode contract above (x rounded per group to x16), except with kBf16 (vnni_x8).
 bool i4_on_int_prefill(int64_t m);
 
-// Whether the integer kernels on VNNI (the prefill of i4_on_int_prefill and
-// ggml_on_int_prefill, and the kI4 decode of i4_decode_on_vnni) round x to int8 instead of
+// Whether the integer kernels (the prefill of i4_on_int_prefill and ggml_on_int_prefill, and
+// every kI4 decode kernel but the AMX-INT8 one: i4_decode_x8) round x to int8 instead of
 // int16: with GemmPrecision::kBf16, the precision that rounds x to bf16 elsewhere. x8 = round(x / s_x), s_x = absmax_g(x) / 127 per (row of x, weight group), so
 // vpdpbusd multiplies 4 (unsigned weight byte, x8) pairs per lane, 64 products per instruction
 // against vpdpwssd's 32 (~1.9x the x16 tile on Emerald Rapids, bench_gemm_quant). The rounding
@@ -306,6 +312,10 @@ bool i4_on_int_prefill(int64_t m);
 // weight row 3 operations (gemm_quant_i4x8_avx512_vnni.cc): a batched decode step no longer
 // bound by arithmetic from m = 4.
 bool vnni_x8();
+// Whether cpu::gemm's kI4 decode of m rows of x rounds x to x8: vnni_x8(), decode_kernels_take
+// and not on AMX-INT8 tiles (the AVX512-VNNI x8 kernel, or below it the AVX2 x8 kernels: on a
+// Zen 3 core, weights in L2, m = 1, 1.19x the x16 kernel; figures in gemm_quant_i4x8_avx2.cc).
+bool i4_decode_x8(int64_t m, int64_t group);
 constexpr double kX8Error = 1.0 / 254 + 0x1p-22;
 constexpr int kX8Max = 127;
 // A group whose 1 / s_x overflowed (absmax below about xmax * 2^-128) counts as zero there:

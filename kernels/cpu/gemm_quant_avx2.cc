@@ -56,6 +56,7 @@ using avx2q::group_scale;
 using avx2q::hsum;
 using avx2q::i4_step;
 using avx2q::quantize8;
+using avx2q::step_lanes;
 using avx2q::XScale;
 using avx2q::fp8x8_to_f32;
 
@@ -233,19 +234,6 @@ inline void i4_block_scales(const QuantRow& row, bool bf16, int64_t ng, const fl
     _mm256_store_si256(reinterpret_cast<__m256i*>(blk.zp),
                        _mm256_blend_epi16(_mm256_slli_epi32(c, 8), _mm256_slli_epi32(c, 16), 0xaa));
   }
-}
-
-// Lane-wise value for step j of a block: group j (S = G), or groups 2j, 2j + 1 (G = 32).
-template <int G>
-inline __m256 step_lanes(const float* v, int j) {
-  if (G == 32) {
-    return _mm256_setr_m128(_mm_broadcast_ss(v + 2 * j), _mm_broadcast_ss(v + 2 * j + 1));
-  }
-  return _mm256_broadcast_ss(v + j);
-}
-template <int G>
-inline __m256i step_lanes(const int32_t* v, int j) {
-  return _mm256_castps_si256(step_lanes<G>(reinterpret_cast<const float*>(v), j));
 }
 
 // Accumulates one step (S weights; w: the row's bytes of the step; step j of its block) times

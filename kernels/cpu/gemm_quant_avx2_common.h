@@ -26,18 +26,33 @@ struct XScale {
   float inv = 0.0f;  // x16 = round(x * inv)
 };
 
-// Scale of x[c0, c0 + n) (n a multiple of 8). A group with a NaN or an infinity gets sx = NaN and
-// x16 = 0, so that its outputs come out NaN as with f32 arithmetic.
-inline XScale group_scale(const float* x, int64_t c0, int64_t n) {
+// Scale of x[c0, c0 + n) (n a multiple of 8) for x16 (xmax = kI4XMax) or x8 (kX8Max). A group
+// with a NaN or an infinity gets sx = NaN and x16 = 0, so that its outputs come out NaN as with
+// f32 arithmetic.
+inline XScale group_scale(const float* x, int64_t c0, int64_t n, float xmax = kI4XMax) {
   const AbsMax a = absmax_avx2(x + c0, n);
   XScale s;
   if (!a.finite) {
     s.sx = std::numeric_limits<float>::quiet_NaN();
   } else if (a.value > 0.0f) {
-    s.sx = a.value / kI4XMax;
-    s.inv = kI4XMax / a.value;
+    s.sx = a.value / xmax;
+    s.inv = xmax / a.value;
   }
   return s;
+}
+
+// The lanes of a kI4 step (of i4_step(G) weights) take a per-group value v: group j (G >= 64), or
+// groups 2j, 2j + 1 (G = 32: lanes 0..3 the first, 4..7 the second).
+template <int G>
+inline __m256 step_lanes(const float* v, int j) {
+  if (G == 32) {
+    return _mm256_setr_m128(_mm_broadcast_ss(v + 2 * j), _mm_broadcast_ss(v + 2 * j + 1));
+  }
+  return _mm256_broadcast_ss(v + j);
+}
+template <int G>
+inline __m256i step_lanes(const int32_t* v, int j) {
+  return _mm256_castps_si256(step_lanes<G>(reinterpret_cast<const float*>(v), j));
 }
 
 // x16 of x[c, c + 8) (zeros from k on; k is a multiple of 32), as int32 lanes.
@@ -46,6 +61,24 @@ inline __m256i quantize8(const float* x, int64_t c, int64_t k, __m256 inv) {
   const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(x + c), inv);
   return _mm256_cvtps_epi32(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
+
+// ---- kI4 with x rounded to int8 (GemmPrecision::kBf16: vnni_x8, bound kX8Error) ----
+//
+// The prepared row of the one-row and the batched x8 kernels (prep_i4_x8, in
+// gemm_quant_i4x8_avx2.cc; both kernels read this one layout, so a row of x is rounded the same
+// however many rows share the call): steps of S = i4_step(group) weights, a step being S / 64
+// chunks of 64 bytes, then three vectors of 8 lanes:
+//   chunk:  [0, 32) x8 of the even elements 2b, [32, 64) x8 of the odd ones 2b + 1, for the 32
+//           weight bytes b of the chunk (byte b: weight 2b in its low nibble, 2b + 1 in its high)
+//   +0:   int32 lane L: -8 X_L, X_L = the sum of x8 over elements 8L..8L+7 of every chunk of the
+//         step (|X_L| <= 16 * 127: an int16)
+//   +32:  X_L as an int16 in the low half of lane L, the high half 0 (vpmaddwd by 8 + z in both
+//         halves gives (8 + z) X_L)
+//   +64:  s_x per lane (f32): the step's group, or for group 32 lanes 0..3 the first group and
+//         4..7 the second (0 past k)
+constexpr int64_t i4x8_step_bytes(int64_t step) { return step + 96; }
+int64_t i4x8_x_floats(int64_t k, int64_t group);
+void prep_i4_x8(const float* x, int64_t k, int64_t group, float* out);
 
 // ---- kF8E4M3 subnormal codes ----
 //

@@ -49,6 +49,7 @@ static_assert(kAvx2BatchMaxM <= 16, "the chunks of x are sized for 16 rows");
 constexpr int64_t kChunkXBytes = 12 << 10;
 
 using avx2q::hsum;
+using avx2q::step_lanes;
 
 // Near-equal groups of at most max_m rows of x for the register passes: 16 -> 6, 5, 5 (fp8).
 struct Groups {
@@ -290,15 +291,6 @@ void chunk_scales(const QuantRow& row, const QuantFormat& f, int64_t g0, int n,
   }
 }
 
-// The step's lanes of a per-group value: group j (G >= 64), or groups 2j, 2j + 1 (G = 32).
-template <int G>
-inline __m256 step_lanes(const float* v, int j) {
-  if (G == 32) {
-    return _mm256_setr_m128(_mm_broadcast_ss(v + 2 * j), _mm_broadcast_ss(v + 2 * j + 1));
-  }
-  return _mm256_broadcast_ss(v + j);
-}
-
 template <int G>
 inline __m256i step_zeros(const int16_t* z, int j) {
   if (G == 32) return _mm256_setr_m128i(_mm_set1_epi16(z[2 * j]), _mm_set1_epi16(z[2 * j + 1]));
@@ -371,6 +363,67 @@ void i4_pass(const uint8_t* w, int n_steps, bool half, const I4ChunkScales& cs, 
   }
 }
 
+// The x8 form (GemmPrecision::kBf16: vnni_x8; prepared x and bounds in gemm_quant_i4x8_avx2.cc
+// and gemm_quant_avx2_common.h): x rounded to int8 per group, so the bytes u = q + 8 (a xor,
+// two ands and a shift per 64 weights, shared by the rows of x) multiply x8 directly, one
+// vpmaddubsw per 32 weights and row of x into int16 pair sums, widened per step; the same t
+// and f32 steps as the one-row x8 kernel, bit for bit.
+template <int G, int MB, bool kAsym, bool kVnni>
+void i4x8_pass(const uint8_t* w, int n_steps, bool half, const I4ChunkScales& cs,
+               const uint8_t* x, int64_t ldx, float* acc, const uint8_t* prefetch) {
+  constexpr int64_t S = avx2q::i4_step(G);
+  constexpr int C = static_cast<int>(S / 64);
+  constexpr int64_t kStepBytes = avx2q::i4x8_step_bytes(S);
+  const __m256i nib = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(static_cast<char>(0x88));
+  for (int st = 0; st < n_steps; ++st) {
+    const bool hs = half && st == n_steps - 1;
+    if (prefetch != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(prefetch + st * S / 2), _MM_HINT_T0);
+    }
+    __m256i t[MB];
+#pragma GCC unroll 2
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* wp = w + st * S / 2 + 32 * c;
+      const __m256i b =
+          hs ? _mm256_zextsi128_si256(
+                   _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wp)),
+                                 _mm256_castsi256_si128(flip)))
+             : _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)), flip);
+      const __m256i lo = _mm256_and_si256(b, nib);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+#pragma GCC unroll 8
+      for (int i = 0; i < MB; ++i) {
+        const __m256i* xv =
+            reinterpret_cast<const __m256i*>(x + i * ldx + st * kStepBytes + 64 * c);
+        if constexpr (kVnni) {
+          if (c == 0) t[i] = _mm256_setzero_si256();
+          dpbusd_vex(t[i], lo, _mm256_loadu_si256(xv));
+          dpbusd_vex(t[i], hi, _mm256_loadu_si256(xv + 1));
+        } else {
+          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(xv)),
+                                             _mm256_maddubs_epi16(hi, _mm256_loadu_si256(xv + 1)));
+          t[i] = c == 0 ? p : _mm256_add_epi16(t[i], p);
+        }
+      }
+    }
+    __m256i zc = _mm256_setzero_si256();  // 8 + z in both int16 halves of each lane
+    if (kAsym) zc = _mm256_add_epi16(step_zeros<G>(cs.z, st), _mm256_set1_epi16(8));
+    const __m256 sw = step_lanes<G>(cs.sw, st);
+#pragma GCC unroll 8
+    for (int i = 0; i < MB; ++i) {
+      const uint8_t* xe = x + i * ldx + st * kStepBytes + 64 * C;
+      const __m256i* xt = reinterpret_cast<const __m256i*>(xe);
+      __m256i v = kVnni ? t[i] : _mm256_madd_epi16(t[i], _mm256_set1_epi16(1));
+      v = kAsym ? _mm256_sub_epi32(v, _mm256_madd_epi16(_mm256_loadu_si256(xt + 1), zc))
+                : _mm256_add_epi32(v, _mm256_loadu_si256(xt));
+      const __m256 sws =
+          _mm256_mul_ps(sw, _mm256_loadu_ps(reinterpret_cast<const float*>(xe + 64)));
+      _mm256_store_ps(acc + i * 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), sws,
+                                                   _mm256_load_ps(acc + i * 8)));
+    }
+  }
+}
+
 constexpr int kI4MaxGroupM = 8;  // 4 widened weight vectors + 8 int32 sums + zeros + temporaries
 
 // Weights per chunk: about kChunkXBytes of prepared x (2.25 bytes per weight and row of x),
@@ -394,9 +447,23 @@ constexpr I4PassFn kI4Pass[kI4MaxGroupM + 1] = {
     i4_pass<G, 7, kAsym, kVnni>,
     i4_pass<G, 8, kAsym, kVnni>};
 
-template <int G, bool kAsym>
+template <int G, bool kAsym, bool kVnni>
+constexpr I4PassFn kI4X8Pass[kI4MaxGroupM + 1] = {
+    nullptr,
+    i4x8_pass<G, 1, kAsym, kVnni>,
+    i4x8_pass<G, 2, kAsym, kVnni>,
+    i4x8_pass<G, 3, kAsym, kVnni>,
+    i4x8_pass<G, 4, kAsym, kVnni>,
+    i4x8_pass<G, 5, kAsym, kVnni>,
+    i4x8_pass<G, 6, kAsym, kVnni>,
+    i4x8_pass<G, 7, kAsym, kVnni>,
+    i4x8_pass<G, 8, kAsym, kVnni>};
+
+// kX8: x rounded to int8 (the x8 passes and their prepared x), else x16.
+template <int G, bool kAsym, bool kX8>
 void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
   constexpr int64_t S = G < 64 ? 64 : G;
+  constexpr int64_t kStepBytes = kX8 ? avx2q::i4x8_step_bytes(S) : i4_step_bytes(S);
   const int64_t k = f.k, ldx = x.ldx * 4;
   const int mb = x.mb;
   const Groups g = groups_of(mb, kI4MaxGroupM);
@@ -405,12 +472,14 @@ void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float
   const uint8_t* xb = reinterpret_cast<const uint8_t*>(x.x);
   I4ChunkScales cs;
   const int64_t chunk = i4_chunk(mb);
-  const I4PassFn* pass = has_vex_vnni() ? kI4Pass<G, kAsym, true> : kI4Pass<G, kAsym, false>;
+  const bool vnni = has_vex_vnni();
+  const I4PassFn* pass = kX8 ? (vnni ? kI4X8Pass<G, kAsym, true> : kI4X8Pass<G, kAsym, false>)
+                             : (vnni ? kI4Pass<G, kAsym, true> : kI4Pass<G, kAsym, false>);
   for (int64_t c0 = 0; c0 < k; c0 += chunk) {
     const int64_t n = std::min(chunk, k - c0);
     const int n_steps = static_cast<int>((n + S - 1) / S);
     const bool half = G == 32 && n % 64 != 0;
-    const uint8_t* xc = xb + c0 / S * i4_step_bytes(S);
+    const uint8_t* xc = xb + c0 / S * kStepBytes;
     for (int r = 0; r < kCallRows; ++r) {
       chunk_scales(rows[r], f, c0 / G, static_cast<int>(n / G), cs);
       const uint8_t* w = rows[r].data + c0 / 2;
@@ -432,26 +501,27 @@ void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float
   }
 }
 
-template <bool kAsym>
+template <bool kAsym, bool kX8>
 void dot_i4_z(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
   switch (f.group) {
-    case 32: return dot_i4_g<32, kAsym>(rows, f, x, out);
-    case 64: return dot_i4_g<64, kAsym>(rows, f, x, out);
-    default: return dot_i4_g<128, kAsym>(rows, f, x, out);
+    case 32: return dot_i4_g<32, kAsym, kX8>(rows, f, x, out);
+    case 64: return dot_i4_g<64, kAsym, kX8>(rows, f, x, out);
+    default: return dot_i4_g<128, kAsym, kX8>(rows, f, x, out);
   }
 }
 
 // QuantFormat::asymmetric: some rows may have zero points (the others read as z = 0).
+template <bool kX8>
 void dot_i4(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  if (f.asymmetric) return dot_i4_z<true>(rows, f, x, out);
-  return dot_i4_z<false>(rows, f, x, out);
+  if (f.asymmetric) return dot_i4_z<true, kX8>(rows, f, x, out);
+  return dot_i4_z<false, kX8>(rows, f, x, out);
 }
 
-QuantKernels make_table() {
+QuantKernels make_table(bool x8) {
   QuantKernels t = quant_kernels_avx2();
-  t.i4 = {kCallRows, kAvx2BatchMaxM, dot_i4};
-  t.i4_x_floats = i4_x_floats;
-  t.prep_i4 = prep_i4;
+  t.i4 = {kCallRows, kAvx2BatchMaxM, x8 ? dot_i4<true> : dot_i4<false>};
+  t.i4_x_floats = x8 ? avx2q::i4x8_x_floats : i4_x_floats;
+  t.prep_i4 = x8 ? avx2q::prep_i4_x8 : prep_i4;
   t.f8 = {kCallRows, kAvx2BatchMaxM, dot_f8};
   t.f8_x_floats = f8_x_floats;
   t.prep_f8 = prep_f8;
@@ -461,7 +531,12 @@ QuantKernels make_table() {
 }  // namespace
 
 const QuantKernels& quant_kernels_avx2_batch() {
-  static const QuantKernels table = make_table();
+  static const QuantKernels table = make_table(false);
+  return table;
+}
+
+const QuantKernels& quant_kernels_avx2_batch_x8() {
+  static const QuantKernels table = make_table(true);
   return table;
 }
 

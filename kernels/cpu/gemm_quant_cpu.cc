@@ -232,6 +232,10 @@ bool i4_on_int_prefill(int64_t m) {
 
 bool vnni_x8() { return gemm_precision() == GemmPrecision::kBf16; }
 
+bool i4_decode_x8(int64_t m, int64_t group) {
+  return vnni_x8() && decode_kernels_take(DType::kI4, m) && !i4_on_amx_int8(m, group);
+}
+
 namespace {
 std::atomic<int> g_f8_subnormal_split{static_cast<int>(F8SubnormalSplit::kAuto)};
 }  // namespace
@@ -282,7 +286,9 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
       gemm_quant_i4_avx2_prefill(m, x, ldx, w, ep, y, ldy, runner);
     }
   } else if (quant_on_avx2_batch(w.dtype, m)) {
-    gemm_quant_decode(quant_kernels_avx2_batch(), m, x, ldx, w, ep, y, ldy, runner);
+    const bool x8 = w.dtype == DType::kI4 && vnni_x8();
+    gemm_quant_decode(x8 ? quant_kernels_avx2_batch_x8() : quant_kernels_avx2_batch(), m, x, ldx,
+                      w, ep, y, ldy, runner);
   } else if (!decode_kernels_take(w.dtype, m)) {
     const QuantKernels& kt = has_avx512() ? quant_kernels_avx512() : quant_kernels_avx2();
     gemm_quant_prefill(kt, m, x, ldx, w, ep, y, ldy, runner);
@@ -299,9 +305,11 @@ void gemm_quant(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, Ge
     // fp8 on AMD from AVX512-BF16 on (f8_decode_on_dpbf16): the weights become bf16 by shifts
     // and vdpbf16ps multiplies them, half the multiply-pipe work of the VNNI kernel.
     const bool vnni = has_avx512_vnni() && (m >= 2 || !cpu_features().zmm_split);
+    const bool x8 = w.dtype == DType::kI4 && vnni_x8();
     const QuantKernels& kt =
-        !vnni                                  ? quant_kernels_avx2()
-        : w.dtype == DType::kI4 && vnni_x8()   ? quant_kernels_avx512_vnni_x8()
+        !vnni && x8 ? quant_kernels_avx2_x8()
+        : !vnni     ? quant_kernels_avx2()
+        : x8        ? quant_kernels_avx512_vnni_x8()
         : w.dtype == DType::kF8E4M3 && f8_decode_on_dpbf16(m)
             ? quant_kernels_f8_dpbf16(gemm_precision() != GemmPrecision::kBf16)
             : quant_kernels_avx512_vnni();

@@ -205,12 +205,12 @@ double tolerance(Isa isa, const Case& c) {
 // The rounding of x on this ISA, relative to sum_g absmax_g(x) sum_{c in g} |w_c|: every int4
 // decode kernel (AVX2, AVX512-VNNI, AMX-INT8) rounds x per group to x16, and they take m = 16 too
 // unless GemmPrecision is kF32 (decode_kernels_take); so does int4 prefill in integers on CPUs
-// without AMX (i4_on_int_prefill); to x8 with GemmPrecision::kBf16 (vnni_x8) there and in the
-// AVX512-VNNI decode kernels (i4_decode_on_vnni).
+// without AMX (i4_on_int_prefill); to x8 with GemmPrecision::kBf16 (vnni_x8) there and in every
+// decode kernel but AMX-INT8's (i4_decode_x8: AVX512-VNNI, AVX2 one-row and batched).
 double x_rounding(Isa isa, const Case& c) {
   if (c.dtype != DType::kI4) return 0.0;
-  if ((gemm_detail::i4_on_int_prefill(c.m) || gemm_detail::i4_decode_on_vnni(c.m, c.group)) &&
-      gemm_detail::vnni_x8()) {
+  if ((gemm_detail::i4_on_int_prefill(c.m) && gemm_detail::vnni_x8()) ||
+      gemm_detail::i4_decode_x8(c.m, c.group)) {
     return gemm_detail::kX8Error;
   }
   const bool rounds = (isa_includes(isa, Isa::kAmx) && gemm_detail::i4_on_amx_int8(c.m, c.group)) ||
@@ -415,7 +415,8 @@ TEST_CASE("gemm int4 decode: groups, half steps, zeros, scale dtypes, m = 1..15,
   const XFill fills[] = {XFill::kUniform, XFill::kSpike, XFill::kZeros, XFill::kWide};
   PrecisionRestore restore;
   uint32_t seed = 2000;
-  // kBf16: the AVX512-VNNI kernels round x to x8 (vnni_x8).
+  // kBf16: the decode kernels round x to x8 (i4_decode_x8), below AVX512-VNNI the AVX2 one-row
+  // kernel at m = 1..2 and the batched one from m = 3.
   for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
     set_gemm_precision(prec);
     INFO("precision=" << static_cast<int>(prec));
@@ -483,16 +484,18 @@ TEST_CASE("gemm int4 prefill in integers and x8 decode: x rounded as the contrac
   IsaRestore restore;
   PrecisionRestore prec_restore;
   Runners runners;
-  // x16 by default, x8 with kBf16 (vnni_x8): xmax 32639 or 127. Decode sizes (m = 1, 2, 5) with
-  // kBf16: the x8 decode kernels (i4_decode_on_vnni) round x the same way.
+  // x16 by default, x8 with kBf16 (vnni_x8): xmax 32639 or 127. Decode sizes (m = 1, 2, 4, 5, 16)
+  // with kBf16: the x8 decode kernels (i4_decode_x8) round x the same way.
   struct Run {
     GemmPrecision prec;
     int64_t m;
   };
-  // m = 4 and 5: one pass of the x8 kernel over 4 rows of x and two passes (3 + 2 rows).
+  // m = 4 and 5: one pass of the VNNI x8 kernel over 4 rows of x and two passes (3 + 2 rows);
+  // on AVX2, m = 1, 2 the one-row x8 kernel, 4, 5 and 16 (two register groups of 8) the batched.
   const Run runs[] = {{GemmPrecision::kSplitBf16, 19}, {GemmPrecision::kBf16, 19},
                       {GemmPrecision::kBf16, 1},       {GemmPrecision::kBf16, 2},
-                      {GemmPrecision::kBf16, 4},       {GemmPrecision::kBf16, 5}};
+                      {GemmPrecision::kBf16, 4},       {GemmPrecision::kBf16, 5},
+                      {GemmPrecision::kBf16, 16}};
   for (const auto& [prec, m] : runs)
   for (int64_t g : {32, 64, 128}) {
     set_gemm_precision(prec);
@@ -556,10 +559,7 @@ TEST_CASE("gemm int4 prefill in integers and x8 decode: x rounded as the contrac
     }
     for (Isa isa : supported_isas()) {
       REQUIRE(set_isa(isa));
-      if (!gemm_detail::i4_on_int_prefill(m) &&
-          !(gemm_detail::i4_decode_on_vnni(m, g) && gemm_detail::vnni_x8())) {
-        continue;
-      }
+      if (!gemm_detail::i4_on_int_prefill(m) && !gemm_detail::i4_decode_x8(m, g)) continue;
       for (auto [name, runner] : runners.all()) {
         std::vector<float> y(m * n);
         gemm(m, x.data(), k, w, GemmEpilogue::kStore, y.data(), n, *runner);
@@ -913,15 +913,18 @@ TEST_CASE("gemm int4 and fp8 batched decode: 16-row calls, long k, m = 3..16",
 
 // Batch invariance of int4 decode where batched rows take the AVX2 kernels (levels without
 // AVX512-VNNI): m = 2 runs the one-row kernels, m = 3..16 the batched ones, which form the same
-// x16, the same integer group sums and the same f32 steps (gemm_quant_batch_avx2.cc), so every
-// row of a batch equals, bit for bit, the same row multiplied alone. (Its accuracy against the
-// reference is what the cases above check.)
+// x16 (x8 under kBf16: one prepared x for both), the same integer group sums and the same f32
+// steps (gemm_quant_batch_avx2.cc), so every row of a batch equals, bit for bit, the same row
+// multiplied alone. (Its accuracy against the reference is what the cases above check.)
 TEST_CASE("gemm int4 batched decode on AVX2: each row equals its one-row result bit for bit",
           "[kernels][gemm_quant]") {
   IsaRestore restore;
+  PrecisionRestore prec_restore;
   int levels = 0;
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : supported_isas())
+  for (GemmPrecision prec : {GemmPrecision::kSplitBf16, GemmPrecision::kBf16}) {
     REQUIRE(set_isa(isa));
+    set_gemm_precision(prec);
     ++levels;
     if (has_avx512_vnni()) {
       // Batched decode runs the VNNI or AMX kernels there, never the AVX2 batch kernels (a
@@ -957,8 +960,8 @@ TEST_CASE("gemm int4 batched decode on AVX2: each row equals its one-row result 
           w.group_size = g;
           std::normal_distribution<float> xd;
           for (int64_t m = 2; m <= 16; ++m) {
-            INFO("isa=" << isa_name(isa) << " group=" << g << (asym ? " asym" : " sym")
-                        << " m=" << m);
+            INFO("isa=" << isa_name(isa) << " precision=" << static_cast<int>(prec)
+                        << " group=" << g << (asym ? " asym" : " sym") << " m=" << m);
             std::vector<float> x(m * k), y(m * n), y1(n);
             for (auto& v : x) v = xd(rng) * (rng() % 64 == 0 ? 300.0f : 1.0f);
             SerialRunner serial;
