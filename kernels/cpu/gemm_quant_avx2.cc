@@ -247,18 +247,12 @@ inline void i4_step_acc(const uint8_t* w, const uint8_t* xs, int64_t ldx_bytes,
                         const I4Block<MT>& blk, int j, __m256* acc) {
   constexpr int64_t S = G < 64 ? 64 : G;
   constexpr int C = static_cast<int>(S / 64);
-  const __m256i nib = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(static_cast<char>(0x88));
   __m256i ah[MT], al[MT];
 #pragma GCC unroll 2
   for (int c = 0; c < C; ++c) {
-    // u = n ^ 8 for the stored two's complement nibble n. A half step reads 16 bytes; the
-    // upper lanes stay 0 (u = 0 there, and x is 0 there too).
-    const __m256i b = kHalf ? _mm256_zextsi128_si256(_mm_xor_si128(
-                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(w)),
-                                  _mm256_castsi256_si128(flip)))
-                            : _mm256_xor_si256(load32(w + 32 * c), flip);
-    const __m256i lo = _mm256_and_si256(b, nib);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+    // A half step's upper lanes are 0 (u = 0 there, and x is 0 there too).
+    __m256i lo, hi;
+    avx2q::i4_unsigned_nibbles<kHalf>(w + 32 * c, lo, hi);
 #pragma GCC unroll 4
     for (int i = 0; i < MT; ++i) {
       const uint8_t* xi = xs + i * ldx_bytes + 128 * c;
@@ -310,17 +304,21 @@ void i4_rows(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64
     for (int i = 0; i < MT; ++i) acc[r][i] = _mm256_setzero_ps();
   }
   I4Block<MT> blk[NR];
-  for (int64_t st = 0; st < full; ++st) {
-    const int j = static_cast<int>(st % kBlockSteps);
+  for (int64_t st0 = 0; st0 < full; st0 += kBlockSteps) {
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
-      const uint8_t* w = rows[r].data + st * (S / 2);
-      if (j == 0) {
-        i4_block_scales<MT, kAsym>(rows[r], f.bf16_scales, k / G, sx, st * S / G, blk[r]);
+      i4_block_scales<MT, kAsym>(rows[r], f.bf16_scales, k / G, sx, st0 * S / G, blk[r]);
+    }
+    const int nj = full - st0 < kBlockSteps ? static_cast<int>(full - st0) : kBlockSteps;
+    for (int j = 0; j < nj; ++j) {
+      const int64_t st = st0 + j;
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) {
+        const uint8_t* w = rows[r].data + st * (S / 2);
+        if (S >= 128 || (st & 1) == 0) prefetch(w + kPrefetchBytes);  // once per 64-byte line
+        i4_step_acc<G, MT, false, kAsym, kVnni>(w, x + st * kStepBytes, ldx_bytes, blk[r], j,
+                                                acc[r]);
       }
-      if (S >= 128 || (st & 1) == 0) prefetch(w + kPrefetchBytes);  // once per 64-byte line
-      i4_step_acc<G, MT, false, kAsym, kVnni>(w, x + st * kStepBytes, ldx_bytes, blk[r], j,
-                                              acc[r]);
     }
   }
   for (int r = 0; r < NR; ++r) {
@@ -336,45 +334,13 @@ void i4_rows(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64
   }
 }
 
-// Rows of x in passes of at most 2 over each row (the second pass reads it from L1): measured
-// (weights in L1, best of 10) 12.9 and 13.4 weights per cycle per row of x at m = 3 and 4,
-// against 11.9 and 11.0 in one pass (3 ymm sums per row of x spill past 2).
-template <int G, bool kAsym, bool kVnni>
-void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  const uint8_t* xb = reinterpret_cast<const uint8_t*>(x.x);
-  const int64_t ld = x.ldx * 4;
-  if (x.mb == 1) return i4_rows<G, 1, kRows, kAsym, kVnni>(rows, f, xb, ld, out, kRows);
-  for (int r = 0; r < kRows; ++r) {
-    for (int i0 = 0; i0 < x.mb; i0 += 2) {
-      const uint8_t* xi = xb + i0 * ld;
-      float* o = out + i0 * kRows + r;
-      if (x.mb - i0 >= 2) {
-        i4_rows<G, 2, 1, kAsym, kVnni>(rows + r, f, xi, ld, o, kRows);
-      } else {
-        i4_rows<G, 1, 1, kAsym, kVnni>(rows + r, f, xi, ld, o, kRows);
-      }
-    }
+template <int G, int MT, int NR, bool kAsym, bool kVnni>
+struct I4Rows {
+  static void run(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64_t ldx_bytes,
+                  float* out, int ldo) {
+    i4_rows<G, MT, NR, kAsym, kVnni>(rows, f, x, ldx_bytes, out, ldo);
   }
-}
-
-template <bool kAsym, bool kVnni>
-void dot_i4_z(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  switch (f.group) {
-    case 32: return dot_i4_g<32, kAsym, kVnni>(rows, f, x, out);
-    case 64: return dot_i4_g<64, kAsym, kVnni>(rows, f, x, out);
-    default: return dot_i4_g<128, kAsym, kVnni>(rows, f, x, out);
-  }
-}
-
-// QuantFormat::asymmetric: some rows may have zero points (the others read as z = 0).
-void dot_i4(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  if (has_vex_vnni()) {
-    if (f.asymmetric) return dot_i4_z<true, true>(rows, f, x, out);
-    return dot_i4_z<false, true>(rows, f, x, out);
-  }
-  if (f.asymmetric) return dot_i4_z<true, false>(rows, f, x, out);
-  return dot_i4_z<false, false>(rows, f, x, out);
-}
+};
 
 // ---- kF8E4M3: prepared x ----
 
@@ -611,7 +577,7 @@ void dequant_f32(const QuantRow& row, const QuantFormat& f, float* out) {
 
 QuantKernels make_table() {
   QuantKernels t;
-  t.i4 = {kRows, kMaxM, dot_i4};
+  t.i4 = {kRows, kMaxM, avx2q::I4Dot<I4Rows, kRows>::dot};
   t.f8 = {kRows, kMaxM, dot_f8};
   t.i4_x_floats = i4_x_floats;
   t.prep_i4 = prep_i4;

@@ -374,7 +374,6 @@ void i4x8_pass(const uint8_t* w, int n_steps, bool half, const I4ChunkScales& cs
   constexpr int64_t S = avx2q::i4_step(G);
   constexpr int C = static_cast<int>(S / 64);
   constexpr int64_t kStepBytes = avx2q::i4x8_step_bytes(S);
-  const __m256i nib = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(static_cast<char>(0x88));
   for (int st = 0; st < n_steps; ++st) {
     const bool hs = half && st == n_steps - 1;
     if (prefetch != nullptr) {
@@ -384,13 +383,12 @@ void i4x8_pass(const uint8_t* w, int n_steps, bool half, const I4ChunkScales& cs
 #pragma GCC unroll 2
     for (int c = 0; c < C; ++c) {
       const uint8_t* wp = w + st * S / 2 + 32 * c;
-      const __m256i b =
-          hs ? _mm256_zextsi128_si256(
-                   _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wp)),
-                                 _mm256_castsi256_si128(flip)))
-             : _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)), flip);
-      const __m256i lo = _mm256_and_si256(b, nib);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+      __m256i lo, hi;
+      if (hs) {
+        avx2q::i4_unsigned_nibbles<true>(wp, lo, hi);
+      } else {
+        avx2q::i4_unsigned_nibbles<false>(wp, lo, hi);
+      }
 #pragma GCC unroll 8
       for (int i = 0; i < MB; ++i) {
         const __m256i* xv =
@@ -435,29 +433,21 @@ inline int64_t i4_chunk(int mb) {
 using I4PassFn = void (*)(const uint8_t*, int, bool, const I4ChunkScales&, const uint8_t*,
                           int64_t, float*, const uint8_t*);
 
-template <int G, bool kAsym, bool kVnni>
+// kX8: the x8 passes.
+template <int G, int MB, bool kAsym, bool kVnni, bool kX8>
+constexpr I4PassFn kI4PassFn = kX8 ? i4x8_pass<G, MB, kAsym, kVnni> : i4_pass<G, MB, kAsym, kVnni>;
+
+template <int G, bool kAsym, bool kVnni, bool kX8>
 constexpr I4PassFn kI4Pass[kI4MaxGroupM + 1] = {
     nullptr,
-    i4_pass<G, 1, kAsym, kVnni>,
-    i4_pass<G, 2, kAsym, kVnni>,
-    i4_pass<G, 3, kAsym, kVnni>,
-    i4_pass<G, 4, kAsym, kVnni>,
-    i4_pass<G, 5, kAsym, kVnni>,
-    i4_pass<G, 6, kAsym, kVnni>,
-    i4_pass<G, 7, kAsym, kVnni>,
-    i4_pass<G, 8, kAsym, kVnni>};
-
-template <int G, bool kAsym, bool kVnni>
-constexpr I4PassFn kI4X8Pass[kI4MaxGroupM + 1] = {
-    nullptr,
-    i4x8_pass<G, 1, kAsym, kVnni>,
-    i4x8_pass<G, 2, kAsym, kVnni>,
-    i4x8_pass<G, 3, kAsym, kVnni>,
-    i4x8_pass<G, 4, kAsym, kVnni>,
-    i4x8_pass<G, 5, kAsym, kVnni>,
-    i4x8_pass<G, 6, kAsym, kVnni>,
-    i4x8_pass<G, 7, kAsym, kVnni>,
-    i4x8_pass<G, 8, kAsym, kVnni>};
+    kI4PassFn<G, 1, kAsym, kVnni, kX8>,
+    kI4PassFn<G, 2, kAsym, kVnni, kX8>,
+    kI4PassFn<G, 3, kAsym, kVnni, kX8>,
+    kI4PassFn<G, 4, kAsym, kVnni, kX8>,
+    kI4PassFn<G, 5, kAsym, kVnni, kX8>,
+    kI4PassFn<G, 6, kAsym, kVnni, kX8>,
+    kI4PassFn<G, 7, kAsym, kVnni, kX8>,
+    kI4PassFn<G, 8, kAsym, kVnni, kX8>};
 
 // kX8: x rounded to int8 (the x8 passes and their prepared x), else x16.
 template <int G, bool kAsym, bool kX8>
@@ -472,9 +462,8 @@ void dot_i4_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float
   const uint8_t* xb = reinterpret_cast<const uint8_t*>(x.x);
   I4ChunkScales cs;
   const int64_t chunk = i4_chunk(mb);
-  const bool vnni = has_vex_vnni();
-  const I4PassFn* pass = kX8 ? (vnni ? kI4X8Pass<G, kAsym, true> : kI4X8Pass<G, kAsym, false>)
-                             : (vnni ? kI4Pass<G, kAsym, true> : kI4Pass<G, kAsym, false>);
+  const I4PassFn* pass =
+      has_vex_vnni() ? kI4Pass<G, kAsym, true, kX8> : kI4Pass<G, kAsym, false, kX8>;
   for (int64_t c0 = 0; c0 < k; c0 += chunk) {
     const int64_t n = std::min(chunk, k - c0);
     const int n_steps = static_cast<int>((n + S - 1) / S);

@@ -151,17 +151,11 @@ inline void step_acc(const uint8_t* w, const uint8_t* xs, int64_t ldx_bytes, con
                      int j, __m256* acc) {
   constexpr int64_t S = i4_step(G);
   constexpr int C = static_cast<int>(S / 64);
-  const __m256i nib = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(static_cast<char>(0x88));
   __m256i a[MT];
 #pragma GCC unroll 2
   for (int c = 0; c < C; ++c) {
-    // u = n ^ 8 for the stored nibble n; a half step's upper lanes stay 0 (x is 0 there too).
-    const __m256i b = kHalf ? _mm256_zextsi128_si256(_mm_xor_si128(
-                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(w)),
-                                  _mm256_castsi256_si128(flip)))
-                            : _mm256_xor_si256(load32(w + 32 * c), flip);
-    const __m256i lo = _mm256_and_si256(b, nib);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+    __m256i lo, hi;  // a half step's upper lanes are 0 (x is 0 there too)
+    avx2q::i4_unsigned_nibbles<kHalf>(w + 32 * c, lo, hi);
 #pragma GCC unroll 4
     for (int i = 0; i < MT; ++i) {
       const uint8_t* xi = xs + i * ldx_bytes + 64 * c;
@@ -204,16 +198,23 @@ void rows_x8(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64
     for (int i = 0; i < MT; ++i) acc[r][i] = _mm256_setzero_ps();
   }
   Block blk[NR];
-  for (int64_t st = 0; st < full; ++st) {
-    const int j = static_cast<int>(st % kBlockSteps);
+  for (int64_t st0 = 0; st0 < full; st0 += kBlockSteps) {
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
-      const uint8_t* w = rows[r].data + st * (S / 2);
-      if (j == 0) block_scales<kAsym>(rows[r], f.bf16_scales, k / G, st * S / G, blk[r]);
-      if (S >= 128 || (st & 1) == 0) {  // once per 64-byte line
-        _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchBytes), _MM_HINT_T0);
+      block_scales<kAsym>(rows[r], f.bf16_scales, k / G, st0 * S / G, blk[r]);
+    }
+    const int nj = full - st0 < kBlockSteps ? static_cast<int>(full - st0) : kBlockSteps;
+    for (int j = 0; j < nj; ++j) {
+      const int64_t st = st0 + j;
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) {
+        const uint8_t* w = rows[r].data + st * (S / 2);
+        if (S >= 128 || (st & 1) == 0) {  // once per 64-byte line
+          _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchBytes), _MM_HINT_T0);
+        }
+        step_acc<G, MT, false, kAsym, kVnni>(w, x + st * kStepBytes, ldx_bytes, blk[r], j,
+                                             acc[r]);
       }
-      step_acc<G, MT, false, kAsym, kVnni>(w, x + st * kStepBytes, ldx_bytes, blk[r], j, acc[r]);
     }
   }
   for (int r = 0; r < NR; ++r) {
@@ -227,46 +228,17 @@ void rows_x8(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64
   }
 }
 
-template <int G, bool kAsym, bool kVnni>
-void dot_g(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  const uint8_t* xb = reinterpret_cast<const uint8_t*>(x.x);
-  const int64_t ld = x.ldx * 4;
-  if (x.mb == 1) return rows_x8<G, 1, kRows, kAsym, kVnni>(rows, f, xb, ld, out, kRows);
-  for (int r = 0; r < kRows; ++r) {
-    for (int i0 = 0; i0 < x.mb; i0 += 2) {
-      const uint8_t* xi = xb + i0 * ld;
-      float* o = out + i0 * kRows + r;
-      if (x.mb - i0 >= 2) {
-        rows_x8<G, 2, 1, kAsym, kVnni>(rows + r, f, xi, ld, o, kRows);
-      } else {
-        rows_x8<G, 1, 1, kAsym, kVnni>(rows + r, f, xi, ld, o, kRows);
-      }
-    }
+template <int G, int MT, int NR, bool kAsym, bool kVnni>
+struct RowsX8 {
+  static void run(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64_t ldx_bytes,
+                  float* out, int ldo) {
+    rows_x8<G, MT, NR, kAsym, kVnni>(rows, f, x, ldx_bytes, out, ldo);
   }
-}
-
-template <bool kAsym, bool kVnni>
-void dot_z(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  switch (f.group) {
-    case 32: return dot_g<32, kAsym, kVnni>(rows, f, x, out);
-    case 64: return dot_g<64, kAsym, kVnni>(rows, f, x, out);
-    default: return dot_g<128, kAsym, kVnni>(rows, f, x, out);
-  }
-}
-
-// QuantFormat::asymmetric: some rows may have zero points (the others read as z = 0).
-void dot_i4_x8(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-  if (has_vex_vnni()) {
-    if (f.asymmetric) return dot_z<true, true>(rows, f, x, out);
-    return dot_z<false, true>(rows, f, x, out);
-  }
-  if (f.asymmetric) return dot_z<true, false>(rows, f, x, out);
-  return dot_z<false, false>(rows, f, x, out);
-}
+};
 
 QuantKernels make_table() {
   QuantKernels t = quant_kernels_avx2();
-  t.i4 = {kRows, kMaxM, dot_i4_x8};
+  t.i4 = {kRows, kMaxM, avx2q::I4Dot<RowsX8, kRows>::dot};
   t.i4_x_floats = avx2q::i4x8_x_floats;
   t.prep_i4 = avx2q::prep_i4_x8;
   return t;
