@@ -12,9 +12,9 @@ measures batched decode in the serving engine (`--batch`: the median step time w
 decode together, relative to B = 1). llama.cpp (llama-cpp-python) runs the same synthetic
 TinyLlama-1.1B-shaped model as F16, Q8_0 and Q4_0 GGUFs, the formats closest to bf16, fp8 and
 int4. The bandwidth probe runs first, in the same session, so every fraction is from one run.
-At every level but plain avx512, prefill is measured again with SAMPAN_GEMM_PRECISION=bf16
-("fast x": x rounded to int8 per group for int4 without AMX, to bf16 for the bf16 panels and
-AMX tiles).
+At every level but plain avx512, prefill and decode are measured again with
+SAMPAN_GEMM_PRECISION=bf16 ("fast x": x rounded to int8 per group for int4 without AMX, in
+prefill and in decode, to bf16 for the bf16 panels and AMX tiles).
 Decode streams every linear weight once per token (`decode_bytes_per_token` of sampan bench;
 for GGUF, the file's tensors less the gathered embedding table).
 """
@@ -70,7 +70,7 @@ def supported_levels(flags):
 
 def run_sampan(args, isa, fmt, threads, batch, precision=None):
     cmd = [args.sampan, "bench", "--model", args.model_dir, "--threads", str(threads),
-           "--prompt-len", str(args.prompt_len), "--gen", str(args.gen if not precision else 2),
+           "--prompt-len", str(args.prompt_len), "--gen", str(args.gen),
            "--repeat", "2", "--quantization", QUANT[fmt]]
     if fmt == "int4":
         cmd += ["--group-size", "128"]
@@ -131,18 +131,22 @@ def main():
                 if j["isa"] != isa:
                     raise SystemExit(f"error: SAMPAN_CPU_ISA={isa} ran at {j['isa']}")
                 frac = j["decode_gb_s"] / gbs[t]
-                # Prefill again with SAMPAN_GEMM_PRECISION=bf16 ("fast x") where it changes the
-                # kernels: x rounded to int8 per group for int4 without AMX (AVX512-VNNI and the
-                # levels without AVX-512), to bf16 on AVX512-BF16 and AMX (kernels/cpu/gemm_quant.h,
-                # gemm_cpu.h).
+                # Again with SAMPAN_GEMM_PRECISION=bf16 ("fast x") where it changes the kernels:
+                # x rounded to int8 per group for int4 without AMX (prefill, and the decode
+                # kernels but AMX-INT8's), to bf16 on AVX512-BF16 and AMX
+                # (kernels/cpu/gemm_quant.h, gemm_cpu.h).
                 if isa in FAST_X_LEVELS:
-                    j["fast_x_prefill_tok_s"] = run_sampan(args, isa, fmt, t, False,
-                                                           "bf16")["prefill_tok_s"]
+                    fj = run_sampan(args, isa, fmt, t, False, "bf16")
+                    j["fast_x_prefill_tok_s"] = fj["prefill_tok_s"]
+                    j["fast_x_decode_tok_s"] = fj["decode_tok_s"]
+                    j["fast_x_frac"] = fj["decode_gb_s"] / gbs[t]
                 fast = j.get("fast_x_prefill_tok_s")
+                fdec = j.get("fast_x_decode_tok_s")
                 print(f"{isa:12s} {fmt:5s} {t} thr: prefill {j['prefill_tok_s']:7.1f} tok/s"
                       + (f" ({fast:.1f} fast x)" if fast else "") +
                       f", decode {j['decode_tok_s']:6.2f} tok/s = {j['decode_gb_s']:5.1f} GB/s "
-                      f"({frac * 100:.0f} % of probe)", flush=True)
+                      f"({frac * 100:.0f} % of probe)"
+                      + (f" ({fdec:.2f} fast x)" if fdec else ""), flush=True)
                 rows.append((isa, (fmt, t, j, frac)))
 
     lc = {}
@@ -167,9 +171,9 @@ def main():
                       f"tok/s ({frac * 100:.0f} % of probe)", flush=True)
 
     print()
-    print("| ISA | weights | threads | decode tok/s | of bandwidth | llama.cpp decode (same "
-          "format) | decode ratio | prefill tok/s (fast x) | llama.cpp prefill | prefill ratio "
-          "(fast x) | batched decode step time vs B=1 |")
+    print("| ISA | weights | threads | decode tok/s (fast x) | of bandwidth (fast x) | llama.cpp "
+          "decode (same format) | decode ratio (fast x) | prefill tok/s (fast x) | llama.cpp "
+          "prefill | prefill ratio (fast x) | batched decode step time vs B=1 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for isa, r in rows:
         if r is None:
@@ -184,8 +188,12 @@ def main():
         ptxt = f"{j['prefill_tok_s']:.0f}" + (f" ({fast:.0f})" if fast else "")
         rtxt = (f"{j['prefill_tok_s'] / p:.2f}x" + (f" ({fast / p:.2f}x)" if fast else "")
                 if p else "n/a")
-        dtxt = f"{j['decode_tok_s'] / d:.2f}x" if d else "n/a"  # no llama.cpp run: n/a
-        print(f"| {isa} | {fmt} | {t} | {j['decode_tok_s']:.1f} | {frac * 100:.0f} % | {ltxt} | "
+        fdec, ffrac = j.get("fast_x_decode_tok_s"), j.get("fast_x_frac")
+        dec = f"{j['decode_tok_s']:.1f}" + (f" ({fdec:.1f})" if fdec else "")
+        ftxt = f"{frac * 100:.0f} %" + (f" ({ffrac * 100:.0f} %)" if fdec else "")
+        dtxt = (f"{j['decode_tok_s'] / d:.2f}x" + (f" ({fdec / d:.2f}x)" if fdec else "")
+                if d else "n/a")  # no llama.cpp run: n/a
+        print(f"| {isa} | {fmt} | {t} | {dec} | {ftxt} | {ltxt} | "
               f"{dtxt} | {ptxt} | {f'{p:.0f}' if p else 'n/a'} | {rtxt} | {batch} |")
 
 
