@@ -70,7 +70,7 @@ constexpr int kMaxM = 4;
 // the same). Measured, 2048 x 2048 m = 1 streaming, 1 thread, medians of 5 (GB/s), quiet machine:
 // int4 768: 11.6, 1024: 13.2, 1536: 13.7, 2048: 13.3, 3072: 12.3; fp8 768: 14.2, 1024: 15.0,
 // 1536: 14.6, 2048: 15.2, 3072: 13.8. One call (4 rows) ahead instead: int4 11.1 (loaded).
-constexpr int64_t kPrefetchBytes = 1536;
+constexpr int64_t kPrefetchBytes = avx2q::kI4PrefetchBytes;
 
 inline float scale_at(const void* scales, int64_t g, bool bf16) {
   const uint16_t h = static_cast<const uint16_t*>(scales)[g];
@@ -212,24 +212,12 @@ struct I4Block {
 template <int MT, bool kAsym>
 inline void i4_block_scales(const QuantRow& row, bool bf16, int64_t ng, const float* const* sx,
                             int64_t g0, I4Block<MT>& blk) {
-  const int64_t n = ng - g0 < 8 ? ng - g0 : 8;
-  const uint16_t* sp = static_cast<const uint16_t*>(row.scales) + g0;
-  alignas(16) uint16_t tmp[8] = {};
-  if (n < 8) {
-    std::memcpy(tmp, sp, static_cast<size_t>(n) * 2);
-    sp = tmp;
-  }
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sp));
-  const __m256 sw = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-                         : _mm256_cvtph_ps(h);
+  const __m256 sw = avx2q::i4_scales8(row, bf16, ng, g0);
   for (int i = 0; i < MT; ++i) {
     _mm256_store_ps(blk.sws[i], _mm256_mul_ps(sw, _mm256_loadu_ps(sx[i] + g0)));
   }
   if (kAsym) {
-    int64_t zv = 0;
-    if (row.zeros != nullptr) std::memcpy(&zv, row.zeros + g0, static_cast<size_t>(n));
-    const __m256i z = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(zv));
-    const __m256i c = _mm256_add_epi32(z, _mm256_set1_epi32(8));
+    const __m256i c = avx2q::i4_offsets8(row, ng, g0);
     // int16 pair (256 c, c), c = 8 + z in [0, 15].
     _mm256_store_si256(reinterpret_cast<__m256i*>(blk.zp),
                        _mm256_blend_epi16(_mm256_slli_epi32(c, 8), _mm256_slli_epi32(c, 16), 0xaa));
@@ -284,61 +272,32 @@ inline void i4_step_acc(const uint8_t* w, const uint8_t* xs, int64_t ldx_bytes,
   }
 }
 
-// NR rows times MT rows of x; out[i * ldo + r]. The rows are read together, a step of each in
-// turn (NR = 4 at m = 1: the 4 streams of gemm_decode_walk.h interleaved, as the 16-bit kernels
-// read them; NR = 1 decodes a row whole).
-template <int G, int MT, int NR, bool kAsym, bool kVnni>
-void i4_rows(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64_t ldx_bytes,
-             float* out, int ldo) {
-  constexpr int64_t S = G < 64 ? 64 : G;
-  constexpr int64_t kStepBytes = i4_step_bytes(S);
-  constexpr int kBlockSteps = static_cast<int>(8 * G / S);  // 8 groups
-  const int64_t k = f.k, n_steps = i4_steps(k, G), full = k / S;
-  const float* sx[MT];
-  for (int i = 0; i < MT; ++i)
-    sx[i] = reinterpret_cast<const float*>(x + i * ldx_bytes + n_steps * kStepBytes);
-  __m256 acc[NR][MT];
-#pragma GCC unroll 4
-  for (int r = 0; r < NR; ++r) {
-#pragma GCC unroll 4
-    for (int i = 0; i < MT; ++i) acc[r][i] = _mm256_setzero_ps();
-  }
-  I4Block<MT> blk[NR];
-  for (int64_t st0 = 0; st0 < full; st0 += kBlockSteps) {
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; ++r) {
-      i4_block_scales<MT, kAsym>(rows[r], f.bf16_scales, k / G, sx, st0 * S / G, blk[r]);
-    }
-    const int nj = full - st0 < kBlockSteps ? static_cast<int>(full - st0) : kBlockSteps;
-    for (int j = 0; j < nj; ++j) {
-      const int64_t st = st0 + j;
-#pragma GCC unroll 4
-      for (int r = 0; r < NR; ++r) {
-        const uint8_t* w = rows[r].data + st * (S / 2);
-        if (S >= 128 || (st & 1) == 0) prefetch(w + kPrefetchBytes);  // once per 64-byte line
-        i4_step_acc<G, MT, false, kAsym, kVnni>(w, x + st * kStepBytes, ldx_bytes, blk[r], j,
-                                                acc[r]);
-      }
-    }
-  }
-  for (int r = 0; r < NR; ++r) {
-    if (G == 32 && full < n_steps) {
-      const int j = static_cast<int>(full % kBlockSteps);
-      if (j == 0) {
-        i4_block_scales<MT, kAsym>(rows[r], f.bf16_scales, k / G, sx, full * S / G, blk[r]);
-      }
-      i4_step_acc<G, MT, true, kAsym, kVnni>(rows[r].data + full * (S / 2), x + full * kStepBytes,
-                                             ldx_bytes, blk[r], j, acc[r]);
-    }
-    for (int i = 0; i < MT; ++i) out[i * ldo + r] = hsum(acc[r][i]);
-  }
-}
-
+// The x16 steps for avx2q::i4_rows_loop; x: MT rows of prepared x, ldx_bytes apart.
 template <int G, int MT, int NR, bool kAsym, bool kVnni>
 struct I4Rows {
+  using Block = I4Block<MT>;
+  bool bf16;
+  int64_t ng;
+  int64_t ldx_bytes;
+  const float* sx[MT];  // s_x of each row of x, after its steps
+
+  void scales(const QuantRow& row, int64_t g0, Block& blk) const {
+    i4_block_scales<MT, kAsym>(row, bf16, ng, sx, g0, blk);
+  }
+  template <bool kHalf>
+  void step(const uint8_t* w, const uint8_t* xs, const Block& blk, int j, __m256* acc) const {
+    i4_step_acc<G, MT, kHalf, kAsym, kVnni>(w, xs, ldx_bytes, blk, j, acc);
+  }
+
   static void run(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64_t ldx_bytes,
                   float* out, int ldo) {
-    i4_rows<G, MT, NR, kAsym, kVnni>(rows, f, x, ldx_bytes, out, ldo);
+    constexpr int64_t kStepBytes = i4_step_bytes(i4_step(G));
+    I4Rows kern{f.bf16_scales, f.k / G, ldx_bytes, {}};
+    for (int i = 0; i < MT; ++i) {
+      kern.sx[i] =
+          reinterpret_cast<const float*>(x + i * ldx_bytes + i4_steps(f.k, G) * kStepBytes);
+    }
+    avx2q::i4_rows_loop<G, MT, NR, kStepBytes>(kern, rows, f.k, x, out, ldo);
   }
 };
 

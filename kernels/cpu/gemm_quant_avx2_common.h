@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/gemm_quant.h"
@@ -76,6 +77,79 @@ inline void i4_unsigned_nibbles(const uint8_t* w, __m256i& lo, __m256i& hi) {
             : _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), flip);
   lo = _mm256_and_si256(b, nib);
   hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+}
+
+// s_w of a kI4 row's groups [g0, g0 + 8) as f32, exact from f16 or bf16 (0 past its ng groups).
+inline __m256 i4_scales8(const QuantRow& row, bool bf16, int64_t ng, int64_t g0) {
+  const int64_t n = ng - g0 < 8 ? ng - g0 : 8;
+  const uint16_t* sp = static_cast<const uint16_t*>(row.scales) + g0;
+  alignas(16) uint16_t tmp[8] = {};
+  if (n < 8) {
+    std::memcpy(tmp, sp, static_cast<size_t>(n) * 2);
+    sp = tmp;
+  }
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sp));
+  return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+              : _mm256_cvtph_ps(h);
+}
+
+// 8 + z of a kI4 row's groups [g0, g0 + 8) as int32 lanes, in [0, 15] (z = 0 for a row without
+// zero points and past its ng groups).
+inline __m256i i4_offsets8(const QuantRow& row, int64_t ng, int64_t g0) {
+  const int64_t n = ng - g0 < 8 ? ng - g0 : 8;
+  int64_t zv = 0;
+  if (row.zeros != nullptr) std::memcpy(&zv, row.zeros + g0, static_cast<size_t>(n));
+  return _mm256_add_epi32(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(zv)), _mm256_set1_epi32(8));
+}
+
+// Software prefetch distance of the one-row kI4 kernels (measured in gemm_quant_avx2.cc).
+constexpr int64_t kI4PrefetchBytes = 1536;
+
+// The row loop of the one-row kI4 kernels (x16 and x8): NR weight rows read together, a step
+// (i4_step(G) weights) of each in turn (NR = 4 at m = 1: the 4 streams of gemm_decode_walk.h
+// interleaved, as the 16-bit kernels read them; NR = 1 decodes a row whole), times MT rows of
+// prepared x (x: row 0's first step; kStepBytes per step), into out[i * ldo + r]. Each block of
+// 8 groups has its scales converted before its steps. The kernel K provides Block,
+// scales(row, g0, blk) (the groups [g0, g0 + 8)) and step<kHalf>(w, xs, blk, j, acc): acc[0..MT)
+// += one step (step j of its block; kHalf: group 32's last 32 weights).
+template <int G, int MT, int NR, int64_t kStepBytes, class K>
+inline void i4_rows_loop(const K kern, const QuantRow* rows, int64_t k, const uint8_t* x,
+                         float* out, int ldo) {
+  constexpr int64_t S = i4_step(G);
+  constexpr int kBlockSteps = static_cast<int>(8 * G / S);
+  const int64_t full = k / S;
+  __m256 acc[NR][MT];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+#pragma GCC unroll 4
+    for (int i = 0; i < MT; ++i) acc[r][i] = _mm256_setzero_ps();
+  }
+  typename K::Block blk[NR];
+  for (int64_t st0 = 0; st0 < full; st0 += kBlockSteps) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) kern.scales(rows[r], st0 * S / G, blk[r]);
+    const int nj = full - st0 < kBlockSteps ? static_cast<int>(full - st0) : kBlockSteps;
+    for (int j = 0; j < nj; ++j) {
+      const int64_t st = st0 + j;
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) {
+        const uint8_t* w = rows[r].data + st * (S / 2);
+        if (S >= 128 || (st & 1) == 0) {  // once per 64-byte line
+          _mm_prefetch(reinterpret_cast<const char*>(w + kI4PrefetchBytes), _MM_HINT_T0);
+        }
+        kern.template step<false>(w, x + st * kStepBytes, blk[r], j, acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    if (G == 32 && full * S < k) {  // one group of 32 left
+      const int j = static_cast<int>(full % kBlockSteps);
+      if (j == 0) kern.scales(rows[r], full * S / G, blk[r]);
+      kern.template step<true>(rows[r].data + full * (S / 2), x + full * kStepBytes, blk[r], j,
+                               acc[r]);
+    }
+    for (int i = 0; i < MT; ++i) out[i * ldo + r] = hsum(acc[r][i]);
+  }
 }
 
 // The dispatch of the one-row kI4 kernels (x16: gemm_quant_avx2.cc, x8: gemm_quant_i4x8_avx2.cc).

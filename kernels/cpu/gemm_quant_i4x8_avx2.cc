@@ -110,35 +110,20 @@ using avx2q::step_lanes;
 
 constexpr int kRows = 4;  // weight rows per call: one of each of 4 streams (gemm_decode_walk.h)
 constexpr int kMaxM = 4;
-constexpr int64_t kPrefetchBytes = 1536;  // as the x16 kernel (measured there)
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // s_w and 8 + z (as an int16 pair (c, c)) of 8 groups of a row from g0 (0 past its ng groups).
-struct Block {
+struct X8Block {
   alignas(32) float sw[8];
   alignas(32) int32_t zc[8];
 };
 
 template <bool kAsym>
-inline void block_scales(const QuantRow& row, bool bf16, int64_t ng, int64_t g0, Block& blk) {
-  const int64_t n = ng - g0 < 8 ? ng - g0 : 8;
-  const uint16_t* sp = static_cast<const uint16_t*>(row.scales) + g0;
-  alignas(16) uint16_t tmp[8] = {};
-  if (n < 8) {
-    std::memcpy(tmp, sp, static_cast<size_t>(n) * 2);
-    sp = tmp;
-  }
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sp));
-  // As the batched kernel converts them (exact either way).
-  const __m256 sw = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-                         : _mm256_cvtph_ps(h);
-  _mm256_store_ps(blk.sw, sw);
+inline void block_scales(const QuantRow& row, bool bf16, int64_t ng, int64_t g0, X8Block& blk) {
+  _mm256_store_ps(blk.sw, avx2q::i4_scales8(row, bf16, ng, g0));  // exact, as the batched kernel
   if (kAsym) {
-    int64_t zv = 0;
-    if (row.zeros != nullptr) std::memcpy(&zv, row.zeros + g0, static_cast<size_t>(n));
-    const __m256i c = _mm256_add_epi32(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(zv)),
-                                       _mm256_set1_epi32(8));
+    const __m256i c = avx2q::i4_offsets8(row, ng, g0);
     _mm256_store_si256(reinterpret_cast<__m256i*>(blk.zc),
                        _mm256_or_si256(c, _mm256_slli_epi32(c, 16)));
   }
@@ -147,7 +132,7 @@ inline void block_scales(const QuantRow& row, bool bf16, int64_t ng, int64_t g0,
 // One step (S weights; w: the row's bytes of it; step j of its block) times MT rows of
 // prepared x (xs: the step of row 0, rows ldx_bytes apart) into acc[0..MT).
 template <int G, int MT, bool kHalf, bool kAsym, bool kVnni>
-inline void step_acc(const uint8_t* w, const uint8_t* xs, int64_t ldx_bytes, const Block& blk,
+inline void step_acc(const uint8_t* w, const uint8_t* xs, int64_t ldx_bytes, const X8Block& blk,
                      int j, __m256* acc) {
   constexpr int64_t S = i4_step(G);
   constexpr int C = static_cast<int>(S / 64);
@@ -182,57 +167,26 @@ inline void step_acc(const uint8_t* w, const uint8_t* xs, int64_t ldx_bytes, con
   }
 }
 
-// NR rows times MT rows of x; out[i * ldo + r]. NR = 4 at m = 1 reads the 4 rows together, a
-// step of each in turn (as the x16 kernel); NR = 1 decodes a row whole.
-template <int G, int MT, int NR, bool kAsym, bool kVnni>
-void rows_x8(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64_t ldx_bytes,
-             float* out, int ldo) {
-  constexpr int64_t S = i4_step(G);
-  constexpr int64_t kStepBytes = i4x8_step_bytes(S);
-  constexpr int kBlockSteps = static_cast<int>(8 * G / S);  // 8 groups
-  const int64_t k = f.k, full = k / S;
-  __m256 acc[NR][MT];
-#pragma GCC unroll 4
-  for (int r = 0; r < NR; ++r) {
-#pragma GCC unroll 4
-    for (int i = 0; i < MT; ++i) acc[r][i] = _mm256_setzero_ps();
-  }
-  Block blk[NR];
-  for (int64_t st0 = 0; st0 < full; st0 += kBlockSteps) {
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; ++r) {
-      block_scales<kAsym>(rows[r], f.bf16_scales, k / G, st0 * S / G, blk[r]);
-    }
-    const int nj = full - st0 < kBlockSteps ? static_cast<int>(full - st0) : kBlockSteps;
-    for (int j = 0; j < nj; ++j) {
-      const int64_t st = st0 + j;
-#pragma GCC unroll 4
-      for (int r = 0; r < NR; ++r) {
-        const uint8_t* w = rows[r].data + st * (S / 2);
-        if (S >= 128 || (st & 1) == 0) {  // once per 64-byte line
-          _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchBytes), _MM_HINT_T0);
-        }
-        step_acc<G, MT, false, kAsym, kVnni>(w, x + st * kStepBytes, ldx_bytes, blk[r], j,
-                                             acc[r]);
-      }
-    }
-  }
-  for (int r = 0; r < NR; ++r) {
-    if (G == 32 && full * S < k) {  // one group of 32 left
-      const int j = static_cast<int>(full % kBlockSteps);
-      if (j == 0) block_scales<kAsym>(rows[r], f.bf16_scales, k / G, full * S / G, blk[r]);
-      step_acc<G, MT, true, kAsym, kVnni>(rows[r].data + full * (S / 2), x + full * kStepBytes,
-                                          ldx_bytes, blk[r], j, acc[r]);
-    }
-    for (int i = 0; i < MT; ++i) out[i * ldo + r] = hsum(acc[r][i]);
-  }
-}
-
+// The x8 steps for avx2q::i4_rows_loop; x: MT rows of prepared x, ldx_bytes apart.
 template <int G, int MT, int NR, bool kAsym, bool kVnni>
 struct RowsX8 {
+  using Block = X8Block;
+  bool bf16;
+  int64_t ng;
+  int64_t ldx_bytes;
+
+  void scales(const QuantRow& row, int64_t g0, Block& blk) const {
+    block_scales<kAsym>(row, bf16, ng, g0, blk);
+  }
+  template <bool kHalf>
+  void step(const uint8_t* w, const uint8_t* xs, const Block& blk, int j, __m256* acc) const {
+    step_acc<G, MT, kHalf, kAsym, kVnni>(w, xs, ldx_bytes, blk, j, acc);
+  }
+
   static void run(const QuantRow* rows, const QuantFormat& f, const uint8_t* x, int64_t ldx_bytes,
                   float* out, int ldo) {
-    rows_x8<G, MT, NR, kAsym, kVnni>(rows, f, x, ldx_bytes, out, ldo);
+    const RowsX8 kern{f.bf16_scales, f.k / G, ldx_bytes};
+    avx2q::i4_rows_loop<G, MT, NR, i4x8_step_bytes(i4_step(G))>(kern, rows, f.k, x, out, ldo);
   }
 };
 
