@@ -1,6 +1,6 @@
 // Internal contract between the quantized-weight GEMM driver (gemm_quant_cpu.cc, baseline AVX2
 // flags) and its per-instruction-set kernels (gemm_quant_avx512.cc, gemm_quant_avx512_vnni.cc,
-// gemm_quant_avx2.cc, gemm_quant_batch_avx2.cc). Callers use cpu::gemm (gemm_cpu.h), which hands
+// gemm_quant_avx2.cc, gemm_quant_i4x8_avx2.cc, gemm_quant_batch_avx2.cc). Callers use cpu::gemm (gemm_cpu.h), which hands
 // kF8E4M3 and kI4 weights to gemm_quant.
 //
 // Decode (decode_kernels_take: m < kQuantPrefillMinM, and m = 16 but for int4 under kF32; fp8
@@ -52,6 +52,9 @@
 //    precisely). A group of x holding a NaN or an infinity gives NaN outputs. The AVX2 one-row
 //    and batched kernels give the same bits for a row of x, however many rows share the call
 //    (gemm_quant_batch_avx2.cc says how): below AVX512-VNNI, int4 decode is batch-invariant.
+//    With GemmPrecision::kBf16 every kI4 decode kernel but AMX-INT8's rounds x to int8 instead
+//    (i4_decode_x8, bound kX8Error below; the AVX2 x8 kernels in gemm_quant_i4x8_avx2.cc and
+//    gemm_quant_batch_avx2.cc, batch-invariant too).
 //  - kF8E4M3 on AMX tiles (quant_on_amx_tiles: from kF8AmxMinM; precision not kF32;
 //    gemm_quant_f8_amx.cc): x = hi + lo in bf16 (2^-16; kBf16: x rounded to bf16, 2^-8); the
 //    fp8 values are exact in bf16, the row scale applied in f32. Below 2^-16 * M plus f32
