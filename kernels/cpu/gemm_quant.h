@@ -1,7 +1,7 @@
 // Internal contract between the quantized-weight GEMM driver (gemm_quant_cpu.cc, baseline AVX2
 // flags) and its per-instruction-set kernels (gemm_quant_avx512.cc, gemm_quant_avx512_vnni.cc,
-// gemm_quant_avx2.cc, gemm_quant_i4x8_avx2.cc, gemm_quant_batch_avx2.cc). Callers use cpu::gemm (gemm_cpu.h), which hands
-// kF8E4M3 and kI4 weights to gemm_quant.
+// gemm_quant_avx2.cc, gemm_quant_i4x8_avx2.cc, gemm_quant_batch_avx2.cc). Callers use cpu::gemm
+// (gemm_cpu.h), which hands kF8E4M3 and kI4 weights to gemm_quant.
 //
 // Decode (decode_kernels_take: m < kQuantPrefillMinM, and m = 16 but for int4 under kF32; fp8
 // below kF8DecodeBelowM on AVX512-VNNI CPUs whose fp8 prefill would run the f32 panels) is

@@ -55,6 +55,7 @@ namespace {
 using avx2q::group_scale;
 using avx2q::hsum;
 using avx2q::i4_step;
+using avx2q::load32;
 using avx2q::quantize8;
 using avx2q::step_lanes;
 using avx2q::XScale;
@@ -83,7 +84,6 @@ inline __m128i load8(const uint8_t* p) {
   return _mm_cvtsi64_si128(v);
 }
 
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 inline void prefetch(const uint8_t* p) {
   _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);

@@ -20,6 +20,8 @@ namespace sampan::cpu::gemm_detail::avx2q {
 
 inline float hsum(__m256 v) { return Avx2::reduce_add(v); }
 
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
 // Weights per kI4 step of the AVX2 kernels: a group, but at least 64 (one 32-byte load).
 constexpr int64_t i4_step(int64_t group) { return group < 64 ? 64 : group; }
 

@@ -106,12 +106,11 @@ namespace {
 using avx2q::hsum;
 using avx2q::i4_step;
 using avx2q::i4x8_step_bytes;
+using avx2q::load32;
 using avx2q::step_lanes;
 
 constexpr int kRows = 4;  // weight rows per call: one of each of 4 streams (gemm_decode_walk.h)
 constexpr int kMaxM = 4;
-
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // s_w and 8 + z (as an int16 pair (c, c)) of 8 groups of a row from g0 (0 past its ng groups).
 struct X8Block {
