@@ -162,10 +162,12 @@ inline __mmask64 mask64(int64_t n) {
 // kernel needs a row's first scales before its first products. Without it the INT4 decode
 // kernels waited on a DRAM miss per call (Zen 5, TinyLlama shape, 1 thread, alternating:
 // decode 54-59 -> 62-64 tok/s at group 128, 46-48 -> 59-61 at group 32). The decode driver
-// (gemm_quant_cpu.cc) calls it before each kernel call on kI4 rows, whatever the ISA level. Addresses past an array's end are only prefetched (prefetch.h: why
-// not _mm_prefetch in this loop).
-inline void prefetch_i4_scales(const QuantRow* rows, int n, const QuantFormat& f) {
-  const int64_t ng = f.k / f.group;  // scales (and zero points) per row
+// (gemm_quant_cpu.cc) calls it before each kernel call on kI4 rows, whatever the ISA level, with
+// ng = k / group (the scales and zero points per row) computed once per GEMM: a 64-bit division
+// per call was the hottest instruction of the decode walk (perf, int4 g32 m = 1, Zen 3).
+// Addresses past an array's end are only prefetched (prefetch.h: why not _mm_prefetch in this
+// loop).
+inline void prefetch_i4_scales(const QuantRow* rows, int n, int64_t ng) {
   for (int r = 0; r < n; ++r) {
     const uintptr_t sc = reinterpret_cast<uintptr_t>(rows[r].scales) + 2 * 2 * ng;
     for (int64_t off = 0; off < 2 * ng; off += 64) prefetch_t0(sc + off);
@@ -180,6 +182,11 @@ struct QuantDotTable {
   int rows = 0;   // R
   int max_m = 0;  // QuantX::mb <= max_m
   QuantDotFn dot = nullptr;
+  // Optional: the dot specialised for a format (group, zero points, instruction forms), which
+  // the decode driver asks for once per GEMM and calls instead of `dot` (whose per-call dispatch
+  // asked the ISA level through out-of-line calls: ~5 % of an int4 g32 call of 4 rows at k =
+  // 2048, Zen 3). Gives the same results as `dot`.
+  QuantDotFn (*resolve)(const QuantFormat& f) = nullptr;
 };
 
 struct QuantKernels {

@@ -536,7 +536,8 @@ void dequant_f32(const QuantRow& row, const QuantFormat& f, float* out) {
 
 QuantKernels make_table() {
   QuantKernels t;
-  t.i4 = {kRows, kMaxM, avx2q::I4Dot<I4Rows, kRows>::dot};
+  using Dot = avx2q::I4Dot<I4Rows, kRows>;
+  t.i4 = {kRows, kMaxM, Dot::dot, Dot::resolve};
   t.f8 = {kRows, kMaxM, dot_f8};
   t.i4_x_floats = i4_x_floats;
   t.prep_i4 = prep_i4;

@@ -180,24 +180,24 @@ struct I4Dot {
     }
   }
 
-  template <bool kAsym, bool kVnni>
-  static void by_group(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-    switch (f.group) {
-      case 32: return by_m<32, kAsym, kVnni>(rows, f, x, out);
-      case 64: return by_m<64, kAsym, kVnni>(rows, f, x, out);
-      default: return by_m<128, kAsym, kVnni>(rows, f, x, out);
-    }
-  }
-
   // QuantFormat::asymmetric: some rows may have zero points (the others read as z = 0). VEX
   // vpdpbusd on AVX-VNNI CPUs.
+  static QuantDotFn resolve(const QuantFormat& f) {
+    if (has_vex_vnni()) return f.asymmetric ? pick<true, true>(f) : pick<false, true>(f);
+    return f.asymmetric ? pick<true, false>(f) : pick<false, false>(f);
+  }
   static void dot(const QuantRow* rows, const QuantFormat& f, const QuantX& x, float* out) {
-    if (has_vex_vnni()) {
-      if (f.asymmetric) return by_group<true, true>(rows, f, x, out);
-      return by_group<false, true>(rows, f, x, out);
+    resolve(f)(rows, f, x, out);
+  }
+
+ private:
+  template <bool kAsym, bool kVnni>
+  static QuantDotFn pick(const QuantFormat& f) {
+    switch (f.group) {
+      case 32: return by_m<32, kAsym, kVnni>;
+      case 64: return by_m<64, kAsym, kVnni>;
+      default: return by_m<128, kAsym, kVnni>;
     }
-    if (f.asymmetric) return by_group<true, false>(rows, f, x, out);
-    return by_group<false, false>(rows, f, x, out);
   }
 };
 

@@ -88,12 +88,13 @@ void run_decode_task(const DecodeJob& job, int64_t c0, int64_t c1) {
   const QuantDotTable& t = *job.t;
   const bool i4 = job.f.dtype == DType::kI4;
   const DecodeWalk walk{job.w, job.ep, job.kt->epilogue, t.rows, t.max_m, job.m, job.y, job.ldy};
+  const QuantDotFn dot = t.resolve != nullptr ? t.resolve(job.f) : t.dot;
   walk_decode_columns<QuantRow, kMaxQuantRows, kMaxQuantM>(
       walk, c0, c1,
       [&](int b, int64_t r) { return row_of(*job.w, job.f, job.strides, b, r); },
       [&](const QuantRow* rows, int64_t i0, int mb, float* out) {
-        if (i4 && i0 == 0) prefetch_i4_scales(rows, t.rows, job.f);
-        t.dot(rows, job.f, QuantX{mb, job.x + i0 * job.ldx, job.ldx}, out);
+        if (i4 && i0 == 0) prefetch_i4_scales(rows, t.rows, job.strides.scales);
+        dot(rows, job.f, QuantX{mb, job.x + i0 * job.ldx, job.ldx}, out);
       });
 }
 

@@ -191,7 +191,8 @@ struct RowsX8 {
 
 QuantKernels make_table() {
   QuantKernels t = quant_kernels_avx2();
-  t.i4 = {kRows, kMaxM, avx2q::I4Dot<RowsX8, kRows>::dot};
+  using Dot = avx2q::I4Dot<RowsX8, kRows>;
+  t.i4 = {kRows, kMaxM, Dot::dot, Dot::resolve};
   t.i4_x_floats = avx2q::i4x8_x_floats;
   t.prep_i4 = avx2q::prep_i4_x8;
   return t;
