@@ -10,8 +10,9 @@
 //    compare) assembled in bytes; IQ4 codebook by byte shuffle; then the f32 affine map.
 //  - Q2_K, Q3_K, Q5_K: codes from 16-bit shifts and byte masks, widened, then (d sc) q (- dmin mn).
 // AVX2 has 16 vector registers: R = 4 rows against at most 2 rows of x per pass (8 accumulators,
-// 4 weight vectors); x is re-read from L1 per row. Decode of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K
-// takes x rounded to 16 bits instead (the x16 kernels, gemm_ggml_x16_avx2.cc; bound in
+// 4 weight vectors); x is re-read from L1 per row. Decode of Q4_0, Q8_0, Q4_1, Q5_0, Q5_1,
+// IQ4_NL, IQ4_XS, Q4_K, Q5_K and Q6_K takes x rounded to 16 bits instead (the x16 kernels,
+// gemm_ggml_x16_avx2.cc; bound in
 // gemm_ggml.h): the decoders here still dequantize those types for prefill.
 #include <immintrin.h>
 
@@ -482,7 +483,7 @@ GgmlKernels make_table() {
   set<DecMXFP4>(t, GgmlType::kMXFP4);
   set<DecTQ2_0>(t, GgmlType::kTQ2_0);
   set<DecTQ1_0>(t, GgmlType::kTQ1_0);
-  set_x16_kernels_avx2(t);  // decode of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K
+  set_x16_kernels_avx2(t);  // the x16 decode kernels (gemm_ggml_avx2.h lists the types)
   t.epilogue = fma_kernels_avx2().epilogue;
   return t;
 }

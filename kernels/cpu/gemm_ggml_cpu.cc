@@ -64,10 +64,11 @@ const uint8_t* row_ptr(const DecodeJob& job, int b, int64_t r) {
 void run_decode_task(const DecodeJob& job, int64_t c0, int64_t c1) {
   const GgmlDotTable& t = job.t;
   const DecodeWalk walk{job.w, job.ep, job.kt->epilogue, t.rows, t.max_m, job.m, job.y, job.ldy};
+  const GgmlDotFn dot = t.resolve != nullptr ? t.resolve() : t.dot;
   walk_decode_columns<const uint8_t*, kGgmlMaxRows, kGgmlMaxM>(
       walk, c0, c1, [&](int b, int64_t r) { return row_ptr(job, b, r); },
       [&](const uint8_t* const* rows, int64_t i0, int mb, float* out) {
-        t.dot(rows, job.w->k, job.x + i0 * job.ldx, job.ldx, mb, out);
+        dot(rows, job.w->k, job.x + i0 * job.ldx, job.ldx, mb, out);
       });
 }
 

@@ -1,5 +1,6 @@
 // AVX2 decode kernels for GGUF weights against x rounded to 16 bits (the x16 kernels of
-// gemm_ggml.h; error bound there): Q4_0, Q8_0, Q4_K, Q5_K and Q6_K. The f32 decoders
+// gemm_ggml.h; error bound there): Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q4_K, Q5_K and
+// Q6_K. The f32 decoders
 // (gemm_ggml_avx2.cc) spend about twice the vector operations per weight byte (a widening to
 // int32, a convert and a multiply per 8 weights, then an FMA per 8 weights and row of x), and a
 // Zen 3 core retires about 3 vector operations per cycle here, so that count sets the speed.
@@ -141,8 +142,9 @@ inline __m256 f16_broadcast(const uint8_t* p) {
 // no faster; Q4_0 by vpmaddubsw of the nibbles (two blocks per vector) with x16 split into a
 // signed high and low byte (s = absmax / 32639, per-lane offset sums prepared with x): 1.03-1.12x
 // at m = 1 but 0.91-0.97x at m = 2 and 3.
+// kMinAt: the byte offset of the block's f16 min m (w = d q + m; Q4_1, Q5_1), or -1.
 struct BlockQ8_0 {
-  static constexpr int kBytes = 34;
+  static constexpr int kBytes = 34, kMinAt = -1;
   static void codes(const uint8_t* b, __m256i* w) {
     w[0] = _mm256_cvtepi8_epi16(load16(b + 2));
     w[1] = _mm256_cvtepi8_epi16(load16(b + 18));
@@ -151,7 +153,7 @@ struct BlockQ8_0 {
 
 // Byte l holds element l in its low nibble and l + 16 in its high one; w = (n - 8) d.
 struct BlockQ4_0 {
-  static constexpr int kBytes = 18;
+  static constexpr int kBytes = 18, kMinAt = -1;
   static void codes(const uint8_t* b, __m256i* w) {
     const __m256i v = _mm256_cvtepu8_epi16(load16(b + 2)), eight = _mm256_set1_epi16(8);
     w[0] = _mm256_sub_epi16(_mm256_and_si256(v, _mm256_set1_epi16(15)), eight);
@@ -159,16 +161,99 @@ struct BlockQ4_0 {
   }
 };
 
-// Block j of a group (p: its bytes) times MB rows of x (xg: the rows' prepared groups).
+// The 16 nibbles n of elements l (low nibble of byte l) and l + 16 (high nibble) as int16.
+inline void nibbles16(const uint8_t* qs, __m256i* w) {
+  const __m256i v = _mm256_cvtepu8_epi16(load16(qs));
+  w[0] = _mm256_and_si256(v, _mm256_set1_epi16(15));
+  w[1] = _mm256_srli_epi16(v, 4);
+}
+
+// The fifth bits h of Q5_0 / Q5_1 (bit e of the 32-bit qh belongs to element e), as c = 16 - 16 h
+// per 16-bit lane l of c[0] (element l) and of c[1] (element l + 16): an and, a compare and an
+// andnot per 16 elements. Q5_0's n + 16 h - 16 is then n - c, Q5_1's n + 16 h is n + 16 - c.
+inline void fifth_bits_clear(uint32_t qh, __m256i* c) {
+  const __m256i bits = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
+                                         4096, 8192, 16384, static_cast<int16_t>(0x8000));
+  const __m256i q = _mm256_set1_epi32(static_cast<int>(qh));
+  const __m256i lo = _mm256_shuffle_epi8(q, _mm256_set1_epi16(0x0100));  // qh & 0xffff
+  const __m256i hi = _mm256_shuffle_epi8(q, _mm256_set1_epi16(0x0302));  // qh >> 16
+  const __m256i sixteen = _mm256_set1_epi16(16);
+  c[0] = _mm256_andnot_si256(_mm256_cmpeq_epi16(_mm256_and_si256(lo, bits), bits), sixteen);
+  c[1] = _mm256_andnot_si256(_mm256_cmpeq_epi16(_mm256_and_si256(hi, bits), bits), sixteen);
+}
+
+// w = d n + m (the nibbles as Q4_0's, without the offset; m at byte 2).
+struct BlockQ4_1 {
+  static constexpr int kBytes = 20, kMinAt = 2;
+  static void codes(const uint8_t* b, __m256i* w) { nibbles16(b + 4, w); }
+};
+
+// w = d (n + 16 h - 16), h the element's bit of the qh at byte 2.
+struct BlockQ5_0 {
+  static constexpr int kBytes = 22, kMinAt = -1;
+  static void codes(const uint8_t* b, __m256i* w) {
+    uint32_t qh;
+    std::memcpy(&qh, b + 2, 4);
+    __m256i c[2];
+    nibbles16(b + 6, w);
+    fifth_bits_clear(qh, c);
+    w[0] = _mm256_sub_epi16(w[0], c[0]);
+    w[1] = _mm256_sub_epi16(w[1], c[1]);
+  }
+};
+
+// w = d (n + 16 h) + m, qh at byte 4.
+struct BlockQ5_1 {
+  static constexpr int kBytes = 24, kMinAt = 2;
+  static void codes(const uint8_t* b, __m256i* w) {
+    uint32_t qh;
+    std::memcpy(&qh, b + 4, 4);
+    __m256i c[2];
+    nibbles16(b + 8, w);
+    fifth_bits_clear(qh, c);
+    const __m256i sixteen = _mm256_set1_epi16(16);
+    w[0] = _mm256_add_epi16(w[0], _mm256_sub_epi16(sixteen, c[0]));
+    w[1] = _mm256_add_epi16(w[1], _mm256_sub_epi16(sixteen, c[1]));
+  }
+};
+
+// kIq4Values[n] of the 32 nibbles at qs (elements l and l + 16 in byte l) as int16: the int8
+// table looked up by vpshufb, then widened.
+inline void iq4_codes(const uint8_t* qs, __m256i* w) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values));
+  const __m128i v = load16(qs), m4 = _mm_set1_epi8(15);
+  w[0] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, _mm_and_si128(v, m4)));
+  w[1] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(v, 4), m4)));
+}
+
+// w = d kIq4Values[n].
+struct BlockIQ4_NL {
+  static constexpr int kBytes = 18, kMinAt = -1;
+  static void codes(const uint8_t* b, __m256i* w) { iq4_codes(b + 2, w); }
+};
+
+// Block j of a group (p: its bytes) times MB rows of x (xg: the rows' prepared groups) into
+// ag (times the group's s later); with a min (B::kMinAt), m times the block's prepared sum
+// s sum x16 into lane 0 of am.
 template <class B, int MB, bool kVnni>
-inline void b32_step(const uint8_t* p, const int16_t* const* xg, int j, __m256* ag) {
+inline void b32_step(const uint8_t* p, const int16_t* const* xg, int j, __m256* ag, __m256* am) {
   __m256i w[2];
   B::codes(p, w);
   const __m256 d = f16_broadcast(p);
+  __m256 m0 = _mm256_setzero_ps();
+  if constexpr (B::kMinAt >= 0) {
+    uint16_t h;
+    std::memcpy(&h, p + B::kMinAt, 2);
+    m0 = _mm256_cvtph_ps(_mm_cvtsi32_si128(h));  // (m, 0, .., 0)
+  }
   for (int i = 0; i < MB; ++i) {
     const int16_t* xb = xg[i] + 32 * j;
     const __m256i t = madd_add<kVnni>(_mm256_madd_epi16(w[0], load32(xb)), w[1], load32(xb + 16));
     ag[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), d, ag[i]);
+    if constexpr (B::kMinAt >= 0) {
+      const float* sums = reinterpret_cast<const float*>(xg[i]) + kX16Sums;
+      am[i] = _mm256_fmadd_ps(m0, _mm256_broadcast_ss(sums + j), am[i]);
+    }
   }
 }
 
@@ -195,16 +280,90 @@ void dot_b32_x16_rows(const uint8_t* const* rows, int64_t k, const float* x, int
       for (int off = 0; off < 8 * B::kBytes; off += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
       }
-      __m256 ag[MB];
-      for (int i = 0; i < MB; ++i) ag[i] = _mm256_setzero_ps();
+      __m256 ag[MB], am[MB];
+      for (int i = 0; i < MB; ++i) ag[i] = am[i] = _mm256_setzero_ps();
       if (b0 + 8 <= nb) {
 #pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) b32_step<B, MB, kVnni>(p + j * B::kBytes, xg, j, ag);
+        for (int j = 0; j < 8; ++j) b32_step<B, MB, kVnni>(p + j * B::kBytes, xg, j, ag, am);
       } else {  // the last group of k % 256 elements
-        for (int j = 0; j < nb - b0; ++j) b32_step<B, MB, kVnni>(p + j * B::kBytes, xg, j, ag);
+        for (int j = 0; j < nb - b0; ++j) {
+          b32_step<B, MB, kVnni>(p + j * B::kBytes, xg, j, ag, am);
+        }
       }
       for (int i = 0; i < MB; ++i) {
         const float sx = x[i * ldx + g * kX16GroupFloats + kX16Scale];
+        acc[r][i] = _mm256_fmadd_ps(ag[i], _mm256_set1_ps(sx), acc[r][i]);
+        if constexpr (B::kMinAt >= 0) acc[r][i] = _mm256_add_ps(acc[r][i], am[i]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[r][i]);
+  }
+}
+
+// ---- IQ4_XS ----
+//
+// A block of 256 (one group of x): f16 d, the 6-bit sub-block scales ls_j (low 4 bits in
+// nibble j of bytes 4..7, high 2 in bits 2j of the u16 at byte 2), then 8 sub-blocks of IQ4_NL
+// nibbles. Per sub-block the 32 codes as IQ4_NL's, two vpmaddwd with x16 (an int32 lane: 4
+// products of at most 127 * 32767, exact in f32), converted and accumulated times
+// dl_j = d (ls_j - 32) (exact in f32, as the reference forms it), the 8 dl formed at once per
+// block; per block the sum times s. The rows as dot_b32_x16_rows reads them.
+inline __m256 iq4_xs_scales(const uint8_t* p) {
+  uint32_t lo;
+  uint16_t hi;
+  std::memcpy(&lo, p + 4, 4);
+  std::memcpy(&hi, p + 2, 2);
+  const __m256i l = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(lo)),
+                        _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+      _mm256_set1_epi32(15));
+  const __m256i h = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(hi), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+      _mm256_set1_epi32(3));
+  const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(l, _mm256_slli_epi32(h, 4)),
+                                      _mm256_set1_epi32(32));
+  return _mm256_mul_ps(f16_broadcast(p), _mm256_cvtepi32_ps(ls));
+}
+
+template <int MB, int NR, bool kVnni>
+void dot_iq4_xs_x16_rows(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                         float* out) {
+  constexpr int kBytes = 136;
+  const int64_t nb = k / 256;
+  const int64_t ahead = prefetch_ahead(nb * kBytes);
+  __m256 acc[NR][MB];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    for (int i = 0; i < MB; ++i) acc[r][i] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int16_t* xg[MB];
+    for (int i = 0; i < MB; ++i) xg[i] = x16_group(x, ldx, i, b);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* p = rows[r] + b * kBytes;
+      for (int off = 0; off < kBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+      }
+      const __m256 dl = iq4_xs_scales(p);
+      __m256 ag[MB];
+      for (int i = 0; i < MB; ++i) ag[i] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        __m256i w[2];
+        iq4_codes(p + 8 + 16 * j, w);
+        const __m256 dj = _mm256_permutevar8x32_ps(dl, _mm256_set1_epi32(j));
+        for (int i = 0; i < MB; ++i) {
+          const int16_t* xb = xg[i] + 32 * j;
+          const __m256i t =
+              madd_add<kVnni>(_mm256_madd_epi16(w[0], load32(xb)), w[1], load32(xb + 16));
+          ag[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), dj, ag[i]);
+        }
+      }
+      for (int i = 0; i < MB; ++i) {
+        const float sx = x[i * ldx + b * kX16GroupFloats + kX16Scale];
         acc[r][i] = _mm256_fmadd_ps(ag[i], _mm256_set1_ps(sx), acc[r][i]);
       }
     }
@@ -212,6 +371,13 @@ void dot_b32_x16_rows(const uint8_t* const* rows, int64_t k, const float* x, int
   for (int r = 0; r < NR; ++r) {
     for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[r][i]);
   }
+}
+
+template <int MB, bool kVnni>
+void dot_iq4_xs_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                       float* out) {
+  if (MB == 1) return dot_iq4_xs_x16_rows<MB, kRows, kVnni>(rows, k, x, ldx, out);
+  for (int r = 0; r < kRows; ++r) dot_iq4_xs_x16_rows<MB, 1, kVnni>(rows + r, k, x, ldx, out + r);
 }
 
 template <class B, int MB, bool kVnni>
@@ -422,6 +588,12 @@ constexpr X16Fns kQ8_0Fns = {dot_b32_x16_mb<BlockQ8_0, 1, V>, dot_b32_x16_mb<Blo
 template <bool V>
 constexpr X16Fns kQ4_0Fns = {dot_b32_x16_mb<BlockQ4_0, 1, V>, dot_b32_x16_mb<BlockQ4_0, 2, V>,
                              dot_b32_x16_mb<BlockQ4_0, 3, V>, dot_b32_x16_mb<BlockQ4_0, 4, V>};
+template <class B, bool V>
+constexpr X16Fns kB32Fns = {dot_b32_x16_mb<B, 1, V>, dot_b32_x16_mb<B, 2, V>,
+                            dot_b32_x16_mb<B, 3, V>, dot_b32_x16_mb<B, 4, V>};
+template <bool V>
+constexpr X16Fns kIQ4_XSFns = {dot_iq4_xs_x16_mb<1, V>, dot_iq4_xs_x16_mb<2, V>,
+                               dot_iq4_xs_x16_mb<3, V>, dot_iq4_xs_x16_mb<4, V>};
 template <bool V>
 constexpr X16Fns kQ6_KFns = {dot_q6_k_x16_mb<1, V>, dot_q6_k_x16_mb<2, V>, dot_q6_k_x16_mb<3, V>,
                              dot_q6_k_x16_mb<4, V>};
@@ -432,33 +604,58 @@ template <bool V>
 constexpr X16Fns kQ5_KFns = {dot_k_x16_mb<true, 1, V>, dot_k_x16_mb<true, 2, V>,
                              dot_k_x16_mb<true, 3, V>, dot_k_x16_mb<true, 4, V>};
 
-// kFns<true> (vpdpwssd) at the avx2_vnni level, asked per call (tests change the level).
-template <const X16Fns& kPlain, const X16Fns& kVnni>
+template <const X16Fns& kFns>
 void by_rows_of_x(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
                   float* out) {
-  (has_vex_vnni() ? kVnni : kPlain)[std::min(mb, kMaxM) - 1](rows, k, x, ldx, out);
+  kFns[std::min(mb, kMaxM) - 1](rows, k, x, ldx, out);
 }
+
+// kFns<true> (vpdpwssd) at the avx2_vnni level: asked per call by `dot`, once per GEMM by
+// `resolve` (tests change the level between calls).
+template <const X16Fns& kPlain, const X16Fns& kVnni>
+struct ByLevel {
+  static GgmlDotFn resolve() {
+    return has_vex_vnni() ? by_rows_of_x<kVnni> : by_rows_of_x<kPlain>;
+  }
+  static void dot(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+                  float* out) {
+    resolve()(rows, k, x, ldx, mb, out);
+  }
+};
 
 }  // namespace
 
 GgmlDotTable ggml_x16_dot_avx2(GgmlType type) {
-  auto entry = [](GgmlDotFn fn, bool even_odd) {
-    return GgmlDotTable{kRows,      kMaxM, fn, true, x16_floats,
-                        even_odd ? prep_x16<true> : prep_x16<false>};
+  auto entry = []<class L>(L, bool even_odd) {
+    GgmlDotTable t{kRows, kMaxM, L::dot, true, x16_floats,
+                   even_odd ? prep_x16<true> : prep_x16<false>};
+    t.resolve = L::resolve;
+    return t;
   };
   switch (type) {
-    case GgmlType::kQ8_0: return entry(by_rows_of_x<kQ8_0Fns<false>, kQ8_0Fns<true>>, false);
-    case GgmlType::kQ4_0: return entry(by_rows_of_x<kQ4_0Fns<false>, kQ4_0Fns<true>>, false);
-    case GgmlType::kQ6_K: return entry(by_rows_of_x<kQ6_KFns<false>, kQ6_KFns<true>>, true);
-    case GgmlType::kQ4_K: return entry(by_rows_of_x<kQ4_KFns<false>, kQ4_KFns<true>>, true);
-    case GgmlType::kQ5_K: return entry(by_rows_of_x<kQ5_KFns<false>, kQ5_KFns<true>>, true);
+    case GgmlType::kQ8_0: return entry(ByLevel<kQ8_0Fns<false>, kQ8_0Fns<true>>{}, false);
+    case GgmlType::kQ4_0: return entry(ByLevel<kQ4_0Fns<false>, kQ4_0Fns<true>>{}, false);
+    case GgmlType::kQ6_K: return entry(ByLevel<kQ6_KFns<false>, kQ6_KFns<true>>{}, true);
+    case GgmlType::kQ4_K: return entry(ByLevel<kQ4_KFns<false>, kQ4_KFns<true>>{}, true);
+    case GgmlType::kQ5_K: return entry(ByLevel<kQ5_KFns<false>, kQ5_KFns<true>>{}, true);
+    case GgmlType::kQ4_1:
+      return entry(ByLevel<kB32Fns<BlockQ4_1, false>, kB32Fns<BlockQ4_1, true>>{}, false);
+    case GgmlType::kQ5_0:
+      return entry(ByLevel<kB32Fns<BlockQ5_0, false>, kB32Fns<BlockQ5_0, true>>{}, false);
+    case GgmlType::kQ5_1:
+      return entry(ByLevel<kB32Fns<BlockQ5_1, false>, kB32Fns<BlockQ5_1, true>>{}, false);
+    case GgmlType::kIQ4_NL:
+      return entry(ByLevel<kB32Fns<BlockIQ4_NL, false>, kB32Fns<BlockIQ4_NL, true>>{}, false);
+    case GgmlType::kIQ4_XS:
+      return entry(ByLevel<kIQ4_XSFns<false>, kIQ4_XSFns<true>>{}, false);
     default: return GgmlDotTable{};
   }
 }
 
 void set_x16_kernels_avx2(GgmlKernels& t) {
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ6_K, GgmlType::kQ4_K,
-                        GgmlType::kQ5_K}) {
+                        GgmlType::kQ5_K, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS}) {
     t.dot[static_cast<int>(type)] = ggml_x16_dot_avx2(type);
   }
 }
