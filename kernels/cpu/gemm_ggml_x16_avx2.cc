@@ -194,34 +194,25 @@ struct BlockQ4_1 {
   static void codes(const uint8_t* b, __m256i* w) { nibbles16(b + 4, w); }
 };
 
-// w = d (n + 16 h - 16), h the element's bit of the qh at byte 2.
-struct BlockQ5_0 {
-  static constexpr int kBytes = 22, kMinAt = -1;
+// Q5_0: w = d (n + 16 h - 16), qh at byte 2; Q5_1 (kMin): w = d (n + 16 h) + m, m at byte 2, qh
+// at byte 4. The nibbles follow qh.
+template <bool kMin>
+struct BlockQ5 {
+  static constexpr int kBytes = kMin ? 24 : 22, kMinAt = kMin ? 2 : -1, kQhAt = kMin ? 4 : 2;
   static void codes(const uint8_t* b, __m256i* w) {
     uint32_t qh;
-    std::memcpy(&qh, b + 2, 4);
+    std::memcpy(&qh, b + kQhAt, 4);
     __m256i c[2];
-    nibbles16(b + 6, w);
+    nibbles16(b + kQhAt + 4, w);
     fifth_bits_clear(qh, c);
-    w[0] = _mm256_sub_epi16(w[0], c[0]);
-    w[1] = _mm256_sub_epi16(w[1], c[1]);
+    for (int e = 0; e < 2; ++e) {
+      w[e] = kMin ? _mm256_add_epi16(w[e], _mm256_sub_epi16(_mm256_set1_epi16(16), c[e]))
+                  : _mm256_sub_epi16(w[e], c[e]);
+    }
   }
 };
-
-// w = d (n + 16 h) + m, qh at byte 4.
-struct BlockQ5_1 {
-  static constexpr int kBytes = 24, kMinAt = 2;
-  static void codes(const uint8_t* b, __m256i* w) {
-    uint32_t qh;
-    std::memcpy(&qh, b + 4, 4);
-    __m256i c[2];
-    nibbles16(b + 8, w);
-    fifth_bits_clear(qh, c);
-    const __m256i sixteen = _mm256_set1_epi16(16);
-    w[0] = _mm256_add_epi16(w[0], _mm256_sub_epi16(sixteen, c[0]));
-    w[1] = _mm256_add_epi16(w[1], _mm256_sub_epi16(sixteen, c[1]));
-  }
-};
+using BlockQ5_0 = BlockQ5<false>;
+using BlockQ5_1 = BlockQ5<true>;
 
 // kIq4Values[n] of the 32 nibbles at qs (elements l and l + 16 in byte l) as int16: the int8
 // table looked up by vpshufb, then widened.
