@@ -1,12 +1,13 @@
 // AVX2 decode kernels for GGUF weights against x rounded to 16 bits (the x16 kernels of
-// gemm_ggml.h; error bound there): Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q4_K, Q5_K and
-// Q6_K. Q4_1, Q5_0, Q5_1 and IQ4_NL share the Q4_0 / Q8_0 kernel (a block type's codes as 16
-// int16; Q4_1 / Q5_1 add m times the prepared 32-element sum of x), IQ4_XS has its own (IQ4_NL's
-// codes with per-sub-block scales). Measured against the f32 decoders they replace (Zen 3 VM, 1
-// thread, bench_gemm_ggml --m 1, 2048 x 2048 from DRAM, new / old library the same minutes,
-// GB/s): Q4_1 11.4 / 4.8, Q5_0 9.6 / 4.5, Q5_1 8.4 / 4.9, IQ4_NL 9.1 / 4.3, IQ4_XS 7.7 / 3.5; in
-// `sampan bench` (TinyLlama shape, llama.cpp's mixed recipes, 1 thread) decode Q4_1 7.3 -> 16.5
-// tok/s, IQ4_NL 7.4 -> 15.0. The f32 decoders
+// gemm_ggml.h; error bound there): Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q3_K, Q4_K,
+// Q5_K and Q6_K. Q4_1, Q5_0, Q5_1 and IQ4_NL share the Q4_0 / Q8_0 kernel (a block type's codes
+// as 16 int16; Q4_1 / Q5_1 add m times the prepared 32-element sum of x), IQ4_XS has its own
+// (IQ4_NL's codes with per-sub-block scales), Q3_K shares Q6_K's. Measured against the f32
+// decoders they replace (Zen 3 VM, 1 thread, bench_gemm_ggml --m 1, 2048 x 2048 from DRAM, new /
+// old library the same minutes, GB/s): Q4_1 11.4 / 4.8, Q5_0 9.6 / 4.5, Q5_1 8.4 / 4.9, IQ4_NL
+// 9.1 / 4.3, IQ4_XS 7.7 / 3.5, Q3_K 6.2 / 3.0 (during a CI run); in `sampan bench` (TinyLlama
+// shape, llama.cpp's mixed recipes, 1 thread) decode Q4_1 7.3 -> 16.5 tok/s, IQ4_NL 7.4 -> 15.0.
+// The f32 decoders
 // (gemm_ggml_avx2.cc) spend about twice the vector operations per weight byte (a widening to
 // int32, a convert and a multiply per 8 weights, then an FMA per 8 weights and row of x), and a
 // Zen 3 core retires about 3 vector operations per cycle here, so that count sets the speed.
@@ -395,10 +396,47 @@ void dot_b32_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
 // weights), at most 16 * 4096 * 32767 < 2^31, so each half is converted to f32 on its own; per
 // block one FMA with d s. Measured (Zen 3, 1 thread, weights in L2, thread CPU time) 1.27x the
 // speed of the widening by vpmovsxbw at m = 1 (1.11x at m = 2).
-template <int MB, bool kVnni>
-void dot_q6_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
-                     float* out) {
-  constexpr int kBytes = 210;
+//
+// Q3_K runs the same kernel (its sub-blocks are the same 16 elements, and 32 c + l the same
+// elements of the 2-bit planes): codes q = ql - 4 + 4 h in [-4, 3] (the 2-bit ql and the hmask
+// bit h, as DecQ3_K in gemm_ggml_avx2.cc), the 16 6-bit scales minus 32; |q sc| <= 128, an int32
+// lane then sums at most 32 * 128 * 32767 per block.
+struct Q6KCodes {
+  static constexpr int kBytes = 210, kDAt = 208;
+  static __m256i codes(const uint8_t* p, int c) { return q6_codes(p, c); }
+  static __m128i scales(const uint8_t* p) { return load16(p + 192); }
+};
+
+struct Q3KCodes {
+  static constexpr int kBytes = 110, kDAt = 108;
+  static __m256i codes(const uint8_t* p, int c) {
+    const int a = c / 4, s = c % 4;
+    const __m256i ql = _mm256_and_si256(
+        _mm256_srl_epi16(load32(p + 32 + 32 * a), _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
+    const __m256i h =
+        _mm256_and_si256(_mm256_srl_epi16(load32(p), _mm_cvtsi32_si128(c)), _mm256_set1_epi8(1));
+    return _mm256_add_epi8(_mm256_sub_epi8(ql, _mm256_set1_epi8(4)), _mm256_slli_epi16(h, 2));
+  }
+  // Scale j: low 4 bits from byte 96 + j (j < 8) or the high nibble of 96 + j - 8, top 2 bits
+  // from byte 104 + j % 4 at bit 2 (j / 4); minus 32.
+  static __m128i scales(const uint8_t* p) {
+    uint64_t l;
+    uint32_t u;
+    std::memcpy(&l, p + 96, 8);
+    std::memcpy(&u, p + 104, 4);
+    const __m128i lo = _mm_set_epi64x(static_cast<int64_t>((l >> 4) & 0x0f0f0f0f0f0f0f0full),
+                                      static_cast<int64_t>(l & 0x0f0f0f0f0f0f0f0full));
+    const __m128i hi = _mm_setr_epi32(
+        static_cast<int>(u & 0x03030303u), static_cast<int>((u >> 2) & 0x03030303u),
+        static_cast<int>((u >> 4) & 0x03030303u), static_cast<int>((u >> 6) & 0x03030303u));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+  }
+};
+
+template <class K, int MB, bool kVnni>
+void dot_k16_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                    float* out) {
+  constexpr int kBytes = K::kBytes;
   const int64_t nb = k / 256;
   const int64_t ahead = prefetch_ahead(nb * kBytes);
   // Scale bytes 0, 2, .., 14 then 1, 3, .., 15: widened, int16 c of lane 0 is sc_2c, of lane 1
@@ -412,7 +450,7 @@ void dot_q6_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int6
       for (int off = 0; off < kBytes; off += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
       }
-      const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(load16(p + 192), by_parity));
+      const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(K::scales(p), by_parity));
       const int16_t* xg[MB];
       for (int i = 0; i < MB; ++i) xg[i] = x16_group(x, ldx, i, b);
       // Half a of the block (elements 128 a..) into exact int32 lanes, converted.
@@ -421,7 +459,7 @@ void dot_q6_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int6
         for (int i = 0; i < MB; ++i) ai[i] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int c = 4 * a; c < 4 * a + 4; ++c) {
-          const __m256i q = q6_codes(p, c);
+          const __m256i q = K::codes(p, c);
           const __m256i sv = _mm256_shuffle_epi8(
               sc, _mm256_set1_epi16(static_cast<int16_t>(0x0101 * 2 * c + 0x100)));
           const __m256i even =
@@ -439,7 +477,7 @@ void dot_q6_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int6
       half(0, f);
       half(1, f1);
       for (int i = 0; i < MB; ++i) f[i] = _mm256_add_ps(f[i], f1[i]);
-      const float d = f16_at(p + 208);
+      const float d = f16_at(p + K::kDAt);
       for (int i = 0; i < MB; ++i) {
         const float sx = x[i * ldx + b * kX16GroupFloats + kX16Scale];
         acc[i] = _mm256_fmadd_ps(f[i], _mm256_set1_ps(d * sx), acc[i]);
@@ -591,9 +629,13 @@ constexpr X16Fns kB32Fns = {dot_b32_x16_mb<B, 1, V>, dot_b32_x16_mb<B, 2, V>,
 template <bool V>
 constexpr X16Fns kIQ4_XSFns = {dot_iq4_xs_x16_mb<1, V>, dot_iq4_xs_x16_mb<2, V>,
                                dot_iq4_xs_x16_mb<3, V>, dot_iq4_xs_x16_mb<4, V>};
+template <class K, bool V>
+constexpr X16Fns kK16Fns = {dot_k16_x16_mb<K, 1, V>, dot_k16_x16_mb<K, 2, V>,
+                            dot_k16_x16_mb<K, 3, V>, dot_k16_x16_mb<K, 4, V>};
 template <bool V>
-constexpr X16Fns kQ6_KFns = {dot_q6_k_x16_mb<1, V>, dot_q6_k_x16_mb<2, V>, dot_q6_k_x16_mb<3, V>,
-                             dot_q6_k_x16_mb<4, V>};
+constexpr const X16Fns& kQ6_KFns = kK16Fns<Q6KCodes, V>;
+template <bool V>
+constexpr const X16Fns& kQ3_KFns = kK16Fns<Q3KCodes, V>;
 template <bool V>
 constexpr X16Fns kQ4_KFns = {dot_k_x16_mb<false, 1, V>, dot_k_x16_mb<false, 2, V>,
                              dot_k_x16_mb<false, 3, V>, dot_k_x16_mb<false, 4, V>};
@@ -643,6 +685,7 @@ GgmlDotTable ggml_x16_dot_avx2(GgmlType type) {
       return entry(ByLevel<kB32Fns<BlockQ5_1, false>, kB32Fns<BlockQ5_1, true>>{}, false);
     case GgmlType::kIQ4_NL:
       return entry(ByLevel<kB32Fns<BlockIQ4_NL, false>, kB32Fns<BlockIQ4_NL, true>>{}, false);
+    case GgmlType::kQ3_K: return entry(ByLevel<kQ3_KFns<false>, kQ3_KFns<true>>{}, true);
     case GgmlType::kIQ4_XS:
       return entry(ByLevel<kIQ4_XSFns<false>, kIQ4_XSFns<true>>{}, false);
     default: return GgmlDotTable{};
@@ -652,7 +695,7 @@ GgmlDotTable ggml_x16_dot_avx2(GgmlType type) {
 void set_x16_kernels_avx2(GgmlKernels& t) {
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ6_K, GgmlType::kQ4_K,
                         GgmlType::kQ5_K, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-                        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS}) {
+                        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kQ3_K}) {
     t.dot[static_cast<int>(type)] = ggml_x16_dot_avx2(type);
   }
 }
