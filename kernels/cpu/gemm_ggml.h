@@ -18,8 +18,8 @@
 // Q5_K) and 1.05-1.15x (Q4_0, Q8_0, 2 threads, from DRAM) the speed of their exact f32 decoders
 // on AVX-512, and on AVX2 (Zen 3, 1 thread, weights in cache, thread CPU time, m = 1) 2.4-2.6x
 // (Q4_0, Q6_K) and 2.3-2.5x (Q8_0; gemm_ggml_x16_avx2.cc has the figures). On AVX2 (the avx2
-// and avx2_vnni levels) Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS and Q3_K decode against x16 too
-// (1.7-2.4x their f32 decoders, Zen 3, m = 1 from DRAM); everything else keeps x in f32. With
+// and avx2_vnni levels) Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K and Q3_K decode against x16 too
+// (1.4-2.4x their f32 decoders, Zen 3, m = 1 from DRAM); everything else keeps x in f32. With
 // GemmPrecision::kBf16 on AVX512-VNNI, decode of Q4_K, Q5_K and Q6_K instead
 // rounds x to int8 per 256 elements (the x8 kernels, GgmlKernels::dot_x8,
 // gemm_ggml_q4k_avx512_vnni.cc and gemm_ggml_kq_avx512_vnni.cc; llama.cpp's Q8_K activations):
@@ -50,7 +50,7 @@
 //    then a tree) and (k + 16) * 2^-24 * M at prefill (the plain GEMM's panel kernels sum each
 //    output in one lane); measured errors are far smaller.
 //  - x16 kernels (decode of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K; on AVX2 also Q4_1, Q5_0, Q5_1,
-//    IQ4_NL, IQ4_XS and Q3_K): x is rounded to
+//    IQ4_NL, IQ4_XS, Q2_K and Q3_K): x is rounded to
 //    1/65534 of its 256-element block's absmax (1/65278 in the AVX512-VNNI Q4_K / Q5_K kernels,
 //    whose 16 bits are two int8 planes; kGgmlDecodeXError and the full bound below;
 //    blocks start at element 0 of the row, a last one of k % 256 elements takes its own
@@ -58,7 +58,8 @@
 //    the bf16-split AMX path (2^-16). Q4_0, Q8_0, Q5_0, IQ4_NL, IQ4_XS, Q3_K and Q6_K have no min
 //    part (w2 = 0, M' = sum |x||w|: their integer sums already hold (q - offset) x16, or the
 //    codebook value times x16, exactly); Q4_1 and Q5_1 split w = d q + m as w1 = d q,
-//    w2 = -m, the m part against the prepared 32-element sums s sum x16.
+//    w2 = -m, the m part against the prepared 32-element sums s sum x16; Q2_K as the other
+//    K-quants with mins (its mn times x16 summed in integers per 16-element sub-block).
 //  - x8 kernels (decode of Q4_K, Q5_K and Q6_K with kBf16 on AVX512-VNNI): the x16 bound with
 //    kX8Error (gemm_quant.h: absmax_b / 254 plus f32 roundings) in place of kGgmlDecodeXError,
 //    over the same blocks of 256 (the table's x8 flag says which bound a table's kernel keeps).
@@ -212,8 +213,8 @@ GgmlDotTable ggml_q4k_dot_avx512_vnni(GgmlType type, bool x8);
 // why not for m = 1).
 GgmlDotTable ggml_q4k_wide_dot_avx512_vnni(GgmlType type);
 
-// The AVX2 x16 decode kernel of `type` (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q3_K,
-// Q4_K, Q5_K or Q6_K; gemm_ggml_x16_avx2.cc):
+// The AVX2 x16 decode kernel of `type` (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K,
+// Q3_K, Q4_K, Q5_K or Q6_K; gemm_ggml_x16_avx2.cc):
 // the AVX-512 table takes Q6_K's, faster there than its f32 decoder (figures at make_table).
 GgmlDotTable ggml_x16_dot_avx2(GgmlType type);
 

@@ -11,9 +11,9 @@
 //  - Q2_K, Q3_K, Q5_K: codes from 16-bit shifts and byte masks, widened, then (d sc) q (- dmin mn).
 // AVX2 has 16 vector registers: R = 4 rows against at most 2 rows of x per pass (8 accumulators,
 // 4 weight vectors); x is re-read from L1 per row. Decode of Q4_0, Q8_0, Q4_1, Q5_0, Q5_1,
-// IQ4_NL, IQ4_XS, Q3_K, Q4_K, Q5_K and Q6_K takes x rounded to 16 bits instead (the x16 kernels,
-// gemm_ggml_x16_avx2.cc; bound in
-// gemm_ggml.h): the decoders here still dequantize those types for prefill.
+// IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K takes x rounded to 16 bits instead (the x16
+// kernels, gemm_ggml_x16_avx2.cc; bound in gemm_ggml.h): the decoders here still dequantize those
+// types for prefill.
 #include <immintrin.h>
 
 #include <cstring>

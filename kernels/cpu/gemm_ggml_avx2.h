@@ -17,8 +17,8 @@
 namespace sampan::cpu::gemm_detail {
 
 // Decode kernels against x rounded to 16 bits (gemm_ggml_x16_avx2.cc): sets the table entries of
-// Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q3_K, Q4_K, Q5_K and Q6_K (their dot kernels only;
-// dequant stays the f32 decoders').
+// Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (their dot
+// kernels only; dequant stays the f32 decoders').
 void set_x16_kernels_avx2(GgmlKernels& t);
 
 namespace {

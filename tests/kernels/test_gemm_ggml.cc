@@ -397,7 +397,7 @@ bool has_x16_kernel(GgmlType t) {
   return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0 || t == GgmlType::kQ6_K ||
          t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ4_1 ||
          t == GgmlType::kQ5_0 || t == GgmlType::kQ5_1 || t == GgmlType::kIQ4_NL ||
-         t == GgmlType::kIQ4_XS || t == GgmlType::kQ3_K;
+         t == GgmlType::kIQ4_XS || t == GgmlType::kQ3_K || t == GgmlType::kQ2_K;
 }
 
 // Many columns: the work splits over workers, stripes of 64 columns and the prefill chunking.
