@@ -19,7 +19,7 @@
 // on AVX-512, and on AVX2 (Zen 3, 1 thread, weights in cache, thread CPU time, m = 1) 2.4-2.6x
 // (Q4_0, Q6_K) and 2.3-2.5x (Q8_0; gemm_ggml_x16_avx2.cc has the figures). On AVX2 (the avx2
 // and avx2_vnni levels) Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K and Q3_K decode against x16 too
-// (1.4-2.4x their f32 decoders, Zen 3, m = 1 from DRAM); everything else keeps x in f32. With
+// (1.7-2.4x their f32 decoders, Zen 3, m = 1 from DRAM); everything else keeps x in f32. With
 // GemmPrecision::kBf16 on AVX512-VNNI, decode of Q4_K, Q5_K and Q6_K instead
 // rounds x to int8 per 256 elements (the x8 kernels, GgmlKernels::dot_x8,
 // gemm_ggml_q4k_avx512_vnni.cc and gemm_ggml_kq_avx512_vnni.cc; llama.cpp's Q8_K activations):

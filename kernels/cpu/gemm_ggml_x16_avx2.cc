@@ -5,13 +5,12 @@
 // own (IQ4_NL's codes with per-sub-block scales), Q2_K and Q3_K share Q6_K's. Measured against
 // the f32 decoders they replace (Zen 3 VM, 1 thread, bench_gemm_ggml --m 1, 2048 x 2048 from
 // DRAM, new / old library the same minutes, GB/s): Q4_1 11.4 / 4.8, Q5_0 9.6 / 4.5, Q5_1 8.4 /
-// 4.9, IQ4_NL 9.1 / 4.3, IQ4_XS 7.7 / 3.5, Q3_K 6.2 / 3.0, Q2_K 3.7 / 2.6 (these two during a CI
-// run); in `sampan bench` (TinyLlama shape, llama.cpp's mixed recipes, 1 thread) decode Q4_1
-// 7.3 -> 16.5 tok/s, IQ4_NL 7.4 -> 15.0.
-// The f32 decoders
-// (gemm_ggml_avx2.cc) spend about twice the vector operations per weight byte (a widening to
-// int32, a convert and a multiply per 8 weights, then an FMA per 8 weights and row of x), and a
-// Zen 3 core retires about 3 vector operations per cycle here, so that count sets the speed.
+// 4.9, IQ4_NL 9.1 / 4.3, IQ4_XS 7.7 / 3.5, Q3_K 6.3 / 2.9, Q2_K 5.2 / 2.8; in `sampan bench`
+// (TinyLlama shape, llama.cpp's mixed recipes, 1 thread) decode Q4_1 7.3 -> 16.5 tok/s, IQ4_NL
+// 7.4 -> 15.0. The f32 decoders (gemm_ggml_avx2.cc) spend about twice the vector operations per
+// weight byte (a widening to int32, a convert and a multiply per 8 weights, then an FMA per 8
+// weights and row of x), and a Zen 3 core retires about 3 vector operations per cycle here, so
+// that count sets the speed.
 // Here the codes are widened to int16 once, shared by the rows of x, and vpmaddwd multiplies 16
 // of them with x16 and sums them in pairs into exact int32 lanes, converted to f32 once per
 // block (Q4_0, Q8_0) or half block (Q6_K).
