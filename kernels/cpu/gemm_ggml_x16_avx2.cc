@@ -417,20 +417,7 @@ struct Q3KCodes {
         _mm256_and_si256(_mm256_srl_epi16(load32(p), _mm_cvtsi32_si128(c)), _mm256_set1_epi8(1));
     return _mm256_add_epi8(_mm256_sub_epi8(ql, _mm256_set1_epi8(4)), _mm256_slli_epi16(h, 2));
   }
-  // Scale j: low 4 bits from byte 96 + j (j < 8) or the high nibble of 96 + j - 8, top 2 bits
-  // from byte 104 + j % 4 at bit 2 (j / 4); minus 32.
-  static __m128i scales(const uint8_t* p) {
-    uint64_t l;
-    uint32_t u;
-    std::memcpy(&l, p + 96, 8);
-    std::memcpy(&u, p + 104, 4);
-    const __m128i lo = _mm_set_epi64x(static_cast<int64_t>((l >> 4) & 0x0f0f0f0f0f0f0f0full),
-                                      static_cast<int64_t>(l & 0x0f0f0f0f0f0f0f0full));
-    const __m128i hi = _mm_setr_epi32(
-        static_cast<int>(u & 0x03030303u), static_cast<int>((u >> 2) & 0x03030303u),
-        static_cast<int>((u >> 4) & 0x03030303u), static_cast<int>((u >> 6) & 0x03030303u));
-    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
-  }
+  static __m128i scales(const uint8_t* p) { return q3_k_scales(p); }
 };
 
 // Q2_K: codes (qs >> 2 s) & 3 in [0, 3] of the 2-bit plane at byte 16 (the Q3_K plane order),
