@@ -163,8 +163,8 @@ inline __mmask64 mask64(int64_t n) {
 // kernels waited on a DRAM miss per call (Zen 5, TinyLlama shape, 1 thread, alternating:
 // decode 54-59 -> 62-64 tok/s at group 128, 46-48 -> 59-61 at group 32). The decode driver
 // (gemm_quant_cpu.cc) calls it before each kernel call on kI4 rows, whatever the ISA level, with
-// ng = k / group (the scales and zero points per row) computed once per GEMM: a 64-bit division
-// per call was the hottest instruction of the decode walk (perf, int4 g32 m = 1, Zen 3).
+// ng = k / group (the scales and zero points per row) computed once per GEMM (a 64-bit division
+// per call showed in the decode walk's profile: perf, int4 g32 m = 1, Zen 3).
 // Addresses past an array's end are only prefetched (prefetch.h: why not _mm_prefetch in this
 // loop).
 inline void prefetch_i4_scales(const QuantRow* rows, int n, int64_t ng) {
@@ -184,8 +184,8 @@ struct QuantDotTable {
   QuantDotFn dot = nullptr;
   // Optional: the dot specialised for a format (group, zero points, instruction forms), which
   // the decode driver asks for once per GEMM and calls instead of `dot` (whose per-call dispatch
-  // asked the ISA level through out-of-line calls: ~5 % of an int4 g32 call of 4 rows at k =
-  // 2048, Zen 3). Gives the same results as `dot`.
+  // asks the ISA level through out-of-line calls; with prefetch_i4_scales' division hoisted as
+  // well, int4 g32 GEMV 1.03x at m = 1, Zen 3). Gives the same results as `dot`.
   QuantDotFn (*resolve)(const QuantFormat& f) = nullptr;
 };
 
