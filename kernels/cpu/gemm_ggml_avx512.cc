@@ -44,6 +44,7 @@
 
 #include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/gemm_ggml_avx512.h"
+#include "kernels/cpu/ggml_block_fields.h"
 #include "kernels/cpu/ggml_dequant.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_avx512.h"
@@ -359,18 +360,7 @@ struct DecQ3_K {
   float dl[16];
   void begin(const uint8_t* b) {
     p = b;
-    // Scale j: low 4 bits from byte j (j < 8) or j - 8's high nibble, top 2 bits from byte
-    // 8 + j % 4 at bit 2 (j / 4); all 16 assembled in bytes, minus 32.
-    uint64_t l;
-    uint32_t u;
-    std::memcpy(&l, b + 96, 8);
-    std::memcpy(&u, b + 104, 4);
-    const __m128i lo = _mm_set_epi64x(static_cast<int64_t>((l >> 4) & 0x0f0f0f0f0f0f0f0full),
-                                      static_cast<int64_t>(l & 0x0f0f0f0f0f0f0f0full));
-    const __m128i hi = _mm_setr_epi32(
-        static_cast<int>(u & 0x03030303u), static_cast<int>((u >> 2) & 0x03030303u),
-        static_cast<int>((u >> 4) & 0x03030303u), static_cast<int>((u >> 6) & 0x03030303u));
-    const __m128i sc = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+    const __m128i sc = q3_k_scales(b);
     const __m256 d = _mm256_set1_ps(f16_at(b + 108));
     _mm256_storeu_ps(dl, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
     _mm256_storeu_ps(

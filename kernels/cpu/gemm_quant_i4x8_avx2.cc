@@ -103,7 +103,6 @@ void prep_i4_x8(const float* x, int64_t k, int64_t group, float* out) {
 
 namespace {
 
-using avx2q::hsum;
 using avx2q::i4_step;
 using avx2q::i4x8_step_bytes;
 using avx2q::load32;
