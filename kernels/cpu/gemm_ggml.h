@@ -26,7 +26,8 @@
 // one core, weights in cache, m = 1, 1.2-1.3x (Q4_K, Zen 5) and 1.9-2x (Q6_K, Emerald Rapids)
 // the x16 kernels.
 // Prefill (m >= kGgmlPrefillMinM) on CPUs without AMX at AVX512-VNNI or below AVX-512, for Q4_0,
-// Q8_0, Q4_K, Q5_K and Q6_K: integer products in int16 pairs (ggml_on_int_prefill below). On
+// Q8_0, Q4_K, Q5_K and Q6_K, and below AVX-512 also Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K and
+// Q3_K: integer products in int16 pairs (ggml_on_int_prefill below). On
 // AMX CPUs (unless GemmPrecision::kF32), every type: gemm_ggml_amx below, the blocks dequantized
 // straight into
 // the tile panels, rounded to bf16, x rounded to bf16. Otherwise, and for every other type: the
@@ -154,20 +155,20 @@ const GgmlKernels& ggml_kernels_avx2();
 const GgmlKernels& ggml_kernels_avx512();
 
 // Whether cpu::gemm runs GGUF weights of `type` with m rows of x through
-// gemm_ggml_vnni_prefill (gemm_ggml_avx2_prefill at a level without AVX-512): Q4_0, Q8_0,
-// Q4_K, Q5_K and Q6_K at levels without AMX that have AVX512-VNNI or no AVX-512 (as
-// i4_on_int_prefill, gemm_quant.h), m >= kGgmlPrefillMinM, GemmPrecision not kF32. x is then
-// rounded per 32 (Q6_K: 16) elements to x16 = round(x / s), s = absmax / 32767: within the x16
-// kernels' bound below (their blocks of 256
-// hold these groups), with integer products as theirs (Q4_K / Q5_K: the (d sc) q part in
-// integers, the dmin mn part against the f32 sums s * sum x16 of each group). With
-// GemmPrecision::kBf16, x is rounded per 32 (Q6_K: 16) elements to int8 instead, within
-// kX8Error (gemm_quant.h, vnni_x8), as llama.cpp rounds its activations, where
-// ggml_prefill_x8(type).
+// gemm_ggml_vnni_prefill (gemm_ggml_avx2_prefill at a level without AVX-512): at levels without
+// AMX, Q4_0, Q8_0, Q4_K, Q5_K and Q6_K with AVX512-VNNI or without AVX-512 (as
+// i4_on_int_prefill, gemm_quant.h), the types of ggml_avx2_prefill_type without AVX-512 only;
+// m >= kGgmlPrefillMinM, GemmPrecision not kF32. x is then rounded per group of 32 (Q6_K, Q2_K,
+// Q3_K: 16) elements to x16 = round(x / s), s = absmax / 32767: within the x16 kernels' bound
+// below (their blocks of 256 hold these groups), with integer products as theirs (types with
+// a min, Q4_1, Q5_1, Q2_K, Q4_K, Q5_K: the scale part in integers, the min part against the f32
+// sums s * sum x16 of each group, so within the bound with M'). With GemmPrecision::kBf16, x is
+// rounded per group to int8 instead, within kX8Error (gemm_quant.h, vnni_x8), as llama.cpp
+// rounds its activations, where ggml_prefill_x8(type).
 bool ggml_on_int_prefill(GgmlType type, int64_t m);
-// Whether that prefill rounds x of `type` to int8: vnni_x8(), except Q8_0 at a level without
-// VNNI (avx2), whose unsigned codes up to 255 would saturate vpmaddubsw's int16 pair sums: it
-// keeps x16 there.
+// Whether that prefill rounds x of `type` to int8: vnni_x8(), except Q8_0, IQ4_NL and IQ4_XS at
+// a level without VNNI (avx2), whose unsigned codes up to 255 (q + 128, kv + 128) would saturate
+// vpmaddubsw's int16 pair sums: they keep x16 there.
 bool ggml_prefill_x8(GgmlType type);
 // Prefill on AMX-BF16 tiles (gemm_ggml_amx.cc; AMX CPUs, where prefill_in_bf16()): the rows'
 // blocks dequantized by `dequant` straight into gemm_amx's panels and rounded to bf16; x as
@@ -175,8 +176,12 @@ bool ggml_prefill_x8(GgmlType type);
 void gemm_ggml_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                    GgmlDequantFn dequant, GemmEpilogue ep, float* y, int64_t ldy,
                    TaskRunner& runner);
-// The types gemm_ggml_vnni_prefill packs (the type half of ggml_on_int_prefill).
+// The types the integer prefill packs (the type half of ggml_on_int_prefill).
 bool ggml_i16_prefill_type(GgmlType type);
+// Those of them that take it at levels without AVX-512 only (gemm_ggml_avx2_prefill): Q4_1,
+// Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K. The AVX-512 packers compile them from the same
+// ggml_chunk_u8 but have never run on them (no AVX512-VNNI machine since they were added).
+bool ggml_avx2_prefill_type(GgmlType type);
 // Any m >= 1 (gemm_prefill_int_avx512_vnni.cc; AVX512-VNNI CPUs only).
 void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                             GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);

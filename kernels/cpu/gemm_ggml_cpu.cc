@@ -206,17 +206,29 @@ const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type, int6
 
 bool ggml_i16_prefill_type(GgmlType type) {
   return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
-         type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+         type == GgmlType::kQ5_K || type == GgmlType::kQ6_K || ggml_avx2_prefill_type(type);
+}
+
+bool ggml_avx2_prefill_type(GgmlType type) {
+  return type == GgmlType::kQ4_1 || type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
+         type == GgmlType::kIQ4_NL || type == GgmlType::kIQ4_XS || type == GgmlType::kQ2_K ||
+         type == GgmlType::kQ3_K;
 }
 
 bool ggml_on_int_prefill(GgmlType type, int64_t m) {
-  return ggml_i16_prefill_type(type) && m >= kGgmlPrefillMinM &&
-         (has_avx512_vnni() || !has_avx512()) && !has_amx() &&
-         gemm_precision() != GemmPrecision::kF32;
+  if (!ggml_i16_prefill_type(type) || m < kGgmlPrefillMinM || has_amx() ||
+      gemm_precision() == GemmPrecision::kF32) {
+    return false;
+  }
+  return has_avx512() ? has_avx512_vnni() && !ggml_avx2_prefill_type(type) : true;
 }
 
 bool ggml_prefill_x8(GgmlType type) {
-  return vnni_x8() && (has_avx512_vnni() || has_vex_vnni() || type != GgmlType::kQ8_0);
+  // Unsigned codes above 129 (Q8_0's q + 128, the IQ4 codebooks' kv + 128) would saturate
+  // vpmaddubsw's int16 pair sums: without VNNI those types keep x16.
+  const bool wide_codes =
+      type == GgmlType::kQ8_0 || type == GgmlType::kIQ4_NL || type == GgmlType::kIQ4_XS;
+  return vnni_x8() && (has_avx512_vnni() || has_vex_vnni() || !wide_codes);
 }
 
 void gemm_ggml(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, GemmEpilogue ep,

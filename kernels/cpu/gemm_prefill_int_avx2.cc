@@ -394,8 +394,9 @@ struct Avx2IntKernel {
   static IntPackFn i4_pack(bool x8) { return x8 ? pack_i4_x8 : pack_i4; }
   template <GgmlKind kKind>
   static IntPackFn ggml_pack(bool x8) {
-    // Q8_0's u reaches 255: vpmaddubsw would saturate (ggml_prefill_x8 keeps it at x16).
-    assert(kVnni || !x8 || kKind != GgmlKind::kQ8_0);
+    // Q8_0's and the IQ4 kinds' u pass 129: vpmaddubsw would saturate (ggml_prefill_x8 keeps
+    // them at x16).
+    assert(kVnni || !x8 || GgmlLayout<kKind>::kMaxU <= 129);
     return x8 ? pack_ggml<kKind, true> : pack_ggml<kKind, false>;
   }
 };

@@ -101,12 +101,19 @@ void i4_scales(const GemmWeights& w, const Plan& p, int b, int64_t row0, int col
   }
 }
 
-// GGUF Q4_K: a 256-element block is 8 groups of 32 (sub-block j: nibble j % 2 of bytes
-// 32 (j / 2).. of qs, w = (d sc_j) q - dmin mn_j with q in 0..15); d sc_j and dmin mn_j are exact
-// in f32 (11 + 6 bits), so s_w = d sc_j and the min mn = dmin mn_j. Q6_K: 16 groups of 16,
-// w = (d sc_j) (q - 32), sc_j int8 (d sc_j exact in f32: 11 + 8 bits), q from 4 low bits of ql
-// and 2 high bits of qh (ggml_dequant.h). Q5_K: as Q4_K with a fifth bit from qh (q in 0..31).
-enum class GgmlKind { kQ4_0, kQ8_0, kQ4_K, kQ5_K, kQ6_K };
+// The GGUF kinds of the integer prefill, each a weight w = s_w (u - kOff) - mn per group of
+// kGroup elements with u an unsigned byte (ggml_chunk_u8), s_w and mn exact in f32
+// (ggml_scales; the layouts are ggml_dequant.h's). Q4_0: u = n, off 8. Q8_0: u = q + 128. Q4_1 /
+// Q5_1: u = n (Q5: with the fifth bit h from qh), s_w = d, mn = -m. Q5_0: off 16. IQ4_NL /
+// IQ4_XS: u = kv[n] + 128 (the codebook by a byte shuffle), off 128; IQ4_XS's s_w = d (ls - 32)
+// per 32 (11 + 6 bits). Q2_K: groups of 16, u = q (2 bits), s_w = d (sc & 15), mn = dmin (sc >>
+// 4). Q3_K: groups of 16, u = q + 4 with the hmask bit as bit 2 (q in -4..3), off 4, s_w = d
+// (sc - 32) (11 + 6 bits). Q4_K: 8 groups of 32 (sub-block j: nibble j % 2 of bytes 32 (j /
+// 2).. of qs), s_w = d sc_j, mn = dmin mn_j (11 + 6 bits each). Q5_K: as Q4_K with a fifth bit
+// from qh. Q6_K: 16 groups of 16, s_w = d sc_j (sc_j int8), u from 4 low bits of ql and 2 high
+// bits of qh, off 32.
+enum class GgmlKind { kQ4_0, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kQ4_1, kQ5_0, kQ5_1, kIQ4_NL, kIQ4_XS,
+                      kQ2_K, kQ3_K };
 
 inline float f16_at(const uint8_t* p) {
   uint16_t h;
@@ -118,15 +125,40 @@ template <GgmlKind kKind>
 struct GgmlLayout {
   static constexpr bool kQ8 = kKind == GgmlKind::kQ8_0, kQ5K = kKind == GgmlKind::kQ5_K;
   static constexpr bool kQ4K = kKind == GgmlKind::kQ4_K || kQ5K;  // scales and mins as Q4_K's
-  static constexpr bool kQ6K = kKind == GgmlKind::kQ6_K, kK = kQ4K || kQ6K;
-  static constexpr int64_t kBytes = kQ6K ? 210 : kQ5K ? 176 : kQ4K ? 144 : kQ8 ? 34 : 18;
+  static constexpr bool kQ6K = kKind == GgmlKind::kQ6_K;
+  static constexpr bool kQ2K = kKind == GgmlKind::kQ2_K, kQ3K = kKind == GgmlKind::kQ3_K;
+  static constexpr bool kIq4Xs = kKind == GgmlKind::kIQ4_XS;
+  static constexpr bool kIq4 = kIq4Xs || kKind == GgmlKind::kIQ4_NL;  // codes through kIq4Values
+  static constexpr bool kQ4_1 = kKind == GgmlKind::kQ4_1, kQ5_1 = kKind == GgmlKind::kQ5_1;
+  static constexpr bool kQ5 = kQ5_1 || kKind == GgmlKind::kQ5_0;  // Q5_0 / Q5_1: qh's bits
+  static constexpr bool kK = kQ4K || kQ6K || kQ2K || kQ3K || kIq4Xs;  // 256-element blocks
+  static constexpr int64_t kBytes = kQ6K     ? 210
+                                    : kQ5K   ? 176
+                                    : kQ4K   ? 144
+                                    : kIq4Xs ? 136
+                                    : kQ3K   ? 110
+                                    : kQ2K   ? 84
+                                    : kQ8    ? 34
+                                    : kQ5_1  ? 24
+                                    : kQ5    ? 22
+                                    : kQ4_1  ? 20
+                                             : 18;  // Q4_0, IQ4_NL
   static constexpr int64_t kBlock = kK ? 256 : 32;  // elements per block
+  static constexpr int64_t kGroup = kQ6K || kQ2K || kQ3K ? 16 : 32;  // elements per s_w
+  static constexpr bool kMins = kQ4K || kQ4_1 || kQ5_1 || kQ2K;     // mn != 0
   // w = s_w (u - kOff) (- mn) for u the unsigned byte of ggml_chunk_u8.
-  static constexpr int kOff = kQ8 ? 128 : kQ6K ? 32 : kQ4K ? 0 : 8;
-  static constexpr int kMaxU = kQ8 ? 255 : kQ6K ? 63 : kQ5K ? 31 : 15;  // the largest u
+  static constexpr int kOff = kQ8 || kIq4  ? 128
+                              : kQ6K       ? 32
+                              : kQ5 && !kQ5_1 ? 16
+                              : kQ3K       ? 4
+                              : kKind == GgmlKind::kQ4_0 ? 8
+                                                         : 0;
+  // The largest u (kv[15] + 128 = 241 for the codebooks).
+  static constexpr int kMaxU = kQ8 ? 255 : kIq4 ? 241 : kQ6K ? 63 : kQ5K || kQ5 ? 31
+                               : kQ3K ? 7 : kQ2K ? 3 : 15;
 };
 
-// The scales (and Q4_K / Q5_K's mins) of columns [row0, row0 + cols) of block b into sw
+// The scales (and the mins of kMins kinds) of columns [row0, row0 + cols) of block b into sw
 // [ng][kCols] (mins: sw + ng kCols); 0 past cols.
 template <GgmlKind kKind, int kCols>
 void ggml_scales(const GemmWeights& w, const Plan& p, int b, int64_t row0, int cols, float* sw) {
@@ -148,18 +180,38 @@ void ggml_scales(const GemmWeights& w, const Plan& p, int b, int64_t row0, int c
           mn = f16_at(blk + 2) * static_cast<float>(mi);
         } else if constexpr (L::kQ6K) {
           v = f16_at(blk + 208) * static_cast<float>(static_cast<int8_t>(blk[192 + j]));
+        } else if constexpr (L::kQ2K) {
+          v = f16_at(blk + 80) * static_cast<float>(blk[j] & 15);
+          mn = f16_at(blk + 82) * static_cast<float>(blk[j] >> 4);
+        } else if constexpr (L::kQ3K) {
+          const int lo = (j < 8 ? blk[96 + j] : blk[88 + j] >> 4) & 15;
+          const int hi = (blk[104 + j % 4] >> (2 * (j / 4))) & 3;
+          v = f16_at(blk + 108) * static_cast<float>((lo | hi << 4) - 32);
+        } else if constexpr (L::kIq4Xs) {
+          uint16_t sh;
+          std::memcpy(&sh, blk + 2, 2);
+          const int ls = ((blk[4 + j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4;
+          v = f16_at(blk) * static_cast<float>(ls - 32);
         } else {
           v = f16_at(blk);
+          if constexpr (L::kQ4_1 || L::kQ5_1) mn = -f16_at(blk + 2);
         }
       }
       sw[g * kCols + c] = v;
-      if constexpr (L::kQ4K) mins[g * kCols + c] = mn;
+      if constexpr (L::kMins) mins[g * kCols + c] = mn;
     }
   }
 }
 
-// The 32 elements of chunk cb (of kBlock / 32) of block blk as unsigned bytes: Q4_0 n (w = n -
-// 8), Q8_0 q ^ 0x80 (q + 128), Q4_K / Q5_K q, Q6_K q (w = q - 32).
+// The 16 bytes at p as 32 nibbles in element order (low nibbles first), one per byte.
+inline __m256i nibbles_u8(const uint8_t* p) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i nib = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nib), _mm_and_si128(bytes, nib));
+}
+
+// The 32 elements of chunk cb (of kBlock / 32) of block blk as the unsigned bytes u of
+// GgmlLayout (w = s_w (u - kOff) - mn).
 template <GgmlKind kKind>
 inline __m256i ggml_chunk_u8(const uint8_t* blk, int64_t cb) {
   using L = GgmlLayout<kKind>;
@@ -186,14 +238,43 @@ inline __m256i ggml_chunk_u8(const uint8_t* blk, int64_t cb) {
         _mm256_and_si256(_mm256_srl_epi16(lo, _mm_cvtsi64_si128(4 * (t >> 1))), low4),
         _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi64_si128(2 * t)), low2),
                           4));
+  } else if constexpr (L::kQ2K || L::kQ3K) {
+    // Element 128 a + 32 t + l: bits 2 t of byte 32 a + l of qs (Q2_K: at 16; Q3_K: at 32),
+    // Q3_K's third bit bit cb of hmask[l].
+    const __m256i qs = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(blk + (L::kQ2K ? 16 : 32) + 32 * (cb / 4)));
+    const __m256i q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi64_si128(2 * (cb % 4))), low2);
+    if constexpr (L::kQ2K) {
+      return q;
+    } else {
+      const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+      const __m256i h = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi64_si128(cb)),
+                                         _mm256_set1_epi8(0x01));
+      return _mm256_or_si256(q, _mm256_slli_epi16(h, 2));
+    }
+  } else if constexpr (L::kIq4) {
+    // kv[n] + 128 for the 16 codes, in both lanes of the byte shuffle.
+    const __m128i kv = _mm_xor_si128(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)), _mm_set1_epi8(-128));
+    const uint8_t* qs = L::kIq4Xs ? blk + 8 + 16 * cb : blk + 2;
+    return _mm256_shuffle_epi8(_mm256_set_m128i(kv, kv), nibbles_u8(qs));
   } else if constexpr (L::kQ8) {
     return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)),
                             _mm256_set1_epi8(static_cast<char>(0x80)));
+  } else if constexpr (L::kQ5) {
+    // Bit e of the u32 qh is element e's fifth bit: byte e / 8 of qh to bytes 8 (e / 8) ..,
+    // then each byte's own bit e % 8 tested.
+    uint32_t qh;
+    std::memcpy(&qh, blk + (L::kQ5_1 ? 4 : 2), 4);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+    const __m256i h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
+                                       _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(nibbles_u8(blk + (L::kQ5_1 ? 8 : 6)), h);
   } else {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-    const __m128i nib = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nib),
-                            _mm_and_si128(bytes, nib));
+    return nibbles_u8(blk + (L::kQ4_1 ? 4 : 2));  // Q4_0, Q4_1
   }
 }
 
@@ -354,26 +435,34 @@ void ggml_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w, 
   Plan p;
   p.m = m;
   p.k = w.k;
-  p.group = t == GgmlType::kQ6_K ? 16 : 32;
-  p.ng = p.k / p.group;
   p.ldq = p.k / 2;
   p.xmax = 32767.0f;
-  p.mins = t == GgmlType::kQ4_K || t == GgmlType::kQ5_K;
   const bool x8 = ggml_prefill_x8(t);
   IntPackFn pack = nullptr;
   int32_t off = 0, umax = 255;
   auto pick = [&]<GgmlKind kKind>() {
+    using L = GgmlLayout<kKind>;
     pack = K::template ggml_pack<kKind>(x8);
-    off = GgmlLayout<kKind>::kOff;
-    umax = GgmlLayout<kKind>::kMaxU;
+    off = L::kOff;
+    umax = L::kMaxU;
+    p.group = L::kGroup;
+    p.mins = L::kMins;
   };
   switch (t) {
     case GgmlType::kQ8_0: pick.template operator()<GgmlKind::kQ8_0>(); break;
     case GgmlType::kQ4_K: pick.template operator()<GgmlKind::kQ4_K>(); break;
     case GgmlType::kQ5_K: pick.template operator()<GgmlKind::kQ5_K>(); break;
     case GgmlType::kQ6_K: pick.template operator()<GgmlKind::kQ6_K>(); break;
+    case GgmlType::kQ4_1: pick.template operator()<GgmlKind::kQ4_1>(); break;
+    case GgmlType::kQ5_0: pick.template operator()<GgmlKind::kQ5_0>(); break;
+    case GgmlType::kQ5_1: pick.template operator()<GgmlKind::kQ5_1>(); break;
+    case GgmlType::kIQ4_NL: pick.template operator()<GgmlKind::kIQ4_NL>(); break;
+    case GgmlType::kIQ4_XS: pick.template operator()<GgmlKind::kIQ4_XS>(); break;
+    case GgmlType::kQ2_K: pick.template operator()<GgmlKind::kQ2_K>(); break;
+    case GgmlType::kQ3_K: pick.template operator()<GgmlKind::kQ3_K>(); break;
     default: pick.template operator()<GgmlKind::kQ4_0>(); break;
   }
+  p.ng = p.k / p.group;
   if (x8) set_x8(p, off, umax);
   prefill_int<K>(p, pack, x, ldx, w, ep, y, ldy, runner);
 }

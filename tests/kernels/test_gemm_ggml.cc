@@ -480,14 +480,13 @@ TEST_CASE("gemm ggml: x16 decode, awkward k, m = 1..17 and x", "[kernels][gemm_g
   }
 }
 
-// Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill in integers without AMX
+// Prefill in integers without AMX of the types ggml_i16_prefill_type names
 // (gemm_prefill_int_avx512_vnni.cc, _avx2.cc; elsewhere these cases check the dequantizing
 // prefill): tiles of 6 rows of x (m not a multiple of 6), units of 32 columns (blocks not a
-// multiple of 32,
-// several blocks, SiLU-mul pairs), groups of 32 (Q6_K: 16) elements with their own x scale
-// (Q4_K: and its min), and the same special x as the decode case.
-TEST_CASE("gemm ggml: Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill, tiles, units and x",
-          "[kernels][gemm_ggml]") {
+// multiple of 32, several blocks, SiLU-mul pairs), groups of 32 (Q6_K, Q2_K, Q3_K: 16) elements
+// with their own x scale (types with a min: and its min), and the same special x as the decode
+// case.
+TEST_CASE("gemm ggml: integer prefill types, tiles, units and x", "[kernels][gemm_ggml]") {
   uint32_t seed = 1500;
   for (const TypeInfo& t : all_types()) {
     if (!gemm_detail::ggml_i16_prefill_type(t.type)) continue;
@@ -512,8 +511,8 @@ TEST_CASE("gemm ggml: Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K prefill, tiles, units and
 }
 
 // The integer prefill at the codes and x where int16 sums come closest to saturating: every
-// quant byte 0xff (Q4_0 / Q4_K nibble 15, Q5_K 31, Q6_K 63: the largest unsigned code each
-// panel holds) against rows of x all +1 or all -1, which x8 (x16) rounds to exactly +-127
+// quant byte 0xff (Q4_0 / Q4_1 / Q4_K nibble 15, Q5_0 / Q5_1 / Q5_K 31, Q6_K 63, Q3_K 7, Q2_K
+// 3, the IQ4 types' kv[15] + 128 = 241: the largest unsigned code each panel holds) against rows of x all +1 or all -1, which x8 (x16) rounds to exactly +-127
 // (+-32767), so the only error left is f32 summation. Without VNNI the x8 tile adds up to 8
 // vpmaddubsw results in int16 lanes before widening them (gemm_prefill_int_avx2.cc,
 // x8_steps_in_int16): one step too many saturates and misses by far more than the bound.
@@ -538,7 +537,15 @@ TEST_CASE("gemm ggml: integer prefill at the largest codes and x = +-1 does not 
         case GgmlType::kQ4_0: std::memset(p + 2, 0xff, 16); break;
         case GgmlType::kQ4_K: std::memset(p + 16, 0xff, 128); break;
         case GgmlType::kQ5_K: std::memset(p + 16, 0xff, 160); break;
-        default: std::memset(p, 0xff, 192); break;  // Q6_K: ql, qh
+        case GgmlType::kQ4_1: std::memset(p + 4, 0xff, 16); break;
+        case GgmlType::kQ5_0: std::memset(p + 2, 0xff, 20); break;  // qh, qs
+        case GgmlType::kQ5_1: std::memset(p + 4, 0xff, 20); break;
+        case GgmlType::kIQ4_NL: std::memset(p + 2, 0xff, 16); break;
+        case GgmlType::kIQ4_XS: std::memset(p + 8, 0xff, 128); break;
+        case GgmlType::kQ2_K: std::memset(p + 16, 0xff, 64); break;
+        case GgmlType::kQ3_K: std::memset(p, 0xff, 96); break;  // hmask, qs
+        case GgmlType::kQ6_K: std::memset(p, 0xff, 192); break;  // ql, qh
+        default: FAIL("no code bytes known for " << ggml_type_name(t.type));
       }
     }
     std::vector<double> wv(n * k);
@@ -584,7 +591,7 @@ TEST_CASE("gemm ggml: integer prefill at the largest codes and x = +-1 does not 
       }
     }
   }
-  CHECK(checked >= 8);  // 4 types x 2 precisions at the avx2 level at least
+  CHECK(checked >= 22);  // 11 types x 2 precisions at the avx2 level at least
 }
 
 // The same path against x rounded exactly as gemm_ggml.h says for it, computed here in scalar
