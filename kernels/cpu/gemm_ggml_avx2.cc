@@ -473,6 +473,7 @@ GgmlKernels make_table() {
   set<DecTQ2_0>(t, GgmlType::kTQ2_0);
   set<DecTQ1_0>(t, GgmlType::kTQ1_0);
   set_x16_kernels_avx2(t);  // the x16 decode kernels (gemm_ggml_avx2.h lists the types)
+  set_x8_kernels_avx2(t);   // and the x8 ones (kBf16)
   t.epilogue = fma_kernels_avx2().epilogue;
   return t;
 }

@@ -21,6 +21,9 @@ namespace sampan::cpu::gemm_detail {
 // Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (their dot
 // kernels only; dequant stays the f32 decoders').
 void set_x16_kernels_avx2(GgmlKernels& t);
+// Decode kernels against x rounded to int8 (gemm_ggml_x8_avx2.cc; GemmPrecision::kBf16): sets
+// the dot_x8 entries of Q2_K, Q3_K, Q4_K, Q5_K and Q6_K.
+void set_x8_kernels_avx2(GgmlKernels& t);
 
 namespace {
 
@@ -37,6 +40,13 @@ inline float f16_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
+}
+
+// The f16 at p in all 8 lanes.
+inline __m256 f16_broadcast(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<int16_t>(h)));
 }
 
 inline __m128i load16(const uint8_t* p) {

@@ -198,7 +198,10 @@ void gemm_ggml_prefill(const GgmlKernels& kt, int64_t m, const float* x, int64_t
 
 const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type, int64_t m) {
   const int slot = static_cast<int>(type);
-  if (kt.dot_x8[slot].dot && has_avx512_vnni() && vnni_x8()) return kt.dot_x8[slot];
+  // kt's dot_x8: AVX512-VNNI kernels in the AVX-512 table, AVX2 ones in the AVX2 table.
+  if (kt.dot_x8[slot].dot && vnni_x8() && (has_avx512_vnni() || !has_avx512())) {
+    return kt.dot_x8[slot];
+  }
   if (kt.dot_vnni_batch[slot].dot && has_avx512_vnni() && m >= 2) return kt.dot_vnni_batch[slot];
   if (kt.dot_vnni[slot].dot && has_avx512_vnni()) return kt.dot_vnni[slot];
   return kt.dot[slot];

@@ -124,12 +124,6 @@ inline const int16_t* x16_group(const float* x, int64_t ldx, int i, int64_t g) {
   return reinterpret_cast<const int16_t*>(x + i * ldx + g * kX16GroupFloats);
 }
 
-inline __m256 f16_broadcast(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<int16_t>(h)));
-}
-
 // ---- Q8_0 and Q4_0 (32-element blocks) ----
 //
 // At m = 1 the kernels read their R rows together, a 256-element group of each in turn (the

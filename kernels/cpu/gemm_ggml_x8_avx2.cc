@@ -1,0 +1,236 @@
+// AVX2 decode kernels for the GGUF K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) against x rounded to
+// int8 per 256 elements: GgmlKernels::dot_x8 of the AVX2 table, taken with GemmPrecision::kBf16
+// (vnni_x8, gemm_quant.h) at levels without AVX-512, bound kX8Error (llama.cpp's Q8_K activations
+// for these types). The default precision keeps the x16 kernels (gemm_ggml_x16_avx2.cc).
+//
+// Why: the x16 kernels multiply with vpmaddwd, 16 products per instruction, and widen every
+// code to int16 first. Here the codes stay bytes (ggml_chunk_u8: 32 unsigned codes per chunk)
+// and vpmaddubsw multiplies 32 of them with 32 bytes of x8 into 16 int16 pair sums, which one
+// vpmaddwd with the chunk's integer sub-block scales (lanes 0..7 the scale of its first 16
+// elements, 8..15 of the next 16) turns into int32 lanes for the whole block: per 32 weights
+// and row of x, 2 multiplying instructions and an add, the codes' unpacking shared by the rows
+// of x. The offsets (Q6_K's 32, Q3_K's 4) and mins (Q2_K, Q4_K, Q5_K) act per 16 elements on the
+// prepared sums of x8: one vpmaddwd per block and row of x each. One conversion and FMA with d s
+// (and dmin s) per block and row.
+//
+// Lane bounds: a pair sum is at most 2 * 63 * 127 = 16002 (Q6_K's codes; vpmaddubsw does not
+// saturate), times |sc| <= 128, two per lane and 8 chunks: |lane| < 2^26; the offset term 2 *
+// 128 * 2032 * 32 < 2^24.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "kernels/cpu/gemm_ggml_avx2.h"
+#include "kernels/cpu/gemm_quant.h"
+#include "kernels/cpu/ggml_chunk_avx2.h"
+
+namespace sampan::cpu::gemm_detail {
+namespace {
+
+constexpr int kMaxM = 4;  // rows of x per call
+static_assert(kMaxM <= kGgmlMaxM);
+
+// ---- Prepared x ----
+//
+// Per group of 256 elements (64-byte aligned; a last group of k % 256 elements takes its own
+// absmax, zero past its end): bytes [0, 256) x8 = round(x / s), s = absmax / 127, in element
+// order; bytes [256, 288) the 16 int16 sums of x8 over each 16 elements; float 72 s; floats
+// 73..79 zero. A group holding an inf or NaN has zero x8 and s = NaN (its outputs come out
+// NaN); one with absmax below 2^-100 counts as zero (as the x16 kernels, gemm_ggml.h).
+constexpr int64_t kX8GroupFloats = 80;
+constexpr int kX8SumBytes = 256, kX8Scale = 72;
+
+int64_t x8_floats(int64_t k) { return (k + 255) / 256 * kX8GroupFloats; }
+
+inline __m256i round_x8(const float* x, __m256 inv) {
+  return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), inv),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+void prep_x8(const float* x, int64_t k, float* out) {
+  for (int64_t g = 0; g < (k + 255) / 256; ++g) {
+    const float* xg = x + 256 * g;
+    const int n = static_cast<int>(std::min<int64_t>(256, k - 256 * g));  // a multiple of 32
+    float* o = out + g * kX8GroupFloats;
+    auto* q = reinterpret_cast<int8_t*>(o);
+    auto* sums = reinterpret_cast<int16_t*>(q + kX8SumBytes);
+    const AbsMax a = absmax_avx2(xg, n);
+    float sx = 0.0f, inv = 0.0f;
+    if (!a.finite) {
+      sx = __builtin_nanf("");
+    } else if (a.value >= 0x1p-100f) {
+      sx = a.value / 127.0f;
+      inv = 127.0f / a.value;
+    }
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (int c = 0; c < 8; ++c) {  // 32 elements per step
+      if (32 * c >= n) {
+        std::memset(q + 32 * c, 0, 32);
+        sums[2 * c] = sums[2 * c + 1] = 0;
+        continue;
+      }
+      __m256i v[4];
+      for (int e = 0; e < 4; ++e) v[e] = round_x8(xg + 32 * c + 8 * e, vinv);
+      // |x8| <= 127: the saturating packs are exact; they interleave 4-dword runs, which the
+      // permutation puts back in element order.
+      const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]),
+                                           _mm256_packs_epi32(v[2], v[3]));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32 * c),
+                         _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+      sums[2 * c] = static_cast<int16_t>(hsum_epi32(_mm256_add_epi32(v[0], v[1])));
+      sums[2 * c + 1] = static_cast<int16_t>(hsum_epi32(_mm256_add_epi32(v[2], v[3])));
+    }
+    o[kX8Scale] = sx;
+    for (int j = kX8Scale + 1; j < kX8GroupFloats; ++j) o[j] = 0.0f;
+  }
+}
+
+// ---- The K-quant blocks' scales ----
+//
+// Per 256-element block: the integer scale of each 16 elements as 16 bytes (signed where kSigned),
+// the mins likewise (kMins), and the f16 d and dmin.
+template <GgmlKind kKind>
+struct KScales {
+  using L = GgmlLayout<kKind>;
+  static constexpr bool kSigned = L::kQ6K || L::kQ3K;
+  static constexpr bool kMins = L::kMins;
+  static constexpr int kOff = L::kOff;  // Q6_K 32, Q3_K 4, else 0
+  static constexpr int kD = L::kQ6K ? 208 : L::kQ3K ? 108 : L::kQ2K ? 80 : 0;  // f16 d
+  static constexpr int kDmin = L::kQ2K ? 82 : 2;                                // f16 dmin
+  // sc (and mn) per 16 elements.
+  static void get(const uint8_t* p, __m128i* sc, __m128i* mn) {
+    if constexpr (L::kQ4K) {  // 8 sub-blocks of 32: each byte twice
+      uint64_t s8, m8;
+      k_scales_min8(p + 4, &s8, &m8);
+      const __m128i s = _mm_cvtsi64_si128(static_cast<int64_t>(s8));
+      const __m128i m = _mm_cvtsi64_si128(static_cast<int64_t>(m8));
+      *sc = _mm_unpacklo_epi8(s, s);
+      *mn = _mm_unpacklo_epi8(m, m);
+    } else if constexpr (L::kQ2K) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      *sc = _mm_and_si128(v, _mm_set1_epi8(0x0f));
+      *mn = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0f));
+    } else if constexpr (L::kQ3K) {
+      *sc = q3_k_scales(p);
+    } else {
+      *sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
+    }
+  }
+};
+
+// The 16 bytes as int16.
+template <bool kSigned>
+inline __m256i widen16(__m128i v) {
+  return kSigned ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
+}
+
+// For chunk c (elements 32 c .. 32 c + 31): int16 lanes 0..7 scale 2 c, lanes 8..15 scale 2 c + 1,
+// from the 16 scale bytes in both 128-bit lanes (sc2).
+template <bool kSigned, int c>
+inline __m256i chunk_scales(__m256i sc2) {
+  constexpr char a = 2 * c, b = 2 * c + 1, z = static_cast<char>(0x80);
+  if constexpr (kSigned) {  // the byte to the high half, then an arithmetic shift
+    const __m256i idx = _mm256_setr_epi8(z, a, z, a, z, a, z, a, z, a, z, a, z, a, z, a, z, b, z,
+                                         b, z, b, z, b, z, b, z, b, z, b, z, b);
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(sc2, idx), 8);
+  } else {
+    const __m256i idx = _mm256_setr_epi8(a, z, a, z, a, z, a, z, a, z, a, z, a, z, a, z, b, z, b,
+                                         z, b, z, b, z, b, z, b, z, b, z, b, z);
+    return _mm256_shuffle_epi8(sc2, idx);
+  }
+}
+
+// The R rows one after another (each one stream), up to 4 rows of x per pass.
+template <GgmlKind kKind, int MB>
+void dot_kq_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                  float* out) {
+  using L = GgmlLayout<kKind>;
+  using S = KScales<kKind>;
+  constexpr int64_t kBytes = L::kBytes;
+  const int64_t nb = k / 256;
+  const int64_t ahead = prefetch_ahead(nb * kBytes);
+  for (int r = 0; r < kRows; ++r) {
+    __m256 acc[MB];
+    for (int i = 0; i < MB; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = rows[r] + b * kBytes;
+      for (int off = 0; off < kBytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+      }
+      __m128i sc, mn = _mm_setzero_si128();
+      S::get(p, &sc, &mn);
+      const __m256i sc2 = _mm256_set_m128i(sc, sc);
+      const int8_t* xg[MB];
+      __m256i ai[MB];
+      for (int i = 0; i < MB; ++i) {
+        xg[i] = reinterpret_cast<const int8_t*>(x + i * ldx + b * kX8GroupFloats);
+        ai[i] = _mm256_setzero_si256();
+      }
+      auto chunk = [&]<int c>() {
+        const __m256i u = ggml_chunk_u8<kKind>(p, c);
+        const __m256i s = chunk_scales<S::kSigned, c>(sc2);
+        for (int i = 0; i < MB; ++i) {
+          const __m256i pairs = _mm256_maddubs_epi16(u, load32(xg[i] + 32 * c));
+          ai[i] = _mm256_add_epi32(ai[i], _mm256_madd_epi16(pairs, s));
+        }
+      };
+      [&]<int... c>(std::integer_sequence<int, c...>) {
+        (chunk.template operator()<c>(), ...);
+      }(std::make_integer_sequence<int, 8>{});
+      const __m256 d = f16_broadcast(p + S::kD);
+      const __m256i sc16 = widen16<S::kSigned>(sc);
+      const __m256i mn16 = widen16<false>(mn);
+      for (int i = 0; i < MB; ++i) {
+        const __m256i xs = load32(xg[i] + kX8SumBytes);  // the 16 sums of x8
+        if constexpr (S::kOff != 0) {  // w = d sc (u - off): minus off sc . sums
+          static_assert(S::kOff == 32 || S::kOff == 4);
+          ai[i] = _mm256_sub_epi32(
+              ai[i], _mm256_slli_epi32(_mm256_madd_epi16(sc16, xs), S::kOff == 32 ? 5 : 2));
+        }
+        const __m256 s = _mm256_broadcast_ss(reinterpret_cast<const float*>(xg[i]) + kX8Scale);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[i]), _mm256_mul_ps(d, s), acc[i]);
+        if constexpr (S::kMins) {  // minus dmin s (mn . sums)
+          const __m256 dm = _mm256_mul_ps(f16_broadcast(p + S::kDmin), s);
+          acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn16, xs)), dm, acc[i]);
+        }
+      }
+    }
+    for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[i]);
+  }
+}
+
+template <GgmlKind kKind>
+void dot_kq_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+               float* out) {
+  switch (std::min(mb, kMaxM)) {
+    case 1: return dot_kq_x8_mb<kKind, 1>(rows, k, x, ldx, out);
+    case 2: return dot_kq_x8_mb<kKind, 2>(rows, k, x, ldx, out);
+    case 3: return dot_kq_x8_mb<kKind, 3>(rows, k, x, ldx, out);
+    default: return dot_kq_x8_mb<kKind, 4>(rows, k, x, ldx, out);
+  }
+}
+
+}  // namespace
+
+void set_x8_kernels_avx2(GgmlKernels& t) {
+  auto set = [&]<GgmlKind kKind>(GgmlType type) {
+    GgmlDotTable e{kRows, kMaxM, dot_kq_x8<kKind>, true, x8_floats, prep_x8, true};
+    t.dot_x8[static_cast<int>(type)] = e;
+  };
+  set.template operator()<GgmlKind::kQ2_K>(GgmlType::kQ2_K);
+  set.template operator()<GgmlKind::kQ3_K>(GgmlType::kQ3_K);
+  set.template operator()<GgmlKind::kQ4_K>(GgmlType::kQ4_K);
+  set.template operator()<GgmlKind::kQ5_K>(GgmlType::kQ5_K);
+  set.template operator()<GgmlKind::kQ6_K>(GgmlType::kQ6_K);
+}
+
+}  // namespace sampan::cpu::gemm_detail
