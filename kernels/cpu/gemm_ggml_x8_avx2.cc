@@ -94,6 +94,21 @@ void prep_x8(const float* x, int64_t k, float* out) {
   }
 }
 
+// ---- Codes ----
+
+// The 32 IQ4 codebook values kv[n] (signed bytes) of the 16 nibble bytes at q, in element order.
+inline __m256i iq4_codes(const uint8_t* q) {
+  const __m128i kv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values));
+  return _mm256_shuffle_epi8(_mm256_set_m128i(kv, kv), nibbles_u8(q));
+}
+
+// The pair sums w0 x0 + w1 x1 of the signed bytes w and x as int16, from aw = |w|: vpmaddubsw
+// takes |w| as unsigned (|-128| = 128 stays right there) and x with the sign of w (|x| <= 127,
+// so negating never overflows); pairs at most 2 * 128 * 127 = 32512, no saturation.
+inline __m256i signed_pairs(__m256i aw, __m256i w, __m256i x) {
+  return _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+}
+
 // ---- The K-quant blocks' scales ----
 //
 // Per 256-element block: the integer scale of each 16 elements as 16 bytes (signed where kSigned),
@@ -101,9 +116,11 @@ void prep_x8(const float* x, int64_t k, float* out) {
 template <GgmlKind kKind>
 struct KScales {
   using L = GgmlLayout<kKind>;
-  static constexpr bool kSigned = L::kQ6K || L::kQ3K;
+  static constexpr bool kSigned = L::kQ6K || L::kQ3K || L::kIq4Xs;
   static constexpr bool kMins = L::kMins;
-  static constexpr int kOff = L::kOff;  // Q6_K 32, Q3_K 4, else 0
+  // IQ4_XS's codes are the codebook's signed values (signed_codes), not unsigned bytes.
+  static constexpr bool kSignedCodes = L::kIq4Xs;
+  static constexpr int kOff = kSignedCodes ? 0 : L::kOff;  // Q6_K 32, Q3_K 4, else 0
   static constexpr int kD = L::kQ6K ? 208 : L::kQ3K ? 108 : L::kQ2K ? 80 : 0;  // f16 d
   static constexpr int kDmin = L::kQ2K ? 82 : 2;                                // f16 dmin
   // sc (and mn) per 16 elements.
@@ -121,6 +138,25 @@ struct KScales {
       *mn = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0f));
     } else if constexpr (L::kQ3K) {
       *sc = q3_k_scales(p);
+    } else if constexpr (L::kIq4Xs) {  // ls_j - 32 per 32 elements: each byte twice
+      // ls_j = nibble j of scales_l | 2-bit field j of scales_h << 4, spread to byte j by
+      // shifts and masks (a byte store per j, then a vector load, stalled on store forwarding:
+      // slower than the x16 kernel).
+      uint16_t sh;
+      uint32_t sl;
+      std::memcpy(&sh, p + 2, 2);
+      std::memcpy(&sl, p + 4, 4);
+      uint64_t h = sh;
+      h = (h | h << 24) & 0x000000ff000000ffull;
+      h = (h | h << 12) & 0x000f000f000f000full;
+      h = (h | h << 6) & 0x0303030303030303ull;
+      uint64_t l = sl;
+      l = (l | l << 16) & 0x0000ffff0000ffffull;
+      l = (l | l << 8) & 0x00ff00ff00ff00ffull;
+      l = (l & 0x000f000f000f000full) | (l & 0x00f000f000f000f0ull) << 4;
+      const __m128i ls = _mm_sub_epi8(_mm_cvtsi64_si128(static_cast<int64_t>(l | h << 4)),
+                                      _mm_set1_epi8(32));
+      *sc = _mm_unpacklo_epi8(ls, ls);
     } else {
       *sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
     }
@@ -149,68 +185,93 @@ inline __m256i chunk_scales(__m256i sc2) {
   }
 }
 
-// The R rows one after another (each one stream), up to 4 rows of x per pass.
+// Block b of weight row p (bytes of its first block) against MB rows of x into acc.
+template <GgmlKind kKind, int MB>
+inline void kq_x8_block(const uint8_t* row, int64_t b, int64_t ahead, const float* x, int64_t ldx,
+                        __m256 (&acc)[MB]) {
+  using L = GgmlLayout<kKind>;
+  using S = KScales<kKind>;
+  const uint8_t* p = row + b * L::kBytes;
+  for (int off = 0; off < L::kBytes; off += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
+  }
+  __m128i sc, mn = _mm_setzero_si128();
+  S::get(p, &sc, &mn);
+  const __m256i sc2 = _mm256_set_m128i(sc, sc);
+  const int8_t* xg[MB];
+  __m256i ai[MB];
+  for (int i = 0; i < MB; ++i) {
+    xg[i] = reinterpret_cast<const int8_t*>(x + i * ldx + b * kX8GroupFloats);
+    ai[i] = _mm256_setzero_si256();
+  }
+  auto chunk = [&]<int c>() {
+    const __m256i s = chunk_scales<S::kSigned, c>(sc2);
+    if constexpr (S::kSignedCodes) {
+      const __m256i w = iq4_codes(p + 8 + 16 * c);
+      const __m256i aw = _mm256_abs_epi8(w);
+      for (int i = 0; i < MB; ++i) {
+        const __m256i pairs = signed_pairs(aw, w, load32(xg[i] + 32 * c));
+        ai[i] = _mm256_add_epi32(ai[i], _mm256_madd_epi16(pairs, s));
+      }
+    } else {
+      const __m256i u = ggml_chunk_u8<kKind>(p, c);
+      for (int i = 0; i < MB; ++i) {
+        const __m256i pairs = _mm256_maddubs_epi16(u, load32(xg[i] + 32 * c));
+        ai[i] = _mm256_add_epi32(ai[i], _mm256_madd_epi16(pairs, s));
+      }
+    }
+  };
+  [&]<int... c>(std::integer_sequence<int, c...>) {
+    (chunk.template operator()<c>(), ...);
+  }(std::make_integer_sequence<int, 8>{});
+  const __m256 d = f16_broadcast(p + S::kD);
+  const __m256i sc16 = widen16<S::kSigned>(sc);
+  const __m256i mn16 = widen16<false>(mn);
+  for (int i = 0; i < MB; ++i) {
+    const __m256i xs = load32(xg[i] + kX8SumBytes);  // the 16 sums of x8
+    if constexpr (S::kOff != 0) {  // w = d sc (u - off): minus off sc . sums
+      static_assert(S::kOff == 32 || S::kOff == 4);
+      ai[i] = _mm256_sub_epi32(
+          ai[i], _mm256_slli_epi32(_mm256_madd_epi16(sc16, xs), S::kOff == 32 ? 5 : 2));
+    }
+    const __m256 s = _mm256_broadcast_ss(reinterpret_cast<const float*>(xg[i]) + kX8Scale);
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[i]), _mm256_mul_ps(d, s), acc[i]);
+    if constexpr (S::kMins) {  // minus dmin s (mn . sums)
+      const __m256 dm = _mm256_mul_ps(f16_broadcast(p + S::kDmin), s);
+      acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn16, xs)), dm, acc[i]);
+    }
+  }
+}
+
+// One row of x: the R rows read together, block b of each in turn (the streams of
+// gemm_decode_walk.h interleaved, as the x16 Q4_0 / Q8_0 kernels read them: one row after
+// another a Zen 3 core streams at ~0.7 of its read bandwidth). More rows of x: the R rows one
+// after another, up to 4 rows of x per pass.
 template <GgmlKind kKind, int MB>
 void dot_kq_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
                   float* out) {
-  using L = GgmlLayout<kKind>;
-  using S = KScales<kKind>;
-  constexpr int64_t kBytes = L::kBytes;
   const int64_t nb = k / 256;
-  const int64_t ahead = prefetch_ahead(nb * kBytes);
-  for (int r = 0; r < kRows; ++r) {
-    __m256 acc[MB];
-    for (int i = 0; i < MB; ++i) acc[i] = _mm256_setzero_ps();
+  const int64_t ahead = prefetch_ahead(nb * GgmlLayout<kKind>::kBytes);
+  if constexpr (MB == 1) {
+    __m256 acc[kRows][1];
+    for (int r = 0; r < kRows; ++r) acc[r][0] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* p = rows[r] + b * kBytes;
-      for (int off = 0; off < kBytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
-      }
-      __m128i sc, mn = _mm_setzero_si128();
-      S::get(p, &sc, &mn);
-      const __m256i sc2 = _mm256_set_m128i(sc, sc);
-      const int8_t* xg[MB];
-      __m256i ai[MB];
-      for (int i = 0; i < MB; ++i) {
-        xg[i] = reinterpret_cast<const int8_t*>(x + i * ldx + b * kX8GroupFloats);
-        ai[i] = _mm256_setzero_si256();
-      }
-      auto chunk = [&]<int c>() {
-        const __m256i u = ggml_chunk_u8<kKind>(p, c);
-        const __m256i s = chunk_scales<S::kSigned, c>(sc2);
-        for (int i = 0; i < MB; ++i) {
-          const __m256i pairs = _mm256_maddubs_epi16(u, load32(xg[i] + 32 * c));
-          ai[i] = _mm256_add_epi32(ai[i], _mm256_madd_epi16(pairs, s));
-        }
-      };
-      [&]<int... c>(std::integer_sequence<int, c...>) {
-        (chunk.template operator()<c>(), ...);
-      }(std::make_integer_sequence<int, 8>{});
-      const __m256 d = f16_broadcast(p + S::kD);
-      const __m256i sc16 = widen16<S::kSigned>(sc);
-      const __m256i mn16 = widen16<false>(mn);
-      for (int i = 0; i < MB; ++i) {
-        const __m256i xs = load32(xg[i] + kX8SumBytes);  // the 16 sums of x8
-        if constexpr (S::kOff != 0) {  // w = d sc (u - off): minus off sc . sums
-          static_assert(S::kOff == 32 || S::kOff == 4);
-          ai[i] = _mm256_sub_epi32(
-              ai[i], _mm256_slli_epi32(_mm256_madd_epi16(sc16, xs), S::kOff == 32 ? 5 : 2));
-        }
-        const __m256 s = _mm256_broadcast_ss(reinterpret_cast<const float*>(xg[i]) + kX8Scale);
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[i]), _mm256_mul_ps(d, s), acc[i]);
-        if constexpr (S::kMins) {  // minus dmin s (mn . sums)
-          const __m256 dm = _mm256_mul_ps(f16_broadcast(p + S::kDmin), s);
-          acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn16, xs)), dm, acc[i]);
-        }
-      }
+      for (int r = 0; r < kRows; ++r) kq_x8_block<kKind, 1>(rows[r], b, ahead, x, ldx, acc[r]);
     }
-    for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[i]);
+    for (int r = 0; r < kRows; ++r) out[r] = hsum(acc[r][0]);
+  } else {
+    for (int r = 0; r < kRows; ++r) {
+      __m256 acc[MB];
+      for (int i = 0; i < MB; ++i) acc[i] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) kq_x8_block<kKind, MB>(rows[r], b, ahead, x, ldx, acc);
+      for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[i]);
+    }
   }
 }
 
 template <GgmlKind kKind>
-void dot_kq_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
-               float* out) {
+void dot_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+            float* out) {
   switch (std::min(mb, kMaxM)) {
     case 1: return dot_kq_x8_mb<kKind, 1>(rows, k, x, ldx, out);
     case 2: return dot_kq_x8_mb<kKind, 2>(rows, k, x, ldx, out);
@@ -223,7 +284,7 @@ void dot_kq_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ld
 
 void set_x8_kernels_avx2(GgmlKernels& t) {
   auto set = [&]<GgmlKind kKind>(GgmlType type) {
-    GgmlDotTable e{kRows, kMaxM, dot_kq_x8<kKind>, true, x8_floats, prep_x8, true};
+    GgmlDotTable e{kRows, kMaxM, dot_x8<kKind>, true, x8_floats, prep_x8, true};
     t.dot_x8[static_cast<int>(type)] = e;
   };
   set.template operator()<GgmlKind::kQ2_K>(GgmlType::kQ2_K);
@@ -231,6 +292,7 @@ void set_x8_kernels_avx2(GgmlKernels& t) {
   set.template operator()<GgmlKind::kQ4_K>(GgmlType::kQ4_K);
   set.template operator()<GgmlKind::kQ5_K>(GgmlType::kQ5_K);
   set.template operator()<GgmlKind::kQ6_K>(GgmlType::kQ6_K);
+  set.template operator()<GgmlKind::kIQ4_XS>(GgmlType::kIQ4_XS);
 }
 
 }  // namespace sampan::cpu::gemm_detail
