@@ -22,7 +22,8 @@ own quantizer (llama-cpp-python) makes the quantized files, so the block bytes a
     (x rounded to 16 bits per 256 elements for the types gemm_ggml.h lists): the default run's
     bounds against both references. Q8_0, Q4_0, Q4_K_M, Q5_K_M and Q6_K also run (prefill and
     decode) with SAMPAN_GEMM_PRECISION=bf16, where x is rounded to int8 as llama.cpp rounds it
-    (the integer prefill and the x8 decode kernels on AVX512-VNNI): top-1 >= 0.99 and mean KL
+    (the integer prefill, the x8 decode kernels of AVX512-VNNI and of AVX2 for the K-quants and
+    IQ4_XS); so do Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_M, IQ4_NL and IQ4_XS: top-1 >= 0.99 and mean KL
     <= 1e-3 against llama.cpp.
   - A split set (NAME-0000i-of-0000N.gguf) gives the single file's logits.
   - `sampan info` and `sampan run` on a GGUF file (tokenizer and chat template from metadata).
@@ -53,8 +54,10 @@ EXACT_MIN_COSINE = 0.99999
 # Every block type, stored for every matrix (pure), and the recipe names llama.cpp uses for them.
 PURE_TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K",
               "IQ4_NL", "IQ4_XS", "MXFP4_MOE", "TQ2_0", "TQ1_0"]
-# Types whose x8 kernels (int8 activations, as llama.cpp's) are also checked against llama.cpp.
-X8_TYPES = ("Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K")
+# Types whose x8 kernels (int8 activations, as llama.cpp's) are also checked against llama.cpp:
+# every type with an integer prefill or an x8 decode kernel at some ISA level (gemm_ggml.h).
+X8_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K",
+            "IQ4_NL", "IQ4_XS")
 # Ternary types, checked position by position against llama.cpp and the exact reference (below).
 TERNARY_TYPES = ("TQ2_0", "TQ1_0")
 # Two sequences of 128 tokens: top-1 agreement over 256 positions.
@@ -222,7 +225,8 @@ def main():
                       f"top-1 {top1:.4f}, mean KL {kl:.2e}")
         # llama.cpp's own activation precision (SAMPAN_GEMM_PRECISION=bf16): x rounded to int8
         # per group for the integer prefill and per 256 elements for the x8 decode kernels
-        # (AVX512-VNNI; bf16 elsewhere), both held to the bounds against llama.cpp.
+        # (AVX512-VNNI, and AVX2 for the K-quants and IQ4_XS; bf16 elsewhere), both held to the
+        # issue's bounds against llama.cpp.
         if ftype in X8_TYPES:
             for run, chunk in ((" x8", None), (" x8 decode", 1)):
                 y = sampan_logits(args, res, tag + run, path, seqs, vocab, precision="bf16",
