@@ -24,7 +24,9 @@
 // rounds x to int8 per 256 elements (the x8 kernels, GgmlKernels::dot_x8,
 // gemm_ggml_q4k_avx512_vnni.cc and gemm_ggml_kq_avx512_vnni.cc; llama.cpp's Q8_K activations):
 // one core, weights in cache, m = 1, 1.2-1.3x (Q4_K, Zen 5) and 1.9-2x (Q6_K, Emerald Rapids)
-// the x16 kernels.
+// the x16 kernels. Below AVX-512 (avx2, avx2_vnni) the same for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
+// IQ4_XS (gemm_ggml_x8_avx2.cc): Zen 3, one core, in cache, m = 1, Q4_K 1.3x, Q5_K 1.17x, Q6_K
+// 1.45x, Q3_K 1.42x, Q2_K 2.2x, IQ4_XS 1.27x the x16 kernels.
 // Prefill (m >= kGgmlPrefillMinM) on CPUs without AMX at AVX512-VNNI or below AVX-512, for Q4_0,
 // Q8_0, Q4_K, Q5_K and Q6_K, and below AVX-512 also Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K and
 // Q3_K: integer products in int16 pairs (ggml_on_int_prefill below). On
@@ -137,9 +139,10 @@ constexpr double kGgmlDecodeXError = 1.0 / 65278 + 0x1p-22;
 
 struct GgmlKernels {
   GgmlDotTable dot[kGgmlTypeSlots];         // by GgmlType id; set for every supported type
-  // Decode with GemmPrecision::kBf16 (vnni_x8, gemm_quant.h) on AVX512-VNNI CPUs, where set:
-  // x rounded to int8 per 256 elements, as llama.cpp rounds its activations (Q8_K) for these
-  // types. Q4_K, Q5_K and Q6_K (gemm_ggml_kq_avx512_vnni.cc).
+  // Decode with GemmPrecision::kBf16 (vnni_x8, gemm_quant.h), where set: x rounded to int8 per
+  // 256 elements, as llama.cpp rounds its activations (Q8_K) for these types. In the AVX-512
+  // table (taken on AVX512-VNNI CPUs) Q4_K, Q5_K and Q6_K (gemm_ggml_kq_avx512_vnni.cc); in the
+  // AVX2 one Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (gemm_ggml_x8_avx2.cc).
   GgmlDotTable dot_x8[kGgmlTypeSlots];
   // Decode at the other precisions on AVX512-VNNI CPUs, where set (in place of dot): Q4_K,
   // Q5_K, Q6_K.

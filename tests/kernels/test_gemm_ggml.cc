@@ -20,7 +20,8 @@
 // x with an outlier, all zero, tiny (1e-30) or holding a NaN or an infinity (its row's outputs
 // must be NaN; +-inf allowed for an infinity where the kernel keeps x in f32). Decode also runs
 // at GemmPrecision::kBf16 where the level has an x8 kernel for the type (Q4_K, Q5_K, Q6_K on
-// AVX512-VNNI), held to the same bound with kX8Error.
+// AVX512-VNNI; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS below AVX-512), held to the same bound with
+// kX8Error.
 // kSiluMul: as test_gemm_quant.cc, |dy| <= 1.1 |u| eg + |silu(g)| eu + 1e-6 |y| with eg and eu
 // the allowed errors of the two dot products.
 // Weight blocks are allocated to their exact size at an address 2 mod 16 (the alignment an
