@@ -54,16 +54,18 @@
 //    output in one lane); measured errors are far smaller.
 //  - x16 kernels (decode of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K; on AVX2 also Q4_1, Q5_0, Q5_1,
 //    IQ4_NL, IQ4_XS, Q2_K and Q3_K): x is rounded to
-//    1/65534 of its 256-element block's absmax (1/65278 in the AVX512-VNNI Q4_K / Q5_K kernels,
-//    whose 16 bits are two int8 planes; kGgmlDecodeXError and the full bound below;
+//    1/65534 of its 256-element block's absmax (1/65278 in the AVX512-VNNI Q4_K / Q5_K kernels
+//    and the AVX2 Q2_K one, whose 16 bits are two int8 planes; kGgmlDecodeXError and the full
+//    bound below;
 //    blocks start at element 0 of the row, a last one of k % 256 elements takes its own
 //    absmax), about 1.5e-5 relative: 250x finer than llama.cpp's 8-bit x, the same order as
 //    the bf16-split AMX path (2^-16). Q4_0, Q8_0, Q5_0, IQ4_NL, IQ4_XS, Q3_K and Q6_K have no min
 //    part (w2 = 0, M' = sum |x||w|: their integer sums already hold (q - offset) x16, or the
 //    codebook value times x16, exactly); Q4_1 and Q5_1 split w = d q + m as w1 = d q,
 //    w2 = -m, the m part against the prepared 32-element sums s sum x16; Q2_K as the other
-//    K-quants with mins (its mn times x16 summed in integers per 16-element sub-block).
-//  - x8 kernels (decode of Q4_K, Q5_K and Q6_K with kBf16 on AVX512-VNNI): the x16 bound with
+//    K-quants with mins (its mn against the prepared 16-element sums of x16, in integers).
+//  - x8 kernels (decode of Q4_K, Q5_K and Q6_K with kBf16 on AVX512-VNNI; below AVX-512 also
+//    Q2_K, Q3_K and IQ4_XS): the x16 bound with
 //    kX8Error (gemm_quant.h: absmax_b / 254 plus f32 roundings) in place of kGgmlDecodeXError,
 //    over the same blocks of 256 (the table's x8 flag says which bound a table's kernel keeps).
 //  - Bias and the SiLU-mul epilogue add the usual one or two f32 roundings (exp: ~2 ulp).

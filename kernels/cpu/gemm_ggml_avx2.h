@@ -22,8 +22,11 @@ namespace sampan::cpu::gemm_detail {
 // kernels only; dequant stays the f32 decoders').
 void set_x16_kernels_avx2(GgmlKernels& t);
 // Decode kernels against x rounded to int8 (gemm_ggml_x8_avx2.cc; GemmPrecision::kBf16): sets
-// the dot_x8 entries of Q2_K, Q3_K, Q4_K, Q5_K and Q6_K.
+// the dot_x8 entries of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS.
 void set_x8_kernels_avx2(GgmlKernels& t);
+// The x16 decode kernel of Q2_K (gemm_ggml_x8_avx2.cc: x16 as two byte planes, the codes as
+// bytes); an empty table for every other type.
+GgmlDotTable ggml_x16_planes_dot_avx2(GgmlType type);
 
 namespace {
 

@@ -1,8 +1,9 @@
 // AVX2 decode kernels for GGUF weights against x rounded to 16 bits (the x16 kernels of
-// gemm_ggml.h; error bound there): Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K,
-// Q4_K, Q5_K and Q6_K. Q4_1, Q5_0, Q5_1 and IQ4_NL share the Q4_0 / Q8_0 kernel (a block type's
-// codes as 16 int16; Q4_1 / Q5_1 add m times the prepared 32-element sum of x), IQ4_XS has its
-// own (IQ4_NL's codes with per-sub-block scales), Q2_K and Q3_K share Q6_K's. Measured against
+// gemm_ggml.h; error bound there): Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q3_K, Q4_K,
+// Q5_K and Q6_K (Q2_K's is gemm_ggml_x8_avx2.cc's kernel on two byte planes of x16). Q4_1, Q5_0,
+// Q5_1 and IQ4_NL share the Q4_0 / Q8_0 kernel (a block type's codes as 16 int16; Q4_1 / Q5_1
+// add m times the prepared 32-element sum of x), IQ4_XS has its own (IQ4_NL's codes with
+// per-sub-block scales), Q3_K shares Q6_K's. Measured against
 // the f32 decoders they replace (Zen 3 VM, 1 thread, bench_gemm_ggml --m 1, 2048 x 2048 from
 // DRAM, new / old library the same minutes, GB/s): Q4_1 11.4 / 4.8, Q5_0 9.6 / 4.5, Q5_1 8.4 /
 // 4.9, IQ4_NL 9.1 / 4.3, IQ4_XS 7.7 / 3.5, Q3_K 6.3 / 2.9, Q2_K 5.2 / 2.8; in `sampan bench`
@@ -396,13 +397,13 @@ void dot_b32_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
 // bit h, as DecQ3_K in gemm_ggml_avx2.cc), the 16 6-bit scales minus 32; |q sc| <= 128, an int32
 // lane then sums at most 32 * 128 * 32767 per block.
 struct Q6KCodes {
-  static constexpr int kBytes = 210, kDAt = 208, kDminAt = -1;
+  static constexpr int kBytes = 210, kDAt = 208;
   static __m256i codes(const uint8_t* p, int c) { return q6_codes(p, c); }
   static __m128i scales(const uint8_t* p) { return load16(p + 192); }
 };
 
 struct Q3KCodes {
-  static constexpr int kBytes = 110, kDAt = 108, kDminAt = -1;
+  static constexpr int kBytes = 110, kDAt = 108;
   static __m256i codes(const uint8_t* p, int c) {
     const int a = c / 4, s = c % 4;
     const __m256i ql = _mm256_and_si256(
@@ -412,25 +413,6 @@ struct Q3KCodes {
     return _mm256_add_epi8(_mm256_sub_epi8(ql, _mm256_set1_epi8(4)), _mm256_slli_epi16(h, 2));
   }
   static __m128i scales(const uint8_t* p) { return q3_k_scales(p); }
-};
-
-// Q2_K: codes (qs >> 2 s) & 3 in [0, 3] of the 2-bit plane at byte 16 (the Q3_K plane order),
-// w = d sc q - dmin mn per 16-element sub-block, sc and mn the low and high nibbles of byte j.
-// The min part sums mn times x16 in its own int32 lanes (vpmaddwd of x16 with the sub-blocks' mn,
-// 32 products of at most 15 * 32767 per lane and block: exact in f32), times dmin s per block.
-struct Q2KCodes {
-  static constexpr int kBytes = 84, kDAt = 80, kDminAt = 82;
-  static __m256i codes(const uint8_t* p, int c) {
-    const int a = c / 4, s = c % 4;
-    return _mm256_and_si256(_mm256_srl_epi16(load32(p + 16 + 32 * a), _mm_cvtsi32_si128(2 * s)),
-                            _mm256_set1_epi8(3));
-  }
-  static __m128i scales(const uint8_t* p) {
-    return _mm_and_si128(load16(p), _mm_set1_epi8(15));
-  }
-  static __m128i mins(const uint8_t* p) {
-    return _mm_and_si128(_mm_srli_epi16(load16(p), 4), _mm_set1_epi8(15));
-  }
 };
 
 template <class K, int MB, bool kVnni>
@@ -450,15 +432,9 @@ void dot_k16_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
       for (int off = 0; off < kBytes; off += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + off, _MM_HINT_T0);
       }
-      constexpr bool kMin = K::kDminAt >= 0;
       const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(K::scales(p), by_parity));
-      __m256i mn = _mm256_setzero_si256(), bi[MB];
-      if constexpr (kMin) mn = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(K::mins(p), by_parity));
       const int16_t* xg[MB];
-      for (int i = 0; i < MB; ++i) {
-        xg[i] = x16_group(x, ldx, i, b);
-        bi[i] = _mm256_setzero_si256();
-      }
+      for (int i = 0; i < MB; ++i) xg[i] = x16_group(x, ldx, i, b);
       // Half a of the block (elements 128 a..) into exact int32 lanes, converted.
       auto half = [&](int a, __m256* f) {
         __m256i ai[MB];
@@ -476,10 +452,6 @@ void dot_k16_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
             const __m256i xe = load32(xb), xo = load32(xb + 16);
             ai[i] = _mm256_add_epi32(ai[i],
                                      madd_add<kVnni>(_mm256_madd_epi16(even, xe), odd, xo));
-            if constexpr (kMin) {
-              const __m256i mv = _mm256_shuffle_epi8(mn, pick);
-              bi[i] = madd_add<kVnni>(madd_add<kVnni>(bi[i], mv, xe), mv, xo);
-            }
           }
         }
         for (int i = 0; i < MB; ++i) f[i] = _mm256_cvtepi32_ps(ai[i]);
@@ -492,10 +464,6 @@ void dot_k16_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64
       for (int i = 0; i < MB; ++i) {
         const float sx = x[i * ldx + b * kX16GroupFloats + kX16Scale];
         acc[i] = _mm256_fmadd_ps(f[i], _mm256_set1_ps(d * sx), acc[i]);
-        if constexpr (kMin) {
-          const float dmin = f16_at(p + K::kDminAt);
-          acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(bi[i]), _mm256_set1_ps(dmin * sx), acc[i]);
-        }
       }
     }
     for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[i]);
@@ -652,8 +620,6 @@ constexpr const X16Fns& kQ6_KFns = kK16Fns<Q6KCodes, V>;
 template <bool V>
 constexpr const X16Fns& kQ3_KFns = kK16Fns<Q3KCodes, V>;
 template <bool V>
-constexpr const X16Fns& kQ2_KFns = kK16Fns<Q2KCodes, V>;
-template <bool V>
 constexpr X16Fns kQ4_KFns = {dot_k_x16_mb<false, 1, V>, dot_k_x16_mb<false, 2, V>,
                              dot_k_x16_mb<false, 3, V>, dot_k_x16_mb<false, 4, V>};
 template <bool V>
@@ -703,7 +669,9 @@ GgmlDotTable ggml_x16_dot_avx2(GgmlType type) {
     case GgmlType::kIQ4_NL:
       return entry(ByLevel<kB32Fns<BlockIQ4_NL, false>, kB32Fns<BlockIQ4_NL, true>>{}, false);
     case GgmlType::kQ3_K: return entry(ByLevel<kQ3_KFns<false>, kQ3_KFns<true>>{}, true);
-    case GgmlType::kQ2_K: return entry(ByLevel<kQ2_KFns<false>, kQ2_KFns<true>>{}, true);
+    // Two byte planes of x16 (gemm_ggml_x8_avx2.cc): 1.2-1.5x the K16 kernel, whose min part
+    // took two more vpmaddwd per 32 weights and row of x.
+    case GgmlType::kQ2_K: return ggml_x16_planes_dot_avx2(type);
     case GgmlType::kIQ4_XS:
       return entry(ByLevel<kIQ4_XSFns<false>, kIQ4_XSFns<true>>{}, false);
     default: return GgmlDotTable{};

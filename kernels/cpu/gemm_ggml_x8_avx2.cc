@@ -1,7 +1,9 @@
-// AVX2 decode kernels for the GGUF K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) against x rounded to
-// int8 per 256 elements: GgmlKernels::dot_x8 of the AVX2 table, taken with GemmPrecision::kBf16
-// (vnni_x8, gemm_quant.h) at levels without AVX-512, bound kX8Error (llama.cpp's Q8_K activations
-// for these types). The default precision keeps the x16 kernels (gemm_ggml_x16_avx2.cc).
+// AVX2 decode kernels for the GGUF K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS against x
+// rounded to int8 per 256 elements: GgmlKernels::dot_x8 of the AVX2 table, taken with
+// GemmPrecision::kBf16 (vnni_x8, gemm_quant.h) at levels without AVX-512, bound kX8Error
+// (llama.cpp's Q8_K activations for these types). The default precision keeps the x16 kernels
+// (gemm_ggml_x16_avx2.cc), except Q2_K's, which is the same kernel here on x16 as two byte planes
+// (ggml_x16_planes_dot_avx2: bound kGgmlDecodeXError, gemm_ggml.h).
 //
 // Why: the x16 kernels multiply with vpmaddwd, 16 products per instruction, and widen every
 // code to int16 first. Here the codes stay bytes (ggml_chunk_u8: 32 unsigned codes per chunk)
@@ -15,7 +17,10 @@
 //
 // Lane bounds: a pair sum is at most 2 * 63 * 127 = 16002 (Q6_K's codes; vpmaddubsw does not
 // saturate), times |sc| <= 128, two per lane and 8 chunks: |lane| < 2^26; the offset term 2 *
-// 128 * 2032 * 32 < 2^24.
+// 128 * 2032 * 32 < 2^24. IQ4_XS: signed codebook values (signed_pairs), |ls - 32| <= 32.
+// Measured (Zen 3 VM, 1 thread, bench_gemm_ggml --cached --m 1, against the x16 kernels, GB/s):
+// Q4_K 14.0-15.3 -> 18.1-20.1, Q5_K 13.5-14.7 -> 15.8-17.2, Q6_K 13.7-14.7 -> 19.7-21.1, Q3_K
+// 6.3-6.6 -> 8.9-9.5, Q2_K 5.2-5.5 -> 11.5-12.9, IQ4_XS 8.0 -> 10.1.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -35,16 +40,27 @@ static_assert(kMaxM <= kGgmlMaxM);
 // ---- Prepared x ----
 //
 // Per group of 256 elements (64-byte aligned; a last group of k % 256 elements takes its own
-// absmax, zero past its end): bytes [0, 256) x8 = round(x / s), s = absmax / 127, in element
-// order; bytes [256, 288) the 16 int16 sums of x8 over each 16 elements; float 72 s; floats
-// 73..79 zero. A group holding an inf or NaN has zero x8 and s = NaN (its outputs come out
+// absmax, zero past its end), P planes of signed bytes in element order: P = 1, x8 = round(x /
+// s), s = absmax / 127; P = 2 (the x16 kernels below), x16 = round(x / s), s = absmax / 32639 =
+// 127 * 257, as 256 xh + xl with xh = (x16 + 128) >> 8 in [-127, 127] and xl in [-128, 127]
+// (gemm_ggml_q4k_avx512_vnni.cc's split). Bytes [0, 256 P) the planes (xh first); then per
+// plane the 16 int16 sums of its bytes over each 16 elements; float 72 P s; zero to the end
+// (80 P floats). A group holding an inf or NaN has zero planes and s = NaN (its outputs come out
 // NaN); one with absmax below 2^-100 counts as zero (as the x16 kernels, gemm_ggml.h).
-constexpr int64_t kX8GroupFloats = 80;
-constexpr int kX8SumBytes = 256, kX8Scale = 72;
+template <int P>
+struct XLayout {
+  static constexpr int64_t kGroupFloats = 80 * P;
+  static constexpr int kSumBytes = 256 * P;  // the first plane's sums (the second's 32 on)
+  static constexpr int kScale = 72 * P;      // float index of s
+  static constexpr float kMax = P == 1 ? 127.0f : 32639.0f;
+};
 
-int64_t x8_floats(int64_t k) { return (k + 255) / 256 * kX8GroupFloats; }
+template <int P>
+int64_t x_floats(int64_t k) {
+  return (k + 255) / 256 * XLayout<P>::kGroupFloats;
+}
 
-inline __m256i round_x8(const float* x, __m256 inv) {
+inline __m256i round_x(const float* x, __m256 inv) {
   return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), inv),
                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
@@ -56,41 +72,61 @@ inline int32_t hsum_epi32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-void prep_x8(const float* x, int64_t k, float* out) {
+// 32 int32 in [-128, 127] (4 vectors, element order) as bytes at q, and their two 16-element
+// sums.
+inline void store_bytes(const __m256i (&v)[4], int8_t* q, int16_t* sums) {
+  // The saturating packs are exact; they interleave 4-dword runs, which the permutation puts
+  // back in element order.
+  const __m256i b =
+      _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(q),
+                     _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  sums[0] = static_cast<int16_t>(hsum_epi32(_mm256_add_epi32(v[0], v[1])));
+  sums[1] = static_cast<int16_t>(hsum_epi32(_mm256_add_epi32(v[2], v[3])));
+}
+
+template <int P>
+void prep_x(const float* x, int64_t k, float* out) {
+  using XL = XLayout<P>;
   for (int64_t g = 0; g < (k + 255) / 256; ++g) {
     const float* xg = x + 256 * g;
     const int n = static_cast<int>(std::min<int64_t>(256, k - 256 * g));  // a multiple of 32
-    float* o = out + g * kX8GroupFloats;
+    float* o = out + g * XL::kGroupFloats;
     auto* q = reinterpret_cast<int8_t*>(o);
-    auto* sums = reinterpret_cast<int16_t*>(q + kX8SumBytes);
+    auto* sums = reinterpret_cast<int16_t*>(q + XL::kSumBytes);
     const AbsMax a = absmax_avx2(xg, n);
     float sx = 0.0f, inv = 0.0f;
     if (!a.finite) {
       sx = __builtin_nanf("");
     } else if (a.value >= 0x1p-100f) {
-      sx = a.value / 127.0f;
-      inv = 127.0f / a.value;
+      sx = a.value / XL::kMax;
+      inv = XL::kMax / a.value;
     }
     const __m256 vinv = _mm256_set1_ps(inv);
     for (int c = 0; c < 8; ++c) {  // 32 elements per step
       if (32 * c >= n) {
-        std::memset(q + 32 * c, 0, 32);
-        sums[2 * c] = sums[2 * c + 1] = 0;
+        for (int t = 0; t < P; ++t) {
+          std::memset(q + 256 * t + 32 * c, 0, 32);
+          sums[16 * t + 2 * c] = sums[16 * t + 2 * c + 1] = 0;
+        }
         continue;
       }
       __m256i v[4];
-      for (int e = 0; e < 4; ++e) v[e] = round_x8(xg + 32 * c + 8 * e, vinv);
-      // |x8| <= 127: the saturating packs are exact; they interleave 4-dword runs, which the
-      // permutation puts back in element order.
-      const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]),
-                                           _mm256_packs_epi32(v[2], v[3]));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32 * c),
-                         _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-      sums[2 * c] = static_cast<int16_t>(hsum_epi32(_mm256_add_epi32(v[0], v[1])));
-      sums[2 * c + 1] = static_cast<int16_t>(hsum_epi32(_mm256_add_epi32(v[2], v[3])));
+      for (int e = 0; e < 4; ++e) v[e] = round_x(xg + 32 * c + 8 * e, vinv);
+      if constexpr (P == 1) {
+        store_bytes(v, q + 32 * c, sums + 2 * c);
+      } else {
+        __m256i h[4], l[4];
+        for (int e = 0; e < 4; ++e) {
+          h[e] = _mm256_srai_epi32(_mm256_add_epi32(v[e], _mm256_set1_epi32(128)), 8);
+          l[e] = _mm256_sub_epi32(v[e], _mm256_slli_epi32(h[e], 8));
+        }
+        store_bytes(h, q + 32 * c, sums + 2 * c);
+        store_bytes(l, q + 256 + 32 * c, sums + 16 + 2 * c);
+      }
     }
-    o[kX8Scale] = sx;
-    for (int j = kX8Scale + 1; j < kX8GroupFloats; ++j) o[j] = 0.0f;
+    o[XL::kScale] = sx;
+    for (int j = XL::kScale + 1; j < XL::kGroupFloats; ++j) o[j] = 0.0f;
   }
 }
 
@@ -185,8 +221,11 @@ inline __m256i chunk_scales(__m256i sc2) {
   }
 }
 
-// Block b of weight row p (bytes of its first block) against MB rows of x into acc.
-template <GgmlKind kKind, int MB>
+// Block b of weight row p (bytes of its first block) against MB rows of x (P planes) into acc.
+// Two planes: the xh products in ai, the xl ones in al, joined as (ai << 8) + al once per
+// block (exact in int32 for codes up to 31 and scales up to 63: 32 * 31 * 63 * (127 * 256 +
+// 128) < 2.05e9; so not Q6_K).
+template <GgmlKind kKind, int MB, int P>
 inline void kq_x8_block(const uint8_t* row, int64_t b, int64_t ahead, const float* x, int64_t ldx,
                         __m256 (&acc)[MB]) {
   using L = GgmlLayout<kKind>;
@@ -198,11 +237,14 @@ inline void kq_x8_block(const uint8_t* row, int64_t b, int64_t ahead, const floa
   __m128i sc, mn = _mm_setzero_si128();
   S::get(p, &sc, &mn);
   const __m256i sc2 = _mm256_set_m128i(sc, sc);
+  using XL = XLayout<P>;
+  static_assert(P == 1 || (!S::kSignedCodes && GgmlLayout<kKind>::kMaxU <= 31));
   const int8_t* xg[MB];
-  __m256i ai[MB];
+  __m256i ai[MB], al[MB];
   for (int i = 0; i < MB; ++i) {
-    xg[i] = reinterpret_cast<const int8_t*>(x + i * ldx + b * kX8GroupFloats);
+    xg[i] = reinterpret_cast<const int8_t*>(x + i * ldx + b * XL::kGroupFloats);
     ai[i] = _mm256_setzero_si256();
+    al[i] = _mm256_setzero_si256();
   }
   auto chunk = [&]<int c>() {
     const __m256i s = chunk_scales<S::kSigned, c>(sc2);
@@ -218,6 +260,10 @@ inline void kq_x8_block(const uint8_t* row, int64_t b, int64_t ahead, const floa
       for (int i = 0; i < MB; ++i) {
         const __m256i pairs = _mm256_maddubs_epi16(u, load32(xg[i] + 32 * c));
         ai[i] = _mm256_add_epi32(ai[i], _mm256_madd_epi16(pairs, s));
+        if constexpr (P == 2) {
+          const __m256i lo = _mm256_maddubs_epi16(u, load32(xg[i] + 256 + 32 * c));
+          al[i] = _mm256_add_epi32(al[i], _mm256_madd_epi16(lo, s));
+        }
       }
     }
   };
@@ -228,17 +274,26 @@ inline void kq_x8_block(const uint8_t* row, int64_t b, int64_t ahead, const floa
   const __m256i sc16 = widen16<S::kSigned>(sc);
   const __m256i mn16 = widen16<false>(mn);
   for (int i = 0; i < MB; ++i) {
-    const __m256i xs = load32(xg[i] + kX8SumBytes);  // the 16 sums of x8
+    const __m256i xs = load32(xg[i] + XL::kSumBytes);  // the 16 sums of x8 (of xh)
+    // sc . sums and mn . sums (two planes: of xh, times 256, plus of xl).
+    auto dot16 = [&](__m256i v) {
+      __m256i t = _mm256_madd_epi16(v, xs);
+      if constexpr (P == 2) {
+        t = _mm256_add_epi32(_mm256_slli_epi32(t, 8),
+                             _mm256_madd_epi16(v, load32(xg[i] + XL::kSumBytes + 32)));
+      }
+      return t;
+    };
+    if constexpr (P == 2) ai[i] = _mm256_add_epi32(_mm256_slli_epi32(ai[i], 8), al[i]);
     if constexpr (S::kOff != 0) {  // w = d sc (u - off): minus off sc . sums
       static_assert(S::kOff == 32 || S::kOff == 4);
-      ai[i] = _mm256_sub_epi32(
-          ai[i], _mm256_slli_epi32(_mm256_madd_epi16(sc16, xs), S::kOff == 32 ? 5 : 2));
+      ai[i] = _mm256_sub_epi32(ai[i], _mm256_slli_epi32(dot16(sc16), S::kOff == 32 ? 5 : 2));
     }
-    const __m256 s = _mm256_broadcast_ss(reinterpret_cast<const float*>(xg[i]) + kX8Scale);
+    const __m256 s = _mm256_broadcast_ss(reinterpret_cast<const float*>(xg[i]) + XL::kScale);
     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[i]), _mm256_mul_ps(d, s), acc[i]);
     if constexpr (S::kMins) {  // minus dmin s (mn . sums)
       const __m256 dm = _mm256_mul_ps(f16_broadcast(p + S::kDmin), s);
-      acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn16, xs)), dm, acc[i]);
+      acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(dot16(mn16)), dm, acc[i]);
     }
   }
 }
@@ -247,7 +302,7 @@ inline void kq_x8_block(const uint8_t* row, int64_t b, int64_t ahead, const floa
 // gemm_decode_walk.h interleaved, as the x16 Q4_0 / Q8_0 kernels read them: one row after
 // another a Zen 3 core streams at ~0.7 of its read bandwidth). More rows of x: the R rows one
 // after another, up to 4 rows of x per pass.
-template <GgmlKind kKind, int MB>
+template <GgmlKind kKind, int MB, int P>
 void dot_kq_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
                   float* out) {
   const int64_t nb = k / 256;
@@ -256,27 +311,27 @@ void dot_kq_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t
     __m256 acc[kRows][1];
     for (int r = 0; r < kRows; ++r) acc[r][0] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      for (int r = 0; r < kRows; ++r) kq_x8_block<kKind, 1>(rows[r], b, ahead, x, ldx, acc[r]);
+      for (int r = 0; r < kRows; ++r) kq_x8_block<kKind, 1, P>(rows[r], b, ahead, x, ldx, acc[r]);
     }
     for (int r = 0; r < kRows; ++r) out[r] = hsum(acc[r][0]);
   } else {
     for (int r = 0; r < kRows; ++r) {
       __m256 acc[MB];
       for (int i = 0; i < MB; ++i) acc[i] = _mm256_setzero_ps();
-      for (int64_t b = 0; b < nb; ++b) kq_x8_block<kKind, MB>(rows[r], b, ahead, x, ldx, acc);
+      for (int64_t b = 0; b < nb; ++b) kq_x8_block<kKind, MB, P>(rows[r], b, ahead, x, ldx, acc);
       for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[i]);
     }
   }
 }
 
-template <GgmlKind kKind>
-void dot_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
-            float* out) {
+template <GgmlKind kKind, int P>
+void dot_planes(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+                float* out) {
   switch (std::min(mb, kMaxM)) {
-    case 1: return dot_kq_x8_mb<kKind, 1>(rows, k, x, ldx, out);
-    case 2: return dot_kq_x8_mb<kKind, 2>(rows, k, x, ldx, out);
-    case 3: return dot_kq_x8_mb<kKind, 3>(rows, k, x, ldx, out);
-    default: return dot_kq_x8_mb<kKind, 4>(rows, k, x, ldx, out);
+    case 1: return dot_kq_x8_mb<kKind, 1, P>(rows, k, x, ldx, out);
+    case 2: return dot_kq_x8_mb<kKind, 2, P>(rows, k, x, ldx, out);
+    case 3: return dot_kq_x8_mb<kKind, 3, P>(rows, k, x, ldx, out);
+    default: return dot_kq_x8_mb<kKind, 4, P>(rows, k, x, ldx, out);
   }
 }
 
@@ -284,7 +339,7 @@ void dot_x8(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, 
 
 void set_x8_kernels_avx2(GgmlKernels& t) {
   auto set = [&]<GgmlKind kKind>(GgmlType type) {
-    GgmlDotTable e{kRows, kMaxM, dot_x8<kKind>, true, x8_floats, prep_x8, true};
+    GgmlDotTable e{kRows, kMaxM, dot_planes<kKind, 1>, true, x_floats<1>, prep_x<1>, true};
     t.dot_x8[static_cast<int>(type)] = e;
   };
   set.template operator()<GgmlKind::kQ2_K>(GgmlType::kQ2_K);
@@ -293,6 +348,16 @@ void set_x8_kernels_avx2(GgmlKernels& t) {
   set.template operator()<GgmlKind::kQ5_K>(GgmlType::kQ5_K);
   set.template operator()<GgmlKind::kQ6_K>(GgmlType::kQ6_K);
   set.template operator()<GgmlKind::kIQ4_XS>(GgmlType::kIQ4_XS);
+}
+
+GgmlDotTable ggml_x16_planes_dot_avx2(GgmlType type) {
+  // Measured against the x16 kernels (Zen 3, 1 thread, bench_gemm_ggml --m 1..4, alternating):
+  // Q2_K 1.1-1.5x (m = 1), 1.2-1.55x (m = 2..4); Q3_K 1.0-1.12x at m = 1 but 0.88-0.97x at m = 3
+  // and 4, Q4_K 0.67-0.9x, Q5_K 0.72-0.93x (their x16 kernels need fewer operations than two
+  // byte planes: no min part per element), so only Q2_K takes it.
+  if (type != GgmlType::kQ2_K) return GgmlDotTable{};
+  return GgmlDotTable{kRows, kMaxM, dot_planes<GgmlKind::kQ2_K, 2>, true, x_floats<2>, prep_x<2>,
+                      false};
 }
 
 }  // namespace sampan::cpu::gemm_detail
