@@ -60,18 +60,6 @@ int64_t x_floats(int64_t k) {
   return (k + 255) / 256 * XLayout<P>::kGroupFloats;
 }
 
-inline __m256i round_x(const float* x, __m256 inv) {
-  return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), inv),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
-
-inline int32_t hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
-
 // 32 int32 in [-128, 127] (4 vectors, element order) as bytes at q, and their two 16-element
 // sums.
 inline void store_bytes(const __m256i (&v)[4], int8_t* q, int16_t* sums) {
@@ -112,7 +100,7 @@ void prep_x(const float* x, int64_t k, float* out) {
         continue;
       }
       __m256i v[4];
-      for (int e = 0; e < 4; ++e) v[e] = round_x(xg + 32 * c + 8 * e, vinv);
+      for (int e = 0; e < 4; ++e) v[e] = round_scaled_epi32(xg + 32 * c + 8 * e, vinv);
       if constexpr (P == 1) {
         store_bytes(v, q + 32 * c, sums + 2 * c);
       } else {

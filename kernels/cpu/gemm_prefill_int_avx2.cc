@@ -69,18 +69,6 @@ inline void group_scale(const float* x, int64_t n, float xmax, float* sx, float*
   }
 }
 
-inline __m256i round8(const float* x, __m256 inv) {
-  return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), inv),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
-
-inline int32_t hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
-
 // As the AVX-512 prep_row: s_x, x16 (x8) in element order, xs and xo per group.
 void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs, int32_t* xo) {
   auto* x8 = reinterpret_cast<int8_t*>(xq);
@@ -93,7 +81,8 @@ void prep_row(const float* x, const Plan& p, int32_t* xq, float* sx, float* xs, 
     const __m256 vinv = _mm256_set1_ps(inv);
     __m256i sum = _mm256_setzero_si256();
     for (int64_t c = g * p.group; c < (g + 1) * p.group; c += 16) {
-      const __m256i a0 = round8(x + c, vinv), a1 = round8(x + c + 8, vinv);
+      const __m256i a0 = round_scaled_epi32(x + c, vinv);
+      const __m256i a1 = round_scaled_epi32(x + c + 8, vinv);
       sum = _mm256_add_epi32(sum, _mm256_add_epi32(a0, a1));
       // |x16| <= xmax: the saturating packs are exact (a NaN group's values are don't-cares).
       const __m256i h = _mm256_permute4x64_epi64(_mm256_packs_epi32(a0, a1), 0xd8);

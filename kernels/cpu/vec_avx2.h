@@ -140,6 +140,20 @@ inline AbsMax absmax_avx2(const float* x, int64_t n) {
   return {Avx2::reduce_max(m), _mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q)) == 0};
 }
 
+// round(x[0..8) * inv) to nearest even as int32 (the integer kernels' rounding of x).
+inline __m256i round_scaled_epi32(const float* x, __m256 inv) {
+  return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), inv),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// The sum of the 8 int32 lanes of v.
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
 // An 8 x 8 transpose of 32-bit words: r[c] dword j -> r[j] dword c.
 inline void transpose8_epi32(__m256i r[8]) {
   __m256i a[8], b[8];

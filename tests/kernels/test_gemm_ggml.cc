@@ -513,8 +513,9 @@ TEST_CASE("gemm ggml: integer prefill types, tiles, units and x", "[kernels][gem
 
 // The integer prefill at the codes and x where int16 sums come closest to saturating: every
 // quant byte 0xff (Q4_0 / Q4_1 / Q4_K nibble 15, Q5_0 / Q5_1 / Q5_K 31, Q6_K 63, Q3_K 7, Q2_K
-// 3, the IQ4 types' kv[15] + 128 = 241: the largest unsigned code each panel holds) against rows of x all +1 or all -1, which x8 (x16) rounds to exactly +-127
-// (+-32767), so the only error left is f32 summation. Without VNNI the x8 tile adds up to 8
+// 3, the IQ4 types' kv[15] + 128 = 241: the largest unsigned code each panel holds) against
+// rows of x all +1 or all -1, which x8 (x16) rounds to exactly +-127 (+-32767), so the only
+// error left is f32 summation. Without VNNI the x8 tile adds up to 8
 // vpmaddubsw results in int16 lanes before widening them (gemm_prefill_int_avx2.cc,
 // x8_steps_in_int16): one step too many saturates and misses by far more than the bound.
 TEST_CASE("gemm ggml: integer prefill at the largest codes and x = +-1 does not saturate",
