@@ -28,7 +28,6 @@
 #include <utility>
 
 #include "kernels/cpu/gemm_ggml_avx2.h"
-#include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/ggml_chunk_avx2.h"
 
 namespace sampan::cpu::gemm_detail {

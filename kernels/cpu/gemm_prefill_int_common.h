@@ -134,14 +134,9 @@ void ggml_scales(const GemmWeights& w, const Plan& p, int b, int64_t row0, int c
           v = f16_at(blk + 80) * static_cast<float>(blk[j] & 15);
           mn = f16_at(blk + 82) * static_cast<float>(blk[j] >> 4);
         } else if constexpr (L::kQ3K) {
-          const int lo = (j < 8 ? blk[96 + j] : blk[88 + j] >> 4) & 15;
-          const int hi = (blk[104 + j % 4] >> (2 * (j / 4))) & 3;
-          v = f16_at(blk + 108) * static_cast<float>((lo | hi << 4) - 32);
+          v = f16_at(blk + 108) * static_cast<float>(q3_k_scale(blk + 96, j));
         } else if constexpr (L::kIq4Xs) {
-          uint16_t sh;
-          std::memcpy(&sh, blk + 2, 2);
-          const int ls = ((blk[4 + j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4;
-          v = f16_at(blk) * static_cast<float>(ls - 32);
+          v = f16_at(blk) * static_cast<float>(iq4_xs_scale(blk, j));
         } else {
           v = f16_at(blk);
           if constexpr (L::kQ4_1 || L::kQ5_1) mn = -f16_at(blk + 2);

@@ -113,9 +113,7 @@ void block_q3_k(const uint8_t* b, float* y) {
       const int bit = 4 * a + s;  // (128 a + 32 s + l) / 32: the hmask bit of these elements
       for (int h = 0; h < 2; ++h) {
         const int j = 8 * a + 2 * s + h;
-        const int lo = j < 8 ? scales[j] & 15 : scales[j - 8] >> 4;
-        const int hi = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-        const float dl = d * static_cast<float>((lo | hi << 4) - 32);
+        const float dl = d * static_cast<float>(q3_k_scale(scales, j));
         for (int l = 16 * h; l < 16 * h + 16; ++l) {
           const int q = ((qs[32 * a + l] >> (2 * s)) & 3) - (((hmask[l] >> bit) & 1) ? 0 : 4);
           y[32 * bit + l] = dl * static_cast<float>(q);
@@ -187,13 +185,9 @@ void block_iq4_nl(const uint8_t* b, float* y) {
 
 void block_iq4_xs(const uint8_t* b, float* y) {
   const float d = f16_at(b);
-  const unsigned scales_h = b[2] | b[3] << 8;
-  const uint8_t* scales_l = b + 4;
   const uint8_t* qs = b + 8;
   for (int j = 0; j < 8; ++j) {
-    const int ls = ((scales_l[j / 2] >> (4 * (j % 2))) & 15) |
-                   static_cast<int>((scales_h >> (2 * j)) & 3) << 4;
-    const float dl = d * static_cast<float>(ls - 32);
+    const float dl = d * static_cast<float>(iq4_xs_scale(b, j));
     const uint8_t* q = qs + 16 * j;
     for (int l = 0; l < 16; ++l) {
       y[32 * j + l] = dl * static_cast<float>(kIq4Values[q[l] & 15]);

@@ -80,6 +80,24 @@ float mxfp4_scale(uint8_t e);
 // (scales: the block's bytes 4..15).
 void k_scale_min(const uint8_t* scales /*[12]*/, int j, int* sc, int* mn);
 
+// The 6-bit scale of sub-block j (< 16) of a Q3_K block, minus 32 (scales: the block's bytes
+// 96..107): low 4 bits from byte j (j < 8) or byte j - 8's high nibble, top 2 bits from byte
+// 8 + j % 4 at bit 2 (j / 4).
+inline int q3_k_scale(const uint8_t* scales /*[12]*/, int j) {
+  const int lo = j < 8 ? scales[j] & 15 : scales[j - 8] >> 4;
+  const int hi = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (lo | hi << 4) - 32;
+}
+
+// The 6-bit scale ls of sub-block j (< 8) of an IQ4_XS block b, minus 32: nibble j of bytes
+// 4..7, the top 2 bits at bit 2 j of the u16 at byte 2.
+inline int iq4_xs_scale(const uint8_t* b /*[136]*/, int j) {
+  const unsigned scales_h = b[2] | b[3] << 8;
+  const int lo = (b[4 + j / 2] >> (4 * (j % 2))) & 15;
+  const int hi = static_cast<int>((scales_h >> (2 * j)) & 3);
+  return (lo | hi << 4) - 32;
+}
+
 // All eight of them at once (for the SIMD kernels), as bytes 0..7 of sc and mn: j < 4 from the
 // low 6 bits of bytes j and j + 4, j >= 4 from byte j + 4's nibbles plus the top 2 bits of bytes
 // j - 4 and j.
