@@ -25,6 +25,16 @@
 // Q4_K m = 1 / 2 / 4: 11.8-12.2 / 8.7-8.9 / 5.3-5.5 -> 12.5-13.0 / 9.6-10.1 / 5.7-6.3; Q6_K
 // 12.9-13.2 / 9.1-9.3 / 5.3-5.7 -> 13.3-13.9 / 10.5-10.8 / 6.4-7.0; `sampan bench` Q4_K_M decode
 // 1 thread 17.0-17.1 -> 17.6 tok/s, 2 threads 32.1-33.1 -> 33.8-34.2.
+// Codes made as bytes (X16Order::kLane8: Q5_1, IQ4_NL, IQ4_XS): the 32 codes of a block in one
+// vector by 256-bit ops (a broadcast load, one vpsrlvd for the high nibbles, one vpshufb for the
+// IQ4 table or a byte test of qh), widened by two unpacks, x16 prepared in the unpacks' order:
+// against 128-bit lookups and vpmovsxbw (IQ4) or compares per int16 lane (Q5_1), and with Q4_1
+// / Q5_1's d and m converted by one vcvtph2ps (lanes d, m, d, m, ..) instead of a scalar path
+// for m (Zen 3 VM, 1 thread, bench_gemm_ggml --cached --m 1, 5632 x 2048, old / new library
+// alternating x3, GB/s): IQ4_NL 8.3-9.0 -> 9.8-10.3, IQ4_XS 6.5-7.9 -> 8.9-9.4, Q5_1 7.7-8.1
+// -> 9.8-10.1, Q4_1 11.1-11.6 -> 12.5-12.7; `sampan bench` decode 1 thread (two rounds, tok/s):
+// IQ4_NL 14.0-14.9 -> 16.4-16.6, IQ4_XS 14.1-14.2 -> 16.0-16.3, Q5_1 10.6 -> 13.0, Q4_1 16.8
+// -> 18.4-18.5. Q5_0 keeps its int16 codes (byte codes minus 16 as int16: 0.97x).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -32,6 +42,8 @@
 
 #include "kernels/cpu/gemm_ggml_avx2.h"
 #include "kernels/cpu/isa.h"
+
+
 
 namespace sampan::cpu::gemm_detail {
 namespace {
@@ -74,7 +86,13 @@ inline __m256i pack_alternate(__m256i a, __m256i b) {
   return pack16(pick(a), pick(b));
 }
 
-template <bool kEvenOdd>
+// The order of each 32 elements' x16 (the kernels' code vectors): element order, kEvenOdd (the
+// K types), or kLane8: 0..7, 16..23, 8..15, 24..31 (Q5_0, Q5_1, IQ4_NL, whose codes are made
+// as 32 bytes in element order and widened by vpunpck{l,h}bw, which take 8 bytes from each
+// 128-bit lane).
+enum class X16Order { kElement, kEvenOdd, kLane8 };
+
+template <X16Order kOrder>
 void prep_x16(const float* x, int64_t k, float* out) {
   for (int64_t g = 0; g < (k + 255) / 256; ++g) {
     const float* xg = x + 256 * g;
@@ -103,10 +121,14 @@ void prep_x16(const float* x, int64_t k, float* out) {
         sum = _mm256_add_epi32(sum, v[e]);
       }
       __m256i lo = pack16(v[0], v[1]), hi = pack16(v[2], v[3]);  // elements 0..15, 16..31
-      if (kEvenOdd) {
+      if (kOrder == X16Order::kEvenOdd) {
         const __m256i even = pack_alternate<false>(lo, hi);
         hi = pack_alternate<true>(lo, hi);
         lo = even;
+      } else if (kOrder == X16Order::kLane8) {
+        const __m256i a = _mm256_permute2x128_si256(lo, hi, 0x20);  // 0..7, 16..23
+        hi = _mm256_permute2x128_si256(lo, hi, 0x31);               // 8..15, 24..31
+        lo = a;
       }
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * j), lo);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * j + 16), hi);
@@ -147,6 +169,7 @@ inline const int16_t* x16_group(const float* x, int64_t ldx, int i, int64_t g) {
 // kMinAt: the byte offset of the block's f16 min m (w = d q + m; Q4_1, Q5_1), or -1.
 struct BlockQ8_0 {
   static constexpr int kBytes = 34, kMinAt = -1;
+  static constexpr X16Order kOrder = X16Order::kElement;
   static void codes(const uint8_t* b, __m256i* w) {
     w[0] = _mm256_cvtepi8_epi16(load16(b + 2));
     w[1] = _mm256_cvtepi8_epi16(load16(b + 18));
@@ -156,6 +179,7 @@ struct BlockQ8_0 {
 // Byte l holds element l in its low nibble and l + 16 in its high one; w = (n - 8) d.
 struct BlockQ4_0 {
   static constexpr int kBytes = 18, kMinAt = -1;
+  static constexpr X16Order kOrder = X16Order::kElement;
   static void codes(const uint8_t* b, __m256i* w) {
     const __m256i v = _mm256_cvtepu8_epi16(load16(b + 2)), eight = _mm256_set1_epi16(8);
     w[0] = _mm256_sub_epi16(_mm256_and_si256(v, _mm256_set1_epi16(15)), eight);
@@ -170,10 +194,51 @@ inline void nibbles16(const uint8_t* qs, __m256i* w) {
   w[1] = _mm256_srli_epi16(v, 4);
 }
 
-// The fifth bits h of Q5_0 / Q5_1 (bit e of the 32-bit qh belongs to element e), as c = 16 - 16 h
-// per 16-bit lane l of c[0] (element l) and of c[1] (element l + 16): an and, a compare and an
-// andnot per 16 elements. Q5_0's n + 16 h - 16 is then n - c, Q5_1's n + 16 h is n + 16 - c.
-inline void fifth_bits_clear(uint32_t qh, __m256i* c) {
+// ---- Codes made as bytes (X16Order::kLane8) ----
+//
+// The 32 nibbles at qs (element l in the low nibble of byte l, l + 16 in the high one) as
+// bytes in element order: the 16 bytes in both 128-bit lanes, the upper lane shifted by 4.
+inline __m256i nibbles_u8(const uint8_t* qs) {
+  const __m256i v = _mm256_broadcastsi128_si256(load16(qs));
+  return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                          _mm256_set1_epi8(15));
+}
+
+// 0xff in byte e where bit e of the 32-bit qh at p is set (Q5_0 / Q5_1's fifth bits): byte e
+// takes qh's byte e / 8 by vpshufb, then a test of its bit e % 8.
+inline __m256i fifth_bits_u8(const uint8_t* p) {
+  float qh;  // the 4 bytes, broadcast by a load (vbroadcastss)
+  std::memcpy(&qh, p, 4);
+  const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
+                                            0x0303030303030303);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  const __m256i q = _mm256_shuffle_epi8(_mm256_castps_si256(_mm256_set1_ps(qh)), spread);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(q, bit), bit);
+}
+
+// 32 code bytes in element order as two vectors of 16 int16 in kLane8 order: zero-extended
+// (kSigned false) or sign-extended.
+template <bool kSigned>
+inline void widen_lane8(__m256i u, __m256i* w) {
+  const __m256i hi = kSigned ? _mm256_cmpgt_epi8(_mm256_setzero_si256(), u)
+                             : _mm256_setzero_si256();
+  w[0] = _mm256_unpacklo_epi8(u, hi);
+  w[1] = _mm256_unpackhi_epi8(u, hi);
+}
+
+// w = d n + m (the nibbles as Q4_0's, without the offset; m at byte 2).
+struct BlockQ4_1 {
+  static constexpr int kBytes = 20, kMinAt = 2;
+  static constexpr X16Order kOrder = X16Order::kElement;
+  static void codes(const uint8_t* b, __m256i* w) { nibbles16(b + 4, w); }
+};
+
+// The fifth bits h of Q5_0 (bit e of the 32-bit qh belongs to element e), as c = 16 - 16 h per
+// 16-bit lane l of c[0] (element l) and of c[1] (element l + 16): an and, a compare and an
+// andnot per 16 elements.
+inline void fifth_bits_clear(const uint8_t* p, __m256i* c) {
+  uint32_t qh;
+  std::memcpy(&qh, p, 4);
   const __m256i bits = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
                                          4096, 8192, 16384, static_cast<int16_t>(0x8000));
   const __m256i q = _mm256_set1_epi32(static_cast<int>(qh));
@@ -184,44 +249,44 @@ inline void fifth_bits_clear(uint32_t qh, __m256i* c) {
   c[1] = _mm256_andnot_si256(_mm256_cmpeq_epi16(_mm256_and_si256(hi, bits), bits), sixteen);
 }
 
-// w = d n + m (the nibbles as Q4_0's, without the offset; m at byte 2).
-struct BlockQ4_1 {
-  static constexpr int kBytes = 20, kMinAt = 2;
-  static void codes(const uint8_t* b, __m256i* w) { nibbles16(b + 4, w); }
-};
-
-// Q5_0: w = d (n + 16 h - 16), qh at byte 2; Q5_1 (kMin): w = d (n + 16 h) + m, m at byte 2, qh
-// at byte 4. The nibbles follow qh.
-template <bool kMin>
-struct BlockQ5 {
-  static constexpr int kBytes = kMin ? 24 : 22, kMinAt = kMin ? 2 : -1, kQhAt = kMin ? 4 : 2;
+// w = d (n + 16 h - 16) = d (n - c), qh at byte 2, the nibbles after it; codes as int16 in
+// element order.
+struct BlockQ5_0 {
+  static constexpr int kBytes = 22, kMinAt = -1;
+  static constexpr X16Order kOrder = X16Order::kElement;
   static void codes(const uint8_t* b, __m256i* w) {
-    uint32_t qh;
-    std::memcpy(&qh, b + kQhAt, 4);
     __m256i c[2];
-    nibbles16(b + kQhAt + 4, w);
-    fifth_bits_clear(qh, c);
-    for (int e = 0; e < 2; ++e) {
-      w[e] = kMin ? _mm256_add_epi16(w[e], _mm256_sub_epi16(_mm256_set1_epi16(16), c[e]))
-                  : _mm256_sub_epi16(w[e], c[e]);
-    }
+    nibbles16(b + 6, w);
+    fifth_bits_clear(b + 2, c);
+    w[0] = _mm256_sub_epi16(w[0], c[0]);
+    w[1] = _mm256_sub_epi16(w[1], c[1]);
   }
 };
-using BlockQ5_0 = BlockQ5<false>;
-using BlockQ5_1 = BlockQ5<true>;
 
-// kIq4Values[n] of the 32 nibbles at qs (elements l and l + 16 in byte l) as int16: the int8
-// table looked up by vpshufb, then widened.
+// w = d (n + 16 h) + m, m at byte 2, qh at byte 4, the nibbles after it; the codes n + 16 h as
+// bytes in element order, widened in kLane8 order (Q5_0's int16 codes, n + 16 - c here, measured
+// 0.87x; these codes for Q5_0, minus 16 as int16, 0.97x its int16 codes).
+struct BlockQ5_1 {
+  static constexpr int kBytes = 24, kMinAt = 2;
+  static constexpr X16Order kOrder = X16Order::kLane8;
+  static void codes(const uint8_t* b, __m256i* w) {
+    const __m256i n = nibbles_u8(b + 8), h = fifth_bits_u8(b + 4);
+    widen_lane8<false>(_mm256_or_si256(n, _mm256_and_si256(h, _mm256_set1_epi8(16))), w);
+  }
+};
+
+// kIq4Values[n] of the 32 nibbles at qs in kLane8 order: the int8 table looked up by vpshufb
+// in both lanes (IQ4_NL, IQ4_XS).
 inline void iq4_codes(const uint8_t* qs, __m256i* w) {
-  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values));
-  const __m128i v = load16(qs), m4 = _mm_set1_epi8(15);
-  w[0] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, _mm_and_si128(v, m4)));
-  w[1] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(v, 4), m4)));
+  const __m256i table = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+  widen_lane8<true>(_mm256_shuffle_epi8(table, nibbles_u8(qs)), w);
 }
 
 // w = d kIq4Values[n].
 struct BlockIQ4_NL {
   static constexpr int kBytes = 18, kMinAt = -1;
+  static constexpr X16Order kOrder = X16Order::kLane8;
   static void codes(const uint8_t* b, __m256i* w) { iq4_codes(b + 2, w); }
 };
 
@@ -230,14 +295,17 @@ struct BlockIQ4_NL {
 // s sum x16 into lane 0 of am.
 template <class B, int MB, bool kVnni>
 inline void b32_step(const uint8_t* p, const int16_t* const* xg, int j, __m256* ag, __m256* am) {
+  static_assert(B::kMinAt < 0 || B::kMinAt == 2);
   __m256i w[2];
   B::codes(p, w);
-  const __m256 d = f16_broadcast(p);
-  __m256 m0 = _mm256_setzero_ps();
-  if constexpr (B::kMinAt >= 0) {
-    uint16_t h;
-    std::memcpy(&h, p + B::kMinAt, 2);
-    m0 = _mm256_cvtph_ps(_mm_cvtsi32_si128(h));  // (m, 0, .., 0)
+  __m256 d, m0;
+  if constexpr (B::kMinAt >= 0) {  // d and m converted together: lanes (d, m, d, m, ..)
+    float dm;
+    std::memcpy(&dm, p, 4);
+    m0 = _mm256_cvtph_ps(_mm_castps_si128(_mm_set1_ps(dm)));
+    d = _mm256_moveldup_ps(m0);
+  } else {
+    d = f16_broadcast(p);
   }
   for (int i = 0; i < MB; ++i) {
     const int16_t* xb = xg[i] + 32 * j;
@@ -286,7 +354,10 @@ void dot_b32_x16_rows(const uint8_t* const* rows, int64_t k, const float* x, int
       for (int i = 0; i < MB; ++i) {
         const float sx = x[i * ldx + g * kX16GroupFloats + kX16Scale];
         acc[r][i] = _mm256_fmadd_ps(ag[i], _mm256_set1_ps(sx), acc[r][i]);
-        if constexpr (B::kMinAt >= 0) acc[r][i] = _mm256_add_ps(acc[r][i], am[i]);
+        if constexpr (B::kMinAt >= 0) {  // lane 1 of am: m times the sums
+          const __m256 lane1 = _mm256_castsi256_ps(_mm256_setr_epi32(0, -1, 0, 0, 0, 0, 0, 0));
+          acc[r][i] = _mm256_add_ps(acc[r][i], _mm256_and_ps(am[i], lane1));
+        }
       }
     }
   }
@@ -558,7 +629,8 @@ void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t
         for (int i = 0; i < MB; ++i) {
           const int16_t* xb = xg[i] + 64 * c2;
           if constexpr (kScaleSums) {
-            __m256i t0 = madd_add<kVnni>(_mm256_madd_epi16(w[0], load32(xb)), w[1], load32(xb + 16));
+            __m256i t0 =
+                madd_add<kVnni>(_mm256_madd_epi16(w[0], load32(xb)), w[1], load32(xb + 16));
             __m256i t1 =
                 madd_add<kVnni>(_mm256_madd_epi16(w[2], load32(xb + 32)), w[3], load32(xb + 48));
             const int32_t i0 = static_cast<int32_t>(0x80808000u | j);
@@ -648,32 +720,34 @@ struct ByLevel {
 }  // namespace
 
 GgmlDotTable ggml_x16_dot_avx2(GgmlType type) {
-  auto entry = []<class L>(L, bool even_odd) {
+  auto entry = []<class L>(L, X16Order order) {
     GgmlDotTable t{kRows, kMaxM, L::dot, true, x16_floats,
-                   even_odd ? prep_x16<true> : prep_x16<false>};
+                   order == X16Order::kEvenOdd ? prep_x16<X16Order::kEvenOdd>
+                   : order == X16Order::kLane8 ? prep_x16<X16Order::kLane8>
+                                               : prep_x16<X16Order::kElement>};
     t.resolve = L::resolve;
     return t;
   };
+  auto b32 = [&]<class B>(B) {
+    return entry(ByLevel<kB32Fns<B, false>, kB32Fns<B, true>>{}, B::kOrder);
+  };
+  constexpr X16Order kElement = X16Order::kElement, kEvenOdd = X16Order::kEvenOdd,
+                     kLane8 = X16Order::kLane8;
   switch (type) {
-    case GgmlType::kQ8_0: return entry(ByLevel<kQ8_0Fns<false>, kQ8_0Fns<true>>{}, false);
-    case GgmlType::kQ4_0: return entry(ByLevel<kQ4_0Fns<false>, kQ4_0Fns<true>>{}, false);
-    case GgmlType::kQ6_K: return entry(ByLevel<kQ6_KFns<false>, kQ6_KFns<true>>{}, true);
-    case GgmlType::kQ4_K: return entry(ByLevel<kQ4_KFns<false>, kQ4_KFns<true>>{}, true);
-    case GgmlType::kQ5_K: return entry(ByLevel<kQ5_KFns<false>, kQ5_KFns<true>>{}, true);
-    case GgmlType::kQ4_1:
-      return entry(ByLevel<kB32Fns<BlockQ4_1, false>, kB32Fns<BlockQ4_1, true>>{}, false);
-    case GgmlType::kQ5_0:
-      return entry(ByLevel<kB32Fns<BlockQ5_0, false>, kB32Fns<BlockQ5_0, true>>{}, false);
-    case GgmlType::kQ5_1:
-      return entry(ByLevel<kB32Fns<BlockQ5_1, false>, kB32Fns<BlockQ5_1, true>>{}, false);
-    case GgmlType::kIQ4_NL:
-      return entry(ByLevel<kB32Fns<BlockIQ4_NL, false>, kB32Fns<BlockIQ4_NL, true>>{}, false);
-    case GgmlType::kQ3_K: return entry(ByLevel<kQ3_KFns<false>, kQ3_KFns<true>>{}, true);
+    case GgmlType::kQ8_0: return entry(ByLevel<kQ8_0Fns<false>, kQ8_0Fns<true>>{}, kElement);
+    case GgmlType::kQ4_0: return entry(ByLevel<kQ4_0Fns<false>, kQ4_0Fns<true>>{}, kElement);
+    case GgmlType::kQ6_K: return entry(ByLevel<kQ6_KFns<false>, kQ6_KFns<true>>{}, kEvenOdd);
+    case GgmlType::kQ4_K: return entry(ByLevel<kQ4_KFns<false>, kQ4_KFns<true>>{}, kEvenOdd);
+    case GgmlType::kQ5_K: return entry(ByLevel<kQ5_KFns<false>, kQ5_KFns<true>>{}, kEvenOdd);
+    case GgmlType::kQ4_1: return b32(BlockQ4_1{});
+    case GgmlType::kQ5_0: return b32(BlockQ5_0{});
+    case GgmlType::kQ5_1: return b32(BlockQ5_1{});
+    case GgmlType::kIQ4_NL: return b32(BlockIQ4_NL{});
+    case GgmlType::kQ3_K: return entry(ByLevel<kQ3_KFns<false>, kQ3_KFns<true>>{}, kEvenOdd);
     // Two byte planes of x16 (gemm_ggml_x8_avx2.cc): 1.2-1.5x the K16 kernel, whose min part
     // took two more vpmaddwd per 32 weights and row of x.
     case GgmlType::kQ2_K: return ggml_x16_planes_dot_avx2(type);
-    case GgmlType::kIQ4_XS:
-      return entry(ByLevel<kIQ4_XSFns<false>, kIQ4_XSFns<true>>{}, false);
+    case GgmlType::kIQ4_XS: return entry(ByLevel<kIQ4_XSFns<false>, kIQ4_XSFns<true>>{}, kLane8);
     default: return GgmlDotTable{};
   }
 }
