@@ -41,6 +41,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_ggml_avx2.h"
+#include "kernels/cpu/ggml_chunk_avx2.h"
 #include "kernels/cpu/isa.h"
 
 
@@ -194,28 +195,8 @@ inline void nibbles16(const uint8_t* qs, __m256i* w) {
   w[1] = _mm256_srli_epi16(v, 4);
 }
 
-// ---- Codes made as bytes (X16Order::kLane8) ----
+// ---- Codes made as bytes (X16Order::kLane8; ggml_chunk_avx2.h) ----
 //
-// The 32 nibbles at qs (element l in the low nibble of byte l, l + 16 in the high one) as
-// bytes in element order: the 16 bytes in both 128-bit lanes, the upper lane shifted by 4.
-inline __m256i nibbles_u8(const uint8_t* qs) {
-  const __m256i v = _mm256_broadcastsi128_si256(load16(qs));
-  return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
-                          _mm256_set1_epi8(15));
-}
-
-// 0xff in byte e where bit e of the 32-bit qh at p is set (Q5_0 / Q5_1's fifth bits): byte e
-// takes qh's byte e / 8 by vpshufb, then a test of its bit e % 8.
-inline __m256i fifth_bits_u8(const uint8_t* p) {
-  float qh;  // the 4 bytes, broadcast by a load (vbroadcastss)
-  std::memcpy(&qh, p, 4);
-  const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
-                                            0x0303030303030303);
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
-  const __m256i q = _mm256_shuffle_epi8(_mm256_castps_si256(_mm256_set1_ps(qh)), spread);
-  return _mm256_cmpeq_epi8(_mm256_and_si256(q, bit), bit);
-}
-
 // 32 code bytes in element order as two vectors of 16 int16 in kLane8 order: zero-extended
 // (kSigned false) or sign-extended.
 template <bool kSigned>
@@ -270,18 +251,13 @@ struct BlockQ5_1 {
   static constexpr int kBytes = 24, kMinAt = 2;
   static constexpr X16Order kOrder = X16Order::kLane8;
   static void codes(const uint8_t* b, __m256i* w) {
-    const __m256i n = nibbles_u8(b + 8), h = fifth_bits_u8(b + 4);
-    widen_lane8<false>(_mm256_or_si256(n, _mm256_and_si256(h, _mm256_set1_epi8(16))), w);
+    widen_lane8<false>(ggml_chunk_u8<GgmlKind::kQ5_1>(b, 0), w);
   }
 };
 
 // kIq4Values[n] of the 32 nibbles at qs in kLane8 order: the int8 table looked up by vpshufb
 // in both lanes (IQ4_NL, IQ4_XS).
-inline void iq4_codes(const uint8_t* qs, __m256i* w) {
-  const __m256i table = _mm256_broadcastsi128_si256(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
-  widen_lane8<true>(_mm256_shuffle_epi8(table, nibbles_u8(qs)), w);
-}
+inline void iq4_codes(const uint8_t* qs, __m256i* w) { widen_lane8<true>(iq4_values_i8(qs), w); }
 
 // w = d kIq4Values[n].
 struct BlockIQ4_NL {

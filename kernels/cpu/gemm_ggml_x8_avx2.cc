@@ -20,7 +20,10 @@
 // 128 * 2032 * 32 < 2^24. IQ4_XS: signed codebook values (signed_pairs), |ls - 32| <= 32.
 // Measured (Zen 3 VM, 1 thread, bench_gemm_ggml --cached --m 1, against the x16 kernels, GB/s):
 // Q4_K 14.0-15.3 -> 18.1-20.1, Q5_K 13.5-14.7 -> 15.8-17.2, Q6_K 13.7-14.7 -> 19.7-21.1, Q3_K
-// 6.3-6.6 -> 8.9-9.5, Q2_K 5.2-5.5 -> 11.5-12.9, IQ4_XS 8.0 -> 10.1.
+// 6.3-6.6 -> 8.9-9.5, Q2_K 5.2-5.5 -> 11.5-12.9, IQ4_XS 8.0 -> 10.1; IQ4_XS 10.0-10.1 ->
+// 11.3-11.9 since nibbles_u8 (ggml_chunk_avx2.h) reads its 16 bytes by a broadcast load and
+// shifts the upper lane by one vpsrlvd (it took a 128-bit load, two ands, a shift and a lane
+// insert).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -118,12 +121,6 @@ void prep_x(const float* x, int64_t k, float* out) {
 }
 
 // ---- Codes ----
-
-// The 32 IQ4 codebook values kv[n] (signed bytes) of the 16 nibble bytes at q, in element order.
-inline __m256i iq4_codes(const uint8_t* q) {
-  const __m128i kv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values));
-  return _mm256_shuffle_epi8(_mm256_set_m128i(kv, kv), nibbles_u8(q));
-}
 
 // The pair sums w0 x0 + w1 x1 of the signed bytes w and x as int16, from aw = |w|: vpmaddubsw
 // takes |w| as unsigned (|-128| = 128 stays right there) and x with the sign of w (|x| <= 127,
@@ -236,7 +233,7 @@ inline void kq_x8_block(const uint8_t* row, int64_t b, int64_t ahead, const floa
   auto chunk = [&]<int c>() {
     const __m256i s = chunk_scales<S::kSigned, c>(sc2);
     if constexpr (S::kSignedCodes) {
-      const __m256i w = iq4_codes(p + 8 + 16 * c);
+      const __m256i w = iq4_values_i8(p + 8 + 16 * c);
       const __m256i aw = _mm256_abs_epi8(w);
       for (int i = 0; i < MB; ++i) {
         const __m256i pairs = signed_pairs(aw, w, load32(xg[i] + 32 * c));

@@ -1,8 +1,9 @@
 // GGUF blocks as unsigned bytes, 32 elements at a time (AVX2): the kinds of block the integer
 // kernels take (GgmlKind), each one's layout as w = s_w (u - kOff) - mn (GgmlLayout), and the
 // bytes u of a 32-element chunk (ggml_chunk_u8). Used by the integer prefill
-// (gemm_prefill_int_common.h) and the AVX2 x8 decode kernels (gemm_ggml_x8_avx2.cc); the block
-// layouts are ggml_dequant.h's.
+// (gemm_prefill_int_common.h) and the AVX2 decode kernels (gemm_ggml_x8_avx2.cc, and the x16
+// ones of gemm_ggml_x16_avx2.cc for Q5_1 / IQ4_NL / IQ4_XS); the block layouts are
+// ggml_dequant.h's.
 //
 // Internal linkage (an unnamed namespace): include only from translation units compiled with
 // AVX2 at least; each compiles its own copy with its own flags.
@@ -11,6 +12,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/ggml_dequant.h"
 
@@ -68,11 +70,20 @@ struct GgmlLayout {
                                : kQ3K ? 7 : kQ2K ? 3 : 15;
 };
 
-// The 16 bytes at p as 32 nibbles in element order (low nibbles first), one per byte.
+// The 16 bytes at p as 32 nibbles in element order (low nibbles first), one per byte: the bytes
+// in both 128-bit lanes (a broadcast load), the upper lane shifted by 4 (one vpsrlvd), masked.
 inline __m256i nibbles_u8(const uint8_t* p) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i nib = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nib), _mm_and_si128(bytes, nib));
+  const __m256i v =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                          _mm256_set1_epi8(0x0f));
+}
+
+// The codebook values kIq4Values[n] (signed bytes) of the 32 nibbles at qs, in element order.
+inline __m256i iq4_values_i8(const uint8_t* qs) {
+  const __m256i kv =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+  return _mm256_shuffle_epi8(kv, nibbles_u8(qs));
 }
 
 // The 32 elements of chunk cb (of kBlock / 32) of block blk as the unsigned bytes u of
@@ -129,10 +140,10 @@ inline __m256i ggml_chunk_u8(const uint8_t* blk, int64_t cb) {
   } else if constexpr (L::kQ5) {
     // Bit e of the u32 qh is element e's fifth bit: byte e / 8 of qh to bytes 8 (e / 8) ..,
     // then each byte's own bit e % 8 tested.
-    uint32_t qh;
+    float qh;  // its 4 bytes in every lane by one load (vbroadcastss)
     std::memcpy(&qh, blk + (L::kQ5_1 ? 4 : 2), 4);
     const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_castps_si256(_mm256_set1_ps(qh)),
         _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll));
     const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
     const __m256i h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
