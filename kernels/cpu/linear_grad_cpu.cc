@@ -322,6 +322,16 @@ void grad_input_rows_f32(int64_t m, const float* dy, int64_t lddy, const GemmWei
       for (int b = 0; b < w.n_blocks; ++b) {
         const auto* base = static_cast<const uint8_t*>(w.data[b]);
         for (int64_t r = 0; r < w.rows[b]; ++r, ++o) {
+          // The pieces lie a row (4-11 KB) apart, a stride the hardware prefetchers did not
+          // follow: building the panel was 25 % of this op's samples (perf, bf16 W 5632 x 2048,
+          // m = 256, Zen 3). Prefetched 16 rows ahead: the op 1.07-1.16x (8 rows: 1.0-1.1x,
+          // 32 and 64 no better), `finetune --profile` on the 1.1B shape 11.4-11.8 -> 10.2-10.4 s
+          // per 3 steps. (Panels of 4 strips, touching each row a quarter as often, measured
+          // 0.85-0.95x: the panel no longer stays in L2 for the GEMM, with either loop order.)
+          if (r + 16 < w.rows[b]) {
+            _mm_prefetch(reinterpret_cast<const char*>(base + ((r + 16) * k + c0) * esz),
+                         _MM_HINT_T0);
+          }
           widen_piece(w.dtype, base + (r * k + c0) * esz, nc, nr, panel.data() + o * nr);
         }
       }
