@@ -1,7 +1,9 @@
-// cross_entropy(logits [N, V] f32, targets [N] i32) -> loss [1] f32: the SUM over rows whose
-// target is not ignore_index (attribute, default -100) of logsumexp(logits) - logits[target]
-// (kernels/cpu/cross_entropy_cpu.h). A target outside [0, V) that is not ignore_index is an
-// error naming the node and the row.
+// cross_entropy(logits [N, V] f32, targets [N] i32) -> loss [1] f32, lse [N, 2] f32: the loss is
+// the SUM over rows whose target is not ignore_index (attribute, default -100) of
+// logsumexp(logits) - logits[target] (kernels/cpu/cross_entropy_cpu.h); lse holds each row's
+// logsumexp as hi and lo floats for cross_entropy_grad, which then skips two of its three passes
+// over the logits. A target outside [0, V) that is not ignore_index is an error naming the node
+// and the row.
 #include "engine/ops/cross_entropy.h"
 
 #include "engine/core/error.h"
@@ -40,21 +42,21 @@ namespace {
 std::vector<TensorDesc> infer(const graph::Node& node, const CrossEntropyAttrs&,
                               const std::vector<TensorDesc>& in) {
   check_cross_entropy_inputs(node, in);
-  return {{{1}, DType::kF32}};
+  return {{{1}, DType::kF32}, {{in[0].shape[0], 2}, DType::kF32}};
 }
 
 void run_cpu(const KernelContext& ctx) {
   const int32_t ignore = ctx.attrs_as<CrossEntropyAttrs>().ignore_index;
   check_targets(ctx, ignore);
   const Tensor& l = ctx.inputs[0];
-  const double loss =
-      cpu::cross_entropy_forward<float>(l.dim(0), l.dim(1), l.data<float>(), row_stride(l),
-                                        ctx.inputs[1].data<int32_t>(), ignore, ctx.runner);
+  const double loss = cpu::cross_entropy_forward<float>(
+      l.dim(0), l.dim(1), l.data<float>(), row_stride(l), ctx.inputs[1].data<int32_t>(), ignore,
+      ctx.runner, ctx.outputs[1].data<float>());
   ctx.outputs[0].data<float>()[0] = static_cast<float>(loss);
 }
 
 const RegisterOp kSchema(with_attrs<CrossEntropyAttrs>(
-    {.name = "cross_entropy", .min_inputs = 2, .max_inputs = 2},
+    {.name = "cross_entropy", .min_inputs = 2, .max_inputs = 2, .n_outputs = 2},
     {{"ignore_index", AttrType::kInt, false}}, parse_cross_entropy_attrs, infer));
 const RegisterKernel kCpu("cross_entropy", DeviceType::kCPU, run_cpu);
 

@@ -44,11 +44,14 @@ std::vector<ValueId> hadamard_rule(GradContext& ctx) {
   return {ctx.add1("hadamard", "dx", {ctx.output_grads[0]}, ctx.node.attrs)};
 }
 
-// cross_entropy(logits, targets) -> summed loss.
+// cross_entropy(logits, targets) -> summed loss, row logsumexps (reused by the gradient).
 std::vector<ValueId> cross_entropy_rule(GradContext& ctx) {
   const graph::Node& n = ctx.node;
+  if (ctx.output_grads.size() > 1 && ctx.output_grads[1] != kNoValue) {
+    ctx.unsupported("no gradient through the row logsumexps");
+  }
   return {ctx.add1("cross_entropy_grad", "dlogits",
-                   {ctx.input(0), ctx.input(1), ctx.output_grads[0]}, n.attrs),
+                   {ctx.input(0), ctx.input(1), ctx.output_grads[0], ctx.output(1)}, n.attrs),
           kNoValue};
 }
 

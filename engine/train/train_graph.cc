@@ -252,7 +252,8 @@ TrainGraph build_train_graph(const HfConfig& c, const models::LlamaWeights& w,
   if (options.bf16 && w.output.weight.dtype() == DType::kBF16) bld.mark_bf16_operands(logits);
   if (options.bf16)
     logits = g.add("round_grad_bf16", "lm_head.y_bf16", {logits});
-  tg.loss = g.add("cross_entropy", "loss", {logits, targets}, {{"ignore_index", int64_t{-100}}});
+  tg.loss = g.add_node("cross_entropy", "loss", {logits, targets},
+                       {{"ignore_index", int64_t{-100}}}, 2)[0];
   g.mark_output(tg.loss);
   SAMPAN_CHECK(!bld.params.empty(), ErrorCode::kInvalidArgument,
                "the LoRA adapter targets no projection");

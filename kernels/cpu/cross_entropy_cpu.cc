@@ -72,14 +72,23 @@ void softmax_scaled(int64_t n, const double* l, double lse, double dloss, double
 
 template <class T>
 double cross_entropy_forward(int64_t rows, int64_t vocab, const T* logits, int64_t ld,
-                             const int32_t* targets, int32_t ignore, TaskRunner& runner) {
+                             const int32_t* targets, int32_t ignore, TaskRunner& runner,
+                             float* row_lse) {
   std::vector<double> row_loss(static_cast<size_t>(rows), 0.0);
   util::parallel_for(runner, rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      if (targets[r] == ignore) continue;
+      if (targets[r] == ignore) {
+        if (row_lse != nullptr) row_lse[2 * r] = row_lse[2 * r + 1] = 0.0f;
+        continue;
+      }
       const T* l = logits + r * ld;
-      row_loss[static_cast<size_t>(r)] =
-          row_logsumexp(vocab, l) - static_cast<double>(l[targets[r]]);
+      const double lse = row_logsumexp(vocab, l);
+      if (row_lse != nullptr) {
+        const float hi = static_cast<float>(lse);
+        row_lse[2 * r] = hi;
+        row_lse[2 * r + 1] = std::isfinite(hi) ? static_cast<float>(lse - hi) : 0.0f;
+      }
+      row_loss[static_cast<size_t>(r)] = lse - static_cast<double>(l[targets[r]]);
     }
   });
   double sum = 0;
@@ -90,7 +99,7 @@ double cross_entropy_forward(int64_t rows, int64_t vocab, const T* logits, int64
 template <class T>
 void cross_entropy_backward(int64_t rows, int64_t vocab, const T* logits, int64_t ld,
                             const int32_t* targets, int32_t ignore, double dloss, T* dlogits,
-                            int64_t lddl, TaskRunner& runner) {
+                            int64_t lddl, TaskRunner& runner, const float* row_lse) {
   util::parallel_for(runner, rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* l = logits + r * ld;
@@ -99,7 +108,10 @@ void cross_entropy_backward(int64_t rows, int64_t vocab, const T* logits, int64_
         std::fill(d, d + vocab, T(0));
         continue;
       }
-      const double lse = row_logsumexp(vocab, l);
+      const double lse =
+          row_lse != nullptr
+              ? static_cast<double>(row_lse[2 * r]) + static_cast<double>(row_lse[2 * r + 1])
+              : row_logsumexp(vocab, l);
       if (!std::isfinite(lse)) {  // the formula's NaN/inf, element by element
         for (int64_t i = 0; i < vocab; ++i) {
           d[i] = static_cast<T>(dloss * std::exp(static_cast<double>(l[i]) - lse));
@@ -114,9 +126,10 @@ void cross_entropy_backward(int64_t rows, int64_t vocab, const T* logits, int64_
 
 #define SAMPAN_INSTANTIATE(T)                                                                   \
   template double cross_entropy_forward<T>(int64_t, int64_t, const T*, int64_t, const int32_t*, \
-                                           int32_t, TaskRunner&);                               \
+                                           int32_t, TaskRunner&, float*);                       \
   template void cross_entropy_backward<T>(int64_t, int64_t, const T*, int64_t, const int32_t*,  \
-                                          int32_t, double, T*, int64_t, TaskRunner&);
+                                          int32_t, double, T*, int64_t, TaskRunner&,            \
+                                          const float*);
 SAMPAN_INSTANTIATE(float)
 SAMPAN_INSTANTIATE(double)
 #undef SAMPAN_INSTANTIATE

@@ -540,7 +540,7 @@ TEST_CASE("autograd: a composed graph's f32 gradients match the double rules, an
   const ValueId up = lin("up", h, DType::kF32, F, d, Wu);
   const ValueId act = g.add("silu_mul", "act", {gate, up});
   const ValueId logits = lin("lm_head", act, DType::kF32, V, F, Wl);
-  const ValueId loss = g.add("cross_entropy", "loss", {logits, tgtv});
+  const ValueId loss = g.add_node("cross_entropy", "loss", {logits, tgtv}, {}, 2)[0];
   g.mark_output(loss);
   const std::vector<ValueId> grads = train::build_backward(g, loss, {av, bv, xv});
   g.validate();
@@ -663,7 +663,7 @@ TEST_CASE("autograd: an op without a rule on the path, and an unreachable input"
   const auto t = g.add_input("t", DType::kI32, {Dim::fixed(2)});
   const auto unused = g.add_input("unused", DType::kF32, {Dim::fixed(4)});
   const auto picked = g.add("gather_rows", "pick", {x, rows});
-  const auto loss = g.add("cross_entropy", "loss", {picked, t});
+  const auto loss = g.add_node("cross_entropy", "loss", {picked, t}, {}, 2)[0];
   g.mark_output(loss);
   graph::Graph g2 = g;
   CHECK_THROWS_WITH(train::build_backward(g, loss, {x}),
@@ -1123,6 +1123,22 @@ TEST_CASE("cross_entropy: the float kernels (vector exp) match the double ones",
     }
     CHECK(worst <= 1e-6 * dloss);
     CHECK(std::memcmp(df.data(), inplace.data(), df.size() * sizeof(float)) == 0);
+    // With the forward's row logsumexps (hi + lo floats: what the graph's cross_entropy_grad
+    // takes) instead of its own: the same loss, the same bound against the double gradient.
+    std::vector<float> lse(static_cast<size_t>(2 * rows), -1.0f), dr(lf.size());
+    const double got_lse = cpu::cross_entropy_forward<float>(rows, vocab, lf.data(), vocab,
+                                                             targets.data(), -100, pool,
+                                                             lse.data());
+    CHECK(got_lse == got);
+    CHECK(lse[2] == 0.0f);  // row 1 is ignored
+    CHECK(lse[3] == 0.0f);
+    cpu::cross_entropy_backward<float>(rows, vocab, lf.data(), vocab, targets.data(), -100,
+                                       dloss, dr.data(), vocab, pool, lse.data());
+    double worst_lse = 0;
+    for (size_t i = 0; i < dr.size(); ++i) {
+      worst_lse = std::max(worst_lse, std::abs(static_cast<double>(dr[i]) - dd[i]));
+    }
+    CHECK(worst_lse <= 1e-6 * dloss);
     for (int64_t c = 0; c < vocab; ++c) CHECK(df[static_cast<size_t>(vocab + c)] == 0.0f);
   }
 }
@@ -1188,7 +1204,7 @@ TEST_CASE("round_grad_bf16: the identity forward (a view), the gradient rounded 
   const graph::ValueId tv = g.add_input("targets", DType::kI32, {graph::Dim::fixed(m)});
   const graph::ValueId p = g.add("linear", "lin", {xv, g.add_constant("w", f32_tensor({n, k}, wd))});
   const graph::ValueId y = g.add("round_grad_bf16", "r", {p});
-  const graph::ValueId loss = g.add("cross_entropy", "loss", {y, tv});
+  const graph::ValueId loss = g.add_node("cross_entropy", "loss", {y, tv}, {}, 2)[0];
   g.mark_output(y);
   g.mark_output(loss);
   const std::vector<graph::ValueId> grads = train::build_backward(g, loss, {xv});
