@@ -1,8 +1,8 @@
 // scaled_dropout (kernels/cpu/dropout_cpu.h), f32: on every instruction set the CPU has (the
-// AVX-512 kernel and the scalar loop) each element equals the reference written here from the
-// documented contract: dropout_keep(seed, r * cols + c, p) ? x * float(scale / (1 - p)) : 0, bit
-// for bit; for awkward widths (tails of the 16-wide vectors), strides, in place, p from 0 to
-// nearly 1, 64-bit seeds and every runner.
+// AVX-512 kernel, the AVX2 one with its scalar tail) each element equals the reference written
+// here from the documented contract: dropout_keep(seed, r * cols + c, p) ? x * float(scale /
+// (1 - p)) : 0, bit for bit; for awkward widths (tails of the 16- and 8-wide vectors), strides,
+// in place, p from 0 to nearly 1, 64-bit seeds and every runner.
 #include <catch2/catch.hpp>
 
 #include <bit>
