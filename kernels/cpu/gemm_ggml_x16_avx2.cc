@@ -34,7 +34,9 @@
 // alternating x3, GB/s): IQ4_NL 8.3-9.0 -> 9.8-10.3, IQ4_XS 6.5-7.9 -> 8.9-9.4, Q5_1 7.7-8.1
 // -> 9.8-10.1, Q4_1 11.1-11.6 -> 12.5-12.7; `sampan bench` decode 1 thread (two rounds, tok/s):
 // IQ4_NL 14.0-14.9 -> 16.4-16.6, IQ4_XS 14.1-14.2 -> 16.0-16.3, Q5_1 10.6 -> 13.0, Q4_1 16.8
-// -> 18.4-18.5. Q5_0 keeps its int16 codes (byte codes minus 16 as int16: 0.97x).
+// -> 18.4-18.5. Q5_0 keeps its int16 codes (byte codes minus 16 as int16: 0.97x); its kernel
+// compiles to the instructions it had (a version whose d was assigned in a branch, with qh read
+// inside fifth_bits_clear, compiled to more register moves and decoded 0.96x).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -217,9 +219,7 @@ struct BlockQ4_1 {
 // The fifth bits h of Q5_0 (bit e of the 32-bit qh belongs to element e), as c = 16 - 16 h per
 // 16-bit lane l of c[0] (element l) and of c[1] (element l + 16): an and, a compare and an
 // andnot per 16 elements.
-inline void fifth_bits_clear(const uint8_t* p, __m256i* c) {
-  uint32_t qh;
-  std::memcpy(&qh, p, 4);
+inline void fifth_bits_clear(uint32_t qh, __m256i* c) {
   const __m256i bits = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
                                          4096, 8192, 16384, static_cast<int16_t>(0x8000));
   const __m256i q = _mm256_set1_epi32(static_cast<int>(qh));
@@ -236,11 +236,12 @@ struct BlockQ5_0 {
   static constexpr int kBytes = 22, kMinAt = -1;
   static constexpr X16Order kOrder = X16Order::kElement;
   static void codes(const uint8_t* b, __m256i* w) {
+    uint32_t qh;
+    std::memcpy(&qh, b + 2, 4);
     __m256i c[2];
     nibbles16(b + 6, w);
-    fifth_bits_clear(b + 2, c);
-    w[0] = _mm256_sub_epi16(w[0], c[0]);
-    w[1] = _mm256_sub_epi16(w[1], c[1]);
+    fifth_bits_clear(qh, c);
+    for (int e = 0; e < 2; ++e) w[e] = _mm256_sub_epi16(w[e], c[e]);
   }
 };
 
@@ -274,7 +275,7 @@ inline void b32_step(const uint8_t* p, const int16_t* const* xg, int j, __m256* 
   static_assert(B::kMinAt < 0 || B::kMinAt == 2);
   __m256i w[2];
   B::codes(p, w);
-  __m256 d, m0;
+  __m256 d = _mm256_setzero_ps(), m0 = _mm256_setzero_ps();
   if constexpr (B::kMinAt >= 0) {  // d and m converted together: lanes (d, m, d, m, ..)
     float dm;
     std::memcpy(&dm, p, 4);
