@@ -46,8 +46,6 @@
 #include "kernels/cpu/ggml_chunk_avx2.h"
 #include "kernels/cpu/isa.h"
 
-
-
 namespace sampan::cpu::gemm_detail {
 namespace {
 
@@ -90,8 +88,8 @@ inline __m256i pack_alternate(__m256i a, __m256i b) {
 }
 
 // The order of each 32 elements' x16 (the kernels' code vectors): element order, kEvenOdd (the
-// K types), or kLane8: 0..7, 16..23, 8..15, 24..31 (Q5_0, Q5_1, IQ4_NL, whose codes are made
-// as 32 bytes in element order and widened by vpunpck{l,h}bw, which take 8 bytes from each
+// K types), or kLane8: 0..7, 16..23, 8..15, 24..31 (Q5_1, IQ4_NL, IQ4_XS, whose codes are
+// made as 32 bytes in element order and widened by vpunpck{l,h}bw, which take 8 bytes from each
 // 128-bit lane).
 enum class X16Order { kElement, kEvenOdd, kLane8 };
 
@@ -269,7 +267,7 @@ struct BlockIQ4_NL {
 
 // Block j of a group (p: its bytes) times MB rows of x (xg: the rows' prepared groups) into
 // ag (times the group's s later); with a min (B::kMinAt), m times the block's prepared sum
-// s sum x16 into lane 0 of am.
+// s sum x16 into the odd lanes of am (the even ones take d times it; only lane 1 is kept).
 template <class B, int MB, bool kVnni>
 inline void b32_step(const uint8_t* p, const int16_t* const* xg, int j, __m256* ag, __m256* am) {
   static_assert(B::kMinAt < 0 || B::kMinAt == 2);
