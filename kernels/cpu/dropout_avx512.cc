@@ -12,9 +12,9 @@ namespace {
 
 inline __m512i mix53(__m512i z) {
   z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
-                         _mm512_set1_epi64(static_cast<int64_t>(0xBF58476D1CE4E5B9ull)));
+                         _mm512_set1_epi64(static_cast<int64_t>(kSplitmixMul1)));
   z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
-                         _mm512_set1_epi64(static_cast<int64_t>(0x94D049BB133111EBull)));
+                         _mm512_set1_epi64(static_cast<int64_t>(kSplitmixMul2)));
   z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
   return _mm512_srli_epi64(z, 11);
 }
@@ -23,7 +23,7 @@ inline __m512i mix53(__m512i z) {
 
 void dropout_row_f32_avx512(const float* x, float* y, int64_t cols, uint64_t seed, uint64_t base,
                             uint64_t threshold, float kept) {
-  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  constexpr uint64_t kGolden = kSplitmixGolden;
   // z of element c: seed + (base + c + 1) * kGolden (mod 2^64); lanes c .. c + 7, then + 8.
   const __m512i lane = _mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 8);
   __m512i z0 = _mm512_add_epi64(

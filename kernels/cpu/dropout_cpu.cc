@@ -14,9 +14,9 @@ namespace {
 
 // splitmix64 of (seed, index): 53 uniform bits.
 inline uint64_t mix53(uint64_t seed, uint64_t index) {
-  uint64_t z = seed + (index + 1) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  uint64_t z = seed + (index + 1) * detail::kSplitmixGolden;
+  z = (z ^ (z >> 30)) * detail::kSplitmixMul1;
+  z = (z ^ (z >> 27)) * detail::kSplitmixMul2;
   z ^= z >> 31;
   return z >> 11;
 }
@@ -43,15 +43,15 @@ inline __m256i mul64(__m256i a, uint64_t c) {
 }
 
 inline __m256i mix53_avx2(__m256i z) {
-  z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), 0xBF58476D1CE4E5B9ull);
-  z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), 0x94D049BB133111EBull);
+  z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), detail::kSplitmixMul1);
+  z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), detail::kSplitmixMul2);
   z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
   return _mm256_srli_epi64(z, 11);
 }
 
 void dropout_row_f32_avx2(const float* x, float* y, int64_t cols, uint64_t seed, uint64_t base,
                           uint64_t threshold, float kept) {
-  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  constexpr uint64_t kGolden = detail::kSplitmixGolden;
   // z of element c: seed + (base + c + 1) * kGolden (mod 2^64); lanes c .. c + 3, c + 4 .. c + 7.
   auto z_at = [&](uint64_t c) { return seed + (base + c + 1) * kGolden; };
   __m256i z0 = _mm256_setr_epi64x(static_cast<int64_t>(z_at(0)), static_cast<int64_t>(z_at(1)),

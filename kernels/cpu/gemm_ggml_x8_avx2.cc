@@ -120,7 +120,7 @@ void prep_x(const float* x, int64_t k, float* out) {
   }
 }
 
-// ---- Codes ----
+// ---- Signed codes ----
 
 // The pair sums w0 x0 + w1 x1 of the signed bytes w and x as int16, from aw = |w|: vpmaddubsw
 // takes |w| as unsigned (|-128| = 128 stays right there) and x with the sign of w (|x| <= 127,
@@ -138,7 +138,7 @@ struct KScales {
   using L = GgmlLayout<kKind>;
   static constexpr bool kSigned = L::kQ6K || L::kQ3K || L::kIq4Xs;
   static constexpr bool kMins = L::kMins;
-  // IQ4_XS's codes are the codebook's signed values (signed_codes), not unsigned bytes.
+  // IQ4_XS's codes are the codebook's signed values (iq4_values_i8), not unsigned bytes.
   static constexpr bool kSignedCodes = L::kIq4Xs;
   static constexpr int kOff = kSignedCodes ? 0 : L::kOff;  // Q6_K 32, Q3_K 4, else 0
   static constexpr int kD = L::kQ6K ? 208 : L::kQ3K ? 108 : L::kQ2K ? 80 : 0;  // f16 d
