@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_impl.h"
+#include "kernels/cpu/attention_lanes_avx2.h"
 #include "kernels/cpu/denormal_mode.h"
 #include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/isa.h"
@@ -24,7 +25,10 @@ namespace sampan::cpu {
 
 namespace detail {
 
-void attention_range_avx2(const AttentionRange& a) { attention_range_any<Avx2>(a); }
+void attention_range_avx2(const AttentionRange& a) {
+  if (attention_lanes_takes(a)) return attention_range_lanes_avx2(a);
+  attention_range_any<Avx2>(a);
+}
 void attention_prefill_avx2(const PrefillBlock& a) { prefill_block_any<Avx2>(a); }
 
 }  // namespace detail

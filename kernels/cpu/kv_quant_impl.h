@@ -265,13 +265,15 @@ inline void group_scores_q(const float* q, int64_t group, const uint8_t* const* 
 // a V vector half as often, measured (Zen 3, bench_attention --isa avx2 --formats-only --cold,
 // 12 alternating runs) int4 1.14-1.26x, fp8 1.08-1.13x, bf16 1.05-1.13x, int8 1.01-1.06x;
 // kH = 8, kU = 1 gave int4 1.1-1.3x but bf16 0.8-1.0x.
-template <class S, KvDtype D, int kH, int kU, int kHd, class PF>
+// The weight of head h and key j is p[h * kPH + j * kPJ] (attention_lanes_avx2.h: heads in
+// the lanes of each key's vector).
+template <class S, KvDtype D, int kH, int kU, int kHd, int64_t kPH = detail::kKeyBlock,
+          int64_t kPJ = 1, class PF>
 inline void accumulate_v_q(float* acc, int64_t hd_rt, const float* p, const uint8_t* const* rows,
                            int64_t nb, PF* pf) {
   using V = typename S::V;
   using L = KvLoad<S, D>;
   constexpr int kW = S::kWidth;
-  constexpr int64_t kB = detail::kKeyBlock;
   const int64_t hd = kHd > 0 ? kHd : hd_rt;
   int64_t d = 0;
   for (; d + kU * kW <= hd; d += kU * kW) {
@@ -289,7 +291,7 @@ inline void accumulate_v_q(float* acc, int64_t hd_rt, const float* p, const uint
       for (int u = 0; u < kU; ++u) vv[u] = L::load(r, d + u * kW, hd);
 #pragma GCC unroll 8
       for (int h = 0; h < kH; ++h) {
-        const V ph = S::set1(p[h * kB + j]);
+        const V ph = S::set1(p[h * kPH + j * kPJ]);
 #pragma GCC unroll 4
         for (int u = 0; u < kU; ++u) a[h][u] = S::fma(ph, vv[u], a[h][u]);
       }
@@ -308,7 +310,7 @@ inline void accumulate_v_q(float* acc, int64_t hd_rt, const float* p, const uint
     for (int64_t j = 0; j < nb; ++j) {
       const V vv = n == kW ? L::load(rows[j], d, hd) : L::tail(rows[j], d, hd);
 #pragma GCC unroll 8
-      for (int h = 0; h < kH; ++h) a[h] = S::fma(S::set1(p[h * kB + j]), vv, a[h]);
+      for (int h = 0; h < kH; ++h) a[h] = S::fma(S::set1(p[h * kPH + j * kPJ]), vv, a[h]);
     }
 #pragma GCC unroll 8
     for (int h = 0; h < kH; ++h) S::store_n(acc + h * hd + d, a[h], n);

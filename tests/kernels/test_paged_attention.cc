@@ -246,9 +246,13 @@ TEST_CASE("paged attention over many sequences matches the double reference",
   };
   // Groups of 8, 4, 6 and 3 at head sizes 64 / 128 (f32 on AVX-512: the query heads in the
   // lanes, two or four parts per head, the groups of 6 and 3 padded to 8 and 4 lanes-heads), a
-  // head size with a vector tail (group 4) and one smaller than a vector (group 2).
-  const std::vector<Config> configs = {{32, 4, 64}, {8, 2, 128}, {12, 2, 64},
-                                       {6, 2, 128}, {4, 1, 80},  {6, 3, 7}};
+  // head size with a vector tail (group 4) and one smaller than a vector (group 2); at the avx2
+  // level (attention_lanes_avx2.h's loop) groups of 8 and 4 at other head sizes (the head size
+  // at run time: 40, 80), groups of 7 and 5 (padded to 8 lanes-heads there, as 6 and 3 are),
+  // and a group of 4 at an odd head size (9: the other loop).
+  const std::vector<Config> configs = {{32, 4, 64}, {8, 2, 128}, {12, 2, 64}, {6, 2, 128},
+                                       {4, 1, 80},  {6, 3, 7},   {16, 2, 40}, {14, 2, 72},
+                                       {10, 2, 64}, {8, 2, 9}};
   std::mt19937 rng(31);
   Runners runners;
   IsaRestore restore;
