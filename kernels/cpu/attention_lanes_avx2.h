@@ -1,9 +1,11 @@
-// Decode attention over f32 and bf16 caches at the avx2 level with the query heads in the
-// lanes: the loop for 3..8 query heads per KV head (8: TinyLlama, Qwen2.5-3B / 72B, Llama-3-70B;
-// 7: Qwen2.5-0.5B / 7B; 6: Qwen2.5-1.5B; 4: Llama-3-8B, Llama-3.2-1B, Mistral-7B), groups of 5-7
-// padded to 8 lanes-heads and of 3 to 4 (q 0 in the spare lanes, whose results are dropped).
-// Other groups (1, 2, 9 and more), odd head sizes at groups of 3-4 and the other formats run the
-// loop of kv_quant_impl.h. Included by attention_cpu.cc only (AVX2 flags).
+// Decode attention at the avx2 level with the query heads in the lanes: the loop for 3..8 query
+// heads per KV head (8: TinyLlama, Qwen2.5-3B / 72B, Llama-3-70B; 7: Qwen2.5-0.5B / 7B; 6:
+// Qwen2.5-1.5B; 4: Llama-3-8B, Llama-3.2-1B, Mistral-7B), groups of 5-7 padded to 8 lanes-heads
+// and of 3 to 4 (q 0 in the spare lanes, whose results are dropped), over every cache format
+// the FMA loop serves: f32, bf16 and fp8, and int8 / int4 where the integer loop
+// (attention_int_avx2.cc, faster for them) does not take the range (GemmPrecision::kF32, a q
+// holding an inf or NaN). Other groups (1, 2, 9 and more) and odd head sizes at groups of 3-4
+// run the loop of kv_quant_impl.h. Included by attention_cpu.cc only (AVX2 flags).
 //
 // Why: kv_quant_impl.h's loop sums each (head, key) score in its own vector and folds 8 of them
 // per 8 scores (transpose_sum: 21 shuffles and adds), runs the online softmax head by head
@@ -17,19 +19,23 @@
 // vhaddps per 2 keys, and a vpermps puts key j's 4 heads together. The scores then lie key by
 // key with the heads in the lanes: the online softmax runs on all heads at once (vertical maxima
 // and sums; one exp per 8 / G keys), and the V loop (accumulate_v_q) reads head h's weight of
-// key j at st[G j + h]. A bf16 block's K records are converted to f32 once per KV head first.
+// key j at st[G j + h]. A compressed block's K records are converted to f32 (times their row
+// scales) once per KV head first; V is read as the other loop reads it.
 //
-// Measured (Zen 3 VM, bench_attention --formats-only, 1 / 2 threads, old and new library
-// alternating, medians of 4-6 rounds, ms per call): TinyLlama heads (group 8, head size 64) f32
-// decode of 4096 keys 0.881 / 0.573 -> 0.696 / 0.422, of 512 keys 0.112 -> 0.088, a batch of
-// 64 x 256 4.42 -> 4.20; bf16 4096 keys 0.738 -> 0.653, 64 x 256 3.58 -> 3.14. Qwen2.5-7B heads
-// (group 7, 128) f32 4096 keys 1.69 / 0.89 -> 1.40 / 0.73, bf16 1.51 / 0.88 -> 1.33 / 0.70.
-// Llama-3-8B heads (group 4, 128; 32 MB of f32 cache at 4096 keys, from memory) f32 2.75 / 1.53
-// -> 2.41 / 1.20, bf16 1.70 -> 1.68 (unchanged within the noise).
+// Measured (Zen 3 VM, bench_attention --formats-only, old and new library alternating, medians
+// of 4-8 rounds, ms per call; this host's wall times vary by 1.5x between minutes, so 1-thread
+// process CPU time where marked): TinyLlama heads (group 8, head size 64), wall, f32 decode of
+// 4096 keys 0.881 / 0.573 -> 0.696 / 0.422 (1 / 2 threads), of 512 keys 0.112 -> 0.088, a batch
+// of 64 x 256 4.42 -> 4.20; CPU time, 4096 keys f32 0.901 -> 0.716, bf16 0.732 -> 0.619, fp8
+// 0.927 -> 0.794 (64 x 256: 4.51 -> 4.21, 3.25 -> 2.83, 3.99 -> 3.41), int8 / int4 at kF32
+// 0.789 / 1.005 -> 0.668 / 0.860. Qwen2.5-7B heads (group 7, 128), wall, f32 4096 keys 1.69 /
+// 0.89 -> 1.40 / 0.73, bf16 1.51 / 0.88 -> 1.33 / 0.70. Llama-3-8B heads (group 4, 128; 32 MB
+// of f32 cache at 4096 keys, from memory) f32 2.75 / 1.53 -> 2.41 / 1.20, bf16 1.70 -> 1.68.
 //
 // Accuracy: the contract of attention_cpu.h. Each score sums its products in i order within a
-// lane (then the G = 4 pair by one addition), the other loop in 8 partial sums: different last
-// bits, the same bound (test_paged_attention, test_kv_quant against double references).
+// lane (then the G = 4 pair by one addition), the other loop in 8 partial sums, and a row-scaled
+// K element is multiplied by its scale before the products, not the score after: different
+// last bits, the same bound (test_paged_attention, test_kv_quant against double references).
 #pragma once
 
 #include <immintrin.h>
@@ -47,9 +53,7 @@ namespace {
 // Whether attention_range_lanes_avx2 takes the range: f32 caches, groups of 8, and groups of 4
 // with an even head size (the lane pairs of q^T).
 inline bool attention_lanes_takes(const detail::AttentionRange& a) {
-  return (a.dtype == KvDtype::kF32 || a.dtype == KvDtype::kBF16) &&
-         ((a.group >= 5 && a.group <= 8) ||
-          (a.group >= 3 && a.group <= 4 && a.head_dim % 2 == 0));
+  return (a.group >= 5 && a.group <= 8) || (a.group >= 3 && a.group <= 4 && a.head_dim % 2 == 0);
 }
 
 // Key j's G scores: s[i] (8 lanes, P = 8 / G partial sums per head) summed over P, at st[G j].
@@ -102,21 +106,28 @@ inline __m256 fold_add(__m256 v) {
   return _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
 }
 
-// A bf16 block's K records of one KV head as f32 rows of kc ([nb, hd]): the scores' broadcasts
-// then read f32 (a bf16 broadcast would need a shift per FMA), and each element is converted
-// once, where the other loop converts each K vector once per 4 heads.
-inline void bf16_records_to_f32(const uint8_t* const* kb, int64_t off, int64_t nb, int64_t hd,
-                                float* kc) {
+// A compressed block's K records of one KV head as f32 rows of kc ([nb, hd]), times their row
+// scales (kI8, kF8E4M3): the scores' broadcasts then read f32 (a bf16 or fp8 broadcast would
+// need conversions per FMA), and each element is converted once, where the other loop converts
+// each K vector once per 4 heads.
+template <KvDtype D>
+inline void records_to_f32(const uint8_t* const* kb, int64_t off, int64_t nb, int64_t hd,
+                           float* kc) {
+  using L = KvLoad<Avx2, D>;
   for (int64_t i = 0; i < nb; ++i) {
-    const auto* src = reinterpret_cast<const uint16_t*>(kb[i] + off);
+    const uint8_t* r = kb[i] + off;
+    const __m256 rs = _mm256_set1_ps(L::row_scale(r, hd));
     float* dst = kc + i * hd;
     int64_t d = 0;
     for (; d + 8 <= hd; d += 8) {
-      const __m256i w =
-          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d)));
-      _mm256_storeu_ps(dst + d, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+      const __m256 v = L::load(r, d, hd);
+      _mm256_storeu_ps(dst + d, L::kRowScale ? _mm256_mul_ps(v, rs) : v);
     }
-    for (; d < hd; ++d) dst[d] = kv_bf16_to_f32(src[d]);
+    if (d < hd) {
+      const int n = static_cast<int>(hd - d);
+      const __m256 v = L::tail(r, d, hd);
+      Avx2::store_n(dst + d, L::kRowScale ? _mm256_mul_ps(v, rs) : v, n);
+    }
   }
 }
 
@@ -134,7 +145,7 @@ void attention_range_lanes(const detail::AttentionRange& a) {
   float* mx = qt + n_kv * kG * hd;    // [n_kv, group] running maxima
   float* sum = mx + heads;            // [n_kv, group] running sums
   float* st = sum + heads;            // [kB, G]: one KV head's scores, then weights, key by key
-  float* kc = st + kB * kG;           // (bf16) [kB, hd]: the block's K records as f32
+  float* kc = st + kB * kG;           // (not f32) [kB, hd]: the block's K records as f32
   const uint8_t* kb[kB];
   const uint8_t* vb[kB];
   const uint8_t* vr[kB];
@@ -166,10 +177,10 @@ void attention_range_lanes(const detail::AttentionRange& a) {
       const int64_t off = h * head_bytes;
       for (int64_t i = 0; i < nb; ++i) vr[i] = vb[i] + off;
       if constexpr (D == KvDtype::kF32) pf.start_near(vr, nb, head_bytes, nb);
-      if constexpr (D == KvDtype::kBF16) bf16_records_to_f32(kb, off, nb, hd, kc);
+      if constexpr (D != KvDtype::kF32) records_to_f32<D>(kb, off, nb, hd, kc);
       // Key j's K record as f32.
       auto k_f32 = [&](int64_t j) {
-        if constexpr (D == KvDtype::kBF16) return static_cast<const float*>(kc + j * hd);
+        if constexpr (D != KvDtype::kF32) return static_cast<const float*>(kc + j * hd);
         return reinterpret_cast<const float*>(kb[j] + off);
       };
       // Scores: 8 keys at a time, then the block's last keys one by one.
@@ -250,6 +261,13 @@ void attention_range_lanes(const detail::AttentionRange& a) {
         }
       }
       pf.drain_near();
+      // The sums hold the plain weights; the V accumulation takes the V row scales.
+      if constexpr (KvLoad<S, D>::kRowScale) {
+        for (int64_t i = 0; i < nb; ++i) {
+          const float vs = KvLoad<S, D>::row_scale(vr[i], hd);
+          for (int g = 0; g < kG; ++g) st[i * kG + g] *= vs;
+        }
+      }
       // V: 4 heads per pass (then 2, 1), head h's weight of key j at st[G j + h].
       int g = 0;
       for (; g + 4 <= group; g += 4) {
@@ -287,8 +305,13 @@ void attention_range_lanes_d(const detail::AttentionRange& a) {
 
 // The range (attention_lanes_takes(a) must hold).
 inline void attention_range_lanes_avx2(const detail::AttentionRange& a) {
-  if (a.dtype == KvDtype::kBF16) return attention_range_lanes_d<KvDtype::kBF16>(a);
-  attention_range_lanes_d<KvDtype::kF32>(a);
+  switch (a.dtype) {
+    case KvDtype::kF32: return attention_range_lanes_d<KvDtype::kF32>(a);
+    case KvDtype::kBF16: return attention_range_lanes_d<KvDtype::kBF16>(a);
+    case KvDtype::kF8E4M3: return attention_range_lanes_d<KvDtype::kF8E4M3>(a);
+    case KvDtype::kI8: return attention_range_lanes_d<KvDtype::kI8>(a);
+    case KvDtype::kI4: return attention_range_lanes_d<KvDtype::kI4>(a);
+  }
 }
 
 }  // namespace
