@@ -268,20 +268,8 @@ void attention_range_lanes(const detail::AttentionRange& a) {
           for (int g = 0; g < kG; ++g) st[i * kG + g] *= vs;
         }
       }
-      // V: 4 heads per pass (then 2, 1), head h's weight of key j at st[G j + h].
-      int g = 0;
-      for (; g + 4 <= group; g += 4) {
-        accumulate_v_q<S, D, 4, 2, kHd, 1, kG>(acc + g * hd, hd, st + g, vr, nb,
-                                               g == 0 ? &pf : nullptr);
-      }
-      for (; g + 2 <= group; g += 2) {
-        accumulate_v_q<S, D, 2, 4, kHd, 1, kG>(acc + g * hd, hd, st + g, vr, nb,
-                                               g == 0 ? &pf : nullptr);
-      }
-      for (; g < group; ++g) {
-        accumulate_v_q<S, D, 1, 4, kHd, 1, kG>(acc + g * hd, hd, st + g, vr, nb,
-                                               g == 0 ? &pf : nullptr);
-      }
+      // V: head h's weight of key j at st[G j + h].
+      accumulate_v_heads<S, D, kHd, 1, kG>(acc, hd, st, group, vr, nb, pf);
     }
     pf.drain();
   }

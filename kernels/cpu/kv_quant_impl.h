@@ -317,6 +317,39 @@ inline void accumulate_v_q(float* acc, int64_t hd_rt, const float* p, const uint
   }
 }
 
+// acc [group, hd] += the weighted V rows for every head of the group, in passes of as many
+// heads as the accumulators fit the register file (16 ymm or 32 zmm); head h's weight of key j
+// is p[h * kPH + j * kPJ]. The first pass steps pf (per key).
+template <class S, KvDtype D, int kHd, int64_t kPH = detail::kKeyBlock, int64_t kPJ = 1,
+          class PF>
+inline void accumulate_v_heads(float* acc, int64_t hd, const float* p, int64_t group,
+                               const uint8_t* const* vr, int64_t nb, PF& pf) {
+  int64_t g = 0;
+  if constexpr (S::kWidth == 16) {
+    for (; g + 8 <= group; g += 8) {
+      accumulate_v_q<S, D, 8, 2, kHd, kPH, kPJ>(acc + g * hd, hd, p + g * kPH, vr, nb,
+                                                g == 0 ? &pf : nullptr);
+    }
+    for (; g + 4 <= group; g += 4) {
+      accumulate_v_q<S, D, 4, 4, kHd, kPH, kPJ>(acc + g * hd, hd, p + g * kPH, vr, nb,
+                                                g == 0 ? &pf : nullptr);
+    }
+  } else {
+    for (; g + 4 <= group; g += 4) {
+      accumulate_v_q<S, D, 4, 2, kHd, kPH, kPJ>(acc + g * hd, hd, p + g * kPH, vr, nb,
+                                                g == 0 ? &pf : nullptr);
+    }
+  }
+  for (; g + 2 <= group; g += 2) {
+    accumulate_v_q<S, D, 2, 4, kHd, kPH, kPJ>(acc + g * hd, hd, p + g * kPH, vr, nb,
+                                              g == 0 ? &pf : nullptr);
+  }
+  for (; g < group; ++g) {
+    accumulate_v_q<S, D, 1, 4, kHd, kPH, kPJ>(acc + g * hd, hd, p + g * kPH, vr, nb,
+                                              g == 0 ? &pf : nullptr);
+  }
+}
+
 // Whether a KV head's records are also asked for into L1 just before they are read
 // (SpreadPrefetch::start_near): for f32 records (256 B at head size 64), whose V loop is one FMA
 // per 64 bytes and head and waits on L2 without it. bench_attention --cold, one core, TinyLlama
@@ -403,31 +436,7 @@ void kv_attention_range(const detail::AttentionRange& a) {
           pf.start_near(next_rows, nbn, head_bytes, nb);
         }
       }
-      // Heads per pass: the accumulators must fit the register file (16 ymm or 32 zmm).
-      int64_t g = 0;
-      if constexpr (S::kWidth == 16) {
-        for (; g + 8 <= group; g += 8) {
-          accumulate_v_q<S, D, 8, 2, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
-                                          g == 0 ? &pf : nullptr);
-        }
-        for (; g + 4 <= group; g += 4) {
-          accumulate_v_q<S, D, 4, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
-                                          g == 0 ? &pf : nullptr);
-        }
-      } else {
-        for (; g + 4 <= group; g += 4) {
-          accumulate_v_q<S, D, 4, 2, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
-                                          g == 0 ? &pf : nullptr);
-        }
-      }
-      for (; g + 2 <= group; g += 2) {
-        accumulate_v_q<S, D, 2, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
-                                          g == 0 ? &pf : nullptr);
-      }
-      for (; g < group; ++g) {
-        accumulate_v_q<S, D, 1, 4, kHd>(acc + g * hd, hd, sc + g * kB, vr, nb,
-                                          g == 0 ? &pf : nullptr);
-      }
+      accumulate_v_heads<S, D, kHd>(acc, hd, sc, group, vr, nb, pf);
     }
     pf.drain();
   }
