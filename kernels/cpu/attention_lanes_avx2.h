@@ -50,8 +50,9 @@
 namespace sampan::cpu {
 namespace {
 
-// Whether attention_range_lanes_avx2 takes the range: f32 caches, groups of 8, and groups of 4
-// with an even head size (the lane pairs of q^T).
+// Whether attention_range_lanes_avx2 takes the range: groups of 5-8 (padded to 8 lanes-heads),
+// and of 3-4 with an even head size (the lane pairs of q^T), in any format (the caller has handed
+// int4 / int8 ranges to the integer loop where it takes them).
 inline bool attention_lanes_takes(const detail::AttentionRange& a) {
   return (a.group >= 5 && a.group <= 8) || (a.group >= 3 && a.group <= 4 && a.head_dim % 2 == 0);
 }
