@@ -63,7 +63,7 @@ constexpr int64_t kKeyBlock = 32;
 // Scaled q, running maxima and sums of every head, one KV head's score tile, and (int4) the sums
 // of every head's scaled q per group of 32 elements; at least what attention_lanes_avx2.h's loop
 // takes, whose q and score tile have 8 lanes-heads per KV head (groups of 5..7 padded), and a
-// bf16 cache's K records of one key block converted to f32.
+// compressed cache's K records of one key block converted to f32.
 inline int64_t attention_scratch_floats(int64_t group, int64_t head_dim, int64_t n_kv) {
   const int64_t lanes = n_kv * (8 * head_dim + 2 * group) + (8 + head_dim) * kKeyBlock;
   const int64_t any = n_kv * group * (head_dim + 2 + (head_dim + 31) / 32) + group * kKeyBlock;

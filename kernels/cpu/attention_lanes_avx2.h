@@ -107,6 +107,14 @@ inline __m256 fold_add(__m256 v) {
   return _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
 }
 
+// Row r of q^T's partner in key record k (f32): k[r] in every lane (G = 8), or k[2r], k[2r + 1]
+// repeated (G = 4).
+template <int kG>
+inline __m256 broadcast_k(const float* k, int64_t r) {
+  if constexpr (kG == 8) return _mm256_broadcast_ss(k + r);
+  return _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(k + 2 * r)));
+}
+
 // A compressed block's K records of one KV head as f32 rows of kc ([nb, hd]), times their row
 // scales (kI8, kF8E4M3): the scores' broadcasts then read f32 (a bf16 or fp8 broadcast would
 // need conversions per FMA), and each element is converted once, where the other loop converts
@@ -155,7 +163,8 @@ void attention_range_lanes(const detail::AttentionRange& a) {
   // its scores are computed (start_near, as kv_quant_impl.h does for f32): measured (medians of
   // 4-5 alternating rounds, 1 thread) one 4096-key sequence, TinyLlama 0.655 / 0.686 ms without /
   // with the L1 requests, Llama-3-8B heads (4 KB rows, 32 MB of cache: from memory) 3.13 / 2.62;
-  // also the next KV head's K records, 0.718 / 2.66. bf16 without them: 0.647 against 0.676.
+  // also the next KV head's K records, 0.718 / 2.66. The other formats go without them (their
+  // K records are read by the conversion; bf16 0.647 without, 0.676 with).
   SpreadPrefetch<true> pf;
   // q is copied (scaled) before out is zeroed, so out may even overlap q.
   for (int64_t h = 0; h < n_kv; ++h) {
@@ -199,12 +208,7 @@ void attention_range_lanes(const detail::AttentionRange& a) {
         for (int64_t r = 0; r < rows_t; ++r) {
           const __m256 qv = _mm256_loadu_ps(qh + 8 * r);
 #pragma GCC unroll 8
-          for (int i = 0; i < 8; ++i) {
-            const __m256 kv = kG == 8 ? _mm256_broadcast_ss(kr[i] + r)
-                                      : _mm256_castpd_ps(_mm256_broadcast_sd(
-                                            reinterpret_cast<const double*>(kr[i] + 2 * r)));
-            t[i] = _mm256_fmadd_ps(kv, qv, t[i]);
-          }
+          for (int i = 0; i < 8; ++i) t[i] = _mm256_fmadd_ps(broadcast_k<kG>(kr[i], r), qv, t[i]);
         }
         store_scores<kG>(t, 8, st + kG * j);
       }
@@ -213,10 +217,7 @@ void attention_range_lanes(const detail::AttentionRange& a) {
         const float* kr = k_f32(j);
         __m256 t = _mm256_setzero_ps();
         for (int64_t r = 0; r < rows_t; ++r) {
-          const __m256 kv = kG == 8 ? _mm256_broadcast_ss(kr + r)
-                                    : _mm256_castpd_ps(_mm256_broadcast_sd(
-                                          reinterpret_cast<const double*>(kr + 2 * r)));
-          t = _mm256_fmadd_ps(kv, _mm256_loadu_ps(qh + 8 * r), t);
+          t = _mm256_fmadd_ps(broadcast_k<kG>(kr, r), _mm256_loadu_ps(qh + 8 * r), t);
         }
         store_scores<kG>(&t, 1, st + kG * j);
       }
@@ -261,7 +262,7 @@ void attention_range_lanes(const detail::AttentionRange& a) {
           if (c[g] != 1.0f) scale_in_place<S>(acc + g * hd, hd, c[g]);
         }
       }
-      pf.drain_near();
+      if constexpr (D == KvDtype::kF32) pf.drain_near();
       // The sums hold the plain weights; the V accumulation takes the V row scales.
       if constexpr (KvLoad<S, D>::kRowScale) {
         for (int64_t i = 0; i < nb; ++i) {
