@@ -262,22 +262,34 @@ inline int64_t next_block_rows(const detail::AttentionRange& a, int64_t j0,
   return n;
 }
 
-// Asks for the next key block's rows while the current block is computed, one row at a time
-// spread over the block's loops (step()), into L2. Spread, the requests overlap the arithmetic;
-// in one burst before the block (a loop over the block's rows, which the AMX-INT8 loop removed
-// in stop 55 used) they fill the core's miss buffers and stall it. Into L2, because the records
-// are read from there once each (in place, kv_quant_impl.h) and a block of f32 rows (64 KB at
-// TinyLlama's shape) does not fit L1 beside the current one. Rows in block-table order, each
-// whole (every KV head of the range): a physical cache block is read as the contiguous run it
-// is. Measured with the cache in memory (bench_attention --cold, one
-// 4096-key sequence, one core), the f32 loop streamed 8.2 GB/s with one KV head per range and
-// its rows gathered, 10.3 in place with this (9.0-9.5 with the same requests into L1); an
-// explicit loop that only reads the rows through it, 15.4 (95 % of bandwidth_probe).
+// Asks for the next key block's rows while the current block is computed, spread over the
+// block's loops (step()), into L2. Spread, the requests overlap the arithmetic; in one burst
+// before the block (a loop over the block's rows, which the AMX-INT8 loop removed in stop 55 used)
+// they fill the core's miss buffers and stall it. Into L2, because the records are read from
+// there once each (in place, kv_quant_impl.h) and a block of f32 rows (64 KB at TinyLlama's
+// shape) does not fit L1 beside the current one. Rows in block-table order, each whole (every KV
+// head of the range): a physical cache block is read as the contiguous run it is, while the loops
+// read one KV head's records of every row in turn (a stride of the row), which the hardware
+// prefetchers follow poorly: read in that order with nothing asked for ahead, a 4096-key cache
+// of Llama-2-7B's heads streamed at 0.5-0.7 of the row-order read speed (Zen 3).
+// Measured with the cache in memory (bench_attention --cold, one 4096-key sequence, one core),
+// the f32 loop streamed 8.2 GB/s with one KV head per range and its rows gathered, 10.3 in place
+// with this (9.0-9.5 with the same requests into L1); an explicit loop that only reads the rows
+// through it, 15.4 (95 % of bandwidth_probe).
+// A row longer than 4 KB goes out 1 KB at a time: a row of Llama-2-7B's 32 KV heads is 16 KB of
+// f32 (256 lines), and asked for whole it was a burst of its own. Stop 71, Zen 3 VM,
+// bench_attention --formats-only --shape llama2-7b, 4096 keys, paired rounds of the old and the
+// new library (medians of 6 ratios of ms per call, 1 / 2 threads): bf16 0.83 / 0.75, f32 0.87 /
+// 0.91, int8 0.80 / 0.72 (4 KB pieces: 0.90 / 0.79, 0.90 / 0.92, 0.90 / 0.96). Rows up to 4 KB
+// stay whole: 1 KB pieces of Llama-3-8B's 4 KB rows measured 1.06-1.29x slower (f32, bf16).
 // rows: n_rows row starts (the next block's K rows, then its V rows), each `bytes` long.
 // kNear: also the L1 stream of start_near (kv_quant_impl.h's kNearPrefetch); without it, step()
 // is the L2 stream alone (a second stream's check measured 3-7 % on the bf16 loop).
 template <bool kNear = false>
 struct SpreadPrefetch {
+  // Rows up to kWholeRowBytes are asked for whole, longer ones kPieceBytes at a time (above).
+  static constexpr int64_t kWholeRowBytes = 4096;
+  static constexpr int64_t kPieceBytes = 1024;
   // Spreads the rows over `steps` calls of step(), into L2.
   void start(const uint8_t* const* rs, int64_t n, int64_t b, int64_t steps) {
     far_.start(rs, n, b, steps);
@@ -305,15 +317,17 @@ struct SpreadPrefetch {
     const uint8_t* const* rows = nullptr;
     int64_t n_rows = 0;
     int64_t bytes = 0;
-    int64_t every = 1;  // step() calls per row asked for
+    int64_t pieces = 1;  // requests per row
+    int64_t every = 1;   // step() calls per request
     int64_t tick = 0;
-    int64_t r = 0;  // the next row to ask for
+    int64_t r = 0;  // the next request: piece r % pieces of row r / pieces
 
     void start(const uint8_t* const* rs, int64_t n, int64_t b, int64_t steps) {
       rows = rs;
-      n_rows = n;
+      pieces = b > kWholeRowBytes ? (b + kPieceBytes - 1) / kPieceBytes : 1;
+      n_rows = n * pieces;
       bytes = b;
-      every = n > 0 && steps > n ? steps / n : 1;
+      every = n_rows > 0 && steps > n_rows ? steps / n_rows : 1;
       tick = 0;
       r = 0;
     }
@@ -330,8 +344,16 @@ struct SpreadPrefetch {
     }
     template <int kHint>
     void ask() {
-      const auto p0 = reinterpret_cast<uintptr_t>(rows[r++]);
-      const uintptr_t last = p0 + static_cast<uintptr_t>(bytes) - 1;
+      uintptr_t p0, last;
+      if (pieces == 1) {
+        p0 = reinterpret_cast<uintptr_t>(rows[r++]);
+        last = p0 + static_cast<uintptr_t>(bytes) - 1;
+      } else {
+        const int64_t at = r % pieces * kPieceBytes;
+        p0 = reinterpret_cast<uintptr_t>(rows[r / pieces]) + static_cast<uintptr_t>(at);
+        last = p0 + static_cast<uintptr_t>(std::min(bytes - at, kPieceBytes)) - 1;
+        ++r;
+      }
       for (uintptr_t p = p0 & ~uintptr_t{63}; p <= last; p += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(p), static_cast<_mm_hint>(kHint));
       }

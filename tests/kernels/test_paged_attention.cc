@@ -249,10 +249,11 @@ TEST_CASE("paged attention over many sequences matches the double reference",
   // head size with a vector tail (group 4) and one smaller than a vector (group 2); at the avx2
   // level (attention_lanes_avx2.h's loop) groups of 8 and 4 at other head sizes (the head size
   // at run time: 40, 80), groups of 7 and 5 (padded to 8 lanes-heads there, as 6 and 3 are),
-  // and a group of 4 at an odd head size (9: the other loop).
-  const std::vector<Config> configs = {{32, 4, 64}, {8, 2, 128}, {12, 2, 64}, {6, 2, 128},
-                                       {4, 1, 80},  {6, 3, 7},   {16, 2, 40}, {14, 2, 72},
-                                       {10, 2, 64}, {8, 2, 9}};
+  // and a group of 4 at an odd head size (9: the other loop); 16 KV heads of 128 without groups
+  // (rows of 8 KB f32, which the next block's prefetch asks for in pieces: attention_impl.h).
+  const std::vector<Config> configs = {{32, 4, 64}, {8, 2, 128},  {12, 2, 64}, {6, 2, 128},
+                                       {4, 1, 80},  {6, 3, 7},    {16, 2, 40}, {14, 2, 72},
+                                       {10, 2, 64}, {8, 2, 9},    {16, 16, 128}};
   std::mt19937 rng(31);
   Runners runners;
   IsaRestore restore;
