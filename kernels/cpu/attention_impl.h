@@ -66,7 +66,8 @@ constexpr int64_t kKeyBlock = 32;
 // compressed cache's K records of one key block converted to f32.
 inline int64_t attention_scratch_floats(int64_t group, int64_t head_dim, int64_t n_kv) {
   const int64_t lanes = n_kv * (8 * head_dim + 2 * group) + (8 + head_dim) * kKeyBlock;
-  const int64_t any = n_kv * group * (head_dim + 2 + (head_dim + 31) / 32) + group * kKeyBlock;
+  const int64_t any =
+      n_kv * group * (head_dim + 2 + (head_dim + 31) / 32 + kKeyBlock) + group * kKeyBlock;
   return any > lanes ? any : lanes;
 }
 

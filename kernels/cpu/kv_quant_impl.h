@@ -359,6 +359,84 @@ inline void accumulate_v_heads(float* acc, int64_t hd, const float* p, int64_t g
 template <KvDtype D>
 constexpr bool kNearPrefetch = D == KvDtype::kF32;
 
+// Rows longer than this (every KV head of a token: Llama-2-7B's 32 heads of 128 are 16 KB of
+// f32) take kv_attention_tiles' order.
+constexpr int64_t kTileOrderRowBytes = 4096;
+
+// Where kv_attention_tiles may run: the per-key-vector scores (group_scores_q) of the AVX2
+// level. (The keys-in-lanes scores of AVX-512 keep the head-major order: not measured there.)
+template <class S, KvDtype D, int kHd>
+constexpr bool kTileOrder = S::kWidth == 8 && !kScoresKeysInLanes<S, D, kHd>;
+
+// kv_attention_range in tile order, for long rows: per key block, the scores of a tile of kW
+// keys for every KV head in turn, then the tile after it; the softmax per KV head; then the V
+// rows the same way. The head-major loop below reads one KV head's records of all the block's
+// rows (a stride of the row), then the next head's: over rows of 16 KB the hardware prefetchers
+// lost track of that, and the L2 requests of the next block (1 MB of f32 K and V) did not fit
+// beside the current one. Tile order reads 8 rows side by side from start to end, which the
+// prefetchers follow. A pure read of a 4096-key Llama-2-7B cache in the two orders (one core,
+// Zen 3): 20 / 10-14 GB/s. Measured, bench_attention --formats-only --shape llama2-7b, 4096 keys,
+// one core, alternating rounds: f32 12.4-13.3 -> 7.8 ms, bf16 7.8 -> 4.6 ms (0.59x). Rows of
+// 4 KB and less (TinyLlama, Llama-3-8B, Qwen2.5-7B) keep the head-major loop, which also asks
+// for each head's records into L1 (start_near); the synthetic read found tile order no faster
+// there (2 KB rows: slower).
+// qs, mx, sum: as kv_attention_range's; sc: [n_kv, group, kKeyBlock] scores.
+template <class S, KvDtype D, int kHd>
+void kv_attention_tiles(const detail::AttentionRange& a, const float* qs, float* mx, float* sum,
+                        float* sc) {
+  using L = KvLoad<S, D>;
+  constexpr int64_t kB = detail::kKeyBlock, kT = S::kWidth;
+  const int64_t hd = kHd > 0 ? kHd : a.head_dim;
+  const int64_t group = a.group, n_kv = a.n_kv;
+  const int64_t head_bytes = kv_head_bytes(D, hd);
+  const uint8_t* kb[kB];  // the block's K / V rows (first KV head's record)
+  const uint8_t* vb[kB];
+  const uint8_t* kr[kT];  // one KV head's records of a tile
+  const uint8_t* vr[kT];
+  float ks[kT];  // their row scales (kI8, kF8E4M3)
+  const uint8_t* next_rows[2 * kB];
+  SpreadPrefetch<false> pf;
+  for (int64_t j0 = a.first; j0 <= a.last; j0 += kB) {
+    const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
+    key_block_rows(a, j0, nb, kb, vb);
+    // step() runs per key of a head in the scores and in the first V pass.
+    const int64_t nbn = next_block_rows(a, j0, next_rows);
+    pf.start(next_rows, 2 * nbn, n_kv * head_bytes, 2 * n_kv * nb);
+    for (int64_t j = 0; j < nb; j += kT) {
+      const int64_t nt = nb - j < kT ? nb - j : kT;
+      for (int64_t h = 0; h < n_kv; ++h) {
+        for (int64_t i = 0; i < nt; ++i) {
+          kr[i] = kb[j + i] + h * head_bytes;
+          if constexpr (L::kRowScale) ks[i] = L::row_scale(kr[i], hd);
+        }
+        group_scores_q<S, D, kHd>(qs + h * group * hd, group, kr, ks, nt, pf, hd,
+                                  sc + h * group * kB + j);
+      }
+    }
+    for (int64_t h = 0; h < n_kv; ++h) {
+      softmax_block<S>(sc + h * group * kB, group, nb, hd, mx + h * group, sum + h * group,
+                       a.out + h * group * hd);
+    }
+    for (int64_t j = 0; j < nb; j += kT) {
+      const int64_t nt = nb - j < kT ? nb - j : kT;
+      for (int64_t h = 0; h < n_kv; ++h) {
+        float* w = sc + h * group * kB + j;  // [group, kB] from key j
+        for (int64_t i = 0; i < nt; ++i) {
+          vr[i] = vb[j + i] + h * head_bytes;
+          if constexpr (L::kRowScale) {
+            // The sums already hold the plain weights; only the V accumulation takes the scale.
+            const float f = L::row_scale(vr[i], hd);
+            for (int64_t g = 0; g < group; ++g) w[g * kB + i] *= f;
+          }
+        }
+        accumulate_v_heads<S, D, kHd>(a.out + h * group * hd, hd, w, group, vr, nt, pf);
+      }
+    }
+    pf.drain();
+  }
+  finish_range<S>(a, mx, sum);
+}
+
 template <class S, KvDtype D, int kHd>
 void kv_attention_range(const detail::AttentionRange& a) {
   using L = KvLoad<S, D>;
@@ -370,7 +448,8 @@ void kv_attention_range(const detail::AttentionRange& a) {
   float* qs = a.scratch;        // [n_kv, group, hd] q * scale
   float* mx = qs + heads * hd;  // [n_kv, group] running maxima
   float* sum = mx + heads;      // [n_kv, group] running sums
-  float* sc = sum + heads;      // [group, kB] scores, then weights (one KV head's)
+  float* sc = sum + heads;      // [group, kB] scores, then weights (one KV head's;
+                                // kv_attention_tiles: [n_kv, group, kB])
   float* qsum = sc + group * kB;  // (int4, keys in the lanes) [n_kv, group, hd / 32]
   const uint8_t* kb[kB];        // the block's K / V rows (first KV head's record)
   const uint8_t* vb[kB];
@@ -390,6 +469,11 @@ void kv_attention_range(const detail::AttentionRange& a) {
     }
   }
   start_range(a, hd, mx, sum);
+  if constexpr (kTileOrder<S, D, kHd>) {
+    if (n_kv > 1 && n_kv * head_bytes > kTileOrderRowBytes) {
+      return kv_attention_tiles<S, D, kHd>(a, qs, mx, sum, sc);
+    }
+  }
   for (int64_t j0 = a.first; j0 <= a.last; j0 += kB) {
     const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
     key_block_rows(a, j0, nb, kb, vb);

@@ -642,6 +642,11 @@ TEST_CASE("kv formats: attention over each quantized cache", "[kv_quant][attenti
       {28, 4, 64, 5, 37, {{50, 41}, {0, 1}}},
       {14, 2, 80, 16, 0, {{33, 70}}},
       {8, 8, 36, 7, 20, {{0, 40}, {100, 1}}},
+      // Rows over 4 KB in every format (64 KV heads of 128: int4 4.6 KB; 16 of 128 with two
+      // heads each: f32 8 KB, bf16 4 KB): the AVX2 loop in tile order (kv_attention_tiles), a
+      // block size that cuts its 8-key tiles, a partial last tile.
+      {64, 64, 128, 16, 0, {{150, 1}, {0, 3}}},
+      {32, 16, 128, 7, 0, {{100, 1}, {45, 2}}},
   };
   std::mt19937 rng(11);
   Runners runners;
@@ -732,9 +737,11 @@ TEST_CASE("kv formats: kF32 and non-finite q keep the f32 decode loop", "[kv_qua
     for (int64_t hd : {64, 128}) {
       INFO("dtype " << kv_dtype_name(dt) << " head size " << hd);
       const AttnCase c{16, 2, hd, 16, 0, {{300, 1}, {70, 1}}};
-      {
+      // MHA with rows over 4 KB (64 KV heads): the f32 loop in tile order.
+      const AttnCase mha{64, 64, hd, 16, 0, {{100, 1}, {37, 1}}};
+      for (const AttnCase& cc : {c, mha}) {
         ScopedGemmPrecision f32(GemmPrecision::kF32);
-        const AttnErrors e = run_case(dt, c, runners.pool, rng);
+        const AttnErrors e = run_case(dt, cc, runners.pool, rng);
         CHECK(!e.int_path);
         CHECK(e.vs_decoded <= kTightTol);
       }
