@@ -376,7 +376,8 @@ constexpr bool kTileOrder = S::kWidth == 8 && !kScoresKeysInLanes<S, D, kHd>;
 // beside the current one. Tile order reads 8 rows side by side from start to end, which the
 // prefetchers follow. A pure read of a 4096-key Llama-2-7B cache in the two orders (one core,
 // Zen 3): 20 / 10-14 GB/s. Measured, bench_attention --formats-only --shape llama2-7b, 4096 keys,
-// one core, alternating rounds: f32 12.4-13.3 -> 7.8 ms, bf16 7.8 -> 4.6 ms (0.59x). Rows of
+// paired rounds against the head-major loop (both with attention_impl.h's 1 KB requests):
+// f32 12.4 -> 7.8 ms at one core (17 GB/s of cache bytes, ~85 % of the probe), bf16 0.59x. Rows of
 // 4 KB and less (TinyLlama, Llama-3-8B, Qwen2.5-7B) keep the head-major loop, which also asks
 // for each head's records into L1 (start_near); the synthetic read found tile order no faster
 // there (2 KB rows: slower).
