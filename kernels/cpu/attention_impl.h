@@ -280,9 +280,10 @@ inline int64_t next_block_rows(const detail::AttentionRange& a, int64_t j0,
 // A row longer than 4 KB goes out 1 KB at a time: a row of Llama-2-7B's 32 KV heads is 16 KB of
 // f32 (256 lines), and asked for whole it was a burst of its own. Stop 71, Zen 3 VM,
 // bench_attention --formats-only --shape llama2-7b, 4096 keys, paired rounds of the old and the
-// new library (medians of 6 ratios of ms per call, 1 / 2 threads): bf16 0.83 / 0.75, f32 0.87 /
-// 0.91, int8 0.80 / 0.72 (4 KB pieces: 0.90 / 0.79, 0.90 / 0.92, 0.90 / 0.96). Rows up to 4 KB
-// stay whole: 1 KB pieces of Llama-3-8B's 4 KB rows measured 1.06-1.29x slower (f32, bf16).
+// new library (medians of 6 ratios of ms per call, 1 / 2 threads; a case no change touched
+// ranged 0.82-1.0 in such rounds): bf16 0.83 / 0.75, f32 0.87 / 0.91 (4 KB pieces: 0.90 / 0.79,
+// 0.90 / 0.92). Rows up to 4 KB stay whole: 1 KB pieces of Llama-3-8B's 4 KB rows measured
+// 1.06-1.29x slower (f32, bf16).
 // rows: n_rows row starts (the next block's K rows, then its V rows), each `bytes` long.
 // kNear: also the L1 stream of start_near (kv_quant_impl.h's kNearPrefetch); without it, step()
 // is the L2 stream alone (a second stream's check measured 3-7 % on the bf16 loop).
