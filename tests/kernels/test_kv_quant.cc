@@ -647,6 +647,8 @@ TEST_CASE("kv formats: attention over each quantized cache", "[kv_quant][attenti
       // block size that cuts its 8-key tiles, a partial last tile.
       {64, 64, 128, 16, 0, {{150, 1}, {0, 3}}},
       {32, 16, 128, 7, 0, {{100, 1}, {45, 2}}},
+      // The same at a head size known only at run time (96; f32 9 KB, bf16 4.5 KB rows).
+      {24, 24, 96, 16, 0, {{90, 1}, {0, 2}}},
   };
   std::mt19937 rng(11);
   Runners runners;
