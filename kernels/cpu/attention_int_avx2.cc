@@ -42,6 +42,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/attention_impl.h"
 #include "kernels/cpu/isa.h"
@@ -53,6 +54,21 @@ namespace {
 
 constexpr int64_t kB = detail::kKeyBlock;
 constexpr int kQMax = 32639;  // as attention_int_avx512_vnni.cc (its test bound)
+
+// Rows longer than this (every KV head's records of a token) are read in tile order, as
+// kv_attention_tiles (kv_quant_impl.h) reads rows over kTileOrderRowBytes: per key block, the
+// scores of 8 keys for every KV head in turn, then the next 8 keys; the softmax per KV head; the
+// value scales and then the V codes the same way, each head's V sums kept in int32 until the
+// block ends (the same integers as the head-major order, the same f32 operations after them).
+// The head-major order reads one KV head's records of the block's 32 rows (a stride of the row),
+// then the next head's: over Llama-2-7B's 4.2 KB int8 rows its first read of each K record (the
+// row scale) took 11 % of the time (perf). Measured, bench_attention --formats-only --shape
+// llama2-7b (32 KV heads of 128), paired rounds against the head-major loop, 1 / 2 threads:
+// int8 (4.2 KB rows) decode of 4096 keys 0.71 / 0.70 of the time, batched 64 x 256 0.75 / 0.84;
+// int4 (2.3 KB rows) 0.95 / 0.88 and 0.81 / 0.81. Rows of 2 KB and less (TinyLlama, Llama-3-8B,
+// Qwen2.5-7B) keep the head-major order; int8 rows of 2-4 KB (16 to 31 KV heads of 128) were not
+// measured.
+constexpr int64_t kIntTileRowBytes = 2048;
 
 template <KvDtype D, int kHd>
 struct Layout8 {
@@ -259,68 +275,43 @@ void int8_group_scores(const float* qp, int64_t group, const uint8_t* const* row
   }
 }
 
-// One KV head's V block as int16-pair operands: the records of keys 2i and 2i + 1 interleaved
-// (vector v of pair i, lane e: both keys' code of one element; int4: group v / 4, elements
-// (v % 4 / 2) * 16 + 2e + v % 2; int8: element 8v + e), the value scales times 32767 / smax and
-// (int4) the minima.
+// One KV head's value scales of a key block: times 32767 / smax (t), the minima (int4), and per
+// group smax / 32767 and whether a scale or minimum is not finite.
 template <KvDtype D, int kHd>
-struct VBlock8 {
+struct VScales8 {
   using L = Layout8<D, kHd>;
-  alignas(32) int32_t codes[kB / 2][L::kVecs][8];
   alignas(32) float t[L::kGroups][kB];   // scale_j * 32767 / smax (0 past nb)
   alignas(32) float mn[L::kGroups][kB];  // int4: min_j (0 past nb)
   float mult[L::kGroups];                // smax / 32767
   float bad[L::kGroups];                 // NaN where a scale or minimum is not finite, else 0
-  int64_t pairs = 0;
 
-  template <class PF>
-  void load(const uint8_t* const* vr, int64_t nb, PF& pf) {
-    pairs = (nb + 1) / 2;
-    for (int64_t i = 0; i < pairs; ++i) {
-      const uint8_t* a = vr[2 * i];
-      const uint8_t* b = 2 * i + 1 < nb ? vr[2 * i + 1] : a;  // its weight is 0
-      pf.step();
-      if (2 * i + 1 < nb) pf.step();
-#pragma GCC unroll 8
-      for (int c = 0; c < kHd / (L::kI4 ? 32 : 16); ++c) {
-        const __m128i xa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * c));
-        const __m128i xb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * c));
-        const __m128i lo = _mm_unpacklo_epi8(xa, xb), hi = _mm_unpackhi_epi8(xa, xb);
-        auto* out = reinterpret_cast<__m256i*>(codes[i][0]);
-        if constexpr (L::kI4) {
-          const __m256i m = _mm256_set1_epi16(0x000f);
-          const __m256i zl = _mm256_cvtepu8_epi16(lo), zh = _mm256_cvtepu8_epi16(hi);
-          _mm256_store_si256(out + 4 * c, _mm256_and_si256(zl, m));
-          _mm256_store_si256(out + 4 * c + 1, _mm256_and_si256(_mm256_srli_epi16(zl, 4), m));
-          _mm256_store_si256(out + 4 * c + 2, _mm256_and_si256(zh, m));
-          _mm256_store_si256(out + 4 * c + 3, _mm256_and_si256(_mm256_srli_epi16(zh, 4), m));
-        } else {
-          _mm256_store_si256(out + 2 * c, _mm256_cvtepi8_epi16(lo));
-          _mm256_store_si256(out + 2 * c + 1, _mm256_cvtepi8_epi16(hi));
-        }
-      }
-    }
-    for (int g = 0; g < L::kGroups; ++g) {
-      for (int64_t j = nb; j < kB; ++j) t[g][j] = mn[g][j] = 0.0f;
-    }
+  // The raw scales (and minima) of keys j0 .. j0 + n - 1 (records vr[0 .. n)).
+  void read(const uint8_t* const* vr, int64_t j0, int64_t n) {
     if constexpr (L::kI4) {
       alignas(32) uint32_t words[kB];
       for (int g = 0; g < L::kGroups; ++g) {
-        for (int64_t j = 0; j < nb; ++j) std::memcpy(&words[j], vr[j] + kHd / 2 + 4 * g, 4);
-        for (int64_t j = nb; j < kB; ++j) words[j] = 0;
-        for (int64_t j = 0; j < nb; j += 8) {
-          const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(words + j));
+        for (int64_t j = 0; j < n; ++j) std::memcpy(&words[j], vr[j] + kHd / 2 + 4 * g, 4);
+        for (int64_t j = n; j % 8 != 0; ++j) words[j] = 0;
+        for (int64_t j = 0; j < n; j += 8) {
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + j));
           const __m256i sm = _mm256_permute4x64_epi64(
               _mm256_packus_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0xffff)),
                                   _mm256_srli_epi32(w, 16)),
               0xd8);
-          const int n = nb - j < 8 ? static_cast<int>(nb - j) : 8;
-          Avx2::store_n(&t[g][j], _mm256_cvtph_ps(_mm256_castsi256_si128(sm)), n);
-          Avx2::store_n(&mn[g][j], _mm256_cvtph_ps(_mm256_extracti128_si256(sm, 1)), n);
+          const int c = n - j < 8 ? static_cast<int>(n - j) : 8;
+          Avx2::store_n(&t[g][j0 + j], _mm256_cvtph_ps(_mm256_castsi256_si128(sm)), c);
+          Avx2::store_n(&mn[g][j0 + j], _mm256_cvtph_ps(_mm256_extracti128_si256(sm, 1)), c);
         }
       }
     } else {
-      for (int64_t j = 0; j < nb; ++j) t[0][j] = kv_load_f32(vr[j] + kHd);
+      for (int64_t j = 0; j < n; ++j) t[0][j0 + j] = kv_load_f32(vr[j] + kHd);
+    }
+  }
+
+  // After read() of keys 0 .. nb - 1: zeros past nb, smax per group, t scaled.
+  void finish(int64_t nb) {
+    for (int g = 0; g < L::kGroups; ++g) {
+      for (int64_t j = nb; j < kB; ++j) t[g][j] = mn[g][j] = 0.0f;
     }
     for (int g = 0; g < L::kGroups; ++g) {
       __m256 mx = _mm256_setzero_ps(), nonfinite = _mm256_setzero_ps();
@@ -350,6 +341,48 @@ struct VBlock8 {
   }
 };
 
+// V codes as int16-pair operands: the records of keys 2i and 2i + 1 interleaved (vector v of
+// pair i, lane e: both keys' code of one element; int4: group v / 4, elements (v % 4 / 2) * 16 +
+// 2e + v % 2; int8: element 8v + e), widened once per KV head and block (head-major) or tile
+// (tile order; int4: one and / shift per nibble).
+template <KvDtype D, int kHd>
+struct VBlock8 {
+  using L = Layout8<D, kHd>;
+  alignas(32) int32_t codes[kB / 2][L::kVecs][8];
+  int64_t pairs = 0;
+
+  // Pairs of keys 0 .. n - 1 (records vr[0 .. n)); a last odd key is paired with itself (its
+  // partner's weight is 0).
+  template <class PF>
+  void load(const uint8_t* const* vr, int64_t n, PF& pf) {
+    pairs = (n + 1) / 2;
+    for (int64_t i = 0; i < pairs; ++i) {
+      const uint8_t* a = vr[2 * i];
+      const uint8_t* b = 2 * i + 1 < n ? vr[2 * i + 1] : a;  // its weight is 0
+      pf.step();
+      if (2 * i + 1 < n) pf.step();
+#pragma GCC unroll 8
+      for (int c = 0; c < kHd / (L::kI4 ? 32 : 16); ++c) {
+        const __m128i xa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * c));
+        const __m128i xb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * c));
+        const __m128i lo = _mm_unpacklo_epi8(xa, xb), hi = _mm_unpackhi_epi8(xa, xb);
+        auto* out = reinterpret_cast<__m256i*>(codes[i][0]);
+        if constexpr (L::kI4) {
+          const __m256i m = _mm256_set1_epi16(0x000f);
+          const __m256i zl = _mm256_cvtepu8_epi16(lo), zh = _mm256_cvtepu8_epi16(hi);
+          _mm256_store_si256(out + 4 * c, _mm256_and_si256(zl, m));
+          _mm256_store_si256(out + 4 * c + 1, _mm256_and_si256(_mm256_srli_epi16(zl, 4), m));
+          _mm256_store_si256(out + 4 * c + 2, _mm256_and_si256(zh, m));
+          _mm256_store_si256(out + 4 * c + 3, _mm256_and_si256(_mm256_srli_epi16(zh, 4), m));
+        } else {
+          _mm256_store_si256(out + 2 * c, _mm256_cvtepi8_epi16(lo));
+          _mm256_store_si256(out + 2 * c + 1, _mm256_cvtepi8_epi16(hi));
+        }
+      }
+    }
+  }
+};
+
 // Group of int16-pair vector v.
 template <KvDtype D, int kHd>
 constexpr int vec_group(int v) {
@@ -361,17 +394,31 @@ constexpr int vec_group(int v) {
 // 2 x 4 the same, the others 1.1-1.4x slower.
 constexpr int kVPass = 4;
 constexpr int kVU = 2;
-// For heads h < kN (weights w16 + h * kGroups * kB int16, accumulators out + h kHd), vectors
-// v0 .. v0 + 1: out += the block's weighted codes, times mult, plus add[h][g].
-template <bool kVnni, KvDtype D, int kHd, int kN>
+// Where int8_accumulate_v puts the block's (head-major) or tile's (tile order) integer sums of kN
+// heads: out += sums * mult[g] + add[h][g] (f32), or iacc += sums (int32, folded into out once
+// per block by fold_v_sums: the same integers, then the same f32 operations).
+struct VOut {
+  const float* mult = nullptr;  // [kGroups] smax / 32767
+  const float* add = nullptr;   // [kN, kGroups]
+  float* out = nullptr;         // [kN, kHd]
+  int32_t* iacc = nullptr;      // [kN, kHd]
+};
+
+// For heads h < kN (weights w16 + h * kGroups * kB int16, from the first pair's key), vectors
+// v0 .. v0 + 1: the weighted codes of vb's pairs into o (kI32: o.iacc, else o.out).
+template <bool kVnni, KvDtype D, int kHd, int kN, bool kI32>
 [[gnu::noinline]] void int8_accumulate_v(const VBlock8<D, kHd>& vb, int v0, const int16_t* w16,
-                                         const float* add, float* out) {
+                                         const VOut& o) {
   using L = Layout8<D, kHd>;
   constexpr int kU = kVU;
   const int g = vec_group<D, kHd>(v0);  // v0 even: both vectors in one group
   __m256i acc[kN][kU];
   for (int h = 0; h < kN; ++h) {
-    for (int u = 0; u < kU; ++u) acc[h][u] = _mm256_setzero_si256();
+    for (int u = 0; u < kU; ++u) {
+      acc[h][u] = kI32 ? _mm256_loadu_si256(
+                             reinterpret_cast<const __m256i*>(o.iacc + h * kHd + 8 * (v0 + u)))
+                       : _mm256_setzero_si256();
+    }
   }
   for (int64_t i = 0; i < vb.pairs; ++i) {
     __m256i c[kU];
@@ -387,22 +434,128 @@ template <bool kVnni, KvDtype D, int kHd, int kN>
     }
   }
   for (int h = 0; h < kN; ++h) {
-    const __m256 m = _mm256_set1_ps(vb.mult[g]);
-    const __m256 ad = _mm256_set1_ps(add[h * L::kGroups + g]);
-    for (int u = 0; u < kU; ++u) {
-      float* o = out + h * kHd + 8 * (v0 + u);
-      const __m256 base = _mm256_add_ps(_mm256_loadu_ps(o), ad);
-      _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][u]), m, base));
+    if constexpr (kI32) {
+      for (int u = 0; u < kU; ++u) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.iacc + h * kHd + 8 * (v0 + u)),
+                            acc[h][u]);
+      }
+    } else {
+      const __m256 m = _mm256_set1_ps(o.mult[g]);
+      const __m256 ad = _mm256_set1_ps(o.add[h * L::kGroups + g]);
+      for (int u = 0; u < kU; ++u) {
+        float* y = o.out + h * kHd + 8 * (v0 + u);
+        const __m256 base = _mm256_add_ps(_mm256_loadu_ps(y), ad);
+        _mm256_storeu_ps(y, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][u]), m, base));
+      }
     }
   }
 }
 
-
-template <bool kVnni, KvDtype D, int kHd, int kN>
+template <bool kVnni, KvDtype D, int kHd, int kN, bool kI32>
 inline void int8_accumulate_pass(int n, const VBlock8<D, kHd>& vb, int v0, const int16_t* w16,
-                                 const float* add, float* out) {
-  if (n == kN) return int8_accumulate_v<kVnni, D, kHd, kN>(vb, v0, w16, add, out);
-  if constexpr (kN > 1) int8_accumulate_pass<kVnni, D, kHd, kN - 1>(n, vb, v0, w16, add, out);
+                                 const VOut& o) {
+  if (n == kN) return int8_accumulate_v<kVnni, D, kHd, kN, kI32>(vb, v0, w16, o);
+  if constexpr (kN > 1) int8_accumulate_pass<kVnni, D, kHd, kN - 1, kI32>(n, vb, v0, w16, o);
+}
+
+// All int16-pair vectors of vb for heads h < n (weights and sums as int8_accumulate_v's, heads
+// advancing kGroups * kB weights, o's pointers kHd and kGroups), kVPass heads at a time.
+template <bool kVnni, KvDtype D, int kHd, bool kI32>
+void int8_accumulate_heads(int64_t n, const VBlock8<D, kHd>& vb, const int16_t* w16, VOut o) {
+  using L = Layout8<D, kHd>;
+  for (int64_t g0 = 0; g0 < n; g0 += kVPass) {
+    const int np = n - g0 < kVPass ? static_cast<int>(n - g0) : kVPass;
+    for (int v0 = 0; v0 < L::kVecs; v0 += kVU) {
+      int8_accumulate_pass<kVnni, D, kHd, kVPass, kI32>(np, vb, v0, w16, o);
+    }
+    w16 += kVPass * L::kGroups * kB;
+    if (o.add != nullptr) o.add += kVPass * L::kGroups;
+    if (o.out != nullptr) o.out += kVPass * kHd;
+    if (o.iacc != nullptr) o.iacc += kVPass * kHd;
+  }
+}
+
+// The block's weights p (<= 1; heads hh < nc at p + hh kB, keys j < nb) times the value scales
+// of vs, rounded to int16 against the block's largest scale: w16 [nc, kGroups, kB]; add [nc,
+// kGroups]: (int4) sum p * min per group, NaN for a NaN weight (from a NaN score: the head's
+// outputs come out NaN, as in the f32 loop) or a scale that is not finite.
+template <KvDtype D, int kHd>
+void block_weights(const VScales8<D, kHd>& vs, const float* p, int64_t nc, int64_t nb,
+                   int16_t* w16, float* add) {
+  using L = Layout8<D, kHd>;
+  const __m256i lim = _mm256_set1_epi32(32767);
+  for (int64_t hh = 0; hh < nc; ++hh) {
+    const float* ph = p + hh * kB;
+    __m256 pv[kB / 8];
+    __m256 bad = _mm256_setzero_ps();
+    for (int k = 0; k < kB / 8; ++k) {
+      const int64_t left = nb - 8 * k;
+      pv[k] = left >= 8  ? _mm256_loadu_ps(ph + 8 * k)
+              : left > 0 ? Avx2::load_n(ph + 8 * k, static_cast<int>(left))
+                         : _mm256_setzero_ps();
+      bad = _mm256_fmadd_ps(pv[k], _mm256_setzero_ps(), bad);
+    }
+    const float nan = _mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q)) != 0 ? NAN : 0.0f;
+    for (int g = 0; g < L::kGroups; ++g) {
+      int16_t* w = w16 + (hh * L::kGroups + g) * kB;
+      __m256 ms = _mm256_setzero_ps();
+      for (int k = 0; k < kB / 8; k += 2) {
+        const __m256i r0 = _mm256_min_epi32(
+            _mm256_cvtps_epi32(_mm256_mul_ps(pv[k], _mm256_load_ps(&vs.t[g][8 * k]))), lim);
+        const __m256i r1 = _mm256_min_epi32(
+            _mm256_cvtps_epi32(_mm256_mul_ps(pv[k + 1], _mm256_load_ps(&vs.t[g][8 * k + 8]))),
+            lim);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + 8 * k),
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(r0, r1), 0xd8));
+        if constexpr (L::kI4) {
+          ms = _mm256_fmadd_ps(pv[k], _mm256_load_ps(&vs.mn[g][8 * k]), ms);
+          ms = _mm256_fmadd_ps(pv[k + 1], _mm256_load_ps(&vs.mn[g][8 * k + 8]), ms);
+        }
+      }
+      const float msum = L::kI4 ? Avx2::reduce_add(ms) : 0.0f;
+      add[hh * L::kGroups + g] = msum + nan + vs.bad[g];
+    }
+  }
+}
+
+// Tile order's per-thread state of one range: every KV head's value scales, weights and int32
+// V sums of the current key block.
+template <KvDtype D, int kHd>
+struct TileState8 {
+  std::vector<VScales8<D, kHd>> scales;  // [n_kv]
+  std::vector<int16_t> w16;              // [heads, kGroups, kB]
+  std::vector<float> add;                // [heads, kGroups]
+  std::vector<int32_t> iacc;             // [heads, kHd], zero between blocks
+
+  static TileState8& get(int64_t n_kv, int64_t heads) {
+    using L = Layout8<D, kHd>;
+    thread_local TileState8 s;
+    s.scales.resize(static_cast<size_t>(n_kv));
+    s.w16.resize(static_cast<size_t>(heads * L::kGroups * kB));
+    s.add.resize(static_cast<size_t>(heads * L::kGroups));
+    s.iacc.assign(static_cast<size_t>(heads * kHd), 0);
+    return s;
+  }
+};
+
+// out [heads, kHd] += iacc * mult + add per group (int8_accumulate_v's f32 operations, in its
+// order), iacc zeroed.
+template <KvDtype D, int kHd>
+void fold_v_sums(TileState8<D, kHd>& ts, int64_t group, int64_t heads, float* out) {
+  using L = Layout8<D, kHd>;
+  for (int64_t hh = 0; hh < heads; ++hh) {
+    const float* mult = ts.scales[static_cast<size_t>(hh / group)].mult;
+    for (int v = 0; v < L::kVecs; ++v) {
+      const int g = vec_group<D, kHd>(v);
+      auto* ip = reinterpret_cast<__m256i*>(ts.iacc.data() + hh * kHd + 8 * v);
+      float* y = out + hh * kHd + 8 * v;
+      const __m256 ad = _mm256_set1_ps(ts.add[hh * L::kGroups + g]);
+      const __m256 base = _mm256_add_ps(_mm256_loadu_ps(y), ad);
+      _mm256_storeu_ps(y, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(ip)),
+                                          _mm256_set1_ps(mult[g]), base));
+      _mm256_storeu_si256(ip, _mm256_setzero_si256());
+    }
+  }
 }
 
 template <bool kVnni, KvDtype D, int kHd>
@@ -414,7 +567,8 @@ void int8_attention_range(const detail::AttentionRange& a) {
   float* qp = a.scratch;         // [heads, kHd]: the prepared q (Layout8)
   float* mx = qp + heads * kHd;  // [n_kv, group] running maxima
   float* sum = mx + heads;       // [n_kv, group] running sums
-  float* sc = sum + heads;       // [group, kB] scores, then weights (one KV head's)
+  float* sc = sum + heads;       // [group, kB] scores, then weights (one KV head's; tile
+                                 // order: [n_kv, group, kB])
   // Read before out is written (out may overlap q).
   if (!prep_q8<D, kHd>(a.q, a.scale, heads, qp)) return detail::attention_range_avx2(a);
   start_range(a, kHd, mx, sum);
@@ -425,15 +579,65 @@ void int8_attention_range(const detail::AttentionRange& a) {
   alignas(32) float ks[kB];
   const uint8_t* next_rows[2 * kB];
   VBlock8<D, kHd> vblock;
+  VScales8<D, kHd> vscales;
   alignas(32) int16_t w16[L::kChunk * L::kGroups * kB];
   float add[L::kChunk * L::kGroups];
   SpreadPrefetch<false> pf;
+  const bool tiles = n_kv > 1 && n_kv * head_bytes > kIntTileRowBytes;
+  TileState8<D, kHd>* ts = tiles ? &TileState8<D, kHd>::get(n_kv, heads) : nullptr;
   for (int64_t j0 = a.first; j0 <= a.last; j0 += kB) {
     const int64_t nb = a.last - j0 + 1 < kB ? a.last - j0 + 1 : kB;
     key_block_rows(a, j0, nb, kb, vb);
     const int64_t nbn = next_block_rows(a, j0, next_rows);
     const int64_t score_steps = (nb + 7) / 8 * ((L::kTWords + 7) / 8);
     pf.start(next_rows, 2 * nbn, n_kv * head_bytes, n_kv * (score_steps + nb));
+    if (tiles) {
+      // The scores of 8 keys for every KV head in turn, then the next 8 keys; the softmax per
+      // KV head; the value scales and then the codes the same way, the V sums kept in int32
+      // until the block ends.
+      for (int64_t j = 0; j < nb; j += 8) {
+        const int64_t nt = nb - j < 8 ? nb - j : 8;
+        for (int64_t h = 0; h < n_kv; ++h) {
+          for (int64_t i = 0; i < nt; ++i) {
+            kr[i] = kb[j + i] + h * head_bytes;
+            if constexpr (!L::kI4) ks[i] = kv_load_f32(kr[i] + kHd);
+          }
+          int8_group_scores<kVnni, D, kHd>(qp + h * group * kHd, group, kr, ks, nt, pf,
+                                           sc + h * group * kB + j);
+        }
+      }
+      for (int64_t h = 0; h < n_kv; ++h) {
+        softmax_block<Avx2>(sc + h * group * kB, group, nb, kHd, mx + h * group,
+                            sum + h * group, a.out + h * group * kHd);
+      }
+      for (int64_t j = 0; j < nb; j += 8) {
+        const int64_t nt = nb - j < 8 ? nb - j : 8;
+        for (int64_t h = 0; h < n_kv; ++h) {
+          for (int64_t i = 0; i < nt; ++i) vr[i] = vb[j + i] + h * head_bytes;
+          ts->scales[h].read(vr, j, nt);
+        }
+      }
+      for (int64_t h = 0; h < n_kv; ++h) {
+        ts->scales[h].finish(nb);
+        block_weights(ts->scales[h], sc + h * group * kB, group, nb,
+                      ts->w16.data() + h * group * L::kGroups * kB,
+                      ts->add.data() + h * group * L::kGroups);
+      }
+      for (int64_t j = 0; j < nb; j += 8) {
+        const int64_t nt = nb - j < 8 ? nb - j : 8;
+        for (int64_t h = 0; h < n_kv; ++h) {
+          for (int64_t i = 0; i < nt; ++i) vr[i] = vb[j + i] + h * head_bytes;
+          vblock.load(vr, nt, pf);
+          VOut o;
+          o.iacc = ts->iacc.data() + h * group * kHd;
+          int8_accumulate_heads<kVnni, D, kHd, true>(
+              group, vblock, ts->w16.data() + h * group * L::kGroups * kB + j, o);
+        }
+      }
+      fold_v_sums(*ts, group, heads, a.out);
+      pf.drain();
+      continue;
+    }
     for (int64_t h = 0; h < n_kv; ++h) {
       float* acc = a.out + h * group * kHd;  // [group, kHd]
       for (int64_t i = 0; i < nb; ++i) {
@@ -446,53 +650,16 @@ void int8_attention_range(const detail::AttentionRange& a) {
       int8_group_scores<kVnni, D, kHd>(qp + h * group * kHd, group, kr, ks, nb, pf, sc);
       softmax_block<Avx2>(sc, group, nb, kHd, mx + h * group, sum + h * group, acc);
       vblock.load(vr, nb, pf);
+      vscales.read(vr, 0, nb);
+      vscales.finish(nb);
       for (int64_t c0 = 0; c0 < group; c0 += L::kChunk) {
-        const int nc = group - c0 < L::kChunk ? static_cast<int>(group - c0) : L::kChunk;
-        const __m256i lim = _mm256_set1_epi32(32767);
-        for (int hh = 0; hh < nc; ++hh) {
-          const float* p = sc + (c0 + hh) * kB;
-          __m256 pv[kB / 8];
-          __m256 bad = _mm256_setzero_ps();
-          for (int k = 0; k < kB / 8; ++k) {
-            const int64_t left = nb - 8 * k;
-            pv[k] = left >= 8 ? _mm256_loadu_ps(p + 8 * k)
-                    : left > 0 ? Avx2::load_n(p + 8 * k, static_cast<int>(left))
-                               : _mm256_setzero_ps();
-            bad = _mm256_fmadd_ps(pv[k], _mm256_setzero_ps(), bad);
-          }
-          // A NaN weight (from a NaN score) makes the head's outputs NaN, as in the f32 loop.
-          const float nan =
-              _mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q)) != 0 ? NAN : 0.0f;
-          for (int g = 0; g < L::kGroups; ++g) {
-            int16_t* w = w16 + (hh * L::kGroups + g) * kB;
-            __m256 ms = _mm256_setzero_ps();
-            for (int k = 0; k < kB / 8; k += 2) {
-              const __m256i r0 = _mm256_min_epi32(
-                  _mm256_cvtps_epi32(_mm256_mul_ps(pv[k], _mm256_load_ps(&vblock.t[g][8 * k]))),
-                  lim);
-              const __m256i r1 = _mm256_min_epi32(
-                  _mm256_cvtps_epi32(
-                      _mm256_mul_ps(pv[k + 1], _mm256_load_ps(&vblock.t[g][8 * k + 8]))),
-                  lim);
-              _mm256_store_si256(reinterpret_cast<__m256i*>(w + 8 * k),
-                                 _mm256_permute4x64_epi64(_mm256_packs_epi32(r0, r1), 0xd8));
-              if constexpr (L::kI4) {
-                ms = _mm256_fmadd_ps(pv[k], _mm256_load_ps(&vblock.mn[g][8 * k]), ms);
-                ms = _mm256_fmadd_ps(pv[k + 1], _mm256_load_ps(&vblock.mn[g][8 * k + 8]), ms);
-              }
-            }
-            const float msum = L::kI4 ? Avx2::reduce_add(ms) : 0.0f;
-            add[hh * L::kGroups + g] = msum + nan + vblock.bad[g];
-          }
-        }
-        for (int g0 = 0; g0 < nc; g0 += kVPass) {
-          const int n = nc - g0 < kVPass ? nc - g0 : kVPass;
-          for (int v0 = 0; v0 < L::kVecs; v0 += kVU) {
-            int8_accumulate_pass<kVnni, D, kHd, kVPass>(n, vblock, v0, w16 + g0 * L::kGroups * kB,
-                                                        add + g0 * L::kGroups,
-                                                        acc + (c0 + g0) * kHd);
-          }
-        }
+        const int64_t nc = group - c0 < L::kChunk ? group - c0 : L::kChunk;
+        block_weights(vscales, sc + c0 * kB, nc, nb, w16, add);
+        VOut o;
+        o.mult = vscales.mult;
+        o.add = add;
+        o.out = acc + c0 * kHd;
+        int8_accumulate_heads<kVnni, D, kHd, false>(nc, vblock, w16, o);
       }
     }
     pf.drain();

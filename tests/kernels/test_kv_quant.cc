@@ -649,6 +649,9 @@ TEST_CASE("kv formats: attention over each quantized cache", "[kv_quant][attenti
       {32, 16, 128, 7, 0, {{100, 1}, {45, 2}}},
       // The same at a head size known only at run time (96; f32 9 KB, bf16 4.5 KB rows).
       {24, 24, 96, 16, 0, {{90, 1}, {0, 2}}},
+      // Six heads per KV head over rows of 4 KB and more (int8 8.4 KB, int4 4.6 KB): the integer
+      // loop of attention_int_avx2.cc in tile order, its V passes of 4 + 2 heads.
+      {384, 64, 128, 16, 0, {{70, 1}, {0, 3}}},
   };
   std::mt19937 rng(11);
   Runners runners;
