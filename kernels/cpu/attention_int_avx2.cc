@@ -288,23 +288,45 @@ struct VScales8 {
   // The raw scales (and minima) of keys j0 .. j0 + n - 1 (records vr[0 .. n)).
   void read(const uint8_t* const* vr, int64_t j0, int64_t n) {
     if constexpr (L::kI4) {
-      alignas(32) uint32_t words[kB];
-      for (int g = 0; g < L::kGroups; ++g) {
-        for (int64_t j = 0; j < n; ++j) std::memcpy(&words[j], vr[j] + kHd / 2 + 4 * g, 4);
-        for (int64_t j = n; j % 8 != 0; ++j) words[j] = 0;
-        for (int64_t j = 0; j < n; j += 8) {
-          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + j));
+      for (int64_t j = 0; j < n; j += 8) {
+        const int c = n - j < 8 ? static_cast<int>(n - j) : 8;
+        __m256i words[L::kGroups];  // group g's (scale, min) word of the 8 records
+        group_words(vr + j, c, words);
+        for (int g = 0; g < L::kGroups; ++g) {
+          const __m256i w = words[g];
           const __m256i sm = _mm256_permute4x64_epi64(
               _mm256_packus_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0xffff)),
                                   _mm256_srli_epi32(w, 16)),
               0xd8);
-          const int c = n - j < 8 ? static_cast<int>(n - j) : 8;
           Avx2::store_n(&t[g][j0 + j], _mm256_cvtph_ps(_mm256_castsi256_si128(sm)), c);
           Avx2::store_n(&mn[g][j0 + j], _mm256_cvtph_ps(_mm256_extracti128_si256(sm, 1)), c);
         }
       }
     } else {
       for (int64_t j = 0; j < n; ++j) t[0][j0 + j] = kv_load_f32(vr[j] + kHd);
+    }
+  }
+
+  // int4: the kGroups (scale, min) words of records rs[0 .. c) (c <= 8; 0 for the others) as
+  // one vector of 8 keys per group, by a 4 x 4 word transpose per 128-bit lane. (Stored by
+  // scalar moves and read back as a vector, they stalled on store forwarding: perf, Zen 3.)
+  static void group_words(const uint8_t* const* rs, int c, __m256i* out) {
+    __m128i r[8];
+    for (int i = 0; i < 8; ++i) {
+      const auto* p = reinterpret_cast<const __m128i*>(rs[i < c ? i : 0] + kHd / 2);
+      const __m128i v = L::kGroups == 4 ? _mm_loadu_si128(p) : _mm_loadl_epi64(p);
+      r[i] = i < c ? v : _mm_setzero_si128();
+    }
+    __m256i a[4];
+    for (int i = 0; i < 4; ++i) a[i] = _mm256_setr_m128i(r[i], r[i + 4]);
+    const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t2 = _mm256_unpacklo_epi32(a[2], a[3]);
+    out[0] = _mm256_unpacklo_epi64(t0, t2);
+    out[1] = _mm256_unpackhi_epi64(t0, t2);
+    if constexpr (L::kGroups == 4) {
+      const __m256i t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+      const __m256i t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+      out[2] = _mm256_unpacklo_epi64(t1, t3);
+      out[3] = _mm256_unpackhi_epi64(t1, t3);
     }
   }
 
