@@ -63,9 +63,10 @@ constexpr int kQMax = 32639;  // as attention_int_avx512_vnni.cc (its test bound
 // The head-major order reads one KV head's records of the block's 32 rows (a stride of the row),
 // then the next head's: over Llama-2-7B's 4.2 KB int8 rows its first read of each K record (the
 // row scale) took 11 % of the time (perf). Measured, bench_attention --formats-only --shape
-// llama2-7b (32 KV heads of 128), paired rounds against the head-major loop, 1 / 2 threads:
-// int8 (4.2 KB rows) decode of 4096 keys 0.71 / 0.70 of the time, batched 64 x 256 0.75 / 0.84;
-// int4 (2.3 KB rows) 0.95 / 0.88 and 0.81 / 0.81. Rows of 2 KB and less (TinyLlama, Llama-3-8B,
+// llama2-7b (32 KV heads of 128), 4-6 paired rounds against the head-major loop, 3 runs, 1 / 2
+// threads: int8 (4.2 KB rows) decode of 4096 keys 0.71-0.77 / 0.70-0.80 of the time, batched 64
+// x 256 0.70-0.75 / 0.69-0.87; int4 (2.3 KB rows) 0.86-0.95 / 0.80-0.89 and 0.68-0.81 /
+// 0.71-0.83 (then group_words below: 0.76-0.91 more). Rows of 2 KB and less (TinyLlama, Llama-3-8B,
 // Qwen2.5-7B) keep the head-major order; int8 rows of 2-4 KB (16 to 31 KV heads of 128) were not
 // measured.
 constexpr int64_t kIntTileRowBytes = 2048;
