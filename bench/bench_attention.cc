@@ -1,10 +1,10 @@
 // CPU paged attention speed on the TinyLlama-1.1B shape (32 query heads, 4 KV heads, head dim 64;
-// --shape llama3-8b: 32 / 8 / 128, llama2-7b: 32 / 32 / 128, qwen2.5-7b: 28 / 4 / 128), one
-// layer, per instruction set and thread count.
+// --shape llama3-8b: 32 / 8 / 128, llama2-7b: 32 / 32 / 128, qwen2.5-7b: 28 / 4 / 128,
+// qwen1.5-1.8b: 16 / 16 / 128), one layer, per instruction set and thread count.
 //
 //   bench_attention [--reps N] [--block-size B] [--isa avx2|avx512|avx512_vnni|avx512_bf16|amx]
 //                   [--formats-only] [--cold] [--format f32|bf16|fp8|int8|int4] [--q-scale S]
-//                   [--shape tinyllama|llama3-8b|llama2-7b|qwen2.5-7b]
+//                   [--shape tinyllama|llama3-8b|llama2-7b|qwen2.5-7b|qwen1.5-1.8b]
 //
 // Cases (K/V in shuffled blocks of B rows of a shared pool, as the serving engine lays them out):
 //   batched decode   64 sequences x 256 context, one token each, in one call
@@ -269,10 +269,14 @@ int main(int argc, char** argv) {
         g_heads = 28;
         g_kv_heads = 4;
         g_head_dim = 128;
+      } else if (shape == "qwen1.5-1.8b") {  // MHA, 16 heads: int8 rows of 2.1 KB
+        g_heads = 16;
+        g_kv_heads = 16;
+        g_head_dim = 128;
       } else if (shape != "tinyllama") {
         std::fprintf(stderr,
                      "error: --shape: unknown shape '%s' "
-                     "(tinyllama|llama3-8b|llama2-7b|qwen2.5-7b)\n",
+                     "(tinyllama|llama3-8b|llama2-7b|qwen2.5-7b|qwen1.5-1.8b)\n",
                      shape.c_str());
         return 2;
       }
@@ -293,7 +297,7 @@ int main(int argc, char** argv) {
                    "[--isa avx2|avx2_vnni|avx512|avx512_vnni|avx512_bf16|amx] "
                    "[--formats-only] "
                    "[--cold] [--format f32|bf16|fp8|int8|int4] [--q-scale S] "
-                   "[--shape tinyllama|llama3-8b|llama2-7b|qwen2.5-7b]\n",
+                   "[--shape tinyllama|llama3-8b|llama2-7b|qwen2.5-7b|qwen1.5-1.8b]\n",
                    argv[0]);
       return 2;
     }

@@ -67,8 +67,10 @@ constexpr int kQMax = 32639;  // as attention_int_avx512_vnni.cc (its test bound
 // threads: int8 (4.2 KB rows) decode of 4096 keys 0.71-0.77 / 0.70-0.80 of the time, batched 64
 // x 256 0.70-0.75 / 0.69-0.87; int4 (2.3 KB rows) 0.86-0.95 / 0.80-0.89 and 0.68-0.81 /
 // 0.71-0.83 (then group_words below: 0.76-0.91 more). Rows of 2 KB and less (TinyLlama, Llama-3-8B,
-// Qwen2.5-7B) keep the head-major order; int8 rows of 2-4 KB (16 to 31 KV heads of 128) were not
-// measured.
+// Qwen2.5-7B) keep the head-major order. At --shape qwen1.5-1.8b (16 KV heads of 128, 6 paired
+// rounds, 1 / 2 threads), head-major against tile order: int8's 2.1 KB rows 1.33 / 1.08x the
+// time at 4096 keys, 1.38 / 1.41x batched (so 2 KB, not 4); int4's 1.15 KB rows in tile order
+// 1.40 / 1.06x the head-major time at 4096 keys, 0.92 / 0.84x batched (so not below 2 KB).
 constexpr int64_t kIntTileRowBytes = 2048;
 
 template <KvDtype D, int kHd>
