@@ -550,7 +550,7 @@ struct TileState8 {
   std::vector<VScales8<D, kHd>> scales;  // [n_kv]
   std::vector<int16_t> w16;              // [heads, kGroups, kB]
   std::vector<float> add;                // [heads, kGroups]
-  std::vector<int32_t> iacc;             // [heads, kHd], zero between blocks
+  std::vector<int32_t> iacc;             // [heads, kHd], zero between blocks (fold_v_sums)
 
   static TileState8& get(int64_t n_kv, int64_t heads) {
     using L = Layout8<D, kHd>;
@@ -558,7 +558,7 @@ struct TileState8 {
     s.scales.resize(static_cast<size_t>(n_kv));
     s.w16.resize(static_cast<size_t>(heads * L::kGroups * kB));
     s.add.resize(static_cast<size_t>(heads * L::kGroups));
-    s.iacc.assign(static_cast<size_t>(heads * kHd), 0);
+    s.iacc.resize(static_cast<size_t>(heads * kHd), 0);  // every block ends folded, so zero
     return s;
   }
 };

@@ -150,11 +150,7 @@ void epilogue(GemmEpilogue ep, const float* g, const float* bg, const float* u, 
       const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), v));
       v = _mm256_mul_ps(_mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), up);
     }
-    if (left >= 8) {
-      _mm256_storeu_ps(y + j, v);  // a vmaskmovps store is many micro-ops on AMD (vec_avx2.h)
-    } else {
-      _mm256_maskstore_ps(y + j, mask, v);
-    }
+    Avx2::store_n(y + j, v, static_cast<int>(std::min<int64_t>(left, 8)));
   }
 }
 
