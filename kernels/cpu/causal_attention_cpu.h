@@ -53,8 +53,10 @@ void causal_attention_backward(const CausalAttentionDims& d, const T* q, int64_t
 // The f32 kernels of the graph ops: the same contracts as the templates above (which are their
 // specification), with every product on the f32 GEMM (gemm_cpu.h): per (sequence, head) the
 // scores S = Q·Kᵀ, O = P·V, and in the backward dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q, dV = Pᵀ·dO,
-// with K, V and the transposed operands packed into per-task scratch (O(T² + T·D) floats per
-// worker). The forward splits over (sequence, head), the backward over (sequence, kv head).
+// taken per block of 64 query rows over the keys the block sees, with K, V and the transposed
+// operands packed into per-task scratch: O(T·(D + 64)) floats per worker (with bf16_products
+// on a CPU that takes them, O(T² + T·D): those kernels are not blocked yet). The forward splits
+// over (sequence, head), the backward over (sequence, kv head).
 // Their softmax steps run in f32 on a vector exp (~1 ulp), each row's sum of exponentials
 // finished in double: within 1e-5 of the templates (test_autograd).
 void causal_attention_forward_f32(const CausalAttentionDims& d, const float* q, int64_t ldq,

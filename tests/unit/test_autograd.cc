@@ -679,9 +679,11 @@ TEST_CASE("causal attention: the f32 GEMM kernels match the double specification
   struct Case {
     int64_t heads, kv_heads, window, seq = 37;
   };
-  // 150 keys: three causal blocks of the GEMM kernels (64 rows each, the last partial).
+  // 150 keys: three causal blocks of the GEMM kernels (64 rows each, the last partial); a
+  // window of 30 over 200 keys: blocks whose keys start past 0 (and rows within a block whose
+  // first key lies past the block's); 700 keys: 11 blocks, the scratch of one block's rows.
   for (const Case c : {Case{6, 2, 0}, Case{8, 2, 0}, Case{3, 3, 9}, Case{4, 2, 0, 150},
-                       Case{2, 1, 70, 150}}) {
+                       Case{2, 1, 70, 150}, Case{4, 2, 30, 200}, Case{2, 2, 0, 700}}) {
     cpu::CausalAttentionDims d;
     d.batch = 3;
     d.seq_len = c.seq;
