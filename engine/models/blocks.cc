@@ -26,22 +26,26 @@ ValueId lora_ids(const LayerLora* lora) { return lora == nullptr ? graph::kNoVal
 
 }  // namespace
 
-ValueId linear(Graph& g, const std::string& name, ValueId x, const Linear& w,
-               const LoraStack* lora, ValueId lora_ids) {
-  // The op's fixed slots (engine/ops/linear.cc): x, weight, bias, scales, zeros; absent ones are
-  // kNoValue and trailing absent ones are left out.
-  std::vector<ValueId> inputs = {x, g.add_constant(name + ".weight", w.weight)};
-  const ValueId bias = present(w.bias) ? g.add_constant(name + ".bias", w.bias) : graph::kNoValue;
-  const ValueId scales =
-      present(w.scales) ? g.add_constant(name + ".weight_scale", w.scales) : graph::kNoValue;
-  const ValueId zeros =
-      present(w.zeros) ? g.add_constant(name + ".weight_zero", w.zeros) : graph::kNoValue;
-  for (ValueId v : {bias, scales, zeros}) inputs.push_back(v);
-  while (inputs.back() == graph::kNoValue) inputs.pop_back();
+std::vector<ValueId> linear_slots(Graph& g, const std::string& name, ValueId x, const Linear& w) {
+  // The op's fixed slots (engine/ops/linear.cc): x, weight, bias, scales, zeros.
+  return {x, g.add_constant(name + ".weight", w.weight),
+          present(w.bias) ? g.add_constant(name + ".bias", w.bias) : graph::kNoValue,
+          present(w.scales) ? g.add_constant(name + ".weight_scale", w.scales) : graph::kNoValue,
+          present(w.zeros) ? g.add_constant(name + ".weight_zero", w.zeros) : graph::kNoValue};
+}
+
+graph::Attributes linear_attrs(const Linear& w) {
   graph::Attributes attrs;
   if (w.weight.dtype() == DType::kI4) attrs.set("group_size", w.group_size);
   if (w.weight.dtype() == DType::kU8) attrs.set("ggml_type", static_cast<int64_t>(w.ggml_type));
-  const ValueId y = g.add("linear", name, std::move(inputs), std::move(attrs));
+  return attrs;
+}
+
+ValueId linear(Graph& g, const std::string& name, ValueId x, const Linear& w,
+               const LoraStack* lora, ValueId lora_ids) {
+  std::vector<ValueId> inputs = linear_slots(g, name, x, w);
+  while (inputs.back() == graph::kNoValue) inputs.pop_back();  // trailing absent slots left out
+  const ValueId y = g.add("linear", name, std::move(inputs), linear_attrs(w));
   return with_lora(g, name, y, x, lora, lora_ids);
 }
 

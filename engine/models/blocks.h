@@ -70,6 +70,12 @@ struct DecoderInputs {
   ValueId inv_freq = graph::kNoValue;   // [head_dim/2] f32 (RoPE, scaling applied)
 };
 
+// The linear op's fixed input slots for x and w (x, weight, bias, scales, zeros: absent ones
+// kNoValue, the weight's tensors added as constants named after `name`) and its attributes for
+// w's format. `linear` below uses them; so does the training graph's fused LM head.
+std::vector<ValueId> linear_slots(Graph& g, const std::string& name, ValueId x, const Linear& w);
+graph::Attributes linear_attrs(const Linear& w);
+
 // x: [n_tokens, in] -> [n_tokens, out]. With `lora` (defined) the projection's output goes
 // through a `lora` node reading x and `lora_ids` ([n_tokens] i32).
 ValueId linear(Graph& g, const std::string& name, ValueId x, const Linear& w,

@@ -31,12 +31,18 @@ namespace sampan::ops {
 namespace {
 
 LinearAttrs parse(const graph::Node& node) {
+  return parse_linear_attrs(node, static_cast<int64_t>(node.inputs.size()));
+}
+
+}  // namespace
+
+LinearAttrs parse_linear_attrs(const graph::Node& node, int64_t n_slots) {
   LinearAttrs a;
   const int64_t b = node.attrs.get_int("n_blocks", 1);
   SAMPAN_CHECK(b >= 1 && b <= cpu::kMaxGemmBlocks, ErrorCode::kInvalidArgument,
                "node '{}' (linear): n_blocks = {} outside 1..{}", node.name, b,
                cpu::kMaxGemmBlocks);
-  const int64_t n_in = static_cast<int64_t>(node.inputs.size());
+  const int64_t n_in = n_slots;
   SAMPAN_CHECK(n_in == 1 + b || n_in == 1 + 2 * b || n_in == 1 + 3 * b || n_in == 1 + 4 * b,
                ErrorCode::kInvalidArgument, "node '{}' (linear): {} inputs for {} weight blocks",
                node.name, n_in, b);
@@ -60,6 +66,8 @@ LinearAttrs parse(const graph::Node& node) {
   a.round_x = r == 1;
   return a;
 }
+
+namespace {
 
 enum class Slot { kBias = 1, kScales = 2, kZeros = 3 };
 
@@ -99,8 +107,10 @@ void check_slot(const graph::Node& node, const std::vector<TensorDesc>& in, int 
                dtype_name(dtype), shape_str(shape));
 }
 
-std::vector<TensorDesc> infer(const graph::Node& node, const LinearAttrs& a,
-                              const std::vector<TensorDesc>& in) {
+}  // namespace
+
+std::vector<TensorDesc> infer_linear(const graph::Node& node, const LinearAttrs& a,
+                                     const std::vector<TensorDesc>& in) {
   const int b = a.n_blocks;
   expect_rank(node, in[0], 0, 2);
   expect_dtype(node, in[0], 0, DType::kF32);
@@ -177,6 +187,13 @@ std::vector<TensorDesc> infer(const graph::Node& node, const LinearAttrs& a,
   return {{{in[0].shape[0], n}, DType::kF32}};
 }
 
+namespace {
+
+std::vector<TensorDesc> infer(const graph::Node& node, const LinearAttrs& a,
+                              const std::vector<TensorDesc>& in) {
+  return infer_linear(node, a, in);
+}
+
 // The tensor in a slot, or nullptr when absent.
 const Tensor* slot_tensor(const KernelContext& ctx, int b, int i, Slot s) {
   const size_t idx = slot(b, i, s);
@@ -190,11 +207,29 @@ const Tensor* slot_tensor(const KernelContext& ctx, int b, int i, Slot s) {
 
 void run_cpu(const KernelContext& ctx) {
   const LinearAttrs& a = ctx.attrs_as<LinearAttrs>();
+  const Tensor& y = ctx.outputs[0];
+  linear_rows_cpu(ctx, a, linear_weights(ctx, a), 0, ctx.inputs[0].dim(0), y.data<float>(),
+                  row_stride(y));
+}
+
+const RegisterOp kSchema(with_attrs<LinearAttrs>(
+    {.name = "linear", .min_inputs = 2, .max_inputs = 1 + 4 * cpu::kMaxGemmBlocks},
+    {{"n_blocks", AttrType::kInt, false},
+     {"epilogue", AttrType::kString, false},
+     {"group_size", AttrType::kInt, false},
+     {"ggml_type", AttrType::kInt, false},
+     {"bf16_operands", AttrType::kInt, false},
+     {"round_x_bf16", AttrType::kInt, false}},
+    parse, infer));
+const RegisterKernel kCpu("linear", DeviceType::kCPU, run_cpu);
+
+}  // namespace
+
+GemmWeights linear_weights(const KernelContext& ctx, const LinearAttrs& a) {
   const int b = a.n_blocks;
-  const Tensor& x = ctx.inputs[0];
   cpu::GemmWeights w;
   w.dtype = ctx.inputs[1].dtype();
-  w.k = x.dim(1);
+  w.k = ctx.inputs[0].dim(1);
   w.n_blocks = b;
   w.group_size = a.group_size;
   w.ggml_type = a.ggml_type;
@@ -211,34 +246,27 @@ void run_cpu(const KernelContext& ctx) {
     }
     if (const Tensor* z = slot_tensor(ctx, b, i, Slot::kZeros)) w.zeros[i] = z->data<int8_t>();
   }
-  const Tensor& y = ctx.outputs[0];
+  return w;
+}
+
+void linear_rows_cpu(const KernelContext& ctx, const LinearAttrs& a, const GemmWeights& w,
+                     int64_t row0, int64_t rows, float* y, int64_t ldy) {
+  const Tensor& x = ctx.inputs[0];
   std::optional<cpu::ScopedGemmPrecision> bf16;
   const bool bf16_products = a.bf16_operands &&
                              (w.dtype == DType::kBF16 || w.dtype == DType::kF32) &&
                              cpu::gemm_precision() != cpu::GemmPrecision::kF32;
   if (bf16_products) bf16.emplace(cpu::GemmPrecision::kBf16);
-  const float* xp = x.data<float>();
   int64_t ldx = row_stride(x);
+  const float* xp = x.data<float>() + row0 * ldx;
   std::unique_ptr<float[]> rounded;  // uninitialized: round_bf16 writes every element
-  if (a.round_x && !(bf16_products && cpu::gemm_rounds_x_to_bf16(x.dim(0), w))) {
-    rounded = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(x.dim(0) * x.dim(1)));
-    cpu::round_bf16(x.dim(0), x.dim(1), xp, ldx, rounded.get(), x.dim(1), ctx.runner);
+  if (a.round_x && !(bf16_products && cpu::gemm_rounds_x_to_bf16(rows, w))) {
+    rounded = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(rows * x.dim(1)));
+    cpu::round_bf16(rows, x.dim(1), xp, ldx, rounded.get(), x.dim(1), ctx.runner);
     xp = rounded.get();
     ldx = x.dim(1);
   }
-  cpu::gemm(x.dim(0), xp, ldx, w, a.epilogue, y.data<float>(), row_stride(y), ctx.runner);
+  cpu::gemm(rows, xp, ldx, w, a.epilogue, y, ldy, ctx.runner);
 }
 
-const RegisterOp kSchema(with_attrs<LinearAttrs>(
-    {.name = "linear", .min_inputs = 2, .max_inputs = 1 + 4 * cpu::kMaxGemmBlocks},
-    {{"n_blocks", AttrType::kInt, false},
-     {"epilogue", AttrType::kString, false},
-     {"group_size", AttrType::kInt, false},
-     {"ggml_type", AttrType::kInt, false},
-     {"bf16_operands", AttrType::kInt, false},
-     {"round_x_bf16", AttrType::kInt, false}},
-    parse, infer));
-const RegisterKernel kCpu("linear", DeviceType::kCPU, run_cpu);
-
-}  // namespace
 }  // namespace sampan::ops

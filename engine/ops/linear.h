@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/ops/op_registry.h"
 #include "kernels/common/gemm_weights.h"
@@ -26,5 +27,20 @@ struct LinearAttrs final : OpAttrs {
   // bf16 weights on AMX the tiles' packing rounds x anyway; elsewhere a rounded copy is made.
   bool round_x = false;
 };
+
+// What linear_cross_entropy (linear_cross_entropy.cc) shares with linear: its inputs 0 .. 4 are
+// linear's slots for one weight block (x, weight, bias, scales, zeros; absent ones undefined).
+// parse_linear_attrs: linear's attributes of `node`, whose first n_slots inputs are the slots.
+LinearAttrs parse_linear_attrs(const graph::Node& node, int64_t n_slots);
+// linear's checks and output [rows, n] over in[0 .. n_slots).
+std::vector<TensorDesc> infer_linear(const graph::Node& node, const LinearAttrs& a,
+                                     const std::vector<TensorDesc>& in);
+// The weight slots of ctx's inputs as the GEMM's view.
+GemmWeights linear_weights(const KernelContext& ctx, const LinearAttrs& a);
+// y[rows, n] (row stride ldy) = x[row0 .. row0 + rows) · Wᵀ + bias, x = ctx.inputs[0], with
+// linear's precision and rounding (bf16_operands, round_x_bf16): what the linear op computes
+// for those rows.
+void linear_rows_cpu(const KernelContext& ctx, const LinearAttrs& a, const GemmWeights& w,
+                     int64_t row0, int64_t rows, float* y, int64_t ldy);
 
 }  // namespace sampan::ops

@@ -1,5 +1,6 @@
 // Gradient rules of the matrix ops: linear (frozen weights of any format, or trained f32
-// weights such as LoRA's A and B) and embedding.
+// weights such as LoRA's A and B), linear_cross_entropy (the LM head with its loss) and
+// embedding.
 #include "engine/core/error.h"
 #include "engine/train/autograd.h"
 
@@ -37,6 +38,28 @@ std::vector<ValueId> linear_rule(GradContext& ctx) {
   return grads;
 }
 
+// linear_cross_entropy(x, weight, bias, scales, zeros, targets) -> loss, dx, scratch
+// (engine/ops/linear_cross_entropy.cc): with with_grad = 1 the op has already formed
+// d(loss)/dx (its loss is a sum, so the gradient is linear in the loss's upstream gradient):
+// dx times that upstream gradient, broadcast (a binary mul; in training it is the seed 1).
+std::vector<ValueId> linear_cross_entropy_rule(GradContext& ctx) {
+  const graph::Node& n = ctx.node;
+  for (size_t o = 1; o < ctx.output_grads.size(); ++o) {
+    if (ctx.output_grads[o] != kNoValue) ctx.unsupported("no gradient through dx or the scratch");
+  }
+  std::vector<ValueId> grads(n.inputs.size(), kNoValue);
+  for (size_t i = 1; i < n.inputs.size(); ++i) {
+    if (ctx.needs_grad[i]) ctx.unsupported("gradient for x only (the weights are frozen)");
+  }
+  if (!ctx.needs_grad[0]) return grads;
+  if (n.attrs.get_int("with_grad", 0) != 1) {
+    ctx.unsupported("the node was built without with_grad = 1, so it forms no dx");
+  }
+  grads[0] = ctx.add1("binary", "dx", {ctx.output(1), ctx.output_grads[0]},
+                      {{"kind", std::string("mul")}});
+  return grads;
+}
+
 // embedding(ids, table) -> rows of table: dtable = scatter-add of dy (ids get none).
 std::vector<ValueId> embedding_rule(GradContext& ctx) {
   const graph::Node& n = ctx.node;
@@ -59,6 +82,7 @@ std::vector<ValueId> embedding_rule(GradContext& ctx) {
 
 const RegisterGradRule kLinear("linear", linear_rule);
 const RegisterGradRule kEmbedding("embedding", embedding_rule);
+const RegisterGradRule kLinearCrossEntropy("linear_cross_entropy", linear_cross_entropy_rule);
 
 }  // namespace
 }  // namespace sampan::train

@@ -98,15 +98,16 @@ int merge_duplicate_roundings(graph::Graph& g) {
   return merged;
 }
 
-// A round_bf16 whose every reader is a GEMM's x (linear input 0) or dy (linear_grad_input
-// input 0) is folded into them as their round_x_bf16 / round_dy_bf16 attribute, and one whose
-// input is only its own and a linear_grad_input's dx into that producer (round_dx_bf16): the
-// same results, bit for bit (ops/linear.h), without the node's pass over memory and its buffer.
-// With bf16 weights on AMX CPUs the tiles round while packing, so the rounding costs nothing;
-// elsewhere the GEMM rounds a copy. bf16 training rounds the inputs of the projections that
-// carry no adapter and the gradients of every projection's output, half of its roundings on the
-// 1.1B shape with adapters on q/k/v/o (lm_head's [rows, vocab] gradient among them); inputs of
-// targeted projections also feed the LoRA dropout and stay. Returns the number folded.
+// A round_bf16 whose every reader is a GEMM's x (input 0 of linear or linear_cross_entropy) or
+// dy (linear_grad_input input 0) is folded into them as their round_x_bf16 / round_dy_bf16
+// attribute, and one whose input is only its own and a linear_grad_input's dx into that
+// producer (round_dx_bf16): the same results, bit for bit (ops/linear.h), without the node's
+// pass over memory and its buffer. With bf16 weights on AMX CPUs the tiles round while packing,
+// so the rounding costs nothing; elsewhere the GEMM rounds a copy. bf16 training rounds the
+// inputs of the projections that carry no adapter and the gradients of every projection's
+// output, half of its roundings on the 1.1B shape with adapters on q/k/v/o; inputs of targeted
+// projections also feed the LoRA dropout and stay. (lm_head's output gradient is rounded inside
+// linear_cross_entropy: round_dy_bf16.) Returns the number folded.
 int fold_roundings_into_gemms(graph::Graph& g) {
   std::map<ValueId, std::vector<std::pair<size_t, size_t>>> readers;  // value -> (node, input)
   for (size_t i = 0; i < g.nodes().size(); ++i) {
@@ -124,12 +125,13 @@ int fold_roundings_into_gemms(graph::Graph& g) {
     bool all_gemms = true;
     for (const auto& [node, input] : it->second) {
       const std::string& op = g.nodes()[node].op;
-      all_gemms = all_gemms && input == 0 && (op == "linear" || op == "linear_grad_input");
+      all_gemms = all_gemms && input == 0 &&
+                  (op == "linear" || op == "linear_grad_input" || op == "linear_cross_entropy");
     }
     if (!all_gemms) continue;
     for (const auto& [node, input] : it->second) {
       graph::Node& r = g.mutable_nodes()[node];
-      r.attrs.set(r.op == "linear" ? "round_x_bf16" : "round_dy_bf16", int64_t{1});
+      r.attrs.set(r.op == "linear_grad_input" ? "round_dy_bf16" : "round_x_bf16", int64_t{1});
     }
     const ValueId from = n.inputs[0];
     g.mutable_nodes()[i].dead = true;
@@ -248,12 +250,22 @@ TrainGraph build_train_graph(const HfConfig& c, const models::LlamaWeights& w,
   }
   ValueId n = models::rms_norm(g, "output_norm", h, w.output_norm, c.rms_norm_eps);
   if (options.bf16) n = g.add("round_bf16", "lm_head.x_bf16", {n});
-  ValueId logits = models::linear(g, "lm_head", n, w.output);
-  if (options.bf16 && w.output.weight.dtype() == DType::kBF16) bld.mark_bf16_operands(logits);
-  if (options.bf16)
-    logits = g.add("round_grad_bf16", "lm_head.y_bf16", {logits});
-  tg.loss = g.add_node("cross_entropy", "loss", {logits, targets},
-                       {{"ignore_index", int64_t{-100}}}, 2)[0];
+  // The LM head and the summed loss as one node (engine/ops/linear_cross_entropy.cc): the
+  // [rows, vocab] logits and their gradient are never held whole, and with a backward the node
+  // forms d(loss)/dx itself. What the unfused linear -> (bf16: round_grad_bf16) -> cross_entropy
+  // computed: in bf16 training the GEMM's operands marked bf16 where the weights are, and the
+  // logits' gradient rounded to bf16 before it meets the weights.
+  std::vector<ValueId> head = models::linear_slots(g, "lm_head", n, w.output);
+  head.push_back(targets);
+  graph::Attributes head_attrs = models::linear_attrs(w.output);
+  head_attrs.set("ignore_index", int64_t{-100});
+  head_attrs.set("with_grad", int64_t{options.backward ? 1 : 0});
+  if (options.bf16) head_attrs.set("round_dy_bf16", int64_t{1});
+  if (options.bf16 && w.output.weight.dtype() == DType::kBF16) {
+    head_attrs.set("bf16_operands", int64_t{1});
+  }
+  tg.loss = g.add_node("linear_cross_entropy", "loss", std::move(head), std::move(head_attrs),
+                       3)[0];
   g.mark_output(tg.loss);
   SAMPAN_CHECK(!bld.params.empty(), ErrorCode::kInvalidArgument,
                "the LoRA adapter targets no projection");

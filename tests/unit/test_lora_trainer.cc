@@ -655,6 +655,7 @@ TEST_CASE("bf16 training folds roundings read only by GEMMs into them, with the 
   const int64_t rounds_a = count(a.graph, "round_bf16", nullptr);
   const int64_t rounds_b = count(b.graph, "round_bf16", nullptr);
   const int64_t fused = count(a.graph, "linear", "round_x_bf16") +
+                        count(a.graph, "linear_cross_entropy", "round_x_bf16") +
                         count(a.graph, "linear_grad_input", "round_dy_bf16") +
                         count(a.graph, "linear_grad_input", "round_dx_bf16");
   CHECK(rounds_a < rounds_b);
@@ -664,17 +665,19 @@ TEST_CASE("bf16 training folds roundings read only by GEMMs into them, with the 
   {
     // Adapters on q and v only: per layer the inputs of o, gate/up, down and the output
     // gradients of k, o, gate, up, down fold (8; in layer 0 nothing needs k's dx, so its
-    // gradient rounding was pruned), and lm_head's input and gradient.
+    // gradient rounding was pruned), and lm_head's input (into linear_cross_entropy, which
+    // rounds lm_head's output gradient itself: round_dy_bf16, never a node).
     models::LoraConfig qv = g.adapter.config;
     qv.targets = {"q_proj", "v_proj"};
     const train::TrainGraph fa = train::build_train_graph(model->config, w, qv, folded);
     const train::TrainGraph fb = train::build_train_graph(model->config, w, qv, kept);
     // And into the producing linear_grad_input, the rounding of each dx that nothing else
     // reads: per layer those of o, gate, up, down, k, and q's and v's LoRA A and B (9; in
-    // layer 0 k's and the two LoRA A's are not needed), and lm_head's.
+    // layer 0 k's and the two LoRA A's are not needed). (lm_head's dx comes from
+    // linear_cross_entropy's rule, a binary mul by the loss gradient: its rounding stays.)
     const int64_t L = model->config.n_layer;
     CHECK(count(fb.graph, "round_bf16", nullptr) - count(fa.graph, "round_bf16", nullptr) ==
-          (8 * L - 1 + 2) + (9 * L - 3 + 1));
+          (8 * L - 1 + 1) + (9 * L - 3));
   }
   std::map<graph::ValueId, std::vector<std::string>> readers;
   for (const graph::Node& node : a.graph.nodes()) {
@@ -686,7 +689,8 @@ TEST_CASE("bf16 training folds roundings read only by GEMMs into them, with the 
     if (node.dead || node.op != "round_bf16") continue;
     bool only_gemms = !readers[node.outputs[0]].empty();
     for (const std::string& r : readers[node.outputs[0]]) {
-      only_gemms = only_gemms && (r == "linear" || r == "linear_grad_input");
+      only_gemms = only_gemms &&
+                   (r == "linear" || r == "linear_grad_input" || r == "linear_cross_entropy");
     }
     INFO(node.name);
     CHECK_FALSE(only_gemms);
