@@ -20,10 +20,7 @@ CausalAttentionAttrs parse_causal_attention_attrs(const graph::Node& node) {
   a.head_dim = node.attrs.get_int("head_dim");
   a.scale = node.attrs.get_float("scale");
   a.sliding_window = node.attrs.get_int("sliding_window", 0);
-  const int64_t bf16 = node.attrs.get_int("bf16_products", 0);
-  SAMPAN_CHECK(bf16 == 0 || bf16 == 1, ErrorCode::kInvalidArgument,
-               "node '{}' ({}): bf16_products = {} is not 0 or 1", node.name, node.op, bf16);
-  a.bf16_products = bf16 == 1;
+  a.bf16_products = flag_attr(node, "bf16_products");
   SAMPAN_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.head_dim > 0 &&
                    a.n_heads % a.n_kv_heads == 0 && a.sliding_window >= 0,
                ErrorCode::kInvalidArgument,

@@ -56,14 +56,8 @@ LinearAttrs parse_linear_attrs(const graph::Node& node, int64_t n_slots) {
   SAMPAN_CHECK(t >= 0 && t <= 0xffff, ErrorCode::kInvalidArgument,
                "node '{}' (linear): ggml_type {} is not a GGUF type id", node.name, t);
   a.ggml_type = static_cast<GgmlType>(t);
-  const int64_t bf = node.attrs.get_int("bf16_operands", 0);
-  SAMPAN_CHECK(bf == 0 || bf == 1, ErrorCode::kInvalidArgument,
-               "node '{}' (linear): bf16_operands = {} is not 0 or 1", node.name, bf);
-  a.bf16_operands = bf == 1;
-  const int64_t r = node.attrs.get_int("round_x_bf16", 0);
-  SAMPAN_CHECK(r == 0 || r == 1, ErrorCode::kInvalidArgument,
-               "node '{}' (linear): round_x_bf16 = {} is not 0 or 1", node.name, r);
-  a.round_x = r == 1;
+  a.bf16_operands = flag_attr(node, "bf16_operands");
+  a.round_x = flag_attr(node, "round_x_bf16");
   return a;
 }
 

@@ -52,14 +52,8 @@ LinearCrossEntropyAttrs parse(const graph::Node& node) {
                "node '{}' (linear_cross_entropy): one weight block and the store epilogue only",
                node.name);
   a.ignore_index = parse_cross_entropy_attrs(node).ignore_index;
-  auto flag = [&](const char* name) {
-    const int64_t v = node.attrs.get_int(name, 0);
-    SAMPAN_CHECK(v == 0 || v == 1, ErrorCode::kInvalidArgument,
-                 "node '{}' (linear_cross_entropy): {} = {} is not 0 or 1", node.name, name, v);
-    return v == 1;
-  };
-  a.with_grad = flag("with_grad");
-  a.round_dy = flag("round_dy_bf16");
+  a.with_grad = flag_attr(node, "with_grad");
+  a.round_dy = flag_attr(node, "round_dy_bf16");
   a.chunk_rows = node.attrs.get_int("chunk_rows", 0);
   SAMPAN_CHECK(a.chunk_rows >= 0, ErrorCode::kInvalidArgument,
                "node '{}' (linear_cross_entropy): chunk_rows = {} is negative", node.name,

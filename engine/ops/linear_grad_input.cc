@@ -37,14 +37,8 @@ LinearGradInputAttrs parse(const graph::Node& node) {
   a.group_size = node.attrs.get_int("group_size", 0);
   a.ggml_type =
       static_cast<GgmlType>(node.attrs.get_int("ggml_type", static_cast<int64_t>(GgmlType::kF32)));
-  auto flag = [&](const char* name) {
-    const int64_t r = node.attrs.get_int(name, 0);
-    SAMPAN_CHECK(r == 0 || r == 1, ErrorCode::kInvalidArgument,
-                 "node '{}' (linear_grad_input): {} = {} is not 0 or 1", node.name, name, r);
-    return r == 1;
-  };
-  a.round_dy = flag("round_dy_bf16");
-  a.round_dx = flag("round_dx_bf16");
+  a.round_dy = flag_attr(node, "round_dy_bf16");
+  a.round_dx = flag_attr(node, "round_dx_bf16");
   return a;
 }
 

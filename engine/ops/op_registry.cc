@@ -132,6 +132,13 @@ void expect_dim(const graph::Node& node, const TensorDesc& t, int index, int dim
                index, shape_str(t.shape), dim, size);
 }
 
+bool flag_attr(const graph::Node& node, const char* name) {
+  const int64_t v = node.attrs.get_int(name, 0);
+  SAMPAN_CHECK(v == 0 || v == 1, ErrorCode::kInvalidArgument,
+               "node '{}' ({}): {} = {} is not 0 or 1", node.name, node.op, name, v);
+  return v == 1;
+}
+
 int64_t row_stride(const Tensor& t) {
   SAMPAN_CHECK(t.rank() >= 1 && t.rows_contiguous(), ErrorCode::kInternal,
                "tensor {} does not have contiguous rows", t.str());

@@ -201,6 +201,9 @@ KnownValue known_value(const Tensor& t);
 void expect_rank(const graph::Node& node, const TensorDesc& t, int index, int rank);
 void expect_dtype(const graph::Node& node, const TensorDesc& t, int index, DType dtype);
 void expect_dim(const graph::Node& node, const TensorDesc& t, int index, int dim, int64_t size);
+// A 0/1 integer attribute (absent: 0) as a bool; any other value is Error(kInvalidArgument)
+// "node 'n' (op): name = v is not 0 or 1".
+bool flag_attr(const graph::Node& node, const char* name);
 // Inputs of rank >= 1 whose rows (last dimension) are contiguous, viewed as a 2-D matrix.
 int64_t row_stride(const Tensor& t);
 
