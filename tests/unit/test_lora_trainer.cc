@@ -494,6 +494,19 @@ TEST_CASE("bf16 training marks exactly the linears whose operands are bf16 value
     }
     CHECK(lora > 0);
     CHECK(marked == (bf16 ? lora + bf16_base : 0));
+    // The LM head (linear_cross_entropy, linear's attributes): marked exactly where its weights
+    // are bf16 in bf16 training, its x then from a round_bf16.
+    int64_t heads = 0;
+    for (const graph::Node& n : gr.nodes()) {
+      if (n.op != "linear_cross_entropy") continue;
+      ++heads;
+      const graph::Value& wv = gr.value(n.inputs[1]);
+      const bool w_bf16 = wv.constant.defined() && wv.constant.dtype() == DType::kBF16;
+      CHECK(n.attrs.get_int("bf16_operands", 0) == (bf16 && w_bf16 ? 1 : 0));
+      CHECK(n.attrs.get_int("round_dy_bf16", 0) == (bf16 ? 1 : 0));
+      if (bf16) CHECK((from_round(n.inputs[0]) || n.attrs.get_int("round_x_bf16", 0) == 1));
+    }
+    CHECK(heads == 1);
   }
 }
 
