@@ -26,8 +26,10 @@ void check_cross_entropy_inputs(const graph::Node& node, const std::vector<Tenso
 }
 
 void check_targets(const KernelContext& ctx, int32_t ignore) {
-  const Tensor& t = ctx.inputs[1];
-  const int64_t vocab = ctx.inputs[0].dim(1);
+  check_targets(ctx, ctx.inputs[1], ctx.inputs[0].dim(1), ignore);
+}
+
+void check_targets(const KernelContext& ctx, const Tensor& t, int64_t vocab, int32_t ignore) {
   const int32_t* p = t.data<int32_t>();
   for (int64_t i = 0; i < t.dim(0); ++i) {
     SAMPAN_CHECK(p[i] == ignore || (p[i] >= 0 && p[i] < vocab), ErrorCode::kInvalidArgument,

@@ -88,14 +88,8 @@ void run_cpu(const KernelContext& ctx) {
   const Tensor& targets = ctx.inputs[kTargets];
   const Tensor& scratch = ctx.outputs[2];
   const int64_t n = x.dim(0), vocab = scratch.dim(1), rows_per = scratch.dim(0);
+  check_targets(ctx, targets, vocab, a.ignore_index);
   const int32_t* t = targets.data<int32_t>();
-  for (int64_t r = 0; r < n; ++r) {
-    SAMPAN_CHECK(t[r] == a.ignore_index || (t[r] >= 0 && t[r] < vocab),
-                 ErrorCode::kInvalidArgument,
-                 "node '{}' ({}): target {} of row {} is outside [0, {}) and not the ignore index "
-                 "{}",
-                 ctx.node.name, ctx.node.op, t[r], r, vocab, a.ignore_index);
-  }
   const GemmWeights w = linear_weights(ctx, a.linear);
   float* logits = scratch.data<float>();
   std::vector<float> lse(static_cast<size_t>(2 * rows_per));
