@@ -179,17 +179,6 @@ void zero_padding_forward(const CausalAttentionDims& d, int64_t b, int64_t h, in
   }
 }
 
-// Fills row t of s ([L, L]) with the probabilities of its keys and zeros elsewhere; returns the
-// row's log-sum-exp.
-double softmax_full_row(const CausalAttentionDims& d, float* s, int64_t L, int64_t t) {
-  float* row = s + t * L;
-  const int64_t lo = first_key(d, t);
-  const double l = softmax_row(row + lo, t - lo + 1, static_cast<float>(d.scale));
-  std::fill(row, row + lo, 0.0f);
-  std::fill(row + t + 1, row + L, 0.0f);
-  return l;
-}
-
 // Zeroes the gradients of padding rows t >= L of sequence b for kv head g and its query heads.
 void zero_padding_backward(const CausalAttentionDims& d, int64_t b, int64_t g, int64_t L,
                            float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
@@ -205,21 +194,6 @@ void zero_padding_backward(const CausalAttentionDims& d, int64_t b, int64_t g, i
   }
 }
 
-// Row t of p ([L, L], raw scores) becomes P and of dp (dO·Vᵀ) becomes dS (scaled), both zero
-// outside the row's keys; lse the row's log-sum-exp, di = rowsum(dO * O).
-void softmax_grad_full_row(const CausalAttentionDims& d, float* p, float* dp, int64_t L,
-                           int64_t t, float lse, double di) {
-  const int64_t lo = first_key(d, t);
-  float* pr = p + t * L;
-  float* dr = dp + t * L;
-  softmax_grad_row(pr + lo, dr + lo, t - lo + 1, static_cast<float>(d.scale), lse,
-                   static_cast<float>(di));
-  std::fill(pr, pr + lo, 0.0f);
-  std::fill(dr, dr + lo, 0.0f);
-  std::fill(pr + t + 1, pr + L, 0.0f);
-  std::fill(dr + t + 1, dr + L, 0.0f);
-}
-
 // The keys a block of query rows [r0, r1) sees: [k0, r1), k0 the first row's first key (every
 // later row's is at or after it).
 struct KeyRange {
@@ -230,6 +204,9 @@ KeyRange block_keys(const CausalAttentionDims& d, int64_t L, int64_t r0) {
   const int64_t r1 = std::min(L, r0 + kBlock), k0 = first_key(d, r0);
   return {r1, k0, r1 - k0};
 }
+
+// Every key of a sequence of L rows (the bf16 kernels' [L, L] rows).
+KeyRange all_keys(int64_t L) { return {L, 0, L}; }
 
 // Row t of a block's scores (s [nk], keys k.k0 .. k.r1 - 1) -> its probabilities, zeros for the
 // keys it does not see; returns the row's log-sum-exp.
@@ -291,7 +268,8 @@ void forward_bf16(const CausalAttentionDims& d, const float* q, int64_t ldq, con
       mm16(r1 - r0, D, r1, q16.data() + r0 * D, D, kt16.data(), L, s.data() + r0 * L, L);
     }
     for (int64_t t = 0; t < L; ++t) {
-      lse[(b * T + t) * H + h] = static_cast<float>(softmax_full_row(d, s.data(), L, t));
+      lse[(b * T + t) * H + h] =
+          static_cast<float>(softmax_block_row(d, s.data() + t * L, all_keys(L), t));
     }
     causal_to_bf16(L, s.data(), p16.data());
     for (int64_t r0 = 0; r0 < L; r0 += kBlock) {  // O = P V over the keys each block sees
@@ -337,8 +315,9 @@ void backward_bf16(const CausalAttentionDims& d, const float* q, int64_t ldq, co
         mm16(r1 - r0, D, r1, do16.data() + r0 * D, D, vt16.data(), L, dp.data() + r0 * L, L);
       }
       for (int64_t t = 0; t < L; ++t) {
-        softmax_grad_full_row(d, p.data(), dp.data(), L, t, lse[(b * T + t) * H + h],
-                              dot_double(doh + t * lddo, oh + t * ldo, D));
+        softmax_grad_block_row(d, p.data() + t * L, dp.data() + t * L, all_keys(L), t,
+                               lse[(b * T + t) * H + h],
+                               dot_double(doh + t * lddo, oh + t * ldo, D));
       }
       causal_to_bf16(L, dp.data(), ds16.data());
       for (int64_t bi = 0; bi < n_blocks; ++bi) {  // dQ = dS · K
