@@ -19,17 +19,21 @@
 // on AVX-512, and on AVX2 (Zen 3, 1 thread, weights in cache, thread CPU time, m = 1) 2.4-2.6x
 // (Q4_0, Q6_K) and 2.3-2.5x (Q8_0; gemm_ggml_x16_avx2.cc has the figures). On AVX2 (the avx2
 // and avx2_vnni levels) Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K and Q3_K decode against x16 too
-// (1.7-2.4x their f32 decoders, Zen 3, m = 1 from DRAM); everything else keeps x in f32. With
+// (1.7-2.4x their f32 decoders, Zen 3, m = 1 from DRAM), and on AVX-512 on the same AVX2
+// kernels (1.2-2.3x the AVX-512 f32 decoders at m = 1, Emerald Rapids; Q4_1, IQ4_NL and Q2_K keep
+// the f32 decoder from kGgmlBatchM rows of x, GgmlKernels::dot_batch); everything else keeps x
+// in f32. With
 // GemmPrecision::kBf16 on AVX512-VNNI, decode of Q4_K, Q5_K and Q6_K instead
 // rounds x to int8 per 256 elements (the x8 kernels, GgmlKernels::dot_x8,
 // gemm_ggml_q4k_avx512_vnni.cc and gemm_ggml_kq_avx512_vnni.cc; llama.cpp's Q8_K activations):
 // one core, weights in cache, m = 1, 1.2-1.3x (Q4_K, Zen 5) and 1.9-2x (Q6_K, Emerald Rapids)
 // the x16 kernels. Below AVX-512 (avx2, avx2_vnni) the same for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
 // IQ4_XS (gemm_ggml_x8_avx2.cc): Zen 3, one core, in cache, m = 1, Q4_K 1.3x, Q5_K 1.17x, Q6_K
-// 1.45x, Q3_K 1.42x, Q2_K 2.2x, IQ4_XS 1.27x the x16 kernels.
+// 1.45x, Q3_K 1.42x, Q2_K 2.2x, IQ4_XS 1.27x the x16 kernels; on AVX512-VNNI the same AVX2 x8
+// kernels for Q2_K, Q3_K and IQ4_XS.
 // Prefill (m >= kGgmlPrefillMinM) on CPUs without AMX at AVX512-VNNI or below AVX-512, for Q4_0,
-// Q8_0, Q4_K, Q5_K and Q6_K, and below AVX-512 also Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K and
-// Q3_K: integer products in int16 pairs (ggml_on_int_prefill below). On
+// Q8_0, Q4_K, Q5_K, Q6_K, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K and Q3_K: integer products in
+// int16 pairs (ggml_on_int_prefill below). On
 // AMX CPUs (unless GemmPrecision::kF32), every type: gemm_ggml_amx below, the blocks dequantized
 // straight into
 // the tile panels, rounded to bf16, x rounded to bf16. Otherwise, and for every other type: the
@@ -52,8 +56,8 @@
 //    |y - y_exact| <= (k / 8 + 16) * 2^-24 * M at decode (8- or 16-lane vector partial sums,
 //    then a tree) and (k + 16) * 2^-24 * M at prefill (the plain GEMM's panel kernels sum each
 //    output in one lane); measured errors are far smaller.
-//  - x16 kernels (decode of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K; on AVX2 also Q4_1, Q5_0, Q5_1,
-//    IQ4_NL, IQ4_XS, Q2_K and Q3_K): x is rounded to
+//  - x16 kernels (decode of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K; Q4_1, Q5_0, Q5_1, IQ4_NL,
+//    IQ4_XS, Q2_K and Q3_K except where dot_batch takes them): x is rounded to
 //    1/65534 of its 256-element block's absmax (1/65278 in the AVX512-VNNI Q4_K / Q5_K kernels
 //    and the AVX2 Q2_K one, whose 16 bits are two int8 planes; kGgmlDecodeXError and the full
 //    bound below;
@@ -152,19 +156,25 @@ struct GgmlKernels {
   // In place of dot_vnni for m >= 2 rows of x, where set: Q4_K and Q5_K
   // (ggml_q4k_wide_dot_avx512_vnni).
   GgmlDotTable dot_vnni_batch[kGgmlTypeSlots];
+  // In place of dot for m >= kGgmlBatchM rows of x, where set: in the AVX-512 table the f32
+  // decoders of Q4_1, IQ4_NL and Q2_K (dot has their AVX2 x16 kernels, faster for fewer rows).
+  GgmlDotTable dot_batch[kGgmlTypeSlots];
   GgmlDequantFn dequant[kGgmlTypeSlots] = {};  // by GgmlType id; set for every supported type
   EpilogueFn epilogue = nullptr;
 };
+
+// Rows of x from which GgmlKernels::dot_batch replaces dot.
+constexpr int64_t kGgmlBatchM = 4;
 
 const GgmlKernels& ggml_kernels_avx2();
 const GgmlKernels& ggml_kernels_avx512();
 
 // Whether cpu::gemm runs GGUF weights of `type` with m rows of x through
 // gemm_ggml_vnni_prefill (gemm_ggml_avx2_prefill at a level without AVX-512): at levels without
-// AMX, Q4_0, Q8_0, Q4_K, Q5_K and Q6_K with AVX512-VNNI or without AVX-512 (as
-// i4_on_int_prefill, gemm_quant.h), the types of ggml_avx2_prefill_type without AVX-512 only;
-// m >= kGgmlPrefillMinM, GemmPrecision not kF32. x is then rounded per group of 32 (Q6_K, Q2_K,
-// Q3_K: 16) elements to x16 = round(x / s), s = absmax / 32767: within the x16 kernels' bound
+// AMX, the types of ggml_i16_prefill_type with AVX512-VNNI or without AVX-512 (as
+// i4_on_int_prefill, gemm_quant.h); m >= kGgmlPrefillMinM, GemmPrecision not kF32. x is then
+// rounded per group of 32 (Q6_K, Q2_K, Q3_K: 16) elements to x16 = round(x / s), s = absmax /
+// 32767: within the x16 kernels' bound
 // below (their blocks of 256 hold these groups), with integer products as theirs (types with
 // a min, Q4_1, Q5_1, Q2_K, Q4_K, Q5_K: the scale part in integers, the min part against the f32
 // sums s * sum x16 of each group, so within the bound with M'). With GemmPrecision::kBf16, x is
@@ -181,12 +191,11 @@ bool ggml_prefill_x8(GgmlType type);
 void gemm_ggml_amx(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                    GgmlDequantFn dequant, GemmEpilogue ep, float* y, int64_t ldy,
                    TaskRunner& runner);
-// The types the integer prefill packs (the type half of ggml_on_int_prefill).
+// The types the integer prefill packs (the type half of ggml_on_int_prefill): Q4_0, Q8_0, Q4_K,
+// Q5_K, Q6_K, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K. On AVX512-VNNI the last seven run
+// 1.7-2.2x (x16) and 2.0-3.3x (x8, kBf16) the bf16 / f32 chunks they took before (Emerald
+// Rapids, 1 thread, bench_gemm_ggml --m 512, 2048 x 2048, alternating).
 bool ggml_i16_prefill_type(GgmlType type);
-// Those of them that take it at levels without AVX-512 only (gemm_ggml_avx2_prefill): Q4_1,
-// Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K. The AVX-512 packers compile them from the same
-// ggml_chunk_u8 but have never run on them (no AVX512-VNNI machine since they were added).
-bool ggml_avx2_prefill_type(GgmlType type);
 // Any m >= 1 (gemm_prefill_int_avx512_vnni.cc; AVX512-VNNI CPUs only).
 void gemm_ggml_vnni_prefill(int64_t m, const float* x, int64_t ldx, const GemmWeights& w,
                             GemmEpilogue ep, float* y, int64_t ldy, TaskRunner& runner);
@@ -197,7 +206,7 @@ void gemm_ggml_avx2_prefill(int64_t m, const float* x, int64_t ldx, const GemmWe
 // The decode kernel gemm_ggml runs for `type` and m rows of x from table kt at the calling
 // thread's precision and the current ISA level: kt.dot_x8 where set, with GemmPrecision::kBf16 on
 // AVX512-VNNI, else on AVX512-VNNI kt.dot_vnni_batch where set and m >= 2, else kt.dot_vnni where
-// set, otherwise kt.dot.
+// set, else kt.dot_batch where set and m >= kGgmlBatchM, otherwise kt.dot.
 const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type, int64_t m);
 
 // The prepared-x layout of the AVX-512 x16 kernels of Q4_K / Q5_K (gemm_ggml_avx512.cc's

@@ -744,6 +744,30 @@ GgmlKernels make_table() {
     t.dot_vnni_batch[static_cast<int>(q)] = ggml_q4k_wide_dot_avx512_vnni(q);
     t.dot_x8[static_cast<int>(q)] = ggml_q4k_dot_avx512_vnni(q, true);
   }
+  // Decode of the types whose only AVX-512 kernels were the f32 decoders above, on their AVX2
+  // x16 kernels (ymm; VEX vpdpwssd where the CPU has AVX-VNNI), as Q6_K: Emerald Rapids, 1
+  // thread, bench_gemm_ggml --cached, TinyLlama shapes, 4 alternating rounds, paired medians,
+  // x16 / f32 decoder speed at m = 1: Q4_1 1.42-2.11x, Q5_0 1.23-1.29x, Q5_1 1.64-1.74x, IQ4_NL
+  // 1.16-1.26x, IQ4_XS 1.29-1.42x, Q2_K 1.88-2.32x, Q3_K 1.50-1.52x; m = 2 and 3 1.03-1.69x. At
+  // m = 4 the f32 decoder, which dequantizes once for all rows of x, holds its own for Q4_1
+  // (0.94-0.99x), IQ4_NL (0.97-0.99x) and Q2_K (0.88-0.92x): they keep it from 4 rows on
+  // (dot_batch); Q5_0 and Q3_K 1.0-1.22x, Q5_1 and IQ4_XS 0.97-1.05x there.
+  for (GgmlType q : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kIQ4_NL,
+                     GgmlType::kIQ4_XS, GgmlType::kQ2_K, GgmlType::kQ3_K}) {
+    const int slot = static_cast<int>(q);
+    if (q == GgmlType::kQ4_1 || q == GgmlType::kIQ4_NL || q == GgmlType::kQ2_K) {
+      t.dot_batch[slot] = t.dot[slot];
+    }
+    t.dot[slot] = ggml_x16_dot_avx2(q);
+  }
+  // With GemmPrecision::kBf16 on AVX512-VNNI, Q2_K, Q3_K and IQ4_XS on the AVX2 x8 kernels
+  // (gemm_ggml_x8_avx2.cc), against the x16 ones above (same bench with
+  // SAMPAN_GEMM_PRECISION=bf16): Q2_K 1.25-1.51x (m = 1), 1.78-1.86x (m = 4); Q3_K 1.33-1.41x,
+  // 1.12-1.13x; IQ4_XS 1.05-1.09x, 1.04-1.05x.
+  const GgmlKernels& avx2 = ggml_kernels_avx2();
+  for (GgmlType q : {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kIQ4_XS}) {
+    t.dot_x8[static_cast<int>(q)] = avx2.dot_x8[static_cast<int>(q)];
+  }
   t.epilogue = fma_kernels_avx512().epilogue;
   return t;
 }

@@ -204,18 +204,15 @@ const GgmlDotTable& ggml_decode_table(const GgmlKernels& kt, GgmlType type, int6
   }
   if (kt.dot_vnni_batch[slot].dot && has_avx512_vnni() && m >= 2) return kt.dot_vnni_batch[slot];
   if (kt.dot_vnni[slot].dot && has_avx512_vnni()) return kt.dot_vnni[slot];
+  if (kt.dot_batch[slot].dot && m >= kGgmlBatchM) return kt.dot_batch[slot];
   return kt.dot[slot];
 }
 
 bool ggml_i16_prefill_type(GgmlType type) {
   return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
-         type == GgmlType::kQ5_K || type == GgmlType::kQ6_K || ggml_avx2_prefill_type(type);
-}
-
-bool ggml_avx2_prefill_type(GgmlType type) {
-  return type == GgmlType::kQ4_1 || type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
-         type == GgmlType::kIQ4_NL || type == GgmlType::kIQ4_XS || type == GgmlType::kQ2_K ||
-         type == GgmlType::kQ3_K;
+         type == GgmlType::kQ5_K || type == GgmlType::kQ6_K || type == GgmlType::kQ4_1 ||
+         type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 || type == GgmlType::kIQ4_NL ||
+         type == GgmlType::kIQ4_XS || type == GgmlType::kQ2_K || type == GgmlType::kQ3_K;
 }
 
 bool ggml_on_int_prefill(GgmlType type, int64_t m) {
@@ -223,7 +220,7 @@ bool ggml_on_int_prefill(GgmlType type, int64_t m) {
       gemm_precision() == GemmPrecision::kF32) {
     return false;
   }
-  return has_avx512() ? has_avx512_vnni() && !ggml_avx2_prefill_type(type) : true;
+  return !has_avx512() || has_avx512_vnni();
 }
 
 bool ggml_prefill_x8(GgmlType type) {
