@@ -305,14 +305,18 @@ void dot_kq_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t
     __m256 acc[kRows][1];
     for (int r = 0; r < kRows; ++r) acc[r][0] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      for (int r = 0; r < kRows; ++r) kq_x8_block<kKind, 1, P, kVnni>(rows[r], b, ahead, x, ldx, acc[r]);
+      for (int r = 0; r < kRows; ++r) {
+        kq_x8_block<kKind, 1, P, kVnni>(rows[r], b, ahead, x, ldx, acc[r]);
+      }
     }
     for (int r = 0; r < kRows; ++r) out[r] = hsum(acc[r][0]);
   } else {
     for (int r = 0; r < kRows; ++r) {
       __m256 acc[MB];
       for (int i = 0; i < MB; ++i) acc[i] = _mm256_setzero_ps();
-      for (int64_t b = 0; b < nb; ++b) kq_x8_block<kKind, MB, P, kVnni>(rows[r], b, ahead, x, ldx, acc);
+      for (int64_t b = 0; b < nb; ++b) {
+        kq_x8_block<kKind, MB, P, kVnni>(rows[r], b, ahead, x, ldx, acc);
+      }
       for (int i = 0; i < MB; ++i) out[i * kRows + r] = hsum(acc[i]);
     }
   }
