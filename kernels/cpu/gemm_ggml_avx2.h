@@ -1,5 +1,6 @@
-// Helpers shared by the AVX2 GGUF kernels: gemm_ggml_avx2.cc (f32 decoders, the table) and
-// gemm_ggml_x16_avx2.cc (the integer decode kernels against x rounded to 16 bits).
+// Helpers shared by the AVX2 GGUF kernels: gemm_ggml_avx2.cc (f32 decoders, the table),
+// gemm_ggml_x16_avx2.cc and gemm_ggml_x8_avx2.cc (the integer decode kernels against x rounded to
+// 16 bits or to int8).
 //
 // Include only from translation units compiled with the baseline kernel flags (not *_avx512.cc):
 // everything here has internal linkage, so no AVX2 copy is ever merged with an AVX-512 one.
@@ -7,12 +8,14 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/gemm_ggml.h"
 #include "kernels/cpu/ggml_block_fields.h"
 #include "kernels/cpu/ggml_dequant.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_avx2.h"
 
 namespace sampan::cpu::gemm_detail {
@@ -35,6 +38,34 @@ static_assert(kRows <= kGgmlMaxRows);
 
 // Software prefetch distance: the same position in the rows 1.5 calls ahead, as in
 // gemm_ggml_avx512.cc (which says why and what it measured).
+// ---- Dispatch of the integer decode kernels (x16 and x8 files) ----
+
+// Rows of x per call of those kernels.
+constexpr int kIntDotMaxM = 4;
+// A kernel's instances for 1..kIntDotMaxM rows of x; by_rows_of_x calls the one for mb.
+using IntDotFn = void (*)(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
+                          float* out);
+using IntDotFns = IntDotFn[kIntDotMaxM];
+
+template <const IntDotFns& kFns>
+void by_rows_of_x(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+                  float* out) {
+  kFns[std::min(mb, kIntDotMaxM) - 1](rows, k, x, ldx, out);
+}
+
+// kVnni's instances (VEX vpdpwssd, where has_vex_vnni()) or kPlain's: asked per call by `dot`,
+// once per GEMM by `resolve` (tests change the level between calls).
+template <const IntDotFns& kPlain, const IntDotFns& kVnni>
+struct ByLevel {
+  static GgmlDotFn resolve() {
+    return has_vex_vnni() ? by_rows_of_x<kVnni> : by_rows_of_x<kPlain>;
+  }
+  static void dot(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
+                  float* out) {
+    resolve()(rows, k, x, ldx, mb, out);
+  }
+};
+
 inline int64_t prefetch_ahead(int64_t row_bytes) {
   return 3 * row_bytes / 2;
 }

@@ -642,55 +642,32 @@ void dot_k_x16_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t
 
 // ---- Dispatch ----
 
-// A kernel's instances for 1..kMaxM rows of x; by_rows_of_x calls the one for mb.
-using X16Fn = void (*)(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx,
-                       float* out);
-using X16Fns = X16Fn[kMaxM];
-static_assert(kMaxM == 4);
+static_assert(kMaxM == kIntDotMaxM);
 template <bool V>
-constexpr X16Fns kQ8_0Fns = {dot_b32_x16_mb<BlockQ8_0, 1, V>, dot_b32_x16_mb<BlockQ8_0, 2, V>,
-                             dot_b32_x16_mb<BlockQ8_0, 3, V>, dot_b32_x16_mb<BlockQ8_0, 4, V>};
+constexpr IntDotFns kQ8_0Fns = {dot_b32_x16_mb<BlockQ8_0, 1, V>, dot_b32_x16_mb<BlockQ8_0, 2, V>,
+                                dot_b32_x16_mb<BlockQ8_0, 3, V>, dot_b32_x16_mb<BlockQ8_0, 4, V>};
 template <bool V>
-constexpr X16Fns kQ4_0Fns = {dot_b32_x16_mb<BlockQ4_0, 1, V>, dot_b32_x16_mb<BlockQ4_0, 2, V>,
-                             dot_b32_x16_mb<BlockQ4_0, 3, V>, dot_b32_x16_mb<BlockQ4_0, 4, V>};
+constexpr IntDotFns kQ4_0Fns = {dot_b32_x16_mb<BlockQ4_0, 1, V>, dot_b32_x16_mb<BlockQ4_0, 2, V>,
+                                dot_b32_x16_mb<BlockQ4_0, 3, V>, dot_b32_x16_mb<BlockQ4_0, 4, V>};
 template <class B, bool V>
-constexpr X16Fns kB32Fns = {dot_b32_x16_mb<B, 1, V>, dot_b32_x16_mb<B, 2, V>,
-                            dot_b32_x16_mb<B, 3, V>, dot_b32_x16_mb<B, 4, V>};
+constexpr IntDotFns kB32Fns = {dot_b32_x16_mb<B, 1, V>, dot_b32_x16_mb<B, 2, V>,
+                               dot_b32_x16_mb<B, 3, V>, dot_b32_x16_mb<B, 4, V>};
 template <bool V>
-constexpr X16Fns kIQ4_XSFns = {dot_iq4_xs_x16_mb<1, V>, dot_iq4_xs_x16_mb<2, V>,
-                               dot_iq4_xs_x16_mb<3, V>, dot_iq4_xs_x16_mb<4, V>};
+constexpr IntDotFns kIQ4_XSFns = {dot_iq4_xs_x16_mb<1, V>, dot_iq4_xs_x16_mb<2, V>,
+                                  dot_iq4_xs_x16_mb<3, V>, dot_iq4_xs_x16_mb<4, V>};
 template <class K, bool V>
-constexpr X16Fns kK16Fns = {dot_k16_x16_mb<K, 1, V>, dot_k16_x16_mb<K, 2, V>,
-                            dot_k16_x16_mb<K, 3, V>, dot_k16_x16_mb<K, 4, V>};
+constexpr IntDotFns kK16Fns = {dot_k16_x16_mb<K, 1, V>, dot_k16_x16_mb<K, 2, V>,
+                               dot_k16_x16_mb<K, 3, V>, dot_k16_x16_mb<K, 4, V>};
 template <bool V>
-constexpr const X16Fns& kQ6_KFns = kK16Fns<Q6KCodes, V>;
+constexpr const IntDotFns& kQ6_KFns = kK16Fns<Q6KCodes, V>;
 template <bool V>
-constexpr const X16Fns& kQ3_KFns = kK16Fns<Q3KCodes, V>;
+constexpr const IntDotFns& kQ3_KFns = kK16Fns<Q3KCodes, V>;
 template <bool V>
-constexpr X16Fns kQ4_KFns = {dot_k_x16_mb<false, 1, V>, dot_k_x16_mb<false, 2, V>,
-                             dot_k_x16_mb<false, 3, V>, dot_k_x16_mb<false, 4, V>};
+constexpr IntDotFns kQ4_KFns = {dot_k_x16_mb<false, 1, V>, dot_k_x16_mb<false, 2, V>,
+                                dot_k_x16_mb<false, 3, V>, dot_k_x16_mb<false, 4, V>};
 template <bool V>
-constexpr X16Fns kQ5_KFns = {dot_k_x16_mb<true, 1, V>, dot_k_x16_mb<true, 2, V>,
-                             dot_k_x16_mb<true, 3, V>, dot_k_x16_mb<true, 4, V>};
-
-template <const X16Fns& kFns>
-void by_rows_of_x(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
-                  float* out) {
-  kFns[std::min(mb, kMaxM) - 1](rows, k, x, ldx, out);
-}
-
-// kFns<true> (vpdpwssd) at the avx2_vnni level: asked per call by `dot`, once per GEMM by
-// `resolve` (tests change the level between calls).
-template <const X16Fns& kPlain, const X16Fns& kVnni>
-struct ByLevel {
-  static GgmlDotFn resolve() {
-    return has_vex_vnni() ? by_rows_of_x<kVnni> : by_rows_of_x<kPlain>;
-  }
-  static void dot(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
-                  float* out) {
-    resolve()(rows, k, x, ldx, mb, out);
-  }
-};
+constexpr IntDotFns kQ5_KFns = {dot_k_x16_mb<true, 1, V>, dot_k_x16_mb<true, 2, V>,
+                                dot_k_x16_mb<true, 3, V>, dot_k_x16_mb<true, 4, V>};
 
 }  // namespace
 

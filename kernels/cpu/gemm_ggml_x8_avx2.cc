@@ -35,13 +35,12 @@
 
 #include "kernels/cpu/gemm_ggml_avx2.h"
 #include "kernels/cpu/ggml_chunk_avx2.h"
-#include "kernels/cpu/isa.h"
 
 namespace sampan::cpu::gemm_detail {
 namespace {
 
 constexpr int kMaxM = 4;  // rows of x per call
-static_assert(kMaxM <= kGgmlMaxM);
+static_assert(kMaxM <= kGgmlMaxM && kMaxM == kIntDotMaxM);
 
 // ---- Prepared x ----
 //
@@ -322,34 +321,15 @@ void dot_kq_x8_mb(const uint8_t* const* rows, int64_t k, const float* x, int64_t
   }
 }
 
-template <GgmlKind kKind, int P, bool kVnni>
-void dot_planes_at(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
-                   float* out) {
-  switch (std::min(mb, kMaxM)) {
-    case 1: return dot_kq_x8_mb<kKind, 1, P, kVnni>(rows, k, x, ldx, out);
-    case 2: return dot_kq_x8_mb<kKind, 2, P, kVnni>(rows, k, x, ldx, out);
-    case 3: return dot_kq_x8_mb<kKind, 3, P, kVnni>(rows, k, x, ldx, out);
-    default: return dot_kq_x8_mb<kKind, 4, P, kVnni>(rows, k, x, ldx, out);
-  }
-}
-
-// The VEX vpdpwssd form where has_vex_vnni(): asked once per GEMM by `resolve`, per call by
-// `dot` (tests change the level between calls).
-template <GgmlKind kKind, int P>
-GgmlDotFn resolve_planes() {
-  return has_vex_vnni() ? dot_planes_at<kKind, P, true> : dot_planes_at<kKind, P, false>;
-}
-
-template <GgmlKind kKind, int P>
-void dot_planes(const uint8_t* const* rows, int64_t k, const float* x, int64_t ldx, int mb,
-                float* out) {
-  resolve_planes<kKind, P>()(rows, k, x, ldx, mb, out);
-}
+template <GgmlKind kKind, int P, bool V>
+constexpr IntDotFns kPlanesFns = {dot_kq_x8_mb<kKind, 1, P, V>, dot_kq_x8_mb<kKind, 2, P, V>,
+                                  dot_kq_x8_mb<kKind, 3, P, V>, dot_kq_x8_mb<kKind, 4, P, V>};
 
 template <GgmlKind kKind, int P>
 GgmlDotTable planes_table() {
-  GgmlDotTable t{kRows, kMaxM, dot_planes<kKind, P>, true, x_floats<P>, prep_x<P>, P == 1};
-  t.resolve = resolve_planes<kKind, P>;
+  using L = ByLevel<kPlanesFns<kKind, P, false>, kPlanesFns<kKind, P, true>>;
+  GgmlDotTable t{kRows, kMaxM, L::dot, true, x_floats<P>, prep_x<P>, P == 1};
+  t.resolve = L::resolve;
   return t;
 }
 
