@@ -1,6 +1,8 @@
 #include "server/openai_api.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <ctime>
 #include <functional>
 #include <memory>
@@ -35,18 +37,9 @@ Json utf8_bytes(const std::string& s) {
   return b;
 }
 
-// The usage of a request of n choices: the prompt counted once (every choice reads the same
-// one; its cached part as the first choice saw it), the completion tokens of every choice.
-runtime::EngineUsage total_usage(const std::vector<runtime::EngineUsage>& per_choice) {
-  runtime::EngineUsage u = per_choice.front();
-  u.completion_tokens = 0;
-  for (const runtime::EngineUsage& c : per_choice) u.completion_tokens += c.completion_tokens;
-  return u;
-}
-
-// One OpenAI request (n choices, one engine request each) from submit to the final event of its
-// last choice. Shared by the handler (until the stream is open), the engine thread (events) and
-// the connection (on_close).
+// One OpenAI request (one engine request per choice: per_prompt choices for each prompt) from
+// submit to the final event of its last choice. Shared by the handler (until the stream is
+// open), the engine thread (events) and the connection (on_close).
 class Call {
  public:
   bool chat = false;
@@ -65,8 +58,20 @@ class Call {
   bool tool_required = false;
   // Chat with tools and tool_choice "auto": calls read out of the reply in this format.
   ToolCallFormat tool_parser = ToolCallFormat::kNone;
+  // The prompts in choice order: choice i reads prompt i / per_prompt (chat: one). With echo
+  // (completions) each choice's text starts with its prompt's, and with logprobs its logprobs
+  // with the prompt's tokens (the first one unscored).
+  struct Prompt {
+    std::string text;          // what echo prepends
+    std::vector<int32_t> ids;  // its tokens
+  };
+  std::vector<Prompt> prompts;
+  int32_t per_prompt = 1;    // choices generated per prompt (best_of)
+  int32_t n_return = 1;      // choices returned per prompt: the best by mean token logprob
+  bool echo = false;
+  bool prompt_only = false;  // max_tokens 0 with echo: the one token generated is dropped
 
-  explicit Call(int32_t n) : choices_(static_cast<size_t>(n)) {}
+  explicit Call(int32_t n_choices) : choices_(static_cast<size_t>(n_choices)) {}
   int32_t n() const { return static_cast<int32_t>(choices_.size()); }
 
   // Engine thread: an event of choice i.
@@ -81,7 +86,7 @@ class Call {
     if (stream) {
       stream_event(i, ev);
     } else {
-      collect(c, ev);
+      collect(i, c, ev);
       if (ev.finished && !failed_) {
         if (const std::optional<Error> e = failure(ev)) {
           // The first failed choice answers the whole request; the others are cancelled.
@@ -144,6 +149,9 @@ class Call {
     TokenClock clock;
     runtime::EngineFinish finish = runtime::EngineFinish::kLength;
     runtime::EngineUsage usage;
+    bool echoed = false;
+    double lp_sum = 0;  // logprobs of its tokens (and of the stop id that ended it)
+    int64_t lp_count = 0;
   };
 
   Json token_logprob_chat(int32_t token, const runtime::SampleResult& s) const {
@@ -174,6 +182,47 @@ class Call {
   static Json empty_completion_logprobs() {
     return Json{{"tokens", Json::array()}, {"token_logprobs", Json::array()},
                 {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
+  }
+
+  // Echo (completions), on choice i's first event: its prompt's text onto `text` and, with
+  // logprobs, its tokens onto `lp`, scored by the event's prompt logprobs (the first token, and
+  // any the engine did not score, null as OpenAI's).
+  void add_echo(int32_t i, Choice& c, const runtime::EngineEvent& ev, std::string& text,
+                Json& lp) const {
+    if (!echo || c.echoed) return;
+    c.echoed = true;
+    const Prompt& p = prompts[static_cast<size_t>(i / per_prompt)];
+    text += p.text;
+    if (logprobs < 0) return;
+    if (lp.is_null()) lp = empty_completion_logprobs();
+    for (size_t k = 0; k < p.ids.size(); ++k) {
+      if (k > 0 && k - 1 < ev.prompt_logprobs.size()) {
+        add_completion_logprob(lp, c.text_offset, p.ids[k], ev.prompt_logprobs[k - 1]);
+        continue;
+      }
+      const std::string t = token_string(p.ids[k]);
+      lp["tokens"].push_back(t);
+      lp["token_logprobs"].push_back(nullptr);
+      lp["top_logprobs"].push_back(nullptr);
+      lp["text_offset"].push_back(c.text_offset);
+      c.text_offset += static_cast<int64_t>(t.size());
+    }
+  }
+
+  // The usage of the request: each prompt counted once (its choices all read it; its cached
+  // part as its first choice saw it), the completion tokens of every choice generated (none
+  // when only the prompt was asked for).
+  runtime::EngineUsage total_usage() const {
+    runtime::EngineUsage u;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const runtime::EngineUsage& c = choices_[i].usage;
+      if (i % static_cast<size_t>(per_prompt) == 0) {
+        u.prompt_tokens += c.prompt_tokens;
+        u.cached_prompt_tokens += c.cached_prompt_tokens;
+      }
+      if (!prompt_only) u.completion_tokens += c.completion_tokens;
+    }
+    return u;
   }
 
   std::string call_id(int32_t choice, size_t k) const {
@@ -266,12 +315,6 @@ class Call {
     return finish_error(ev, writer->closed() ? CancelCause::kClient : CancelCause::kServer);
   }
 
-  std::vector<runtime::EngineUsage> usages() const {
-    std::vector<runtime::EngineUsage> u;
-    for (const Choice& c : choices_) u.push_back(c.usage);
-    return u;
-  }
-
   void stream_event(int32_t i, const runtime::EngineEvent& ev) {
     if (failed_) return;  // the stream already ended with an error
     Choice& c = choices_[static_cast<size_t>(i)];
@@ -287,11 +330,13 @@ class Call {
       out.push_back(sse("[DONE]"));
     } else {
       Json lp = nullptr;
-      if (ev.token >= 0 && logprobs >= 0) {
+      std::string echoed;
+      if (!chat) add_echo(i, c, ev, echoed, lp);
+      if (ev.token >= 0 && logprobs >= 0 && !prompt_only) {
         if (chat) {
           lp = Json{{"content", Json::array({token_logprob_chat(ev.token, ev.sample)})}};
         } else {
-          lp = empty_completion_logprobs();
+          if (lp.is_null()) lp = empty_completion_logprobs();
           add_completion_logprob(lp, c.text_offset, ev.token, ev.sample);
         }
       }
@@ -318,9 +363,9 @@ class Call {
         if (!content.empty()) delta["content"] = content;
         if (!calls.is_null()) delta["tool_calls"] = std::move(calls);
       } else {
-        if (ev.finished) fin = finish_reason(ev.finish);
+        if (ev.finished) fin = prompt_only ? "length" : finish_reason(ev.finish);
         if (!chat) {
-          delta = ev.text;
+          delta = prompt_only ? echoed : echoed + ev.text;
         } else if (ev.text.empty()) {
           delta = Json::object();
         } else if (!forced_tool.empty()) {
@@ -330,15 +375,16 @@ class Call {
           delta = Json{{"content", ev.text}};
         }
       }
-      if ((delta.is_object() && !delta.empty()) || (delta.is_string() && !ev.text.empty()) ||
-          !lp.is_null() || fin) {
+      if ((delta.is_object() && !delta.empty()) ||
+          (delta.is_string() && !delta.get_ref<const std::string&>().empty()) || !lp.is_null() ||
+          fin) {
         out.push_back(sse(dump(chunk(i, std::move(delta), fin, std::move(lp)))));
       }
       end = n_finished_ == n();
       if (end && include_usage) {
         Json u = chunk(0, chat ? Json::object() : Json(""));
         u["choices"] = Json::array();
-        u["usage"] = usage_json(total_usage(usages()));
+        u["usage"] = usage_json(total_usage());
         out.push_back(sse(dump(u)));
       }
       if (end) out.push_back(sse("[DONE]"));
@@ -364,8 +410,14 @@ class Call {
     metrics->request_done(kApi, code);
   }
 
-  void collect(Choice& c, const runtime::EngineEvent& ev) const {
+  void collect(int32_t i, Choice& c, const runtime::EngineEvent& ev) const {
+    if (!chat) add_echo(i, c, ev, c.text, c.lp);
+    if (prompt_only) return;
     c.text += ev.text;
+    if (ev.token >= 0 || ev.stop_token >= 0) {
+      c.lp_sum += ev.sample.logprob;
+      ++c.lp_count;
+    }
     if (ev.token < 0 || logprobs < 0) return;
     if (chat) {
       if (c.lp.is_null()) c.lp = Json{{"content", Json::array()}};
@@ -376,15 +428,39 @@ class Call {
     }
   }
 
+  // The choices returned, in order: for each prompt, its per_prompt choices, or with best_of the
+  // n_return of highest mean logprob per token (the stop id that ended one counted; ties: the
+  // earlier choice), as vLLM ranks them.
+  std::vector<int32_t> returned() const {
+    std::vector<int32_t> out;
+    for (int32_t g = 0; g * per_prompt < n(); ++g) {
+      std::vector<int32_t> group(static_cast<size_t>(per_prompt));
+      for (int32_t j = 0; j < per_prompt; ++j) group[static_cast<size_t>(j)] = g * per_prompt + j;
+      if (n_return < per_prompt) {
+        auto mean = [&](int32_t i) {
+          const Choice& c = choices_[static_cast<size_t>(i)];
+          return c.lp_count > 0 ? c.lp_sum / static_cast<double>(c.lp_count) : -INFINITY;
+        };
+        std::stable_sort(group.begin(), group.end(),
+                         [&](int32_t a, int32_t b) { return mean(a) > mean(b); });
+        group.resize(static_cast<size_t>(n_return));
+      }
+      out.insert(out.end(), group.begin(), group.end());
+    }
+    return out;
+  }
+
   void finish_whole() {
     Json list = Json::array();
-    for (int32_t i = 0; i < n(); ++i) {
+    const std::vector<int32_t> order = returned();
+    for (size_t index = 0; index < order.size(); ++index) {
+      const int32_t i = order[index];
       Choice& c = choices_[static_cast<size_t>(i)];
       if (logprobs >= 0 && c.lp.is_null())
         c.lp = chat ? Json{{"content", Json::array()}} : empty_completion_logprobs();
       Json choice = Json::object();
-      choice["index"] = i;
-      const char* fin = finish_reason(c.finish);
+      choice["index"] = index;
+      const char* fin = prompt_only ? "length" : finish_reason(c.finish);
       if (chat) choice["message"] = message(i, c.text, /*delta=*/false, c.finish, &fin);
       else choice["text"] = c.text;
       choice["logprobs"] = c.lp;
@@ -396,7 +472,7 @@ class Call {
                     {"created", created},
                     {"model", model},
                     {"choices", std::move(list)},
-                    {"usage", usage_json(total_usage(usages()))}};
+                    {"usage", usage_json(total_usage())}};
     writer->respond(200, dump(body));
     metrics->request_done(kApi, 200);
   }
@@ -414,14 +490,15 @@ class Call {
   bool end_pending_ = false;
 };
 
-// Submits the call's n engine requests (choice i seeded with seed + i when a seed is given, so
-// that seeded choices differ yet each is reproducible); throws Error (naming the field at
-// fault) before anything is answered, which the router sends, after cancelling the choices
-// already submitted.
+// Submits the call's engine requests, one per choice (choice i reads prompts[i / per_prompt],
+// `fields` named `prompt_fields` of it in errors; seeded with seed + i when a seed is given, so
+// that seeded choices differ yet each is reproducible; with echo and logprobs its prompt is
+// scored too); throws Error (naming the field at fault) before anything is answered, which the
+// router sends, after cancelling the choices already submitted.
 void submit_call(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer, ModelHost& host,
                  const std::shared_ptr<runtime::Engine>& engine, std::shared_ptr<Call> call,
-                 std::vector<int32_t> prompt, const SamplingFields& fields,
-                 const char* prompt_field, int32_t lora) {
+                 const std::vector<std::vector<int32_t>>& prompts, const SamplingFields& fields,
+                 const std::vector<std::string>& prompt_fields, int32_t lora) {
   call->created = static_cast<int64_t>(std::time(nullptr));
   // Responses name what the client asked for: the base, or the adapter it picked.
   call->model = host.model_name(lora);
@@ -453,9 +530,11 @@ void submit_call(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer,
   };
   try {
     for (int32_t i = 0; i < call->n(); ++i) {
+      const auto p = static_cast<size_t>(i / call->per_prompt);
       runtime::EngineRequest er =
-          engine_request(host, *engine, req.request_id, prompt, fields, prompt_field);
+          engine_request(host, *engine, req.request_id, prompts[p], fields, prompt_fields[p]);
       er.lora = lora;
+      if (call->echo && call->logprobs >= 0) er.prompt_logprobs = call->logprobs;
       if (er.sampling.seed && i > 0) *er.sampling.seed += static_cast<uint64_t>(i);
       const uint64_t h = engine->submit(
           std::move(er), [call, i](const runtime::EngineEvent& ev) { call->on_event(i, ev); });
@@ -493,17 +572,30 @@ void handle_completions(const HttpRequest& req, std::shared_ptr<ResponseWriter> 
   const CompletionRequest cr = parse_completion_request(parse_json_object(req.body));
   int32_t lora = -1;
   const auto engine = admit(host, cr.model, "model", &lora);
-  auto call = std::make_shared<Call>(cr.n);
+  const auto n_prompts = static_cast<int32_t>(cr.prompts.size());
+  auto call = std::make_shared<Call>(n_prompts * cr.best_of);
   call->id = "cmpl-" + req.request_id;
   call->stream = cr.stream;
   call->include_usage = cr.stream && cr.include_usage;
   call->logprobs = cr.logprobs;
   call->metrics = &metrics;
-  std::vector<int32_t> prompt =
-      cr.prompt_text ? engine->tokenizer().encode(*cr.prompt_text, /*add_special=*/true)
-                     : cr.prompt_ids;
-  submit_call(req, std::move(writer), host, engine, std::move(call), std::move(prompt), cr.fields,
-              "prompt", lora);
+  call->per_prompt = cr.best_of;
+  call->n_return = cr.n;
+  call->echo = cr.echo;
+  call->prompt_only = cr.prompt_only;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> fields;
+  const tok::Tokenizer& tokenizer = engine->tokenizer();
+  for (int32_t i = 0; i < n_prompts; ++i) {
+    const CompletionPrompt& p = cr.prompts[static_cast<size_t>(i)];
+    prompts.push_back(p.text ? tokenizer.encode(*p.text, /*add_special=*/true) : p.ids);
+    fields.push_back(n_prompts == 1 ? "prompt" : fmt::format("prompt[{}]", i));
+    if (cr.echo) {
+      call->prompts.push_back({p.text ? *p.text : tokenizer.decode(p.ids), prompts.back()});
+    }
+  }
+  submit_call(req, std::move(writer), host, engine, std::move(call), prompts, cr.fields, fields,
+              lora);
 }
 
 void handle_chat_completions(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer,
@@ -514,6 +606,8 @@ void handle_chat_completions(const HttpRequest& req, std::shared_ptr<ResponseWri
   std::vector<int32_t> prompt =
       encode_chat(host, cr.messages, cr.tools, "messages", "use /v1/completions");
   auto call = std::make_shared<Call>(cr.n);
+  call->per_prompt = cr.n;
+  call->n_return = cr.n;
   call->chat = true;
   call->id = "chatcmpl-" + req.request_id;
   call->stream = cr.stream;
@@ -526,8 +620,8 @@ void handle_chat_completions(const HttpRequest& req, std::shared_ptr<ResponseWri
       !cr.tool_required) {
     call->tool_parser = host.tool_call_format();
   }
-  submit_call(req, std::move(writer), host, engine, std::move(call), std::move(prompt), cr.fields,
-              "messages", lora);
+  submit_call(req, std::move(writer), host, engine, std::move(call), {std::move(prompt)},
+              cr.fields, {"messages"}, lora);
 }
 
 void handle_models(const HttpRequest&, std::shared_ptr<ResponseWriter> writer, ModelHost& host,

@@ -488,37 +488,61 @@ int64_t effective_max_tokens(std::optional<int64_t> requested, int64_t default_m
   return std::max<int64_t>(1, std::min(requested.value_or(default_max_tokens), room));
 }
 
+namespace {
+
+// One prompt of /v1/completions: a non-empty string or list of token ids.
+CompletionPrompt completion_prompt(const Json& p, const std::string& field, const char* expected,
+                                   const Json& whole) {
+  CompletionPrompt out;
+  if (p.is_string()) {
+    out.text = p.get<std::string>();
+    if (out.text->empty()) bad("prompt", fmt::format("'{}' is empty", field));
+  } else if (p.is_array()) {
+    if (p.empty()) bad("prompt", fmt::format("'{}' is empty", field));
+    for (const Json& id : p) {
+      if (!id.is_number()) wrong_type("prompt", expected, whole);
+      out.ids.push_back(token_id(id, "prompt"));
+    }
+  } else {
+    wrong_type("prompt", expected, whole);
+  }
+  return out;
+}
+
+}  // namespace
+
 CompletionRequest parse_completion_request(const Json& body) {
   CompletionRequest r;
   r.model = get_model(body);
   const Json* prompt = find(body, "prompt");
   if (!prompt) bad("prompt", "'prompt' is required");
-  const char* expected = "a string, a list of one string, a list of token ids or a list of one "
-                         "list of token ids";
-  const Json* p = prompt;
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
-  else if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array()))
-    bad("prompt", fmt::format("'prompt' holds {} prompts; one prompt per request is supported",
-                              p->size()));
-  if (p->is_string()) {
-    r.prompt_text = p->get<std::string>();
-    if (r.prompt_text->empty()) bad("prompt", "'prompt' is empty");
-  } else if (p->is_array()) {
-    if (p->empty()) bad("prompt", "'prompt' is empty");
-    for (const Json& id : *p) {
-      if (!id.is_number()) wrong_type("prompt", expected, *prompt);
-      r.prompt_ids.push_back(token_id(id, "prompt"));
+  const char* expected = "a string, a list of strings, a list of token ids or a list of lists of "
+                         "token ids";
+  if (prompt->is_array() && !prompt->empty() &&
+      ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
+    // A batch: every element a prompt of its own, strings and id lists alike.
+    for (size_t i = 0; i < prompt->size(); ++i) {
+      const Json& p = (*prompt)[i];
+      if (!p.is_string() && !p.is_array()) wrong_type("prompt", expected, *prompt);
+      r.prompts.push_back(completion_prompt(p, fmt::format("prompt[{}]", i), expected, *prompt));
     }
   } else {
-    wrong_type("prompt", expected, *prompt);
+    r.prompts.push_back(completion_prompt(*prompt, "prompt", expected, *prompt));
   }
   r.n = get_n(body);
-  // best_of > n would rank extra samples by their mean logprob and return the best n: not
-  // implemented; best_of == n is what n alone does.
-  if (const auto b = get_int(body, "best_of"); b && *b != r.n)
-    bad("best_of", fmt::format("'best_of' must equal n ({}) (ranking extra samples is not "
-                               "supported), got {}", r.n, *b));
-  if (get_bool(body, "echo").value_or(false)) bad("echo", "'echo' = true is not supported");
+  r.best_of = r.n;
+  if (const auto b = get_int(body, "best_of")) {
+    if (*b < r.n || *b > kMaxChoices)
+      bad("best_of", fmt::format("'best_of' must be in [n, {}] (n = {}), got {}", kMaxChoices,
+                                 r.n, *b));
+    r.best_of = static_cast<int32_t>(*b);
+  }
+  const auto n_prompts = static_cast<int64_t>(r.prompts.size());
+  if (n_prompts * r.best_of > kMaxChoices)
+    bad("prompt", fmt::format("'prompt' holds {} prompts, each with {} choices: {} in all, more "
+                              "than the {} one request may run",
+                              n_prompts, r.best_of, n_prompts * r.best_of, kMaxChoices));
+  r.echo = get_bool(body, "echo").value_or(false);
   if (const Json* v = find(body, "suffix"))
     if (!v->is_string() || !v->get<std::string>().empty())
       bad("suffix", "'suffix' is not supported");
@@ -526,10 +550,24 @@ CompletionRequest parse_completion_request(const Json& body) {
     check_sampling(runtime::SamplingParam::kTopLogprobs, static_cast<double>(*lp), "logprobs");
     r.logprobs = static_cast<int32_t>(*lp);
   }
-  r.fields = parse_sampling_fields(body);
+  // max_tokens 0 asks for the prompt alone (its logprobs), which only echo returns: the engine
+  // still decodes one token, which is dropped.
+  const Json* max_tokens = find(body, "max_tokens");
+  r.prompt_only = r.echo && max_tokens && max_tokens->is_number_integer() && *max_tokens == 0;
+  if (r.prompt_only) {
+    Json one = body;
+    one["max_tokens"] = 1;
+    r.fields = parse_sampling_fields(one);
+  } else {
+    r.fields = parse_sampling_fields(body);
+  }
   if (r.logprobs > 0) r.fields.sampling.top_logprobs = r.logprobs;
-  r.fields.sampling.logprobs = r.logprobs >= 0;
+  // best_of > n ranks the choices by their tokens' logprobs, which the engine must report.
+  r.fields.sampling.logprobs = r.logprobs >= 0 || r.best_of > r.n;
   r.stream = get_stream(body, &r.include_usage);
+  if (r.stream && r.best_of > r.n)
+    bad("best_of", fmt::format("'best_of' ({}) above n ({}) cannot be streamed: the best are "
+                               "known only at the end", r.best_of, r.n));
   get_string(body, "user");  // accepted for compatibility; only its type is checked
   return r;
 }

@@ -99,20 +99,31 @@ std::optional<std::string> get_string(const Json& obj, const char* name,
 // The most choices (`n`) one request may ask for (OpenAI's limit).
 inline constexpr int32_t kMaxChoices = 128;
 
+// One prompt of a completion request: text, or token ids (then `text` is empty).
+struct CompletionPrompt {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
+};
+
 // POST /v1/completions.
 struct CompletionRequest {
-  std::string model;                       // empty when absent
-  std::optional<std::string> prompt_text;  // prompt given as text ...
-  std::vector<int32_t> prompt_ids;         // ... or as token ids (then prompt_text is empty)
+  std::string model;                     // empty when absent
+  std::vector<CompletionPrompt> prompts;  // at least one
   SamplingFields fields;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int32_t logprobs = -1;       // -1: none; 0..20: chosen token plus that many alternatives
-  int32_t n = 1;               // choices, 1..kMaxChoices
+  int32_t n = 1;               // choices returned per prompt, 1..kMaxChoices
+  int32_t best_of = 1;         // choices generated per prompt (>= n); the best n are returned
+  bool echo = false;           // each choice's text (and logprobs) starts with its prompt's
+  bool prompt_only = false;    // echo with max_tokens 0: the prompt alone (fields.max_tokens 1)
 };
-// prompt: string | [string] of length 1 | [int] | [[int]] of length 1. n in [1, kMaxChoices];
-// best_of absent or equal to n; echo false (batched prompts, best_of > n and echo are not
-// supported: 400 naming the field). response_format as in chat (an extension, as in vLLM).
+// prompt: string | [string, ...] | [int, ...] | [[int, ...], ...] (a batch: choices ordered by
+// prompt, then by choice). n in [1, kMaxChoices]; best_of in [n, kMaxChoices] (best_of > n: the
+// n of highest mean token logprob, not streamed); prompts x best_of <= kMaxChoices. echo: the
+// prompt is part of each choice's text, and with logprobs its tokens are scored too (the first
+// one's logprob null); max_tokens 0 only with echo. 400 naming the field otherwise.
+// response_format as in chat (an extension, as in vLLM).
 CompletionRequest parse_completion_request(const Json& body);
 
 // POST /v1/chat/completions.

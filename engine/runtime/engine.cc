@@ -143,6 +143,9 @@ std::unique_ptr<Sequence> Engine::Impl::validate(EngineRequest&& req, EventCallb
   }
   SAMPAN_CHECK(req.max_tokens >= 1, ErrorCode::kInvalidArgument,
                "max_tokens must be >= 1, got {}", req.max_tokens);
+  SAMPAN_CHECK(req.prompt_logprobs >= -1 && req.prompt_logprobs <= kMaxTopLogprobs,
+               ErrorCode::kInvalidArgument, "prompt_logprobs must be in [-1, {}], got {}",
+               kMaxTopLogprobs, req.prompt_logprobs);
   SAMPAN_CHECK(req.timeout_s >= 0, ErrorCode::kInvalidArgument,
                "timeout_s must be >= 0, got {}", req.timeout_s);
   for (size_t i = 0; i < req.stop_ids.size(); ++i) {
@@ -173,7 +176,7 @@ std::unique_ptr<Sequence> Engine::Impl::validate(EngineRequest&& req, EventCallb
                                                                    eos_ids, "response_format"));
   }
   s->device_sampling = runner->device_sampling() && device_sampling_eligible(req.sampling) &&
-                       !req.json_object && !req.grammar;
+                       !req.json_object && !req.grammar && req.prompt_logprobs < 0;
   if (req.sampling.seed) {
     s->device_seed = *req.sampling.seed;
   } else if (s->device_sampling) {

@@ -108,6 +108,12 @@ struct EngineRequest {
   // json_schema.h compiles one), shared by the requests of one call; not with json_object.
   // Sampled on the CPU.
   std::shared_ptr<const Grammar> grammar;
+  // Prompt logprobs (OpenAI completions' echo with logprobs, vLLM's prompt_logprobs): -1 none;
+  // k in [0, kMaxTopLogprobs]: for every prompt token after the first, its raw logprob given the
+  // tokens before it and the k most likely ids there (SampleResult as a drawn token's). The whole
+  // prompt is computed for it: the prefix cache is not read on the first admission. Sampled on
+  // the CPU.
+  int32_t prompt_logprobs = -1;
 };
 
 struct EngineUsage {
@@ -132,8 +138,14 @@ struct EngineEvent {
   bool finished = false;
   EngineFinish finish = EngineFinish::kLength;
   std::string stop_matched;   // the stop string that ended generation, if any
+  // The stop id (eos, stop_ids) that ended generation, or -1; `sample` then holds its logprob
+  // (the id is not part of the output, so `token` stays -1).
+  int32_t stop_token = -1;
   std::string error;          // kError: one line
   EngineUsage usage;          // filled on the final event
+  // EngineRequest::prompt_logprobs >= 0: on the request's first event (a token's, or the final
+  // one), entry i scores prompt token i + 1 (n_prompt - 1 entries; none for a 1-token prompt).
+  std::vector<SampleResult> prompt_logprobs;
   EngineTimings timings;      // filled on the final event
 };
 using EventCallback = std::function<void(const EngineEvent&)>;
@@ -175,7 +187,8 @@ class Engine {
 
   // Queues a request; `on_event` receives its events (on the engine thread). Returns a handle
   // for cancel(). Throws Error: kInvalidArgument (empty prompt, prompt of max_model_len tokens or
-  // more, a token id outside the vocabulary, max_tokens < 1, bad sampling parameters — message
+  // more, a token id outside the vocabulary, max_tokens < 1, prompt_logprobs outside [-1,
+  // kMaxTopLogprobs], bad sampling parameters — message
   // names the field), kResourceExhausted (the waiting queue is full), kUnavailable (shutting
   // down). A request that throws gets no events.
   uint64_t submit(EngineRequest request, EventCallback on_event);

@@ -128,6 +128,10 @@ void ModelRunner::fill_step(const StepPlan& plan) {
       if (lora != nullptr) lora[t] = s.lora_adapter;
     }
     if (b.logit_row >= 0) rows[b.logit_row] = static_cast<int32_t>(t - 1);
+    for (int j = 0; j < b.n_prompt_rows; ++j) {
+      rows[b.prompt_row + j] =
+          static_cast<int32_t>(t - b.n_tokens + (b.prompt_pos - s.n_computed) + j);
+    }
     int32_t* row = table + si * max_blocks;
     const size_t nb = s.blocks.blocks.size();
     std::copy(s.blocks.blocks.begin(), s.blocks.blocks.end(), row);
@@ -156,6 +160,7 @@ StepOutput ModelRunner::run(StepPlan& plan) {
     const std::vector<Tensor> out = executor_->run(inputs_, /*recurring=*/padded);
     bool host_rows = false, device_rows = false;
     for (const Scheduled& b : plan.batch) {
+      if (b.n_prompt_rows > 0) host_rows = true;  // scored on the host
       if (b.logit_row < 0) continue;
       (b.seq->device_sampling ? device_rows : host_rows) = true;
     }

@@ -72,9 +72,17 @@ std::unordered_set<const Sequence*> OutputProcessor::process(const StepPlan& pla
     return done;
   }
   sample_host_rows(plan, out);
+  score_prompt_rows(plan, out);
   for (size_t i = 0; i < plan.batch.size(); ++i) {
     const Scheduled& b = plan.batch[i];
     Sequence& s = *b.seq;
+    if (b.n_prompt_rows > 0 && !prompt_errors_[i].empty()) {
+      EngineEvent ev;
+      ev.error = prompt_errors_[i];
+      finish(s, EngineFinish::kError, std::move(ev));
+      done.insert(&s);
+      continue;
+    }
     s.n_computed += b.n_tokens;
     blocks_.commit(s.blocks, s.tokens, s.n_computed);
     if (b.logit_row < 0) continue;
@@ -92,7 +100,59 @@ std::unordered_set<const Sequence*> OutputProcessor::process(const StepPlan& pla
   return done;
 }
 
-void OutputProcessor::emit(Sequence& s, const EngineEvent& ev) {
+// Every prompt row of the step, in parallel where there is a runner (rows are independent; each
+// writes its own entry of its sequence's prompt_lp, sized first): position p's logits score
+// token p + 1. A row that cannot be scored leaves its sequence's first error in prompt_errors_.
+// A 1,000-token prompt is 1,000 passes of log-sum-exp and top-k over the vocabulary.
+void OutputProcessor::score_prompt_rows(const StepPlan& plan, const StepOutput& out) {
+  const size_t n = plan.batch.size();
+  prompt_errors_.assign(n, std::string());
+  prompt_jobs_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const Scheduled& b = plan.batch[i];
+    if (b.n_prompt_rows == 0) continue;
+    std::vector<SampleResult>& lp = b.seq->prompt_lp;
+    const size_t base = lp.size();
+    lp.resize(base + static_cast<size_t>(b.n_prompt_rows));
+    for (int j = 0; j < b.n_prompt_rows; ++j) prompt_jobs_.push_back({i, base, j});
+  }
+  if (prompt_jobs_.empty()) return;
+  std::vector<std::string> errors(prompt_jobs_.size());
+  const auto one = [&](int64_t t) {
+    const PromptJob& job = prompt_jobs_[static_cast<size_t>(t)];
+    const Scheduled& b = plan.batch[job.batch];
+    Sequence& s = *b.seq;
+    try {
+      const float* row =
+          out.host_logits.data<float>() + static_cast<int64_t>(b.prompt_row + job.row) * vocab_;
+      const int64_t p = b.prompt_pos + job.row;
+      s.prompt_lp[job.base + static_cast<size_t>(job.row)] =
+          score_token(std::span<const float>(row, static_cast<size_t>(vocab_)),
+                      s.tokens[static_cast<size_t>(p + 1)],
+                      static_cast<size_t>(s.request.prompt_logprobs));
+    } catch (const std::exception& e) {
+      errors[static_cast<size_t>(t)] = e.what()[0] != '\0' ? e.what() : "prompt logprobs failed";
+    } catch (...) {  // nothing may leave a pool task
+      errors[static_cast<size_t>(t)] = "prompt logprobs failed";
+    }
+  };
+  const auto rows = static_cast<int64_t>(prompt_jobs_.size());
+  if (sample_runner_ != nullptr && rows > 1 && sample_runner_->concurrency() > 1) {
+    sample_runner_->run(rows, one);
+  } else {
+    for (int64_t t = 0; t < rows; ++t) one(t);
+  }
+  for (size_t t = 0; t < errors.size(); ++t) {
+    std::string& e = prompt_errors_[prompt_jobs_[t].batch];
+    if (e.empty() && !errors[t].empty()) e = std::move(errors[t]);
+  }
+}
+
+void OutputProcessor::emit(Sequence& s, EngineEvent& ev) {
+  if (s.request.prompt_logprobs >= 0 && !s.prompt_lp_sent) {
+    ev.prompt_logprobs = s.prompt_lp;  // kept: a preempted sequence must not score them again
+    s.prompt_lp_sent = true;
+  }
   if (!s.on_event) return;
   try {
     s.on_event(ev);
@@ -140,6 +200,8 @@ void OutputProcessor::handle_sample(Sequence& s, SampleResult r) {
   };
   if (std::find(s.stop_ids.begin(), s.stop_ids.end(), r.id) != s.stop_ids.end()) {
     EngineEvent ev;
+    ev.stop_token = r.id;
+    ev.sample = std::move(r);
     tail(ev);
     finish(s, EngineFinish::kStop, std::move(ev));
     return;

@@ -40,7 +40,11 @@ class OutputProcessor {
   void sample_host_rows(const StepPlan& plan, const StepOutput& out);
   void handle_device_sample(Sequence& s, int32_t id);
   void handle_sample(Sequence& s, SampleResult r);
-  void emit(Sequence& s, const EngineEvent& ev);
+  // Scores the plan's prompt rows into their sequences' prompt_lp
+  // (EngineRequest::prompt_logprobs); a row that cannot be scored sets prompt_errors_.
+  void score_prompt_rows(const StepPlan& plan, const StepOutput& out);
+  // Calls the sequence's callback; the first event also carries its prompt logprobs.
+  void emit(Sequence& s, EngineEvent& ev);
 
   BlockManager& blocks_;
   int64_t vocab_ = 0;
@@ -50,6 +54,13 @@ class OutputProcessor {
   std::vector<size_t> host_rows_;           // batch indices sampled on the host this step
   std::vector<SampleResult> samples_;       // by batch index
   std::vector<std::string> sample_errors_;  // by batch index: what sample() threw
+  struct PromptJob {
+    size_t batch;  // index in the plan
+    size_t base;   // the sequence's prompt_lp entries before this step
+    int row;       // of the chunk's prompt rows
+  };
+  std::vector<PromptJob> prompt_jobs_;
+  std::vector<std::string> prompt_errors_;  // by batch index: a prompt row's failure
 };
 
 }  // namespace sampan::runtime

@@ -65,6 +65,18 @@ struct SampleResult {
   std::vector<TokenLogprob> top;        // top_logprobs alternatives, best first
 };
 
+// The raw log-softmax pieces sample() reports, for callers that score given tokens instead of
+// drawing (prompt logprobs). logits: [vocab], finite or -inf with at least one finite (sample()'s
+// checks). raw_log_normalizer: log sum exp(logits), raw_max their maximum. raw_top_logprobs:
+// the min(n, vocab) most likely ids, best first (ties: lower id), with logits[id] - log_z.
+double raw_log_normalizer(std::span<const float> logits, float raw_max);
+std::vector<TokenLogprob> raw_top_logprobs(std::span<const float> logits, double log_z, size_t n);
+
+// The raw logprob of `id` under `logits` ([vocab]) and the n_top most likely ids, as sample()
+// reports a drawn id's (SampleResult::id = id). Throws Error(kInvalidArgument) on empty logits,
+// an id outside [0, vocab), a NaN or +inf logit, or all -inf.
+SampleResult score_token(std::span<const float> logits, int32_t id, size_t n_top);
+
 // A rule on which token may come next (JSON mode: json_constraint.h), owned by a Sampler: mask()
 // sets the logits of the ids it rules out to -inf after the bias and penalties (and leaves at
 // least one finite), accept() hears the id that was drawn.

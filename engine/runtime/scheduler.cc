@@ -44,8 +44,9 @@ bool Scheduler::admit_one(WaitingQueue& waiting, int64_t& budget) {
     s = waiting.pop_front();
     if (!s) return false;
   }
-  // A recomputed sequence may find its own earlier blocks still cached.
-  const int64_t hit = blocks_.match_prefix(s->tokens, s->blocks);
+  // A recomputed sequence may find its own earlier blocks still cached. One whose prompt
+  // logprobs are still to be scored computes every position.
+  const int64_t hit = s->wants_prompt_rows() ? 0 : blocks_.match_prefix(s->tokens, s->blocks);
   s->n_computed = hit;
   const int64_t chunk = std::min(s->n_pending(), budget);
   if (!blocks_.reserve(s->blocks, s->n_computed + chunk)) {
@@ -100,7 +101,21 @@ StepPlan& Scheduler::plan(WaitingQueue& waiting) {
     plan_.n_tokens += b.n_tokens;
     plan_.max_blocks =
         std::max<int64_t>(plan_.max_blocks, static_cast<int64_t>(b.seq->blocks.blocks.size()));
-    if (b.seq->n_computed + b.n_tokens == static_cast<int64_t>(b.seq->tokens.size())) {
+    const Sequence& s = *b.seq;
+    if (s.wants_prompt_rows()) {
+      // The chunk's positions not scored yet (a sequence preempted mid-prompt recomputes
+      // some it scored), up to the second-to-last prompt token: the last one's logits are the
+      // first draw's.
+      const int64_t start = std::max(s.n_computed, static_cast<int64_t>(s.prompt_lp.size()));
+      const int64_t end = std::min(s.n_computed + b.n_tokens, s.n_prompt - 1);
+      if (end > start) {
+        b.prompt_row = plan_.n_out;
+        b.n_prompt_rows = static_cast<int>(end - start);
+        b.prompt_pos = start;
+        plan_.n_out += b.n_prompt_rows;
+      }
+    }
+    if (s.n_computed + b.n_tokens == static_cast<int64_t>(s.tokens.size())) {
       b.logit_row = plan_.n_out++;
     }
     plan_.n_decode += b.decode ? 1 : 0;

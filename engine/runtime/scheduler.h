@@ -23,6 +23,11 @@ struct Scheduled {
   int64_t n_tokens = 0;
   int logit_row = -1;  // row of the logits output, or -1 when this chunk ends mid-prompt
   bool decode = false;
+  // Prompt logprobs: logit rows prompt_row .. prompt_row + n_prompt_rows - 1 hold the logits at
+  // positions prompt_pos .. prompt_pos + n_prompt_rows - 1 (each scores the token after it).
+  int prompt_row = -1;
+  int n_prompt_rows = 0;
+  int64_t prompt_pos = 0;
 };
 
 // What one step runs, in batch order (running sequences in arrival order, then admissions).
@@ -30,7 +35,7 @@ struct StepPlan {
   std::vector<Scheduled> batch;
   int64_t n_tokens = 0;    // sum of n_tokens
   int64_t max_blocks = 1;  // the longest block list of the batch
-  int n_out = 0;           // logit rows: chunks that complete a prompt, and decodes
+  int n_out = 0;           // logit rows: chunks that complete a prompt, decodes, prompt rows
   int n_decode = 0;
 };
 

@@ -48,6 +48,15 @@ struct Sequence {
   // blocks.ns = lora_adapter + 1 keeps the prefix cache from sharing blocks across adapters.
   int32_t lora_adapter = -1;
 
+  // Prompt logprobs (EngineRequest::prompt_logprobs >= 0): the scores of prompt tokens
+  // 1 .. prompt_lp.size(), in order; complete at n_prompt - 1 entries. Sent with the first event.
+  std::vector<SampleResult> prompt_lp;
+  bool prompt_lp_sent = false;
+  // Positions whose logits are still to be scored: [prompt_lp.size(), n_prompt - 1).
+  bool wants_prompt_rows() const {
+    return request.prompt_logprobs >= 0 && static_cast<int64_t>(prompt_lp.size()) < n_prompt - 1;
+  }
+
   bool admitted_once = false;
   bool finished = false;  // its final event is sent; the scheduler drops it
   int64_t cached_prompt_tokens = 0;

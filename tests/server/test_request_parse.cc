@@ -224,30 +224,47 @@ TEST_CASE("effective_max_tokens: default and requested, capped to the context",
 TEST_CASE("completion request: prompt forms", "[request_parse]") {
   CompletionRequest r = parse_completion_request(j(R"({"prompt": "hello", "model": "m"})"));
   CHECK(r.model == "m");
-  CHECK(r.prompt_text == "hello");
-  CHECK(r.prompt_ids.empty());
+  REQUIRE(r.prompts.size() == 1);
+  CHECK(r.prompts[0].text == "hello");
+  CHECK(r.prompts[0].ids.empty());
   CHECK(!r.stream);
   CHECK(r.logprobs == -1);
   CHECK(!r.fields.sampling.logprobs);  // none asked for: the engine may sample on a GPU
 
   r = parse_completion_request(j(R"({"prompt": ["hi"]})"));
   CHECK(r.model.empty());
-  CHECK(r.prompt_text == "hi");
+  REQUIRE(r.prompts.size() == 1);
+  CHECK(r.prompts[0].text == "hi");
 
   r = parse_completion_request(j(R"({"prompt": [1, 15043, 3186]})"));
-  CHECK(!r.prompt_text);
-  CHECK(r.prompt_ids == std::vector<int32_t>{1, 15043, 3186});
+  REQUIRE(r.prompts.size() == 1);
+  CHECK(!r.prompts[0].text);
+  CHECK(r.prompts[0].ids == std::vector<int32_t>{1, 15043, 3186});
 
   r = parse_completion_request(j(R"({"prompt": [[1, 2]]})"));
-  CHECK(r.prompt_ids == std::vector<int32_t>{1, 2});
+  REQUIRE(r.prompts.size() == 1);
+  CHECK(r.prompts[0].ids == std::vector<int32_t>{1, 2});
+
+  // Batches: strings and id lists, in order.
+  r = parse_completion_request(j(R"({"prompt": ["a", [5, 6], "b"]})"));
+  REQUIRE(r.prompts.size() == 3);
+  CHECK(r.prompts[0].text == "a");
+  CHECK(r.prompts[1].ids == std::vector<int32_t>{5, 6});
+  CHECK(r.prompts[2].text == "b");
+  r = parse_completion_request(j(R"({"prompt": [[1], [2, 3]]})"));
+  REQUIRE(r.prompts.size() == 2);
+  CHECK(r.prompts[1].ids == std::vector<int32_t>{2, 3});
 
   CHECK(completion_refusal("{}") == "prompt");
   CHECK(completion_refusal(R"({"prompt": null})") == "prompt");
   CHECK(completion_refusal(R"({"prompt": 5})") == "prompt");
   CHECK(completion_refusal(R"({"prompt": ""})") == "prompt");
   CHECK(completion_refusal(R"({"prompt": []})") == "prompt");
-  CHECK(completion_refusal(R"({"prompt": ["a", "b"]})") == "prompt");
-  CHECK(completion_refusal(R"({"prompt": [[1], [2]]})") == "prompt");
+  CHECK(completion_refusal(R"({"prompt": ["a", ""]})") == "prompt");
+  CHECK(completion_refusal(R"({"prompt": [[1], []]})") == "prompt");
+  CHECK(completion_refusal(R"({"prompt": ["a", 5]})") == "prompt");
+  CHECK(completion_refusal(R"({"prompt": [[1], [-1]]})") == "prompt");
+  CHECK(completion_refusal(R"({"prompt": ["a", {"t": 1}]})") == "prompt");
   CHECK(completion_refusal(R"({"prompt": [1, "a"]})") == "prompt");
   CHECK(completion_refusal(R"({"prompt": [1, -2]})") == "prompt");
   CHECK(completion_refusal(R"({"prompt": [1.5]})") == "prompt");
@@ -271,19 +288,39 @@ TEST_CASE("completion request: options", "[request_parse]") {
   CHECK(parse_completion_request(j(R"({"prompt": "a", "logprobs": 0})")).fields.sampling.logprobs);
   CHECK(parse_completion_request(j(R"({"prompt": "a", "logprobs": 20})")).logprobs == 20);
 
-  // n choices in [1, 128]; best_of only as n (ranking extra samples is not implemented).
+  // n choices in [1, 128]; best_of in [n, 128] (the best n of best_of, not streamed), and
+  // prompts x best_of at most 128.
   CHECK(r.n == 1);
+  CHECK(r.best_of == 1);
   CHECK(parse_completion_request(j(R"({"prompt": "a", "n": 128})")).n == 128);
   CHECK(parse_completion_request(j(R"({"prompt": "a", "n": 3, "best_of": 3})")).n == 3);
+  const CompletionRequest best =
+      parse_completion_request(j(R"({"prompt": "a", "n": 2, "best_of": 5})"));
+  CHECK(best.n == 2);
+  CHECK(best.best_of == 5);
+  CHECK(best.fields.sampling.logprobs);  // the ranking reads the engine's logprobs
+  CHECK(best.logprobs == -1);            // ... which the reply does not show
+  CHECK(parse_completion_request(j(R"({"prompt": ["a", "b"], "n": 2})")).best_of == 2);
+  CHECK(completion_refusal(R"({"prompt": ["a", "b"], "best_of": 65})") == "prompt");
+  CHECK(completion_refusal(R"({"prompt": "a", "best_of": 129})") == "best_of");
+  CHECK(completion_refusal(R"({"prompt": "a", "best_of": 2, "stream": true})") == "best_of");
+  // echo: the prompt is part of the choice; max_tokens 0 only with it.
+  const CompletionRequest echo =
+      parse_completion_request(j(R"({"prompt": "a", "echo": true, "max_tokens": 0})"));
+  CHECK(echo.echo);
+  CHECK(echo.prompt_only);
+  CHECK(echo.fields.max_tokens == 1);
+  CHECK(!parse_completion_request(j(R"({"prompt": "a", "echo": true})")).prompt_only);
   CHECK(completion_refusal(R"({"prompt": "a", "n": 0})") == "n");
   CHECK(completion_refusal(R"({"prompt": "a", "n": 129})") == "n");
   CHECK(completion_refusal(R"({"prompt": "a", "n": -1})") == "n");
   CHECK(completion_refusal(R"({"prompt": "a", "n": "1"})") == "n");
   CHECK(completion_refusal(R"({"prompt": "a", "n": 2.5})") == "n");
-  CHECK(completion_refusal(R"({"prompt": "a", "best_of": 3})") == "best_of");
-  CHECK(completion_refusal(R"({"prompt": "a", "n": 2, "best_of": 3})") == "best_of");
-  CHECK(completion_refusal(R"({"prompt": "a", "echo": true})") == "echo");
+  CHECK(completion_refusal(R"({"prompt": "a", "n": 3, "best_of": 2})") == "best_of");
+  CHECK(completion_refusal(R"({"prompt": "a", "best_of": 0})") == "best_of");
   CHECK(completion_refusal(R"({"prompt": "a", "echo": "no"})") == "echo");
+  CHECK(completion_refusal(R"({"prompt": "a", "echo": true, "max_tokens": -1})") ==
+        "max_tokens");
   CHECK(completion_refusal(R"({"prompt": "a", "suffix": "x"})") == "suffix");
   CHECK(completion_refusal(R"({"prompt": "a", "logprobs": 21})") == "logprobs");
   CHECK(completion_refusal(R"({"prompt": "a", "logprobs": -1})") == "logprobs");

@@ -300,6 +300,91 @@ TEST_CASE("engine: prefix cache serves a repeated long prompt", "[engine]") {
   CHECK(engine->stats().kv_blocks_used == 0);
 }
 
+// Prompt logprobs against the single-sequence path's logits of the whole prompt (CausalLm,
+// all_logits): computed over chunks of a small token budget, through preemptions (a sequence
+// preempted mid-prompt recomputes positions it already scored, which must not be scored
+// twice), and for a prompt whose blocks the prefix cache holds (scored anyway).
+TEST_CASE("engine: prompt logprobs equal the single-sequence logits", "[engine]") {
+  EngineOptions o = small_options();
+  // The 40-token prompt and the first chunk of the 150-token one share a step; the latter,
+  // mid-prompt when the cache (one max_model_len sequence) runs out, is preempted.
+  o.max_batched_tokens = 64;
+  o.num_kv_blocks = 10;
+  auto engine = Engine::load(model_dir(), o);
+  std::mt19937 rng(5);
+  std::vector<EngineRequest> reqs;
+  for (const int64_t len : {40, 150, 1, 2, 70, 140, 33, 150}) {
+    EngineRequest r;
+    r.prompt = random_prompt(rng, len);
+    r.max_tokens = reqs.empty() ? 20 : 3;
+    r.sampling.temperature = 0;
+    r.ignore_eos = true;
+    r.prompt_logprobs = 4;
+    reqs.push_back(std::move(r));
+  }
+  reqs.back().prompt = reqs[1].prompt;  // cached by the second by the time it runs
+  std::vector<std::vector<SampleResult>> got(reqs.size());
+  std::vector<int> first_events(reqs.size(), 0);
+  std::vector<std::unique_ptr<Collected>> done;
+  std::mutex mu;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    done.push_back(std::make_unique<Collected>());
+    EventCallback inner = done.back()->callback();
+    engine->submit(reqs[i], [&, i, inner](const EngineEvent& ev) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!ev.prompt_logprobs.empty() || (first_events[i] == 0 && reqs[i].prompt.size() == 1)) {
+          got[i] = ev.prompt_logprobs;
+          ++first_events[i];
+        }
+      }
+      inner(ev);
+    });
+  }
+  for (auto& c : done) c->wait();
+  CHECK(engine->stats().preemptions > 0);
+  Reference& ref = reference();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    INFO("request " << i << ", prompt of " << reqs[i].prompt.size());
+    CHECK(done[i]->final_event.finish == EngineFinish::kLength);
+    CHECK(first_events[i] == 1);  // sent once, with the first event
+    const size_t n = reqs[i].prompt.size();
+    REQUIRE(got[i].size() == n - 1);
+    if (n == 1) continue;
+    ref.lm->reset();
+    const Tensor logits = ref.lm->forward(reqs[i].prompt, /*all_logits=*/true);
+    const int64_t vocab = logits.dim(1);
+    float worst = 0.0f, worst_top = 0.0f;
+    for (size_t t = 0; t + 1 < n; ++t) {
+      const float* row = logits.data<float>() + static_cast<int64_t>(t) * vocab;
+      double mx = row[0];
+      for (int64_t v = 1; v < vocab; ++v) mx = std::max<double>(mx, row[v]);
+      double z = 0;
+      for (int64_t v = 0; v < vocab; ++v) z += std::exp(row[v] - mx);
+      const double log_z = mx + std::log(z);
+      const SampleResult& r = got[i][t];
+      CHECK(r.id == reqs[i].prompt[t + 1]);
+      worst = std::max(worst, static_cast<float>(std::abs(r.logprob - (row[r.id] - log_z))));
+      REQUIRE(r.top.size() == 4);
+      // The top ids are the four largest logits (ties: lower id), best first.
+      std::vector<int32_t> order(static_cast<size_t>(vocab));
+      for (int64_t v = 0; v < vocab; ++v) order[static_cast<size_t>(v)] = static_cast<int32_t>(v);
+      std::partial_sort(order.begin(), order.begin() + 4, order.end(), [&](int32_t a, int32_t b) {
+        return row[a] > row[b] || (row[a] == row[b] && a < b);
+      });
+      for (size_t k = 0; k < 4; ++k) {
+        worst_top = std::max(worst_top, static_cast<float>(std::abs(
+                                            r.top[k].logprob - (row[order[k]] - log_z))));
+      }
+    }
+    // Not bit-equal: batched and single-sequence products round differently.
+    CHECK(worst < 1e-3f);
+    CHECK(worst_top < 1e-3f);
+  }
+  REQUIRE(engine->wait_idle(std::chrono::seconds(30)));
+  CHECK(engine->stats().kv_blocks_used == 0);
+}
+
 TEST_CASE("engine: stop strings and seeded sampling behave like generate()", "[engine]") {
   auto engine = Engine::load(model_dir(), small_options());
   std::vector<EngineRequest> reqs = make_requests(8, 77);

@@ -726,3 +726,41 @@ TEST_CASE("sampling limits: bounds, open ends, field names and prefixes") {
   validate_sampling(SamplingParams{});  // the defaults are valid
   CHECK(sampling_limit(SamplingParam::kTopLogprobs).hi == kMaxTopLogprobs);
 }
+
+TEST_CASE("score_token: a given id's raw logprob and the top alternatives, as sample() reports") {
+  for (bool ties : {false, true}) {
+    const std::vector<float> logits = ties ? tied_logits(5125, 4) : random_logits(5125, 4, -10, 10);
+    const std::vector<double> ref = ref_log_softmax(logits);
+    std::vector<int32_t> ranked(logits.size());
+    for (size_t i = 0; i < ranked.size(); ++i) ranked[i] = static_cast<int32_t>(i);
+    std::sort(ranked.begin(), ranked.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (const int32_t id : {0, 17, 5124, ranked[0], ranked[4000]}) {
+      for (const size_t n : {size_t{0}, size_t{1}, size_t{7}}) {
+        const SampleResult r = score_token(logits, id, n);
+        CHECK(r.id == id);
+        CHECK(r.logprob == Approx(ref[static_cast<size_t>(id)]).margin(1e-5));
+        REQUIRE(r.top.size() == n);
+        for (size_t i = 0; i < n; ++i) {
+          CHECK(r.top[i].id == ranked[i]);
+          CHECK(r.top[i].logprob == Approx(ref[static_cast<size_t>(ranked[i])]).margin(1e-5));
+        }
+      }
+    }
+  }
+  // More alternatives than ids: all of them.
+  CHECK(score_token(std::vector<float>{1.0f, 2.0f}, 0, 20).top.size() == 2);
+  // -inf logits are fine (a banned id scores -inf); what sample() refuses is refused.
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(score_token(std::vector<float>{-inf, 0.0f}, 0, 1).logprob == -inf);
+  CHECK_THROWS_WITH(score_token(std::vector<float>{1.0f, 2.0f}, 2, 1),
+                    Catch::Contains("token id 2 is outside the vocab of 2"));
+  CHECK_THROWS_WITH(score_token(std::vector<float>{1.0f, 2.0f}, -1, 1),
+                    Catch::Contains("outside the vocab"));
+  CHECK_THROWS_WITH(score_token(std::vector<float>{1.0f, NAN}, 0, 1),
+                    Catch::Contains("logits[1] is nan"));
+  CHECK_THROWS_WITH(score_token(std::vector<float>{-inf, -inf}, 0, 1),
+                    Catch::Contains("every logit is -inf"));
+  CHECK_THROWS_WITH(score_token(std::vector<float>{}, 0, 1), Catch::Contains("empty"));
+}
