@@ -198,6 +198,22 @@ def main():
             res.check("best_of: usage counts every generated choice",
                       best["usage"]["completion_tokens"] == 4 * 5, str(best["usage"]))
 
+        # The openai client reads the batch, the nulls and the logprobs as it reads OpenAI's.
+        import openai
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        try:
+            r = client.completions.create(model="serve-model", prompt=ids[:2], echo=True,
+                                          logprobs=1, max_tokens=1, temperature=0)
+            lps = [c.logprobs.token_logprobs for c in r.choices]
+            ok = [c.index for c in r.choices] == [0, 1] and \
+                all(lp[0] is None and len(lp) == len(ids[k]) + 1 for k, lp in enumerate(lps)) and \
+                all(abs(lp[t] - alone[k]["logprobs"]["token_logprobs"][t]) <= BATCH_TOL
+                    for k, lp in enumerate(lps) for t in range(1, len(ids[k])))
+            detail = str(lps)[:300]
+        except Exception as e:  # a client that cannot parse the reply is a failed check
+            ok, detail = False, f"error: {e}"
+        res.check("openai client: batch of id prompts, echo, logprobs", ok, detail)
+
         check_refusal(res, url, "best_of below n", {"prompt": "a", "n": 3, "best_of": 2},
                       "best_of")
         check_refusal(res, url, "best_of above n streamed",
