@@ -127,6 +127,9 @@ def main():
                        "top_p": 0.9, "stop": ["\n"], "logprobs": 2, "stream": True,
                        "stream_options": {"include_usage": True}, "seed": 3},
         "completion-ids": {"prompt": [[1, 2, 3]], "logit_bias": {}, "n": 1},
+        "completion-batch-echo": {"prompt": [[1, 2, 3], [4, 5]], "echo": True, "logprobs": 1,
+                                  "max_tokens": 0},
+        "completion-best-of": {"prompt": ["a", "b"], "n": 2, "best_of": 3, "max_tokens": 4},
         "chat": {"model": "m", "messages": [
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
