@@ -150,7 +150,7 @@ void OutputProcessor::score_prompt_rows(const StepPlan& plan, const StepOutput& 
 
 void OutputProcessor::emit(Sequence& s, EngineEvent& ev) {
   if (s.request.prompt_logprobs >= 0 && !s.prompt_lp_sent) {
-    ev.prompt_logprobs = s.prompt_lp;  // kept: a preempted sequence must not score them again
+    ev.prompt_logprobs = std::move(s.prompt_lp);
     s.prompt_lp_sent = true;
   }
   if (!s.on_event) return;

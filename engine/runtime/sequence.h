@@ -49,12 +49,15 @@ struct Sequence {
   int32_t lora_adapter = -1;
 
   // Prompt logprobs (EngineRequest::prompt_logprobs >= 0): the scores of prompt tokens
-  // 1 .. prompt_lp.size(), in order; complete at n_prompt - 1 entries. Sent with the first event.
+  // 1 .. prompt_lp.size(), in order; complete at n_prompt - 1 entries, which the first event
+  // takes (the first draw comes after the whole prompt is scored).
   std::vector<SampleResult> prompt_lp;
   bool prompt_lp_sent = false;
-  // Positions whose logits are still to be scored: [prompt_lp.size(), n_prompt - 1).
+  // Positions whose logits are still to be scored: [prompt_lp.size(), n_prompt - 1), until the
+  // first event (a sequence preempted later recomputes its prompt without scoring it again).
   bool wants_prompt_rows() const {
-    return request.prompt_logprobs >= 0 && static_cast<int64_t>(prompt_lp.size()) < n_prompt - 1;
+    return request.prompt_logprobs >= 0 && !prompt_lp_sent &&
+           static_cast<int64_t>(prompt_lp.size()) < n_prompt - 1;
   }
 
   bool admitted_once = false;
