@@ -105,6 +105,16 @@ std::vector<double> ref_probs(const std::vector<float>& logits, const std::vecto
   return out;
 }
 
+// Every id, ranked as top_logprobs ranks them: logit descending, then id ascending.
+std::vector<int32_t> ranked_ids(const std::vector<float>& logits) {
+  std::vector<int32_t> ranked(logits.size());
+  for (size_t i = 0; i < ranked.size(); ++i) ranked[i] = static_cast<int32_t>(i);
+  std::sort(ranked.begin(), ranked.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  return ranked;
+}
+
 std::vector<double> ref_log_softmax(const std::vector<float>& logits) {
   double max = -INFINITY;
   for (float x : logits) max = std::max(max, static_cast<double>(x));
@@ -349,11 +359,7 @@ TEST_CASE("logprobs come from a log_softmax of the raw logits") {
   for (bool ties : {false, true}) {
     const std::vector<float> logits = ties ? tied_logits(5125, 9) : random_logits(5125, 9, -10, 10);
     const std::vector<double> ref = ref_log_softmax(logits);
-    std::vector<int32_t> ranked(logits.size());
-    for (size_t i = 0; i < ranked.size(); ++i) ranked[i] = static_cast<int32_t>(i);
-    std::sort(ranked.begin(), ranked.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
+    const std::vector<int32_t> ranked = ranked_ids(logits);
     SamplingParams p;
     p.temperature = 0.6f;
     p.top_k = 30;
@@ -731,11 +737,7 @@ TEST_CASE("score_token: a given id's raw logprob and the top alternatives, as sa
   for (bool ties : {false, true}) {
     const std::vector<float> logits = ties ? tied_logits(5125, 4) : random_logits(5125, 4, -10, 10);
     const std::vector<double> ref = ref_log_softmax(logits);
-    std::vector<int32_t> ranked(logits.size());
-    for (size_t i = 0; i < ranked.size(); ++i) ranked[i] = static_cast<int32_t>(i);
-    std::sort(ranked.begin(), ranked.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
+    const std::vector<int32_t> ranked = ranked_ids(logits);
     for (const int32_t id : {0, 17, 5124, ranked[0], ranked[4000]}) {
       for (const size_t n : {size_t{0}, size_t{1}, size_t{7}}) {
         const SampleResult r = score_token(logits, id, n);
