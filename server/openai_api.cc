@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "server/gateway.h"
@@ -152,26 +153,31 @@ class Call {
     bool echoed = false;
     double lp_sum = 0;  // logprobs of its tokens (and of the stop id that ended it)
     int64_t lp_count = 0;
+    // The generated token before the next one (-1: none yet): the next one's text follows its.
+    // The first is decoded alone, as the reply's text starts (StreamDecoder: a SentencePiece
+    // reply does not start with its first word's space), so that the tokens add up to the text.
+    int32_t prev = -1;
   };
 
-  Json token_logprob_chat(int32_t token, const runtime::SampleResult& s) const {
+  // The logprobs of a token that follows `prev`, with their texts in that context.
+  Json token_logprob_chat(int32_t prev, int32_t token, const runtime::SampleResult& s) const {
     Json top = Json::array();
     for (const runtime::TokenLogprob& t : s.top) {
-      const std::string text = token_string(t.id);
+      const std::string text = token_string(prev, t.id);
       top.push_back({{"token", text}, {"logprob", t.logprob}, {"bytes", utf8_bytes(text)}});
     }
-    const std::string text = token_string(token);
+    const std::string text = token_string(prev, token);
     return Json{{"token", text}, {"logprob", s.logprob}, {"bytes", utf8_bytes(text)},
                 {"top_logprobs", std::move(top)}};
   }
 
-  // The completion API's parallel arrays, for the tokens in `ids`.
-  void add_completion_logprob(Json& lp, int64_t& text_offset, int32_t token,
+  // The completion API's parallel arrays, for a token that follows `prev`.
+  void add_completion_logprob(Json& lp, int64_t& text_offset, int32_t prev, int32_t token,
                               const runtime::SampleResult& s) const {
-    const std::string text = token_string(token);
+    const std::string text = token_string(prev, token);
     Json top = Json::object();
     top[text] = s.logprob;
-    for (const runtime::TokenLogprob& t : s.top) top[token_string(t.id)] = t.logprob;
+    for (const runtime::TokenLogprob& t : s.top) top[token_string(prev, t.id)] = t.logprob;
     lp["tokens"].push_back(text);
     lp["token_logprobs"].push_back(s.logprob);
     lp["top_logprobs"].push_back(std::move(top));
@@ -196,11 +202,12 @@ class Call {
     if (logprobs < 0) return;
     if (lp.is_null()) lp = empty_completion_logprobs();
     for (size_t k = 0; k < p.ids.size(); ++k) {
+      const int32_t prev = k > 0 ? p.ids[k - 1] : -1;
       if (k > 0 && k - 1 < ev.prompt_logprobs.size()) {
-        add_completion_logprob(lp, c.text_offset, p.ids[k], ev.prompt_logprobs[k - 1]);
+        add_completion_logprob(lp, c.text_offset, prev, p.ids[k], ev.prompt_logprobs[k - 1]);
         continue;
       }
-      const std::string t = token_string(p.ids[k]);
+      const std::string t = token_string(prev, p.ids[k]);
       lp["tokens"].push_back(t);
       lp["token_logprobs"].push_back(nullptr);
       lp["top_logprobs"].push_back(nullptr);
@@ -287,8 +294,18 @@ class Call {
     return m;
   }
 
-  std::string token_string(int32_t id) const {
+  // The text token `id` adds after `prev` (-1: at the start): decode([prev, id]) past
+  // decode([prev]), so that a SentencePiece word keeps its leading space (decode([id]) alone
+  // drops it, and text_offset would drift from the text by a character a word), as vLLM and
+  // OpenAI report tokens; decode([id]) where the pair's text does not extend prev's.
+  std::string token_string(int32_t prev, int32_t id) const {
     const std::array<int32_t, 1> one{id};
+    if (prev < 0) return tokenizer->decode(one, false);
+    const std::array<int32_t, 1> before{prev};
+    const std::array<int32_t, 2> pair{prev, id};
+    const std::string a = tokenizer->decode(before, false);
+    std::string b = tokenizer->decode(pair, false);
+    if (b.size() >= a.size() && b.compare(0, a.size(), a) == 0) return b.substr(a.size());
     return tokenizer->decode(one, false);
   }
 
@@ -334,12 +351,13 @@ class Call {
       if (!chat) add_echo(i, c, ev, echoed, lp);
       if (ev.token >= 0 && logprobs >= 0 && !prompt_only) {
         if (chat) {
-          lp = Json{{"content", Json::array({token_logprob_chat(ev.token, ev.sample)})}};
+          lp = Json{{"content", Json::array({token_logprob_chat(c.prev, ev.token, ev.sample)})}};
         } else {
           if (lp.is_null()) lp = empty_completion_logprobs();
-          add_completion_logprob(lp, c.text_offset, ev.token, ev.sample);
+          add_completion_logprob(lp, c.text_offset, c.prev, ev.token, ev.sample);
         }
       }
+      if (ev.token >= 0) c.prev = ev.token;
       const char* fin = nullptr;
       Json delta;
       if (tool_required) {
@@ -418,13 +436,15 @@ class Call {
       c.lp_sum += ev.sample.logprob;
       ++c.lp_count;
     }
-    if (ev.token < 0 || logprobs < 0) return;
+    if (ev.token < 0) return;
+    const int32_t prev = std::exchange(c.prev, ev.token);
+    if (logprobs < 0) return;
     if (chat) {
       if (c.lp.is_null()) c.lp = Json{{"content", Json::array()}};
-      c.lp["content"].push_back(token_logprob_chat(ev.token, ev.sample));
+      c.lp["content"].push_back(token_logprob_chat(prev, ev.token, ev.sample));
     } else {
       if (c.lp.is_null()) c.lp = empty_completion_logprobs();
-      add_completion_logprob(c.lp, c.text_offset, ev.token, ev.sample);
+      add_completion_logprob(c.lp, c.text_offset, prev, ev.token, ev.sample);
     }
   }
 

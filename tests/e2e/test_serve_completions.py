@@ -8,6 +8,8 @@ does. Checks:
     log_softmax of the reference forward (tests/reference/numpy_llama.py) at the position before
     it (within 0.02, as test_generate's decode logprobs), its top alternatives too, the first
     token unscored (null); the text is the prompt's; max_tokens 0 returns the prompt alone;
+    token texts (in context: a SentencePiece word keeps its space) add up to the text and
+    text_offset points at each;
   * the prompt is scored whole although the prefix cache holds it, and in chunks of a small
     --max-batched-tokens;
   * a batch of prompts (strings and id lists) gives each prompt's choices in order, equal to
@@ -99,6 +101,13 @@ def main():
                       f"{len(lp['tokens'])} vs {n}; {c['text']!r}")
             res.check(f"prompt {k}: first token unscored",
                       lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None)
+            # Token texts in context (a SentencePiece word keeps its space): they add up to the
+            # text, and each text_offset points at its token.
+            res.check(f"prompt {k}: tokens add up to the text, offsets point at them",
+                      "".join(lp["tokens"]) == c["text"] and
+                      all(c["text"][o:].startswith(t)
+                          for o, t in zip(lp["text_offset"], lp["tokens"])),
+                      f"{lp['tokens']} {lp['text_offset']}")
             want = [lsm[k][t - 1][ids[k][t]] for t in range(1, n)]
             got = lp["token_logprobs"][1:]
             diff = max((abs(g - w) if g is not None else float("inf"))
@@ -156,6 +165,14 @@ def main():
             res.check("mixed batch: usage counts each prompt once",
                       u["prompt_tokens"] == sum(len(i) for i in ids) and
                       u["completion_tokens"] == 6 * 2 * len(batch), str(u))
+
+        # Generated tokens' texts add up to the reply, as the prompt's do.
+        st, b, _ = post(url, {"prompt": PROMPTS[2], "max_tokens": 12, "temperature": 0,
+                              "ignore_eos": True, "logprobs": 2})
+        c = b["choices"][0] if st == 200 else {"text": None, "logprobs": {"tokens": []}}
+        res.check("generated tokens add up to the text", st == 200 and
+                  "".join(c["logprobs"]["tokens"]) == c["text"],
+                  f"{c['logprobs']['tokens']} vs {c['text']!r}")
 
         # Streamed echo == whole.
         body = {"prompt": PROMPTS[:2], "echo": True, "logprobs": 2, "max_tokens": 3,
