@@ -176,6 +176,10 @@ class GenerateCall final : public grpc::ServerWriteReactor<pb::GenerateResponse>
     grpc::Status st = check_auth(svc_, ctx_);
     if (!st.ok()) return st;
     const SamplingFields fields = sampling_fields(request);
+    if (request.has_prompt_logprobs()) {
+      runtime::check_sampling_param(runtime::SamplingParam::kTopLogprobs,
+                                    request.prompt_logprobs(), "prompt_logprobs");
+    }
     int32_t lora = -1;
     engine_ = admit(svc_.host, request.model(), "model", &lora);
     std::string prompt_field;
@@ -184,6 +188,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<pb::GenerateResponse>
         engine_request(svc_.host, *engine_, id_, std::move(prompt), fields, prompt_field);
     er.lora = lora;
     want_logprobs_ = request.has_logprobs();
+    if (request.has_prompt_logprobs()) er.prompt_logprobs = request.prompt_logprobs();
     er.timeout_s = request_timeout_s(ctx_, engine_->options());
     uint64_t handle =
         engine_->submit(std::move(er), [this](const runtime::EngineEvent& ev) { on_event(ev); });
@@ -208,27 +213,32 @@ class GenerateCall final : public grpc::ServerWriteReactor<pb::GenerateResponse>
     pump();  // may finish the call: `this` must not be touched after it
   }
 
+  // A token's logprob and its alternatives (each named by its text alone).
+  void add_logprob(const runtime::SampleResult& s, pb::TokenLogprob* lp) const {
+    lp->set_token_id(s.id);
+    lp->set_logprob(s.logprob);
+    const auto& tok = engine_->tokenizer();
+    for (const auto& alt : s.top) {
+      pb::TopLogprob* t = lp->add_top();
+      t->set_token_id(alt.id);
+      t->set_logprob(alt.logprob);
+      const int32_t one[1] = {alt.id};
+      // A byte-fallback token alone (<0xE2>) decodes to a lone, invalid byte.
+      t->set_token(valid_utf8(tok.decode(one)));
+    }
+  }
+
   // Under mu_.
   void append(const runtime::EngineEvent& ev) {
     if (pending_.empty() || pending_.back().finished()) pending_.emplace_back();
     pb::GenerateResponse& r = pending_.back();
     r.set_request_id(id_);
+    for (const runtime::SampleResult& p : ev.prompt_logprobs) {
+      add_logprob(p, r.add_prompt_logprobs());
+    }
     if (ev.token >= 0) {
       r.add_token_ids(ev.token);
-      if (want_logprobs_) {
-        pb::TokenLogprob* lp = r.add_logprobs();
-        lp->set_token_id(ev.token);
-        lp->set_logprob(ev.sample.logprob);
-        const auto& tok = engine_->tokenizer();
-        for (const auto& alt : ev.sample.top) {
-          pb::TopLogprob* t = lp->add_top();
-          t->set_token_id(alt.id);
-          t->set_logprob(alt.logprob);
-          const int32_t one[1] = {alt.id};
-          // A byte-fallback token alone (<0xE2>) decodes to a lone, invalid byte.
-          t->set_token(valid_utf8(tok.decode(one)));
-        }
-      }
+      if (want_logprobs_) add_logprob(ev.sample, r.add_logprobs());
     }
     // The stream decoder holds back an incomplete character, but text may still hold invalid
     // bytes (a byte-fallback token the model never completed, or the held bytes at the end).

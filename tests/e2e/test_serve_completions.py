@@ -17,6 +17,7 @@ does. Checks:
     counting each prompt once; streamed echo equals the whole response;
   * best_of > n returns the n choices of highest mean token logprob among the best_of that
     n = best_of with the same seed generates (choice i seeded seed + i), in that order;
+  * gRPC Generate's prompt_logprobs give the same scores on its first response;
   * refusals: best_of below n or streamed, a batch over 128 choices, max_tokens 0 without echo,
     an empty prompt in a batch.
 """
@@ -128,6 +129,42 @@ def main():
             res.check(f"prompt {k}: usage counts the prompt, no completion tokens",
                       b["usage"]["prompt_tokens"] == n and b["usage"]["completion_tokens"] == 0,
                       str(b["usage"]))
+
+        # gRPC Generate's prompt_logprobs: the same scores on the first response.
+        try:
+            m = su.proto_message_classes(args, ["proto/sampan_generate.proto"],
+                                         ["sampan.v1.GenerateRequest",
+                                          "sampan.v1.GenerateResponse"], "sampan_generate")
+            import grpc
+            ch = grpc.insecure_channel(srv.grpc_addr)
+            call = ch.unary_stream(
+                "/sampan.v1.Generate/Generate",
+                request_serializer=m["sampan.v1.GenerateRequest"].SerializeToString,
+                response_deserializer=m["sampan.v1.GenerateResponse"].FromString)
+            req = m["sampan.v1.GenerateRequest"](token_ids={"ids": ids[2]}, prompt_logprobs=2,
+                                                 max_tokens=2, temperature=0)
+            resps = list(call(req, timeout=120))
+            bad = m["sampan.v1.GenerateRequest"](text="a", prompt_logprobs=21)
+            try:
+                list(call(bad, timeout=60))
+                refused = "accepted"
+            except grpc.RpcError as e:
+                refused = f"{e.code().name} {e.details()}"
+            ch.close()
+            first = resps[0].prompt_logprobs
+            n = len(ids[2])
+            diff = max(abs(first[t - 1].logprob - lsm[2][t - 1][ids[2][t]])
+                       for t in range(1, n)) if len(first) == n - 1 else float("inf")
+            ok = len(first) == n - 1 and all(len(r.prompt_logprobs) == 0 for r in resps[1:]) \
+                and [p.token_id for p in first] == ids[2][1:] and \
+                all(len(p.top) == 2 for p in first) and diff <= LOGPROB_TOL
+            detail = f"{len(first)} entries for {n} tokens, max diff {diff:.3g}"
+        except Exception as e:  # a failure to connect or decode is a failed check
+            ok, detail, refused = False, f"error: {e}", ""
+        res.check("gRPC Generate prompt_logprobs == numpy on the first response", ok, detail)
+        res.check("gRPC Generate prompt_logprobs 21: INVALID_ARGUMENT naming it",
+                  refused.startswith("INVALID_ARGUMENT") and "prompt_logprobs" in refused,
+                  refused)
 
         # lm-eval's request: a batch of id lists, echo, logprobs 1, max_tokens 1, greedy.
         st, b, _ = post(url, {"prompt": ids, "echo": True, "logprobs": 1, "max_tokens": 1,
