@@ -43,12 +43,14 @@ struct Params {
   bool json_object = false;
   std::shared_ptr<const runtime::Grammar> grammar;  // json_schema, compiled
   std::string lora;  // adapter name; "" for the base model
+  bool prompt_logprobs = false;
 };
 
 struct EventData {
   int32_t token = -1;
   std::string text;
   float logprob = 0.0f;
+  std::vector<float> prompt_logprobs;  // the first event's, when asked for
   bool finished = false;
   SampanFinishReason reason = SAMPAN_FINISH_NONE;
   const char* finish_name = "";  // runtime::engine_finish_name once finished
@@ -97,6 +99,8 @@ std::shared_ptr<EventData> convert(const runtime::EngineEvent& e) {
   d->token = e.token;
   d->text = e.text;
   d->logprob = e.sample.logprob;
+  d->prompt_logprobs.reserve(e.prompt_logprobs.size());
+  for (const runtime::SampleResult& p : e.prompt_logprobs) d->prompt_logprobs.push_back(p.logprob);
   d->finished = e.finished;
   if (e.finished) {
     d->reason = finish_reason(e.finish);
@@ -187,6 +191,7 @@ runtime::EngineRequest make_request(const SampanParams* params) {
   r.ignore_eos = p->ignore_eos;
   r.json_object = p->json_object;
   r.grammar = p->grammar;
+  if (p->prompt_logprobs) r.prompt_logprobs = 0;
   return r;
 }
 
@@ -431,6 +436,11 @@ SAMPAN_API SampanStatus sampan_params_set_ignore_eos(SampanParams* params, int32
   return with_params(params, [&](Params& p) { p.ignore_eos = ignore_eos != 0; });
 }
 
+SAMPAN_API SampanStatus sampan_params_set_prompt_logprobs(SampanParams* params,
+                                                          int32_t prompt_logprobs) {
+  return with_params(params, [&](Params& p) { p.prompt_logprobs = prompt_logprobs != 0; });
+}
+
 SAMPAN_API SampanStatus sampan_params_set_lora(SampanParams* params, const char* name) {
   return with_params(params, [&](Params& p) { p.lora = name == nullptr ? "" : name; });
 }
@@ -562,6 +572,17 @@ SAMPAN_API SampanStatus sampan_event_get_logprob(const SampanEvent* event, float
     auto e = get_event(event);
     require_arg(out, "out");
     *out = e->logprob;
+  });
+}
+
+SAMPAN_API SampanStatus sampan_event_get_prompt_logprobs(const SampanEvent* event,
+                                                         const float** logprobs, int64_t* n) {
+  return guarded([&] {
+    auto e = get_event(event);
+    require_arg(logprobs, "logprobs");
+    require_arg(n, "n");
+    *logprobs = e->prompt_logprobs.empty() ? nullptr : e->prompt_logprobs.data();
+    *n = static_cast<int64_t>(e->prompt_logprobs.size());
   });
 }
 

@@ -349,6 +349,12 @@ SAMPAN_API SampanStatus sampan_params_set_json_object(SampanParams* params, int3
 SAMPAN_API SampanStatus sampan_params_set_json_schema(SampanParams* params, const char* schema);
 /* Non-zero: keep generating past the end-of-sequence token (until max_tokens or a stop). */
 SAMPAN_API SampanStatus sampan_params_set_ignore_eos(SampanParams* params, int32_t ignore_eos);
+/* Non-zero: score the prompt (for perplexity, reranking, loglikelihood): the request's first
+ * event carries, for every prompt token after the first, its log-probability given the tokens
+ * before it (sampan_event_get_prompt_logprobs). The whole prompt is computed for it (the prefix
+ * cache is not read) and the request is sampled on the CPU. */
+SAMPAN_API SampanStatus sampan_params_set_prompt_logprobs(SampanParams* params,
+                                                          int32_t prompt_logprobs);
 /* The LoRA adapter (a name given to sampan_config_add_lora) the request runs through; NULL or
  * "" is the base model (the default). An unknown name fails at submit with INVALID_ARGUMENT
  * naming it. */
@@ -411,6 +417,11 @@ SAMPAN_API SampanStatus sampan_event_get_token(const SampanEvent* event, int32_t
 SAMPAN_API SampanStatus sampan_event_get_text(const SampanEvent* event, const char** text,
                                               uint64_t* len);
 SAMPAN_API SampanStatus sampan_event_get_logprob(const SampanEvent* event, float* out);
+/* With sampan_params_set_prompt_logprobs, on the request's first event: *n = prompt tokens - 1
+ * log-probabilities (*logprobs[i] scores prompt token i + 1), valid as long as the event; on
+ * every other event, or without it, *n = 0 and *logprobs = NULL. */
+SAMPAN_API SampanStatus sampan_event_get_prompt_logprobs(const SampanEvent* event,
+                                                         const float** logprobs, int64_t* n);
 /* 1 on the final event of a request, else 0. */
 SAMPAN_API SampanStatus sampan_event_is_finished(const SampanEvent* event, int32_t* out);
 SAMPAN_API SampanStatus sampan_event_get_finish_reason(const SampanEvent* event,

@@ -131,6 +131,24 @@ def check_generation(res, sampan, args, model):
                   f"{same.tokens} vs {gen.tokens}")
         same.close()
 
+        # Prompt logprobs through the C API: numpy's log_softmax at each position before the
+        # token, on the first event only.
+        scored = engine.generate(prompt_ids, max_tokens=2, temperature=0, ignore_eos=True,
+                                 prompt_logprobs=True)
+        evs = list(scored)
+        scored.close()
+        logits = ref.logits(model, prompt_ids).astype(np.float64)
+        m = logits.max(axis=1, keepdims=True)
+        lsm = logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
+        want = [lsm[t - 1][prompt_ids[t]] for t in range(1, len(prompt_ids))]
+        got = scored.prompt_logprobs
+        diff = max(abs(g - w) for g, w in zip(got, want)) if got else float("inf")
+        res.check("generate(prompt_logprobs=True): numpy's log_softmax of each prompt token",
+                  len(got) == len(prompt_ids) - 1 and diff <= MAX_LOGPROB_DIFF and
+                  len(evs[0].prompt_logprobs) == len(got) and
+                  all(not e.prompt_logprobs for e in evs[1:]),
+                  f"{len(got)} for {len(prompt_ids)} tokens, max diff {diff:.4g}")
+
         # logit_bias against numpy: each greedy token is the argmax of numpy's logits plus the
         # bias (the first greedy token pushed down, two others up by moderate amounts, so the
         # bias changes the path without simply forcing one token).

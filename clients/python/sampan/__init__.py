@@ -362,6 +362,8 @@ class Event:
         _call("sampan_event_get_finish_reason", h, ctypes.byref(reason))
         lp = ctypes.c_float()
         _call("sampan_event_get_logprob", h, ctypes.byref(lp))
+        plp, n_plp = ctypes.POINTER(ctypes.c_float)(), ctypes.c_int64()
+        _call("sampan_event_get_prompt_logprobs", h, ctypes.byref(plp), ctypes.byref(n_plp))
         usage = [ctypes.c_int64() for _ in range(3)]
         _call("sampan_event_get_usage", h, *[ctypes.byref(u) for u in usage])
         err = ctypes.c_char_p()
@@ -371,6 +373,8 @@ class Event:
         self.finished = bool(fin.value)
         self.finish_reason = _capi.FINISH_NAMES.get(reason.value)
         self.logprob = lp.value
+        # With prompt_logprobs, on the first event: prompt token i + 1's log-probability at i.
+        self.prompt_logprobs = [plp[i] for i in range(n_plp.value)]
         self.prompt_tokens, self.completion_tokens, self.cached_prompt_tokens = (
             u.value for u in usage)
         self.error = err.value.decode(errors="replace") if err.value else ""
@@ -382,7 +386,8 @@ class Event:
 
 class Generation(_Handle):
     """A submitted request in poll mode: iterate it for Events (the last one has finished=True),
-    cancel() from any thread. `tokens`, `text` and `final` accumulate as it is iterated."""
+    cancel() from any thread. `tokens`, `text`, `prompt_logprobs` (asked for with
+    generate(prompt_logprobs=True)) and `final` accumulate as it is iterated."""
     _destroy = "sampan_request_destroy"
 
     def __init__(self, handle, poll_timeout_ms=-1):
@@ -390,6 +395,7 @@ class Generation(_Handle):
         self.poll_timeout_ms = poll_timeout_ms
         self.tokens = []
         self.text = ""
+        self.prompt_logprobs = []
         self.final = None
 
     def __iter__(self):
@@ -406,6 +412,7 @@ class Generation(_Handle):
         e = Event(ev)
         if e.token >= 0:
             self.tokens.append(e.token)
+        self.prompt_logprobs += e.prompt_logprobs
         self.text += e.text
         if e.finished:
             self.final = e
@@ -454,13 +461,16 @@ class Engine(_Handle):
 
     def generate(self, prompt, max_tokens=16, temperature=1.0, top_k=0, top_p=1.0, seed=None,
                  stop=(), ignore_eos=False, poll_timeout_ms=-1, lora=None, logit_bias=None,
-                 json_object=False, json_schema=None):
+                 json_object=False, json_schema=None, prompt_logprobs=False):
         """Submits `prompt` (text, or a sequence of token ids) and returns a Generation to
         iterate. lora: the name of an adapter of the engine's config (None: the base model).
         logit_bias: {token id: bias in [-100, 100]} added to those logits (OpenAI's).
         json_object: JSON mode, the output is one JSON object (a prefix if max_tokens cuts it).
         json_schema: a JSON Schema (a dict, or its JSON text); the output is a value it admits
-        (a prefix if max_tokens cuts it). Not with json_object."""
+        (a prefix if max_tokens cuts it). Not with json_object.
+        prompt_logprobs: the first Event's prompt_logprobs score every prompt token after the
+        first (its log-probability given the tokens before it); Generation.prompt_logprobs
+        holds them once iterated."""
         params = ctypes.c_void_p()
         _call("sampan_params_create", ctypes.byref(params))
         try:
@@ -487,6 +497,8 @@ class Engine(_Handle):
                 _call("sampan_params_add_logit_bias", params, tid, float(bias))
             if lora is not None:
                 _call("sampan_params_set_lora", params, str(lora).encode())
+            if prompt_logprobs:
+                _call("sampan_params_set_prompt_logprobs", params, 1)
             req = ctypes.c_void_p()
             if isinstance(prompt, str):
                 _call("sampan_engine_submit_text", self.handle, prompt.encode(), params,
