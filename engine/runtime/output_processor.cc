@@ -13,6 +13,16 @@ OutputProcessor::OutputProcessor(BlockManager& blocks, int64_t vocab, int64_t ma
     : blocks_(blocks), vocab_(vocab), max_model_len_(max_model_len),
       on_final_(std::move(on_final)), sample_runner_(sample_runner) {}
 
+// fn(0 .. n - 1), on the sample runner when there is one with threads to spare and more than one
+// row, else in order on this thread. fn must not throw (pool tasks).
+void OutputProcessor::run_rows(int64_t n, const std::function<void(int64_t)>& fn) {
+  if (sample_runner_ != nullptr && n > 1 && sample_runner_->concurrency() > 1) {
+    sample_runner_->run(n, fn);
+  } else {
+    for (int64_t t = 0; t < n; ++t) fn(t);
+  }
+}
+
 // Sampling reads only the sequence's logits row, its tokens and its own Sampler, so the rows are
 // sampled first (in parallel where there is a runner and more than one row) and everything with
 // side effects (blocks, events, stop checks) then runs in batch order as before. One sequence
@@ -50,12 +60,7 @@ void OutputProcessor::sample_host_rows(const StepPlan& plan, const StepOutput& o
       sample_errors_[i] = "sampling failed";
     }
   };
-  const auto rows = static_cast<int64_t>(host_rows_.size());
-  if (sample_runner_ != nullptr && rows > 1 && sample_runner_->concurrency() > 1) {
-    sample_runner_->run(rows, one);
-  } else {
-    for (int64_t t = 0; t < rows; ++t) one(t);
-  }
+  run_rows(static_cast<int64_t>(host_rows_.size()), one);
 }
 
 std::unordered_set<const Sequence*> OutputProcessor::process(const StepPlan& plan,
@@ -136,12 +141,7 @@ void OutputProcessor::score_prompt_rows(const StepPlan& plan, const StepOutput& 
       errors[static_cast<size_t>(t)] = "prompt logprobs failed";
     }
   };
-  const auto rows = static_cast<int64_t>(prompt_jobs_.size());
-  if (sample_runner_ != nullptr && rows > 1 && sample_runner_->concurrency() > 1) {
-    sample_runner_->run(rows, one);
-  } else {
-    for (int64_t t = 0; t < rows; ++t) one(t);
-  }
+  run_rows(static_cast<int64_t>(prompt_jobs_.size()), one);
   for (size_t t = 0; t < errors.size(); ++t) {
     std::string& e = prompt_errors_[prompt_jobs_[t].batch];
     if (e.empty() && !errors[t].empty()) e = std::move(errors[t]);

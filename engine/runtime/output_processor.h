@@ -43,6 +43,8 @@ class OutputProcessor {
   // Scores the plan's prompt rows into their sequences' prompt_lp
   // (EngineRequest::prompt_logprobs); a row that cannot be scored sets prompt_errors_.
   void score_prompt_rows(const StepPlan& plan, const StepOutput& out);
+  // fn(0 .. n - 1) on the sample runner (in parallel) or in order.
+  void run_rows(int64_t n, const std::function<void(int64_t)>& fn);
   // Calls the sequence's callback; the first event also carries its prompt logprobs.
   void emit(Sequence& s, EngineEvent& ev);
 
