@@ -38,6 +38,31 @@ Json utf8_bytes(const std::string& s) {
   return b;
 }
 
+// The text a token adds after `prev` (-1: at the start): decode([prev, id]) past decode([prev]),
+// so that a SentencePiece word keeps its leading space (decode([id]) alone drops it, and
+// text_offset would drift from the text by a character a word), as vLLM and OpenAI report
+// tokens; decode([id]) where the pair's text does not extend prev's. prev is decoded once for a
+// position's token and all its alternatives.
+class TokenNamer {
+ public:
+  TokenNamer(const tok::Tokenizer& tokenizer, int32_t prev) : tokenizer_(tokenizer), prev_(prev) {
+    if (prev_ >= 0) prev_text_ = tokenizer_.decode(std::array<int32_t, 1>{prev_}, false);
+  }
+  std::string operator()(int32_t id) const {
+    const std::array<int32_t, 1> one{id};
+    if (prev_ < 0) return tokenizer_.decode(one, false);
+    std::string pair = tokenizer_.decode(std::array<int32_t, 2>{prev_, id}, false);
+    if (pair.compare(0, prev_text_.size(), prev_text_) == 0 && pair.size() >= prev_text_.size())
+      return pair.substr(prev_text_.size());
+    return tokenizer_.decode(one, false);
+  }
+
+ private:
+  const tok::Tokenizer& tokenizer_;
+  int32_t prev_;
+  std::string prev_text_;
+};
+
 // One OpenAI request (one engine request per choice: per_prompt choices for each prompt) from
 // submit to the final event of its last choice. Shared by the handler (until the stream is
 // open), the engine thread (events) and the connection (on_close).
@@ -161,12 +186,13 @@ class Call {
 
   // The logprobs of a token that follows `prev`, with their texts in that context.
   Json token_logprob_chat(int32_t prev, int32_t token, const runtime::SampleResult& s) const {
+    const TokenNamer name(*tokenizer, prev);
     Json top = Json::array();
     for (const runtime::TokenLogprob& t : s.top) {
-      const std::string text = token_string(prev, t.id);
+      const std::string text = name(t.id);
       top.push_back({{"token", text}, {"logprob", t.logprob}, {"bytes", utf8_bytes(text)}});
     }
-    const std::string text = token_string(prev, token);
+    const std::string text = name(token);
     return Json{{"token", text}, {"logprob", s.logprob}, {"bytes", utf8_bytes(text)},
                 {"top_logprobs", std::move(top)}};
   }
@@ -174,10 +200,11 @@ class Call {
   // The completion API's parallel arrays, for a token that follows `prev`.
   void add_completion_logprob(Json& lp, int64_t& text_offset, int32_t prev, int32_t token,
                               const runtime::SampleResult& s) const {
-    const std::string text = token_string(prev, token);
+    const TokenNamer name(*tokenizer, prev);
+    const std::string text = name(token);
     Json top = Json::object();
     top[text] = s.logprob;
-    for (const runtime::TokenLogprob& t : s.top) top[token_string(prev, t.id)] = t.logprob;
+    for (const runtime::TokenLogprob& t : s.top) top[name(t.id)] = t.logprob;
     lp["tokens"].push_back(text);
     lp["token_logprobs"].push_back(s.logprob);
     lp["top_logprobs"].push_back(std::move(top));
@@ -207,7 +234,7 @@ class Call {
         add_completion_logprob(lp, c.text_offset, prev, p.ids[k], ev.prompt_logprobs[k - 1]);
         continue;
       }
-      const std::string t = token_string(prev, p.ids[k]);
+      const std::string t = TokenNamer(*tokenizer, prev)(p.ids[k]);
       lp["tokens"].push_back(t);
       lp["token_logprobs"].push_back(nullptr);
       lp["top_logprobs"].push_back(nullptr);
@@ -294,20 +321,6 @@ class Call {
     return m;
   }
 
-  // The text token `id` adds after `prev` (-1: at the start): decode([prev, id]) past
-  // decode([prev]), so that a SentencePiece word keeps its leading space (decode([id]) alone
-  // drops it, and text_offset would drift from the text by a character a word), as vLLM and
-  // OpenAI report tokens; decode([id]) where the pair's text does not extend prev's.
-  std::string token_string(int32_t prev, int32_t id) const {
-    const std::array<int32_t, 1> one{id};
-    if (prev < 0) return tokenizer->decode(one, false);
-    const std::array<int32_t, 1> before{prev};
-    const std::array<int32_t, 2> pair{prev, id};
-    const std::string a = tokenizer->decode(before, false);
-    std::string b = tokenizer->decode(pair, false);
-    if (b.size() >= a.size() && b.compare(0, a.size(), a) == 0) return b.substr(a.size());
-    return tokenizer->decode(one, false);
-  }
 
   Json chunk(int32_t index, Json delta_or_text, const char* finish = nullptr,
              Json lp = nullptr) const {
