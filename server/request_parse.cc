@@ -426,7 +426,8 @@ void SamplingFields::apply_to(runtime::EngineRequest& req) const {
   req.grammar = grammar;
 }
 
-void merge_sampling_fields(const Json& obj, SamplingFields& f, const std::string& prefix) {
+void merge_sampling_fields(const Json& obj, SamplingFields& f, const std::string& prefix,
+                           int64_t min_max_tokens) {
   auto name = [&](const char* n) { return prefix + n; };
   runtime::SamplingParams& s = f.sampling;
   using runtime::SamplingParam;
@@ -468,17 +469,19 @@ void merge_sampling_fields(const Json& obj, SamplingFields& f, const std::string
     s.logit_bias = parse_logit_bias(*v, name("logit_bias"));
   if (auto v = get_bool(obj, "ignore_eos", prefix)) f.ignore_eos = *v;
   if (auto v = get_int(obj, "max_tokens", prefix)) {
-    if (*v <= 0)
-      bad(name("max_tokens"), fmt::format("'{}' must be at least 1, got {}", name("max_tokens"), *v));
+    if (*v < min_max_tokens)
+      bad(name("max_tokens"),
+          fmt::format("'{}' must be at least {}, got {}", name("max_tokens"), min_max_tokens, *v));
     f.max_tokens = *v;
   }
   // On /v1/completions and KServe an extension (as vLLM accepts it) rather than ignored.
   parse_response_format(obj, f, prefix);
 }
 
-SamplingFields parse_sampling_fields(const Json& obj, const std::string& prefix) {
+SamplingFields parse_sampling_fields(const Json& obj, const std::string& prefix,
+                                     int64_t min_max_tokens) {
   SamplingFields f;
-  merge_sampling_fields(obj, f, prefix);
+  merge_sampling_fields(obj, f, prefix, min_max_tokens);
   return f;
 }
 
@@ -552,15 +555,9 @@ CompletionRequest parse_completion_request(const Json& body) {
   }
   // max_tokens 0 asks for the prompt alone (its logprobs), which only echo returns: the engine
   // still decodes one token, which is dropped.
-  const Json* max_tokens = find(body, "max_tokens");
-  r.prompt_only = r.echo && max_tokens && max_tokens->is_number_integer() && *max_tokens == 0;
-  if (r.prompt_only) {
-    Json one = body;
-    one["max_tokens"] = 1;
-    r.fields = parse_sampling_fields(one);
-  } else {
-    r.fields = parse_sampling_fields(body);
-  }
+  r.fields = parse_sampling_fields(body, "", r.echo ? 0 : 1);
+  r.prompt_only = r.fields.max_tokens == 0;
+  if (r.prompt_only) r.fields.max_tokens = 1;
   if (r.logprobs > 0) r.fields.sampling.top_logprobs = r.logprobs;
   // best_of > n ranks the choices by their tokens' logprobs, which the engine must report.
   r.fields.sampling.logprobs = r.logprobs >= 0 || r.best_of > r.n;

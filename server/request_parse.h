@@ -75,11 +75,15 @@ struct SamplingFields {
   // json_object, grammar).
   void apply_to(runtime::EngineRequest& req) const;
 };
-SamplingFields parse_sampling_fields(const Json& obj, const std::string& prefix = "");
+// max_tokens below `min_max_tokens` is a 400 naming it (0 only where a route gives it a meaning:
+// completions' echo).
+SamplingFields parse_sampling_fields(const Json& obj, const std::string& prefix = "",
+                                     int64_t min_max_tokens = 1);
 // Same, on top of `base` (fields present in `obj` override it): KServe's request "parameters"
 // object, then its sampling_parameters tensor. Both read OpenAI's response_format too (a
 // "text" type clears what an earlier object asked for).
-void merge_sampling_fields(const Json& obj, SamplingFields& base, const std::string& prefix = "");
+void merge_sampling_fields(const Json& obj, SamplingFields& base, const std::string& prefix = "",
+                           int64_t min_max_tokens = 1);
 
 // The max_tokens a request runs with: the requested value, or `default_max_tokens`, capped so
 // that prompt + output fit in `max_model_len` (the engine would stop there anyway). Requires
