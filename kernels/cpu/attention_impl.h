@@ -284,6 +284,19 @@ inline int64_t next_block_rows(const detail::AttentionRange& a, int64_t j0,
 // ranged 0.82-1.0 in such rounds): bf16 0.83 / 0.75, f32 0.87 / 0.91 (4 KB pieces: 0.90 / 0.79,
 // 0.90 / 0.92). Rows up to 4 KB stay whole: 1 KB pieces of Llama-3-8B's 4 KB rows measured
 // 1.06-1.29x slower (f32, bf16).
+// Tried and not kept (stop 77, Emerald Rapids VM, bench_attention --cold --formats-only --shape
+// llama2-7b, 3 paired rounds, medians of new / old time per format at 1 and 2 threads):
+//  - Head-major cache blocks ([n_blocks, n_kv_heads, block_size, record]: one KV head's records
+//    of a block one contiguous run, so the per-head walk reads each block as a few sequential
+//    streams), with these requests running a fixed 32 KB of records ahead of the loops instead
+//    of a whole key block: 0.92-1.04 at avx512_vnni, 0.89-1.08 at avx2_vnni, in every format.
+//    Stop 76's synthetic read had the per-head stride capping the compressed formats (3-8 GB/s
+//    against 9.4-11.7 in row order); in these loops it does not. Their cold speed (int4 / fp8 at
+//    ~50 % of the probe on this shape) is their arithmetic: the same loops with the cache hot in
+//    L3 read int4 at 9.6 GB/s and fp8 at 9.3 on one core.
+//  - No L2 requests for f32 (the L1 stream kept): 0.76-0.87 the time on the Llama-2-7B and
+//    Llama-3-8B shapes in one hour, 0.98-1.08 an hour later with the same binaries (the
+//    compressed formats 1.2-1.5x slower without them): the host's state, not a tuning.
 // rows: n_rows row starts (the next block's K rows, then its V rows), each `bytes` long.
 // kNear: also the L1 stream of start_near (kv_quant_impl.h's kNearPrefetch); without it, step()
 // is the L2 stream alone (a second stream's check measured 3-7 % on the bf16 loop).
