@@ -295,8 +295,10 @@ inline int64_t next_block_rows(const detail::AttentionRange& a, int64_t j0,
 //    ~50 % of the probe on this shape) is their arithmetic: the same loops with the cache hot in
 //    L3 read int4 at 9.6 GB/s and fp8 at 9.3 on one core.
 //  - No L2 requests for f32 (the L1 stream kept): 0.76-0.87 the time on the Llama-2-7B and
-//    Llama-3-8B shapes in one hour, 0.98-1.08 an hour later with the same binaries (the
+//    Llama-3-8B shapes in one hour, 1.01-1.08 an hour later with the same binaries (the
 //    compressed formats 1.2-1.5x slower without them): the host's state, not a tuning.
+//  - bf16 with f32's L1 stream (kNearPrefetch, kv_quant_impl.h) on the Llama-2-7B, Llama-3-8B
+//    and TinyLlama shapes: 0.90-1.10.
 // rows: n_rows row starts (the next block's K rows, then its V rows), each `bytes` long.
 // kNear: also the L1 stream of start_near (kv_quant_impl.h's kNearPrefetch); without it, step()
 // is the L2 stream alone (a second stream's check measured 3-7 % on the bf16 loop).
