@@ -284,8 +284,9 @@ inline int64_t next_block_rows(const detail::AttentionRange& a, int64_t j0,
 // ranged 0.82-1.0 in such rounds): bf16 0.83 / 0.75, f32 0.87 / 0.91 (4 KB pieces: 0.90 / 0.79,
 // 0.90 / 0.92). Rows up to 4 KB stay whole: 1 KB pieces of Llama-3-8B's 4 KB rows measured
 // 1.06-1.29x slower (f32, bf16).
-// Tried and not kept (stop 77, Emerald Rapids VM, bench_attention --cold --formats-only --shape
-// llama2-7b, 3 paired rounds, medians of new / old time per format at 1 and 2 threads):
+// Tried and not kept (stop 77, Emerald Rapids VM, bench_attention --cold --formats-only, 4096-key
+// decode, 3-4 paired rounds, medians of new / old time at 1 and 2 threads; Llama-2-7B's shape
+// unless others are named):
 //  - Head-major cache blocks ([n_blocks, n_kv_heads, block_size, record]: one KV head's records
 //    of a block one contiguous run, so the per-head walk reads each block as a few sequential
 //    streams), with these requests running a fixed 32 KB of records ahead of the loops instead
