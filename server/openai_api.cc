@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
 #include <functional>
 #include <memory>
@@ -96,6 +97,9 @@ class Call {
   int32_t n_return = 1;      // choices returned per prompt: the best by mean token logprob
   bool echo = false;
   bool prompt_only = false;  // max_tokens 0 with echo: the one token generated is dropped
+  // vLLM's prompt_logprobs (not streamed): -1 none, else the alternatives per prompt token;
+  // completions return each choice's prompt's, chat the prompt's at the top level.
+  int32_t prompt_lp = -1;
 
   explicit Call(int32_t n_choices) : choices_(static_cast<size_t>(n_choices)) {}
   int32_t n() const { return static_cast<int32_t>(choices_.size()); }
@@ -176,6 +180,7 @@ class Call {
     runtime::EngineFinish finish = runtime::EngineFinish::kLength;
     runtime::EngineUsage usage;
     bool echoed = false;
+    Json prompt_lp;  // vLLM's prompt_logprobs, from the first event (prompt_lp >= 0)
     double lp_sum = 0;  // logprobs of its tokens (and of the stop id that ended it)
     int64_t lp_count = 0;
     // The generated token before the next one (-1: none yet): the next one's text follows its.
@@ -198,13 +203,17 @@ class Call {
   }
 
   // The completion API's parallel arrays, for a token that follows `prev`.
+  // At most n_top alternatives (the engine scores a prompt for the larger of echo's logprobs
+  // and prompt_logprobs).
   void add_completion_logprob(Json& lp, int64_t& text_offset, int32_t prev, int32_t token,
-                              const runtime::SampleResult& s) const {
+                              const runtime::SampleResult& s, size_t n_top = SIZE_MAX) const {
     const TokenNamer name(*tokenizer, prev);
     const std::string text = name(token);
     Json top = Json::object();
     top[text] = s.logprob;
-    for (const runtime::TokenLogprob& t : s.top) top[name(t.id)] = t.logprob;
+    for (size_t a = 0; a < s.top.size() && a < n_top; ++a) {
+      top[name(s.top[a].id)] = s.top[a].logprob;
+    }
     lp["tokens"].push_back(text);
     lp["token_logprobs"].push_back(s.logprob);
     lp["top_logprobs"].push_back(std::move(top));
@@ -231,7 +240,8 @@ class Call {
     for (size_t k = 0; k < p.ids.size(); ++k) {
       const int32_t prev = k > 0 ? p.ids[k - 1] : -1;
       if (k > 0 && k - 1 < ev.prompt_logprobs.size()) {
-        add_completion_logprob(lp, c.text_offset, prev, p.ids[k], ev.prompt_logprobs[k - 1]);
+        add_completion_logprob(lp, c.text_offset, prev, p.ids[k], ev.prompt_logprobs[k - 1],
+                               static_cast<size_t>(logprobs));
         continue;
       }
       const std::string t = TokenNamer(*tokenizer, prev)(p.ids[k]);
@@ -241,6 +251,34 @@ class Call {
       lp["text_offset"].push_back(c.text_offset);
       c.text_offset += static_cast<int64_t>(t.size());
     }
+  }
+
+  // vLLM's prompt_logprobs of choice i's prompt, from its first event: null for the first token
+  // (and any the engine did not score), then per token {id: {logprob, rank, decoded_token}} for
+  // the token itself (its rank over the vocabulary) and its prompt_lp most likely alternatives
+  // (ranks 1, 2, ... in order), each named by the text it adds after the token before.
+  Json vllm_prompt_logprobs(int32_t i, const runtime::EngineEvent& ev) const {
+    const Prompt& p = prompts[static_cast<size_t>(i / per_prompt)];
+    Json out = Json::array();
+    for (size_t k = 0; k < p.ids.size(); ++k) {
+      if (k == 0 || k - 1 >= ev.prompt_logprobs.size()) {
+        out.push_back(nullptr);
+        continue;
+      }
+      const runtime::SampleResult& s = ev.prompt_logprobs[k - 1];
+      const TokenNamer name(*tokenizer, p.ids[k - 1]);
+      auto entry = [&](int32_t id, float logprob, int64_t rank) {
+        return Json{{"logprob", logprob}, {"rank", rank}, {"decoded_token", name(id)}};
+      };
+      Json e = Json::object();
+      for (size_t a = 0; a < s.top.size() && a < static_cast<size_t>(prompt_lp); ++a) {
+        e[std::to_string(s.top[a].id)] =
+            entry(s.top[a].id, s.top[a].logprob, static_cast<int64_t>(a) + 1);
+      }
+      e[std::to_string(p.ids[k])] = entry(p.ids[k], s.logprob, s.rank);
+      out.push_back(std::move(e));
+    }
+    return out;
   }
 
   // The usage of the request: each prompt counted once (its choices all read it; its cached
@@ -443,6 +481,7 @@ class Call {
 
   void collect(int32_t i, Choice& c, const runtime::EngineEvent& ev) const {
     if (!chat) add_echo(i, c, ev, c.text, c.lp);
+    if (prompt_lp >= 0 && c.prompt_lp.is_null()) c.prompt_lp = vllm_prompt_logprobs(i, ev);
     if (prompt_only) return;
     c.text += ev.text;
     if (ev.token >= 0 || ev.stop_token >= 0) {
@@ -498,14 +537,17 @@ class Call {
       else choice["text"] = c.text;
       choice["logprobs"] = c.lp;
       choice["finish_reason"] = fin;
+      if (prompt_lp >= 0 && !chat) choice["prompt_logprobs"] = c.prompt_lp;
       list.push_back(std::move(choice));
     }
-    const Json body{{"id", id},
-                    {"object", chat ? "chat.completion" : "text_completion"},
-                    {"created", created},
-                    {"model", model},
-                    {"choices", std::move(list)},
-                    {"usage", usage_json(total_usage())}};
+    Json body{{"id", id},
+              {"object", chat ? "chat.completion" : "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", std::move(list)},
+              {"usage", usage_json(total_usage())}};
+    // Chat's choices share one prompt: its scores once, beside them (as vLLM).
+    if (prompt_lp >= 0 && chat) body["prompt_logprobs"] = choices_.front().prompt_lp;
     writer->respond(200, dump(body));
     metrics->request_done(kApi, 200);
   }
@@ -567,7 +609,8 @@ void submit_call(const HttpRequest& req, std::shared_ptr<ResponseWriter> writer,
       runtime::EngineRequest er =
           engine_request(host, *engine, req.request_id, prompts[p], fields, prompt_fields[p]);
       er.lora = lora;
-      if (call->echo && call->logprobs >= 0) er.prompt_logprobs = call->logprobs;
+      er.prompt_logprobs =
+          std::max(call->echo && call->logprobs >= 0 ? call->logprobs : -1, call->prompt_lp);
       if (er.sampling.seed && i > 0) *er.sampling.seed += static_cast<uint64_t>(i);
       const uint64_t h = engine->submit(
           std::move(er), [call, i](const runtime::EngineEvent& ev) { call->on_event(i, ev); });
@@ -616,6 +659,7 @@ void handle_completions(const HttpRequest& req, std::shared_ptr<ResponseWriter> 
   call->n_return = cr.n;
   call->echo = cr.echo;
   call->prompt_only = cr.prompt_only;
+  call->prompt_lp = cr.prompt_logprobs;
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> fields;
   const tok::Tokenizer& tokenizer = engine->tokenizer();
@@ -623,7 +667,7 @@ void handle_completions(const HttpRequest& req, std::shared_ptr<ResponseWriter> 
     const CompletionPrompt& p = cr.prompts[static_cast<size_t>(i)];
     prompts.push_back(p.text ? tokenizer.encode(*p.text, /*add_special=*/true) : p.ids);
     fields.push_back(n_prompts == 1 ? "prompt" : fmt::format("prompt[{}]", i));
-    if (cr.echo) {
+    if (cr.echo || cr.prompt_logprobs >= 0) {
       call->prompts.push_back({p.text ? *p.text : tokenizer.decode(p.ids), prompts.back()});
     }
   }
@@ -649,6 +693,8 @@ void handle_chat_completions(const HttpRequest& req, std::shared_ptr<ResponseWri
   call->metrics = &metrics;
   call->forced_tool = cr.forced_tool;
   call->tool_required = cr.tool_required;
+  call->prompt_lp = cr.prompt_logprobs;
+  if (cr.prompt_logprobs >= 0) call->prompts.push_back({"", prompt});
   if (!cr.tools.is_null() && !cr.tool_choice_none && cr.forced_tool.empty() &&
       !cr.tool_required) {
     call->tool_parser = host.tool_call_format();

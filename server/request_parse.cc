@@ -112,6 +112,19 @@ bool get_stream(const Json& body, bool* include_usage) {
   return stream;
 }
 
+// vLLM's prompt_logprobs (completions and chat): -1 when absent or null, else the alternatives
+// per prompt token, in top_logprobs' range. Not streamed, as in vLLM.
+int32_t get_prompt_logprobs(const Json& body, bool stream) {
+  const auto v = get_int(body, "prompt_logprobs");
+  if (!v) return -1;
+  check_sampling(runtime::SamplingParam::kTopLogprobs, static_cast<double>(*v),
+                 "prompt_logprobs");
+  if (stream)
+    bad("prompt_logprobs", "'prompt_logprobs' cannot be streamed (as in vLLM): ask without "
+                           "'stream'");
+  return static_cast<int32_t>(*v);
+}
+
 std::string get_model(const Json& body) { return get_string(body, "model").value_or(""); }
 
 // n: choices per request, in [1, kMaxChoices].
@@ -562,6 +575,7 @@ CompletionRequest parse_completion_request(const Json& body) {
   // best_of > n ranks the choices by their tokens' logprobs, which the engine must report.
   r.fields.sampling.logprobs = r.logprobs >= 0 || r.best_of > r.n;
   r.stream = get_stream(body, &r.include_usage);
+  r.prompt_logprobs = get_prompt_logprobs(body, r.stream);
   if (r.stream && r.best_of > r.n)
     bad("best_of", fmt::format("'best_of' ({}) above n ({}) cannot be streamed: the best are "
                                "known only at the end", r.best_of, r.n));
@@ -619,6 +633,7 @@ ChatRequest parse_chat_request(const Json& body) {
   r.fields.sampling.top_logprobs = r.logprobs ? r.top_logprobs : 0;
   r.fields.sampling.logprobs = r.logprobs;
   r.stream = get_stream(body, &r.include_usage);
+  r.prompt_logprobs = get_prompt_logprobs(body, r.stream);
   get_string(body, "user");
   return r;
 }

@@ -121,13 +121,17 @@ struct CompletionRequest {
   int32_t best_of = 1;         // choices generated per prompt (>= n); the best n are returned
   bool echo = false;           // each choice's text (and logprobs) starts with its prompt's
   bool prompt_only = false;    // echo with max_tokens 0: the prompt alone (fields.max_tokens 1)
+  int32_t prompt_logprobs = -1;  // vLLM's: -1 none; 0..20 alternatives per prompt token
 };
 // prompt: string | [string, ...] | [int, ...] | [[int, ...], ...] (a batch: choices ordered by
 // prompt, then by choice). n in [1, kMaxChoices]; best_of in [n, kMaxChoices] (best_of > n: the
 // n of highest mean token logprob, not streamed); prompts x best_of <= kMaxChoices. echo: the
 // prompt is part of each choice's text, and with logprobs its tokens are scored too (the first
 // one's logprob null); max_tokens 0 only with echo. 400 naming the field otherwise.
-// response_format as in chat (an extension, as in vLLM).
+// response_format as in chat, and prompt_logprobs (0..20, not with stream; each returned
+// choice's prompt_logprobs: vLLM's list, null for the first prompt token, then per token
+// {id: {logprob, rank, decoded_token}} for it and its most likely alternatives): extensions, as
+// in vLLM.
 CompletionRequest parse_completion_request(const Json& body);
 
 // POST /v1/chat/completions.
@@ -146,6 +150,7 @@ struct ChatRequest {
   bool tool_required = false;
   std::string forced_tool;
   bool tool_choice_none = false;  // "none": the reply is text, calls are not read out of it
+  int32_t prompt_logprobs = -1;   // vLLM's, as in CompletionRequest (the response's top level)
 };
 // messages: non-empty list of {role: string, content: string | [{type: "text", text}] | null,
 // name: string, tool_call_id: string, tool_calls: [{id, type: "function", function: {name,

@@ -88,6 +88,9 @@ SampleResult score_token(std::span<const float> logits, int32_t id, size_t n_top
   r.logprob =
       static_cast<float>(static_cast<double>(logits[static_cast<size_t>(id)]) - log_z);
   r.top = raw_top_logprobs(logits, log_z, n_top);
+  const float mine = logits[static_cast<size_t>(id)];
+  r.rank = 1 + static_cast<int32_t>(std::count_if(logits.begin(), logits.end(),
+                                                   [mine](float x) { return x > mine; }));
   return r;
 }
 

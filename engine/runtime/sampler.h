@@ -63,6 +63,10 @@ struct SampleResult {
   float logprob = 0.0f;  // of the chosen token, same definition; NaN unless params.logprobs or
                          // top_logprobs asked for logprobs
   std::vector<TokenLogprob> top;        // top_logprobs alternatives, best first
+  // score_token only (prompt logprobs; 0 elsewhere): 1 + the number of ids whose logit is
+  // above the id's, so 1 for the most likely and tied ids sharing the better rank, as vLLM
+  // ranks a prompt token.
+  int32_t rank = 0;
 };
 
 // The raw log-softmax pieces sample() reports, for callers that score given tokens instead of
@@ -73,8 +77,9 @@ double raw_log_normalizer(std::span<const float> logits, float raw_max);
 std::vector<TokenLogprob> raw_top_logprobs(std::span<const float> logits, double log_z, size_t n);
 
 // The raw logprob of `id` under `logits` ([vocab]) and the n_top most likely ids, as sample()
-// reports a drawn id's (SampleResult::id = id). Throws Error(kInvalidArgument) on empty logits,
-// an id outside [0, vocab), a NaN or +inf logit, or all -inf.
+// reports a drawn id's (SampleResult::id = id), and the id's rank (SampleResult::rank). Throws
+// Error(kInvalidArgument) on empty logits, an id outside [0, vocab), a NaN or +inf logit, or all
+// -inf.
 SampleResult score_token(std::span<const float> logits, int32_t id, size_t n_top);
 
 // A rule on which token may come next (JSON mode: json_constraint.h), owned by a Sampler: mask()

@@ -18,6 +18,11 @@ does. Checks:
   * best_of > n returns the n choices of highest mean token logprob among the best_of that
     n = best_of with the same seed generates (choice i seeded seed + i), in that order;
   * gRPC Generate's prompt_logprobs give the same scores on its first response;
+  * vLLM's prompt_logprobs field: each completion choice's (chat: the response's) list, null
+    first, then per prompt token {id: {logprob, rank, decoded_token}} for the token and its top
+    alternatives, logprobs and ranks against numpy's (the chat prompt rendered by jinja2),
+    decoded tokens adding up to the prompt, beside echo's own logprobs in one request; refused
+    out of range, of the wrong type and streamed;
   * refusals: best_of below n or streamed, a batch over 128 choices, max_tokens 0 without echo,
     an empty prompt in a batch.
 """
@@ -53,6 +58,101 @@ def check_refusal(res, url, name, body, field):
     st, b, _ = post(url, body)
     param = b.get("error", {}).get("param") if isinstance(b, dict) else None
     res.check(f"refused: {name}", st == 400 and param == field, f"{st} {json.dumps(b)[:200]}")
+
+
+def prompt_lp_errors(plp, ids, lsm, n_alt):
+    """What is wrong with vLLM-style prompt_logprobs `plp` for prompt `ids` (lsm: numpy's
+    float64 log_softmax per position): the first entry null, then for token t its own entry
+    (logprob and rank against numpy's within LOGPROB_TOL) and n_alt alternatives ranked 1..n_alt
+    whose logprobs are numpy's best."""
+    if not isinstance(plp, list) or len(plp) != len(ids) or plp[0] is not None:
+        return f"not a list of {len(ids)} entries with a null first: {str(plp)[:200]}"
+    for t in range(1, len(ids)):
+        e, row = plp[t], lsm[t - 1]
+        own = e.get(str(ids[t])) if isinstance(e, dict) else None
+        if own is None:
+            return f"token {t}: no entry for its id {ids[t]}: {e}"
+        want = row[ids[t]]
+        lo = 1 + int((row > want + LOGPROB_TOL).sum())
+        hi = 1 + int((row > want - LOGPROB_TOL).sum())
+        if abs(own["logprob"] - want) > LOGPROB_TOL or not lo <= own["rank"] <= hi:
+            return f"token {t}: {own} vs numpy logprob {want:.4f}, rank in [{lo}, {hi}]"
+        alts = sorted((v["rank"], v["logprob"], int(k)) for k, v in e.items() if k != str(ids[t]))
+        ranks = sorted([v["rank"] for k, v in e.items() if k != str(ids[t])] +
+                       ([own["rank"]] if own["rank"] <= n_alt else []))
+        best = np.sort(row)[::-1]
+        if ranks[:n_alt] != list(range(1, n_alt + 1)) or len(e) > n_alt + 1:
+            return f"token {t}: ranks {ranks} for {n_alt} alternatives: {e}"
+        for r, lp, i in alts:
+            if abs(lp - best[r - 1]) > LOGPROB_TOL or abs(lp - row[i]) > LOGPROB_TOL:
+                return f"token {t}: alternative {i} rank {r} logprob {lp} vs numpy {row[i]:.4f}"
+    return None
+
+
+def check_prompt_logprobs(res, url, tok, ids, lsm, alone, model, ref):
+    st, b, _ = post(url, {"prompt": ids[2], "prompt_logprobs": 2, "max_tokens": 2,
+                          "temperature": 0, "n": 2})
+    ok = st == 200 and len(b["choices"]) == 2
+    res.check("prompt_logprobs 2, n 2: 200", ok, json.dumps(b)[:300])
+    if ok:
+        for c in b["choices"]:
+            err = prompt_lp_errors(c.get("prompt_logprobs"), ids[2], lsm[2], 2)
+            res.check(f"prompt_logprobs, choice {c['index']}: vLLM's entries == numpy", err is None,
+                      err or "")
+        plp = b["choices"][0]["prompt_logprobs"]
+        if isinstance(plp, list) and len(plp) == len(ids[2]):
+            names = [plp[t].get(str(ids[2][t]), {}).get("decoded_token", "")
+                     for t in range(1, len(ids[2]))]
+            full = tok.decode(ids[2], skip_special_tokens=False)
+            first = tok.decode(ids[2][:1], skip_special_tokens=False)
+            res.check("prompt_logprobs: decoded tokens add up to the prompt's text",
+                      first + "".join(names) == full, f"{names} vs {full!r}")
+            a = alone[2]["logprobs"]["token_logprobs"] if len(alone) > 2 else []
+            worst = max([abs(plp[t][str(ids[2][t])]["logprob"] - a[t])
+                         for t in range(1, len(ids[2]))] if len(a) == len(ids[2])
+                        else [float("inf")])
+            res.check(f"prompt_logprobs == echo's logprobs (within {BATCH_TOL})",
+                      worst <= BATCH_TOL, f"max diff {worst:.3g}")
+    # A batch with echo: echo's alternatives (1) and prompt_logprobs' (3) each as asked.
+    st, b, _ = post(url, {"prompt": ids[:2], "prompt_logprobs": 3, "echo": True, "logprobs": 1,
+                          "max_tokens": 1, "temperature": 0})
+    ok = st == 200 and [c["index"] for c in b["choices"]] == [0, 1]
+    if res.check("batch, echo logprobs 1 and prompt_logprobs 3: 200", ok, json.dumps(b)[:300]):
+        errs = [prompt_lp_errors(c.get("prompt_logprobs"), ids[k], lsm[k], 3)
+                for k, c in enumerate(b["choices"])]
+        res.check("batch: each prompt's prompt_logprobs == numpy", errs == [None, None], str(errs))
+        sizes = {len(d) for c in b["choices"] for d in c["logprobs"]["top_logprobs"][1:]}
+        res.check("batch: echo keeps its own 1 alternative (dicts of 1 or 2)",
+                  sizes <= {1, 2}, str(sizes))
+    # Chat: the rendered prompt's scores at the top level (jinja2 renders the template).
+    import jinja2
+    cfg = json.load(open(os.path.join(model, "tokenizer_config.json")))
+    msgs = [{"role": "user", "content": "Return the sum of two numbers"}]
+    text = jinja2.Environment().from_string(cfg["chat_template"]).render(
+        messages=msgs, bos_token=cfg["bos_token"], add_generation_prompt=True)
+    chat_ids = tok.encode(text, add_special_tokens=False).ids
+    st, b, _ = su.http_json("POST", url + "/v1/chat/completions",
+                            {"messages": msgs, "prompt_logprobs": 1, "max_tokens": 1, "n": 2},
+                            timeout=300)
+    ok = st == 200 and all("prompt_logprobs" not in c for c in b["choices"])
+    if res.check("chat prompt_logprobs 1: 200, at the top level only", ok, json.dumps(b)[:300]):
+        err = prompt_lp_errors(b.get("prompt_logprobs"), chat_ids,
+                               log_softmax(ref.logits(model, chat_ids)), 1)
+        res.check("chat prompt_logprobs == numpy on the rendered prompt", err is None, err or "")
+    # Refusals: out of range, a string, with stream.
+    check_refusal(res, url, "prompt_logprobs 21", {"prompt": "a", "prompt_logprobs": 21},
+                  "prompt_logprobs")
+    check_refusal(res, url, "prompt_logprobs -1", {"prompt": "a", "prompt_logprobs": -1},
+                  "prompt_logprobs")
+    check_refusal(res, url, "prompt_logprobs a string", {"prompt": "a", "prompt_logprobs": "2"},
+                  "prompt_logprobs")
+    check_refusal(res, url, "prompt_logprobs streamed",
+                  {"prompt": "a", "prompt_logprobs": 1, "stream": True}, "prompt_logprobs")
+    st, b, _ = su.http_json("POST", url + "/v1/chat/completions",
+                            {"messages": msgs, "prompt_logprobs": 1, "stream": True})
+    param = b.get("error", {}).get("param") if isinstance(b, dict) else None
+    res.check("refused: chat prompt_logprobs streamed", st == 400 and param == "prompt_logprobs",
+              f"{st} {json.dumps(b)[:200]}")
 
 
 def main():
@@ -165,6 +265,9 @@ def main():
         res.check("gRPC Generate prompt_logprobs 21: INVALID_ARGUMENT naming it",
                   refused.startswith("INVALID_ARGUMENT") and "prompt_logprobs" in refused,
                   refused)
+
+        # vLLM's prompt_logprobs field, on completions (each choice) and chat (top level).
+        check_prompt_logprobs(res, url, tok, ids, lsm, alone, model, ref)
 
         # lm-eval's request: a batch of id lists, echo, logprobs 1, max_tokens 1, greedy.
         st, b, _ = post(url, {"prompt": ids, "echo": True, "logprobs": 1, "max_tokens": 1,

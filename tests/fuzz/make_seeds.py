@@ -130,6 +130,8 @@ def main():
         "completion-batch-echo": {"prompt": [[1, 2, 3], [4, 5]], "echo": True, "logprobs": 1,
                                   "max_tokens": 0},
         "completion-best-of": {"prompt": ["a", "b"], "n": 2, "best_of": 3, "max_tokens": 4},
+        "completion-prompt-logprobs": {"prompt": [[1, 2, 3]], "prompt_logprobs": 2,
+                                       "echo": True, "logprobs": 1, "max_tokens": 1},
         "chat": {"model": "m", "messages": [
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": [{"type": "text", "text": "Hi"}]},

@@ -742,6 +742,9 @@ TEST_CASE("score_token: a given id's raw logprob and the top alternatives, as sa
       for (const size_t n : {size_t{0}, size_t{1}, size_t{7}}) {
         const SampleResult r = score_token(logits, id, n);
         CHECK(r.id == id);
+        int64_t above = 0;
+        for (const double x : ref) above += x > ref[static_cast<size_t>(id)] ? 1 : 0;
+        CHECK(r.rank == 1 + above);
         CHECK(r.logprob == Approx(ref[static_cast<size_t>(id)]).margin(1e-5));
         REQUIRE(r.top.size() == n);
         for (size_t i = 0; i < n; ++i) {
@@ -751,6 +754,12 @@ TEST_CASE("score_token: a given id's raw logprob and the top alternatives, as sa
       }
     }
   }
+  // Ranks as vLLM gives a prompt token's: 1 for the most likely, ties share the better rank.
+  const std::vector<float> tied{1.0f, 2.0f, 2.0f, 0.0f};
+  CHECK(score_token(tied, 1, 0).rank == 1);
+  CHECK(score_token(tied, 2, 0).rank == 1);
+  CHECK(score_token(tied, 0, 0).rank == 3);
+  CHECK(score_token(tied, 3, 0).rank == 4);
   // More alternatives than ids: all of them.
   CHECK(score_token(std::vector<float>{1.0f, 2.0f}, 0, 20).top.size() == 2);
   // -inf logits are fine (a banned id scores -inf); what sample() refuses is refused.
