@@ -13,6 +13,18 @@
 
 namespace sampan::cli {
 
+// How a conversation is rendered beyond its messages and tools (vLLM's chat request fields).
+struct ChatOptions {
+  bool add_generation_prompt = true;
+  // The text ends where the last message's content ends (its turn left open for the model to
+  // continue), cut as transformers' continue_final_message cuts it; with add_generation_prompt
+  // false. Error(kInvalidArgument) when the rendered text does not hold that content.
+  bool continue_final_message = false;
+  // Template variables set after the standard ones (chat_template_kwargs, documents): null or
+  // an object.
+  nlohmann::ordered_json vars;
+};
+
 class ChatPrompt {
  public:
   // Throws Error(kNotFound) naming the model when its tokenizer has no chat template.
@@ -22,6 +34,10 @@ class ChatPrompt {
                               const nlohmann::ordered_json& tools = nullptr) const;
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                      const nlohmann::ordered_json& tools = nullptr) const;
+  std::string render(const nlohmann::ordered_json& messages, const ChatOptions& options,
+                     const nlohmann::ordered_json& tools = nullptr) const;
+  std::vector<int32_t> encode(const nlohmann::ordered_json& messages, const ChatOptions& options,
+                              const nlohmann::ordered_json& tools = nullptr) const;
 
  private:
   const tok::Tokenizer& tokenizer_;

@@ -116,14 +116,15 @@ runtime::EngineRequest engine_request(const ModelHost& host, const runtime::Engi
 }
 
 std::vector<int32_t> encode_chat(const ModelHost& host, const Json& messages, const Json& tools,
-                                 const std::string& field, std::string_view instead) {
+                                 const std::string& field, std::string_view instead,
+                                 const cli::ChatOptions& options) {
   const auto chat = host.chat();
   if (!chat) {
     fail_field(ErrorCode::kInvalidArgument, field, "model '{}' has no chat template; {}",
                host.name(), instead);
   }
   try {
-    return chat->encode(messages, /*add_generation_prompt=*/true, tools);
+    return chat->encode(messages, options, tools);
   } catch (const Error& e) {
     // The template judges the conversation (raise_exception on roles that do not alternate):
     // the caller's input, so the error names it.

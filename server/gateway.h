@@ -22,6 +22,7 @@
 #include "engine/core/error.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/tensor_session.h"
+#include "server/chat_prompt.h"
 #include "server/kserve_decode.h"
 #include "server/model_host.h"
 #include "server/request_parse.h"
@@ -79,8 +80,10 @@ runtime::EngineRequest engine_request(const ModelHost& host, const runtime::Engi
 // The prompt of a chat conversation rendered by the model's template. The template's refusals
 // (raise_exception, an unsupported construct) keep their kind and name `field`; a model without
 // a template is kInvalidArgument naming `field`, with `instead` telling the client what to send.
+// `options`: chat_prompt.h's (the generation prompt, continue_final_message, extra variables).
 std::vector<int32_t> encode_chat(const ModelHost& host, const Json& messages, const Json& tools,
-                                 const std::string& field, std::string_view instead);
+                                 const std::string& field, std::string_view instead,
+                                 const cli::ChatOptions& options = {});
 
 // ---- finished requests ---------------------------------------------------------------------
 

@@ -680,8 +680,12 @@ void handle_chat_completions(const HttpRequest& req, std::shared_ptr<ResponseWri
   const ChatRequest cr = parse_chat_request(parse_json_object(req.body));
   int32_t lora = -1;
   const auto engine = admit(host, cr.model, "model", &lora);
+  cli::ChatOptions options;
+  options.add_generation_prompt = cr.add_generation_prompt;
+  options.continue_final_message = cr.continue_final_message;
+  options.vars = cr.template_vars;
   std::vector<int32_t> prompt =
-      encode_chat(host, cr.messages, cr.tools, "messages", "use /v1/completions");
+      encode_chat(host, cr.messages, cr.tools, "messages", "use /v1/completions", options);
   auto call = std::make_shared<Call>(cr.n);
   call->per_prompt = cr.n;
   call->n_return = cr.n;

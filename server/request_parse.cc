@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "engine/runtime/guided_grammar.h"
 #include "engine/runtime/json_schema.h"
 #include "engine/runtime/sampling_limits.h"
 
@@ -382,11 +383,111 @@ void parse_response_format(const Json& obj, SamplingFields& f, const std::string
   f.grammar = schema_grammar(*schema, js_name + ".schema");
 }
 
+// vLLM's guided decoding fields (its OpenAI server's extensions, and its sampling parameters on
+// KServe): guided_json (a schema object or its JSON text: as response_format json_schema),
+// guided_regex (the output a whole match), guided_choice (one of the strings); at most one, and
+// not beside a response_format asking for JSON. guided_grammar and guided_whitespace_pattern
+// are refused; guided_decoding_backend (which library vLLM uses) is accepted and changes
+// nothing.
+void parse_guided(const Json& obj, SamplingFields& f, const std::string& prefix) {
+  const char* given = nullptr;
+  for (const char* n : {"guided_json", "guided_regex", "guided_choice", "guided_grammar"}) {
+    if (!find(obj, n)) continue;
+    if (given)
+      bad(prefix + n, fmt::format("'{}' and '{}' both constrain the output: choose one",
+                                  prefix + given, prefix + n));
+    given = n;
+  }
+  for (const char* n : {"guided_grammar", "guided_whitespace_pattern"}) {
+    if (find(obj, n))
+      bad(prefix + n, fmt::format("'{}' is not supported (guided_json, guided_regex and "
+                                  "guided_choice are)", prefix + n));
+  }
+  get_string(obj, "guided_decoding_backend", prefix);
+  if (!given) return;
+  const std::string field = prefix + given;
+  if (const Json* rf = find(obj, "response_format"); rf && (f.json_object || f.grammar))
+    bad(field, fmt::format("'{}' and '{}response_format' both constrain the output: choose one",
+                           field, prefix));
+  const Json& v = *find(obj, given);
+  try {
+    if (std::string_view(given) == "guided_json") {
+      if (v.is_string()) {
+        f.grammar = runtime::compile_json_schema(v.get_ref<const std::string&>(), field);
+      } else if (v.is_object()) {
+        f.grammar = runtime::compile_json_schema(v.dump(), field);
+      } else {
+        wrong_type(field, "a JSON schema (an object, or its text)", v);
+      }
+    } else if (std::string_view(given) == "guided_regex") {
+      if (!v.is_string()) wrong_type(field, "a string (a regular expression)", v);
+      f.grammar = runtime::compile_regex_grammar(v.get_ref<const std::string&>(), field);
+    } else {
+      if (!v.is_array()) wrong_type(field, "a list of strings", v);
+      std::vector<std::string> choices;
+      for (const Json& c : v) {
+        if (!c.is_string()) wrong_type(field, "a list of strings", v);
+        choices.push_back(c.get<std::string>());
+      }
+      f.grammar = runtime::compile_choice_grammar(choices, field);
+    }
+  } catch (const RequestError&) {
+    throw;
+  } catch (const Error& e) {
+    throw RequestError(e);
+  }
+  f.json_object = false;
+}
+
 // Fields of the OpenAI API that Sampan does not implement: refused when given, rather than
 // silently ignored.
 void refuse_unsupported(const Json& body, std::initializer_list<const char*> names) {
   for (const char* n : names)
     if (find(body, n)) bad(n, fmt::format("'{}' is not supported", n));
+}
+
+// vLLM's extensions that Sampan does not implement: refused unless absent, null or at vLLM's
+// default (which is what Sampan does), since ignoring them would change the output unasked.
+void refuse_vllm_unsupported(const Json& body, bool chat) {
+  struct Field {
+    const char* name;
+    Json default_value;  // null: any value is refused
+  };
+  const Field fields[] = {
+      {"min_tokens", 0},
+      {"include_stop_str_in_output", false},
+      {"skip_special_tokens", true},
+      {"spaces_between_special_tokens", true},
+      {"use_beam_search", false},
+      {"length_penalty", 1.0},
+      {"priority", 0},
+      {"return_tokens_as_token_ids", false},
+      {"add_special_tokens", !chat},
+      {"truncate_prompt_tokens", nullptr},
+      {"allowed_token_ids", nullptr},
+      {"bad_words", nullptr},
+      {"logits_processors", nullptr},
+      {"prompt_embeds", nullptr},
+      {"structured_outputs", nullptr},
+      {"chat_template", nullptr},
+      {"echo", chat ? Json(false) : Json(nullptr)},
+  };
+  for (const Field& f : fields) {
+    if (!chat && std::string_view(f.name) == "chat_template") continue;
+    if (!chat && std::string_view(f.name) == "echo") continue;  // completions' own echo
+    const Json* v = find(body, f.name);
+    if (!v || v->is_null()) continue;
+    // Numbers compare by value (1 and 1.0 are both length_penalty's default).
+    const bool at_default =
+        !f.default_value.is_null() &&
+        (*v == f.default_value || (v->is_number() && f.default_value.is_number() &&
+                                   v->get<double>() == f.default_value.get<double>()));
+    if (!at_default)
+      bad(f.name, f.default_value.is_null()
+                      ? fmt::format("'{}' is not supported", f.name)
+                      : fmt::format("'{}' is not supported (only its default, {})", f.name,
+                                    f.default_value.dump()));
+  }
 }
 
 }  // namespace
@@ -489,6 +590,7 @@ void merge_sampling_fields(const Json& obj, SamplingFields& f, const std::string
   }
   // On /v1/completions and KServe an extension (as vLLM accepts it) rather than ignored.
   parse_response_format(obj, f, prefix);
+  parse_guided(obj, f, prefix);
 }
 
 SamplingFields parse_sampling_fields(const Json& obj, const std::string& prefix,
@@ -576,6 +678,7 @@ CompletionRequest parse_completion_request(const Json& body) {
   r.fields.sampling.logprobs = r.logprobs >= 0 || r.best_of > r.n;
   r.stream = get_stream(body, &r.include_usage);
   r.prompt_logprobs = get_prompt_logprobs(body, r.stream);
+  refuse_vllm_unsupported(body, /*chat=*/false);
   if (r.stream && r.best_of > r.n)
     bad("best_of", fmt::format("'best_of' ({}) above n ({}) cannot be streamed: the best are "
                                "known only at the end", r.best_of, r.n));
@@ -613,8 +716,8 @@ ChatRequest parse_chat_request(const Json& body) {
   const bool formatted = r.fields.json_object || r.fields.grammar;
   parse_tool_choice(body, r);
   if (formatted && (r.tool_required || !r.forced_tool.empty()))
-    bad("tool_choice", "'tool_choice' forces a tool call and 'response_format' asks for JSON: "
-                       "choose one");
+    bad("tool_choice", "'tool_choice' forces a tool call and 'response_format' (or a guided_* "
+                       "field) constrains the output: choose one");
   // max_completion_tokens is the newer name; it wins when both are given.
   if (auto v = get_int(body, "max_completion_tokens")) {
     if (*v <= 0)
@@ -634,6 +737,31 @@ ChatRequest parse_chat_request(const Json& body) {
   r.fields.sampling.logprobs = r.logprobs;
   r.stream = get_stream(body, &r.include_usage);
   r.prompt_logprobs = get_prompt_logprobs(body, r.stream);
+  refuse_vllm_unsupported(body, /*chat=*/true);
+  // The template's inputs beyond messages and tools (vLLM's fields).
+  r.add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
+  r.continue_final_message = get_bool(body, "continue_final_message").value_or(false);
+  if (r.add_generation_prompt && r.continue_final_message)
+    bad("continue_final_message", "'continue_final_message' continues the last message and "
+                                  "'add_generation_prompt' opens a new turn: set "
+                                  "'add_generation_prompt' to false");
+  r.template_vars = Json::object();
+  if (const Json* kw = find(body, "chat_template_kwargs")) {
+    if (!kw->is_object())
+      wrong_type("chat_template_kwargs", "an object of template variables", *kw);
+    for (const auto& [k, v] : kw->items()) {
+      if (k == "messages" || k == "tools" || k == "add_generation_prompt" || k == "documents")
+        bad("chat_template_kwargs",
+            fmt::format("'chat_template_kwargs.{}' is the request's own '{}' field", k, k));
+      r.template_vars[k] = v;
+    }
+  }
+  if (const Json* docs = find(body, "documents")) {
+    if (!docs->is_array()) wrong_type("documents", "a list of objects", *docs);
+    for (const Json& d : *docs)
+      if (!d.is_object()) wrong_type("documents", "a list of objects", *docs);
+    r.template_vars["documents"] = *docs;
+  }
   get_string(body, "user");
   return r;
 }

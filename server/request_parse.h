@@ -151,6 +151,12 @@ struct ChatRequest {
   std::string forced_tool;
   bool tool_choice_none = false;  // "none": the reply is text, calls are not read out of it
   int32_t prompt_logprobs = -1;   // vLLM's, as in CompletionRequest (the response's top level)
+  // vLLM's template inputs: add_generation_prompt (default true), continue_final_message
+  // (default false; not with add_generation_prompt), and the variables of chat_template_kwargs
+  // and documents (an object, maybe empty).
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  Json template_vars;
 };
 // messages: non-empty list of {role: string, content: string | [{type: "text", text}] | null,
 // name: string, tool_call_id: string, tool_calls: [{id, type: "function", function: {name,

@@ -448,9 +448,10 @@ void utf8_ranges(uint32_t lo, uint32_t hi, int n,
 
 class Builder {
  public:
-  Builder(Grammar& g, const std::function<uint32_t()>& new_rule) : g_(g), new_rule_(new_rule) {}
+  Builder(Grammar& g, const std::function<uint32_t()>& new_rule, bool raw)
+      : g_(g), new_rule_(new_rule), raw_(raw) {}
 
-  // A rule reading one character of `s` as the JSON string writes it.
+  // A rule reading one character of `s` as the JSON string writes it (raw: as its UTF-8 bytes).
   uint32_t char_rule(const CharSet& s) {
     if (auto it = char_rules_.find(s); it != char_rules_.end()) return it->second;
     std::vector<std::vector<Grammar::Symbol>> alts;
@@ -460,7 +461,10 @@ class Builder {
     static constexpr std::string_view kShort = "\bb\ff\nn\rr\tt";
     for (const auto& [lo, hi] : s) {
       for (uint32_t cp = lo; cp <= std::min<uint32_t>(hi, 0x7F); ++cp) {
-        if (cp == '"' || cp == '\\') {
+        if (raw_) {
+          set_bit(plain, cp);
+          any_plain = true;
+        } else if (cp == '"' || cp == '\\') {
           set_bit(short_esc, cp);
           any_short = true;
         } else if (cp >= 0x20) {
@@ -513,13 +517,14 @@ class Builder {
 
  private:
   const std::function<uint32_t()>& new_rule_;
+  bool raw_;
   std::map<CharSet, uint32_t> char_rules_;
 };
 
-}  // namespace
-
-uint32_t add_string_pattern(Grammar& g, std::string_view pattern, int64_t min_len,
-                            int64_t max_len, const std::function<uint32_t()>& new_rule) {
+// add_string_pattern, or with `raw` add_raw_pattern: the text is the match itself (no quotes,
+// no escapes, nothing before or after it).
+uint32_t add_pattern(Grammar& g, std::string_view pattern, int64_t min_len, int64_t max_len,
+                     const std::function<uint32_t()>& new_rule, bool raw) {
   if (pattern.size() > StringPatternLimits::kMaxPatternBytes) {
     throw PatternError(fmt::format("pattern is longer than {} bytes",
                                    StringPatternLimits::kMaxPatternBytes));
@@ -561,15 +566,17 @@ uint32_t add_string_pattern(Grammar& g, std::string_view pattern, int64_t min_le
                                        "transitions)", StringPatternLimits::kMaxTransitions));
       }
     }
-    if (c.accept_any) entries[e].moves[2] = any;
+    if (c.accept_any && !raw) entries[e].moves[2] = any;
     if (c.accept_any || c.accept_end) entries[e].accept = true;
   };
   take(0, closure(nfa, start, final_state, true, budget));
-  take(1, closure(nfa, start, final_state, false, budget));
-  entries[0].moves[1] = unite(entries[0].moves[1], any);
-  entries[1].moves[1] = any;
-  entries[2].moves[2] = any;
-  entries[2].accept = true;
+  if (!raw) {  // a search: any text before and after the match (raw: entries 1 and 2 unused)
+    take(1, closure(nfa, start, final_state, false, budget));
+    entries[0].moves[1] = unite(entries[0].moves[1], any);
+    entries[1].moves[1] = any;
+    entries[2].moves[2] = any;
+    entries[2].accept = true;
+  }
   while (!todo.empty()) {
     const uint32_t s = todo.back();
     todo.pop_back();
@@ -590,7 +597,7 @@ uint32_t add_string_pattern(Grammar& g, std::string_view pattern, int64_t min_le
 
   // Rules for (entry, characters read), the count kept up to max_len, or saturating at min_len
   // when unbounded.
-  Builder b(g, new_rule);
+  Builder b(g, new_rule, raw);
   const int64_t top = max_len >= 0 ? max_len : min_len;
   std::map<std::pair<uint32_t, int64_t>, uint32_t> rules;
   std::vector<std::pair<uint32_t, int64_t>> pending;
@@ -608,16 +615,35 @@ uint32_t add_string_pattern(Grammar& g, std::string_view pattern, int64_t min_le
     const auto [e, k] = pending.back();
     pending.pop_back();
     const uint32_t r = rules.at({e, k});
-    if (entries[e].accept && k >= min_len) g.add_alt(r, {quote});
+    if (entries[e].accept && k >= min_len) {
+      if (raw) {
+        g.add_alt(r, {});
+      } else {
+        g.add_alt(r, {quote});
+      }
+    }
     if (max_len >= 0 && k >= max_len) continue;
     for (const auto& [t, set] : entries[e].moves) {
       if (!live[t] || set.empty()) continue;
       g.add_alt(r, {b.char_rule(set), rule_of(t, std::min(k + 1, std::max<int64_t>(top, 0)))});
     }
   }
+  if (raw) return body;
   const uint32_t out = b.rule();
   g.add_alt(out, {quote, body});
   return out;
+}
+
+}  // namespace
+
+uint32_t add_string_pattern(Grammar& g, std::string_view pattern, int64_t min_len,
+                            int64_t max_len, const std::function<uint32_t()>& new_rule) {
+  return add_pattern(g, pattern, min_len, max_len, new_rule, /*raw=*/false);
+}
+
+uint32_t add_raw_pattern(Grammar& g, std::string_view pattern,
+                         const std::function<uint32_t()>& new_rule) {
+  return add_pattern(g, pattern, 0, -1, new_rule, /*raw=*/true);
 }
 
 std::string_view format_pattern(std::string_view format) {

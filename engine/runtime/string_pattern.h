@@ -53,6 +53,13 @@ struct StringPatternLimits {
 uint32_t add_string_pattern(Grammar& g, std::string_view pattern, int64_t min_len,
                             int64_t max_len, const std::function<uint32_t()>& new_rule);
 
+// The same regular expressions as raw text (vLLM's guided_regex): the rule derives exactly the
+// texts the whole pattern matches (as Python's re.fullmatch and an ECMA-262 RegExp anchored at
+// both ends would, in the intersection above), each character as its UTF-8 bytes, nothing quoted
+// or escaped. Same errors and limits.
+uint32_t add_raw_pattern(Grammar& g, std::string_view pattern,
+                         const std::function<uint32_t()>& new_rule);
+
 // The pattern `add_string_pattern` enforces for a JSON Schema `format` (date, time, date-time,
 // email, hostname, ipv4, ipv6, uuid), anchored at both ends; empty for a format it does not
 // enforce (a validator treats `format` as an annotation unless asked to check it). Each admits
