@@ -5,8 +5,8 @@ Clients written for vLLM's OpenAI server send fields OpenAI does not have; each 
 as vLLM does it or refused with a 400 naming it, never ignored. Checks:
   * guided_choice (completions, chat): every reply is one of the choices, ended by the model's
     end of sequence; guided_regex: every reply fully matches the pattern (Python's
-    re.fullmatch); guided_json (a schema object, or its text): every reply validates with
-    Python's jsonschema;
+    re.fullmatch), on KServe v2 REST too; guided_json (a schema object, or its text): every
+    reply validates with Python's jsonschema;
   * chat_template_kwargs and documents reach the template, add_generation_prompt false leaves
     the turn out, continue_final_message cuts the text after the last message's content (as
     transformers does): the prompt the server tokenised (read back through prompt_logprobs)
@@ -125,6 +125,25 @@ def main():
                     return False
             res.check(f"guided_json as {form}: each reply valid for jsonschema",
                       len(out) == 3 and all(valid(t) for t, _ in out), str(out))
+
+        # KServe v2 REST reads vLLM's sampling fields too: in `parameters` and in the
+        # sampling_parameters tensor.
+        st, b, _ = su.http_json("GET", url + "/v1/models")
+        name = b["data"][0]["id"] if st == 200 else "?"
+        for where in ("parameters", "sampling_parameters"):
+            params = {"guided_regex": REGEX, "temperature": 1.0, "seed": 3, "max_tokens": 16}
+            body = {"inputs": [{"name": "text_input", "shape": [1], "datatype": "BYTES",
+                                "data": ["Code:"]}]}
+            if where == "parameters":
+                body["parameters"] = params
+            else:
+                body["inputs"].append({"name": "sampling_parameters", "shape": [1],
+                                       "datatype": "BYTES", "data": [json.dumps(params)]})
+            st, b, _ = su.http_json("POST", f"{url}/v2/models/{name}/infer", body, timeout=300)
+            text = b["outputs"][0]["data"][0] if st == 200 else None
+            res.check(f"KServe infer, guided_regex in {where}: a full match",
+                      isinstance(text, str) and re.fullmatch(REGEX, text) is not None,
+                      f"{st} {json.dumps(b)[:300]}")
 
         refused("guided_json and guided_choice", "/v1/completions",
                 {"prompt": "a", "guided_json": SCHEMA, "guided_choice": ["a"]}, "guided_choice")

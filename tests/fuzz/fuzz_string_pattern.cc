@@ -1,9 +1,11 @@
-// JSON Schema `pattern` (engine/runtime/string_pattern.h), fed arbitrary bytes: in serving a
-// pattern comes from any client's response_format or tool parameters. Input: one byte of
-// length bounds, then the pattern. Besides crashes, hangs and runaway memory (the state cap,
-// repeat counts, the rule cap), a differential check: a string walked out of the compiled
-// grammar must be one JSON string literal, within the length bounds, and — for an ASCII
-// pattern and text that std::regex's ECMAScript grammar reads — one the pattern finds.
+// JSON Schema `pattern` and vLLM's guided_regex (engine/runtime/string_pattern.h), fed arbitrary
+// bytes: in serving a pattern comes from any client's response_format, tool parameters or
+// guided_regex. Input: one byte of length bounds, then the pattern. Besides crashes, hangs and
+// runaway memory (the state cap, repeat counts, the rule cap), a differential check: a string
+// walked out of the compiled grammar must be one JSON string literal, within the length bounds,
+// and — for an ASCII pattern and text that std::regex's ECMAScript grammar reads — one the
+// pattern finds; a raw text walked out of the same pattern compiled as guided_regex
+// (add_raw_pattern) one the whole pattern matches.
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -32,6 +34,46 @@ bool ascii(const std::string& s) {
   return true;
 }
 
+// libstdc++'s ECMAScript regex as the oracle, byte-wise, so ASCII only; short texts keep its
+// backtracking bounded. Patterns it does not read (named groups, ...) are skipped, and so are
+// \uHHHH and \xHH (it truncates those past 0x7F to a char). `whole`: regex_match, else
+// regex_search.
+void check_oracle(const std::string& pattern, const std::string& text, bool whole) {
+  if (!ascii(pattern) || !ascii(text) || pattern.size() > 64 || text.size() > 48) return;
+  if (pattern.find("\\u") != std::string::npos || pattern.find("\\x") != std::string::npos) {
+    return;
+  }
+  std::regex re;
+  try {
+    re = std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error&) {
+    return;
+  }
+  try {
+    if (!(whole ? std::regex_match(text, re) : std::regex_search(text, re))) std::abort();
+  } catch (const std::regex_error&) {  // its complexity / stack limits
+  }
+}
+
+// guided_regex: the raw texts of the whole pattern.
+void check_raw(const uint8_t* data, size_t size, const std::string& pattern) {
+  Grammar g;
+  try {
+    g.set_root(add_raw_pattern(g, pattern, [&g] { return g.add_rule(); }));
+    g.finalize();
+  } catch (const PatternError&) {
+    return;
+  } catch (const sampan::Error& e) {
+    if (e.code() != sampan::ErrorCode::kInvalidArgument) std::abort();
+    return;
+  }
+  const GrammarMatcher m(g);
+  if (m.start().empty()) return;
+  const sampan::fuzz::GrammarWalk w = sampan::fuzz::walk_grammar(m, data, size, 160, 1);
+  if (w.stuck && !m.done(w.state)) std::abort();
+  if (m.done(w.state)) check_oracle(pattern, w.text, /*whole=*/true);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -40,6 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t min_len = data[0] & 15;
   const int64_t max_len = (data[0] >> 4) == 15 ? -1 : min_len + (data[0] >> 4);
   const std::string pattern(sampan::fuzz::as_text(data + 1, size - 1));
+  check_raw(data, size, pattern);
   Grammar g;
   uint32_t rule = 0;
   try {
@@ -69,22 +112,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const auto n = static_cast<int64_t>(code_points(text));
   if (n < min_len || (max_len >= 0 && n > max_len)) std::abort();
-  // The oracle: libstdc++'s ECMAScript regex, byte-wise, so ASCII only; short texts keep its
-  // backtracking bounded. Patterns it does not read (named groups, ...) are skipped.
-  if (!ascii(pattern) || !ascii(text) || pattern.size() > 64 || text.size() > 48) return 0;
-  // It truncates \uHHHH and \xHH past 0x7F to a char: no oracle for those.
-  if (pattern.find("\\u") != std::string::npos || pattern.find("\\x") != std::string::npos) {
-    return 0;
-  }
-  std::regex re;
-  try {
-    re = std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error&) {
-    return 0;
-  }
-  try {
-    if (!std::regex_search(text, re)) std::abort();
-  } catch (const std::regex_error&) {  // its complexity / stack limits
-  }
+  check_oracle(pattern, text, /*whole=*/false);
   return 0;
 }
