@@ -13,7 +13,6 @@ ones). `exact` as there: the grammar must accept exactly the texts both accept; 
 soundness is checked. test_guided_grammar reads it.
 """
 
-import itertools
 import json
 import os
 import random
@@ -21,18 +20,11 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_string_pattern_cases import PATTERNS, ecma_labels  # noqa: E402
+from make_string_pattern_cases import PATTERNS, ecma_labels, pattern_texts  # noqa: E402
 
 
 def cases(rng, pattern, alphabet):
-    texts = [""]
-    for n in range(1, 5):
-        texts += ["".join(t) for t in itertools.product(alphabet, repeat=n)]
-    if len(texts) > 1200:
-        texts = texts[:1] + rng.sample(texts[1:], 1199)
-    for _ in range(60):
-        texts.append("".join(rng.choice(alphabet) for _ in range(rng.randint(5, 12))))
-    texts = list(dict.fromkeys(texts))
+    texts = pattern_texts(rng, alphabet)
     ecma = ecma_labels("^(?:" + pattern + ")$", texts)
     try:
         py = re.compile(pattern)

@@ -101,7 +101,9 @@ def ecma_labels(pattern, texts):
     return json.loads(r.stdout)
 
 
-def pattern_cases(rng, pattern, alphabet):
+def pattern_texts(rng, alphabet):
+    """Every string up to 4 characters over `alphabet` (1,200 of them at most) and 60 random
+    longer ones, without repeats."""
     texts = [""]
     for n in range(1, 5):
         texts += ["".join(t) for t in itertools.product(alphabet, repeat=n)]
@@ -109,7 +111,11 @@ def pattern_cases(rng, pattern, alphabet):
         texts = texts[:1] + rng.sample(texts[1:], 1199)
     for _ in range(60):
         texts.append("".join(rng.choice(alphabet) for _ in range(rng.randint(5, 12))))
-    texts = list(dict.fromkeys(texts))
+    return list(dict.fromkeys(texts))
+
+
+def pattern_cases(rng, pattern, alphabet):
+    texts = pattern_texts(rng, alphabet)
     ecma = ecma_labels(pattern, texts)
     try:
         py = re.compile(pattern)

@@ -16,6 +16,7 @@
 #include "engine/core/error.h"
 #include "engine/runtime/grammar.h"
 #include "engine/runtime/guided_grammar.h"
+#include "tests/unit/pattern_cases_util.h"
 
 using namespace sampan;
 using namespace sampan::runtime;
@@ -95,8 +96,7 @@ TEST_CASE("guided_choice: refusals name the field", "[guided]") {
              Catch::Contains("bytes, more than"));
 }
 
-// A text the grammar takes must fully match in every dialect that compiles the pattern; for an
-// `exact` pattern the grammar takes exactly those.
+// Raw texts against re.fullmatch and the anchored RegExp (pattern_cases_util.h's check).
 TEST_CASE("guided_regex: full matches against Python's re and ECMAScript's RegExp", "[guided]") {
   std::ifstream f(std::string(SAMPAN_SOURCE_DIR) + "/tests/data/json_schema/raw_patterns.json");
   REQUIRE(f.good());
@@ -104,10 +104,10 @@ TEST_CASE("guided_regex: full matches against Python's re and ECMAScript's RegEx
   ss << f.rdbuf();
   const OJson all = OJson::parse(ss.str());
   REQUIRE(all["patterns"].size() >= 40);
-  size_t unsound = 0, missed = 0, accepted = 0, total = 0, refusals = 0;
+  sampan::test::PatternTally tally;
+  size_t refusals = 0;
   for (const auto& p : all["patterns"]) {
     const std::string pattern = p["pattern"].get<std::string>();
-    const bool exact = p["exact"].get<bool>();
     const bool matchable = std::any_of(p["cases"].begin(), p["cases"].end(), [](const OJson& c) {
       return !(c[1] == OJson(false)) && !(c[2] == OJson(false));
     });
@@ -127,24 +127,12 @@ TEST_CASE("guided_regex: full matches against Python's re and ECMAScript's RegEx
       continue;
     }
     const GrammarMatcher m(*g);
-    for (const auto& c : p["cases"]) {
-      const std::string text = c[0].get<std::string>();
-      const bool py = c[1].is_null() || c[1].get<bool>();
-      const bool ecma = c[2].is_null() || c[2].get<bool>();
-      const bool ok = m.matches(text);
-      INFO("pattern " << pattern << " text " << OJson(text).dump());
-      CHECK(!(ok && !(py && ecma)));
-      if (exact) CHECK(ok == (py && ecma));
-      unsound += ok && !(py && ecma);
-      missed += exact && !ok && py && ecma;
-      accepted += ok;
-      ++total;
-    }
+    sampan::test::check_pattern_cases(p, m, [](const std::string& t) { return t; }, tally);
   }
-  CHECK(unsound == 0);
-  CHECK(missed == 0);
-  CHECK(accepted > 500);
-  CHECK(total > 8000);
+  CHECK(tally.unsound == 0);
+  CHECK(tally.missed == 0);
+  CHECK(tally.accepted > 500);
+  CHECK(tally.total > 8000);
   CHECK(refusals == 2);  // "a^b" and "^a$b"
 }
 

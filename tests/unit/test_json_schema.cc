@@ -24,6 +24,7 @@
 #include "engine/runtime/json_schema.h"
 #include "engine/runtime/number_range.h"
 #include "engine/runtime/sampler.h"
+#include "tests/unit/pattern_cases_util.h"
 
 using namespace sampan;
 using namespace sampan::runtime;
@@ -89,10 +90,9 @@ TEST_CASE("json schema: the grammar accepts no text jsonschema refuses, and ever
 TEST_CASE("json schema: pattern against Python's re and ECMAScript's RegExp", "[json_schema]") {
   const OJson all = load_cases("patterns.json");
   REQUIRE(all["patterns"].size() >= 40);
-  size_t unsound = 0, missed = 0, accepted = 0, total = 0;
+  sampan::test::PatternTally tally;
   for (const auto& p : all["patterns"]) {
     const std::string pattern = p["pattern"].get<std::string>();
-    const bool exact = p["exact"].get<bool>();
     const std::string schema = OJson{{"type", "string"}, {"pattern", pattern}}.dump();
     const bool matchable = std::any_of(p["cases"].begin(), p["cases"].end(), [](const OJson& c) {
       return !(c[1] == OJson(false)) && !(c[2] == OJson(false));
@@ -104,24 +104,12 @@ TEST_CASE("json schema: pattern against Python's re and ECMAScript's RegExp", "[
     }
     const auto grammar = compile_json_schema(schema, "schema");
     const GrammarMatcher m(*grammar);
-    for (const auto& c : p["cases"]) {
-      const std::string text = c[0].get<std::string>();
-      const bool py = c[1].is_null() || c[1].get<bool>();
-      const bool ecma = c[2].is_null() || c[2].get<bool>();
-      const bool ok = m.matches(OJson(text).dump());
-      INFO("pattern " << pattern << " text " << OJson(text).dump());
-      CHECK(!(ok && !(py && ecma)));
-      if (exact) CHECK(ok == (py && ecma));
-      unsound += ok && !(py && ecma);
-      missed += exact && !ok && py && ecma;
-      accepted += ok;
-      ++total;
-    }
+    sampan::test::check_pattern_cases(p, m, [](const std::string& t) { return OJson(t).dump(); }, tally);
   }
-  CHECK(unsound == 0);
-  CHECK(missed == 0);
-  CHECK(accepted > 1000);
-  CHECK(total > 8000);
+  CHECK(tally.unsound == 0);
+  CHECK(tally.missed == 0);
+  CHECK(tally.accepted > 1000);
+  CHECK(tally.total > 8000);
   // Formats against jsonschema's FormatChecker: nothing it refuses, every text built in the
   // promised subset.
   REQUIRE(all["formats"].size() == 8);
