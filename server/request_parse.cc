@@ -455,9 +455,6 @@ void refuse_vllm_unsupported(const Json& body, bool chat) {
   };
   const Field fields[] = {
       {"min_tokens", 0},
-      {"include_stop_str_in_output", false},
-      {"skip_special_tokens", true},
-      {"spaces_between_special_tokens", true},
       {"use_beam_search", false},
       {"length_penalty", 1.0},
       {"priority", 0},
@@ -536,6 +533,8 @@ void SamplingFields::apply_to(runtime::EngineRequest& req) const {
   req.stop = stop;
   req.stop_ids = stop_ids;
   req.ignore_eos = ignore_eos;
+  req.include_stop_str = include_stop_str;
+  req.skip_special_tokens = skip_special_tokens;
   req.json_object = json_object;
   req.grammar = grammar;
 }
@@ -582,6 +581,13 @@ void merge_sampling_fields(const Json& obj, SamplingFields& f, const std::string
   if (const Json* v = find(obj, "logit_bias"); v && !v->is_null())
     s.logit_bias = parse_logit_bias(*v, name("logit_bias"));
   if (auto v = get_bool(obj, "ignore_eos", prefix)) f.ignore_eos = *v;
+  // vLLM's detokenisation fields.
+  if (auto v = get_bool(obj, "include_stop_str_in_output", prefix)) f.include_stop_str = *v;
+  if (auto v = get_bool(obj, "skip_special_tokens", prefix)) f.skip_special_tokens = *v;
+  // Special tokens' texts are written as the tokenizer decodes them, with no spaces between
+  // them (vLLM puts one there by default, with skip_special_tokens false): typed, either value
+  // accepted.
+  get_bool(obj, "spaces_between_special_tokens", prefix);
   if (auto v = get_int(obj, "max_tokens", prefix)) {
     if (*v < min_max_tokens)
       bad(name("max_tokens"),

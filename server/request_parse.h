@@ -66,13 +66,15 @@ struct SamplingFields {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_ids;
   bool ignore_eos = false;
+  bool include_stop_str = false;     // vLLM's include_stop_str_in_output
+  bool skip_special_tokens = true;   // vLLM's skip_special_tokens
   std::optional<int64_t> max_tokens;  // absent: the server's default applies
   bool json_object = false;           // chat's response_format {"type": "json_object"}
   // Chat's response_format json_schema, or a forced tool call (tool_choice "required" or named).
   std::shared_ptr<const runtime::Grammar> grammar;
 
   // Copies everything but max_tokens into `req` (sampling, stop, stop_ids, ignore_eos,
-  // json_object, grammar).
+  // include_stop_str, skip_special_tokens, json_object, grammar).
   void apply_to(runtime::EngineRequest& req) const;
 };
 // max_tokens below `min_max_tokens` is a 400 naming it (0 only where a route gives it a meaning:

@@ -184,7 +184,7 @@ std::unique_ptr<Sequence> Engine::Impl::validate(EngineRequest&& req, EventCallb
     s->device_seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }
   s->stops = std::make_unique<StopMatcher>(req.stop);
-  s->decoder = std::make_unique<tok::StreamDecoder>(*tokenizer);
+  s->decoder = std::make_unique<tok::StreamDecoder>(*tokenizer, req.skip_special_tokens);
   s->stop_ids = req.stop_ids;
   if (!req.ignore_eos) s->stop_ids.insert(s->stop_ids.end(), eos_ids.begin(), eos_ids.end());
   s->tokens = req.prompt;

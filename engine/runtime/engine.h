@@ -92,9 +92,15 @@ struct EngineRequest {
   std::vector<int32_t> prompt;    // token ids, 1 .. max_model_len - 1 of them
   SamplingParams sampling;
   int64_t max_tokens = 16;        // >= 1
-  std::vector<std::string> stop;  // stop strings (excluded from the text)
+  std::vector<std::string> stop;  // stop strings (excluded from the text unless include_stop_str)
   std::vector<int32_t> stop_ids;  // in addition to the model's eos ids unless ignore_eos
   bool ignore_eos = false;
+  // vLLM's include_stop_str_in_output: the stop string that ended the text ends it (the text
+  // after it in the same token is still dropped).
+  bool include_stop_str = false;
+  // vLLM's skip_special_tokens: false keeps the text of special tokens generated (control
+  // tokens such as a template's turn markers; a stop id's never).
+  bool skip_special_tokens = true;
   double timeout_s = 0;           // 0: EngineOptions::request_timeout_s
   // The LoRA adapter the request runs through: an index into EngineOptions::build.lora, -1 for
   // the base model. Requests of every adapter (and none) share one engine step; the prefix cache

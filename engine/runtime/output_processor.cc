@@ -216,6 +216,7 @@ void OutputProcessor::handle_sample(Sequence& s, SampleResult r) {
   if (s.stops->stopped()) {
     why = EngineFinish::kStop;
     ev.stop_matched = s.stops->matched();
+    if (s.request.include_stop_str) ev.text += ev.stop_matched;
   } else if (s.n_generated() >= s.request.max_tokens ||
              static_cast<int64_t>(s.tokens.size()) >= max_model_len_) {
     why = EngineFinish::kLength;

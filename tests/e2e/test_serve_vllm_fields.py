@@ -11,10 +11,12 @@ as vLLM does it or refused with a 400 naming it, never ignored. Checks:
     the turn out, continue_final_message cuts the text after the last message's content (as
     transformers does): the prompt the server tokenised (read back through prompt_logprobs)
     equals jinja2's rendering of the same template, tokenised by `tokenizers`;
+  * include_stop_str_in_output: the greedy text cut after the stop string (before it without);
+    skip_special_tokens false: a special token's text as `tokenizers` decodes it;
   * refusals: two guided fields, a guided field beside a JSON response_format, guided_grammar,
     a bad regex or choice list, continue_final_message with add_generation_prompt, template
     variables that are request fields, and the sampling fields Sampan does not implement
-    (min_tokens above 0, skip_special_tokens false, ...), which pass at vLLM's defaults.
+    (min_tokens above 0, use_beam_search, ...), which pass at vLLM's defaults.
 """
 
 import json
@@ -217,11 +219,36 @@ def main():
         refused("chat echo", "/v1/chat/completions", {"messages": chat_msgs, "echo": True},
                 "echo")
 
+        # ---- detokenisation: include_stop_str_in_output, skip_special_tokens -------------
+        st, b, _ = post("/v1/completions", {"prompt": "The quick brown fox", "max_tokens": 12,
+                                            "temperature": 0, "ignore_eos": True})
+        greedy = b["choices"][0]["text"] if st == 200 else ""
+        stop = greedy[len(greedy) // 3:len(greedy) // 3 + 3]
+        cut = greedy.find(stop)
+        for include in (False, True):
+            st, b, _ = post("/v1/completions", {
+                "prompt": "The quick brown fox", "max_tokens": 12, "temperature": 0,
+                "ignore_eos": True, "stop": [stop], "include_stop_str_in_output": include})
+            want = greedy[:cut + len(stop)] if include else greedy[:cut]
+            got = b["choices"][0] if st == 200 else {}
+            res.check(f"include_stop_str_in_output {include}: the greedy text cut "
+                      f"{'after' if include else 'before'} the stop string",
+                      len(stop) == 3 and cut > 0 and got.get("text") == want and
+                      got.get("finish_reason") == "stop", f"{stop!r} in {greedy!r}: {got}")
+        # <unk> (a special token) forced by logit_bias: its text only when asked for, as
+        # `tokenizers` decodes it.
+        unk = tok.token_to_id("<unk>")
+        for skip in (True, False):
+            st, b, _ = post("/v1/completions", {
+                "prompt": "a", "max_tokens": 2, "temperature": 0, "ignore_eos": True,
+                "logit_bias": {str(unk): 100}, "skip_special_tokens": skip})
+            want = tok.decode([unk, unk], skip_special_tokens=skip)
+            got = b["choices"][0]["text"] if st == 200 else None
+            res.check(f"skip_special_tokens {skip}: {want!r} (tokenizers' decode)",
+                      got == want and (want == "") == skip, f"{st} {got!r}")
+
         # ---- sampling fields Sampan does not implement: only vLLM's defaults pass ----------
         for field, default, other in [("min_tokens", 0, 4),
-                                      ("skip_special_tokens", True, False),
-                                      ("spaces_between_special_tokens", True, False),
-                                      ("include_stop_str_in_output", False, True),
                                       ("use_beam_search", False, True),
                                       ("length_penalty", 1.0, 0.5),
                                       ("priority", 0, 1),
