@@ -39,8 +39,11 @@ std::string ChatPrompt::render(const nlohmann::ordered_json& messages, const Cha
   if (!options.continue_final_message || !messages.is_array() || messages.empty()) return text;
   // transformers' rule: the last occurrence of the final content, stripped; its leading-trimmed
   // length kept where the template kept its trailing spaces, else the stripped length.
-  const nlohmann::ordered_json& c = messages.back()["content"];
-  const std::string content = c.is_string() ? c.get<std::string>() : std::string();
+  // (A message without a string content continues after nothing of its own: the whole text.)
+  const nlohmann::ordered_json& last = messages.back();
+  const auto c = last.is_object() ? last.find("content") : last.end();
+  const std::string content =
+      c != last.end() && c->is_string() ? c->get<std::string>() : std::string();
   constexpr std::string_view kSpace = " \t\n\r\f\v";
   const size_t b = content.find_first_not_of(kSpace);
   const std::string lstripped = b == std::string::npos ? std::string() : content.substr(b);
