@@ -180,7 +180,7 @@ class Call {
     runtime::EngineFinish finish = runtime::EngineFinish::kLength;
     runtime::EngineUsage usage;
     bool echoed = false;
-    Json prompt_lp;  // vLLM's prompt_logprobs, from the first event (prompt_lp >= 0)
+    Json prompt_scores;  // vLLM's prompt_logprobs, from the first event (prompt_lp >= 0)
     double lp_sum = 0;  // logprobs of its tokens (and of the stop id that ended it)
     int64_t lp_count = 0;
     // The generated token before the next one (-1: none yet): the next one's text follows its.
@@ -481,7 +481,7 @@ class Call {
 
   void collect(int32_t i, Choice& c, const runtime::EngineEvent& ev) const {
     if (!chat) add_echo(i, c, ev, c.text, c.lp);
-    if (prompt_lp >= 0 && c.prompt_lp.is_null()) c.prompt_lp = vllm_prompt_logprobs(i, ev);
+    if (prompt_lp >= 0 && c.prompt_scores.is_null()) c.prompt_scores = vllm_prompt_logprobs(i, ev);
     if (prompt_only) return;
     c.text += ev.text;
     if (ev.token >= 0 || ev.stop_token >= 0) {
@@ -537,7 +537,7 @@ class Call {
       else choice["text"] = c.text;
       choice["logprobs"] = c.lp;
       choice["finish_reason"] = fin;
-      if (prompt_lp >= 0 && !chat) choice["prompt_logprobs"] = c.prompt_lp;
+      if (prompt_lp >= 0 && !chat) choice["prompt_logprobs"] = c.prompt_scores;
       list.push_back(std::move(choice));
     }
     Json body{{"id", id},
@@ -547,7 +547,7 @@ class Call {
               {"choices", std::move(list)},
               {"usage", usage_json(total_usage())}};
     // Chat's choices share one prompt: its scores once, beside them (as vLLM).
-    if (prompt_lp >= 0 && chat) body["prompt_logprobs"] = choices_.front().prompt_lp;
+    if (prompt_lp >= 0 && chat) body["prompt_logprobs"] = choices_.front().prompt_scores;
     writer->respond(200, dump(body));
     metrics->request_done(kApi, 200);
   }

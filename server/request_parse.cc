@@ -453,7 +453,7 @@ void refuse_vllm_unsupported(const Json& body, bool chat) {
     const char* name;
     Json default_value;  // null: any value is refused
   };
-  const Field fields[] = {
+  std::vector<Field> fields = {
       {"min_tokens", 0},
       {"use_beam_search", false},
       {"length_penalty", 1.0},
@@ -466,12 +466,10 @@ void refuse_vllm_unsupported(const Json& body, bool chat) {
       {"logits_processors", nullptr},
       {"prompt_embeds", nullptr},
       {"structured_outputs", nullptr},
-      {"chat_template", nullptr},
-      {"echo", chat ? Json(false) : Json(nullptr)},
   };
+  // Chat only (completions have an echo of their own and no template).
+  if (chat) fields.insert(fields.end(), {{"chat_template", nullptr}, {"echo", false}});
   for (const Field& f : fields) {
-    if (!chat && std::string_view(f.name) == "chat_template") continue;
-    if (!chat && std::string_view(f.name) == "echo") continue;  // completions' own echo
     const Json* v = find(body, f.name);
     if (!v || v->is_null()) continue;
     // Numbers compare by value (1 and 1.0 are both length_penalty's default).

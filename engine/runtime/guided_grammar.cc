@@ -78,20 +78,17 @@ std::shared_ptr<const Grammar> compile_choice_grammar(const std::vector<std::str
 std::shared_ptr<const Grammar> compile_regex_grammar(std::string_view pattern,
                                                      const std::string& field) {
   auto g = std::make_shared<Grammar>();
-  const uint32_t root = g->add_rule();
-  uint32_t body = 0;
   try {
-    body = add_raw_pattern(*g, pattern, [&g] {
+    g->set_root(add_raw_pattern(*g, pattern, [&g] {
       if (g->rule_count() >= Grammar::kMaxRules) {
         throw PatternError(
             fmt::format("pattern needs more than {} grammar rules", Grammar::kMaxRules));
       }
       return g->add_rule();
-    });
+    }));
   } catch (const PatternError& e) {
     fail_field(ErrorCode::kInvalidArgument, field, "'{}': {}", field, e.what());
   }
-  g->add_alt(root, {Grammar::rule_symbol(body)});
   return finish(std::move(g), field);
 }
 
