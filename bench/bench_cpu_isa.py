@@ -4,6 +4,7 @@ batched decode, 512-token prefill, next to llama.cpp on the same weights, all in
     python3 bench/bench_cpu_isa.py [--sampan build/sampan] [--probe build/bench/bandwidth_probe]
         [--model-dir /tmp/sampan-bench] [--isa avx2 avx512 ...] [--formats bf16 fp8 int4]
         [--threads 1 2] [--batch 1 4 8 16] [--prompt-len 512] [--gen 32] [--no-llamacpp]
+        [--llamacpp-python PY [PY ...]]
 
 For every ISA level the CPU has (lowered with SAMPAN_CPU_ISA; a level it lacks is listed as
 skipped), every weight format (bf16 as stored, fp8 and int4 g128 quantized on load) and every
@@ -105,6 +106,9 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--no-llamacpp", action="store_true")
+    ap.add_argument("--llamacpp-python", nargs="+", default=[sys.executable],
+                    help="Python interpreters with llama-cpp-python builds; the best of them is "
+                         "reported (bench_gguf.py says why an AMX CPU wants a build without AMX)")
     args = ap.parse_args()
 
     if not os.path.exists(os.path.join(args.model_dir, "model.safetensors")):
@@ -163,7 +167,8 @@ def main():
             if not os.path.exists(path):
                 G.quantize(f16, path, t_name, pure=False, threads=max(args.threads))
             for t in args.threads:
-                ns = argparse.Namespace(threads=t, prompt_len=args.prompt_len, gen=args.gen)
+                ns = argparse.Namespace(threads=t, prompt_len=args.prompt_len, gen=args.gen,
+                                        llamacpp_python=args.llamacpp_python)
                 p, d = bench_gguf.run_llamacpp(ns, path)
                 frac = bench_gguf.streamed_bytes(path) * d / 1e9 / gbs[t]
                 lc[(fmt, t)] = (p, d, frac)
